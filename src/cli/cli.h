@@ -1,0 +1,14 @@
+/* The CLI's subcommands: one file each, registered in main.c's table. */
+#ifndef ES_CLI_H
+#define ES_CLI_H
+
+typedef struct es_cli_cmd {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+} es_cli_cmd;
+
+int es_cmd_version(int argc, char **argv);
+int es_cmd_bench_mem(int argc, char **argv);
+
+#endif

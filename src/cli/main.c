@@ -1,0 +1,40 @@
+/* edgeserve: the command-line front end.
+ *
+ * A thin dispatcher: each subcommand lives in its own cmd_*.c file and gets
+ * argv from its own name on. Exit status: 0 success, 1 failure, 2 usage. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const es_cli_cmd es_commands_[] = {
+    {"version", "print the version and the build's configuration", es_cmd_version},
+    {"bench-mem", "allocator benchmark: buddy pool and arena vs malloc, jemalloc, mimalloc",
+     es_cmd_bench_mem},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: edgeserve <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof es_commands_ / sizeof es_commands_[0]; i++)
+    fprintf(f, "  %-12s %s\n", es_commands_[i].name, es_commands_[i].summary);
+  fprintf(f, "\nedgeserve <command> --help prints the command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "--version"))
+    return es_cmd_version(argc - 1, argv + 1);
+  for (size_t i = 0; i < sizeof es_commands_ / sizeof es_commands_[0]; i++)
+    if (!strcmp(argv[1], es_commands_[i].name))
+      return es_commands_[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "edgeserve: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

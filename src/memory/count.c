@@ -1,0 +1,252 @@
+/* Counting layer: every byte the library takes from the system, by tag.
+ *
+ * Heap blocks carry a 32-byte header just before the pointer handed out: the
+ * requested size, the tag, the distance back to what malloc returned (for
+ * aligned blocks) and a magic that catches frees of foreign pointers early.
+ * 32 bytes keeps the payload 16-byte aligned as malloc's is. Anonymous maps
+ * carry no header: the caller passes the size back, as munmap wants anyway.
+ *
+ * Counters are relaxed atomics: they are statistics, never used to order
+ * other memory accesses. The peak is maintained with a CAS loop so it is
+ * never below a value `current` really had. */
+#include "edgeserve/memory.h"
+#include "common/internal.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define ES_MEM_HDR_MAGIC 0x45534d454d484452ull /* "ESMEMHDR" */
+
+typedef struct es_mem_hdr {
+  uint64_t magic;
+  uint64_t size;    /* requested bytes */
+  uint32_t tag;
+  uint32_t offset;  /* bytes from the malloc'ed start to this header */
+  uint64_t pad;
+} es_mem_hdr;
+
+_Static_assert(sizeof(es_mem_hdr) == 32, "header keeps 16-byte alignment");
+
+typedef struct es_mem_counter {
+  _Atomic size_t current;
+  _Atomic size_t peak;
+  _Atomic long long file_mapped;
+  _Atomic uint64_t allocs;
+  _Atomic uint64_t frees;
+  _Atomic uint64_t failures;
+} es_mem_counter;
+
+static es_mem_counter es_counters_[ES_MEM_TAG_COUNT];
+
+static const char *const es_tag_names_[ES_MEM_TAG_COUNT] = {
+#define ES_MEM_TAG_STR_(name, str) str,
+    ES_MEM_TAG_MAP(ES_MEM_TAG_STR_)
+#undef ES_MEM_TAG_STR_
+};
+
+static int tag_ok(es_mem_tag tag) { return (unsigned)tag < ES_MEM_TAG_COUNT; }
+
+static void peak_raise(es_mem_counter *c, size_t now) {
+  size_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&c->peak, &peak, now, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+  }
+}
+
+static void count_add(es_mem_tag tag, size_t n) {
+  es_mem_counter *c = &es_counters_[tag];
+  peak_raise(c, atomic_fetch_add_explicit(&c->current, n, memory_order_relaxed) + n);
+  atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
+}
+
+static void count_sub(es_mem_tag tag, size_t n) {
+  es_mem_counter *c = &es_counters_[tag];
+  atomic_fetch_sub_explicit(&c->current, n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+}
+
+static void count_fail(es_mem_tag tag) {
+  atomic_fetch_add_explicit(&es_counters_[tag].failures, 1, memory_order_relaxed);
+}
+
+/* ---- heap ------------------------------------------------------------------ */
+
+static void *hdr_init(void *raw, void *user, es_mem_tag tag, size_t size) {
+  es_mem_hdr *h = (es_mem_hdr *)user - 1;
+  h->magic = ES_MEM_HDR_MAGIC;
+  h->size = size;
+  h->tag = (uint32_t)tag;
+  h->offset = (uint32_t)((char *)h - (char *)raw);
+  h->pad = 0;
+  count_add(tag, size);
+  return user;
+}
+
+static es_mem_hdr *hdr_of(void *p) {
+  es_mem_hdr *h = (es_mem_hdr *)p - 1;
+  if (h->magic != ES_MEM_HDR_MAGIC || !tag_ok((es_mem_tag)h->tag))
+    es__assert_fail("es_mem_free of a block not from es_mem_alloc", __FILE__, __LINE__);
+  return h;
+}
+
+void *es_mem_alloc(es_mem_tag tag, size_t size) {
+  if (!tag_ok(tag))
+    return NULL;
+  if (size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr)) {
+    count_fail(tag);
+    return NULL;
+  }
+  void *raw = malloc(sizeof(es_mem_hdr) + size);
+  if (!raw) {
+    count_fail(tag);
+    return NULL;
+  }
+  return hdr_init(raw, (es_mem_hdr *)raw + 1, tag, size);
+}
+
+void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size) {
+  if (size != 0 && n > SIZE_MAX / size) {
+    if (tag_ok(tag))
+      count_fail(tag);
+    return NULL;
+  }
+  void *p = es_mem_alloc(tag, n * size);
+  if (p)
+    memset(p, 0, n * size);
+  return p;
+}
+
+void *es_mem_aligned_alloc(es_mem_tag tag, size_t align, size_t size) {
+  if (!tag_ok(tag))
+    return NULL;
+  if (!es__is_pow2(align) || align > 4096 || size == 0 ||
+      size > SIZE_MAX - sizeof(es_mem_hdr) - align) {
+    count_fail(tag);
+    return NULL;
+  }
+  if (align < 16)
+    align = 16;
+  void *raw = malloc(sizeof(es_mem_hdr) + align + size);
+  if (!raw) {
+    count_fail(tag);
+    return NULL;
+  }
+  uintptr_t user = ((uintptr_t)raw + sizeof(es_mem_hdr) + align - 1) & ~(uintptr_t)(align - 1);
+  return hdr_init(raw, (void *)user, tag, size);
+}
+
+void *es_mem_realloc(void *p, size_t size) {
+  if (!p)
+    return NULL;
+  es_mem_hdr *h = hdr_of(p);
+  es_mem_tag tag = (es_mem_tag)h->tag;
+  if (h->offset != 0 || size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr)) {
+    count_fail(tag);
+    return NULL;
+  }
+  size_t old = h->size;
+  es_mem_hdr *n = realloc(h, sizeof(es_mem_hdr) + size);
+  if (!n) {
+    count_fail(tag);
+    return NULL;
+  }
+  n->size = size;
+  es_mem_counter *c = &es_counters_[tag];
+  if (size > old)
+    peak_raise(c, atomic_fetch_add_explicit(&c->current, size - old, memory_order_relaxed) +
+                      (size - old));
+  else
+    atomic_fetch_sub_explicit(&c->current, old - size, memory_order_relaxed);
+  return n + 1;
+}
+
+char *es_mem_strdup(es_mem_tag tag, const char *s) {
+  if (!s)
+    return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = es_mem_alloc(tag, n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+void es_mem_free(void *p) {
+  if (!p)
+    return;
+  es_mem_hdr *h = hdr_of(p);
+  es_mem_tag tag = (es_mem_tag)h->tag;
+  size_t size = h->size;
+  void *raw = (char *)h - h->offset;
+  h->magic = 0;
+  count_sub(tag, size);
+  free(raw);
+}
+
+/* ---- anonymous maps ----------------------------------------------------------- */
+
+static size_t page_round(size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  return es__align_up(n, pg);
+}
+
+void *es_mem_map(es_mem_tag tag, size_t size) {
+  if (!tag_ok(tag))
+    return NULL;
+  size_t n = size ? page_round(size) : 0;
+  if (n == 0) {
+    count_fail(tag);
+    return NULL;
+  }
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    count_fail(tag);
+    return NULL;
+  }
+  count_add(tag, n);
+  return p;
+}
+
+void es_mem_unmap(es_mem_tag tag, void *p, size_t size) {
+  if (!p || !tag_ok(tag))
+    return;
+  size_t n = page_round(size);
+  if (munmap(p, n) == 0)
+    count_sub(tag, n);
+  else
+    es__assert_fail("es_mem_unmap of a range not from es_mem_map", __FILE__, __LINE__);
+}
+
+void es_mem_account_file(es_mem_tag tag, long long delta) {
+  if (tag_ok(tag))
+    atomic_fetch_add_explicit(&es_counters_[tag].file_mapped, delta, memory_order_relaxed);
+}
+
+/* ---- queries ---------------------------------------------------------------- */
+
+int es_mem_stats_get(es_mem_tag tag, es_mem_stats *out) {
+  if (!tag_ok(tag) || !out)
+    return ES_EINVAL;
+  es_mem_counter *c = &es_counters_[tag];
+  out->current = atomic_load_explicit(&c->current, memory_order_relaxed);
+  out->peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
+  long long f = atomic_load_explicit(&c->file_mapped, memory_order_relaxed);
+  out->file_mapped = f > 0 ? (size_t)f : 0;
+  out->allocs = atomic_load_explicit(&c->allocs, memory_order_relaxed);
+  out->frees = atomic_load_explicit(&c->frees, memory_order_relaxed);
+  out->failures = atomic_load_explicit(&c->failures, memory_order_relaxed);
+  return 0;
+}
+
+size_t es_mem_total(void) {
+  size_t t = 0;
+  for (int i = 0; i < ES_MEM_TAG_COUNT; i++)
+    t += atomic_load_explicit(&es_counters_[i].current, memory_order_relaxed);
+  return t;
+}
+
+const char *es_mem_tag_name(es_mem_tag tag) { return tag_ok(tag) ? es_tag_names_[tag] : "?"; }

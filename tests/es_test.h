@@ -1,0 +1,52 @@
+/* Shared helpers for the test programs (cmocka underneath).
+ *
+ * Each test file is its own executable, run by CTest in its own process with
+ * a timeout. ES_CHECK_RC prints the error name and detail when a call that
+ * should succeed fails, so a red test says why. */
+#ifndef ES_TEST_H
+#define ES_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#include "edgeserve/error.h"
+#include "edgeserve/memory.h"
+
+#define ES_CHECK_RC(expr)                                                              \
+  do {                                                                                 \
+    int es_rc_ = (expr);                                                               \
+    if (es_rc_ != 0)                                                                   \
+      fail_msg("%s -> %d %s: %s", #expr, es_rc_, es_err_name(es_rc_),                 \
+               es_last_error_detail());                                                \
+  } while (0)
+
+#define ES_EXPECT_RC(expr, want)                                                       \
+  do {                                                                                 \
+    int es_rc_ = (expr);                                                               \
+    if (es_rc_ != (want))                                                              \
+      fail_msg("%s -> %d %s, want %s (detail: %s)", #expr, es_rc_, es_err_name(es_rc_), \
+               es_err_name(want), es_last_error_detail());                             \
+  } while (0)
+
+/* Deterministic, seedable PRNG (splitmix64) for property tests; the seed is
+ * printed so a failure can be replayed with ES_TEST_SEED=... */
+static inline uint64_t es_test_rand(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static inline uint64_t es_test_seed(void) {
+  const char *e = getenv("ES_TEST_SEED");
+  uint64_t seed = e ? strtoull(e, NULL, 0) : 0x5eed5eed12345678ull;
+  printf("# ES_TEST_SEED=0x%llx\n", (unsigned long long)seed);
+  return seed;
+}
+
+#endif
