@@ -263,7 +263,8 @@ typedef struct es_buddy_config {
   size_t align;           /* alignment of the base and of every block, power
                              of two in [16, min_block] (default 256) */
   size_t slab_max;        /* requests <= this are served from size-class
-                             slabs (each slab one buddy block); 0 disables
+                             slabs (each slab one buddy block of at least
+                             min_block bytes); 0 disables
                              slabs (default 256 KiB) */
   int grow;               /* add regions when full (default 0) */
   size_t grow_max;        /* cap on total capacity when growing (default 0:
@@ -283,8 +284,11 @@ struct es_buddy_stats {
   size_t free_bytes;      /* bytes in free buddy blocks (free slab slots are
                              not counted: they serve only their class) */
   size_t largest_free;    /* largest free buddy block */
-  double fragmentation;   /* 1 - largest_free / free_bytes; 0 when nothing is
-                             free */
+  double fragmentation;   /* 1 - largest_free / min(free_bytes, largest top
+                             block): 0 when free memory forms the largest
+                             block it could (regions and the power-of-two
+                             chunks of a region never merge); 0 when nothing
+                             is free */
   uint64_t allocs;        /* successful allocations */
   uint64_t frees;         /* successful frees */
   uint64_t failures;      /* allocations that failed */

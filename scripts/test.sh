@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. a normal build (warnings are errors), every test;
+#   2. an ASan + UBSan debug build, every test;
+#   3. a TSan debug build, the concurrency tests.
+# Each test is its own process with a timeout (CTest). Exits non-zero when any
+# test fails, and ends with one line "N passed, N failed" over all runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh || exit 1
+jobs=$(nproc)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+passed=0
+failed=0
+# Each variable is read only by binaries built with that sanitizer.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+# run_ctest NAME BUILD_DIR [ctest args...]
+run_ctest() {
+  local name=$1 dir=$2
+  shift 2
+  echo "== tests: $name"
+  ctest --test-dir "$dir" --output-on-failure "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line total bad
+  line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+  if [ -n "$line" ]; then
+    total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+    bad=$(sed -E 's/.*tests passed, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+    passed=$((passed + total - bad))
+    failed=$((failed + bad))
+  fi
+  if [ "$rc" -ne 0 ] && [ -z "$line" ]; then failed=$((failed + 1)); fi
+  if [ "$rc" -ne 0 ] || [ -z "$line" ]; then status=1; fi
+}
+
+status=0
+echo "== build: release-with-debug-info"
+if scripts/build.sh build; then
+  run_ctest "release" build -j"$jobs"
+else status=1; failed=$((failed + 1)); fi
+
+echo "== build: asan+ubsan"
+if scripts/build.sh build-asan -DES_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug; then
+  run_ctest "asan+ubsan" build-asan -j"$jobs"
+else status=1; failed=$((failed + 1)); fi
+
+echo "== build: tsan"
+if scripts/build.sh build-tsan -DES_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug; then
+  run_ctest "tsan (concurrency)" build-tsan -L concurrency
+else status=1; failed=$((failed + 1)); fi
+
+echo
+echo "$passed passed, $failed failed"
+exit $status
