@@ -26,7 +26,7 @@ typedef struct es_mem_hdr {
   uint64_t size;    /* requested bytes */
   uint32_t tag;
   uint32_t offset;  /* bytes from the malloc'ed start to this header */
-  uint64_t pad;
+  uint64_t aligned; /* 1 for es_mem_aligned_alloc blocks, which realloc refuses */
 } es_mem_hdr;
 
 _Static_assert(sizeof(es_mem_hdr) == 32, "header keeps 16-byte alignment");
@@ -76,13 +76,13 @@ static void count_fail(es_mem_tag tag) {
 
 /* ---- heap ------------------------------------------------------------------ */
 
-static void *hdr_init(void *raw, void *user, es_mem_tag tag, size_t size) {
+static void *hdr_init(void *raw, void *user, es_mem_tag tag, size_t size, int aligned) {
   es_mem_hdr *h = (es_mem_hdr *)user - 1;
   h->magic = ES_MEM_HDR_MAGIC;
   h->size = size;
   h->tag = (uint32_t)tag;
   h->offset = (uint32_t)((char *)h - (char *)raw);
-  h->pad = 0;
+  h->aligned = (uint64_t)aligned;
   count_add(tag, size);
   return user;
 }
@@ -106,7 +106,7 @@ void *es_mem_alloc(es_mem_tag tag, size_t size) {
     count_fail(tag);
     return NULL;
   }
-  return hdr_init(raw, (es_mem_hdr *)raw + 1, tag, size);
+  return hdr_init(raw, (es_mem_hdr *)raw + 1, tag, size, 0);
 }
 
 void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size) {
@@ -124,20 +124,24 @@ void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size) {
 void *es_mem_aligned_alloc(es_mem_tag tag, size_t align, size_t size) {
   if (!tag_ok(tag))
     return NULL;
-  if (!es__is_pow2(align) || align > 4096 || size == 0 ||
-      size > SIZE_MAX - sizeof(es_mem_hdr) - align) {
+  if (!es__is_pow2(align) || align > 4096) {
     count_fail(tag);
     return NULL;
   }
+  /* Raised before the size check, which must see the padding really added. */
   if (align < 16)
     align = 16;
+  if (size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr) - align) {
+    count_fail(tag);
+    return NULL;
+  }
   void *raw = malloc(sizeof(es_mem_hdr) + align + size);
   if (!raw) {
     count_fail(tag);
     return NULL;
   }
   uintptr_t user = ((uintptr_t)raw + sizeof(es_mem_hdr) + align - 1) & ~(uintptr_t)(align - 1);
-  return hdr_init(raw, (void *)user, tag, size);
+  return hdr_init(raw, (void *)user, tag, size, 1);
 }
 
 void *es_mem_realloc(void *p, size_t size) {
@@ -145,7 +149,9 @@ void *es_mem_realloc(void *p, size_t size) {
     return NULL;
   es_mem_hdr *h = hdr_of(p);
   es_mem_tag tag = (es_mem_tag)h->tag;
-  if (h->offset != 0 || size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr)) {
+  /* An aligned block may sit at offset 0 by chance, but realloc would not
+   * keep its alignment: refuse it by its flag. */
+  if (h->aligned || size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr)) {
     count_fail(tag);
     return NULL;
   }
