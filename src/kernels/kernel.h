@@ -60,6 +60,9 @@ typedef struct es_kinst {
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
+  const es_graph *graph;        /* the node's graph, where tensor attributes live
+                                   (es_attr.tensor indexes graph->values); NULL
+                                   when evaluated without one */
   char label[120];              /* "node 'name' (#12 Conv)" */
 } es_kinst;
 
@@ -125,6 +128,11 @@ int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t 
  * ctx holds params and must outlive nothing but this call's use of them. */
 int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
+/* The same with the node's graph (k->graph), for ops that read tensor
+ * attributes (ConstantOfShape's value); es_kernel_eval passes NULL. */
+int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
+                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
+                         es_tdesc *out_desc, void **out_data);
 
 /* ---- helpers shared by kernels ------------------------------------------------ */
 

@@ -285,6 +285,13 @@ int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i) {
 
 int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
+  return es_kernel_eval_graph(NULL, node, opset, n_in, in_desc, in_data, n_out, out_desc,
+                              out_data);
+}
+
+int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
+                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
+                         es_tdesc *out_desc, void **out_data) {
   const es_kernel *kern = es_kernel_for(node->op);
   if (!kern)
     return es__fail(ES_ENOTSUP, "no kernel for %s", es_op_name(node->op));
@@ -305,7 +312,8 @@ int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc 
                 .out = outp,
                 .in_static = in_data,
                 .inplace = -1,
-                .ctx = &ctx};
+                .ctx = &ctx,
+                .graph = graph};
   es_node_label(node, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   void *scratch = NULL;

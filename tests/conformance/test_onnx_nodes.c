@@ -144,7 +144,7 @@ static result run_set(const es_graph *g, const char *setdir) {
       ind[k] = v >= 0 ? &desc[v] : NULL;
       inp[k] = v >= 0 ? data[v] : NULL;
     }
-    int rc = es_kernel_eval(nd, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
+    int rc = es_kernel_eval_graph(g, nd, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
     if (rc < 0) {
       snprintf(why_, sizeof why_, "%s", es_last_error_detail());
       res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;

@@ -5,7 +5,7 @@
  * changes, atomically. */
 #include "edgeserve/engine.h"
 #include "common/internal.h"
-#include "model/graph.h"
+#include "engine/engine_internal.h"
 
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -14,16 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ES_MODEL_MAGIC 0x45534d4f44454c31ull /* "ESMODEL1" */
 #define ES_MODEL_MAX_FILE ((size_t)2 << 30)
 
-struct es_model {
-  uint64_t magic;
-  _Atomic int refs;
-  es_graph g;
-};
-
-static int model_ok(const es_model *m) { return m && m->magic == ES_MODEL_MAGIC; }
+static int model_ok(const es_model *m) { return es__model_ok(m); }
 
 int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
   (void)opts;
@@ -34,6 +27,12 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
     return es__fail(ES_ENOMEM, "out of memory loading the model");
   int rc = es_onnx_load(data, size, &m->g);
   if (rc < 0) {
+    es_mem_free(m);
+    return rc;
+  }
+  rc = es_prep_store_create(&m->prep);
+  if (rc < 0) {
+    es_graph_fini(&m->g);
     es_mem_free(m);
     return rc;
   }
@@ -104,6 +103,7 @@ void es_model_release(es_model *m) {
     return;
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
     return;
+  es_prep_store_destroy(m->prep);
   es_graph_fini(&m->g);
   m->magic = 0;
   es_mem_free(m);
