@@ -44,7 +44,8 @@ extern "C" {
   XX(EBADPTR, -4004, "pointer is inside a block but not its start")                  \
   XX(EMEMLOCK, -4005, "mlock failed: RLIMIT_MEMLOCK is too low (raise ulimit -l)")   \
   XX(EREWIND, -4006, "arena mark is stale or ahead of the current position")         \
-  XX(ESTATE, -4007, "operation not allowed in the object's current state")
+  XX(ESTATE, -4007, "operation not allowed in the object's current state")            \
+  XX(EMODEL, -4100, "malformed or invalid model")
 
 typedef enum es_error {
   ES_OK = 0,

@@ -10,5 +10,7 @@ typedef struct es_cli_cmd {
 
 int es_cmd_version(int argc, char **argv);
 int es_cmd_bench_mem(int argc, char **argv);
+int es_cmd_inspect(int argc, char **argv);
+int es_cmd_run(int argc, char **argv);
 
 #endif

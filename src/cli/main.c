@@ -11,6 +11,8 @@ static const es_cli_cmd es_commands_[] = {
     {"version", "print the version and the build's configuration", es_cmd_version},
     {"bench-mem", "allocator benchmark: buddy pool and arena vs malloc, jemalloc, mimalloc",
      es_cmd_bench_mem},
+    {"run", "run a model on .npy inputs, write .npy outputs", es_cmd_run},
+    {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
 };
 
 static void usage(FILE *f) {

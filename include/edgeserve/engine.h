@@ -1,0 +1,152 @@
+/* edgeserve/engine.h - models: load, describe, (later) plan and run.
+ *
+ *   es_model *m;
+ *   if (es_model_load("det.onnx", NULL, &m) < 0)
+ *     fprintf(stderr, "%s\n", es_last_error_detail());
+ *   es_tensor_info in;
+ *   es_model_input_info(m, 0, &in);     // name "x", float32, [-1,3,-1,-1]
+ *   es_model_release(m);
+ *
+ * A model is immutable once loaded: its graph and its weights (one read-only
+ * copy in an es_weights region) are shared by every request and thread.
+ * Reference-counted; all functions are thread-safe.
+ */
+#ifndef EDGESERVE_ENGINE_H
+#define EDGESERVE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeserve/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ES_MAX_RANK 8
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum es_dtype {
+  ES_DTYPE_UNDEFINED = 0,
+  ES_DTYPE_FLOAT = 1,
+  ES_DTYPE_UINT8 = 2,
+  ES_DTYPE_INT8 = 3,
+  ES_DTYPE_INT32 = 6,
+  ES_DTYPE_INT64 = 7,
+  ES_DTYPE_BOOL = 9,
+} es_dtype;
+
+/* Bytes per element; 0 for an unsupported type. */
+size_t es_dtype_size(es_dtype t);
+/* "float32", "int64", ...; "undefined" otherwise. */
+const char *es_dtype_name(es_dtype t);
+
+typedef struct es_tensor_info {
+  const char *name; /* owned by the model */
+  es_dtype dtype;
+  int rank;         /* -1 when the model does not say */
+  int64_t dims[ES_MAX_RANK]; /* -1 for a dimension fixed only at run time */
+} es_tensor_info;
+
+typedef struct es_model es_model;
+
+typedef struct es_model_stats {
+  size_t nodes;        /* after dead-node removal */
+  size_t constants;    /* initializers and Constant nodes */
+  size_t weight_bytes; /* bytes of constant data in the read-only region */
+  size_t context_bytes;/* graph and attribute memory */
+  int64_t opset;       /* default-domain opset */
+  int64_t ir_version;
+} es_model_stats;
+
+/* Load an ONNX file. A malformed, truncated or hostile file gives an error
+ * (ES_EMODEL, ES_ENOTSUP for an operator, dtype or feature outside what the
+ * engine runs) whose detail names the node and operator; never a crash.
+ * opts is reserved, pass NULL. The caller holds one reference. */
+int es_model_load(const char *path, const void *opts, es_model **out);
+/* Same from a buffer the caller keeps ownership of (may be freed after). */
+int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
+
+es_model *es_model_retain(es_model *m);
+/* Drop a reference; the last one frees the graph and unmaps the weights.
+ * NULL is a no-op. */
+void es_model_release(es_model *m);
+
+int es_model_input_count(const es_model *m);
+int es_model_output_count(const es_model *m);
+/* i in [0, count). ES_EINVAL otherwise. */
+int es_model_input_info(const es_model *m, int i, es_tensor_info *out);
+int es_model_output_info(const es_model *m, int i, es_tensor_info *out);
+int es_model_stats_get(const es_model *m, es_model_stats *out);
+
+/* Number of nodes of each operator type, for inspect: calls fn once per
+ * operator present, in a stable order. */
+int es_model_op_counts(const es_model *m, void (*fn)(void *user, const char *op, int count),
+                       void *user);
+
+/* ===========================================================================
+ * Plans and runs.
+ *
+ * A plan is the model prepared for one concrete set of input shapes: every
+ * tensor's shape, shape chains folded, kernels prepared, and every
+ * intermediate tensor and kernel scratch given an offset in one request
+ * arena. es_plan_arena_bytes() is the exact arena size a request needs, known
+ * before it runs; a run allocates nothing else.
+ *
+ *   es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+ *                           .dims = {1, 3, 640, 640}};
+ *   es_plan *p;
+ *   es_model_plan(m, &shape, 1, &p);
+ *   es_arena *a;
+ *   es_arena_create(es_plan_arena_bytes(p), 64, &a);
+ *   es_tensor in = {.data = pixels, ...}, out[1];
+ *   es_plan_run(p, &in, 1, a, out, 1);      // out[0].data points into a
+ * ========================================================================= */
+
+typedef struct es_plan es_plan;
+struct es_arena;
+
+typedef struct es_tensor {
+  const char *name; /* outputs: owned by the model */
+  es_dtype dtype;
+  int rank;
+  int64_t dims[ES_MAX_RANK];
+  void *data;
+  size_t nbytes;
+} es_tensor;
+
+/* Plan for concrete input shapes: shapes[i] for model input i (n must equal
+ * the input count; names are not used). The plan holds a reference to the
+ * model. ES_EINVAL when a shape contradicts the model (rank, a fixed
+ * dimension, dtype); ES_EMODEL / ES_ENOTSUP naming the node when an operator
+ * cannot run with these shapes. Thread-safe; the plan is immutable and may
+ * be run by any number of threads at once. */
+int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
+/* NULL is a no-op. */
+void es_plan_release(es_plan *p);
+
+/* Exact bytes of request arena a run needs (64-byte aligned arena). */
+size_t es_plan_arena_bytes(const es_plan *p);
+/* Bytes of plan memory (shapes, folded constants, kernel parameters). */
+size_t es_plan_context_bytes(const es_plan *p);
+int es_plan_output_count(const es_plan *p);
+/* Shape and type of output i for this plan. */
+int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
+int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
+/* Number of nodes run per request (the others were folded while planning). */
+int es_plan_node_count(const es_plan *p);
+
+/* Run one request. inputs[i] must have the plan's dtype and shape for input
+ * i (ES_EINVAL otherwise, naming the input). Temporaries and outputs are
+ * carved from arena (es_plan_arena_bytes() of it, alignment >= 64);
+ * outputs[i].data points into the arena (or, for an output the plan folded
+ * to a constant, into plan memory) and stays valid until the arena is reset
+ * and the plan is held. ES_ENOSPC when the arena has too little room left.
+ * Thread-safe for distinct arenas. */
+int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, struct es_arena *arena,
+                es_tensor *outputs, int n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,160 @@
+/* es_model: a loaded graph plus its read-only weights, shared by reference.
+ *
+ * The model is immutable after es_model_load returns, which is what makes it
+ * safe to share between threads without locks; only the reference count
+ * changes, atomically. */
+#include "edgeserve/engine.h"
+#include "common/internal.h"
+#include "engine/engine_internal.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ES_MODEL_MAX_FILE ((size_t)2 << 30)
+
+static int model_ok(const es_model *m) { return es__model_ok(m); }
+
+int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
+  (void)opts;
+  if (!data || !out)
+    return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
+  es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
+  if (!m)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  int rc = es_onnx_load(data, size, &m->g);
+  if (rc < 0) {
+    es_mem_free(m);
+    return rc;
+  }
+  rc = es_prep_store_create(&m->prep);
+  if (rc < 0) {
+    es_graph_fini(&m->g);
+    es_mem_free(m);
+    return rc;
+  }
+  m->magic = ES_MODEL_MAGIC;
+  atomic_init(&m->refs, 1);
+  *out = m;
+  return 0;
+}
+
+int es_model_load(const char *path, const void *opts, es_model **out) {
+  if (!path || !out)
+    return es__fail(ES_EINVAL, "es_model_load: NULL argument");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    return es__fail(e == ENOENT ? ES_ENOENT : e == EACCES ? ES_EACCES : ES_EIO,
+                    "cannot open model '%s': %s", path, strerror(e));
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return es__fail(ES_EINVAL, "model '%s' is not a regular file", path);
+  }
+  if ((size_t)st.st_size > ES_MODEL_MAX_FILE) {
+    close(fd);
+    return es__fail(ES_EMODEL, "model '%s' is larger than 2 GiB", path);
+  }
+  size_t size = (size_t)st.st_size;
+  unsigned char *buf = es_mem_alloc(ES_MEM_MODEL, size ? size : 1);
+  if (!buf) {
+    close(fd);
+    return es__fail(ES_ENOMEM, "out of memory reading '%s' (%zu bytes)", path, size);
+  }
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += (size_t)n;
+  }
+  close(fd);
+  int rc;
+  if (got != size) {
+    rc = es__fail(ES_EIO, "short read of '%s' (%zu of %zu bytes)", path, got, size);
+  } else {
+    rc = es_model_load_buffer(buf, size, opts, out);
+    if (rc < 0) {
+      /* prefix the file name to the loader's detail */
+      char detail[400];
+      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+      es__fail(rc, "%s: %s", path, detail);
+    }
+  }
+  es_mem_free(buf);
+  return rc;
+}
+
+es_model *es_model_retain(es_model *m) {
+  if (model_ok(m))
+    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  return m;
+}
+
+void es_model_release(es_model *m) {
+  if (!model_ok(m))
+    return;
+  if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  es_prep_store_destroy(m->prep);
+  es_graph_fini(&m->g);
+  m->magic = 0;
+  es_mem_free(m);
+}
+
+int es_model_input_count(const es_model *m) { return model_ok(m) ? m->g.n_inputs : 0; }
+int es_model_output_count(const es_model *m) { return model_ok(m) ? m->g.n_outputs : 0; }
+
+static void info_of(const es_value *v, es_tensor_info *out) {
+  out->name = v->name;
+  out->dtype = v->dtype;
+  out->rank = v->rank;
+  for (int i = 0; i < ES_MAX_RANK; i++)
+    out->dims[i] = i < v->rank ? v->dims[i] : 0;
+}
+
+int es_model_input_info(const es_model *m, int i, es_tensor_info *out) {
+  if (!model_ok(m) || !out || i < 0 || i >= m->g.n_inputs)
+    return es__fail(ES_EINVAL, "no input #%d", i);
+  info_of(&m->g.values[m->g.inputs[i]], out);
+  return 0;
+}
+
+int es_model_output_info(const es_model *m, int i, es_tensor_info *out) {
+  if (!model_ok(m) || !out || i < 0 || i >= m->g.n_outputs)
+    return es__fail(ES_EINVAL, "no output #%d", i);
+  info_of(&m->g.values[m->g.outputs[i]], out);
+  return 0;
+}
+
+int es_model_stats_get(const es_model *m, es_model_stats *out) {
+  if (!model_ok(m) || !out)
+    return es__fail(ES_EINVAL, "es_model_stats_get: bad argument");
+  out->nodes = (size_t)m->g.n_nodes;
+  out->constants = m->g.n_constants;
+  out->weight_bytes = m->g.weight_bytes;
+  out->context_bytes = m->g.ctx.bytes;
+  out->opset = m->g.opset;
+  out->ir_version = m->g.ir_version;
+  return 0;
+}
+
+int es_model_op_counts(const es_model *m, void (*fn)(void *user, const char *op, int count),
+                       void *user) {
+  if (!model_ok(m) || !fn)
+    return es__fail(ES_EINVAL, "es_model_op_counts: bad argument");
+  int counts[ES_OP_COUNT] = {0};
+  for (int i = 0; i < m->g.n_nodes; i++)
+    counts[m->g.nodes[i].op]++;
+  for (int op = 1; op < ES_OP_COUNT; op++)
+    if (counts[op])
+      fn(user, es_op_name((es_op)op), counts[op]);
+  return 0;
+}

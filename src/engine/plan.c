@@ -1,0 +1,596 @@
+/* The planner: a model, made concrete for one set of input shapes.
+ *
+ * Planning walks the graph once in topological order:
+ *
+ *   1. Shapes. Every node's kernel infers its outputs' types and shapes from
+ *      its inputs' (and from input *values* where ONNX needs them: Reshape's
+ *      shape, Slice's starts...).
+ *   2. Folding. A node whose inputs are all known while planning (weights,
+ *      or values computed from shapes: Shape -> Cast -> Slice -> Concat
+ *      chains) is run right away; its outputs become plan constants. What is
+ *      left are the nodes a request actually runs.
+ *   3. Memory. Each remaining intermediate tensor lives from the step that
+ *      produces it to the last step that reads it (outputs to the end); each
+ *      kernel's scratch lives for its own step. Where a kernel allows it and
+ *      its input dies at that step, the output takes over the input's buffer
+ *      (in place). Buffers are then placed in one arena, largest first, each
+ *      at the lowest offset that overlaps no placed buffer alive at the same
+ *      time (TensorFlow Lite Micro's greedy-by-size). The highest end is the
+ *      arena's exact size.
+ *
+ * A run is then a loop over steps with pointers computed from the arena's
+ * base: nothing is allocated and the plan is only read, so one plan serves
+ * any number of concurrent requests, each in its own arena. */
+#include "common/internal.h"
+#include "edgeserve/memory.h"
+#include "engine/engine_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ES_PLAN_MAGIC 0x4553504c414e3031ull /* "ESPLAN01" */
+#define ES_PLAN_ALIGN 64
+#define ES_PLAN_MAX_IO 256
+
+/* Where a step finds a tensor at run time. */
+typedef enum loc_kind {
+  LOC_NONE = 0,   /* omitted optional tensor */
+  LOC_STATIC = 1, /* weights or plan constant: ptr */
+  LOC_INPUT = 2,  /* request input: index */
+  LOC_ARENA = 3,  /* request arena: offset */
+} loc_kind;
+
+typedef struct loc {
+  loc_kind kind;
+  int input;
+  size_t offset;
+  const void *ptr;
+} loc;
+
+typedef struct step {
+  es_kinst k;
+  const es_kernel *kern;
+  loc *in;
+  loc *out;
+  size_t scratch_offset;
+} step;
+
+struct es_plan {
+  uint64_t magic;
+  es_model *model;
+  es_ctx ctx;          /* everything below lives here */
+  step *steps;
+  int n_steps;
+  es_tdesc *in_desc;   /* per model input */
+  int n_in;
+  es_tdesc *out_desc;  /* per model output */
+  loc *out_loc;
+  int n_out;
+  size_t arena_bytes;
+};
+
+static int plan_ok(const es_plan *p) { return p && p->magic == ES_PLAN_MAGIC; }
+
+/* ==========================================================================
+ * Memory planning: buffers, lifetimes, greedy placement
+ * ======================================================================== */
+
+typedef struct buffer {
+  size_t size;
+  int first, last; /* steps during which it must stay intact */
+  size_t offset;
+  int placed;
+} buffer;
+
+static int cmp_buf_size(const void *a, const void *b, void *bufs_) {
+  const buffer *bufs = bufs_;
+  const buffer *x = &bufs[*(const int *)a], *y = &bufs[*(const int *)b];
+  if (x->size != y->size)
+    return x->size < y->size ? 1 : -1;
+  if (x->first != y->first) /* stable tie-break: earlier first */
+    return x->first < y->first ? -1 : 1;
+  return *(const int *)a < *(const int *)b ? -1 : 1;
+}
+
+/* Place buffers; returns the arena size or (size_t)-1 on overflow. */
+static size_t place_buffers(buffer *b, int n, int *order) {
+  for (int i = 0; i < n; i++)
+    order[i] = i;
+  qsort_r(order, (size_t)n, sizeof *order, cmp_buf_size, b);
+  size_t total = 0;
+  for (int oi = 0; oi < n; oi++) {
+    buffer *x = &b[order[oi]];
+    if (x->size == 0) {
+      x->offset = 0;
+      x->placed = 1;
+      continue;
+    }
+    /* Candidate offsets: 0 and the end of every placed buffer alive at the
+     * same time; take the lowest that fits. Quadratic, and graphs here have
+     * hundreds of buffers, so a few milliseconds at worst per plan. */
+    size_t best = SIZE_MAX;
+    for (int ci = -1; ci < oi; ci++) {
+      size_t cand = 0;
+      if (ci >= 0) {
+        const buffer *c = &b[order[ci]];
+        if (c->size == 0 || c->last < x->first || c->first > x->last)
+          continue;
+        cand = c->offset + c->size;
+      }
+      if (cand >= best)
+        continue;
+      int fits = 1;
+      for (int j = 0; j < oi && fits; j++) {
+        const buffer *o = &b[order[j]];
+        if (o->size == 0 || o->last < x->first || o->first > x->last)
+          continue;
+        if (cand < o->offset + o->size && o->offset < cand + x->size)
+          fits = 0;
+      }
+      if (fits)
+        best = cand;
+    }
+    x->offset = best;
+    x->placed = 1;
+    if (x->size > SIZE_MAX - best)
+      return (size_t)-1;
+    if (best + x->size > total)
+      total = best + x->size;
+  }
+  return total;
+}
+
+/* ==========================================================================
+ * Planning
+ * ======================================================================== */
+
+typedef struct planner {
+  es_plan *p;
+  const es_graph *g;
+  es_tdesc *desc;      /* per value */
+  const void **sdata;  /* per value: data known while planning */
+  int *producer_step;  /* per value: step index or -1 */
+  int *last_use;       /* per value: last step reading it */
+  int *buf_of;         /* per value: buffer index or -1 */
+} planner;
+
+static int check_input_shape(const es_value *v, const es_tensor_info *s, int i) {
+  if (s->dtype != v->dtype)
+    return es__fail(ES_EINVAL, "input %d '%s': dtype %s, the model wants %s", i, v->name,
+                    es_dtype_name(s->dtype), es_dtype_name(v->dtype));
+  if (s->rank < 0 || s->rank > ES_MAX_RANK)
+    return es__fail(ES_EINVAL, "input %d '%s': rank %d is invalid", i, v->name, s->rank);
+  if (v->rank >= 0 && s->rank != v->rank)
+    return es__fail(ES_EINVAL, "input %d '%s': rank %d, the model wants %d", i, v->name, s->rank,
+                    v->rank);
+  for (int d = 0; d < s->rank; d++) {
+    if (s->dims[d] < 0)
+      return es__fail(ES_EINVAL, "input %d '%s': dimension %d is negative", i, v->name, d);
+    if (v->rank >= 0 && v->dims[d] >= 0 && v->dims[d] != s->dims[d])
+      return es__fail(ES_EINVAL, "input %d '%s': dimension %d is %lld, the model fixes it to %lld",
+                      i, v->name, d, (long long)s->dims[d], (long long)v->dims[d]);
+  }
+  return 0;
+}
+
+/* Runs a node whose inputs are all known now; its outputs become plan
+ * constants. */
+static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
+  const es_node *nd = k->node;
+  void *outs[ES_PLAN_MAX_IO];
+  for (int o = 0; o < nd->n_out; o++) {
+    outs[o] = NULL;
+    if (nd->out[o] < 0)
+      continue;
+    size_t n = P->desc[nd->out[o]].nbytes;
+    outs[o] = es_ctx_alloc(&P->p->ctx, n ? n : 1);
+    if (!outs[o])
+      return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
+  }
+  void *scratch = NULL;
+  if (k->scratch_bytes) {
+    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, ES_PLAN_ALIGN, k->scratch_bytes);
+    if (!scratch)
+      return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
+  }
+  int rc = kern->run(k, k->in_static, outs, scratch);
+  es_mem_free(scratch);
+  if (rc < 0)
+    return rc;
+  for (int o = 0; o < nd->n_out; o++)
+    if (nd->out[o] >= 0)
+      P->sdata[nd->out[o]] = outs[o];
+  return 0;
+}
+
+static int plan_nodes(planner *P) {
+  es_plan *p = P->p;
+  const es_graph *g = P->g;
+  p->steps = es_ctx_alloc(&p->ctx, ((size_t)g->n_nodes + 1) * sizeof(step));
+  if (!p->steps)
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  for (int n = 0; n < g->n_nodes; n++) {
+    const es_node *nd = &g->nodes[n];
+    const es_kernel *kern = es_kernel_for(nd->op);
+    step *st = &p->steps[p->n_steps];
+    memset(st, 0, sizeof *st);
+    es_kinst *k = &st->k;
+    es_node_label(nd, k->label, sizeof k->label);
+    if (!kern)
+      return es__fail(ES_ENOTSUP, "%s: no kernel for this operator", k->label);
+    if (nd->n_in > ES_PLAN_MAX_IO || nd->n_out > ES_PLAN_MAX_IO)
+      return es__fail(ES_ENOTSUP, "%s: more than %d inputs or outputs", k->label, ES_PLAN_MAX_IO);
+    const es_tdesc **in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
+    es_tdesc **out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
+    const void **ins = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
+    if (!in || !out || !ins)
+      return es__fail(ES_ENOMEM, "out of memory planning");
+    int all_static = 1;
+    for (int i = 0; i < nd->n_in; i++) {
+      int v = nd->in[i];
+      if (v < 0)
+        continue;
+      if (P->desc[v].dtype == ES_DTYPE_UNDEFINED)
+        return es__fail(ES_EMODEL, "%s: input %d '%s' has no computed value", k->label, i,
+                        g->values[v].name);
+      in[i] = &P->desc[v];
+      ins[i] = P->sdata[v];
+      if (!ins[i])
+        all_static = 0;
+    }
+    for (int o = 0; o < nd->n_out; o++)
+      out[o] = nd->out[o] >= 0 ? &P->desc[nd->out[o]] : NULL;
+    k->node = nd;
+    k->opset = g->opset;
+    k->n_in = nd->n_in;
+    k->n_out = nd->n_out;
+    k->in = in;
+    k->out = out;
+    k->in_static = ins;
+    k->inplace = -1;
+    k->ctx = &p->ctx;
+    k->prep = p->model->prep;
+    int rc = kern->infer(k);
+    if (rc < 0) {
+      if (kern->release)
+        kern->release(k);
+      return rc;
+    }
+    for (int o = 0; o < nd->n_out; o++)
+      if (out[o] && out[o]->dtype == ES_DTYPE_UNDEFINED) {
+        if (kern->release)
+          kern->release(k);
+        return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", k->label, o);
+      }
+    if (all_static) {
+      rc = fold_step(P, k, kern);
+      if (kern->release)
+        kern->release(k);
+      if (rc < 0)
+        return rc;
+      continue;
+    }
+    st->kern = kern;
+    for (int o = 0; o < nd->n_out; o++)
+      if (nd->out[o] >= 0)
+        P->producer_step[nd->out[o]] = p->n_steps;
+    for (int i = 0; i < nd->n_in; i++)
+      if (nd->in[i] >= 0)
+        P->last_use[nd->in[i]] = p->n_steps;
+    p->n_steps++;
+  }
+  return 0;
+}
+
+/* Buffers for activations and scratch, in-place aliasing, placement. */
+static int plan_memory(planner *P) {
+  es_plan *p = P->p;
+  const es_graph *g = P->g;
+  int nv = g->n_values;
+  int end = p->n_steps; /* graph outputs live to here */
+  int cap = nv + p->n_steps + 1;
+  buffer *b = es_mem_calloc(ES_MEM_ENGINE, (size_t)cap, sizeof *b);
+  int *order = es_mem_calloc(ES_MEM_ENGINE, (size_t)cap, sizeof *order);
+  int *scratch_buf = es_mem_calloc(ES_MEM_ENGINE, (size_t)p->n_steps + 1, sizeof *scratch_buf);
+  if (!b || !order || !scratch_buf) {
+    es_mem_free(b);
+    es_mem_free(order);
+    es_mem_free(scratch_buf);
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  }
+  int nb = 0;
+  for (int s = 0; s < p->n_steps; s++) {
+    step *st = &p->steps[s];
+    const es_node *nd = st->k.node;
+    for (int o = 0; o < nd->n_out; o++) {
+      int v = nd->out[o];
+      if (v < 0)
+        continue;
+      int last = g->values[v].is_output ? end : P->last_use[v];
+      if (last < s)
+        last = s; /* unused output: still written at its step */
+      size_t size = es__align_up(P->desc[v].nbytes, ES_PLAN_ALIGN);
+      /* In place: output 0 takes an input buffer that dies at this step. */
+      int ip = o == 0 ? st->k.inplace : -1;
+      if (ip >= 0 && ip < nd->n_in && nd->in[ip] >= 0) {
+        int u = nd->in[ip];
+        int bu = P->buf_of[u];
+        int shared = 0;
+        for (int i = 0; i < nd->n_in; i++)
+          if (i != ip && nd->in[i] == u)
+            shared = 1; /* the same tensor feeds another input */
+        if (bu >= 0 && !shared && P->last_use[u] == s && !g->values[u].is_output &&
+            P->desc[u].nbytes == P->desc[v].nbytes) {
+          P->buf_of[v] = bu;
+          if (b[bu].last < last)
+            b[bu].last = last;
+          continue;
+        }
+      }
+      b[nb] = (buffer){.size = size, .first = s, .last = last};
+      P->buf_of[v] = nb++;
+    }
+    scratch_buf[s] = -1;
+    if (st->k.scratch_bytes) {
+      b[nb] = (buffer){.size = es__align_up(st->k.scratch_bytes, ES_PLAN_ALIGN), .first = s,
+                       .last = s};
+      scratch_buf[s] = nb++;
+    }
+  }
+  size_t total = place_buffers(b, nb, order);
+  int rc = 0;
+  if (total == (size_t)-1) {
+    rc = es__fail(ES_EOVERFLOW, "arena size overflows");
+    goto out;
+  }
+  p->arena_bytes = total;
+
+  /* Resolve every step's tensor locations. */
+  for (int s = 0; s < p->n_steps; s++) {
+    step *st = &p->steps[s];
+    const es_node *nd = st->k.node;
+    st->in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(loc));
+    st->out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(loc));
+    if (!st->in || !st->out) {
+      rc = es__fail(ES_ENOMEM, "out of memory planning");
+      goto out;
+    }
+    for (int i = 0; i < nd->n_in; i++) {
+      int v = nd->in[i];
+      loc *l = &st->in[i];
+      if (v < 0) {
+        l->kind = LOC_NONE;
+      } else if (P->sdata[v]) {
+        l->kind = LOC_STATIC;
+        l->ptr = P->sdata[v];
+      } else if (g->values[v].kind == ES_VALUE_INPUT) {
+        l->kind = LOC_INPUT;
+        for (int k = 0; k < g->n_inputs; k++)
+          if (g->inputs[k] == v)
+            l->input = k;
+      } else {
+        l->kind = LOC_ARENA;
+        l->offset = b[P->buf_of[v]].offset;
+      }
+    }
+    for (int o = 0; o < nd->n_out; o++) {
+      int v = nd->out[o];
+      st->out[o].kind = v < 0 ? LOC_NONE : LOC_ARENA;
+      if (v >= 0)
+        st->out[o].offset = b[P->buf_of[v]].offset;
+    }
+    st->scratch_offset = scratch_buf[s] >= 0 ? b[scratch_buf[s]].offset : 0;
+  }
+  for (int i = 0; i < g->n_outputs; i++) {
+    int v = g->outputs[i];
+    loc *l = &p->out_loc[i];
+    p->out_desc[i] = P->desc[v];
+    if (P->sdata[v]) {
+      l->kind = LOC_STATIC;
+      l->ptr = P->sdata[v];
+    } else if (g->values[v].kind == ES_VALUE_INPUT) {
+      l->kind = LOC_INPUT;
+      for (int k = 0; k < g->n_inputs; k++)
+        if (g->inputs[k] == v)
+          l->input = k;
+    } else if (P->buf_of[v] >= 0) {
+      l->kind = LOC_ARENA;
+      l->offset = b[P->buf_of[v]].offset;
+    } else {
+      rc = es__fail(ES_EMODEL, "output '%s' is not computed by any node", g->values[v].name);
+      goto out;
+    }
+  }
+out:
+  es_mem_free(b);
+  es_mem_free(order);
+  es_mem_free(scratch_buf);
+  return rc;
+}
+
+int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out) {
+  if (!es__model_ok(m) || !out || (n > 0 && !shapes))
+    return es__fail(ES_EINVAL, "es_model_plan: bad argument");
+  const es_graph *g = &m->g;
+  if (n != g->n_inputs)
+    return es__fail(ES_EINVAL, "the model has %d inputs, %d shapes given", g->n_inputs, n);
+  es_plan *p = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *p);
+  if (!p)
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  p->model = es_model_retain(m);
+  p->magic = ES_PLAN_MAGIC;
+  int nv = g->n_values;
+  planner P = {.p = p, .g = g};
+  P.desc = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof *P.desc);
+  P.sdata = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof *P.sdata);
+  P.producer_step = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
+  P.last_use = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
+  P.buf_of = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
+  p->in_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_inputs + 1) * sizeof(es_tdesc));
+  p->out_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(es_tdesc));
+  p->out_loc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(loc));
+  int rc = 0;
+  if (!P.desc || !P.sdata || !P.producer_step || !P.last_use || !P.buf_of || !p->in_desc ||
+      !p->out_desc || !p->out_loc)
+    rc = es__fail(ES_ENOMEM, "out of memory planning");
+  for (int v = 0; rc == 0 && v < nv; v++) {
+    P.producer_step[v] = -1;
+    P.last_use[v] = -1;
+    P.buf_of[v] = -1;
+    const es_value *val = &g->values[v];
+    if (val->kind == ES_VALUE_CONST) {
+      rc = es_tdesc_set(&P.desc[v], val->dtype, val->rank, val->dims);
+      P.sdata[v] = val->data ? val->data : (const void *)val; /* empty tensors: any non-NULL */
+    }
+  }
+  for (int i = 0; rc == 0 && i < g->n_inputs; i++) {
+    const es_value *val = &g->values[g->inputs[i]];
+    rc = check_input_shape(val, &shapes[i], i);
+    if (rc == 0)
+      rc = es_tdesc_set(&P.desc[g->inputs[i]], val->dtype, shapes[i].rank, shapes[i].dims);
+    if (rc == 0)
+      p->in_desc[i] = P.desc[g->inputs[i]];
+  }
+  p->n_in = g->n_inputs;
+  p->n_out = g->n_outputs;
+  if (rc == 0)
+    rc = plan_nodes(&P);
+  if (rc == 0)
+    rc = plan_memory(&P);
+  es_mem_free(P.desc);
+  es_mem_free(P.sdata);
+  es_mem_free(P.producer_step);
+  es_mem_free(P.last_use);
+  es_mem_free(P.buf_of);
+  if (rc < 0) {
+    es_plan_release(p);
+    return rc;
+  }
+  *out = p;
+  return 0;
+}
+
+void es_plan_release(es_plan *p) {
+  if (!plan_ok(p))
+    return;
+  for (int s = 0; s < p->n_steps; s++)
+    if (p->steps[s].kern && p->steps[s].kern->release)
+      p->steps[s].kern->release(&p->steps[s].k);
+  es_ctx_free_all(&p->ctx);
+  es_model_release(p->model);
+  p->magic = 0;
+  es_mem_free(p);
+}
+
+/* ==========================================================================
+ * Queries
+ * ======================================================================== */
+
+size_t es_plan_arena_bytes(const es_plan *p) { return plan_ok(p) ? p->arena_bytes : 0; }
+size_t es_plan_context_bytes(const es_plan *p) { return plan_ok(p) ? p->ctx.bytes : 0; }
+int es_plan_output_count(const es_plan *p) { return plan_ok(p) ? p->n_out : 0; }
+int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
+
+static void info_from(const es_tdesc *t, const char *name, es_tensor_info *out) {
+  out->name = name;
+  out->dtype = t->dtype;
+  out->rank = t->rank;
+  for (int i = 0; i < ES_MAX_RANK; i++)
+    out->dims[i] = t->dims[i];
+}
+
+int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out) {
+  if (!plan_ok(p) || !out || i < 0 || i >= p->n_out)
+    return es__fail(ES_EINVAL, "no output #%d", i);
+  info_from(&p->out_desc[i], p->model->g.values[p->model->g.outputs[i]].name, out);
+  return 0;
+}
+
+int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out) {
+  if (!plan_ok(p) || !out || i < 0 || i >= p->n_in)
+    return es__fail(ES_EINVAL, "no input #%d", i);
+  info_from(&p->in_desc[i], p->model->g.values[p->model->g.inputs[i]].name, out);
+  return 0;
+}
+
+/* ==========================================================================
+ * Run
+ * ======================================================================== */
+
+static const void *loc_ptr(const loc *l, unsigned char *base, const es_tensor *inputs) {
+  switch (l->kind) {
+  case LOC_STATIC:
+    return l->ptr;
+  case LOC_INPUT:
+    return inputs[l->input].data;
+  case LOC_ARENA:
+    return base + l->offset;
+  default:
+    return NULL;
+  }
+}
+
+int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
+                es_tensor *outputs, int n_out) {
+  if (!plan_ok(p) || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
+    return es__fail(ES_EINVAL, "es_plan_run: bad argument");
+  if (n_in != p->n_in)
+    return es__fail(ES_EINVAL, "the plan has %d inputs, %d given", p->n_in, n_in);
+  if (n_out > p->n_out)
+    return es__fail(ES_EINVAL, "the plan has %d outputs, %d asked for", p->n_out, n_out);
+  const es_graph *g = &p->model->g;
+  for (int i = 0; i < n_in; i++) {
+    const es_tdesc *want = &p->in_desc[i];
+    const es_tensor *t = &inputs[i];
+    const char *nm = g->values[g->inputs[i]].name;
+    int same = t->dtype == want->dtype && t->rank == want->rank;
+    for (int d = 0; same && d < want->rank; d++)
+      same = t->dims[d] == want->dims[d];
+    if (!same)
+      return es__fail(ES_EINVAL, "input %d '%s': type or shape differs from the plan's", i, nm);
+    if (!t->data && want->nbytes)
+      return es__fail(ES_EINVAL, "input %d '%s': no data", i, nm);
+    if (t->nbytes && t->nbytes < want->nbytes)
+      return es__fail(ES_EINVAL, "input %d '%s': %zu bytes given, %zu needed", i, nm, t->nbytes,
+                      want->nbytes);
+  }
+  if (!es_arena_is_valid(arena))
+    return es__fail(ES_ECORRUPT, "es_plan_run: not a live arena");
+  unsigned char *base = NULL;
+  if (p->arena_bytes) {
+    void *blk;
+    int rc = es_arena_alloc(arena, p->arena_bytes, &blk);
+    if (rc < 0)
+      return rc;
+    if ((uintptr_t)blk % ES_PLAN_ALIGN)
+      return es__fail(ES_EINVAL, "the arena's alignment is below %d bytes", ES_PLAN_ALIGN);
+    base = blk;
+  }
+  const void *in[ES_PLAN_MAX_IO];
+  void *out[ES_PLAN_MAX_IO];
+  for (int s = 0; s < p->n_steps; s++) {
+    const step *st = &p->steps[s];
+    const es_node *nd = st->k.node;
+    for (int i = 0; i < nd->n_in; i++)
+      in[i] = loc_ptr(&st->in[i], base, inputs);
+    for (int o = 0; o < nd->n_out; o++)
+      out[o] = (void *)loc_ptr(&st->out[o], base, inputs);
+    void *scratch = st->k.scratch_bytes ? base + st->scratch_offset : NULL;
+    int rc = st->kern->run(&st->k, in, out, scratch);
+    if (rc < 0)
+      return rc;
+  }
+  for (int i = 0; i < n_out; i++) {
+    es_tensor *t = &outputs[i];
+    const es_tdesc *d = &p->out_desc[i];
+    t->name = g->values[g->outputs[i]].name;
+    t->dtype = d->dtype;
+    t->rank = d->rank;
+    for (int k = 0; k < ES_MAX_RANK; k++)
+      t->dims[k] = d->dims[k];
+    t->nbytes = d->nbytes;
+    t->data = (void *)loc_ptr(&p->out_loc[i], base, inputs);
+  }
+  return 0;
+}

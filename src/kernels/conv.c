@@ -1,0 +1,900 @@
+/* Conv and ConvTranspose (float32, 1-D to 3-D, groups, strides, dilations,
+ * asymmetric pads, auto_pad, optional bias), and the oneDNN glue shared with
+ * matmul.c.
+ *
+ * Two paths, chosen per plan in infer:
+ *   - oneDNN (default): a forward-inference (de)convolution primitive with
+ *     plain activations (ncw / nchw / ncdhw, the engine's layout) and weights
+ *     left to oneDNN (format "any"), so it picks the layout its fastest
+ *     kernel wants; forcing plain weights can drop it to a reference kernel
+ *     hundreds of times slower. When that layout is not the model's, the
+ *     static weights are reordered once into a prepared copy shared by every
+ *     plan of the model. (With plain activations on AVX-512, oneDNN 2.6 runs
+ *     im2col + sgemm, "gemm:jit", which keeps the weights plain.)
+ *   - reference (ES_KERNELS=ref or es_kernels_use_reference(1)): direct
+ *     loops in plain C, correct for every attribute combination; used by
+ *     tests, and as the fallback where oneDNN refuses: ConvTranspose with a
+ *     negative begin pad or an end pad below -(stride - 1) (output_shape or
+ *     output_padding), and any geometry it reports as unimplemented.
+ *
+ * Geometry is parsed once into conv_params with the spatial dimensions
+ * right-aligned in three slots (a 2-D conv has depth 1, a 1-D conv depth
+ * and height 1), so one loop nest serves every rank. The reference loops
+ * accumulate whole output rows per kernel tap: the inner loop runs over the
+ * output (Conv) or input (ConvTranspose) width with the valid range computed
+ * up front, contiguous when the stride is 1.
+ *
+ * Weights must be static (known when planning): oneDNN needs them to
+ * prepare its layout; the reference path follows the same rule so the two
+ * accept the same models. */
+#include "kernels/dnnl_glue.h"
+#include "kernels/kernel.h"
+
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ==========================================================================
+ * oneDNN glue (declared in dnnl_glue.h)
+ * ======================================================================== */
+
+static pthread_once_t es_dnnl_once_ = PTHREAD_ONCE_INIT;
+static dnnl_engine_t es_dnnl_engine_;
+static dnnl_status_t es_dnnl_engine_status_;
+static pthread_key_t es_dnnl_stream_key_;
+static int es_dnnl_key_ok_;
+static _Thread_local dnnl_stream_t es_dnnl_stream_;
+
+static void dnnl_stream_free(void *s) { dnnl_stream_destroy((dnnl_stream_t)s); }
+
+static void dnnl_init_once(void) {
+  es_dnnl_engine_status_ = dnnl_engine_create(&es_dnnl_engine_, dnnl_cpu, 0);
+  /* The key's destructor frees a thread's stream when the thread exits. */
+  es_dnnl_key_ok_ = pthread_key_create(&es_dnnl_stream_key_, dnnl_stream_free) == 0;
+}
+
+static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
+  pthread_once(&es_dnnl_once_, dnnl_init_once);
+  if (es_dnnl_engine_status_ != dnnl_success)
+    return es_dnnl_fail(k, es_dnnl_engine_status_, "creating the CPU engine");
+  *out = es_dnnl_engine_;
+  return 0;
+}
+
+/* The calling thread's stream: one allocation per thread, on first use. */
+static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
+  if (es_dnnl_stream_) {
+    *out = es_dnnl_stream_;
+    return 0;
+  }
+  dnnl_engine_t eng = NULL;
+  int rc = dnnl_engine_get(k, &eng);
+  if (rc < 0)
+    return rc;
+  dnnl_stream_t s = NULL;
+  dnnl_status_t st = dnnl_stream_create(&s, eng, dnnl_stream_default_flags);
+  if (st != dnnl_success)
+    return es_dnnl_fail(k, st, "creating this thread's stream");
+  if (es_dnnl_key_ok_)
+    pthread_setspecific(es_dnnl_stream_key_, s);
+  es_dnnl_stream_ = s;
+  *out = s;
+  return 0;
+}
+
+int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
+  int err = st == dnnl_out_of_memory   ? ES_ENOMEM
+            : st == dnnl_unimplemented ? ES_ENOTSUP
+                                       : ES_EINVAL;
+  return ES_KFAIL(k, err, "oneDNN failed %s: %s", what, dnnl_status2str(st));
+}
+
+dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+  dnnl_dims_t d = {0}, strides = {0};
+  int64_t s = 1;
+  for (int i = ndims - 1; i >= 0; i--) {
+    d[i] = dims[i];
+    strides[i] = s;
+    s *= dims[i] > 0 ? dims[i] : 1;
+  }
+  return dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
+}
+
+int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim *p) {
+  dnnl_engine_t eng = NULL;
+  int rc = dnnl_engine_get(k, &eng);
+  if (rc < 0)
+    return rc;
+  dnnl_primitive_attr_t attr;
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st != dnnl_success)
+    return es_dnnl_fail(k, st, "creating primitive attributes");
+  /* A user scratchpad keeps the primitive stateless: run passes the plan's
+   * scratch, so threads can share one primitive. */
+  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success)
+    st = dnnl_primitive_desc_create(&p->pd, op_desc, attr, eng, NULL);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) {
+    p->pd = NULL;
+    return es_dnnl_fail(k, st, "creating the primitive descriptor");
+  }
+  st = dnnl_primitive_create(&p->prim, p->pd);
+  if (st != dnnl_success) {
+    p->prim = NULL;
+    return es_dnnl_fail(k, st, "creating the primitive");
+  }
+  p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  p->wei_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
+  p->bias_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 1);
+  p->dst_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_dst_md, 0);
+  p->scratch_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+  if (p->bias_md && p->bias_md->ndims == 0)
+    p->bias_md = NULL;
+  size_t sb = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
+  if (sb == 0)
+    p->scratch_md = NULL;
+  k->scratch_bytes = sb;
+  return 0;
+}
+
+void es_dnnl_prim_destroy(es_dnnl_prim *p) {
+  if (p->prim)
+    dnnl_primitive_destroy(p->prim);
+  if (p->pd)
+    dnnl_primitive_desc_destroy(p->pd);
+  memset(p, 0, sizeof *p);
+}
+
+/* A readable name of a blocked layout, in oneDNN's tag style: outer
+ * dimensions from the largest stride, upper case when also blocked, then
+ * the inner blocks ("ABcd16b16a"). */
+static void dnnl_md_tag(const dnnl_memory_desc_t *md, char *buf, size_t size) {
+  if (md->format_kind != dnnl_blocked || md->ndims > 12) {
+    snprintf(buf, size, "%s", dnnl_fmt_kind2str(md->format_kind));
+    return;
+  }
+  const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+  int order[12], n = md->ndims, used = 0;
+  for (int i = 0; i < n; i++)
+    order[i] = i;
+  for (int i = 1; i < n; i++) /* insertion sort, stable: largest stride first */
+    for (int j = i; j > 0 && b->strides[order[j]] > b->strides[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (int i = 0; i < n && used + 1 < (int)size; i++) {
+    int d = order[i], blocked = 0;
+    for (int j = 0; j < b->inner_nblks; j++)
+      blocked |= b->inner_idxs[j] == d;
+    buf[used++] = (char)((blocked ? 'A' : 'a') + d);
+  }
+  buf[used] = '\0';
+  for (int j = 0; j < b->inner_nblks && used + 1 < (int)size; j++)
+    used += snprintf(buf + used, size - (size_t)used, "%lld%c", (long long)b->inner_blks[j],
+                     (char)('a' + b->inner_idxs[j]));
+}
+
+/* FNV-1a over the fields that define a layout, so two layouts that print
+ * alike (different paddings) still get different keys. */
+static uint64_t dnnl_md_hash(const dnnl_memory_desc_t *md) {
+  uint64_t h = 0xcbf29ce484222325ull;
+#define ES_MIX_(v)                                                                              \
+  do {                                                                                          \
+    uint64_t v_ = (uint64_t)(v);                                                                \
+    for (int i_ = 0; i_ < 8; i_++) {                                                            \
+      h ^= (v_ >> (8 * i_)) & 0xff;                                                             \
+      h *= 0x100000001b3ull;                                                                    \
+    }                                                                                           \
+  } while (0)
+  int n = md->ndims > 12 ? 12 : md->ndims;
+  ES_MIX_(md->ndims);
+  ES_MIX_(md->data_type);
+  ES_MIX_(md->format_kind);
+  ES_MIX_(md->extra.flags);
+  for (int i = 0; i < n; i++) {
+    ES_MIX_(md->dims[i]);
+    ES_MIX_(md->padded_dims[i]);
+  }
+  if (md->format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    for (int i = 0; i < n; i++)
+      ES_MIX_(b->strides[i]);
+    ES_MIX_(b->inner_nblks);
+    for (int i = 0; i < b->inner_nblks && i < 12; i++) {
+      ES_MIX_(b->inner_blks[i]);
+      ES_MIX_(b->inner_idxs[i]);
+    }
+  }
+#undef ES_MIX_
+  return h;
+}
+
+typedef struct dnnl_reorder_job {
+  const es_kinst *k;
+  const dnnl_memory_desc_t *src_md, *dst_md;
+  const void *src;
+} dnnl_reorder_job;
+
+/* es_prep_fill_fn: reorder the model's weights into oneDNN's layout. */
+static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
+  const dnnl_reorder_job *j = user;
+  (void)bytes;
+  dnnl_engine_t eng = NULL;
+  dnnl_stream_t s = NULL;
+  int rc = dnnl_engine_get(j->k, &eng);
+  if (rc == 0)
+    rc = dnnl_stream_get(j->k, &s);
+  if (rc < 0)
+    return rc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  dnnl_memory_t ms = NULL, md = NULL;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, j->src_md, eng, j->dst_md, eng, NULL);
+  if (st == dnnl_success)
+    st = dnnl_primitive_create(&prim, pd);
+  if (st == dnnl_success)
+    st = dnnl_memory_create(&ms, j->src_md, eng, (void *)j->src);
+  if (st == dnnl_success)
+    st = dnnl_memory_create(&md, j->dst_md, eng, dst);
+  if (st == dnnl_success) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+    st = dnnl_primitive_execute(prim, s, 2, args);
+  }
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(s);
+  if (md)
+    dnnl_memory_destroy(md);
+  if (ms)
+    dnnl_memory_destroy(ms);
+  if (prim)
+    dnnl_primitive_destroy(prim);
+  if (pd)
+    dnnl_primitive_desc_destroy(pd);
+  return st == dnnl_success ? 0 : es_dnnl_fail(j->k, st, "reordering the weights");
+}
+
+int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
+                            const void *user_data) {
+  p->weights = NULL;
+  if (dnnl_memory_desc_equal(user_md, p->wei_md))
+    return 0;
+  char tag[64], key[160];
+  dnnl_md_tag(p->wei_md, tag, sizeof tag);
+  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es_op_name(k->node->op), k->node->file_index,
+           tag, (unsigned long long)dnnl_md_hash(p->wei_md));
+  dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
+  return es_kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
+                           &p->weights);
+}
+
+int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
+                     const void *weights, const void *bias, void *dst, void *scratch) {
+  dnnl_stream_t s = NULL;
+  int rc = dnnl_stream_get(k, &s);
+  if (rc < 0)
+    return rc;
+  /* Memory objects are small wrappers around our pointers; oneDNN has no
+   * pointer-based execute, so each run makes and frees its own (one small
+   * heap allocation each), which keeps the shared primitive untouched. */
+  const struct {
+    int arg;
+    const dnnl_memory_desc_t *md;
+    const void *ptr;
+  } want[5] = {{DNNL_ARG_SRC, p->src_md, src},
+               {DNNL_ARG_WEIGHTS, p->wei_md, weights},
+               {DNNL_ARG_BIAS, p->bias_md, bias},
+               {DNNL_ARG_DST, p->dst_md, dst},
+               {DNNL_ARG_SCRATCHPAD, p->scratch_md, scratch}};
+  dnnl_memory_t mem[5];
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  dnnl_status_t st = dnnl_success;
+  for (int i = 0; i < 5 && st == dnnl_success; i++) {
+    if (!want[i].md || !want[i].ptr)
+      continue;
+    st = dnnl_memory_create(&mem[n], want[i].md, es_dnnl_engine_, (void *)want[i].ptr);
+    if (st == dnnl_success) {
+      args[n].arg = want[i].arg;
+      args[n].memory = mem[n];
+      n++;
+    }
+  }
+  if (st == dnnl_success)
+    st = dnnl_primitive_execute(p->prim, s, n, args);
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(s);
+  for (int i = 0; i < n; i++)
+    dnnl_memory_destroy(mem[i]);
+  return st == dnnl_success ? 0 : es_dnnl_fail(k, st, "executing the primitive");
+}
+
+/* ==========================================================================
+ * Parameters and shape inference
+ * ======================================================================== */
+
+typedef enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID } conv_autopad;
+
+/* Bounds that keep every size computation far from int64 overflow: tensor
+ * dims (a zero-sized tensor's other dims are otherwise unbounded) and the
+ * strides, dilations and pads that multiply or add to them. */
+#define ES_CONV_MAX ((int64_t)1 << 40)
+#define ES_CONV_ATTR_MAX ((int64_t)1 << 20)
+
+typedef struct conv_params {
+  int transpose;     /* ConvTranspose */
+  int nsp;           /* spatial rank: 1..3 */
+  int64_t n, c, m, g; /* batch, input channels, output channels, groups */
+  /* Spatial geometry right-aligned in 3 slots (unused leading slots are 1
+   * for sizes, strides and dilations, 0 for pads). pb/pe are the begin and
+   * end pads; ConvTranspose's may be negative (from output_shape). */
+  int64_t in[3], out[3], ker[3], str[3], dil[3], pb[3], pe[3];
+  int64_t outpad[3]; /* ConvTranspose output_padding */
+  int has_bias;
+  int empty;         /* the output has no element: run does nothing */
+  int use_dnnl;
+  es_dnnl_prim dnnl;
+} conv_params;
+
+static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+static int conv_autopad_parse(es_kinst *k, conv_autopad *out) {
+  const char *s;
+  int rc = es_attr_string(k, "auto_pad", "NOTSET", &s);
+  if (rc < 0)
+    return rc;
+  if (!strcmp(s, "NOTSET"))
+    *out = PAD_NOTSET;
+  else if (!strcmp(s, "SAME_UPPER"))
+    *out = PAD_SAME_UPPER;
+  else if (!strcmp(s, "SAME_LOWER"))
+    *out = PAD_SAME_LOWER;
+  else if (!strcmp(s, "VALID"))
+    *out = PAD_VALID;
+  else
+    return ES_KFAIL(k, ES_EMODEL,
+                    "auto_pad '%s' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", s);
+  return 0;
+}
+
+/* An ints attribute of exactly len values, each >= min (def when absent). */
+static int conv_ints(es_kinst *k, const char *name, size_t len, int64_t min, int64_t def,
+                     int64_t *out) {
+  const int64_t *v;
+  size_t n;
+  int rc = es_attr_ints(k, name, &v, &n);
+  if (rc < 0)
+    return rc;
+  if (!v) {
+    for (size_t i = 0; i < len; i++)
+      out[i] = def;
+    return 0;
+  }
+  if (n != len)
+    return ES_KFAIL(k, ES_EMODEL, "attribute '%s' has %zu values, expected %zu", name, n, len);
+  for (size_t i = 0; i < len; i++) {
+    if (v[i] < min)
+      return ES_KFAIL(k, ES_EMODEL, "%s[%zu] is %lld, expected at least %lld", name, i,
+                      (long long)v[i], (long long)min);
+    out[i] = v[i];
+  }
+  return 0;
+}
+
+/* Inputs and the attributes common to Conv and ConvTranspose. Fills p's
+ * channels and its spatial in/ker/str/dil (right-aligned). Sets *ap and the
+ * raw pads (pads[0..nsp) begin, pads[nsp..2nsp) end). */
+static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int64_t *pads) {
+  const char *op = es_op_name(k->node->op);
+  if (k->n_in < 2 || !k->in[0] || !k->in[1])
+    return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
+  if (k->n_in > 3)
+    return ES_KFAIL(k, ES_EMODEL, "%s takes at most 3 inputs (X, W, B), got %d", op, k->n_in);
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "%s has exactly one output", op);
+  const es_tdesc *x = k->in[0], *w = k->in[1], *b = k->n_in > 2 ? k->in[2] : NULL;
+  const char *names[3] = {"X", "W", "B"};
+  const es_tdesc *ts[3] = {x, w, b};
+  for (int i = 0; i < 3; i++)
+    if (ts[i] && ts[i]->dtype != ES_DTYPE_FLOAT)
+      return ES_KFAIL(k, ES_EMODEL, "input %s is %s, expected float32", names[i],
+                      es_dtype_name(ts[i]->dtype));
+  if (x->rank < 3)
+    return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected N x C x D1 ... (rank 3 or more)",
+                    x->rank);
+  if (x->rank > 5)
+    return ES_KFAIL(k, ES_ENOTSUP, "X has rank %d: only 1-D to 3-D convolutions are supported",
+                    x->rank);
+  if (w->rank != x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "W has rank %d, expected %d (as X)", w->rank, x->rank);
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < ts[t]->rank; i++)
+      if (ts[t]->dims[i] > ES_CONV_MAX)
+        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %s is %lld, more than 2^40", i, names[t],
+                        (long long)ts[t]->dims[i]);
+  if (!k->in_static[1])
+    return ES_KFAIL(k, ES_ENOTSUP, "W (weights) must be known when planning");
+  int nsp = x->rank - 2;
+  p->nsp = nsp;
+  int rc = es_attr_int(k, "group", 1, &p->g);
+  if (rc < 0)
+    return rc;
+  if (p->g < 1)
+    return ES_KFAIL(k, ES_EMODEL, "group is %lld, expected at least 1", (long long)p->g);
+  p->n = x->dims[0];
+  p->c = x->dims[1];
+  if (p->c % p->g)
+    return ES_KFAIL(k, ES_EMODEL, "X has %lld channels, not a multiple of group %lld",
+                    (long long)p->c, (long long)p->g);
+  if (!p->transpose) {
+    p->m = w->dims[0];
+    if (w->dims[1] * p->g != p->c)
+      return ES_KFAIL(k, ES_EMODEL,
+                      "W has %lld input channels per group, expected %lld (X's %lld / group %lld)",
+                      (long long)w->dims[1], (long long)(p->c / p->g), (long long)p->c,
+                      (long long)p->g);
+    if (p->m % p->g)
+      return ES_KFAIL(k, ES_EMODEL, "W has %lld output channels, not a multiple of group %lld",
+                      (long long)p->m, (long long)p->g);
+  } else {
+    if (w->dims[0] != p->c)
+      return ES_KFAIL(k, ES_EMODEL, "W's first dimension is %lld, expected X's %lld channels",
+                      (long long)w->dims[0], (long long)p->c);
+    p->m = w->dims[1] * p->g;
+  }
+  if (b && (b->rank != 1 || b->dims[0] != p->m))
+    return ES_KFAIL(k, ES_EMODEL, "B must be 1-D with %lld values (the output channels)",
+                    (long long)p->m);
+  p->has_bias = b != NULL;
+
+  int64_t ks[3], st[3], dl[3];
+  for (int i = 0; i < nsp; i++)
+    if (w->dims[2 + i] < 1)
+      return ES_KFAIL(k, ES_EMODEL, "W's kernel dimension %d is %lld, expected at least 1", i,
+                      (long long)w->dims[2 + i]);
+  const int64_t *kv;
+  size_t kn;
+  if ((rc = es_attr_ints(k, "kernel_shape", &kv, &kn)) < 0)
+    return rc;
+  if (kv) {
+    if (kn != (size_t)nsp)
+      return ES_KFAIL(k, ES_EMODEL, "kernel_shape has %zu values, expected %d", kn, nsp);
+    for (int i = 0; i < nsp; i++)
+      if (kv[i] != w->dims[2 + i])
+        return ES_KFAIL(k, ES_EMODEL, "kernel_shape[%d] is %lld but W's kernel is %lld", i,
+                        (long long)kv[i], (long long)w->dims[2 + i]);
+  }
+  if ((rc = conv_ints(k, "strides", (size_t)nsp, 1, 1, st)) < 0 ||
+      (rc = conv_ints(k, "dilations", (size_t)nsp, 1, 1, dl)) < 0 ||
+      (rc = conv_ints(k, "pads", 2 * (size_t)nsp, 0, 0, pads)) < 0 ||
+      (rc = conv_autopad_parse(k, ap)) < 0)
+    return rc;
+  for (int i = 0; i < nsp; i++) {
+    ks[i] = w->dims[2 + i];
+    if (st[i] > ES_CONV_ATTR_MAX || dl[i] > ES_CONV_ATTR_MAX || pads[i] > ES_CONV_ATTR_MAX ||
+        pads[nsp + i] > ES_CONV_ATTR_MAX)
+      return ES_KFAIL(k, ES_EMODEL, "strides, dilations or pads of spatial axis %d exceed 2^20",
+                      i);
+  }
+  for (int s = 0; s < 3; s++) {
+    int i = s - (3 - nsp);
+    p->in[s] = i >= 0 ? x->dims[2 + i] : 1;
+    p->ker[s] = i >= 0 ? ks[i] : 1;
+    p->str[s] = i >= 0 ? st[i] : 1;
+    p->dil[s] = i >= 0 ? dl[i] : 1;
+  }
+  return 0;
+}
+
+/* Split a total padding between begin and end (SAME_UPPER puts the extra
+ * one at the end). Floor division, so a negative total (ConvTranspose asked
+ * for a larger output) trims the end first. */
+static void conv_split_pad(int64_t total, int upper, int64_t *pb, int64_t *pe) {
+  if (upper) {
+    *pb = floor_div(total, 2);
+    *pe = total - *pb;
+  } else {
+    *pe = floor_div(total, 2);
+    *pb = total - *pe;
+  }
+}
+
+static int conv_geometry(es_kinst *k, conv_params *p) {
+  conv_autopad ap;
+  int64_t pads[6];
+  int rc = conv_parse_common(k, p, &ap, pads);
+  if (rc < 0)
+    return rc;
+  int nsp = p->nsp;
+  for (int s = 0; s < 3; s++) {
+    int i = s - (3 - nsp);
+    int64_t in = p->in[s], dk = (p->ker[s] - 1) * p->dil[s] + 1, st = p->str[s];
+    if (i < 0) {
+      p->pb[s] = p->pe[s] = 0;
+      p->out[s] = 1;
+      continue;
+    }
+    if (ap == PAD_SAME_UPPER || ap == PAD_SAME_LOWER) {
+      int64_t out = (in + st - 1) / st;
+      int64_t total = (out - 1) * st + dk - in;
+      conv_split_pad(total > 0 ? total : 0, ap == PAD_SAME_UPPER, &p->pb[s], &p->pe[s]);
+    } else if (ap == PAD_VALID) {
+      p->pb[s] = p->pe[s] = 0;
+    } else {
+      p->pb[s] = pads[i];
+      p->pe[s] = pads[nsp + i];
+    }
+    int64_t span = in + p->pb[s] + p->pe[s];
+    if (span < dk)
+      return ES_KFAIL(k, ES_EMODEL,
+                      "kernel extent %lld (kernel %lld, dilation %lld) is larger than the padded "
+                      "input %lld on spatial axis %d",
+                      (long long)dk, (long long)p->ker[s], (long long)p->dil[s], (long long)span,
+                      i);
+    p->out[s] = (span - dk) / st + 1;
+  }
+  return 0;
+}
+
+static int convtranspose_geometry(es_kinst *k, conv_params *p) {
+  conv_autopad ap;
+  int64_t pads[6], outpad[3];
+  int rc = conv_parse_common(k, p, &ap, pads);
+  if (rc < 0)
+    return rc;
+  int nsp = p->nsp;
+  if ((rc = conv_ints(k, "output_padding", (size_t)nsp, 0, 0, outpad)) < 0)
+    return rc;
+  const int64_t *os;
+  size_t osn;
+  if ((rc = es_attr_ints(k, "output_shape", &os, &osn)) < 0)
+    return rc;
+  if (os && osn != (size_t)nsp && osn != (size_t)nsp + 2)
+    return ES_KFAIL(k, ES_EMODEL, "output_shape has %zu values, expected %d (spatial) or %d",
+                    osn, nsp, nsp + 2);
+  if (os && osn == (size_t)nsp + 2)
+    os += 2;
+  for (int s = 0; s < 3; s++) {
+    int i = s - (3 - nsp);
+    if (i < 0) {
+      p->pb[s] = p->pe[s] = p->outpad[s] = 0;
+      p->out[s] = 1;
+      continue;
+    }
+    if (outpad[i] > ES_CONV_ATTR_MAX)
+      return ES_KFAIL(k, ES_EMODEL, "output_padding[%d] exceeds 2^20", i);
+    p->outpad[s] = outpad[i];
+    int64_t natural = p->str[s] * (p->in[s] - 1) + outpad[i] + (p->ker[s] - 1) * p->dil[s] + 1;
+    if (os || ap == PAD_SAME_UPPER || ap == PAD_SAME_LOWER) {
+      int64_t want = os ? os[i] : p->in[s] * p->str[s];
+      if (want < 1 || want > ES_CONV_MAX)
+        return ES_KFAIL(k, ES_EMODEL, "output_shape[%d] is %lld, expected a positive size", i,
+                        (long long)want);
+      conv_split_pad(natural - want, ap == PAD_SAME_UPPER, &p->pb[s], &p->pe[s]);
+    } else if (ap == PAD_VALID) {
+      p->pb[s] = p->pe[s] = 0;
+    } else {
+      p->pb[s] = pads[i];
+      p->pe[s] = pads[nsp + i];
+    }
+    p->out[s] = natural - p->pb[s] - p->pe[s];
+    if (p->out[s] < 1 && p->in[s] > 0)
+      return ES_KFAIL(k, ES_EMODEL,
+                      "output size %lld on spatial axis %d is not positive (pads %lld + %lld)",
+                      (long long)p->out[s], i, (long long)p->pb[s], (long long)p->pe[s]);
+    if (p->in[s] == 0)
+      p->out[s] = 0;
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * oneDNN path: descriptors
+ * ======================================================================== */
+
+/* Weights as the model stores them, in oneDNN's logical order
+ * ([G,] O, I, spatial): Conv's W is [M, C/G, k...] = goihw in memory;
+ * ConvTranspose's is [C, M/G, k...], i.e. g, i, o, spatial. */
+static dnnl_status_t conv_user_wei_md(const conv_params *p, dnnl_memory_desc_t *md) {
+  int nsp = p->nsp, grouped = p->g > 1, nd = 2 + nsp + grouped;
+  int64_t og = p->m / p->g, ig = p->c / p->g, ksz = 1;
+  dnnl_dims_t dims = {0}, str = {0};
+  for (int i = nsp - 1; i >= 0; i--) {
+    dims[nd - nsp + i] = p->ker[3 - nsp + i];
+    str[nd - nsp + i] = ksz;
+    ksz *= p->ker[3 - nsp + i];
+  }
+  int o = grouped + 0, in = grouped + 1;
+  dims[o] = og;
+  dims[in] = ig;
+  if (!p->transpose) {
+    str[in] = ksz;
+    str[o] = ig * ksz;
+  } else {
+    str[o] = ksz;
+    str[in] = og * ksz;
+  }
+  if (grouped) {
+    dims[0] = p->g;
+    str[0] = og * ig * ksz;
+  }
+  return dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, str);
+}
+
+/* 1 when oneDNN takes this geometry; ConvTranspose maps output_padding to
+ * the end pad, which oneDNN allows down to -(stride - 1). */
+static int conv_dnnl_fits(const conv_params *p) {
+  if (p->c / p->g == 0)
+    return 0;
+  for (int s = 3 - p->nsp; s < 3; s++) {
+    if (p->pb[s] < 0)
+      return 0;
+    if (p->transpose && p->pe[s] - p->outpad[s] + p->str[s] <= 0)
+      return 0;
+  }
+  return 1;
+}
+
+static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
+  int nsp = p->nsp, nd = 2 + nsp;
+  int64_t xd[5] = {p->n, p->c}, yd[5] = {p->n, p->m}, bd[1] = {p->m};
+  dnnl_dims_t st = {0}, dl = {0}, pl = {0}, pr = {0};
+  for (int i = 0; i < nsp; i++) {
+    int s = 3 - nsp + i;
+    xd[2 + i] = p->in[s];
+    yd[2 + i] = p->out[s];
+    st[i] = p->str[s];
+    dl[i] = p->dil[s] - 1; /* oneDNN counts the holes, ONNX the step */
+    pl[i] = p->pb[s];
+    pr[i] = p->transpose ? p->pe[s] - p->outpad[s] : p->pe[s];
+  }
+  dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
+  dnnl_status_t stt = es_dnnl_plain_md(&xmd, nd, xd);
+  if (stt == dnnl_success)
+    stt = es_dnnl_plain_md(&ymd, nd, yd);
+  if (stt == dnnl_success)
+    stt = es_dnnl_plain_md(&bmd, 1, bd);
+  if (stt == dnnl_success)
+    stt = conv_user_wei_md(p, &wuser);
+  if (stt == dnnl_success)
+    stt = dnnl_memory_desc_init_by_tag(&wany, wuser.ndims, wuser.dims, dnnl_f32,
+                                       dnnl_format_tag_any);
+  if (stt != dnnl_success)
+    return es_dnnl_fail(k, stt, "describing the tensors");
+  const dnnl_memory_desc_t *bias = p->has_bias ? &bmd : NULL;
+  int rc;
+  if (!p->transpose) {
+    dnnl_convolution_desc_t d;
+    stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                     dnnl_convolution_direct, &xmd, &wany, bias,
+                                                     &ymd, st, dl, pl, pr);
+    if (stt != dnnl_success)
+      return es_dnnl_fail(k, stt, "describing the convolution");
+    rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+  } else {
+    dnnl_deconvolution_desc_t d;
+    stt = dnnl_dilated_deconvolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                       dnnl_deconvolution_direct, &xmd, &wany,
+                                                       bias, &ymd, st, dl, pl, pr);
+    if (stt != dnnl_success)
+      return es_dnnl_fail(k, stt, "describing the transposed convolution");
+    rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+  }
+  if (rc < 0)
+    return rc;
+  return es_dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
+}
+
+/* ==========================================================================
+ * Reference path
+ * ======================================================================== */
+
+/* [lo, hi) of positions o in [0, n_o) with o * st + off inside [0, n_i). */
+static void conv_range(int64_t n_o, int64_t n_i, int64_t st, int64_t off, int64_t *lo,
+                       int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
+  int64_t b = n_i - 1 - off < 0 ? 0 : floor_div(n_i - 1 - off, st) + 1;
+  *lo = a;
+  *hi = b < n_o ? b : n_o;
+  if (*hi < *lo)
+    *hi = *lo;
+}
+
+/* y[i] += a * x[i] for i in [0, n). Written with vector extensions
+ * because -O2 does not vectorise a loop of unknown trip count. */
+typedef float conv_v8 __attribute__((vector_size(32)));
+
+static void conv_axpy(float *restrict y, const float *restrict x, float a, int64_t n) {
+  conv_v8 av = (conv_v8){0} + a;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    conv_v8 xv, yv;
+    memcpy(&xv, x + i, sizeof xv);
+    memcpy(&yv, y + i, sizeof yv);
+    yv += av * xv;
+    memcpy(y + i, &yv, sizeof yv);
+  }
+  for (; i < n; i++)
+    y[i] += a * x[i];
+}
+
+/* Accumulate w * x[o * st + off] into y[o] for o in [lo, hi). */
+static void conv_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
+                     int64_t st, int64_t off) {
+  if (st == 1) {
+    conv_axpy(y + lo, x + lo + off, w, hi - lo);
+  } else {
+    for (int64_t o = lo; o < hi; o++)
+      y[o] += w * x[o * st + off];
+  }
+}
+
+/* Scatter w * x[i] into y[i * st + off] for i in [lo, hi). */
+static void convt_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
+                      int64_t st, int64_t off) {
+  if (st == 1) {
+    conv_axpy(y + lo + off, x + lo, w, hi - lo);
+  } else {
+    for (int64_t i = lo; i < hi; i++)
+      y[i * st + off] += w * x[i];
+  }
+}
+
+static void conv_ref(const conv_params *p, const float *x, const float *w, const float *b,
+                     float *y) {
+  const int64_t *in = p->in, *out = p->out, *ks = p->ker, *st = p->str, *dl = p->dil, *pb = p->pb;
+  int64_t cg = p->c / p->g, mg = p->m / p->g;
+  int64_t isz = in[0] * in[1] * in[2], osz = out[0] * out[1] * out[2];
+  int64_t ksz = ks[0] * ks[1] * ks[2];
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t oc = 0; oc < p->m; oc++) {
+      float *yp = y + (n * p->m + oc) * osz;
+      float bias = b ? b[oc] : 0.0f;
+      for (int64_t i = 0; i < osz; i++)
+        yp[i] = bias;
+      int64_t g = oc / mg;
+      for (int64_t icl = 0; icl < cg; icl++) {
+        const float *xp = x + (n * p->c + g * cg + icl) * isz;
+        const float *wp = w + (oc * cg + icl) * ksz;
+        for (int64_t kd = 0; kd < ks[0]; kd++)
+          for (int64_t kh = 0; kh < ks[1]; kh++)
+            for (int64_t kw = 0; kw < ks[2]; kw++) {
+              float wv = wp[(kd * ks[1] + kh) * ks[2] + kw];
+              int64_t d_lo, d_hi, h_lo, h_hi, w_lo, w_hi;
+              int64_t doff = kd * dl[0] - pb[0], hoff = kh * dl[1] - pb[1],
+                      woff = kw * dl[2] - pb[2];
+              conv_range(out[0], in[0], st[0], doff, &d_lo, &d_hi);
+              conv_range(out[1], in[1], st[1], hoff, &h_lo, &h_hi);
+              conv_range(out[2], in[2], st[2], woff, &w_lo, &w_hi);
+              for (int64_t od = d_lo; od < d_hi; od++)
+                for (int64_t oh = h_lo; oh < h_hi; oh++) {
+                  int64_t id = od * st[0] + doff, ih = oh * st[1] + hoff;
+                  conv_row(yp + (od * out[1] + oh) * out[2], xp + (id * in[1] + ih) * in[2], wv,
+                           w_lo, w_hi, st[2], woff);
+                }
+            }
+      }
+    }
+}
+
+static void convtranspose_ref(const conv_params *p, const float *x, const float *w,
+                              const float *b, float *y) {
+  const int64_t *in = p->in, *out = p->out, *ks = p->ker, *st = p->str, *dl = p->dil, *pb = p->pb;
+  int64_t cg = p->c / p->g, mg = p->m / p->g;
+  int64_t isz = in[0] * in[1] * in[2], osz = out[0] * out[1] * out[2];
+  int64_t ksz = ks[0] * ks[1] * ks[2];
+  for (int64_t n = 0; n < p->n; n++)
+    for (int64_t oc = 0; oc < p->m; oc++) {
+      float *yp = y + (n * p->m + oc) * osz;
+      float bias = b ? b[oc] : 0.0f;
+      for (int64_t i = 0; i < osz; i++)
+        yp[i] = bias;
+      int64_t g = oc / mg, ocl = oc % mg;
+      for (int64_t icl = 0; icl < cg; icl++) {
+        int64_t ic = g * cg + icl;
+        const float *xp = x + (n * p->c + ic) * isz;
+        const float *wp = w + (ic * mg + ocl) * ksz;
+        for (int64_t kd = 0; kd < ks[0]; kd++)
+          for (int64_t kh = 0; kh < ks[1]; kh++)
+            for (int64_t kw = 0; kw < ks[2]; kw++) {
+              float wv = wp[(kd * ks[1] + kh) * ks[2] + kw];
+              int64_t d_lo, d_hi, h_lo, h_hi, w_lo, w_hi;
+              int64_t doff = kd * dl[0] - pb[0], hoff = kh * dl[1] - pb[1],
+                      woff = kw * dl[2] - pb[2];
+              /* Input positions i whose output i * st + off lands inside. */
+              conv_range(in[0], out[0], st[0], doff, &d_lo, &d_hi);
+              conv_range(in[1], out[1], st[1], hoff, &h_lo, &h_hi);
+              conv_range(in[2], out[2], st[2], woff, &w_lo, &w_hi);
+              for (int64_t id = d_lo; id < d_hi; id++)
+                for (int64_t ih = h_lo; ih < h_hi; ih++) {
+                  int64_t od = id * st[0] + doff, oh = ih * st[1] + hoff;
+                  convt_row(yp + (od * out[1] + oh) * out[2], xp + (id * in[1] + ih) * in[2], wv,
+                            w_lo, w_hi, st[2], woff);
+                }
+            }
+      }
+    }
+}
+
+/* ==========================================================================
+ * Kernels
+ * ======================================================================== */
+
+static int conv_infer_common(es_kinst *k, int transpose) {
+  conv_params *p = es_kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
+  k->params = p;
+  p->transpose = transpose;
+  int rc = transpose ? convtranspose_geometry(k, p) : conv_geometry(k, p);
+  if (rc < 0)
+    return rc;
+  int64_t dims[5] = {p->n, p->m};
+  for (int i = 0; i < p->nsp; i++)
+    dims[2 + i] = p->out[3 - p->nsp + i];
+  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
+    return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
+  k->scratch_bytes = 0;
+  k->inplace = -1;
+  p->empty = k->out[0]->count == 0;
+  p->use_dnnl = !p->empty && !es_kernels_reference() && conv_dnnl_fits(p);
+  if (p->use_dnnl) {
+    rc = conv_dnnl_setup(k, p);
+    if (rc == ES_ENOTSUP && !p->dnnl.prim) {
+      /* oneDNN has no implementation for this geometry: the reference
+       * loops compute it instead. */
+      es_dnnl_prim_destroy(&p->dnnl);
+      p->use_dnnl = 0;
+      k->scratch_bytes = 0;
+      rc = 0;
+    }
+    if (rc < 0) {
+      es_dnnl_prim_destroy(&p->dnnl);
+      p->use_dnnl = 0;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int conv_infer(es_kinst *k) { return conv_infer_common(k, 0); }
+static int convtranspose_infer(es_kinst *k) { return conv_infer_common(k, 1); }
+
+static int conv_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  const conv_params *p = k->params;
+  if (p->empty)
+    return 0;
+  const void *bias = p->has_bias ? in[2] : NULL;
+  if (p->use_dnnl)
+    return es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], bias,
+                            out[0], scratch);
+  if (p->transpose)
+    convtranspose_ref(p, in[0], in[1], bias, out[0]);
+  else
+    conv_ref(p, in[0], in[1], bias, out[0]);
+  return 0;
+}
+
+static void conv_release(es_kinst *k) {
+  conv_params *p = k->params;
+  if (p)
+    es_dnnl_prim_destroy(&p->dnnl);
+}
+
+static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release};
+static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release};
+
+const es_kernel *es_kernels_conv(es_op op) {
+  switch (op) {
+  case ES_OP_Conv:
+    return &conv_kernel;
+  case ES_OP_ConvTranspose:
+    return &convtranspose_kernel;
+  default:
+    return NULL;
+  }
+}

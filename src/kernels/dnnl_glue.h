@@ -1,0 +1,65 @@
+/* oneDNN glue shared by the heavy kernels (Conv and ConvTranspose in conv.c,
+ * MatMul in matmul.c). Internal to src/kernels.
+ *
+ * One CPU engine serves the process (created once); each thread that runs a
+ * primitive gets its own stream, created on first use and destroyed when the
+ * thread exits. A planned primitive (es_dnnl_prim) lives in a kernel's
+ * params: infer creates it, run executes it, release destroys it. Primitives
+ * are created with a user scratchpad, so run passes the plan's scratch and
+ * one primitive serves any number of threads at once.
+ *
+ *   es_dnnl_prim *p = &params->dnnl;
+ *   if ((rc = es_dnnl_prim_create(k, &op_desc, p)) < 0) return rc;  // scratch_bytes set
+ *   if ((rc = es_dnnl_weights_prepare(k, p, &plain_w_md, w)) < 0) return rc;
+ *   ...
+ *   es_dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, scratch);
+ *
+ * The functions live in conv.c until dnnl_glue.c joins the build. */
+#ifndef ES_KERNELS_DNNL_GLUE_H
+#define ES_KERNELS_DNNL_GLUE_H
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "kernels/kernel.h"
+
+typedef struct es_dnnl_prim {
+  dnnl_primitive_desc_t pd;             /* owns the memory descriptors below */
+  dnnl_primitive_t prim;
+  const dnnl_memory_desc_t *src_md;     /* plain row-major, as the engine's tensors */
+  const dnnl_memory_desc_t *wei_md;     /* the layout oneDNN chose */
+  const dnnl_memory_desc_t *bias_md;    /* NULL without bias */
+  const dnnl_memory_desc_t *dst_md;
+  const dnnl_memory_desc_t *scratch_md; /* NULL when no scratchpad is needed */
+  const void *weights;                  /* weights in wei_md's layout (prepared, read-only),
+                                           or NULL: run passes the input as it is */
+} es_dnnl_prim;
+
+/* Row-major float32 descriptor of ndims dims (1..12). */
+dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+
+/* Create the primitive descriptor and primitive for op_desc (forward
+ * inference, user scratchpad) and set k->scratch_bytes. ES_ENOTSUP when
+ * oneDNN has no implementation; *p is left for es_dnnl_prim_destroy either
+ * way. */
+int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim *p);
+
+/* Give the primitive its weights: user_md describes user_data (static, as
+ * the model stores it). When oneDNN chose another layout, the weights are
+ * reordered once into a prepared copy shared by every plan of the model
+ * (keyed by node and layout) and p->weights points to it. */
+int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
+                            const void *user_data);
+
+/* Execute on the calling thread's stream. bias may be NULL when the
+ * primitive has none. Thread-safe for one p shared by many threads. */
+int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
+                     const void *weights, const void *bias, void *dst, void *scratch);
+
+/* Destroy what es_dnnl_prim_create made; safe on a zeroed or half-made p. */
+void es_dnnl_prim_destroy(es_dnnl_prim *p);
+
+/* ES_ENOMEM / ES_ENOTSUP / ES_EINVAL for a oneDNN status, with a message
+ * naming the node and what failed. */
+int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what);
+
+#endif

@@ -1,0 +1,929 @@
+/* Elementwise operators: Add, Sub, Mul, Div, Pow, Equal (binary, numpy
+ * broadcasting) and Relu, Sigmoid, HardSigmoid, Clip, Sqrt, Cast (unary).
+ *
+ * Every op reduces to a few contiguous "run" functions generated per
+ * (operator, element type) by the macros below: for binary ops vv (both
+ * operands advance), vs (b is one scalar), sv (a is one scalar); for unary
+ * ops a single x -> o function. Planning picks the run functions and works
+ * out how to walk the operands; run() only loops over contiguous runs.
+ *
+ * Broadcasting (planned once in infer): the output shape is collapsed by
+ * dropping size-1 output dims and merging neighbours in which each operand
+ * is either present ("full") in both or broadcast in both, so [N,C,H,W] op
+ * [C,1,1] becomes [N, C, H*W] with b = (bcast, full, bcast). The collapsed
+ * form then names a fast path: same shape (one flat run), scalar operand,
+ * repeated rows ([R,K] op [K]), per-channel ([N,C,I] op [C], one scalar per
+ * contiguous block of I), else a general N-d walk over element strides
+ * whose innermost collapsed dim is one contiguous run.
+ *
+ * In place: infer offers output 0 to the input whose shape and type equal
+ * the output's. Run functions process 16-element chunks that load every
+ * input element of the chunk before storing any output, so out == in is
+ * exact-alias safe without restrict, and the fully unrolled chunk is what
+ * GCC's SLP vectoriser turns into plain vector loads/ops/stores at -O2.
+ *
+ * Integer arithmetic wraps (computed in the unsigned type) and integer
+ * division by zero gives 0 instead of trapping; float -> integer
+ * conversions saturate (NaN -> 0) so no input value is undefined behaviour.
+ */
+#include "kernels/kernel.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Run functions
+ * ======================================================================== */
+
+/* Scalar parameters of unary ops: HardSigmoid alpha/beta in f, Clip bounds
+ * in f (float input) or i (integer input). */
+typedef struct ew_scal {
+  float f[2];
+  int64_t i[2];
+} ew_scal;
+
+typedef void (*ew_bin_fn)(const void *a, const void *b, void *o, size_t n);
+typedef void (*ew_un_fn)(const void *x, void *o, size_t n, const ew_scal *s);
+
+typedef struct ew_bin_fns {
+  ew_bin_fn vv, vs, sv;
+} ew_bin_fns;
+
+#define EW_CHUNK 16
+#define EW_UNROLL _Pragma("GCC unroll 16")
+
+/* o[i] = OP(a[i], b[i]) in the three operand patterns. */
+#define EW_BIN_DEFINE(NAME, TA, TB, TO, OP)                                               \
+  static void NAME##_vv(const void *pa, const void *pb, void *po, size_t n) {             \
+    const TA *a = pa;                                                                     \
+    const TB *b = pb;                                                                     \
+    TO *o = po;                                                                           \
+    size_t i = 0;                                                                         \
+    for (; i + EW_CHUNK <= n; i += EW_CHUNK) {                                            \
+      TA x[EW_CHUNK];                                                                     \
+      TB y[EW_CHUNK];                                                                     \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) {                                      \
+        x[j] = a[i + j];                                                                  \
+        y[j] = b[i + j];                                                                  \
+      }                                                                                   \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) o[i + j] = OP(x[j], y[j]);             \
+    }                                                                                     \
+    for (; i < n; i++) {                                                                  \
+      TA x = a[i];                                                                        \
+      TB y = b[i];                                                                        \
+      o[i] = OP(x, y);                                                                    \
+    }                                                                                     \
+  }                                                                                       \
+  static void NAME##_vs(const void *pa, const void *pb, void *po, size_t n) {             \
+    const TA *a = pa;                                                                     \
+    const TB y = *(const TB *)pb;                                                         \
+    TO *o = po;                                                                           \
+    size_t i = 0;                                                                         \
+    for (; i + EW_CHUNK <= n; i += EW_CHUNK) {                                            \
+      TA x[EW_CHUNK];                                                                     \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) x[j] = a[i + j];                       \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) o[i + j] = OP(x[j], y);                \
+    }                                                                                     \
+    for (; i < n; i++) {                                                                  \
+      TA x = a[i];                                                                        \
+      o[i] = OP(x, y);                                                                    \
+    }                                                                                     \
+  }                                                                                       \
+  static void NAME##_sv(const void *pa, const void *pb, void *po, size_t n) {             \
+    const TA x = *(const TA *)pa;                                                         \
+    const TB *b = pb;                                                                     \
+    TO *o = po;                                                                           \
+    size_t i = 0;                                                                         \
+    for (; i + EW_CHUNK <= n; i += EW_CHUNK) {                                            \
+      TB y[EW_CHUNK];                                                                     \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) y[j] = b[i + j];                       \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) o[i + j] = OP(x, y[j]);                \
+    }                                                                                     \
+    for (; i < n; i++) {                                                                  \
+      TB y = b[i];                                                                        \
+      o[i] = OP(x, y);                                                                    \
+    }                                                                                     \
+  }
+
+#define EW_BIN_FNS(NAME) {NAME##_vv, NAME##_vs, NAME##_sv}
+
+/* o[i] = OP(x[i], s) where s is a local copy of the parameters, so the
+ * compiler knows stores to o cannot change them. */
+#define EW_UN_DEFINE(NAME, TI, TO, OP)                                                    \
+  static void NAME(const void *px, void *po, size_t n, const ew_scal *ps) {               \
+    const TI *in = px;                                                                    \
+    TO *o = po;                                                                           \
+    const ew_scal s = ps ? *ps : (ew_scal){{0, 0}, {0, 0}};                               \
+    (void)s;                                                                              \
+    size_t i = 0;                                                                         \
+    for (; i + EW_CHUNK <= n; i += EW_CHUNK) {                                            \
+      TI x[EW_CHUNK];                                                                     \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) x[j] = in[i + j];                      \
+      EW_UNROLL for (int j = 0; j < EW_CHUNK; j++) o[i + j] = OP(x[j], s);                \
+    }                                                                                     \
+    for (; i < n; i++) {                                                                  \
+      TI x = in[i];                                                                       \
+      o[i] = OP(x, s);                                                                    \
+    }                                                                                     \
+  }
+
+/* ==========================================================================
+ * Element operations
+ * ======================================================================== */
+
+/* ---- arithmetic and comparison ------------------------------------------- */
+
+static inline float ew_op_add_f32(float x, float y) { return x + y; }
+static inline float ew_op_sub_f32(float x, float y) { return x - y; }
+static inline float ew_op_mul_f32(float x, float y) { return x * y; }
+static inline float ew_op_div_f32(float x, float y) { return x / y; }
+static inline uint8_t ew_op_equal_f32(float x, float y) { return x == y; }
+
+/* Signed: wrap through the unsigned type; x / 0 = 0; MIN / -1 wraps. */
+#define EW_SIGNED_OPS(S, T, UT)                                                           \
+  static inline T ew_op_add_##S(T x, T y) { return (T)((UT)x + (UT)y); }                 \
+  static inline T ew_op_sub_##S(T x, T y) { return (T)((UT)x - (UT)y); }                 \
+  static inline T ew_op_mul_##S(T x, T y) { return (T)((UT)x * (UT)y); }                 \
+  static inline T ew_op_div_##S(T x, T y) {                                               \
+    return y == 0 ? (T)0 : y == -1 ? (T)(0u - (UT)x) : (T)(x / y);                        \
+  }                                                                                       \
+  static inline uint8_t ew_op_equal_##S(T x, T y) { return x == y; }
+
+/* Unsigned (uint8 and bool): promoted to int, truncated back. */
+#define EW_UNSIGNED_OPS(S, T)                                                             \
+  static inline T ew_op_add_##S(T x, T y) { return (T)(x + y); }                          \
+  static inline T ew_op_sub_##S(T x, T y) { return (T)(x - y); }                          \
+  static inline T ew_op_mul_##S(T x, T y) { return (T)((unsigned)x * (unsigned)y); }      \
+  static inline T ew_op_div_##S(T x, T y) { return y == 0 ? (T)0 : (T)(x / y); }          \
+  static inline uint8_t ew_op_equal_##S(T x, T y) { return x == y; }
+
+EW_SIGNED_OPS(i32, int32_t, uint32_t)
+EW_SIGNED_OPS(i64, int64_t, uint64_t)
+EW_SIGNED_OPS(i8, int8_t, uint8_t)
+EW_UNSIGNED_OPS(u8, uint8_t)
+
+#define EW_ARITH_DEFINE(S, T)                                                             \
+  EW_BIN_DEFINE(ew_add_##S, T, T, T, ew_op_add_##S)                                       \
+  EW_BIN_DEFINE(ew_sub_##S, T, T, T, ew_op_sub_##S)                                       \
+  EW_BIN_DEFINE(ew_mul_##S, T, T, T, ew_op_mul_##S)                                       \
+  EW_BIN_DEFINE(ew_div_##S, T, T, T, ew_op_div_##S)                                       \
+  EW_BIN_DEFINE(ew_equal_##S, T, T, uint8_t, ew_op_equal_##S)
+
+EW_ARITH_DEFINE(f32, float)
+EW_ARITH_DEFINE(i32, int32_t)
+EW_ARITH_DEFINE(i64, int64_t)
+EW_ARITH_DEFINE(u8, uint8_t)
+EW_ARITH_DEFINE(i8, int8_t)
+/* Bool only compares; its bytes are 0 or 1 like ONNX's. */
+EW_BIN_DEFINE(ew_equal_b, uint8_t, uint8_t, uint8_t, ew_op_equal_u8)
+
+/* ---- conversions that must not be undefined ------------------------------ */
+
+/* Truncate toward zero, saturating at the int64 range; NaN -> 0. */
+static inline int64_t ew_d2i64(double v) {
+  if (!(v == v))
+    return 0;
+  if (v >= 9223372036854775807.0)
+    return INT64_MAX;
+  if (v <= -9223372036854775808.0)
+    return INT64_MIN;
+  return (int64_t)v;
+}
+
+static inline int32_t ew_d2i32(double v) {
+  if (!(v == v))
+    return 0;
+  if (v >= 2147483647.0)
+    return INT32_MAX;
+  if (v <= -2147483648.0)
+    return INT32_MIN;
+  return (int32_t)v;
+}
+
+/* ---- Pow ------------------------------------------------------------------ */
+
+/* Exact integer power, wrapping like repeated multiplication would; a
+ * negative exponent truncates 1/x^e toward zero (0 for |x| > 1 and x = 0). */
+static inline int64_t ew_ipow(int64_t x, int64_t e) {
+  if (e < 0)
+    return x == 1 ? 1 : x == -1 ? ((e & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, b = (uint64_t)x;
+  while (e) {
+    if (e & 1)
+      r *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return (int64_t)r;
+}
+
+static inline float ew_op_pow_ff(float x, float y) { return powf(x, y); }
+static inline float ew_op_pow_fi32(float x, int32_t y) { return powf(x, (float)y); }
+static inline float ew_op_pow_fi64(float x, int64_t y) { return powf(x, (float)y); }
+static inline int32_t ew_op_pow_i32i32(int32_t x, int32_t y) { return (int32_t)ew_ipow(x, y); }
+static inline int32_t ew_op_pow_i32i64(int32_t x, int64_t y) { return (int32_t)ew_ipow(x, y); }
+static inline int32_t ew_op_pow_i32f(int32_t x, float y) { return ew_d2i32(pow(x, y)); }
+static inline int64_t ew_op_pow_i64i64(int64_t x, int64_t y) { return ew_ipow(x, y); }
+static inline int64_t ew_op_pow_i64i32(int64_t x, int32_t y) { return ew_ipow(x, y); }
+static inline int64_t ew_op_pow_i64f(int64_t x, float y) { return ew_d2i64(pow((double)x, y)); }
+
+EW_BIN_DEFINE(ew_pow_ff, float, float, float, ew_op_pow_ff)
+EW_BIN_DEFINE(ew_pow_fi32, float, int32_t, float, ew_op_pow_fi32)
+EW_BIN_DEFINE(ew_pow_fi64, float, int64_t, float, ew_op_pow_fi64)
+EW_BIN_DEFINE(ew_pow_i32i32, int32_t, int32_t, int32_t, ew_op_pow_i32i32)
+EW_BIN_DEFINE(ew_pow_i32i64, int32_t, int64_t, int32_t, ew_op_pow_i32i64)
+EW_BIN_DEFINE(ew_pow_i32f, int32_t, float, int32_t, ew_op_pow_i32f)
+EW_BIN_DEFINE(ew_pow_i64i64, int64_t, int64_t, int64_t, ew_op_pow_i64i64)
+EW_BIN_DEFINE(ew_pow_i64i32, int64_t, int32_t, int64_t, ew_op_pow_i64i32)
+EW_BIN_DEFINE(ew_pow_i64f, int64_t, float, int64_t, ew_op_pow_i64f)
+
+/* Static scalar exponents 2 and 0.5 (variance and norm computations). sqrtf
+ * differs from powf(x, 0.5) only at -0 (-0 vs +0) and -inf (NaN vs +inf). */
+#define EW_SQUARE(x, s) ((x) * (x))
+#define EW_SQRT(x, s) sqrtf(x)
+EW_UN_DEFINE(ew_pow_square_f32, float, float, EW_SQUARE)
+EW_UN_DEFINE(ew_sqrt_f32, float, float, EW_SQRT)
+
+/* ---- activations ---------------------------------------------------------- */
+
+/* x < 0 ? 0 : x keeps NaN, as numpy's maximum(x, 0) does. */
+#define EW_RELU(x, s) ((x) < 0 ? 0 : (x))
+EW_UN_DEFINE(ew_relu_f32, float, float, EW_RELU)
+EW_UN_DEFINE(ew_relu_i32, int32_t, int32_t, EW_RELU)
+EW_UN_DEFINE(ew_relu_i64, int64_t, int64_t, EW_RELU)
+EW_UN_DEFINE(ew_relu_i8, int8_t, int8_t, EW_RELU)
+
+/* exp of -|x| never overflows; for x < 0, e/(1+e) avoids 1 - r cancellation. */
+static inline float ew_op_sigmoid(float x, ew_scal s) {
+  (void)s;
+  float e = expf(-fabsf(x));
+  float r = 1.0f / (1.0f + e);
+  return x >= 0 ? r : e * r;
+}
+EW_UN_DEFINE(ew_sigmoid_f32, float, float, ew_op_sigmoid)
+
+/* Comparisons (not fmaxf/fminf) so NaN propagates like numpy's clip. */
+static inline float ew_op_hardsigmoid(float x, ew_scal s) {
+  float v = s.f[0] * x + s.f[1];
+  v = v < 0.0f ? 0.0f : v;
+  return v > 1.0f ? 1.0f : v;
+}
+EW_UN_DEFINE(ew_hardsigmoid_f32, float, float, ew_op_hardsigmoid)
+
+/* max(x, lo) then min(., hi): lo > hi gives hi everywhere, as numpy. */
+static inline float ew_op_clip_f32(float x, ew_scal s) {
+  float v = x < s.f[0] ? s.f[0] : x;
+  return v > s.f[1] ? s.f[1] : v;
+}
+#define EW_CLIP_INT(T)                                                                    \
+  static inline T ew_op_clip_##T(T x, ew_scal s) {                                        \
+    T lo = (T)s.i[0], hi = (T)s.i[1];                                                     \
+    T v = x < lo ? lo : x;                                                                \
+    return v > hi ? hi : v;                                                               \
+  }
+EW_CLIP_INT(int32_t)
+EW_CLIP_INT(int64_t)
+EW_CLIP_INT(uint8_t)
+EW_CLIP_INT(int8_t)
+EW_UN_DEFINE(ew_clip_f32, float, float, ew_op_clip_f32)
+EW_UN_DEFINE(ew_clip_i32, int32_t, int32_t, ew_op_clip_int32_t)
+EW_UN_DEFINE(ew_clip_i64, int64_t, int64_t, ew_op_clip_int64_t)
+EW_UN_DEFINE(ew_clip_u8, uint8_t, uint8_t, ew_op_clip_uint8_t)
+EW_UN_DEFINE(ew_clip_i8, int8_t, int8_t, ew_op_clip_int8_t)
+
+/* ---- Cast ----------------------------------------------------------------- */
+
+/* Integer narrowing wraps (two's complement, as numpy's astype); float to
+ * integer truncates toward zero and saturates (8-bit targets wrap the
+ * saturated int64, matching numpy for in-range values); anything to bool is
+ * "nonzero" (NaN is true). */
+#define EW_CAST_PLAIN(x, s) (x)
+#define EW_CAST_BOOL(x, s) ((uint8_t)((x) != 0))
+#define EW_CAST_F2I32(x, s) ew_d2i32(x)
+#define EW_CAST_F2I64(x, s) ew_d2i64(x)
+#define EW_CAST_F2U8(x, s) ((uint8_t)(uint64_t)ew_d2i64(x))
+#define EW_CAST_F2I8(x, s) ((int8_t)ew_d2i64(x))
+
+EW_UN_DEFINE(ew_cast_f32_f32, float, float, EW_CAST_PLAIN)
+EW_UN_DEFINE(ew_cast_f32_i32, float, int32_t, EW_CAST_F2I32)
+EW_UN_DEFINE(ew_cast_f32_i64, float, int64_t, EW_CAST_F2I64)
+EW_UN_DEFINE(ew_cast_f32_u8, float, uint8_t, EW_CAST_F2U8)
+EW_UN_DEFINE(ew_cast_f32_i8, float, int8_t, EW_CAST_F2I8)
+EW_UN_DEFINE(ew_cast_f32_b, float, uint8_t, EW_CAST_BOOL)
+
+#define EW_CAST_FROM_INT(S, T)                                                            \
+  EW_UN_DEFINE(ew_cast_##S##_f32, T, float, EW_CAST_PLAIN)                                \
+  EW_UN_DEFINE(ew_cast_##S##_i32, T, int32_t, EW_CAST_PLAIN)                              \
+  EW_UN_DEFINE(ew_cast_##S##_i64, T, int64_t, EW_CAST_PLAIN)                              \
+  EW_UN_DEFINE(ew_cast_##S##_u8, T, uint8_t, EW_CAST_PLAIN)                               \
+  EW_UN_DEFINE(ew_cast_##S##_i8, T, int8_t, EW_CAST_PLAIN)                                \
+  EW_UN_DEFINE(ew_cast_##S##_b, T, uint8_t, EW_CAST_BOOL)
+
+EW_CAST_FROM_INT(i32, int32_t)
+EW_CAST_FROM_INT(i64, int64_t)
+EW_CAST_FROM_INT(u8, uint8_t)
+EW_CAST_FROM_INT(i8, int8_t)
+/* Bool bytes other than 0/1 still read as true. */
+EW_CAST_FROM_INT(b, uint8_t)
+
+/* ==========================================================================
+ * Type slots and function tables
+ * ======================================================================== */
+
+enum { EW_F32, EW_I32, EW_I64, EW_U8, EW_I8, EW_BOOL, EW_NSLOT };
+
+static int ew_slot(es_dtype t) {
+  switch (t) {
+  case ES_DTYPE_FLOAT:
+    return EW_F32;
+  case ES_DTYPE_INT32:
+    return EW_I32;
+  case ES_DTYPE_INT64:
+    return EW_I64;
+  case ES_DTYPE_UINT8:
+    return EW_U8;
+  case ES_DTYPE_INT8:
+    return EW_I8;
+  case ES_DTYPE_BOOL:
+    return EW_BOOL;
+  default:
+    return -1;
+  }
+}
+
+/* Arithmetic: float32, int32, int64, uint8, int8 (not bool). */
+static const ew_bin_fns ew_add_fns[EW_BOOL] = {EW_BIN_FNS(ew_add_f32), EW_BIN_FNS(ew_add_i32),
+                                               EW_BIN_FNS(ew_add_i64), EW_BIN_FNS(ew_add_u8),
+                                               EW_BIN_FNS(ew_add_i8)};
+static const ew_bin_fns ew_sub_fns[EW_BOOL] = {EW_BIN_FNS(ew_sub_f32), EW_BIN_FNS(ew_sub_i32),
+                                               EW_BIN_FNS(ew_sub_i64), EW_BIN_FNS(ew_sub_u8),
+                                               EW_BIN_FNS(ew_sub_i8)};
+static const ew_bin_fns ew_mul_fns[EW_BOOL] = {EW_BIN_FNS(ew_mul_f32), EW_BIN_FNS(ew_mul_i32),
+                                               EW_BIN_FNS(ew_mul_i64), EW_BIN_FNS(ew_mul_u8),
+                                               EW_BIN_FNS(ew_mul_i8)};
+static const ew_bin_fns ew_div_fns[EW_BOOL] = {EW_BIN_FNS(ew_div_f32), EW_BIN_FNS(ew_div_i32),
+                                               EW_BIN_FNS(ew_div_i64), EW_BIN_FNS(ew_div_u8),
+                                               EW_BIN_FNS(ew_div_i8)};
+static const ew_bin_fns ew_equal_fns[EW_NSLOT] = {
+    EW_BIN_FNS(ew_equal_f32), EW_BIN_FNS(ew_equal_i32), EW_BIN_FNS(ew_equal_i64),
+    EW_BIN_FNS(ew_equal_u8),  EW_BIN_FNS(ew_equal_i8),  EW_BIN_FNS(ew_equal_b)};
+/* Pow, [base][exponent] over float32, int32, int64. */
+static const ew_bin_fns ew_pow_fns[3][3] = {
+    {EW_BIN_FNS(ew_pow_ff), EW_BIN_FNS(ew_pow_fi32), EW_BIN_FNS(ew_pow_fi64)},
+    {EW_BIN_FNS(ew_pow_i32f), EW_BIN_FNS(ew_pow_i32i32), EW_BIN_FNS(ew_pow_i32i64)},
+    {EW_BIN_FNS(ew_pow_i64f), EW_BIN_FNS(ew_pow_i64i32), EW_BIN_FNS(ew_pow_i64i64)}};
+
+/* Cast, [from][to]. The diagonal is a copy; infer replaces it by memcpy (or
+ * nothing, in place) but it stays in the table for completeness. */
+static const ew_un_fn ew_cast_fns[EW_NSLOT][EW_NSLOT] = {
+    {ew_cast_f32_f32, ew_cast_f32_i32, ew_cast_f32_i64, ew_cast_f32_u8, ew_cast_f32_i8,
+     ew_cast_f32_b},
+    {ew_cast_i32_f32, ew_cast_i32_i32, ew_cast_i32_i64, ew_cast_i32_u8, ew_cast_i32_i8,
+     ew_cast_i32_b},
+    {ew_cast_i64_f32, ew_cast_i64_i32, ew_cast_i64_i64, ew_cast_i64_u8, ew_cast_i64_i8,
+     ew_cast_i64_b},
+    {ew_cast_u8_f32, ew_cast_u8_i32, ew_cast_u8_i64, ew_cast_u8_u8, ew_cast_u8_i8, ew_cast_u8_b},
+    {ew_cast_i8_f32, ew_cast_i8_i32, ew_cast_i8_i64, ew_cast_i8_u8, ew_cast_i8_i8, ew_cast_i8_b},
+    {ew_cast_b_f32, ew_cast_b_i32, ew_cast_b_i64, ew_cast_b_u8, ew_cast_b_i8, ew_cast_b_b}};
+
+/* Clip over float32, int32, int64, uint8, int8. */
+static const ew_un_fn ew_clip_fns[EW_BOOL] = {ew_clip_f32, ew_clip_i32, ew_clip_i64, ew_clip_u8,
+                                              ew_clip_i8};
+
+/* ==========================================================================
+ * Binary ops: planning
+ * ======================================================================== */
+
+typedef enum ew_mode {
+  EW_SAME,      /* both operands full: one flat vv run */
+  EW_SCALAR_A,  /* a is one element: one sv run */
+  EW_SCALAR_B,  /* b is one element: one vs run */
+  EW_ROWS_A,    /* [R, K]: a is one row of K repeated R times */
+  EW_ROWS_B,    /* same for b */
+  EW_CHANNEL_A, /* [N, C, I]: a has one value per C, runs of I */
+  EW_CHANNEL_B, /* same for b */
+  EW_GENERAL,   /* strided walk over the collapsed outer dims */
+} ew_mode;
+
+typedef struct ew_binary_plan {
+  ew_bin_fns fns;
+  ew_un_fn fast;               /* Pow with static scalar exponent: o = fast(a) */
+  ew_mode mode;
+  size_t count;                /* output elements */
+  size_t esz_a, esz_b, esz_o;  /* element bytes */
+  size_t outer, chans, inner;  /* ROWS: outer x inner; CHANNEL: outer x chans x inner */
+  int rank;                    /* GENERAL: collapsed rank (>= 2) */
+  int64_t dims[ES_MAX_RANK];   /* collapsed output dims */
+  int64_t sa[ES_MAX_RANK];     /* element strides of a per collapsed dim, 0 if broadcast */
+  int64_t sb[ES_MAX_RANK];
+} ew_binary_plan;
+
+/* Input types -> run functions and output type. */
+static int ew_binary_select(es_kinst *k, const es_tdesc *a, const es_tdesc *b, ew_bin_fns *fns,
+                            es_dtype *to) {
+  es_op op = k->node->op;
+  int sa = ew_slot(a->dtype), sb = ew_slot(b->dtype);
+  if (op == ES_OP_Pow) {
+    if (sa != EW_F32 && sa != EW_I32 && sa != EW_I64)
+      return ES_KFAIL(k, ES_EMODEL, "base X has type %s, expected float32, int32 or int64",
+                      es_dtype_name(a->dtype));
+    if (sb == EW_BOOL || sb < 0)
+      return ES_KFAIL(k, ES_EMODEL, "exponent Y has type %s, expected a numeric type",
+                      es_dtype_name(b->dtype));
+    if (sb != EW_F32 && sb != EW_I32 && sb != EW_I64)
+      return ES_KFAIL(k, ES_ENOTSUP, "exponent Y of type %s is not implemented (float32, int32, "
+                      "int64 are)", es_dtype_name(b->dtype));
+    *fns = ew_pow_fns[sa][sb];
+    *to = a->dtype;
+    return 0;
+  }
+  if (a->dtype != b->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "input types differ (%s vs %s); both must be the same",
+                    es_dtype_name(a->dtype), es_dtype_name(b->dtype));
+  if (op == ES_OP_Equal) {
+    if (sa < 0)
+      return ES_KFAIL(k, ES_ENOTSUP, "Equal on %s is not implemented", es_dtype_name(a->dtype));
+    *fns = ew_equal_fns[sa];
+    *to = ES_DTYPE_BOOL;
+    return 0;
+  }
+  if (sa < 0 || sa == EW_BOOL)
+    return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected float32, int32, int64, uint8 "
+                    "or int8", es_dtype_name(a->dtype));
+  switch (op) {
+  case ES_OP_Add:
+    *fns = ew_add_fns[sa];
+    break;
+  case ES_OP_Sub:
+    *fns = ew_sub_fns[sa];
+    break;
+  case ES_OP_Mul:
+    *fns = ew_mul_fns[sa];
+    break;
+  default:
+    *fns = ew_div_fns[sa];
+    break;
+  }
+  *to = a->dtype;
+  return 0;
+}
+
+/* Collapse the broadcast into p->dims/sa/sb (see the design note) and pick
+ * the mode. o is the broadcast output (count > 0). */
+static void ew_binary_layout(ew_binary_plan *p, const es_tdesc *a, const es_tdesc *b,
+                             const es_tdesc *o) {
+  int r = 0;
+  int full_a[ES_MAX_RANK], full_b[ES_MAX_RANK];
+  for (int i = 0; i < o->rank; i++) {
+    int ia = i - (o->rank - a->rank), ib = i - (o->rank - b->rank);
+    int64_t d = o->dims[i];
+    if (d == 1)
+      continue;
+    int fa = ia >= 0 && a->dims[ia] == d, fb = ib >= 0 && b->dims[ib] == d;
+    if (r > 0 && full_a[r - 1] == fa && full_b[r - 1] == fb) {
+      p->dims[r - 1] *= d;
+      continue;
+    }
+    full_a[r] = fa;
+    full_b[r] = fb;
+    p->dims[r++] = d;
+  }
+  int64_t acc_a = 1, acc_b = 1;
+  for (int i = r - 1; i >= 0; i--) {
+    p->sa[i] = full_a[i] ? acc_a : 0;
+    p->sb[i] = full_b[i] ? acc_b : 0;
+    acc_a *= full_a[i] ? p->dims[i] : 1;
+    acc_b *= full_b[i] ? p->dims[i] : 1;
+  }
+  p->rank = r;
+  p->mode = EW_GENERAL;
+  if (r <= 1) {
+    /* r == 0: a single element on both sides. */
+    p->mode = r == 0 || (full_a[0] && full_b[0]) ? EW_SAME : full_a[0] ? EW_SCALAR_B : EW_SCALAR_A;
+  } else if (r == 2 && full_a[0] && full_a[1] && full_b[1] != full_b[0]) {
+    p->mode = full_b[1] ? EW_ROWS_B : EW_CHANNEL_B;
+  } else if (r == 2 && full_b[0] && full_b[1] && full_a[1] != full_a[0]) {
+    p->mode = full_a[1] ? EW_ROWS_A : EW_CHANNEL_A;
+  } else if (r == 3 && full_a[0] && full_a[1] && full_a[2] && !full_b[0] && full_b[1] &&
+             !full_b[2]) {
+    p->mode = EW_CHANNEL_B;
+  } else if (r == 3 && full_b[0] && full_b[1] && full_b[2] && !full_a[0] && full_a[1] &&
+             !full_a[2]) {
+    p->mode = EW_CHANNEL_A;
+  }
+  /* ROWS: outer x inner. CHANNEL: outer x chans x inner (outer 1 at rank 2). */
+  p->inner = r >= 1 ? (size_t)p->dims[r - 1] : 1;
+  p->outer = r >= 2 ? (size_t)p->dims[0] : 1;
+  p->chans = 1;
+  if (p->mode == EW_CHANNEL_A || p->mode == EW_CHANNEL_B) {
+    p->chans = (size_t)p->dims[r - 2];
+    p->outer = r == 3 ? (size_t)p->dims[0] : 1;
+  }
+}
+
+/* Pow x^2 and x^0.5 with the exponent a static scalar. */
+static ew_un_fn ew_pow_fast(const es_kinst *k) {
+  const es_tdesc *a = k->in[0], *b = k->in[1];
+  const void *e = k->in_static[1];
+  if (a->dtype != ES_DTYPE_FLOAT || !e || b->count != 1)
+    return NULL;
+  double v;
+  if (b->dtype == ES_DTYPE_FLOAT) {
+    float f;
+    memcpy(&f, e, sizeof f);
+    v = f;
+  } else {
+    v = (double)es_static_i64(b, e, 0);
+  }
+  return v == 2.0 ? ew_pow_square_f32 : v == 0.5 ? ew_sqrt_f32 : NULL;
+}
+
+static int ew_binary_infer(es_kinst *k) {
+  if (k->n_in != 2)
+    return ES_KFAIL(k, ES_EMODEL, "expects 2 inputs, got %d", k->n_in);
+  if (!k->in[0] || !k->in[1])
+    return ES_KFAIL(k, ES_EMODEL, "input %s is omitted; both inputs are required",
+                    k->in[0] ? "B" : "A");
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "expects 1 output, got %d", k->n_out);
+  const es_tdesc *a = k->in[0], *b = k->in[1];
+  ew_binary_plan *p = es_kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
+  es_dtype to = ES_DTYPE_UNDEFINED;
+  int rc = ew_binary_select(k, a, b, &p->fns, &to);
+  if (rc < 0)
+    return rc;
+  int rank;
+  int64_t dims[ES_MAX_RANK];
+  rc = es_broadcast_shape(k, a, b, &rank, dims);
+  if (rc < 0)
+    return rc;
+  es_tdesc *o = k->out[0];
+  rc = es_tdesc_set(o, to, rank, dims);
+  if (rc < 0)
+    return rc;
+  p->count = o->count;
+  p->esz_a = es_dtype_size(a->dtype);
+  p->esz_b = es_dtype_size(b->dtype);
+  p->esz_o = es_dtype_size(to);
+  if (k->node->op == ES_OP_Pow)
+    p->fast = ew_pow_fast(k);
+  if (p->count)
+    ew_binary_layout(p, a, b, o);
+  k->params = p;
+  k->inplace = -1;
+  for (int i = 0; i < 2 && k->inplace < 0; i++)
+    if (k->in[i]->dtype == to && es_tdesc_same_shape(k->in[i], o))
+      k->inplace = i;
+  return 0;
+}
+
+/* ==========================================================================
+ * Binary ops: running
+ * ======================================================================== */
+
+/* Innermost collapsed dim as one run; outer dims by an odometer over the
+ * element strides. */
+static void ew_binary_general(const ew_binary_plan *p, const char *a, const char *b, char *o) {
+  int r = p->rank;
+  size_t inner = (size_t)p->dims[r - 1];
+  ew_bin_fn fn = p->sa[r - 1] && p->sb[r - 1] ? p->fns.vv : p->sa[r - 1] ? p->fns.vs : p->fns.sv;
+  size_t outer = p->count / inner;
+  int64_t idx[ES_MAX_RANK] = {0};
+  int64_t oa = 0, ob = 0;
+  for (size_t t = 0; t < outer; t++) {
+    fn(a + (size_t)oa * p->esz_a, b + (size_t)ob * p->esz_b, o + t * inner * p->esz_o, inner);
+    for (int d = r - 2; d >= 0; d--) {
+      oa += p->sa[d];
+      ob += p->sb[d];
+      if (++idx[d] < p->dims[d])
+        break;
+      oa -= p->sa[d] * p->dims[d];
+      ob -= p->sb[d] * p->dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static int ew_binary_run(const es_kinst *k, const void *const *in, void *const *out,
+                         void *scratch) {
+  (void)scratch;
+  const ew_binary_plan *p = k->params;
+  const char *a = in[0], *b = in[1];
+  char *o = out[0];
+  if (p->count == 0)
+    return 0;
+  if (p->fast) {
+    p->fast(a, o, p->count, NULL);
+    return 0;
+  }
+  size_t ea = p->esz_a, eb = p->esz_b, eo = p->esz_o, inner = p->inner;
+  switch (p->mode) {
+  case EW_SAME:
+    p->fns.vv(a, b, o, p->count);
+    break;
+  case EW_SCALAR_A:
+    p->fns.sv(a, b, o, p->count);
+    break;
+  case EW_SCALAR_B:
+    p->fns.vs(a, b, o, p->count);
+    break;
+  case EW_ROWS_A:
+    for (size_t r = 0; r < p->outer; r++)
+      p->fns.vv(a, b + r * inner * eb, o + r * inner * eo, inner);
+    break;
+  case EW_ROWS_B:
+    for (size_t r = 0; r < p->outer; r++)
+      p->fns.vv(a + r * inner * ea, b, o + r * inner * eo, inner);
+    break;
+  case EW_CHANNEL_A:
+    for (size_t n = 0, blk = 0; n < p->outer; n++)
+      for (size_t c = 0; c < p->chans; c++, blk++)
+        p->fns.sv(a + c * ea, b + blk * inner * eb, o + blk * inner * eo, inner);
+    break;
+  case EW_CHANNEL_B:
+    for (size_t n = 0, blk = 0; n < p->outer; n++)
+      for (size_t c = 0; c < p->chans; c++, blk++)
+        p->fns.vs(a + blk * inner * ea, b + c * eb, o + blk * inner * eo, inner);
+    break;
+  case EW_GENERAL:
+    ew_binary_general(p, a, b, o);
+    break;
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Unary ops
+ * ======================================================================== */
+
+typedef struct ew_unary_plan {
+  ew_un_fn fn;   /* NULL: a copy (Cast to the same type) */
+  ew_scal s;
+  es_dtype dtype;
+  int rt_min;    /* Clip: input index of a bound known only at run time, or 0 */
+  int rt_max;
+  size_t count;
+  size_t nbytes;
+} ew_unary_plan;
+
+/* Check one input, one output; output = input's shape with type `to`. */
+static int ew_unary_begin(es_kinst *k, int max_in, ew_unary_plan **pp) {
+  if (k->n_in < 1 || k->n_in > max_in)
+    return ES_KFAIL(k, ES_EMODEL, "expects %s input%s, got %d",
+                    max_in == 1 ? "1" : "1 to 3", max_in == 1 ? "" : "s", k->n_in);
+  if (!k->in[0])
+    return ES_KFAIL(k, ES_EMODEL, "input 0 is omitted; it is required");
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "expects 1 output, got %d", k->n_out);
+  ew_unary_plan *p = es_kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
+  p->dtype = k->in[0]->dtype;
+  p->count = k->in[0]->count;
+  k->params = p;
+  *pp = p;
+  return 0;
+}
+
+static int ew_unary_end(es_kinst *k, ew_unary_plan *p, es_dtype to) {
+  const es_tdesc *x = k->in[0];
+  int rc = es_tdesc_set(k->out[0], to, x->rank, x->dims);
+  if (rc < 0)
+    return rc;
+  p->nbytes = k->out[0]->nbytes;
+  k->inplace = to == x->dtype ? 0 : -1;
+  return 0;
+}
+
+static int ew_need_float(es_kinst *k) {
+  if (k->in[0]->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_EMODEL, "input has type %s, expected float32",
+                    es_dtype_name(k->in[0]->dtype));
+  return 0;
+}
+
+static int ew_relu_infer(es_kinst *k) {
+  ew_unary_plan *p = NULL;
+  int rc = ew_unary_begin(k, 1, &p);
+  if (rc < 0)
+    return rc;
+  switch (p->dtype) {
+  case ES_DTYPE_FLOAT:
+    p->fn = ew_relu_f32;
+    break;
+  case ES_DTYPE_INT32:
+    p->fn = ew_relu_i32;
+    break;
+  case ES_DTYPE_INT64:
+    p->fn = ew_relu_i64;
+    break;
+  case ES_DTYPE_INT8:
+    p->fn = ew_relu_i8;
+    break;
+  default:
+    return ES_KFAIL(k, ES_EMODEL, "input has type %s, expected float32, int32, int64 or int8",
+                    es_dtype_name(p->dtype));
+  }
+  return ew_unary_end(k, p, p->dtype);
+}
+
+static int ew_float_unary_infer(es_kinst *k, ew_un_fn fn) {
+  ew_unary_plan *p = NULL;
+  int rc = ew_unary_begin(k, 1, &p);
+  if (rc == 0)
+    rc = ew_need_float(k);
+  if (rc < 0)
+    return rc;
+  p->fn = fn;
+  return ew_unary_end(k, p, ES_DTYPE_FLOAT);
+}
+
+static int ew_sigmoid_infer(es_kinst *k) { return ew_float_unary_infer(k, ew_sigmoid_f32); }
+static int ew_sqrt_infer(es_kinst *k) { return ew_float_unary_infer(k, ew_sqrt_f32); }
+
+static int ew_hardsigmoid_infer(es_kinst *k) {
+  int rc = ew_float_unary_infer(k, ew_hardsigmoid_f32);
+  if (rc < 0)
+    return rc;
+  ew_unary_plan *p = k->params;
+  rc = es_attr_float(k, "alpha", 0.2f, &p->s.f[0]);
+  if (rc == 0)
+    rc = es_attr_float(k, "beta", 0.5f, &p->s.f[1]);
+  return rc;
+}
+
+/* Clip bound `which` (0 min, 1 max) from a scalar of the input's type. */
+static void ew_clip_bound_load(ew_scal *s, int which, es_dtype t, const void *data) {
+  switch (t) {
+  case ES_DTYPE_FLOAT:
+    memcpy(&s->f[which], data, sizeof(float));
+    break;
+  case ES_DTYPE_INT32: {
+    int32_t v;
+    memcpy(&v, data, sizeof v);
+    s->i[which] = v;
+    break;
+  }
+  case ES_DTYPE_INT64:
+    memcpy(&s->i[which], data, sizeof(int64_t));
+    break;
+  case ES_DTYPE_UINT8:
+    s->i[which] = *(const uint8_t *)data;
+    break;
+  default:
+    s->i[which] = *(const int8_t *)data;
+    break;
+  }
+}
+
+static int ew_clip_infer(es_kinst *k) {
+  ew_unary_plan *p = NULL;
+  int rc = ew_unary_begin(k, k->opset < 11 ? 1 : 3, &p);
+  if (rc < 0)
+    return rc;
+  int slot = ew_slot(p->dtype);
+  if (k->opset < 11 && slot != EW_F32)
+    return ES_KFAIL(k, ES_EMODEL, "input has type %s, expected float32 before opset 11",
+                    es_dtype_name(p->dtype));
+  if (slot < 0 || slot == EW_BOOL)
+    return ES_KFAIL(k, ES_EMODEL, "input has type %s, expected float32, int32, int64, uint8 "
+                    "or int8", es_dtype_name(p->dtype));
+  p->fn = ew_clip_fns[slot];
+  /* No bound: the type's whole range (infinities for float). */
+  p->s.f[0] = -INFINITY;
+  p->s.f[1] = INFINITY;
+  switch (p->dtype) {
+  case ES_DTYPE_INT32:
+    p->s.i[0] = INT32_MIN;
+    p->s.i[1] = INT32_MAX;
+    break;
+  case ES_DTYPE_INT64:
+    p->s.i[0] = INT64_MIN;
+    p->s.i[1] = INT64_MAX;
+    break;
+  case ES_DTYPE_UINT8:
+    p->s.i[0] = 0;
+    p->s.i[1] = UINT8_MAX;
+    break;
+  case ES_DTYPE_INT8:
+    p->s.i[0] = INT8_MIN;
+    p->s.i[1] = INT8_MAX;
+    break;
+  default:
+    break;
+  }
+  if (k->opset < 11) {
+    rc = es_attr_float(k, "min", -INFINITY, &p->s.f[0]);
+    if (rc == 0)
+      rc = es_attr_float(k, "max", INFINITY, &p->s.f[1]);
+    if (rc < 0)
+      return rc;
+    return ew_unary_end(k, p, p->dtype);
+  }
+  for (int i = 1; i < k->n_in; i++) {
+    const es_tdesc *t = k->in[i];
+    if (!t)
+      continue;
+    const char *name = i == 1 ? "min" : "max";
+    if (t->dtype != p->dtype)
+      return ES_KFAIL(k, ES_EMODEL, "input '%s' has type %s, expected %s like the data", name,
+                      es_dtype_name(t->dtype), es_dtype_name(p->dtype));
+    if (t->count != 1)
+      return ES_KFAIL(k, ES_EMODEL, "input '%s' has %zu elements, expected a scalar", name,
+                      t->count);
+    if (k->in_static[i])
+      ew_clip_bound_load(&p->s, i - 1, t->dtype, k->in_static[i]);
+    else if (i == 1)
+      p->rt_min = 1;
+    else
+      p->rt_max = 2;
+  }
+  return ew_unary_end(k, p, p->dtype);
+}
+
+static int ew_cast_infer(es_kinst *k) {
+  ew_unary_plan *p = NULL;
+  int rc = ew_unary_begin(k, 1, &p);
+  if (rc < 0)
+    return rc;
+  if (!es_node_attr(k->node, "to"))
+    return ES_KFAIL(k, ES_EMODEL, "attribute 'to' is required");
+  int64_t to;
+  rc = es_attr_int(k, "to", 0, &to);
+  if (rc < 0)
+    return rc;
+  /* ONNX data types are 1..23 (through FLOAT4E2M1). */
+  if (to < 1 || to > 23)
+    return ES_KFAIL(k, ES_EMODEL, "attribute 'to' = %lld is not an ONNX data type", (long long)to);
+  int from_slot = ew_slot(p->dtype), to_slot = ew_slot((es_dtype)to);
+  if (to_slot < 0)
+    return ES_KFAIL(k, ES_ENOTSUP, "Cast to data type %lld is not implemented (float32, int32, "
+                    "int64, uint8, int8 and bool are)", (long long)to);
+  if (from_slot < 0)
+    return ES_KFAIL(k, ES_ENOTSUP, "Cast from %s is not implemented", es_dtype_name(p->dtype));
+  /* Same type: a plain copy, or nothing when the planner runs it in place. */
+  p->fn = from_slot == to_slot ? NULL : ew_cast_fns[from_slot][to_slot];
+  return ew_unary_end(k, p, (es_dtype)to);
+}
+
+static int ew_unary_run(const es_kinst *k, const void *const *in, void *const *out,
+                        void *scratch) {
+  (void)scratch;
+  const ew_unary_plan *p = k->params;
+  if (!p->fn) {
+    if (out[0] != in[0] && p->nbytes)
+      memcpy(out[0], in[0], p->nbytes);
+    return 0;
+  }
+  if (p->rt_min || p->rt_max) {
+    ew_scal s = p->s;
+    if (p->rt_min)
+      ew_clip_bound_load(&s, 0, p->dtype, in[p->rt_min]);
+    if (p->rt_max)
+      ew_clip_bound_load(&s, 1, p->dtype, in[p->rt_max]);
+    p->fn(in[0], out[0], p->count, &s);
+    return 0;
+  }
+  p->fn(in[0], out[0], p->count, &p->s);
+  return 0;
+}
+
+/* ==========================================================================
+ * Family lookup
+ * ======================================================================== */
+
+static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL};
+static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL};
+static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL};
+static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL};
+static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL};
+static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL};
+static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL};
+
+const es_kernel *es_kernels_elementwise(es_op op) {
+  switch (op) {
+  case ES_OP_Add:
+  case ES_OP_Sub:
+  case ES_OP_Mul:
+  case ES_OP_Div:
+  case ES_OP_Pow:
+  case ES_OP_Equal:
+    return &ew_binary_kernel;
+  case ES_OP_Relu:
+    return &ew_relu_kernel;
+  case ES_OP_Sigmoid:
+    return &ew_sigmoid_kernel;
+  case ES_OP_HardSigmoid:
+    return &ew_hardsigmoid_kernel;
+  case ES_OP_Clip:
+    return &ew_clip_kernel;
+  case ES_OP_Sqrt:
+    return &ew_sqrt_kernel;
+  case ES_OP_Cast:
+    return &ew_cast_kernel;
+  default:
+    return NULL;
+  }
+}

@@ -1,0 +1,148 @@
+/* The kernel interface: how the engine plans and runs one node.
+ *
+ * For every node of a plan (one concrete input shape) the planner makes an
+ * es_kinst and calls the operator's infer(): it validates attributes and
+ * input types/shapes, sets each output's dtype and shape, parses parameters
+ * into k->params (plan memory), says how many scratch bytes run() needs and
+ * whether output 0 may reuse an input's buffer. Inputs whose data is known
+ * while planning (weights, folded shape chains) are in k->in_static; ops
+ * that need an input's values to know their output shape (Reshape's shape,
+ * Slice's starts, Resize's sizes...) read them there, and refuse with
+ * ES_ENOTSUP when they are not static.
+ *
+ * run() computes: it reads inputs, writes outputs and may use scratch; it
+ * allocates nothing, writes nothing but out[] and scratch, and only reads
+ * k (so one plan serves any number of threads at once). Buffers: outputs and
+ * scratch are 64-byte aligned; inputs are at least 4-byte aligned; an output
+ * never overlaps an input unless infer allowed it through k->inplace, in
+ * which case out[0] == in[k->inplace] exactly.
+ *
+ * Errors: ES_EMODEL (bad attribute or input for this op) or ES_ENOTSUP (a
+ * legal ONNX feature the engine does not implement), via ES_KFAIL so the
+ * message names the node and op.
+ */
+#ifndef ES_KERNELS_KERNEL_H
+#define ES_KERNELS_KERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "edgeserve/engine.h"
+#include "model/graph.h"
+
+typedef struct es_tdesc {
+  es_dtype dtype;
+  int rank;
+  int64_t dims[ES_MAX_RANK];
+  size_t count;  /* elements (product of dims; 1 for a scalar) */
+  size_t nbytes; /* count x element size */
+} es_tdesc;
+
+/* Set dtype and shape and compute count and nbytes. ES_EMODEL when a dim is
+ * negative or the product overflows (more than 2^40 elements); ES_ENOTSUP
+ * for an unsupported dtype or rank > ES_MAX_RANK. */
+int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims);
+/* 1 if a and b have the same rank and dims. */
+int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b);
+
+typedef struct es_prep_store es_prep_store;
+
+typedef struct es_kinst {
+  const es_node *node;
+  int64_t opset;                /* the model's default-domain opset */
+  int n_in, n_out;
+  const es_tdesc *const *in;    /* [n_in]; NULL for an omitted optional input */
+  es_tdesc *const *out;         /* [n_out]; NULL for an omitted output */
+  const void *const *in_static; /* [n_in]: data known while planning, else NULL */
+  void *params;                 /* the op's parameters (es_kinst_alloc) */
+  size_t scratch_bytes;         /* set by infer */
+  int inplace;                  /* set by infer: input that out[0] may share, or -1 */
+  es_ctx *ctx;                  /* the plan's context memory */
+  es_prep_store *prep;          /* the model's prepared weights, or NULL */
+  const es_graph *graph;        /* the node's graph, where tensor attributes live
+                                   (es_attr.tensor indexes graph->values); NULL
+                                   when evaluated without one */
+  char label[120];              /* "node 'name' (#12 Conv)" */
+} es_kinst;
+
+/* Zeroed plan memory that lives as long as the plan; NULL on OOM. */
+void *es_kinst_alloc(es_kinst *k, size_t size);
+
+/* Prepared weights (reordered or packed once, read-only, shared by every
+ * plan and request of the model). Returns in *out the copy stored under key
+ * (unique per node and format, e.g. "conv:12:w:ABcd16b16a"), creating it the
+ * first time with fill(user, dst, bytes) into writable memory that is then
+ * sealed read-only. Without a model store (k->prep NULL, as in
+ * es_kernel_eval) the copy lives in plan memory. Thread-safe. */
+typedef int (*es_prep_fill_fn)(void *user, void *dst, size_t bytes);
+int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
+                      void *user, const void **out);
+
+/* The store: owned by a model, one sealed es_weights region per entry. */
+int es_prep_store_create(es_prep_store **out);
+void es_prep_store_destroy(es_prep_store *s);
+/* Bytes of prepared weights held. */
+size_t es_prep_store_bytes(const es_prep_store *s);
+
+#define ES_KFAIL(k, err, ...) es__kfail((k), (err), __VA_ARGS__)
+int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+typedef struct es_kernel {
+  int (*infer)(es_kinst *k);
+  int (*run)(const es_kinst *k, const void *const *in, void *const *out, void *scratch);
+  void (*release)(es_kinst *k); /* frees what params hold outside plan memory; may be NULL */
+} es_kernel;
+
+/* NULL for an op without a kernel (Constant is folded by the loader). */
+const es_kernel *es_kernel_for(es_op op);
+
+/* Each op family answers for its own ops, NULL for others. */
+const es_kernel *es_kernels_elementwise(es_op op);
+const es_kernel *es_kernels_shape(es_op op);
+const es_kernel *es_kernels_pool(es_op op);
+const es_kernel *es_kernels_reduce(es_op op);
+const es_kernel *es_kernels_resize(es_op op);
+const es_kernel *es_kernels_norm(es_op op);
+const es_kernel *es_kernels_conv(es_op op);
+const es_kernel *es_kernels_matmul(es_op op);
+
+/* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
+ * kernels instead of oneDNN, for plans made after the call. Also set by the
+ * environment variable ES_KERNELS=ref. Thread-safe. */
+void es_kernels_use_reference(int on);
+int es_kernels_reference(void);
+
+/* ---- attributes: absent -> default; present with another type -> ES_EMODEL */
+int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out);
+int es_attr_float(const es_kinst *k, const char *name, float def, float *out);
+int es_attr_string(const es_kinst *k, const char *name, const char *def, const char **out);
+/* *n = 0 and *v = NULL when absent. */
+int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n);
+int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n);
+
+/* Evaluate one node outside a plan: infer, then run into fresh outputs.
+ * Used for plan-time folding and by tests. out_data[i] is allocated with
+ * es_mem_alloc(ES_MEM_ENGINE) and owned by the caller (free with es_mem_free);
+ * ctx holds params and must outlive nothing but this call's use of them. */
+int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+                   const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
+/* The same with the node's graph (k->graph), for ops that read tensor
+ * attributes (ConstantOfShape's value); es_kernel_eval passes NULL. */
+int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
+                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
+                         es_tdesc *out_desc, void **out_data);
+
+/* ---- helpers shared by kernels ------------------------------------------------ */
+
+/* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
+ * shapes do not broadcast. */
+int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
+                       int64_t *dims);
+/* Normalise an axis in [-rank, rank) to [0, rank); ES_EMODEL otherwise. */
+int es_axis_norm(const es_kinst *k, int64_t axis, int rank, int *out);
+/* Read element i of a static int32/int64 tensor as int64. */
+int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i);
+
+#endif

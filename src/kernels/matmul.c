@@ -1,0 +1,277 @@
+/* MatMul (float32, numpy semantics: 1-D operands promoted, batch dimensions
+ * broadcast).
+ *
+ * Shapes are reduced in infer to a batch of M x K by K x N products: the
+ * output's batch dimensions with, per dimension, the element stride of A and
+ * of B (0 where that operand broadcasts).
+ *
+ * Two paths, chosen per plan in infer:
+ *   - oneDNN (default). When B has no batch of its own (2-D weights, the
+ *     projections of the target models: [b, t, K] x [K, N]), A's batch folds
+ *     into M and the product is one 2-D matmul; if B is static its layout is
+ *     left to oneDNN and reordered once into a prepared copy shared by all
+ *     plans of the model. Otherwise (attention: [1, h, t, d] x [1, h, d, t])
+ *     one batched matmul with plain layouts and oneDNN's own broadcasting.
+ *   - reference (ES_KERNELS=ref or es_kernels_use_reference(1)), also the
+ *     fallback for shapes oneDNN refuses and for K = 0 (a zero output):
+ *     per batch entry, each output row accumulates rows of B scaled by A's
+ *     elements (i-k-j order, the inner loop contiguous over N). */
+#include "kernels/dnnl_glue.h"
+#include "kernels/kernel.h"
+
+#include <string.h>
+
+/* ==========================================================================
+ * Parameters and shape inference
+ * ======================================================================== */
+
+typedef struct matmul_params {
+  int64_t m, k, n;
+  int nb;                       /* output batch rank */
+  int64_t bdims[ES_MAX_RANK];   /* output batch dims */
+  int64_t astr[ES_MAX_RANK];    /* A's element stride per output batch dim (0: broadcast) */
+  int64_t bstr[ES_MAX_RANK];
+  int64_t batch;                /* product of bdims */
+  int empty;                    /* the output has no element: run does nothing */
+  int use_dnnl;
+  es_dnnl_prim dnnl;
+} matmul_params;
+
+/* Batch dims of t (all but the last two; none for rank <= 2), padded on
+ * the left with 1s to nb. */
+static void matmul_batch_of(const es_tdesc *t, int nb, int64_t *dims) {
+  int tb = t->rank > 2 ? t->rank - 2 : 0;
+  for (int i = 0; i < nb; i++) {
+    int j = i - (nb - tb);
+    dims[i] = j >= 0 ? t->dims[j] : 1;
+  }
+}
+
+static int matmul_shapes(es_kinst *k, matmul_params *p, int *out_rank, int64_t *out_dims) {
+  if (k->n_in != 2 || !k->in[0] || !k->in[1])
+    return ES_KFAIL(k, ES_EMODEL, "MatMul needs exactly two inputs A and B");
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "MatMul has exactly one output");
+  const es_tdesc *a = k->in[0], *b = k->in[1];
+  for (int i = 0; i < 2; i++) {
+    es_dtype t = k->in[i]->dtype;
+    if (t == ES_DTYPE_INT32 || t == ES_DTYPE_INT64)
+      return ES_KFAIL(k, ES_ENOTSUP, "MatMul on %s is not supported (float32 only)",
+                      es_dtype_name(t));
+    if (t != ES_DTYPE_FLOAT)
+      return ES_KFAIL(k, ES_EMODEL, "input %c is %s, expected float32", i ? 'B' : 'A',
+                      es_dtype_name(t));
+  }
+  if (a->rank < 1 || b->rank < 1)
+    return ES_KFAIL(k, ES_EMODEL, "MatMul inputs must have rank 1 or more (A %d, B %d)", a->rank,
+                    b->rank);
+  /* A zero-sized tensor's other dims are otherwise unbounded; this keeps
+   * the stride products below from overflowing. */
+  for (int t = 0; t < 2; t++)
+    for (int i = 0; i < k->in[t]->rank; i++)
+      if (k->in[t]->dims[i] > ((int64_t)1 << 40))
+        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %c is %lld, more than 2^40", i,
+                        t ? 'B' : 'A', (long long)k->in[t]->dims[i]);
+  /* 1-D promotion: A [K] is [1, K], B [K] is [K, 1]; the 1 is dropped from
+   * the output. */
+  p->m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
+  int64_t ka = a->dims[a->rank - 1];
+  int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+  p->n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+  if (ka != kb)
+    return ES_KFAIL(k, ES_EMODEL, "inner dimensions differ: A has K = %lld, B has K = %lld",
+                    (long long)ka, (long long)kb);
+  p->k = ka;
+  int ab = a->rank > 2 ? a->rank - 2 : 0, bb = b->rank > 2 ? b->rank - 2 : 0;
+  p->nb = ab > bb ? ab : bb;
+  int64_t ad[ES_MAX_RANK], bd[ES_MAX_RANK];
+  matmul_batch_of(a, p->nb, ad);
+  matmul_batch_of(b, p->nb, bd);
+  int64_t as = p->m * p->k, bs = p->k * p->n;
+  p->batch = 1;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    if (ad[i] != bd[i] && ad[i] != 1 && bd[i] != 1)
+      return ES_KFAIL(k, ES_EMODEL,
+                      "batch dimensions do not broadcast: %lld vs %lld (output batch axis %d)",
+                      (long long)ad[i], (long long)bd[i], i);
+    p->bdims[i] = ad[i] == 1 ? bd[i] : ad[i];
+    p->astr[i] = ad[i] == 1 ? 0 : as;
+    p->bstr[i] = bd[i] == 1 ? 0 : bs;
+    as *= ad[i];
+    bs *= bd[i];
+    p->batch *= p->bdims[i];
+  }
+  int r = 0;
+  for (int i = 0; i < p->nb; i++)
+    out_dims[r++] = p->bdims[i];
+  if (a->rank > 1)
+    out_dims[r++] = p->m;
+  if (b->rank > 1)
+    out_dims[r++] = p->n;
+  *out_rank = r;
+  return 0;
+}
+
+/* ==========================================================================
+ * oneDNN path
+ * ======================================================================== */
+
+static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
+  const es_tdesc *a = k->in[0], *b = k->in[1];
+  int64_t bbatch = 1;
+  for (int i = 0; i < b->rank - 2; i++)
+    bbatch *= b->dims[i];
+  const void *bstatic = k->in_static[1];
+  dnnl_memory_desc_t amd, bmd, cmd, bany;
+  dnnl_status_t st;
+  int flat = bbatch == 1;
+  if (flat) {
+    /* One 2-D product: [batch * M, K] x [K, N]. */
+    int64_t ad[2] = {p->batch * p->m, p->k}, bd[2] = {p->k, p->n}, cd[2] = {p->batch * p->m, p->n};
+    st = es_dnnl_plain_md(&amd, 2, ad);
+    if (st == dnnl_success)
+      st = es_dnnl_plain_md(&bmd, 2, bd);
+    if (st == dnnl_success)
+      st = es_dnnl_plain_md(&cmd, 2, cd);
+  } else {
+    int nd = p->nb + 2;
+    int64_t ad[ES_MAX_RANK + 2], bd[ES_MAX_RANK + 2], cd[ES_MAX_RANK + 2];
+    matmul_batch_of(a, p->nb, ad);
+    matmul_batch_of(b, p->nb, bd);
+    memcpy(cd, p->bdims, sizeof(int64_t) * (size_t)p->nb);
+    ad[p->nb] = p->m, ad[p->nb + 1] = p->k;
+    bd[p->nb] = p->k, bd[p->nb + 1] = p->n;
+    cd[p->nb] = p->m, cd[p->nb + 1] = p->n;
+    st = es_dnnl_plain_md(&amd, nd, ad);
+    if (st == dnnl_success)
+      st = es_dnnl_plain_md(&bmd, nd, bd);
+    if (st == dnnl_success)
+      st = es_dnnl_plain_md(&cmd, nd, cd);
+  }
+  /* Static 2-D weights: let oneDNN pick their layout, prepared once. */
+  int prepare = flat && bstatic;
+  if (st == dnnl_success && prepare)
+    st = dnnl_memory_desc_init_by_tag(&bany, 2, bmd.dims, dnnl_f32, dnnl_format_tag_any);
+  if (st != dnnl_success)
+    return es_dnnl_fail(k, st, "describing the tensors");
+  dnnl_matmul_desc_t d;
+  st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, NULL, &cmd);
+  if (st != dnnl_success)
+    return es_dnnl_fail(k, st, "describing the matmul");
+  int rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+  if (rc < 0)
+    return rc;
+  return prepare ? es_dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
+}
+
+/* ==========================================================================
+ * Reference path
+ * ======================================================================== */
+
+/* c[i] += a * b[i] for i in [0, n). Written with vector extensions
+ * because -O2 does not vectorise a loop of unknown trip count. */
+typedef float matmul_v8 __attribute__((vector_size(32)));
+
+static void matmul_axpy(float *restrict c, const float *restrict b, float a, int64_t n) {
+  matmul_v8 av = (matmul_v8){0} + a;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    matmul_v8 bv, cv;
+    memcpy(&bv, b + i, sizeof bv);
+    memcpy(&cv, c + i, sizeof cv);
+    cv += av * bv;
+    memcpy(c + i, &cv, sizeof cv);
+  }
+  for (; i < n; i++)
+    c[i] += a * b[i];
+}
+
+static void matmul_block(const float *restrict a, const float *restrict b, float *restrict c,
+                         int64_t m, int64_t kk, int64_t n) {
+  for (int64_t i = 0; i < m; i++) {
+    float *restrict cr = c + i * n;
+    for (int64_t j = 0; j < n; j++)
+      cr[j] = 0.0f;
+    for (int64_t t = 0; t < kk; t++)
+      matmul_axpy(cr, b + t * n, a[i * kk + t], n);
+  }
+}
+
+static void matmul_ref(const matmul_params *p, const float *a, const float *b, float *c) {
+  int64_t idx[ES_MAX_RANK] = {0};
+  int64_t aoff = 0, boff = 0, csz = p->m * p->n;
+  for (int64_t e = 0; e < p->batch; e++) {
+    matmul_block(a + aoff, b + boff, c + e * csz, p->m, p->k, p->n);
+    /* Odometer over the batch dims, keeping both operands' offsets. */
+    for (int i = p->nb - 1; i >= 0; i--) {
+      aoff += p->astr[i];
+      boff += p->bstr[i];
+      if (++idx[i] < p->bdims[i])
+        break;
+      aoff -= p->astr[i] * p->bdims[i];
+      boff -= p->bstr[i] * p->bdims[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+/* ==========================================================================
+ * Kernel
+ * ======================================================================== */
+
+static int matmul_infer(es_kinst *k) {
+  matmul_params *p = es_kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
+  k->params = p;
+  int rank = 0;
+  int64_t dims[ES_MAX_RANK];
+  int rc = matmul_shapes(k, p, &rank, dims);
+  if (rc < 0)
+    return rc;
+  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, rank, dims)) < 0)
+    return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
+  k->scratch_bytes = 0;
+  k->inplace = -1;
+  /* K = 0 (zeros out) stays on the reference loops. */
+  p->empty = k->out[0]->count == 0;
+  p->use_dnnl = !es_kernels_reference() && !p->empty && p->k > 0;
+  if (p->use_dnnl) {
+    rc = matmul_dnnl_setup(k, p);
+    if (rc == ES_ENOTSUP && !p->dnnl.prim) {
+      /* oneDNN refuses this broadcast: the reference loops compute it. */
+      es_dnnl_prim_destroy(&p->dnnl);
+      p->use_dnnl = 0;
+      k->scratch_bytes = 0;
+      rc = 0;
+    }
+    if (rc < 0) {
+      es_dnnl_prim_destroy(&p->dnnl);
+      p->use_dnnl = 0;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int matmul_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  const matmul_params *p = k->params;
+  if (p->empty)
+    return 0;
+  if (p->use_dnnl)
+    return es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
+                            out[0], scratch);
+  matmul_ref(p, in[0], in[1], out[0]);
+  return 0;
+}
+
+static void matmul_release(es_kinst *k) {
+  matmul_params *p = k->params;
+  if (p)
+    es_dnnl_prim_destroy(&p->dnnl);
+}
+
+static const es_kernel matmul_kernel = {matmul_infer, matmul_run, matmul_release};
+
+const es_kernel *es_kernels_matmul(es_op op) { return op == ES_OP_MatMul ? &matmul_kernel : NULL; }

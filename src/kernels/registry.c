@@ -1,0 +1,342 @@
+/* Kernel lookup, attribute readers and helpers shared by every op family.
+ *
+ * Families (elementwise.c, shape.c, pool.c, ...) each answer for their own
+ * operators; lookup asks them in turn. A family is a file, so adding an op
+ * touches its family and the ops table, nothing else. */
+#include "kernels/kernel.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Lookup
+ * ======================================================================== */
+
+const es_kernel *es_kernel_for(es_op op) {
+  typedef const es_kernel *(*family_fn)(es_op);
+  static const family_fn families[] = {
+      es_kernels_elementwise, es_kernels_shape, es_kernels_pool, es_kernels_reduce,
+      es_kernels_resize,      es_kernels_norm,  es_kernels_conv, es_kernels_matmul,
+  };
+  for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
+    const es_kernel *k = families[i](op);
+    if (k)
+      return k;
+  }
+  return NULL;
+}
+
+static _Atomic int es_reference_ = -1; /* -1: not decided, read the environment */
+
+void es_kernels_use_reference(int on) { atomic_store(&es_reference_, on ? 1 : 0); }
+
+int es_kernels_reference(void) {
+  int v = atomic_load(&es_reference_);
+  if (v < 0) {
+    const char *e = getenv("ES_KERNELS");
+    v = e && !strcmp(e, "ref");
+    int expect = -1;
+    atomic_compare_exchange_strong(&es_reference_, &expect, v);
+    v = atomic_load(&es_reference_);
+  }
+  return v;
+}
+
+/* ==========================================================================
+ * Tensor descriptors
+ * ======================================================================== */
+
+int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
+  size_t esz = es_dtype_size(dtype);
+  if (esz == 0)
+    return es__fail(ES_ENOTSUP, "element type %s (%d) is not supported", es_dtype_name(dtype),
+                    (int)dtype);
+  if (rank < 0 || rank > ES_MAX_RANK)
+    return es__fail(ES_ENOTSUP, "rank %d is outside 0..%d", rank, ES_MAX_RANK);
+  uint64_t n = 1;
+  for (int i = 0; i < rank; i++) {
+    if (dims[i] < 0)
+      return es__fail(ES_EMODEL, "dimension %d is negative (%lld)", i, (long long)dims[i]);
+    if (__builtin_mul_overflow(n, (uint64_t)dims[i], &n) || n > ((uint64_t)1 << 40))
+      return es__fail(ES_EMODEL, "shape has more than 2^40 elements");
+  }
+  t->dtype = dtype;
+  t->rank = rank;
+  for (int i = 0; i < ES_MAX_RANK; i++)
+    t->dims[i] = i < rank ? dims[i] : 0;
+  t->count = (size_t)n;
+  t->nbytes = (size_t)n * esz;
+  return 0;
+}
+
+int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
+  if (a->rank != b->rank)
+    return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i] != b->dims[i])
+      return 0;
+  return 1;
+}
+
+/* ==========================================================================
+ * Kernel instances and errors
+ * ======================================================================== */
+
+void *es_kinst_alloc(es_kinst *k, size_t size) { return es_ctx_alloc(k->ctx, size); }
+
+int es__kfail(const es_kinst *k, int err, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return es__fail(err, "%s: %s", k->label, msg);
+}
+
+/* ==========================================================================
+ * Prepared weights
+ * ======================================================================== */
+
+typedef struct prep_entry {
+  struct prep_entry *next;
+  char *key;
+  es_weights *w;
+} prep_entry;
+
+struct es_prep_store {
+  pthread_mutex_t lock;
+  prep_entry *head;
+  size_t bytes;
+};
+
+int es_prep_store_create(es_prep_store **out) {
+  es_prep_store *s = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *s);
+  if (!s)
+    return es__fail(ES_ENOMEM, "out of memory creating the prepared-weights store");
+  pthread_mutex_init(&s->lock, NULL);
+  *out = s;
+  return 0;
+}
+
+void es_prep_store_destroy(es_prep_store *s) {
+  if (!s)
+    return;
+  prep_entry *e = s->head;
+  while (e) {
+    prep_entry *next = e->next;
+    es_weights_release(e->w);
+    es_mem_free(e->key);
+    es_mem_free(e);
+    e = next;
+  }
+  pthread_mutex_destroy(&s->lock);
+  es_mem_free(s);
+}
+
+size_t es_prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
+
+int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
+                      void *user, const void **out) {
+  if (!k->prep) {
+    void *p = es_kinst_alloc(k, bytes ? bytes : 1);
+    if (!p)
+      return es__kfail(k, ES_ENOMEM, "out of memory for %zu bytes of prepared weights", bytes);
+    int rc = fill(user, p, bytes);
+    if (rc == 0)
+      *out = p;
+    return rc;
+  }
+  es_prep_store *s = k->prep;
+  /* Held across fill so two plans made at once never prepare twice. */
+  pthread_mutex_lock(&s->lock);
+  int rc = 0;
+  prep_entry *e;
+  for (e = s->head; e; e = e->next)
+    if (!strcmp(e->key, key))
+      break;
+  if (e) {
+    if (es_weights_size(e->w) < bytes)
+      rc = es__kfail(k, ES_ECORRUPT, "prepared weights '%s' exist with another size", key);
+    else
+      *out = es_weights_data(e->w);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+  }
+  e = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *e);
+  es_weights *w = NULL;
+  void *dst = NULL;
+  if (!e || !(e->key = es_mem_strdup(ES_MEM_ENGINE, key)))
+    rc = es__kfail(k, ES_ENOMEM, "out of memory for prepared weights");
+  if (rc == 0)
+    rc = es_weights_create(bytes ? bytes : 1, &w);
+  if (rc == 0)
+    rc = es_weights_data_mut(w, &dst);
+  if (rc == 0)
+    rc = fill(user, dst, bytes);
+  if (rc == 0)
+    rc = es_weights_seal(w);
+  if (rc < 0) {
+    es_weights_release(w);
+    if (e)
+      es_mem_free(e->key);
+    es_mem_free(e);
+  } else {
+    e->w = w;
+    e->next = s->head;
+    s->head = e;
+    s->bytes += es_weights_size(w);
+    *out = es_weights_data(w);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+/* ==========================================================================
+ * Attributes
+ * ======================================================================== */
+
+static const es_attr *attr_typed(const es_kinst *k, const char *name, es_attr_type type,
+                                 int *rc) {
+  const es_attr *a = es_node_attr(k->node, name);
+  *rc = 0;
+  if (a && a->type != type) {
+    *rc = es__kfail(k, ES_EMODEL, "attribute '%s' has type %d, expected %d", name, (int)a->type,
+                    (int)type);
+    return NULL;
+  }
+  return a;
+}
+
+int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_INT, &rc);
+  *out = a ? a->i : def;
+  return rc;
+}
+
+int es_attr_float(const es_kinst *k, const char *name, float def, float *out) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_FLOAT, &rc);
+  *out = a ? a->f : def;
+  return rc;
+}
+
+int es_attr_string(const es_kinst *k, const char *name, const char *def, const char **out) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_STRING, &rc);
+  *out = a ? a->s : def;
+  return rc;
+}
+
+int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_INTS, &rc);
+  *v = a ? a->ints : NULL;
+  *n = a ? a->n : 0;
+  return rc;
+}
+
+int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_FLOATS, &rc);
+  *v = a ? a->floats : NULL;
+  *n = a ? a->n : 0;
+  return rc;
+}
+
+/* ==========================================================================
+ * Shared helpers
+ * ======================================================================== */
+
+int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
+                       int64_t *dims) {
+  int r = a->rank > b->rank ? a->rank : b->rank;
+  for (int i = 0; i < r; i++) {
+    int ia = i - (r - a->rank), ib = i - (r - b->rank);
+    int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+    if (da != db && da != 1 && db != 1)
+      return es__kfail(k, ES_EMODEL, "shapes do not broadcast: dimension %d is %lld vs %lld", i,
+                       (long long)da, (long long)db);
+    dims[i] = da == 1 ? db : da;
+  }
+  *rank = r;
+  return 0;
+}
+
+int es_axis_norm(const es_kinst *k, int64_t axis, int rank, int *out) {
+  if (axis < -(int64_t)rank || axis >= (int64_t)rank)
+    return es__kfail(k, ES_EMODEL, "axis %lld is outside [-%d, %d)", (long long)axis, rank, rank);
+  *out = (int)(axis < 0 ? axis + rank : axis);
+  return 0;
+}
+
+int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i) {
+  return t->dtype == ES_DTYPE_INT64 ? ((const int64_t *)data)[i]
+                                    : (int64_t)((const int32_t *)data)[i];
+}
+
+/* ==========================================================================
+ * One node outside a plan
+ * ======================================================================== */
+
+int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+                   const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
+  return es_kernel_eval_graph(NULL, node, opset, n_in, in_desc, in_data, n_out, out_desc,
+                              out_data);
+}
+
+int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
+                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
+                         es_tdesc *out_desc, void **out_data) {
+  const es_kernel *kern = es_kernel_for(node->op);
+  if (!kern)
+    return es__fail(ES_ENOTSUP, "no kernel for %s", es_op_name(node->op));
+  es_ctx ctx = {0};
+  es_tdesc *outp[ES_MAX_RANK * 4];
+  if (n_out > (int)(sizeof outp / sizeof outp[0]))
+    return es__fail(ES_ENOTSUP, "too many outputs");
+  for (int i = 0; i < n_out; i++) {
+    memset(&out_desc[i], 0, sizeof out_desc[i]);
+    outp[i] = &out_desc[i];
+    out_data[i] = NULL;
+  }
+  es_kinst k = {.node = node,
+                .opset = opset,
+                .n_in = n_in,
+                .n_out = n_out,
+                .in = in_desc,
+                .out = outp,
+                .in_static = in_data,
+                .inplace = -1,
+                .ctx = &ctx,
+                .graph = graph};
+  es_node_label(node, k.label, sizeof k.label);
+  int rc = kern->infer(&k);
+  void *scratch = NULL;
+  if (rc == 0 && k.scratch_bytes) {
+    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, k.scratch_bytes);
+    if (!scratch)
+      rc = es__fail(ES_ENOMEM, "out of memory for %zu scratch bytes", k.scratch_bytes);
+  }
+  for (int i = 0; rc == 0 && i < n_out; i++) {
+    out_data[i] = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, out_desc[i].nbytes ? out_desc[i].nbytes : 1);
+    if (!out_data[i])
+      rc = es__fail(ES_ENOMEM, "out of memory for %zu output bytes", out_desc[i].nbytes);
+  }
+  if (rc == 0)
+    rc = kern->run(&k, in_data, out_data, scratch);
+  if (kern->release)
+    kern->release(&k);
+  es_mem_free(scratch);
+  if (rc < 0)
+    for (int i = 0; i < n_out; i++) {
+      es_mem_free(out_data[i]);
+      out_data[i] = NULL;
+    }
+  es_ctx_free_all(&ctx);
+  return rc;
+}

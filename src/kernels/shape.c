@@ -1,0 +1,1194 @@
+/* The shape family: operators that move bytes without arithmetic.
+ *
+ * Shape, Reshape, Squeeze, Concat, Slice, Split, Transpose, Pad and
+ * ConstantOfShape. None of them looks at element values, so every kernel
+ * works on raw elements of 1, 4 or 8 bytes and serves every dtype.
+ *
+ * Everything that depends on shapes or on plan-time values (Reshape's
+ * target, Slice's starts, Pad's pads...) is resolved in infer() into plain
+ * integers in plan memory; run() only walks those. Ops whose output is a
+ * view of the input bytes (Reshape, Squeeze, and a Transpose or Slice that
+ * turns out to keep the leading bytes in order) copy with one memcpy and
+ * allow the planner to alias the output with the input, making them free.
+ *
+ * The data movers:
+ *  - Concat and Split are block copies: for each index of the dimensions
+ *    before the axis, one contiguous block per input (output).
+ *  - Slice and Transpose are one strided gather (copy_plan): the output is
+ *    walked in order while the source index advances by per-dimension
+ *    strides (negative for reversed slices). Planning drops unit dims and
+ *    merges dims that are contiguous in both source and destination, so a
+ *    transpose that keeps the last dim becomes row memcpys, and NHWC<->NCHW
+ *    becomes a 2-D transpose done in cache-sized tiles.
+ *  - Pad writes each output row once: fill, copy of the interior, fill (or
+ *    for edge/reflect, elements mapped back into the input).
+ */
+#include "kernels/kernel.h"
+
+#include <stdbool.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* ==========================================================================
+ * Input checks and static values
+ * ======================================================================== */
+
+/* Inputs [0, min_in) are required, at most max_in are accepted; outputs
+ * likewise, where required outputs must not have been omitted. */
+static int io_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out) {
+  if (k->n_in < min_in || k->n_in > max_in)
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
+  for (int i = 0; i < min_in; i++)
+    if (!k->in[i])
+      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
+  if (k->n_out < min_out || k->n_out > max_out)
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d to %d", k->n_out, min_out,
+                    max_out);
+  for (int i = 0; i < min_out; i++)
+    if (!k->out[i])
+      return ES_KFAIL(k, ES_EMODEL, "required output %d is missing", i);
+  return 0;
+}
+
+/* A 1-D int32/int64 input whose values are needed while planning. */
+static int static_vec(es_kinst *k, int i, const char *what, const void **data, size_t *n) {
+  const es_tdesc *t = k->in[i];
+  if (!k->in_static || !k->in_static[i])
+    return ES_KFAIL(k, ES_ENOTSUP, "%s (input %d) must be known when planning", what, i);
+  if (t->dtype != ES_DTYPE_INT64 && t->dtype != ES_DTYPE_INT32)
+    return ES_KFAIL(k, ES_EMODEL, "%s (input %d) is %s, expected int64", what, i,
+                    es_dtype_name(t->dtype));
+  if (t->rank > 1)
+    return ES_KFAIL(k, ES_EMODEL, "%s (input %d) has rank %d, expected 1", what, i, t->rank);
+  *data = k->in_static[i];
+  *n = t->count;
+  return 0;
+}
+
+/* static_vec into a bounded buffer; too_long is the error for more than max
+ * values (ES_ENOTSUP when the count is a rank beyond ES_MAX_RANK). */
+static int static_ints(es_kinst *k, int i, const char *what, size_t max, int too_long,
+                       int64_t *v, size_t *n) {
+  const void *data;
+  int rc = static_vec(k, i, what, &data, n);
+  if (rc < 0)
+    return rc;
+  if (*n > max)
+    return ES_KFAIL(k, too_long, "%s (input %d) has %zu values, at most %zu are supported", what,
+                    i, *n, max);
+  for (size_t j = 0; j < *n; j++)
+    v[j] = es_static_i64(k->in[i], data, j);
+  return 0;
+}
+
+/* An attribute list of ints into a bounded buffer; *present = 0 if absent. */
+static int attr_ints_copy(es_kinst *k, const char *name, size_t max, int64_t *v, size_t *n,
+                          bool *present) {
+  const int64_t *a;
+  int rc = es_attr_ints(k, name, &a, n);
+  if (rc < 0)
+    return rc;
+  *present = es_node_attr(k->node, name) != NULL;
+  if (*n > max)
+    return ES_KFAIL(k, ES_EMODEL, "attribute '%s' has %zu values, expected at most %zu", name, *n,
+                    max);
+  for (size_t j = 0; j < *n; j++)
+    v[j] = a[j];
+  return 0;
+}
+
+/* Sets an output's shape, naming the node when the shape is invalid. */
+static int out_set(es_kinst *k, int o, es_dtype dt, int rank, const int64_t *dims) {
+  int rc = es_tdesc_set(k->out[o], dt, rank, dims);
+  if (rc < 0)
+    return ES_KFAIL(k, rc, "output %d: %s", o, es_last_error_detail());
+  return 0;
+}
+
+/* Normalised, duplicate-free axes; 'seen' marks them. */
+static int axes_norm(es_kinst *k, const int64_t *axes, size_t n, int rank, const char *what,
+                     int *out, bool *seen) {
+  for (int i = 0; i < ES_MAX_RANK; i++)
+    seen[i] = false;
+  for (size_t j = 0; j < n; j++) {
+    if (axes[j] < -(int64_t)rank || axes[j] >= rank)
+      return ES_KFAIL(k, ES_EMODEL, "%s[%zu] = %lld is outside [-%d, %d)", what, j,
+                      (long long)axes[j], rank, rank);
+    int a = (int)(axes[j] < 0 ? axes[j] + rank : axes[j]);
+    if (seen[a])
+      return ES_KFAIL(k, ES_EMODEL, "%s repeats axis %d", what, a);
+    seen[a] = true;
+    out[j] = a;
+  }
+  return 0;
+}
+
+static void *params_alloc(es_kinst *k, size_t size) {
+  void *p = es_kinst_alloc(k, size);
+  if (!p)
+    ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
+  return p;
+}
+
+/* Row-major element strides of a shape. */
+static void strides_of(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= dims[i];
+  }
+}
+
+/* ==========================================================================
+ * Element moves
+ * ======================================================================== */
+
+/* n elements of esz bytes from src (stride ss elements) to dst (stride ds).
+ * Inputs are only 4-byte aligned, so 8-byte elements go through memcpy,
+ * which compiles to plain moves. */
+static inline void elems_copy(char *restrict dst, const char *restrict src, int64_t n, int64_t ss,
+                              int64_t ds, size_t esz) {
+  if (ss == 1 && ds == 1) {
+    memcpy(dst, src, (size_t)n * esz);
+    return;
+  }
+  switch (esz) {
+  case 4: {
+    uint32_t *restrict d = (uint32_t *)(void *)dst;
+    const uint32_t *restrict s = (const uint32_t *)(const void *)src;
+    if (ds == 1)
+      for (int64_t j = 0; j < n; j++)
+        d[j] = s[j * ss];
+    else
+      for (int64_t j = 0; j < n; j++)
+        d[j * ds] = s[j * ss];
+    break;
+  }
+  case 1: {
+    uint8_t *restrict d = (uint8_t *)dst;
+    const uint8_t *restrict s = (const uint8_t *)src;
+    for (int64_t j = 0; j < n; j++)
+      d[j * ds] = s[j * ss];
+    break;
+  }
+  case 8:
+    for (int64_t j = 0; j < n; j++)
+      memcpy(dst + j * ds * 8, src + j * ss * 8, 8);
+    break;
+  default:
+    for (int64_t j = 0; j < n; j++)
+      memcpy(dst + j * ds * (int64_t)esz, src + j * ss * (int64_t)esz, esz);
+    break;
+  }
+}
+
+/* n copies of the element at val into dst (64-byte aligned outputs, so typed
+ * stores are aligned for every element size). */
+static void elems_fill(char *restrict dst, const unsigned char *val, int64_t n, size_t esz) {
+  switch (esz) {
+  case 1:
+    memset(dst, val[0], (size_t)n);
+    break;
+  case 4: {
+    uint32_t v, *restrict d = (uint32_t *)(void *)dst;
+    memcpy(&v, val, 4);
+    if (v == 0) {
+      memset(dst, 0, (size_t)n * 4);
+      break;
+    }
+    for (int64_t j = 0; j < n; j++)
+      d[j] = v;
+    break;
+  }
+  case 8: {
+    uint64_t v, *restrict d = (uint64_t *)(void *)dst;
+    memcpy(&v, val, 8);
+    if (v == 0) {
+      memset(dst, 0, (size_t)n * 8);
+      break;
+    }
+    for (int64_t j = 0; j < n; j++)
+      d[j] = v;
+    break;
+  }
+  default:
+    for (int64_t j = 0; j < n; j++)
+      memcpy(dst + j * (int64_t)esz, val, esz);
+    break;
+  }
+}
+
+/* One element of dtype dt holding x (Pad's float 'value' attribute). */
+static void value_from_float(es_dtype dt, float x, unsigned char *val) {
+  memset(val, 0, 8);
+  switch (dt) {
+  case ES_DTYPE_FLOAT:
+    memcpy(val, &x, 4);
+    break;
+  case ES_DTYPE_INT64: {
+    int64_t v = (int64_t)x;
+    memcpy(val, &v, 8);
+    break;
+  }
+  case ES_DTYPE_INT32: {
+    int32_t v = (int32_t)x;
+    memcpy(val, &v, 4);
+    break;
+  }
+  case ES_DTYPE_INT8:
+    val[0] = (unsigned char)(int8_t)x;
+    break;
+  case ES_DTYPE_BOOL:
+    val[0] = x != 0.0f;
+    break;
+  default:
+    val[0] = (unsigned char)x;
+    break;
+  }
+}
+
+/* ==========================================================================
+ * Strided gather (Slice, Transpose)
+ * ======================================================================== */
+
+/* Tile edge for the 2-D transpose path: a 32x32 tile of 4-byte elements
+ * reads 4 KB and writes 4 KB, well inside L1 (32 measured best among 8-64
+ * on NCHW<->NHWC of 64 channels at 80x80). */
+#define COPY_TILE 32
+
+typedef struct copy_plan {
+  int rank;                /* merged dims; -1 when there is nothing to copy */
+  int tile;                /* dim with unit source stride transposed against the last in
+                              tiles, or -1 */
+  bool identity;           /* the output is the source's leading bytes in order, so it
+                              may share the source's buffer */
+  size_t esz;
+  int64_t n[ES_MAX_RANK];
+  int64_t ss[ES_MAX_RANK]; /* source strides, elements; negative for reversed slices */
+  int64_t ds[ES_MAX_RANK]; /* destination strides, elements */
+  int64_t soff;            /* source element of the first element written */
+} copy_plan;
+
+/* Plans out[i0..] = src[soff + sum i_d * ss[d]] over dims n, written to a
+ * contiguous destination. */
+static void copy_plan_init(copy_plan *p, size_t esz, int rank, const int64_t *n,
+                           const int64_t *ss, int64_t soff) {
+  int64_t ds[ES_MAX_RANK], kn[ES_MAX_RANK], kss[ES_MAX_RANK], kds[ES_MAX_RANK];
+  p->esz = esz;
+  p->soff = soff;
+  p->tile = -1;
+  p->identity = false;
+  strides_of(rank, n, ds);
+  for (int i = 0; i < rank; i++)
+    if (n[i] == 0) {
+      p->rank = -1;
+      return;
+    }
+  /* Walk from the innermost dim out: unit dims vanish, and a dim whose
+   * strides continue the kept inner one on both sides joins it. */
+  int m = 0;
+  for (int i = rank - 1; i >= 0; i--) {
+    if (n[i] == 1)
+      continue;
+    if (m > 0 && ss[i] == kss[m - 1] * kn[m - 1] && ds[i] == kds[m - 1] * kn[m - 1]) {
+      kn[m - 1] *= n[i];
+      continue;
+    }
+    kn[m] = n[i], kss[m] = ss[i], kds[m] = ds[i];
+    m++;
+  }
+  if (m == 0)
+    kn[0] = 1, kss[0] = 1, kds[0] = 1, m = 1;
+  p->rank = m;
+  for (int i = 0; i < m; i++)
+    p->n[i] = kn[m - 1 - i], p->ss[i] = kss[m - 1 - i], p->ds[i] = kds[m - 1 - i];
+  int last = m - 1;
+  p->identity = m == 1 && p->ss[0] == 1 && soff == 0;
+  if (p->ss[last] != 1 && p->n[last] >= 4)
+    for (int i = 0; i < last; i++)
+      if (p->ss[i] == 1 && p->n[i] >= 2)
+        p->tile = i;
+}
+
+/* 4-byte 2-D transpose d[i*dt + j] = s[i + j*sl], i < ni, j < nj: the
+ * layout change around most convolutions (NCHW <-> NHWC). Blocks of 4x4
+ * move through registers (SSE2 where present) so both sides are read and
+ * written four elements at a time; tiles keep the lines in L1. */
+static void transpose4(uint32_t *restrict d, const uint32_t *restrict s, int64_t ni, int64_t nj,
+                       int64_t dt, int64_t sl) {
+  for (int64_t i0 = 0; i0 < ni; i0 += COPY_TILE) {
+    int64_t ie = i0 + COPY_TILE < ni ? i0 + COPY_TILE : ni;
+    for (int64_t j0 = 0; j0 < nj; j0 += COPY_TILE) {
+      int64_t je = j0 + COPY_TILE < nj ? j0 + COPY_TILE : nj;
+      int64_t i = i0;
+#if defined(__SSE2__)
+      for (; i + 4 <= ie; i += 4) {
+        int64_t j = j0;
+        for (; j + 4 <= je; j += 4) {
+          const uint32_t *sp = s + i + j * sl;
+          __m128i a = _mm_loadu_si128((const __m128i *)(const void *)sp);
+          __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(sp + sl));
+          __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(sp + 2 * sl));
+          __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(sp + 3 * sl));
+          __m128i t0 = _mm_unpacklo_epi32(a, b), t1 = _mm_unpacklo_epi32(c, e);
+          __m128i t2 = _mm_unpackhi_epi32(a, b), t3 = _mm_unpackhi_epi32(c, e);
+          uint32_t *dp = d + i * dt + j;
+          _mm_storeu_si128((__m128i *)(void *)dp, _mm_unpacklo_epi64(t0, t1));
+          _mm_storeu_si128((__m128i *)(void *)(dp + dt), _mm_unpackhi_epi64(t0, t1));
+          _mm_storeu_si128((__m128i *)(void *)(dp + 2 * dt), _mm_unpacklo_epi64(t2, t3));
+          _mm_storeu_si128((__m128i *)(void *)(dp + 3 * dt), _mm_unpackhi_epi64(t2, t3));
+        }
+        for (; j < je; j++)
+          for (int64_t r = 0; r < 4; r++)
+            d[(i + r) * dt + j] = s[i + r + j * sl];
+      }
+#endif
+      for (; i < ie; i++)
+        for (int64_t j = j0; j < je; j++)
+          d[i * dt + j] = s[i + j * sl];
+    }
+  }
+}
+
+/* Both tile dims (t and the last) for one position of the other dims. */
+static void copy_tiles(const copy_plan *p, char *dst, const char *src) {
+  int t = p->tile, l = p->rank - 1;
+  int64_t nt = p->n[t], nl = p->n[l];
+  int64_t esz = (int64_t)p->esz;
+  if (esz == 4 && p->ds[l] == 1) {
+    transpose4((uint32_t *)(void *)dst, (const uint32_t *)(const void *)src, nt, nl, p->ds[t],
+               p->ss[l]);
+    return;
+  }
+  for (int64_t i0 = 0; i0 < nt; i0 += COPY_TILE) {
+    int64_t ie = i0 + COPY_TILE < nt ? i0 + COPY_TILE : nt;
+    for (int64_t j0 = 0; j0 < nl; j0 += COPY_TILE) {
+      int64_t je = j0 + COPY_TILE < nl ? j0 + COPY_TILE : nl;
+      for (int64_t i = i0; i < ie; i++)
+        elems_copy(dst + (i * p->ds[t] + j0 * p->ds[l]) * esz,
+                   src + (i * p->ss[t] + j0 * p->ss[l]) * esz, je - j0, p->ss[l], p->ds[l],
+                   p->esz);
+    }
+  }
+}
+
+static void copy_run(const copy_plan *p, void *dst, const void *src) {
+  if (p->rank < 0)
+    return;
+  int64_t esz = (int64_t)p->esz;
+  const char *s = (const char *)src + p->soff * esz;
+  char *d = dst;
+  int last = p->rank - 1, tile = p->tile;
+  int64_t idx[ES_MAX_RANK] = {0};
+  int64_t so = 0, dof = 0;
+  for (;;) {
+    if (tile >= 0)
+      copy_tiles(p, d + dof * esz, s + so * esz);
+    else
+      elems_copy(d + dof * esz, s + so * esz, p->n[last], p->ss[last], p->ds[last], p->esz);
+    /* Odometer over the dims the row (or tile) does not cover. */
+    int i = last - 1;
+    for (; i >= 0; i--) {
+      if (i == tile)
+        continue;
+      so += p->ss[i];
+      dof += p->ds[i];
+      if (++idx[i] < p->n[i])
+        break;
+      so -= p->ss[i] * p->n[i];
+      dof -= p->ds[i] * p->n[i];
+      idx[i] = 0;
+    }
+    if (i < 0)
+      return;
+  }
+}
+
+static int gather_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const copy_plan *p = k->params;
+  if (p->identity && out[0] == in[0])
+    return 0;
+  copy_run(p, out[0], in[0]);
+  return 0;
+}
+
+/* ==========================================================================
+ * Shape
+ * ======================================================================== */
+
+typedef struct shape_params {
+  int n;
+  int64_t dims[ES_MAX_RANK];
+} shape_params;
+
+static int shape_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  int rank = k->in[0]->rank;
+  int64_t start, end;
+  if ((rc = es_attr_int(k, "start", 0, &start)) < 0 || (rc = es_attr_int(k, "end", rank, &end)) < 0)
+    return rc;
+  /* Opset 15: negative bounds count from the end, then both clamp. */
+  if (start < 0)
+    start += rank;
+  if (end < 0)
+    end += rank;
+  start = start < 0 ? 0 : start > rank ? rank : start;
+  end = end < 0 ? 0 : end > rank ? rank : end;
+  shape_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->n = end > start ? (int)(end - start) : 0;
+  for (int i = 0; i < p->n; i++)
+    p->dims[i] = k->in[0]->dims[start + i];
+  k->params = p;
+  int64_t od = p->n;
+  return out_set(k, 0, ES_DTYPE_INT64, 1, &od);
+}
+
+static int shape_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)in, (void)scratch;
+  const shape_params *p = k->params;
+  memcpy(out[0], p->dims, (size_t)p->n * sizeof(int64_t));
+  return 0;
+}
+
+/* ==========================================================================
+ * Reshape, Squeeze: same bytes, new shape
+ * ======================================================================== */
+
+typedef struct view_params {
+  size_t nbytes;
+} view_params;
+
+static int view_finish(es_kinst *k, int rank, const int64_t *dims) {
+  int rc = out_set(k, 0, k->in[0]->dtype, rank, dims);
+  if (rc < 0)
+    return rc;
+  if (k->out[0]->count != k->in[0]->count)
+    return ES_KFAIL(k, ES_EMODEL, "output has %zu elements, the input %zu", k->out[0]->count,
+                    k->in[0]->count);
+  view_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->nbytes = k->in[0]->nbytes;
+  k->params = p;
+  k->inplace = 0; /* a view: the planner may give the output the input's buffer */
+  return 0;
+}
+
+static int view_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const view_params *p = k->params;
+  if (out[0] != in[0])
+    memcpy(out[0], in[0], p->nbytes);
+  return 0;
+}
+
+static int reshape_infer(es_kinst *k) {
+  int rc = io_check(k, 2, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t shape[ES_MAX_RANK], allowzero;
+  size_t n;
+  if ((rc = static_ints(k, 1, "shape", ES_MAX_RANK, ES_ENOTSUP, shape, &n)) < 0 ||
+      (rc = es_attr_int(k, "allowzero", 0, &allowzero)) < 0)
+    return rc;
+  if (allowzero != 0 && allowzero != 1)
+    return ES_KFAIL(k, ES_EMODEL, "allowzero is %lld, expected 0 or 1", (long long)allowzero);
+  int infer_at = -1;
+  bool has_zero = false;
+  uint64_t known = 1;
+  for (size_t i = 0; i < n; i++) {
+    if (shape[i] == -1) {
+      if (infer_at >= 0)
+        return ES_KFAIL(k, ES_EMODEL, "shape has -1 at both %d and %zu, expected at most one",
+                        infer_at, i);
+      infer_at = (int)i;
+      continue;
+    }
+    if (shape[i] < -1)
+      return ES_KFAIL(k, ES_EMODEL, "shape[%zu] = %lld, expected >= -1", i, (long long)shape[i]);
+    if (shape[i] == 0) {
+      has_zero = true;
+      if (!allowzero) {
+        if ((int)i >= x->rank)
+          return ES_KFAIL(k, ES_EMODEL, "shape[%zu] = 0 copies input dim %zu, but the input has "
+                          "rank %d", i, i, x->rank);
+        shape[i] = x->dims[i];
+      }
+    }
+    if (__builtin_mul_overflow(known, (uint64_t)shape[i], &known) || known > ((uint64_t)1 << 40))
+      return ES_KFAIL(k, ES_EMODEL, "shape has more than 2^40 elements");
+  }
+  if (infer_at >= 0) {
+    if (allowzero && has_zero)
+      return ES_KFAIL(k, ES_EMODEL, "shape has both -1 and 0 with allowzero=1");
+    if (known == 0 || x->count % known)
+      return ES_KFAIL(k, ES_EMODEL, "cannot infer the -1 dim: %zu elements do not divide into "
+                      "%llu", x->count, (unsigned long long)known);
+    shape[infer_at] = (int64_t)(x->count / known);
+  }
+  return view_finish(k, (int)n, shape);
+}
+
+static int squeeze_infer(es_kinst *k) {
+  bool attr_form = k->opset < 13;
+  int rc = io_check(k, 1, attr_form ? 1 : 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t axes[ES_MAX_RANK];
+  size_t n = 0;
+  bool present = false;
+  if (attr_form)
+    rc = attr_ints_copy(k, "axes", ES_MAX_RANK, axes, &n, &present);
+  else if (k->n_in > 1 && k->in[1])
+    rc = static_ints(k, 1, "axes", ES_MAX_RANK, ES_EMODEL, axes, &n);
+  if (rc < 0)
+    return rc;
+  int ax[ES_MAX_RANK];
+  bool drop[ES_MAX_RANK];
+  if ((rc = axes_norm(k, axes, n, x->rank, "axes", ax, drop)) < 0)
+    return rc;
+  for (int i = 0; i < x->rank; i++) {
+    if (n == 0)
+      drop[i] = x->dims[i] == 1;
+    else if (drop[i] && x->dims[i] != 1)
+      return ES_KFAIL(k, ES_EMODEL, "cannot squeeze axis %d of size %lld, expected 1", i,
+                      (long long)x->dims[i]);
+  }
+  int64_t dims[ES_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < x->rank; i++)
+    if (!drop[i])
+      dims[r++] = x->dims[i];
+  return view_finish(k, r, dims);
+}
+
+/* ==========================================================================
+ * Concat
+ * ======================================================================== */
+
+typedef struct concat_params {
+  int n;
+  size_t outer;  /* product of the dims before the axis */
+  size_t *block; /* [n] bytes each input contributes per outer index */
+} concat_params;
+
+static int concat_infer(es_kinst *k) {
+  if (k->n_in < 1)
+    return ES_KFAIL(k, ES_EMODEL, "has no inputs, expected at least 1");
+  int rc = io_check(k, k->n_in, k->n_in, 1, 1);
+  if (rc < 0)
+    return rc;
+  if (!es_node_attr(k->node, "axis"))
+    return ES_KFAIL(k, ES_EMODEL, "attribute 'axis' is required");
+  const es_tdesc *x0 = k->in[0];
+  int64_t axis_attr;
+  int axis;
+  if ((rc = es_attr_int(k, "axis", 0, &axis_attr)) < 0)
+    return rc;
+  if (x0->rank == 0)
+    return ES_KFAIL(k, ES_EMODEL, "input 0 is a scalar, expected rank >= 1");
+  if ((rc = es_axis_norm(k, axis_attr, x0->rank, &axis)) < 0)
+    return rc;
+  int64_t dims[ES_MAX_RANK];
+  memcpy(dims, x0->dims, sizeof dims);
+  dims[axis] = 0;
+  for (int i = 0; i < k->n_in; i++) {
+    const es_tdesc *t = k->in[i];
+    if (t->dtype != x0->dtype)
+      return ES_KFAIL(k, ES_EMODEL, "input %d is %s, input 0 %s", i, es_dtype_name(t->dtype),
+                      es_dtype_name(x0->dtype));
+    if (t->rank != x0->rank)
+      return ES_KFAIL(k, ES_EMODEL, "input %d has rank %d, input 0 %d", i, t->rank, x0->rank);
+    for (int d = 0; d < x0->rank; d++)
+      if (d != axis && t->dims[d] != x0->dims[d])
+        return ES_KFAIL(k, ES_EMODEL, "input %d has dim %d = %lld, input 0 %lld", i, d,
+                        (long long)t->dims[d], (long long)x0->dims[d]);
+    dims[axis] += t->dims[axis];
+  }
+  if ((rc = out_set(k, 0, x0->dtype, x0->rank, dims)) < 0)
+    return rc;
+  concat_params *p = params_alloc(k, sizeof *p);
+  if (!p || !(p->block = params_alloc(k, (size_t)k->n_in * sizeof *p->block)))
+    return ES_ENOMEM;
+  p->n = k->n_in;
+  p->outer = 1;
+  for (int d = 0; d < axis; d++)
+    p->outer *= (size_t)dims[d];
+  size_t inner = es_dtype_size(x0->dtype);
+  for (int d = axis + 1; d < x0->rank; d++)
+    inner *= (size_t)dims[d];
+  for (int i = 0; i < k->n_in; i++)
+    p->block[i] = inner * (size_t)k->in[i]->dims[axis];
+  k->params = p;
+  return 0;
+}
+
+static int concat_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const concat_params *p = k->params;
+  char *d = out[0];
+  for (size_t o = 0; o < p->outer; o++)
+    for (int i = 0; i < p->n; i++) {
+      memcpy(d, (const char *)in[i] + o * p->block[i], p->block[i]);
+      d += p->block[i];
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * Slice
+ * ======================================================================== */
+
+/* Resolves one axis per the ONNX rules: negative indices count from the
+ * end, starts clamp to [0, d] (to [0, d-1] for negative steps) and ends to
+ * [0, d] (to [-1, d-1]), so INT64_MAX and INT64_MIN mean "to the end". */
+static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first) {
+  if (start < 0)
+    start += d;
+  if (end < 0)
+    end += d;
+  if (step > 0) {
+    start = start < 0 ? 0 : start > d ? d : start;
+    end = end < 0 ? 0 : end > d ? d : end;
+    *first = start;
+    return end > start ? (end - start - 1) / step + 1 : 0;
+  }
+  start = start < 0 ? 0 : start > d - 1 ? d - 1 : start;
+  end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
+  *first = start;
+  return start > end ? (start - end - 1) / -step + 1 : 0;
+}
+
+static int slice_infer(es_kinst *k) {
+  bool attr_form = k->opset < 10;
+  int rc = io_check(k, attr_form ? 1 : 3, attr_form ? 1 : 5, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t starts[ES_MAX_RANK], ends[ES_MAX_RANK], axes[ES_MAX_RANK], steps[ES_MAX_RANK];
+  size_t ns, ne, na = 0, nst = 0;
+  bool has_axes = false, has_steps = false, present;
+  if (attr_form) {
+    if ((rc = attr_ints_copy(k, "starts", ES_MAX_RANK, starts, &ns, &present)) < 0)
+      return rc;
+    if (!present)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'starts' is required");
+    if ((rc = attr_ints_copy(k, "ends", ES_MAX_RANK, ends, &ne, &present)) < 0)
+      return rc;
+    if (!present)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'ends' is required");
+    if ((rc = attr_ints_copy(k, "axes", ES_MAX_RANK, axes, &na, &has_axes)) < 0)
+      return rc;
+  } else {
+    if ((rc = static_ints(k, 1, "starts", ES_MAX_RANK, ES_EMODEL, starts, &ns)) < 0 ||
+        (rc = static_ints(k, 2, "ends", ES_MAX_RANK, ES_EMODEL, ends, &ne)) < 0)
+      return rc;
+    if ((has_axes = k->n_in > 3 && k->in[3]) &&
+        (rc = static_ints(k, 3, "axes", ES_MAX_RANK, ES_EMODEL, axes, &na)) < 0)
+      return rc;
+    if ((has_steps = k->n_in > 4 && k->in[4]) &&
+        (rc = static_ints(k, 4, "steps", ES_MAX_RANK, ES_EMODEL, steps, &nst)) < 0)
+      return rc;
+  }
+  if (ne != ns)
+    return ES_KFAIL(k, ES_EMODEL, "ends has %zu values, starts %zu", ne, ns);
+  if (has_axes && na != ns)
+    return ES_KFAIL(k, ES_EMODEL, "axes has %zu values, starts %zu", na, ns);
+  if (has_steps && nst != ns)
+    return ES_KFAIL(k, ES_EMODEL, "steps has %zu values, starts %zu", nst, ns);
+  if (ns > (size_t)x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "starts has %zu values, more than the input rank %d", ns,
+                    x->rank);
+  if (!has_axes)
+    for (size_t j = 0; j < ns; j++)
+      axes[j] = (int64_t)j;
+  int ax[ES_MAX_RANK];
+  bool seen[ES_MAX_RANK];
+  if ((rc = axes_norm(k, axes, ns, x->rank, "axes", ax, seen)) < 0)
+    return rc;
+  int64_t first[ES_MAX_RANK], step[ES_MAX_RANK], dims[ES_MAX_RANK];
+  for (int d = 0; d < x->rank; d++)
+    first[d] = 0, step[d] = 1, dims[d] = x->dims[d];
+  for (size_t j = 0; j < ns; j++) {
+    int64_t st = has_steps ? steps[j] : 1;
+    if (st == 0)
+      return ES_KFAIL(k, ES_EMODEL, "steps[%zu] is 0", j);
+    step[ax[j]] = st;
+    dims[ax[j]] = slice_axis(x->dims[ax[j]], starts[j], ends[j], st, &first[ax[j]]);
+  }
+  if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
+    return rc;
+  int64_t ist[ES_MAX_RANK], ss[ES_MAX_RANK], soff = 0;
+  strides_of(x->rank, x->dims, ist);
+  for (int d = 0; d < x->rank; d++) {
+    ss[d] = step[d] * ist[d];
+    if (dims[d] > 0)
+      soff += first[d] * ist[d];
+  }
+  copy_plan *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  copy_plan_init(p, es_dtype_size(x->dtype), x->rank, dims, ss, soff);
+  if (p->identity)
+    k->inplace = 0;
+  k->params = p;
+  return 0;
+}
+
+/* ==========================================================================
+ * Split
+ * ======================================================================== */
+
+typedef struct split_params {
+  int n;
+  size_t outer;    /* product of the dims before the axis */
+  size_t in_block; /* input bytes per outer index */
+  size_t *block;   /* [n] output bytes per outer index */
+  size_t *off;     /* [n] byte offset of each output inside an input block */
+} split_params;
+
+static int split_infer(es_kinst *k) {
+  bool attr_form = k->opset < 13;
+  if (k->n_out < 1)
+    return ES_KFAIL(k, ES_EMODEL, "has no outputs, expected at least 1");
+  int rc = io_check(k, 1, attr_form ? 1 : 2, 1, k->n_out);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t axis_attr;
+  int axis;
+  if ((rc = es_attr_int(k, "axis", 0, &axis_attr)) < 0)
+    return rc;
+  if (x->rank == 0)
+    return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1");
+  if ((rc = es_axis_norm(k, axis_attr, x->rank, &axis)) < 0)
+    return rc;
+  int n = k->n_out;
+  int64_t dim = x->dims[axis];
+  int64_t *sizes = params_alloc(k, (size_t)n * sizeof *sizes);
+  if (!sizes)
+    return ES_ENOMEM;
+  size_t ns = 0;
+  if (attr_form) {
+    const int64_t *a;
+    if ((rc = es_attr_ints(k, "split", &a, &ns)) < 0)
+      return rc;
+    if (ns && ns != (size_t)n)
+      return ES_KFAIL(k, ES_EMODEL, "split has %zu values, expected one per output (%d)", ns, n);
+    for (size_t i = 0; i < ns; i++)
+      sizes[i] = a[i];
+  } else if (k->n_in > 1 && k->in[1]) {
+    const void *data;
+    if ((rc = static_vec(k, 1, "split", &data, &ns)) < 0)
+      return rc;
+    if (ns != (size_t)n)
+      return ES_KFAIL(k, ES_EMODEL, "split has %zu values, expected one per output (%d)", ns, n);
+    for (size_t i = 0; i < ns; i++)
+      sizes[i] = es_static_i64(k->in[1], data, i);
+  }
+  if (ns == 0) {
+    /* Equal parts; from opset 18 (num_outputs) the last may be smaller. */
+    int64_t chunk = dim / n;
+    if (dim % n) {
+      if (k->opset < 18)
+        return ES_KFAIL(k, ES_EMODEL, "axis %d of size %lld does not split into %d equal parts",
+                        axis, (long long)dim, n);
+      chunk = (dim + n - 1) / n;
+      if (chunk * (n - 1) > dim)
+        return ES_KFAIL(k, ES_EMODEL, "axis %d of size %lld cannot split into %d parts of %lld",
+                        axis, (long long)dim, n, (long long)chunk);
+    }
+    for (int i = 0; i < n; i++)
+      sizes[i] = i < n - 1 ? chunk : dim - chunk * (n - 1);
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < n; i++) {
+    if (sizes[i] < 0 || sizes[i] > dim)
+      return ES_KFAIL(k, ES_EMODEL, "split[%d] = %lld is outside [0, %lld]", i,
+                      (long long)sizes[i], (long long)dim);
+    sum += sizes[i];
+  }
+  if (sum != dim)
+    return ES_KFAIL(k, ES_EMODEL, "split sums to %lld, expected axis %d's size %lld",
+                    (long long)sum, axis, (long long)dim);
+  split_params *p = params_alloc(k, sizeof *p);
+  if (!p || !(p->block = params_alloc(k, (size_t)n * sizeof *p->block)) ||
+      !(p->off = params_alloc(k, (size_t)n * sizeof *p->off)))
+    return ES_ENOMEM;
+  p->n = n;
+  p->outer = 1;
+  for (int d = 0; d < axis; d++)
+    p->outer *= (size_t)x->dims[d];
+  size_t inner = es_dtype_size(x->dtype);
+  for (int d = axis + 1; d < x->rank; d++)
+    inner *= (size_t)x->dims[d];
+  p->in_block = inner * (size_t)dim;
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    p->block[i] = inner * (size_t)sizes[i];
+    p->off[i] = off;
+    off += p->block[i];
+    if (!k->out[i])
+      continue;
+    int64_t dims[ES_MAX_RANK];
+    memcpy(dims, x->dims, sizeof dims);
+    dims[axis] = sizes[i];
+    if ((rc = out_set(k, i, x->dtype, x->rank, dims)) < 0)
+      return rc;
+  }
+  k->params = p;
+  return 0;
+}
+
+static int split_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const split_params *p = k->params;
+  const char *s = in[0];
+  for (int i = 0; i < p->n; i++) {
+    if (!out[i])
+      continue;
+    char *d = out[i];
+    for (size_t o = 0; o < p->outer; o++)
+      memcpy(d + o * p->block[i], s + o * p->in_block + p->off[i], p->block[i]);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Transpose
+ * ======================================================================== */
+
+static int transpose_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t perm[ES_MAX_RANK];
+  size_t n;
+  bool present, seen[ES_MAX_RANK] = {false};
+  if ((rc = attr_ints_copy(k, "perm", ES_MAX_RANK, perm, &n, &present)) < 0)
+    return rc;
+  if (!present) {
+    n = (size_t)x->rank;
+    for (int i = 0; i < x->rank; i++)
+      perm[i] = x->rank - 1 - i;
+  }
+  if (n != (size_t)x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "perm has %zu values, expected the input rank %d", n, x->rank);
+  for (size_t i = 0; i < n; i++) {
+    if (perm[i] < 0 || perm[i] >= x->rank || seen[perm[i]])
+      return ES_KFAIL(k, ES_EMODEL, "perm[%zu] = %lld, expected a permutation of 0..%d", i,
+                      (long long)perm[i], x->rank - 1);
+    seen[perm[i]] = true;
+  }
+  int64_t ist[ES_MAX_RANK], dims[ES_MAX_RANK], ss[ES_MAX_RANK];
+  strides_of(x->rank, x->dims, ist);
+  for (int i = 0; i < x->rank; i++)
+    dims[i] = x->dims[perm[i]], ss[i] = ist[perm[i]];
+  if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
+    return rc;
+  copy_plan *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  copy_plan_init(p, es_dtype_size(x->dtype), x->rank, dims, ss, 0);
+  if (p->identity)
+    k->inplace = 0;
+  k->params = p;
+  return 0;
+}
+
+/* ==========================================================================
+ * Pad
+ * ======================================================================== */
+
+typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode;
+
+typedef struct pad_params {
+  pad_mode mode;
+  int rank;
+  size_t esz;
+  int64_t in_dims[ES_MAX_RANK], out_dims[ES_MAX_RANK];
+  int64_t in_st[ES_MAX_RANK]; /* input element strides */
+  int64_t begin[ES_MAX_RANK]; /* pads before each dim (negative: cropped) */
+  unsigned char value[8];     /* the constant, one element */
+} pad_params;
+
+/* Input index for output index o of a dim, or -1 for constant padding. */
+static int64_t pad_src(const pad_params *p, int d, int64_t o) {
+  int64_t n = p->in_dims[d], i = o - p->begin[d];
+  if (i >= 0 && i < n)
+    return i;
+  if (p->mode == PAD_CONSTANT)
+    return -1;
+  if (p->mode == PAD_EDGE)
+    return i < 0 ? 0 : n - 1;
+  if (n == 1)
+    return 0;
+  /* Reflection without repeating the border is periodic in 2(n-1). */
+  int64_t period = 2 * (n - 1), t = i % period;
+  if (t < 0)
+    t += period;
+  return t < n ? t : period - t;
+}
+
+static int pad_infer(es_kinst *k) {
+  bool attr_form = k->opset < 11;
+  int rc = io_check(k, attr_form ? 1 : 2, attr_form ? 1 : 4, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int r = x->rank;
+  const char *mode;
+  if ((rc = es_attr_string(k, "mode", "constant", &mode)) < 0)
+    return rc;
+  pad_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  if (!strcmp(mode, "constant"))
+    p->mode = PAD_CONSTANT;
+  else if (!strcmp(mode, "reflect"))
+    p->mode = PAD_REFLECT;
+  else if (!strcmp(mode, "edge"))
+    p->mode = PAD_EDGE;
+  else if (!strcmp(mode, "wrap"))
+    return ES_KFAIL(k, ES_ENOTSUP, "mode 'wrap' is not supported (constant, reflect, edge are)");
+  else
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected constant, reflect or edge", mode);
+  p->rank = r;
+  p->esz = es_dtype_size(x->dtype);
+  int64_t pads[2 * ES_MAX_RANK], axes_v[ES_MAX_RANK];
+  size_t np, na;
+  bool present;
+  int ax[ES_MAX_RANK];
+  bool seen[ES_MAX_RANK];
+  if (attr_form) {
+    float value;
+    if ((rc = attr_ints_copy(k, "pads", 2 * ES_MAX_RANK, pads, &np, &present)) < 0 ||
+        (rc = es_attr_float(k, "value", 0.0f, &value)) < 0)
+      return rc;
+    if (!present)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'pads' is required");
+    value_from_float(x->dtype, value, p->value);
+  } else {
+    if ((rc = static_ints(k, 1, "pads", 2 * ES_MAX_RANK, ES_EMODEL, pads, &np)) < 0)
+      return rc;
+    if (k->n_in > 2 && k->in[2]) {
+      const es_tdesc *c = k->in[2];
+      if (!k->in_static[2])
+        return ES_KFAIL(k, ES_ENOTSUP, "constant_value (input 2) must be known when planning");
+      if (c->dtype != x->dtype)
+        return ES_KFAIL(k, ES_EMODEL, "constant_value is %s, the data %s",
+                        es_dtype_name(c->dtype), es_dtype_name(x->dtype));
+      if (c->count != 1)
+        return ES_KFAIL(k, ES_EMODEL, "constant_value has %zu elements, expected 1", c->count);
+      memcpy(p->value, k->in_static[2], p->esz);
+    }
+  }
+  na = (size_t)r;
+  for (int d = 0; d < r; d++)
+    ax[d] = d;
+  if (!attr_form && k->n_in > 3 && k->in[3]) {
+    /* Opset 18: pads apply to these axes only. */
+    if ((rc = static_ints(k, 3, "axes", ES_MAX_RANK, ES_EMODEL, axes_v, &na)) < 0 ||
+        (rc = axes_norm(k, axes_v, na, r, "axes", ax, seen)) < 0)
+      return rc;
+  }
+  if (np != 2 * na)
+    return ES_KFAIL(k, ES_EMODEL, "pads has %zu values, expected %zu", np, 2 * na);
+  int64_t end[ES_MAX_RANK] = {0};
+  for (size_t j = 0; j < na; j++) {
+    p->begin[ax[j]] = pads[j];
+    end[ax[j]] = pads[j + na];
+  }
+  for (int d = 0; d < r; d++) {
+    int64_t n = x->dims[d], b = p->begin[d], e = end[d];
+    /* Bound the pads so the sums below cannot overflow. */
+    if (b > ((int64_t)1 << 40) || e > ((int64_t)1 << 40) || b < -n || e < -n || n + b + e < 0)
+      return ES_KFAIL(k, ES_EMODEL, "pads %lld, %lld on dim %d of size %lld leave a negative or "
+                      "huge size", (long long)b, (long long)e, d, (long long)n);
+    p->in_dims[d] = n;
+    p->out_dims[d] = n + b + e;
+    if (p->mode != PAD_CONSTANT && n == 0 && p->out_dims[d] > 0)
+      return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d of size 0", mode, d);
+  }
+  strides_of(r, p->in_dims, p->in_st);
+  k->params = p;
+  return out_set(k, 0, x->dtype, r, p->out_dims);
+}
+
+/* One output row: the run of the last dim. src is the input row, or NULL
+ * when the row lies in constant padding. */
+static void pad_row(const pad_params *p, char *dst, const char *src) {
+  int l = p->rank - 1;
+  size_t esz = p->esz;
+  int64_t on = p->out_dims[l], b = p->begin[l], n = p->in_dims[l];
+  if (!src) {
+    elems_fill(dst, p->value, on, esz);
+    return;
+  }
+  int64_t lo = b < 0 ? 0 : b > on ? on : b;
+  int64_t hi = b + n < 0 ? 0 : b + n > on ? on : b + n;
+  if (hi < lo)
+    hi = lo;
+  if (p->mode == PAD_CONSTANT) {
+    elems_fill(dst, p->value, lo, esz);
+    elems_fill(dst + hi * (int64_t)esz, p->value, on - hi, esz);
+  } else {
+    for (int64_t o = 0; o < lo; o++)
+      memcpy(dst + o * (int64_t)esz, src + pad_src(p, l, o) * (int64_t)esz, esz);
+    for (int64_t o = hi; o < on; o++)
+      memcpy(dst + o * (int64_t)esz, src + pad_src(p, l, o) * (int64_t)esz, esz);
+  }
+  memcpy(dst + lo * (int64_t)esz, src + (lo - b) * (int64_t)esz, (size_t)(hi - lo) * esz);
+}
+
+static int pad_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const pad_params *p = k->params;
+  char *d = out[0];
+  const char *s = in[0];
+  size_t esz = p->esz;
+  if (p->rank == 0) {
+    memcpy(d, s, esz);
+    return 0;
+  }
+  for (int i = 0; i < p->rank; i++)
+    if (p->out_dims[i] == 0)
+      return 0;
+  int l = p->rank - 1;
+  int64_t idx[ES_MAX_RANK] = {0};
+  size_t row = (size_t)p->out_dims[l] * esz;
+  for (;;) {
+    int64_t off = 0;
+    bool inside = true;
+    for (int i = 0; i < l && inside; i++) {
+      int64_t si = pad_src(p, i, idx[i]);
+      inside = si >= 0;
+      off += si * p->in_st[i];
+    }
+    pad_row(p, d, inside ? s + off * (int64_t)esz : NULL);
+    d += row;
+    int i = l - 1;
+    for (; i >= 0; i--) {
+      if (++idx[i] < p->out_dims[i])
+        break;
+      idx[i] = 0;
+    }
+    if (i < 0)
+      return 0;
+  }
+}
+
+/* ==========================================================================
+ * ConstantOfShape
+ * ======================================================================== */
+
+typedef struct fill_params {
+  size_t count, esz;
+  unsigned char value[8];
+} fill_params;
+
+static int constant_of_shape_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  int64_t dims[ES_MAX_RANK];
+  size_t n;
+  if ((rc = static_ints(k, 0, "shape", ES_MAX_RANK, ES_ENOTSUP, dims, &n)) < 0)
+    return rc;
+  for (size_t i = 0; i < n; i++)
+    if (dims[i] < 0)
+      return ES_KFAIL(k, ES_EMODEL, "shape[%zu] = %lld, expected >= 0", i, (long long)dims[i]);
+  fill_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  es_dtype dt = ES_DTYPE_FLOAT; /* without 'value': float32 zeros */
+  const es_attr *a = es_node_attr(k->node, "value");
+  if (a) {
+    if (a->type != ES_ATTR_TENSOR)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'value' has type %d, expected a tensor (%d)",
+                      (int)a->type, (int)ES_ATTR_TENSOR);
+    const es_graph *g = k->graph;
+    if (!g)
+      return ES_KFAIL(k, ES_ENOTSUP, "attribute 'value' needs the graph, and this node is "
+                      "evaluated without one");
+    if (a->tensor < 0 || a->tensor >= g->n_values || g->values[a->tensor].kind != ES_VALUE_CONST)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'value' refers to value %d, not a constant",
+                      a->tensor);
+    const es_value *v = &g->values[a->tensor];
+    size_t esz = es_dtype_size(v->dtype);
+    if (esz == 0)
+      return ES_KFAIL(k, ES_ENOTSUP, "attribute 'value' is %s, which is not supported",
+                      es_dtype_name(v->dtype));
+    if (v->nbytes != esz || !v->data)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'value' has %zu bytes, expected one %s element",
+                      v->nbytes, es_dtype_name(v->dtype));
+    dt = v->dtype;
+    memcpy(p->value, v->data, esz);
+  }
+  if ((rc = out_set(k, 0, dt, (int)n, dims)) < 0)
+    return rc;
+  p->count = k->out[0]->count;
+  p->esz = es_dtype_size(dt);
+  k->params = p;
+  return 0;
+}
+
+static int constant_of_shape_run(const es_kinst *k, const void *const *in, void *const *out,
+                                 void *scratch) {
+  (void)in, (void)scratch;
+  const fill_params *p = k->params;
+  elems_fill(out[0], p->value, (int64_t)p->count, p->esz);
+  return 0;
+}
+
+/* ==========================================================================
+ * Family
+ * ======================================================================== */
+
+static const es_kernel k_shape = {shape_infer, shape_run, NULL};
+static const es_kernel k_reshape = {reshape_infer, view_run, NULL};
+static const es_kernel k_squeeze = {squeeze_infer, view_run, NULL};
+static const es_kernel k_concat = {concat_infer, concat_run, NULL};
+static const es_kernel k_slice = {slice_infer, gather_run, NULL};
+static const es_kernel k_split = {split_infer, split_run, NULL};
+static const es_kernel k_transpose = {transpose_infer, gather_run, NULL};
+static const es_kernel k_pad = {pad_infer, pad_run, NULL};
+static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
+                                              NULL};
+
+const es_kernel *es_kernels_shape(es_op op) {
+  switch (op) {
+  case ES_OP_Shape:
+    return &k_shape;
+  case ES_OP_Reshape:
+    return &k_reshape;
+  case ES_OP_Squeeze:
+    return &k_squeeze;
+  case ES_OP_Concat:
+    return &k_concat;
+  case ES_OP_Slice:
+    return &k_slice;
+  case ES_OP_Split:
+    return &k_split;
+  case ES_OP_Transpose:
+    return &k_transpose;
+  case ES_OP_Pad:
+    return &k_pad;
+  case ES_OP_ConstantOfShape:
+    return &k_constant_of_shape;
+  default:
+    return NULL;
+  }
+}

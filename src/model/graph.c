@@ -1,0 +1,259 @@
+/* Graph IR plumbing: the context allocator, the operator table, topological
+ * ordering and dead-node removal.
+ *
+ * The context allocator is a chunk list: IR objects are many, small and all
+ * die with the model, so a bump per chunk is simpler and tighter than one
+ * malloc each, and every byte is still counted (ES_MEM_MODEL). */
+#include "model/graph.h"
+#include "common/internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Context allocator
+ * ======================================================================== */
+
+struct es_ctx_chunk {
+  es_ctx_chunk *next;
+  size_t size; /* usable bytes after the header */
+  size_t used;
+  max_align_t pad[]; /* payload */
+};
+
+#define ES_CTX_CHUNK 65536
+
+void *es_ctx_alloc(es_ctx *c, size_t size) {
+  size_t need = es__align_up(size ? size : 1, 16);
+  if (need == 0)
+    return NULL;
+  es_ctx_chunk *h = c->head;
+  if (!h || h->size - h->used < need) {
+    size_t payload = need > ES_CTX_CHUNK ? need : ES_CTX_CHUNK;
+    if (payload > SIZE_MAX - sizeof(es_ctx_chunk))
+      return NULL;
+    h = es_mem_alloc(ES_MEM_MODEL, sizeof(es_ctx_chunk) + payload);
+    if (!h)
+      return NULL;
+    h->size = payload;
+    h->used = 0;
+    /* A big one-off allocation goes behind the current chunk so the space
+     * left in the current one is not abandoned. */
+    if (c->head && payload > ES_CTX_CHUNK) {
+      h->next = c->head->next;
+      c->head->next = h;
+    } else {
+      h->next = c->head;
+      c->head = h;
+    }
+    c->bytes += sizeof(es_ctx_chunk) + payload;
+  }
+  void *p = (char *)h->pad + h->used;
+  h->used += need;
+  memset(p, 0, need);
+  return p;
+}
+
+char *es_ctx_strdup(es_ctx *c, const char *s) {
+  if (!s)
+    s = "";
+  size_t n = strlen(s) + 1;
+  char *d = es_ctx_alloc(c, n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+void es_ctx_free_all(es_ctx *c) {
+  es_ctx_chunk *h = c->head;
+  while (h) {
+    es_ctx_chunk *next = h->next;
+    es_mem_free(h);
+    h = next;
+  }
+  c->head = NULL;
+  c->bytes = 0;
+}
+
+/* ==========================================================================
+ * Operator table
+ * ======================================================================== */
+
+static const struct {
+  const char *name;
+  int min_opset;
+} es_ops_[ES_OP_COUNT] = {
+    [ES_OP_UNKNOWN] = {"?", 0},
+#define ES_OP_ROW_(nm, minv) [ES_OP_##nm] = {#nm, minv},
+    ES_OP_MAP(ES_OP_ROW_)
+#undef ES_OP_ROW_
+};
+
+es_op es_op_from_name(const char *name) {
+  if (!name)
+    return ES_OP_UNKNOWN;
+  for (int i = 1; i < ES_OP_COUNT; i++)
+    if (!strcmp(es_ops_[i].name, name))
+      return (es_op)i;
+  return ES_OP_UNKNOWN;
+}
+
+const char *es_op_name(es_op op) {
+  return (unsigned)op < ES_OP_COUNT ? es_ops_[op].name : "?";
+}
+
+int es_op_min_opset(es_op op) { return (unsigned)op < ES_OP_COUNT ? es_ops_[op].min_opset : 0; }
+
+/* ==========================================================================
+ * Node helpers
+ * ======================================================================== */
+
+const es_attr *es_node_attr(const es_node *n, const char *name) {
+  for (int i = 0; i < n->n_attr; i++)
+    if (!strcmp(n->attrs[i].name, name))
+      return &n->attrs[i];
+  return NULL;
+}
+
+const char *es_node_label(const es_node *n, char *buf, size_t size) {
+  if (n->name && n->name[0])
+    snprintf(buf, size, "node '%s' (#%d %s)", n->name, n->file_index, es_op_name(n->op));
+  else
+    snprintf(buf, size, "node #%d (%s)", n->file_index, es_op_name(n->op));
+  return buf;
+}
+
+/* ==========================================================================
+ * Topological order (Kahn's algorithm) and pruning
+ * ======================================================================== */
+
+int es_graph_toposort(es_graph *g) {
+  int n = g->n_nodes, nv = g->n_values;
+  if (n == 0)
+    return 0;
+  /* Consumer lists in CSR form: first[v]..first[v+1] index into cons[]. */
+  size_t edges = 0;
+  for (int i = 0; i < n; i++)
+    edges += (size_t)g->nodes[i].n_in;
+  int *pending = es_mem_calloc(ES_MEM_MODEL, (size_t)n, sizeof(int)); /* unmet inputs */
+  int *queue = es_mem_calloc(ES_MEM_MODEL, (size_t)n, sizeof(int));
+  int *first = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof(int));
+  int *cons = es_mem_calloc(ES_MEM_MODEL, edges + 1, sizeof(int));
+  es_node *sorted = es_mem_calloc(ES_MEM_MODEL, (size_t)n, sizeof(es_node));
+  int rc = 0;
+  if (!pending || !queue || !first || !cons || !sorted) {
+    rc = es__fail(ES_ENOMEM, "out of memory sorting %d nodes", n);
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] >= 0)
+        first[g->nodes[i].in[k] + 1]++;
+  for (int v = 0; v < nv; v++)
+    first[v + 1] += first[v];
+  int *fill = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof(int));
+  if (!fill) {
+    rc = es__fail(ES_ENOMEM, "out of memory sorting %d nodes", n);
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v >= 0)
+        cons[first[v] + fill[v]++] = i;
+    }
+  es_mem_free(fill);
+
+  int head = 0, tail = 0;
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v >= 0 && g->values[v].producer >= 0)
+        pending[i]++;
+    }
+    if (pending[i] == 0)
+      queue[tail++] = i;
+  }
+  while (head < tail) {
+    int i = queue[head++];
+    for (int o = 0; o < g->nodes[i].n_out; o++) {
+      int v = g->nodes[i].out[o];
+      for (int c = first[v]; c < first[v + 1]; c++)
+        if (--pending[cons[c]] == 0)
+          queue[tail++] = cons[c];
+    }
+  }
+  if (tail < n) {
+    char lab[160];
+    for (int i = 0; i < n; i++)
+      if (pending[i] > 0) {
+        rc = es__fail(ES_EMODEL, "%s: its inputs depend on its own outputs (cycle)",
+                      es_node_label(&g->nodes[i], lab, sizeof lab));
+        break;
+      }
+    goto out;
+  }
+  /* Renumber producers to the new positions. */
+  for (int p = 0; p < n; p++) {
+    sorted[p] = g->nodes[queue[p]];
+    for (int o = 0; o < sorted[p].n_out; o++)
+      g->values[sorted[p].out[o]].producer = p;
+  }
+  memcpy(g->nodes, sorted, (size_t)n * sizeof(es_node));
+out:
+  es_mem_free(pending);
+  es_mem_free(queue);
+  es_mem_free(first);
+  es_mem_free(cons);
+  es_mem_free(sorted);
+  return rc;
+}
+
+void es_graph_prune(es_graph *g) {
+  int n = g->n_nodes;
+  if (n == 0)
+    return;
+  /* Walk backwards in topological order: a node is live if any output is a
+   * graph output or feeds a live node. */
+  unsigned char *live_val = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_values, 1);
+  if (!live_val)
+    return; /* pruning is an optimisation; keeping everything is correct */
+  for (int i = 0; i < g->n_outputs; i++)
+    live_val[g->outputs[i]] = 1;
+  int kept = 0;
+  unsigned char *live_node = es_mem_calloc(ES_MEM_MODEL, (size_t)n, 1);
+  if (!live_node) {
+    es_mem_free(live_val);
+    return;
+  }
+  for (int i = n - 1; i >= 0; i--) {
+    es_node *nd = &g->nodes[i];
+    for (int o = 0; o < nd->n_out && !live_node[i]; o++)
+      if (live_val[nd->out[o]])
+        live_node[i] = 1;
+    if (live_node[i])
+      for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] >= 0)
+          live_val[nd->in[k]] = 1;
+  }
+  for (int i = 0; i < n; i++)
+    if (!live_node[i]) /* a dead node's outputs are all dead */
+      for (int o = 0; o < g->nodes[i].n_out; o++)
+        g->values[g->nodes[i].out[o]].producer = -1;
+  for (int v = 0; v < g->n_values; v++)
+    g->values[v].uses = 0;
+  for (int i = 0; i < n; i++) {
+    if (!live_node[i])
+      continue;
+    g->nodes[kept] = g->nodes[i];
+    for (int o = 0; o < g->nodes[kept].n_out; o++)
+      g->values[g->nodes[kept].out[o]].producer = kept;
+    for (int k = 0; k < g->nodes[kept].n_in; k++)
+      if (g->nodes[kept].in[k] >= 0)
+        g->values[g->nodes[kept].in[k]].uses++;
+    kept++;
+  }
+  g->n_nodes = kept;
+  es_mem_free(live_val);
+  es_mem_free(live_node);
+}

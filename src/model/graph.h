@@ -1,0 +1,122 @@
+/* The graph IR: what a loaded model is, independent of ONNX's protobuf.
+ *
+ * Values are every tensor the graph names: graph inputs, constants (weights,
+ * initializers, Constant nodes; their bytes live in the model's read-only
+ * es_weights region) and activations produced by nodes. Nodes refer to
+ * values by index. After loading, nodes are in topological order and only
+ * nodes that contribute to an output remain.
+ *
+ * All IR memory (names, index arrays, attributes) comes from one context
+ * allocator owned by the graph (tier 3 of BRIEF §2), freed in one go. */
+#ifndef ES_MODEL_GRAPH_H
+#define ES_MODEL_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeserve/engine.h"
+#include "edgeserve/memory.h"
+#include "model/ops.h"
+
+/* ---- context allocator: chunked bump, counted under ES_MEM_MODEL -------- */
+
+typedef struct es_ctx_chunk es_ctx_chunk;
+typedef struct es_ctx {
+  es_ctx_chunk *head;
+  size_t bytes; /* total chunk bytes held */
+} es_ctx;
+
+void *es_ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
+char *es_ctx_strdup(es_ctx *c, const char *s);
+void es_ctx_free_all(es_ctx *c);
+
+/* ---- IR ------------------------------------------------------------------- */
+
+typedef enum es_value_kind {
+  ES_VALUE_INPUT = 1,
+  ES_VALUE_CONST = 2,
+  ES_VALUE_ACT = 3,
+} es_value_kind;
+
+typedef struct es_value {
+  const char *name;
+  es_dtype dtype;
+  int rank;                  /* -1: unknown until planned */
+  int64_t dims[ES_MAX_RANK]; /* -1: known only at run time */
+  es_value_kind kind;
+  int is_output;
+  int producer;              /* node index; -1 for inputs and constants */
+  int uses;                  /* number of node inputs referring to it */
+  const void *data;          /* CONST: in the weight region (64-byte aligned) */
+  size_t nbytes;             /* CONST: bytes of data */
+} es_value;
+
+typedef enum es_attr_type {
+  ES_ATTR_FLOAT = 1,
+  ES_ATTR_INT = 2,
+  ES_ATTR_STRING = 3,
+  ES_ATTR_TENSOR = 4,
+  ES_ATTR_FLOATS = 6,
+  ES_ATTR_INTS = 7,
+} es_attr_type;
+
+typedef struct es_attr {
+  const char *name;
+  es_attr_type type;
+  float f;
+  int64_t i;
+  const char *s;
+  size_t n;              /* elements of ints / floats */
+  const int64_t *ints;
+  const float *floats;
+  int tensor;            /* TENSOR: index of a CONST value */
+} es_attr;
+
+typedef struct es_node {
+  const char *name;      /* "" when the file gives none */
+  es_op op;
+  int n_in, n_out;
+  int *in;               /* value indices; -1 for an omitted optional input */
+  int *out;
+  int n_attr;
+  es_attr *attrs;
+  int file_index;        /* position in the file, for error messages */
+} es_node;
+
+typedef struct es_graph {
+  es_ctx ctx;
+  es_value *values;
+  int n_values;
+  es_node *nodes;        /* topological order */
+  int n_nodes;
+  int *inputs;           /* graph inputs (excluding initializers) */
+  int n_inputs;
+  int *outputs;
+  int n_outputs;
+  int64_t opset;
+  int64_t ir_version;
+  es_weights *weights;   /* constant data, sealed read-only */
+  size_t weight_bytes;
+  size_t n_constants;
+} es_graph;
+
+/* Parse and validate an ONNX model into g (zeroed by the caller). On failure
+ * g is cleaned up and the detail names the node and op. */
+int es_onnx_load(const void *data, size_t size, es_graph *g);
+void es_graph_fini(es_graph *g);
+/* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's
+ * dtype, rank, dims and nbytes; *data is es_mem_aligned_alloc'ed (64) and
+ * owned by the caller. The name is not kept. */
+int es_onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data);
+
+/* Orders nodes topologically; ES_EMODEL naming a node on a cycle. */
+int es_graph_toposort(es_graph *g);
+/* Removes nodes whose outputs reach no graph output. */
+void es_graph_prune(es_graph *g);
+
+/* Attribute lookup; NULL when absent. */
+const es_attr *es_node_attr(const es_node *n, const char *name);
+/* "node 'name' (#3 Conv)" style label for error messages, in buf. */
+const char *es_node_label(const es_node *n, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,739 @@
+/* Conv, ConvTranspose and MatMul kernels evaluated one node at a time.
+ *
+ * Hand-checked small cases pin the reference loops down; then a grid of the
+ * configurations the target models use (1x1, 3x3, 5x5, 1x3, depthwise,
+ * dilations 2 and 5, strides 2 and (2, 1), asymmetric pads, with and
+ * without bias, ConvTranspose 2x2 stride 2, batched MatMul) runs on random
+ * inputs through both the oneDNN path and the reference path, which must
+ * agree within 1e-4 of the output's range. Error cases must fail with the
+ * right code; prepared weights must be shared between two plans of one
+ * node; one planned node must serve two threads at once. */
+#include "es_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "model/graph.h"
+
+static uint64_t seed_;
+
+/* ==========================================================================
+ * Node building
+ * ======================================================================== */
+
+typedef struct tnode {
+  es_node node;
+  es_attr attrs[12];
+  int ins[4], outs[1];
+} tnode;
+
+static void node_init(tnode *t, es_op op, int n_in) {
+  memset(t, 0, sizeof *t);
+  for (int i = 0; i < 4; i++)
+    t->ins[i] = i;
+  t->outs[0] = 4;
+  t->node = (es_node){.name = "t", .op = op, .n_in = n_in, .n_out = 1, .in = t->ins,
+                      .out = t->outs, .attrs = t->attrs, .file_index = 7};
+}
+
+static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
+  es_attr *a = &t->attrs[t->node.n_attr++];
+  a->name = name;
+  a->type = type;
+  return a;
+}
+
+static void attr_int(tnode *t, const char *name, int64_t v) {
+  attr_add(t, name, ES_ATTR_INT)->i = v;
+}
+
+static void attr_ints(tnode *t, const char *name, const int64_t *v, size_t n) {
+  es_attr *a = attr_add(t, name, ES_ATTR_INTS);
+  a->ints = v;
+  a->n = n;
+}
+
+static void attr_str(tnode *t, const char *name, const char *s) {
+  attr_add(t, name, ES_ATTR_STRING)->s = s;
+}
+
+static es_tdesc td(es_dtype dt, int rank, const int64_t *dims) {
+  es_tdesc t;
+  memset(&t, 0, sizeof t);
+  ES_CHECK_RC(es_tdesc_set(&t, dt, rank, dims));
+  return t;
+}
+
+static float *rand_floats(size_t n) {
+  float *v = es_mem_alloc(ES_MEM_OTHER, n ? n * sizeof *v : 1);
+  assert_non_null(v);
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)((double)(es_test_rand(&seed_) >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+  return v;
+}
+
+static int eval(tnode *t, int n_in, const es_tdesc *const *in, const void *const *data,
+                es_tdesc *od, void **o) {
+  return es_kernel_eval(&t->node, 13, n_in, in, data, 1, od, o);
+}
+
+/* Evaluates through oneDNN and through the reference loops; both must
+ * succeed and agree within 1e-4 of the reference output's range. */
+static void eval_both(const char *what, tnode *t, int n_in, const es_tdesc *const *in,
+                      const void *const *data, es_tdesc *want_shape) {
+  es_tdesc od[2];
+  void *o[2];
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    int rc = eval(t, n_in, in, data, &od[ref], &o[ref]);
+    if (rc != 0)
+      fail_msg("%s (%s): %s %s", what, ref ? "reference" : "oneDNN", es_err_name(rc),
+               es_last_error_detail());
+  }
+  es_kernels_use_reference(0);
+  assert_true(es_tdesc_same_shape(&od[0], &od[1]));
+  if (want_shape)
+    assert_true(es_tdesc_same_shape(&od[0], want_shape));
+  const float *a = o[0], *b = o[1];
+  float lo = INFINITY, hi = -INFINITY, err = 0;
+  for (size_t i = 0; i < od[0].count; i++) {
+    lo = fminf(lo, b[i]);
+    hi = fmaxf(hi, b[i]);
+    err = fmaxf(err, fabsf(a[i] - b[i]));
+  }
+  float range = od[0].count ? hi - lo : 0;
+  if (!(err <= 1e-4f * (range > 1e-3f ? range : 1e-3f)))
+    fail_msg("%s: oneDNN and reference differ by %g (output range %g)", what, (double)err,
+             (double)range);
+  es_mem_free(o[0]);
+  es_mem_free(o[1]);
+}
+
+/* ==========================================================================
+ * Hand-checked cases
+ * ======================================================================== */
+
+static void test_conv_known(void **state) {
+  (void)state;
+  /* ONNX's basic example: 5x5 ramp, 3x3 ones, pad 1. */
+  static const float want[25] = {12,  21,  27,  33,  24,  33,  54,  63,  72,  51,  63, 99, 108,
+                                 117, 81,  93,  144, 153, 162, 111, 72,  111, 117, 123, 84};
+  int64_t xd[4] = {1, 1, 5, 5}, wd[4] = {1, 1, 3, 3}, pads[4] = {1, 1, 1, 1};
+  float x[25], w[9];
+  for (int i = 0; i < 25; i++)
+    x[i] = (float)i;
+  for (int i = 0; i < 9; i++)
+    w[i] = 1;
+  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd), od;
+  const es_tdesc *in[2] = {&xt, &wt};
+  const void *data[2] = {x, w};
+  tnode t;
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "pads", pads, 4);
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    void *o;
+    ES_CHECK_RC(eval(&t, 2, in, data, &od, &o));
+    assert_int_equal(od.count, 25);
+    for (int i = 0; i < 25; i++)
+      assert_float_equal(((float *)o)[i], want[i], 1e-4);
+    es_mem_free(o);
+  }
+  es_kernels_use_reference(0);
+}
+
+static void test_convtranspose_known(void **state) {
+  (void)state;
+  /* 2x2 stride 2 with a ramp kernel: each input pixel writes its own 2x2
+   * block scaled by the kernel; plus bias 0.5. */
+  int64_t xd[4] = {1, 1, 2, 2}, wd[4] = {1, 1, 2, 2}, bd[1] = {1}, sd[2] = {2, 2};
+  float x[4] = {1, 2, 3, 4}, w[4] = {1, 2, 3, 4}, b[1] = {0.5f};
+  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd),
+           bt = td(ES_DTYPE_FLOAT, 1, bd), od;
+  const es_tdesc *in[3] = {&xt, &wt, &bt};
+  const void *data[3] = {x, w, b};
+  tnode t;
+  node_init(&t, ES_OP_ConvTranspose, 3);
+  attr_ints(&t, "strides", sd, 2);
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    void *o;
+    ES_CHECK_RC(eval(&t, 3, in, data, &od, &o));
+    assert_int_equal(od.dims[2], 4);
+    assert_int_equal(od.dims[3], 4);
+    for (int oh = 0; oh < 4; oh++)
+      for (int ow = 0; ow < 4; ow++) {
+        float v = x[(oh / 2) * 2 + ow / 2] * w[(oh % 2) * 2 + ow % 2] + 0.5f;
+        assert_float_equal(((float *)o)[oh * 4 + ow], v, 1e-5);
+      }
+    es_mem_free(o);
+  }
+  es_kernels_use_reference(0);
+}
+
+static void test_matmul_known(void **state) {
+  (void)state;
+  int64_t d2[2] = {2, 2}, d1[1] = {2};
+  float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, v[2] = {1, -1};
+  es_tdesc at = td(ES_DTYPE_FLOAT, 2, d2), vt = td(ES_DTYPE_FLOAT, 1, d1), od;
+  tnode t;
+  node_init(&t, ES_OP_MatMul, 2);
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    void *o;
+    const es_tdesc *in[2] = {&at, &at};
+    const void *data[2] = {a, b};
+    ES_CHECK_RC(eval(&t, 2, in, data, &od, &o));
+    static const float want[4] = {19, 22, 43, 50};
+    assert_int_equal(od.rank, 2);
+    for (int i = 0; i < 4; i++)
+      assert_float_equal(((float *)o)[i], want[i], 1e-5);
+    es_mem_free(o);
+    /* 1-D on the left: [2] x [2, 2] -> [2]. */
+    in[0] = &vt, data[0] = v;
+    ES_CHECK_RC(eval(&t, 2, in, data, &od, &o));
+    assert_int_equal(od.rank, 1);
+    assert_float_equal(((float *)o)[0], -2, 1e-5);
+    assert_float_equal(((float *)o)[1], -2, 1e-5);
+    es_mem_free(o);
+    /* 1-D on both sides: a scalar. */
+    in[1] = &vt, data[1] = v;
+    ES_CHECK_RC(eval(&t, 2, in, data, &od, &o));
+    assert_int_equal(od.rank, 0);
+    assert_float_equal(((float *)o)[0], 2, 1e-5);
+    es_mem_free(o);
+  }
+  es_kernels_use_reference(0);
+}
+
+/* ==========================================================================
+ * oneDNN versus reference on the target models' configurations
+ * ======================================================================== */
+
+typedef struct cconf {
+  const char *name;
+  int transpose, nsp;
+  int64_t n, c, m, group;
+  int64_t sp[3], k[3], st[3], dl[3], pads[6], outpad[3], outshape[3];
+  int bias, kernel_shape;
+  const char *auto_pad;
+} cconf;
+
+static void run_conf(const cconf *cf) {
+  int nsp = cf->nsp;
+  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
+  if (!cf->transpose)
+    wd[0] = cf->m, wd[1] = cf->c / cf->group;
+  else
+    wd[0] = cf->c, wd[1] = cf->m / cf->group;
+  for (int i = 0; i < nsp; i++) {
+    xd[2 + i] = cf->sp[i];
+    wd[2 + i] = cf->k[i];
+  }
+  es_tdesc xt = td(ES_DTYPE_FLOAT, 2 + nsp, xd), wt = td(ES_DTYPE_FLOAT, 2 + nsp, wd),
+           bt = td(ES_DTYPE_FLOAT, 1, bd);
+  float *x = rand_floats(xt.count), *w = rand_floats(wt.count), *b = rand_floats(bt.count);
+  const es_tdesc *in[3] = {&xt, &wt, &bt};
+  const void *data[3] = {x, w, b};
+  tnode t;
+  node_init(&t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv, cf->bias ? 3 : 2);
+  int64_t ones[3] = {1, 1, 1};
+  attr_ints(&t, "strides", cf->st[0] ? cf->st : ones, (size_t)nsp);
+  attr_ints(&t, "dilations", cf->dl[0] ? cf->dl : ones, (size_t)nsp);
+  if (cf->auto_pad)
+    attr_str(&t, "auto_pad", cf->auto_pad);
+  else
+    attr_ints(&t, "pads", cf->pads, 2 * (size_t)nsp);
+  if (cf->group != 1)
+    attr_int(&t, "group", cf->group);
+  if (cf->kernel_shape)
+    attr_ints(&t, "kernel_shape", cf->k, (size_t)nsp);
+  if (cf->outpad[0] || cf->outpad[1] || cf->outpad[2])
+    attr_ints(&t, "output_padding", cf->outpad, (size_t)nsp);
+  if (cf->outshape[0])
+    attr_ints(&t, "output_shape", cf->outshape, (size_t)nsp);
+  eval_both(cf->name, &t, cf->bias ? 3 : 2, in, data, NULL);
+  es_mem_free(x);
+  es_mem_free(w);
+  es_mem_free(b);
+}
+
+static void test_conv_grid(void **state) {
+  (void)state;
+  static const cconf confs[] = {
+      {"1x1", 0, 2, 1, 16, 24, 1, {9, 11}, {1, 1}, .bias = 1},
+      {"3x3 pad 1", 0, 2, 1, 8, 16, 1, {10, 12}, {3, 3}, .pads = {1, 1, 1, 1}, .bias = 1},
+      {"3x3 no bias, batch 2", 0, 2, 2, 8, 8, 1, {7, 9}, {3, 3}, .pads = {1, 1, 1, 1}},
+      {"5x5 pad 2", 0, 2, 1, 8, 8, 1, {12, 12}, {5, 5}, .pads = {2, 2, 2, 2}, .bias = 1,
+       .kernel_shape = 1},
+      {"1x3", 0, 2, 1, 8, 12, 1, {9, 10}, {1, 3}, .pads = {0, 1, 0, 1}, .bias = 1},
+      {"depthwise 3x3", 0, 2, 1, 16, 16, 16, {10, 10}, {3, 3}, .pads = {1, 1, 1, 1}, .bias = 1},
+      {"depthwise 5x5 stride 2", 0, 2, 1, 16, 16, 16, {15, 14}, {5, 5}, {2, 2},
+       .pads = {2, 2, 2, 2}, .bias = 1},
+      {"depthwise x2 multiplier", 0, 2, 1, 8, 16, 8, {9, 9}, {3, 3}, .pads = {1, 1, 1, 1}},
+      {"group 2", 0, 2, 1, 8, 12, 2, {9, 9}, {3, 3}, .pads = {1, 1, 1, 1}, .bias = 1},
+      {"dilation 2", 0, 2, 1, 8, 8, 1, {16, 16}, {3, 3}, .dl = {2, 2}, .pads = {2, 2, 2, 2},
+       .bias = 1},
+      {"dilation 5", 0, 2, 1, 8, 8, 1, {20, 22}, {3, 3}, .dl = {5, 5}, .pads = {5, 5, 5, 5},
+       .bias = 1},
+      {"stride 2", 0, 2, 1, 8, 16, 1, {17, 16}, {3, 3}, {2, 2}, .pads = {1, 1, 1, 1}, .bias = 1},
+      {"stride (2,1)", 0, 2, 1, 8, 16, 1, {16, 20}, {3, 3}, {2, 1}, .pads = {1, 1, 1, 1},
+       .bias = 1},
+      {"asymmetric pads", 0, 2, 1, 8, 8, 1, {11, 13}, {3, 3}, .pads = {0, 1, 2, 0}, .bias = 1},
+      {"first layer 3->16 stride 2", 0, 2, 1, 3, 16, 1, {32, 30}, {3, 3}, {2, 2},
+       .pads = {1, 1, 1, 1}, .bias = 1},
+      {"SAME_UPPER stride 2", 0, 2, 1, 4, 8, 1, {9, 10}, {3, 3}, {2, 2}, .bias = 1,
+       .auto_pad = "SAME_UPPER"},
+      {"SAME_LOWER", 0, 2, 1, 4, 8, 1, {8, 7}, {4, 4}, .auto_pad = "SAME_LOWER"},
+      {"VALID", 0, 2, 1, 4, 8, 1, {8, 7}, {3, 2}, .auto_pad = "VALID"},
+      {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}, .bias = 1},
+      {"3-D", 0, 3, 1, 2, 4, 1, {5, 6, 7}, {3, 3, 3}, .pads = {1, 0, 1, 1, 1, 0}, .bias = 1},
+      {"convT 2x2 stride 2", 1, 2, 1, 16, 8, 1, {10, 12}, {2, 2}, {2, 2}, .bias = 1},
+      {"convT 3x3 stride 2 pad 1 outpad 1", 1, 2, 1, 8, 4, 1, {7, 6}, {3, 3}, {2, 2},
+       .pads = {1, 1, 1, 1}, .outpad = {1, 1}, .bias = 1},
+      {"convT group 2 dilation 2", 1, 2, 1, 8, 6, 2, {5, 6}, {3, 3}, {1, 1}, {2, 2},
+       .pads = {1, 0, 0, 1}},
+      {"convT output_shape", 1, 2, 1, 4, 4, 1, {5, 5}, {3, 3}, {2, 2}, .outshape = {12, 11},
+       .bias = 1},
+      {"convT SAME_UPPER", 1, 2, 1, 4, 4, 1, {5, 4}, {3, 3}, {2, 2}, .auto_pad = "SAME_UPPER"},
+      {"convT 1-D", 1, 1, 2, 4, 3, 1, {9}, {4}, {3}, .pads = {1, 2}, .bias = 1},
+      /* Geometries oneDNN refuses (a negative begin pad; an end pad of
+       * -stride): both paths take the reference loops. */
+      {"convT output_shape +2", 1, 2, 1, 4, 4, 1, {5, 5}, {3, 3}, {2, 2}, .outshape = {13, 11}},
+      {"convT output_padding = stride", 1, 2, 1, 4, 4, 1, {5, 5}, {3, 3}, {2, 2},
+       .outpad = {2, 0}, .bias = 1},
+  };
+  for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++)
+    run_conf(&confs[i]);
+}
+
+static void matmul_case(const char *what, int ra, const int64_t *da, int rb, const int64_t *db,
+                        int rw, const int64_t *dw) {
+  es_tdesc at = td(ES_DTYPE_FLOAT, ra, da), bt = td(ES_DTYPE_FLOAT, rb, db),
+           want = td(ES_DTYPE_FLOAT, rw, dw);
+  float *a = rand_floats(at.count), *b = rand_floats(bt.count);
+  const es_tdesc *in[2] = {&at, &bt};
+  const void *data[2] = {a, b};
+  tnode t;
+  node_init(&t, ES_OP_MatMul, 2);
+  eval_both(what, &t, 2, in, data, &want);
+  es_mem_free(a);
+  es_mem_free(b);
+}
+
+static void test_matmul_grid(void **state) {
+  (void)state;
+  {
+    int64_t a[4] = {1, 8, 25, 32}, b[4] = {1, 8, 32, 25}, w[4] = {1, 8, 25, 25};
+    matmul_case("attention 4-D", 4, a, 4, b, 4, w);
+  }
+  {
+    int64_t a[3] = {2, 25, 64}, b[2] = {64, 48}, w[3] = {2, 25, 48};
+    matmul_case("projection 3-D x 2-D", 3, a, 2, b, 3, w);
+  }
+  {
+    int64_t a[2] = {33, 17}, b[2] = {17, 70}, w[2] = {33, 70};
+    matmul_case("2-D", 2, a, 2, b, 2, w);
+  }
+  {
+    int64_t a[4] = {3, 1, 5, 6}, b[3] = {4, 6, 7}, w[4] = {3, 4, 5, 7};
+    matmul_case("broadcast both", 4, a, 3, b, 4, w);
+  }
+  {
+    int64_t a[2] = {5, 6}, b[3] = {3, 6, 7}, w[3] = {3, 5, 7};
+    matmul_case("broadcast A", 2, a, 3, b, 3, w);
+  }
+  {
+    int64_t a[1] = {6}, b[3] = {2, 6, 7}, w[2] = {2, 7};
+    matmul_case("1-D x 3-D", 1, a, 3, b, 2, w);
+  }
+  {
+    int64_t a[3] = {2, 5, 6}, b[1] = {6}, w[2] = {2, 5};
+    matmul_case("3-D x 1-D", 3, a, 1, b, 2, w);
+  }
+  {
+    int64_t a[3] = {2, 0, 6}, b[2] = {6, 3}, w[3] = {2, 0, 3};
+    matmul_case("empty M", 3, a, 2, b, 3, w);
+  }
+  {
+    int64_t a[2] = {4, 0}, b[2] = {0, 3}, w[2] = {4, 3};
+    matmul_case("K = 0", 2, a, 2, b, 2, w);
+  }
+}
+
+/* ==========================================================================
+ * Errors
+ * ======================================================================== */
+
+/* Conv with X [n, c, 8, 8] (or as given), W [m, wc, 3, 3]; expects rc. */
+static void conv_expect(tnode *t, int xrank, const int64_t *xd, int wrank, const int64_t *wd,
+                        int with_w_data, es_dtype xdt, int want) {
+  es_tdesc xt = td(xdt, xrank, xd), wt = td(ES_DTYPE_FLOAT, wrank, wd), od;
+  float *x = rand_floats(xt.count * 2), *w = rand_floats(wt.count);
+  const es_tdesc *in[2] = {&xt, &wt};
+  const void *data[2] = {x, with_w_data ? w : NULL};
+  void *o;
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    ES_EXPECT_RC(eval(t, 2, in, data, &od, &o), want);
+    if (want == 0)
+      es_mem_free(o);
+  }
+  es_kernels_use_reference(0);
+  es_mem_free(x);
+  es_mem_free(w);
+}
+
+static void test_conv_errors(void **state) {
+  (void)state;
+  int64_t x4[4] = {1, 8, 8, 8}, w4[4] = {16, 8, 3, 3};
+  tnode t;
+  node_init(&t, ES_OP_Conv, 2);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, 0);
+  /* Channel mismatch: W expects 4 input channels, X has 8. */
+  int64_t w_c4[4] = {16, 4, 3, 3};
+  conv_expect(&t, 4, x4, 4, w_c4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Group not dividing C. */
+  int64_t x6[4] = {1, 6, 8, 8}, w6[4] = {4, 1, 3, 3};
+  attr_int(&t, "group", 4);
+  conv_expect(&t, 4, x6, 4, w6, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Group dividing C but not M. */
+  node_init(&t, ES_OP_Conv, 2);
+  attr_int(&t, "group", 2);
+  int64_t w_m3[4] = {3, 4, 3, 3};
+  conv_expect(&t, 4, x4, 4, w_m3, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Group 0. */
+  t.attrs[0].i = 0;
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Kernel larger than the padded input. */
+  node_init(&t, ES_OP_Conv, 2);
+  int64_t x_small[4] = {1, 8, 3, 3}, w5[4] = {8, 8, 5, 5};
+  conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  int64_t pads1[4] = {1, 1, 1, 1};
+  attr_ints(&t, "pads", pads1, 4);
+  conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, 0);
+  /* Dilated kernel larger than the padded input. */
+  int64_t dil[2] = {3, 3};
+  attr_ints(&t, "dilations", dil, 2);
+  conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Wrong ranks. */
+  node_init(&t, ES_OP_Conv, 2);
+  int64_t x2[2] = {1, 8};
+  conv_expect(&t, 2, x2, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  int64_t w3[3] = {16, 8, 3};
+  conv_expect(&t, 4, x4, 3, w3, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  int64_t x6d[6] = {1, 8, 3, 3, 3, 3}, w6d[6] = {2, 8, 1, 1, 1, 1};
+  conv_expect(&t, 6, x6d, 6, w6d, 1, ES_DTYPE_FLOAT, ES_ENOTSUP);
+  /* Weights not known when planning. */
+  conv_expect(&t, 4, x4, 4, w4, 0, ES_DTYPE_FLOAT, ES_ENOTSUP);
+  /* Integer input. */
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_INT32, ES_EMODEL);
+  /* Bad attributes. */
+  int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5}, three[3] = {1, 1, 1};
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "strides", zero2, 2);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "dilations", zero2, 2);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "pads", neg4, 4);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "pads", three, 3);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "strides", three, 3);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "kernel_shape", k5, 2);
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_str(&t, "auto_pad", "SAME");
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_Conv, 2);
+  attr_str(&t, "group", "2"); /* wrong attribute type */
+  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+
+  /* Bias of the wrong size. */
+  {
+    int64_t bd[1] = {15};
+    es_tdesc xt = td(ES_DTYPE_FLOAT, 4, x4), wt = td(ES_DTYPE_FLOAT, 4, w4),
+             bt = td(ES_DTYPE_FLOAT, 1, bd), od;
+    float *x = rand_floats(xt.count), *w = rand_floats(wt.count), *b = rand_floats(16);
+    const es_tdesc *in[3] = {&xt, &wt, &bt};
+    const void *data[3] = {x, w, b};
+    void *o;
+    node_init(&t, ES_OP_Conv, 3);
+    ES_EXPECT_RC(eval(&t, 3, in, data, &od, &o), ES_EMODEL);
+    /* Missing W. */
+    in[1] = NULL;
+    ES_EXPECT_RC(eval(&t, 3, in, data, &od, &o), ES_EMODEL);
+    es_mem_free(x);
+    es_mem_free(w);
+    es_mem_free(b);
+  }
+
+  /* ConvTranspose: W's first dimension must be X's channels. */
+  node_init(&t, ES_OP_ConvTranspose, 2);
+  int64_t wt_bad[4] = {4, 8, 2, 2}, wt_ok[4] = {8, 4, 2, 2};
+  conv_expect(&t, 4, x4, 4, wt_bad, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, 0);
+  int64_t os_bad[3] = {5, 5, 5}, os_neg[2] = {0, 9}, outpad_neg[2] = {-1, 0};
+  attr_ints(&t, "output_shape", os_bad, 3);
+  conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  t.attrs[0].ints = os_neg;
+  t.attrs[0].n = 2;
+  conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  node_init(&t, ES_OP_ConvTranspose, 2);
+  attr_ints(&t, "output_padding", outpad_neg, 2);
+  conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Pads that leave no output. */
+  node_init(&t, ES_OP_ConvTranspose, 2);
+  int64_t big_pads[4] = {8, 0, 9, 0};
+  attr_ints(&t, "pads", big_pads, 4);
+  conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+}
+
+static void test_matmul_errors(void **state) {
+  (void)state;
+  tnode t;
+  node_init(&t, ES_OP_MatMul, 2);
+  struct {
+    int ra, rb;
+    int64_t da[4], db[4];
+    es_dtype dt;
+    int want;
+  } cases[] = {
+      {2, 2, {3, 4}, {5, 6}, ES_DTYPE_FLOAT, ES_EMODEL},            /* K differs */
+      {3, 3, {2, 3, 4}, {3, 4, 5}, ES_DTYPE_FLOAT, ES_EMODEL},      /* batch 2 vs 3 */
+      {2, 2, {3, 4}, {4, 5}, ES_DTYPE_INT64, ES_ENOTSUP},           /* integer MatMul */
+      {2, 2, {3, 4}, {4, 5}, ES_DTYPE_BOOL, ES_EMODEL},             /* not a number type */
+      {0, 2, {0}, {4, 5}, ES_DTYPE_FLOAT, ES_EMODEL},               /* scalar operand */
+      {1, 1, {3}, {4}, ES_DTYPE_FLOAT, ES_EMODEL},                  /* 1-D lengths differ */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    es_tdesc at = td(cases[i].dt, cases[i].ra, cases[i].da),
+             bt = td(cases[i].dt, cases[i].rb, cases[i].db), od;
+    void *a = rand_floats(at.count * 2), *b = rand_floats(bt.count * 2), *o;
+    const es_tdesc *in[2] = {&at, &bt};
+    const void *data[2] = {a, b};
+    ES_EXPECT_RC(eval(&t, 2, in, data, &od, &o), cases[i].want);
+    es_mem_free(a);
+    es_mem_free(b);
+  }
+  /* One input only. */
+  int64_t d[2] = {2, 2};
+  es_tdesc at = td(ES_DTYPE_FLOAT, 2, d), od;
+  float a[4] = {0};
+  const es_tdesc *in[1] = {&at};
+  const void *data[1] = {a};
+  void *o;
+  node_init(&t, ES_OP_MatMul, 1);
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Prepared weights shared between plans; one plan shared by threads
+ * ======================================================================== */
+
+/* A hand-built instance, as the planner makes one. */
+typedef struct hinst {
+  es_kinst k;
+  es_ctx ctx;
+  es_tdesc out;
+  es_tdesc *outp[1];
+  const es_kernel *kern;
+} hinst;
+
+static void hinst_infer(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
+                        const void *const *data, es_prep_store *store) {
+  memset(h, 0, sizeof *h);
+  h->outp[0] = &h->out;
+  h->kern = es_kernel_for(nd->op);
+  h->k = (es_kinst){.node = nd,
+                    .opset = 13,
+                    .n_in = n_in,
+                    .n_out = 1,
+                    .in = in,
+                    .out = h->outp,
+                    .in_static = data,
+                    .inplace = -1,
+                    .ctx = &h->ctx,
+                    .prep = store};
+  es_node_label(nd, h->k.label, sizeof h->k.label);
+  ES_CHECK_RC(h->kern->infer(&h->k));
+}
+
+/* Runs h and checks it against the reference path's es_kernel_eval. */
+static void hinst_check(hinst *h, tnode *t, int n_in, const es_tdesc *const *in,
+                        const void *const *data) {
+  void *scratch = h->k.scratch_bytes ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->k.scratch_bytes)
+                                     : NULL;
+  void *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->out.nbytes);
+  void *outs[1] = {y};
+  ES_CHECK_RC(h->kern->run(&h->k, data, outs, scratch));
+  es_tdesc od;
+  void *o;
+  es_kernels_use_reference(1);
+  ES_CHECK_RC(eval(t, n_in, in, data, &od, &o));
+  es_kernels_use_reference(0);
+  assert_true(es_tdesc_same_shape(&od, &h->out));
+  for (size_t i = 0; i < od.count; i++)
+    assert_float_equal(((float *)y)[i], ((float *)o)[i], 1e-3);
+  es_mem_free(o);
+  es_mem_free(y);
+  es_mem_free(scratch);
+}
+
+static void hinst_release(hinst *h) {
+  if (h->kern->release)
+    h->kern->release(&h->k);
+  es_ctx_free_all(&h->ctx);
+}
+
+/* Infers node t for two input shapes against one store; the second plan
+ * must reuse the first one's prepared weights. */
+static size_t prep_twice(tnode *t, int n_in, es_tdesc *x, const int64_t *d1, const int64_t *d2,
+                         const es_tdesc *const *in, const void **data) {
+  es_prep_store *store;
+  ES_CHECK_RC(es_prep_store_create(&store));
+  hinst h1, h2;
+  *x = td(ES_DTYPE_FLOAT, x->rank, d1);
+  float *x1 = rand_floats(x->count);
+  data[0] = x1;
+  hinst_infer(&h1, &t->node, n_in, in, data, store);
+  hinst_check(&h1, t, n_in, in, data);
+  size_t bytes = es_prep_store_bytes(store);
+
+  *x = td(ES_DTYPE_FLOAT, x->rank, d2);
+  float *x2 = rand_floats(x->count);
+  data[0] = x2;
+  hinst_infer(&h2, &t->node, n_in, in, data, store);
+  hinst_check(&h2, t, n_in, in, data);
+  assert_int_equal(es_prep_store_bytes(store), bytes);
+  /* The first plan still runs on the shared copy after the second made
+   * its own primitive. */
+  *x = td(ES_DTYPE_FLOAT, x->rank, d1);
+  data[0] = x1;
+  hinst_check(&h1, t, n_in, in, data);
+  hinst_release(&h1);
+  hinst_release(&h2);
+  es_mem_free(x1);
+  es_mem_free(x2);
+  es_prep_store_destroy(store);
+  return bytes;
+}
+
+static void test_prepared_shared(void **state) {
+  (void)state;
+  es_kernels_use_reference(0);
+  /* MatMul with static 2-D weights: oneDNN picks a blocked layout. */
+  {
+    int64_t a1[3] = {1, 25, 64}, a2[3] = {1, 40, 64}, bd[2] = {64, 48};
+    es_tdesc at = {.rank = 3}, bt = td(ES_DTYPE_FLOAT, 2, bd);
+    float *b = rand_floats(bt.count);
+    const es_tdesc *in[2] = {&at, &bt};
+    const void *data[2] = {NULL, b};
+    tnode t;
+    node_init(&t, ES_OP_MatMul, 2);
+    size_t bytes = prep_twice(&t, 2, &at, a1, a2, in, data);
+    assert_true(bytes >= 64 * 48 * sizeof(float));
+    es_mem_free(b);
+  }
+  /* Conv: whatever layout oneDNN picks for the weights (with plain
+   * activations it may keep them plain: nothing to prepare), a second plan
+   * adds nothing. */
+  {
+    int64_t x1[4] = {1, 16, 20, 20}, x2[4] = {1, 16, 28, 24}, wd[4] = {32, 16, 3, 3},
+            bd[1] = {32}, pads[4] = {1, 1, 1, 1};
+    es_tdesc xt = {.rank = 4}, wt = td(ES_DTYPE_FLOAT, 4, wd), bt = td(ES_DTYPE_FLOAT, 1, bd);
+    float *w = rand_floats(wt.count), *b = rand_floats(bt.count);
+    const es_tdesc *in[3] = {&xt, &wt, &bt};
+    const void *data[3] = {NULL, w, b};
+    tnode t;
+    node_init(&t, ES_OP_Conv, 3);
+    attr_ints(&t, "pads", pads, 4);
+    prep_twice(&t, 3, &xt, x1, x2, in, data);
+    es_mem_free(w);
+    es_mem_free(b);
+  }
+}
+
+typedef struct thread_job {
+  hinst *h;
+  const void *const *data;
+  const float *want;
+  int ok;
+} thread_job;
+
+static void *thread_run(void *arg) {
+  thread_job *j = arg;
+  void *scratch = j->h->k.scratch_bytes
+                      ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, j->h->k.scratch_bytes)
+                      : NULL;
+  float *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, j->h->out.nbytes);
+  void *outs[1] = {y};
+  j->ok = 1;
+  for (int it = 0; it < 20 && j->ok; it++) {
+    if (j->h->kern->run(&j->h->k, j->data, outs, scratch) != 0)
+      j->ok = 0;
+    for (size_t i = 0; i < j->h->out.count && j->ok; i++)
+      j->ok = fabsf(y[i] - j->want[i]) <= 1e-4f * (1 + fabsf(j->want[i]));
+  }
+  es_mem_free(y);
+  es_mem_free(scratch);
+  return NULL;
+}
+
+static void test_threads_share_plan(void **state) {
+  (void)state;
+  es_kernels_use_reference(0);
+  int64_t xd[4] = {1, 16, 24, 24}, wd[4] = {16, 16, 3, 3}, pads[4] = {1, 1, 1, 1};
+  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd);
+  float *x = rand_floats(xt.count), *w = rand_floats(wt.count);
+  const es_tdesc *in[2] = {&xt, &wt};
+  const void *data[2] = {x, w};
+  tnode t;
+  node_init(&t, ES_OP_Conv, 2);
+  attr_ints(&t, "pads", pads, 4);
+  hinst h;
+  hinst_infer(&h, &t.node, 2, in, data, NULL);
+  /* The single-threaded result is the expectation; a race on shared state
+   * would show as garbage, not rounding (thread teams may split sums
+   * differently, hence the tolerance). */
+  void *scratch = h.k.scratch_bytes ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.k.scratch_bytes)
+                                    : NULL;
+  float *want = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.out.nbytes);
+  void *outs[1] = {want};
+  ES_CHECK_RC(h.kern->run(&h.k, data, outs, scratch));
+  pthread_t th[3];
+  thread_job jobs[3];
+  for (int i = 0; i < 3; i++) {
+    jobs[i] = (thread_job){.h = &h, .data = data, .want = want};
+    assert_int_equal(pthread_create(&th[i], NULL, thread_run, &jobs[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    assert_true(jobs[i].ok);
+  }
+  hinst_release(&h);
+  es_mem_free(want);
+  es_mem_free(scratch);
+  es_mem_free(x);
+  es_mem_free(w);
+}
+
+int main(void) {
+  seed_ = es_test_seed();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv_known),       cmocka_unit_test(test_convtranspose_known),
+      cmocka_unit_test(test_matmul_known),     cmocka_unit_test(test_conv_grid),
+      cmocka_unit_test(test_matmul_grid),      cmocka_unit_test(test_conv_errors),
+      cmocka_unit_test(test_matmul_errors),    cmocka_unit_test(test_prepared_shared),
+      cmocka_unit_test(test_threads_share_plan),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,956 @@
+/* Shape-family kernels (Shape, Reshape, Squeeze, Concat, Slice, Split,
+ * Transpose, Pad, ConstantOfShape) evaluated one node at a time.
+ *
+ * Small hand-checked cases for each op and form (attribute vs input), error
+ * cases that must fail with the right code, and randomised comparisons of
+ * Transpose, Slice and Pad against naive index-by-index references over
+ * ranks 1-6 and element sizes 1, 4 and 8 (the tiled and strided paths). */
+#include "es_test.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "model/graph.h"
+
+/* ==========================================================================
+ * Node building
+ * ======================================================================== */
+
+typedef struct tnode {
+  es_node node;
+  es_attr attrs[8];
+  int ins[16], outs[16];
+} tnode;
+
+static void node_init(tnode *t, es_op op, int n_in, int n_out) {
+  memset(t, 0, sizeof *t);
+  for (int i = 0; i < 16; i++)
+    t->ins[i] = i, t->outs[i] = 16 + i;
+  t->node = (es_node){.name = "t", .op = op, .n_in = n_in, .n_out = n_out, .in = t->ins,
+                      .out = t->outs, .attrs = t->attrs};
+}
+
+static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
+  es_attr *a = &t->attrs[t->node.n_attr++];
+  a->name = name;
+  a->type = type;
+  return a;
+}
+
+static void attr_int(tnode *t, const char *name, int64_t v) {
+  attr_add(t, name, ES_ATTR_INT)->i = v;
+}
+
+static void attr_ints(tnode *t, const char *name, const int64_t *v, size_t n) {
+  es_attr *a = attr_add(t, name, ES_ATTR_INTS);
+  a->ints = v;
+  a->n = n;
+}
+
+static es_tdesc td(es_dtype dt, int rank, const int64_t *dims) {
+  es_tdesc t;
+  memset(&t, 0, sizeof t);
+  ES_CHECK_RC(es_tdesc_set(&t, dt, rank, dims));
+  return t;
+}
+
+static es_tdesc td1(es_dtype dt, int64_t n) { return td(dt, 1, &n); }
+
+/* Evaluates a one-input node. */
+static int eval1(tnode *t, int64_t opset, const es_tdesc *x, const void *xd, es_tdesc *od,
+                 void **o) {
+  const es_tdesc *in[1] = {x};
+  const void *data[1] = {xd};
+  return es_kernel_eval(&t->node, opset, 1, in, data, 1, od, o);
+}
+
+static void check_dims(const es_tdesc *t, int rank, const int64_t *dims) {
+  assert_int_equal(t->rank, rank);
+  for (int i = 0; i < rank; i++)
+    assert_int_equal(t->dims[i], dims[i]);
+}
+
+static void iota_f(float *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    v[i] = (float)i;
+}
+
+/* ==========================================================================
+ * Shape
+ * ======================================================================== */
+
+static void test_shape(void **state) {
+  (void)state;
+  int64_t dims[4] = {2, 3, 4, 5};
+  es_tdesc x = td(ES_DTYPE_FLOAT, 4, dims), od;
+  void *o;
+  tnode t;
+  node_init(&t, ES_OP_Shape, 1, 1);
+  ES_CHECK_RC(eval1(&t, 13, &x, NULL, &od, &o));
+  assert_int_equal(od.dtype, ES_DTYPE_INT64);
+  assert_int_equal(od.dims[0], 4);
+  assert_memory_equal(o, dims, sizeof dims);
+  es_mem_free(o);
+
+  /* Opset 15 bounds: [-3, -1) -> dims 1..2. */
+  attr_int(&t, "start", -3);
+  attr_int(&t, "end", -1);
+  ES_CHECK_RC(eval1(&t, 15, &x, NULL, &od, &o));
+  assert_int_equal(od.dims[0], 2);
+  assert_int_equal(((int64_t *)o)[0], 3);
+  assert_int_equal(((int64_t *)o)[1], 4);
+  es_mem_free(o);
+
+  /* Out-of-range bounds clamp; start past end is empty. */
+  t.attrs[0].i = 10;
+  t.attrs[1].i = 100;
+  ES_CHECK_RC(eval1(&t, 15, &x, NULL, &od, &o));
+  assert_int_equal(od.dims[0], 0);
+  es_mem_free(o);
+
+  /* A scalar has an empty shape. */
+  es_tdesc s = td(ES_DTYPE_INT64, 0, NULL);
+  node_init(&t, ES_OP_Shape, 1, 1);
+  int64_t sv = 7;
+  ES_CHECK_RC(eval1(&t, 13, &s, &sv, &od, &o));
+  assert_int_equal(od.rank, 1);
+  assert_int_equal(od.dims[0], 0);
+  es_mem_free(o);
+
+  /* Two inputs are one too many. */
+  node_init(&t, ES_OP_Shape, 2, 1);
+  const es_tdesc *in[2] = {&x, &x};
+  const void *data[2] = {NULL, NULL};
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Reshape
+ * ======================================================================== */
+
+static int reshape(const es_tdesc *x, const void *xd, const int64_t *shape, size_t n,
+                   int64_t allowzero, es_tdesc *od, void **o) {
+  tnode t;
+  node_init(&t, ES_OP_Reshape, 2, 1);
+  if (allowzero >= 0)
+    attr_int(&t, "allowzero", allowzero);
+  es_tdesc s = td1(ES_DTYPE_INT64, (int64_t)n);
+  const es_tdesc *in[2] = {x, &s};
+  const void *data[2] = {xd, shape};
+  return es_kernel_eval(&t.node, 14, 2, in, data, 1, od, o);
+}
+
+static void test_reshape(void **state) {
+  (void)state;
+  int64_t dims[3] = {2, 3, 4};
+  float v[24];
+  iota_f(v, 24);
+  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), od;
+  void *o;
+
+  int64_t s1[3] = {0, -1, 2};
+  ES_CHECK_RC(reshape(&x, v, s1, 3, -1, &od, &o));
+  check_dims(&od, 3, (int64_t[]){2, 6, 2});
+  assert_memory_equal(o, v, sizeof v);
+  es_mem_free(o);
+
+  int64_t s2[1] = {-1};
+  ES_CHECK_RC(reshape(&x, v, s2, 1, -1, &od, &o));
+  check_dims(&od, 1, (int64_t[]){24});
+  es_mem_free(o);
+
+  /* allowzero=1: a 0 is a zero dim, only valid for an empty input. */
+  int64_t zdims[3] = {0, 3, 4};
+  es_tdesc z = td(ES_DTYPE_FLOAT, 3, zdims);
+  int64_t s3[3] = {3, 4, 0};
+  ES_CHECK_RC(reshape(&z, v, s3, 3, 1, &od, &o));
+  check_dims(&od, 3, s3);
+  es_mem_free(o);
+  ES_EXPECT_RC(reshape(&x, v, s3, 3, 1, &od, &o), ES_EMODEL);
+
+  int64_t bad_two[2] = {-1, -1};
+  ES_EXPECT_RC(reshape(&x, v, bad_two, 2, -1, &od, &o), ES_EMODEL);
+  int64_t bad_count[2] = {5, 5};
+  ES_EXPECT_RC(reshape(&x, v, bad_count, 2, -1, &od, &o), ES_EMODEL);
+  int64_t bad_div[2] = {5, -1};
+  ES_EXPECT_RC(reshape(&x, v, bad_div, 2, -1, &od, &o), ES_EMODEL);
+  int64_t bad_neg[2] = {-2, -12};
+  ES_EXPECT_RC(reshape(&x, v, bad_neg, 2, -1, &od, &o), ES_EMODEL);
+  int64_t bad_zero[4] = {2, 3, 4, 0}; /* copies dim 3 of a rank-3 input */
+  ES_EXPECT_RC(reshape(&x, v, bad_zero, 4, -1, &od, &o), ES_EMODEL);
+  int64_t both[2] = {0, -1};
+  ES_EXPECT_RC(reshape(&z, v, both, 2, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(reshape(&x, v, s1, 3, 2, &od, &o), ES_EMODEL);
+  int64_t huge[2] = {INT64_MAX, INT64_MAX};
+  ES_EXPECT_RC(reshape(&x, v, huge, 2, -1, &od, &o), ES_EMODEL);
+  int64_t nine[9] = {1, 1, 1, 1, 1, 2, 3, 4, 1};
+  ES_EXPECT_RC(reshape(&x, v, nine, 9, -1, &od, &o), ES_ENOTSUP);
+
+  /* A shape not known when planning. */
+  ES_EXPECT_RC(reshape(&x, v, NULL, 3, -1, &od, &o), ES_ENOTSUP);
+  /* A float shape. */
+  tnode t;
+  node_init(&t, ES_OP_Reshape, 2, 1);
+  es_tdesc fs = td1(ES_DTYPE_FLOAT, 1);
+  float fv = 24;
+  const es_tdesc *in[2] = {&x, &fs};
+  const void *data[2] = {v, &fv};
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 14, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* Plans t on one float input x (other inputs static), runs it in place on
+ * v when infer allows it, and returns k.inplace. */
+static int run_inplace(tnode *t, int n_in, const es_tdesc *const *in, const void *const *st,
+                       float *v) {
+  es_tdesc od;
+  es_tdesc *outp[1] = {&od};
+  es_ctx ctx = {0};
+  es_kinst k = {.node = &t->node, .opset = 13, .n_in = n_in, .n_out = 1, .in = in,
+                .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx};
+  const es_kernel *kern = es_kernel_for(t->node.op);
+  assert_non_null(kern);
+  ES_CHECK_RC(kern->infer(&k));
+  if (k.inplace == 0) {
+    const void *rin[ES_MAX_RANK] = {v};
+    for (int i = 1; i < n_in; i++)
+      rin[i] = st[i];
+    void *rout[1] = {v};
+    ES_CHECK_RC(kern->run(&k, rin, rout, NULL));
+  }
+  es_ctx_free_all(&ctx);
+  return k.inplace;
+}
+
+/* Views let the planner alias the output with the input, and run then
+ * leaves the shared buffer alone; real moves do not. */
+static void test_inplace(void **state) {
+  (void)state;
+  int64_t dims[3] = {2, 1, 3}, shape[1] = {6};
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), s = td1(ES_DTYPE_INT64, 1);
+  const es_tdesc *in[4] = {&x, &s, &s, &s};
+  tnode t;
+  node_init(&t, ES_OP_Reshape, 2, 1);
+  const void *st[4] = {NULL, shape};
+  assert_int_equal(run_inplace(&t, 2, in, st, v), 0);
+  assert_true(v[0] == 1 && v[5] == 6);
+
+  node_init(&t, ES_OP_Squeeze, 1, 1);
+  assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
+
+  /* Moving a unit dim keeps the byte order; swapping 2 and 3 does not. */
+  int64_t keep[3] = {1, 0, 2}, swap[3] = {2, 1, 0};
+  node_init(&t, ES_OP_Transpose, 1, 1);
+  attr_ints(&t, "perm", keep, 3);
+  assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
+  assert_true(v[0] == 1 && v[5] == 6);
+  t.attrs[0].ints = swap;
+  assert_int_equal(run_inplace(&t, 1, in, st, v), -1);
+
+  /* A slice of a leading part is a view (the bytes are already in place),
+   * one starting further on is not. */
+  int64_t zero[1] = {0}, all[1] = {INT64_MAX}, one[1] = {1};
+  node_init(&t, ES_OP_Slice, 3, 1);
+  const void *sst[3] = {NULL, zero, all};
+  assert_int_equal(run_inplace(&t, 3, in, sst, v), 0);
+  sst[2] = one;
+  assert_int_equal(run_inplace(&t, 3, in, sst, v), 0);
+  sst[1] = one;
+  sst[2] = all;
+  assert_int_equal(run_inplace(&t, 3, in, sst, v), -1);
+  assert_true(v[0] == 1 && v[5] == 6);
+}
+
+/* ==========================================================================
+ * Squeeze
+ * ======================================================================== */
+
+static void test_squeeze(void **state) {
+  (void)state;
+  int64_t dims[4] = {1, 3, 1, 2};
+  float v[6];
+  iota_f(v, 6);
+  es_tdesc x = td(ES_DTYPE_FLOAT, 4, dims), od;
+  void *o;
+  tnode t;
+
+  /* No axes: every 1 goes. */
+  node_init(&t, ES_OP_Squeeze, 1, 1);
+  ES_CHECK_RC(eval1(&t, 13, &x, v, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 2});
+  assert_memory_equal(o, v, sizeof v);
+  es_mem_free(o);
+
+  /* Opset 11 attribute, negative axis. */
+  int64_t ax[1] = {-2};
+  attr_ints(&t, "axes", ax, 1);
+  ES_CHECK_RC(eval1(&t, 11, &x, v, &od, &o));
+  check_dims(&od, 3, (int64_t[]){1, 3, 2});
+  es_mem_free(o);
+
+  /* Opset 13 input. */
+  node_init(&t, ES_OP_Squeeze, 2, 1);
+  es_tdesc a = td1(ES_DTYPE_INT64, 1);
+  int64_t ax0[1] = {0};
+  const es_tdesc *in[2] = {&x, &a};
+  const void *data[2] = {v, ax0};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+  check_dims(&od, 3, (int64_t[]){3, 1, 2});
+  es_mem_free(o);
+
+  /* Errors: squeezing a dim of 3, repeated and out-of-range axes, axes not
+   * known when planning. */
+  int64_t ax1[1] = {1};
+  data[1] = ax1;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  int64_t dup[2] = {0, -4};
+  es_tdesc a2 = td1(ES_DTYPE_INT64, 2);
+  in[1] = &a2;
+  data[1] = dup;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  int64_t far[1] = {4};
+  in[1] = &a;
+  data[1] = far;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = NULL;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+}
+
+/* ==========================================================================
+ * Concat
+ * ======================================================================== */
+
+static void test_concat(void **state) {
+  (void)state;
+  int64_t da[3] = {2, 1, 2}, db[3] = {2, 3, 2};
+  int64_t va[4] = {0, 1, 2, 3}, vb[12];
+  for (int i = 0; i < 12; i++)
+    vb[i] = 100 + i;
+  es_tdesc a = td(ES_DTYPE_INT64, 3, da), b = td(ES_DTYPE_INT64, 3, db), od;
+  void *o;
+  tnode t;
+  node_init(&t, ES_OP_Concat, 3, 1);
+  attr_int(&t, "axis", -2);
+  const es_tdesc *in[3] = {&a, &b, &a};
+  const void *data[3] = {va, vb, va};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
+  check_dims(&od, 3, (int64_t[]){2, 5, 2});
+  int64_t want[20] = {0,   1,   100, 101, 102, 103, 104, 105, 0,  1,
+                      2,   3,   106, 107, 108, 109, 110, 111, 2,  3};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+
+  /* Axis 0 of bytes, with an empty input. */
+  uint8_t x1[3] = {1, 2, 3}, x2[2] = {4, 5};
+  es_tdesc b1 = td1(ES_DTYPE_UINT8, 3), b2 = td1(ES_DTYPE_UINT8, 2), b0 = td1(ES_DTYPE_UINT8, 0);
+  t.attrs[0].i = 0;
+  const es_tdesc *bin[3] = {&b1, &b0, &b2};
+  const void *bdata[3] = {x1, x2, x2};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, bin, bdata, 1, &od, &o));
+  assert_int_equal(od.dims[0], 5);
+  assert_memory_equal(o, ((uint8_t[]){1, 2, 3, 4, 5}), 5);
+  es_mem_free(o);
+
+  /* Errors: mismatched dims, dtypes, ranks, bad axis, missing axis. */
+  t.attrs[0].i = 1;
+  in[1] = &b1;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  int64_t dc[3] = {3, 1, 2};
+  es_tdesc c = td(ES_DTYPE_INT64, 3, dc);
+  in[1] = &c;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  es_tdesc r2 = td(ES_DTYPE_INT64, 2, db);
+  in[1] = &r2;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  in[1] = &b;
+  t.attrs[0].i = 3;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  t.node.n_attr = 0;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  attr_add(&t, "axis", ES_ATTR_FLOAT);
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Slice
+ * ======================================================================== */
+
+/* Opset 13 Slice with n indices per input; axes/steps NULL when omitted. */
+static int slice13(const es_tdesc *x, const void *xd, size_t n, const int64_t *starts,
+                   const int64_t *ends, const int64_t *axes, const int64_t *steps, es_tdesc *od,
+                   void **o) {
+  tnode t;
+  int n_in = steps ? 5 : axes ? 4 : 3;
+  node_init(&t, ES_OP_Slice, n_in, 1);
+  es_tdesc v = td1(ES_DTYPE_INT64, (int64_t)n);
+  const es_tdesc *in[5] = {x, &v, &v, axes ? &v : NULL, &v};
+  const void *data[5] = {xd, starts, ends, axes, steps};
+  return es_kernel_eval(&t.node, 13, n_in, in, data, 1, od, o);
+}
+
+static void test_slice(void **state) {
+  (void)state;
+  int64_t dims[2] = {3, 4};
+  float v[12];
+  iota_f(v, 12);
+  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od;
+  void *o;
+
+  /* Rows 1.., columns reversed from the end with step -2. */
+  int64_t st[2] = {1, -1}, en[2] = {INT64_MAX, INT64_MIN}, ax[2] = {0, 1}, sp[2] = {1, -2};
+  ES_CHECK_RC(slice13(&x, v, 2, st, en, ax, sp, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 2});
+  float want[4] = {7, 5, 11, 9};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+
+  /* Default axes: the first; out-of-range ends clamp. */
+  int64_t st1[1] = {-2}, en1[1] = {100};
+  ES_CHECK_RC(slice13(&x, v, 1, st1, en1, NULL, NULL, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 4});
+  assert_memory_equal(o, v + 4, 8 * sizeof(float));
+  es_mem_free(o);
+
+  /* Empty result when start >= end. */
+  int64_t st2[1] = {3}, en2[1] = {1};
+  ES_CHECK_RC(slice13(&x, v, 1, st2, en2, NULL, NULL, &od, &o));
+  check_dims(&od, 2, (int64_t[]){0, 4});
+  es_mem_free(o);
+
+  /* Opset 9 attributes. */
+  tnode t;
+  node_init(&t, ES_OP_Slice, 1, 1);
+  int64_t as[1] = {1}, ae[1] = {3}, aa[1] = {-1};
+  attr_ints(&t, "starts", as, 1);
+  attr_ints(&t, "ends", ae, 1);
+  attr_ints(&t, "axes", aa, 1);
+  ES_CHECK_RC(eval1(&t, 9, &x, v, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 2});
+  float want2[6] = {1, 2, 5, 6, 9, 10};
+  assert_memory_equal(o, want2, sizeof want2);
+  es_mem_free(o);
+  t.node.n_attr = 1; /* no ends */
+  ES_EXPECT_RC(eval1(&t, 9, &x, v, &od, &o), ES_EMODEL);
+
+  /* Errors: zero step, repeated axis, axis out of range, length mismatch,
+   * too many axes, not known when planning. */
+  int64_t zero[2] = {1, 0};
+  ES_EXPECT_RC(slice13(&x, v, 2, st, en, ax, zero, &od, &o), ES_EMODEL);
+  int64_t dup[2] = {1, -1};
+  ES_EXPECT_RC(slice13(&x, v, 2, st, en, dup, sp, &od, &o), ES_EMODEL);
+  int64_t far[2] = {0, 2};
+  ES_EXPECT_RC(slice13(&x, v, 2, st, en, far, sp, &od, &o), ES_EMODEL);
+  int64_t st3[3] = {0, 0, 0}, en3[3] = {1, 1, 1};
+  ES_EXPECT_RC(slice13(&x, v, 3, st3, en3, NULL, NULL, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(slice13(&x, v, 2, NULL, en, ax, sp, &od, &o), ES_ENOTSUP);
+  {
+    node_init(&t, ES_OP_Slice, 3, 1);
+    es_tdesc v2 = td1(ES_DTYPE_INT64, 2), v1 = td1(ES_DTYPE_INT64, 1);
+    const es_tdesc *in[3] = {&x, &v2, &v1};
+    const void *data[3] = {v, st, en};
+    ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  }
+}
+
+/* ==========================================================================
+ * Split
+ * ======================================================================== */
+
+static void test_split(void **state) {
+  (void)state;
+  int64_t dims[2] = {2, 6};
+  float v[12];
+  iota_f(v, 12);
+  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od[3];
+  void *o[3];
+  tnode t;
+
+  /* Equal parts along the last axis. */
+  node_init(&t, ES_OP_Split, 1, 3);
+  attr_int(&t, "axis", -1);
+  const es_tdesc *in[2] = {&x, NULL};
+  const void *data[2] = {v, NULL};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 1, in, data, 3, od, o));
+  for (int i = 0; i < 3; i++) {
+    check_dims(&od[i], 2, (int64_t[]){2, 2});
+    float want[4] = {(float)(2 * i), (float)(2 * i + 1), (float)(6 + 2 * i), (float)(7 + 2 * i)};
+    assert_memory_equal(o[i], want, sizeof want);
+    es_mem_free(o[i]);
+  }
+
+  /* Opset 13 sizes input, with an empty part. */
+  node_init(&t, ES_OP_Split, 2, 3);
+  attr_int(&t, "axis", 1);
+  int64_t sizes[3] = {1, 0, 5};
+  es_tdesc s = td1(ES_DTYPE_INT64, 3);
+  in[1] = &s;
+  data[1] = sizes;
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o));
+  check_dims(&od[0], 2, (int64_t[]){2, 1});
+  check_dims(&od[1], 2, (int64_t[]){2, 0});
+  check_dims(&od[2], 2, (int64_t[]){2, 5});
+  float want0[2] = {0, 6}, want2[10] = {1, 2, 3, 4, 5, 7, 8, 9, 10, 11};
+  assert_memory_equal(o[0], want0, sizeof want0);
+  assert_memory_equal(o[2], want2, sizeof want2);
+  for (int i = 0; i < 3; i++)
+    es_mem_free(o[i]);
+
+  /* Opset 11 attribute along axis 0. */
+  node_init(&t, ES_OP_Split, 1, 2);
+  int64_t asz[2] = {1, 1};
+  attr_ints(&t, "split", asz, 2);
+  ES_CHECK_RC(es_kernel_eval(&t.node, 11, 1, in, data, 2, od, o));
+  assert_memory_equal(o[1], v + 6, 6 * sizeof(float));
+  es_mem_free(o[0]);
+  es_mem_free(o[1]);
+
+  /* Errors: sizes not summing to the dim, negative, wrong count, unequal
+   * default split before opset 18, sizes not known when planning. */
+  node_init(&t, ES_OP_Split, 2, 3);
+  attr_int(&t, "axis", 1);
+  int64_t bad[3] = {1, 1, 1};
+  data[1] = bad;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
+  int64_t neg[3] = {-1, 2, 5};
+  data[1] = neg;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
+  data[1] = sizes;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 2, od, o), ES_EMODEL);
+  data[1] = NULL;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_ENOTSUP);
+  es_tdesc od4[4];
+  void *o4[4];
+  node_init(&t, ES_OP_Split, 1, 4);
+  attr_int(&t, "axis", 1);
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
+  /* Opset 18: 6 into 4 parts -> 2, 2, 2, 0. */
+  ES_CHECK_RC(es_kernel_eval(&t.node, 18, 1, in, data, 4, od4, o4));
+  assert_int_equal(od4[3].dims[1], 0);
+  for (int i = 0; i < 4; i++)
+    es_mem_free(o4[i]);
+  t.attrs[0].i = 2;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Transpose, Slice and Pad against naive references
+ * ======================================================================== */
+
+/* Element i of a test tensor, distinct for every i at each element size. */
+static void elem_set(void *base, size_t esz, size_t i) {
+  uint64_t v = 0x0102030405060708ull * (i + 1) + i;
+  memcpy((char *)base + i * esz, &v, esz);
+}
+
+static void *tensor_fill(size_t esz, size_t count) {
+  void *p = es_mem_alloc(ES_MEM_OTHER, count * esz + 1);
+  for (size_t i = 0; i < count; i++)
+    elem_set(p, esz, i);
+  return p;
+}
+
+static es_dtype dtype_of_size(size_t esz) {
+  return esz == 1 ? ES_DTYPE_UINT8 : esz == 4 ? ES_DTYPE_FLOAT : ES_DTYPE_INT64;
+}
+
+static size_t offset_of(int rank, const int64_t *dims, const int64_t *idx) {
+  size_t off = 0;
+  for (int d = 0; d < rank; d++)
+    off = off * (size_t)dims[d] + (size_t)idx[d];
+  return off;
+}
+
+/* Advances idx over dims; 0 once it wraps around. */
+static int idx_next(int rank, const int64_t *dims, int64_t *idx) {
+  for (int d = rank - 1; d >= 0; d--) {
+    if (++idx[d] < dims[d])
+      return 1;
+    idx[d] = 0;
+  }
+  return 0;
+}
+
+static void test_transpose_random(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 600; iter++) {
+    int rank = 1 + (int)(es_test_rand(&seed) % 6);
+    int64_t dims[ES_MAX_RANK], perm[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % (rank <= 3 ? 40 : 7));
+      perm[d] = d;
+    }
+    for (int d = rank - 1; d > 0; d--) {
+      int j = (int)(es_test_rand(&seed) % (uint64_t)(d + 1));
+      int64_t tmp = perm[d];
+      perm[d] = perm[j], perm[j] = tmp;
+    }
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    void *xd = tensor_fill(esz, x.count), *o;
+    tnode t;
+    node_init(&t, ES_OP_Transpose, 1, 1);
+    bool dflt = iter % 10 == 0;
+    if (dflt)
+      for (int d = 0; d < rank; d++)
+        perm[d] = rank - 1 - d;
+    else
+      attr_ints(&t, "perm", perm, (size_t)rank);
+    ES_CHECK_RC(eval1(&t, 13, &x, xd, &od, &o));
+    int64_t odims[ES_MAX_RANK], oidx[ES_MAX_RANK] = {0}, iidx[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+      odims[d] = dims[perm[d]];
+    check_dims(&od, rank, odims);
+    size_t n = 0;
+    do {
+      for (int d = 0; d < rank; d++)
+        iidx[perm[d]] = oidx[d];
+      size_t src = offset_of(rank, dims, iidx);
+      if (memcmp((char *)o + n * esz, (char *)xd + src * esz, esz))
+        fail_msg("transpose iter %d: element %zu differs (rank %d, esz %zu)", iter, n, rank, esz);
+      n++;
+    } while (idx_next(rank, odims, oidx));
+    assert_int_equal(n, x.count);
+    es_mem_free(o);
+    es_mem_free(xd);
+  }
+}
+
+static void test_transpose_errors(void **state) {
+  (void)state;
+  int64_t dims[3] = {2, 3, 4};
+  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), od;
+  void *o;
+  tnode t;
+  node_init(&t, ES_OP_Transpose, 1, 1);
+  int64_t short_perm[2] = {1, 0}, dup[3] = {0, 0, 1}, neg[3] = {-1, 0, 1}, big[3] = {0, 1, 3};
+  attr_ints(&t, "perm", short_perm, 2);
+  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  t.attrs[0].ints = dup, t.attrs[0].n = 3;
+  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  t.attrs[0].ints = neg;
+  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  t.attrs[0].ints = big;
+  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  t.attrs[0].type = ES_ATTR_INT;
+  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+}
+
+/* The ONNX rule spelled out as a loop over the kept indices. */
+static int64_t ref_slice_axis(int64_t d, int64_t start, int64_t end, int64_t step,
+                              int64_t *list) {
+  int64_t n = 0;
+  if (start < 0)
+    start += d;
+  if (end < 0)
+    end += d;
+  if (step > 0) {
+    int64_t s = start < 0 ? 0 : start > d ? d : start, e = end < 0 ? 0 : end > d ? d : end;
+    for (int64_t i = s; i < e; i += step)
+      list[n++] = i;
+  } else {
+    int64_t s = start < 0 ? 0 : start > d - 1 ? d - 1 : start;
+    int64_t e = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
+    for (int64_t i = s; i > e; i += step)
+      list[n++] = i;
+  }
+  return n;
+}
+
+static int64_t rand_index(uint64_t *seed, int64_t d) {
+  uint64_t r = es_test_rand(seed) % 16;
+  if (r == 0)
+    return INT64_MAX;
+  if (r == 1)
+    return INT64_MIN;
+  return (int64_t)(es_test_rand(seed) % (uint64_t)(2 * d + 7)) - d - 3;
+}
+
+static void test_slice_random(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 600; iter++) {
+    int rank = 1 + (int)(es_test_rand(&seed) % 5);
+    int64_t dims[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 9);
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    /* A random subset of axes in random order, each with a step. */
+    int64_t axes[ES_MAX_RANK], starts[ES_MAX_RANK], ends[ES_MAX_RANK], steps[ES_MAX_RANK];
+    int n = 0;
+    for (int d = 0; d < rank; d++)
+      if (es_test_rand(&seed) % 3)
+        axes[n++] = es_test_rand(&seed) % 2 ? d : d - rank;
+    for (int j = n - 1; j > 0; j--) {
+      int i = (int)(es_test_rand(&seed) % (uint64_t)(j + 1));
+      int64_t tmp = axes[j];
+      axes[j] = axes[i], axes[i] = tmp;
+    }
+    int64_t list[ES_MAX_RANK][64], cnt[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      cnt[d] = dims[d];
+      for (int64_t i = 0; i < dims[d]; i++)
+        list[d][i] = i;
+    }
+    for (int j = 0; j < n; j++) {
+      int d = (int)(axes[j] < 0 ? axes[j] + rank : axes[j]);
+      starts[j] = rand_index(&seed, dims[d]);
+      ends[j] = rand_index(&seed, dims[d]);
+      do
+        steps[j] = (int64_t)(es_test_rand(&seed) % 7) - 3;
+      while (steps[j] == 0);
+      cnt[d] = ref_slice_axis(dims[d], starts[j], ends[j], steps[j], list[d]);
+    }
+    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    void *xd = tensor_fill(esz, x.count), *o;
+    ES_CHECK_RC(slice13(&x, xd, (size_t)n, starts, ends, axes, steps, &od, &o));
+    check_dims(&od, rank, cnt);
+    int64_t oidx[ES_MAX_RANK] = {0}, iidx[ES_MAX_RANK];
+    size_t k = 0;
+    if (od.count)
+      do {
+        for (int d = 0; d < rank; d++)
+          iidx[d] = list[d][oidx[d]];
+        size_t src = offset_of(rank, dims, iidx);
+        if (memcmp((char *)o + k * esz, (char *)xd + src * esz, esz))
+          fail_msg("slice iter %d: element %zu differs", iter, k);
+        k++;
+      } while (idx_next(rank, cnt, oidx));
+    assert_int_equal(k, od.count);
+    es_mem_free(o);
+    es_mem_free(xd);
+  }
+}
+
+/* Pad reference: reflect by repeated mirroring, edge by clamping. */
+static int64_t ref_pad_index(int mode, int64_t n, int64_t i) {
+  if (mode == 1)
+    while (i < 0 || i >= n) {
+      if (n == 1)
+        return 0;
+      if (i < 0)
+        i = -i;
+      if (i >= n)
+        i = 2 * (n - 1) - i;
+    }
+  if (mode == 2)
+    i = i < 0 ? 0 : i >= n ? n - 1 : i;
+  return i >= 0 && i < n ? i : -1;
+}
+
+static void test_pad_random(void **state) {
+  (void)state;
+  static const char *const modes[3] = {"constant", "reflect", "edge"};
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 600; iter++) {
+    int rank = 1 + (int)(es_test_rand(&seed) % 5);
+    int mode = (int)(es_test_rand(&seed) % 3);
+    bool attr_form = es_test_rand(&seed) % 4 == 0;
+    int64_t dims[ES_MAX_RANK], pads[2 * ES_MAX_RANK], odims[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 6);
+      do {
+        pads[d] = (int64_t)(es_test_rand(&seed) % (uint64_t)(dims[d] + 5)) - dims[d];
+        pads[d + rank] = (int64_t)(es_test_rand(&seed) % (uint64_t)(dims[d] + 5)) - dims[d];
+        odims[d] = dims[d] + pads[d] + pads[d + rank];
+      } while (odims[d] < 0);
+    }
+    size_t esz = attr_form ? 4 : (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    void *xd = tensor_fill(esz, x.count), *o;
+    unsigned char cval[8];
+    memset(cval, 0x5a, sizeof cval);
+    float fval = 2.5f;
+    if (attr_form)
+      memcpy(cval, &fval, 4);
+    tnode t;
+    node_init(&t, ES_OP_Pad, attr_form ? 1 : 3, 1);
+    attr_add(&t, "mode", ES_ATTR_STRING)->s = modes[mode];
+    int rc;
+    if (attr_form) {
+      attr_ints(&t, "pads", pads, 2 * (size_t)rank);
+      attr_add(&t, "value", ES_ATTR_FLOAT)->f = fval;
+      rc = eval1(&t, 2, &x, xd, &od, &o);
+    } else {
+      es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = td(x.dtype, 0, NULL);
+      const es_tdesc *in[3] = {&x, &p, &c};
+      const void *data[3] = {xd, pads, cval};
+      rc = es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
+    }
+    ES_CHECK_RC(rc);
+    check_dims(&od, rank, odims);
+    int64_t oidx[ES_MAX_RANK] = {0}, iidx[ES_MAX_RANK];
+    size_t k = 0;
+    if (od.count)
+      do {
+        bool inside = true;
+        for (int d = 0; d < rank; d++) {
+          iidx[d] = ref_pad_index(mode, dims[d], oidx[d] - pads[d]);
+          inside = inside && iidx[d] >= 0;
+        }
+        const void *want = inside ? (const void *)((char *)xd + offset_of(rank, dims, iidx) * esz)
+                                  : (const void *)cval;
+        if (memcmp((char *)o + k * esz, want, esz))
+          fail_msg("pad iter %d (%s): element %zu differs", iter, modes[mode], k);
+        k++;
+      } while (idx_next(rank, odims, oidx));
+    assert_int_equal(k, od.count);
+    es_mem_free(o);
+    es_mem_free(xd);
+  }
+}
+
+static void test_pad_errors(void **state) {
+  (void)state;
+  int64_t dims[2] = {2, 3};
+  float v[6] = {0};
+  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od;
+  void *o;
+  tnode t;
+  node_init(&t, ES_OP_Pad, 3, 1);
+  es_attr *mode = attr_add(&t, "mode", ES_ATTR_STRING);
+  mode->s = "constant";
+  int64_t pads[4] = {0, 1, 0, 1};
+  float cv = 1;
+  int32_t ci = 1;
+  es_tdesc p = td1(ES_DTYPE_INT64, 4), p3 = td1(ES_DTYPE_INT64, 3), c = td(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc ci_t = td(ES_DTYPE_INT32, 0, NULL), c2 = td1(ES_DTYPE_FLOAT, 2);
+  const es_tdesc *in[3] = {&x, &p, &c};
+  const void *data[3] = {v, pads, &cv};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 5});
+  es_mem_free(o);
+  /* Unknown and unsupported modes. */
+  mode->s = "mirror";
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  mode->s = "wrap";
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  mode->s = "constant";
+  /* pads of the wrong length, cropping past the data, a constant of another
+   * type or size, pads not known when planning. */
+  in[1] = &p3;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  in[1] = &p;
+  int64_t crop[4] = {0, -2, 0, -2};
+  data[1] = crop;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = pads;
+  in[2] = &ci_t;
+  data[2] = &ci;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  in[2] = &c2;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  in[2] = &c;
+  data[2] = &cv;
+  data[1] = NULL;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  /* Edge padding of an empty dim has nothing to repeat. */
+  int64_t edims[2] = {0, 3};
+  es_tdesc e = td(ES_DTYPE_FLOAT, 2, edims);
+  in[0] = &e;
+  data[1] = pads;
+  mode->s = "edge";
+  int64_t pads0[4] = {1, 0, 0, 0};
+  data[1] = pads0;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  /* Opset 18 axes: pad only the last dim; the constant omitted is 0. */
+  in[0] = &x;
+  mode->s = "constant";
+  int64_t axes[1] = {-1}, pads2[2] = {2, -1};
+  es_tdesc p2 = td1(ES_DTYPE_INT64, 2), a1 = td1(ES_DTYPE_INT64, 1);
+  const es_tdesc *in4[4] = {&x, &p2, NULL, &a1};
+  const void *data4[4] = {(float[]){1, 2, 3, 4, 5, 6}, pads2, NULL, axes};
+  t.node.n_in = 4;
+  ES_CHECK_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 4});
+  float want[8] = {0, 0, 1, 2, 0, 0, 4, 5};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+  /* pads must match the axes. */
+  data4[1] = pads;
+  in4[1] = &p;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o), ES_EMODEL);
+  /* Opset 2 without pads. */
+  node_init(&t, ES_OP_Pad, 1, 1);
+  ES_EXPECT_RC(eval1(&t, 2, &x, v, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * ConstantOfShape
+ * ======================================================================== */
+
+static void test_constant_of_shape(void **state) {
+  (void)state;
+  int64_t shape[2] = {2, 3};
+  es_tdesc s = td1(ES_DTYPE_INT64, 2), od;
+  void *o;
+  tnode t;
+  node_init(&t, ES_OP_ConstantOfShape, 1, 1);
+  ES_CHECK_RC(eval1(&t, 9, &s, shape, &od, &o));
+  assert_int_equal(od.dtype, ES_DTYPE_FLOAT);
+  check_dims(&od, 2, shape);
+  float zeros[6] = {0};
+  assert_memory_equal(o, zeros, sizeof zeros);
+  es_mem_free(o);
+
+  /* An int64 value through the graph's constant. */
+  int64_t seven = 7;
+  es_value vals[2] = {{.name = "v", .dtype = ES_DTYPE_INT64, .rank = 1, .dims = {1},
+                       .kind = ES_VALUE_CONST, .producer = -1, .data = &seven, .nbytes = 8},
+                      {.name = "in", .dtype = ES_DTYPE_INT64, .rank = 1, .dims = {2},
+                       .kind = ES_VALUE_INPUT, .producer = -1}};
+  es_graph g;
+  memset(&g, 0, sizeof g);
+  g.values = vals;
+  g.n_values = 2;
+  attr_add(&t, "value", ES_ATTR_TENSOR)->tensor = 0;
+  const es_tdesc *in[1] = {&s};
+  const void *data[1] = {shape};
+  ES_CHECK_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o));
+  assert_int_equal(od.dtype, ES_DTYPE_INT64);
+  for (int i = 0; i < 6; i++)
+    assert_int_equal(((int64_t *)o)[i], 7);
+  es_mem_free(o);
+
+  /* Without the graph the value cannot be read; a non-constant or
+   * multi-element value is invalid. */
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_ENOTSUP);
+  t.attrs[0].tensor = 1;
+  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  t.attrs[0].tensor = 5;
+  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  t.attrs[0].tensor = 0;
+  vals[0].nbytes = 16;
+  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+
+  /* A scalar output from an empty shape; negative dims; unknown shape. */
+  node_init(&t, ES_OP_ConstantOfShape, 1, 1);
+  es_tdesc s0 = td1(ES_DTYPE_INT64, 0);
+  ES_CHECK_RC(eval1(&t, 9, &s0, shape, &od, &o));
+  assert_int_equal(od.rank, 0);
+  assert_int_equal(od.count, 1);
+  es_mem_free(o);
+  int64_t neg[2] = {2, -1};
+  ES_EXPECT_RC(eval1(&t, 9, &s, neg, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(eval1(&t, 9, &s, NULL, &od, &o), ES_ENOTSUP);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shape),
+      cmocka_unit_test(test_reshape),
+      cmocka_unit_test(test_inplace),
+      cmocka_unit_test(test_squeeze),
+      cmocka_unit_test(test_concat),
+      cmocka_unit_test(test_slice),
+      cmocka_unit_test(test_split),
+      cmocka_unit_test(test_transpose_random),
+      cmocka_unit_test(test_transpose_errors),
+      cmocka_unit_test(test_slice_random),
+      cmocka_unit_test(test_pad_random),
+      cmocka_unit_test(test_pad_errors),
+      cmocka_unit_test(test_constant_of_shape),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
