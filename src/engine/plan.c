@@ -251,6 +251,7 @@ static int plan_nodes(planner *P) {
     k->inplace = -1;
     k->ctx = &p->ctx;
     k->prep = p->model->prep;
+    k->graph = g;
     int rc = kern->infer(k);
     if (rc < 0) {
       if (kern->release)

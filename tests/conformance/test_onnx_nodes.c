@@ -98,7 +98,7 @@ static result run_set(const es_graph *g, const char *setdir) {
   void **data = es_mem_calloc(ES_MEM_OTHER, (size_t)nv, sizeof *data);
   unsigned char *owned = es_mem_calloc(ES_MEM_OTHER, (size_t)nv, 1);
   result res = R_PASS;
-  char path[1024];
+  char path[1200];
   for (int v = 0; v < nv; v++)
     if (g->values[v].kind == ES_VALUE_CONST) {
       tdesc_of(&g->values[v], &desc[v]);
@@ -201,7 +201,7 @@ out:
 }
 
 static result run_test(const char *dir) {
-  char path[1024];
+  char path[1100];
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   void *buf;
   size_t size;
