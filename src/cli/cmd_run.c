@@ -8,6 +8,7 @@
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,24 @@ static double now_ms(void) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char buf[1024];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof buf)
+    return -1;
+  memcpy(buf, dir, n + 1);
+  for (size_t i = 1; i <= n; i++)
+    if (buf[i] == '/' || buf[i] == '\0') {
+      char c = buf[i];
+      buf[i] = '\0';
+      if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+        return -1;
+      buf[i] = c;
+    }
+  return 0;
 }
 
 static void sanitize(const char *in, char *out, size_t size) {
@@ -182,8 +201,11 @@ int es_cmd_run(int argc, char **argv) {
     }
   }
   qsort(lat, (size_t)repeat, sizeof *lat, cmp_double);
-  if (out_dir)
-    mkdir(out_dir, 0777);
+  if (out_dir && make_dirs(out_dir) < 0) {
+    fprintf(stderr, "edgeserve run: cannot create the output folder '%s'\n", out_dir);
+    es_mem_free(outs);
+    goto out;
+  }
   for (int o = 0; o < nout; o++) {
     printf("output %-24s %-8s [", outs[o].name, es_dtype_name(outs[o].dtype));
     for (int d = 0; d < outs[o].rank; d++)

@@ -264,6 +264,9 @@ static int plan_nodes(planner *P) {
           kern->release(k);
         return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", k->label, o);
       }
+    /* Shape reads only its input's shape, which planning knows. */
+    if (nd->op == ES_OP_Shape)
+      all_static = 1;
     if (all_static) {
       rc = fold_step(P, k, kern);
       if (kern->release)

@@ -1,0 +1,66 @@
+// Runs a model with ONNX Runtime (onnxruntime-node) on .npy inputs and writes
+// its outputs as .npy, named as `edgeserve run` names them.
+//   node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] FILE.npy... | NAME=FILE.npy...
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const npy = require('./npy');
+
+function loadOrt() {
+  const dirs = [process.env.ES_ORT_DIR, path.join(__dirname, '../../.cache/ort/node_modules')];
+  for (const d of dirs) {
+    if (!d) continue;
+    try { return require(path.join(d, 'onnxruntime-node')); } catch (e) { /* next */ }
+  }
+  throw new Error('onnxruntime-node is not installed: run scripts/ort/install.sh');
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  if (args.length < 2) {
+    console.error('usage: node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] INPUTS...');
+    process.exit(2);
+  }
+  const [model, outdir] = args;
+  let threads = 1, repeat = 1;
+  const files = [];
+  for (let i = 2; i < args.length; i++) {
+    if (args[i] === '--threads') threads = Number(args[++i]);
+    else if (args[i] === '--repeat') repeat = Number(args[++i]);
+    else files.push(args[i]);
+  }
+  const ort = loadOrt();
+  const sess = await ort.InferenceSession.create(model, {
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    executionMode: 'sequential', logSeverityLevel: 3,
+  });
+  const feeds = {};
+  files.forEach((f, i) => {
+    let name = sess.inputNames[i], file = f;
+    const eq = f.indexOf('=');
+    if (eq > 0 && !f.endsWith('.npy') || (eq > 0 && sess.inputNames.includes(f.slice(0, eq)))) {
+      name = f.slice(0, eq);
+      file = f.slice(eq + 1);
+    }
+    const t = npy.read(file);
+    feeds[name] = new ort.Tensor(t.type, t.data, t.shape);
+  });
+  let res;
+  const lat = [];
+  for (let r = 0; r < repeat; r++) {
+    const t0 = process.hrtime.bigint();
+    res = await sess.run(feeds);
+    lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  lat.sort((a, b) => a - b);
+  fs.mkdirSync(outdir, { recursive: true });
+  for (const name of sess.outputNames) {
+    const t = res[name];
+    const safe = name.replace(/[^A-Za-z0-9._-]/g, '_');
+    npy.write(path.join(outdir, `${safe}.npy`), t.type, t.dims, t.data);
+    console.log(`output ${name} ${t.type} [${t.dims.join(',')}]`);
+  }
+  console.log(`latency ms: median ${lat[Math.floor(repeat / 2)].toFixed(3)} over ${repeat} runs`);
+}
+
+main().catch(e => { console.error(`ort_run: ${e.message}`); process.exit(1); });
