@@ -4,10 +4,20 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake pkg-config   # compiler and build
-  libcmocka-dev                      # test framework
-  libjemalloc2 libmimalloc2.0        # benchmark baselines (bench-mem)
+  build-essential cmake pkg-config       # compiler and build
+  protobuf-c-compiler libprotobuf-c-dev  # ONNX parsing (C code generated at build time)
+  libonnx-dev                            # onnx.proto, the schema the loader is generated from
+  libdnnl-dev                            # oneDNN: Conv, ConvTranspose, MatMul
+  libcmocka-dev                          # test framework
+  libonnx-testdata                       # ONNX's operator conformance tests
+  clang libclang-rt-14-dev               # libFuzzer targets
+  imagemagick fonts-dejavu-core          # rendered-text test images
+  libjemalloc2 libmimalloc2.0            # benchmark baselines (bench-mem)
+  ca-certificates xz-utils               # fetching the models with npm
 )
+# Node.js and npm fetch the models and run ONNX Runtime for comparisons; a
+# machine that already has them (from any source) keeps its own.
+command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 
 missing=()
 for p in "${pkgs[@]}"; do

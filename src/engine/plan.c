@@ -188,12 +188,11 @@ static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
     if (!outs[o])
       return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
   }
-  void *scratch = NULL;
-  if (k->scratch_bytes) {
-    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, ES_PLAN_ALIGN, k->scratch_bytes);
-    if (!scratch)
-      return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
-  }
+  /* Kernels get a valid scratch pointer even when they asked for 0 bytes. */
+  void *scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, ES_PLAN_ALIGN,
+                                       k->scratch_bytes ? k->scratch_bytes : 1);
+  if (!scratch)
+    return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
   int rc = kern->run(k, k->in_static, outs, scratch);
   es_mem_free(scratch);
   if (rc < 0)
@@ -561,16 +560,15 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   if (!es_arena_is_valid(arena))
     return es__fail(ES_ECORRUPT, "es_plan_run: not a live arena");
-  unsigned char *base = NULL;
-  if (p->arena_bytes) {
-    void *blk;
-    int rc = es_arena_alloc(arena, p->arena_bytes, &blk);
-    if (rc < 0)
-      return rc;
-    if ((uintptr_t)blk % ES_PLAN_ALIGN)
-      return es__fail(ES_EINVAL, "the arena's alignment is below %d bytes", ES_PLAN_ALIGN);
-    base = blk;
-  }
+  /* Even a plan of 0 bytes takes its (empty) block: the base is then a
+   * valid pointer for zero-sized tensors. */
+  void *blk;
+  int rc0 = es_arena_alloc(arena, p->arena_bytes, &blk);
+  if (rc0 < 0)
+    return rc0;
+  if ((uintptr_t)blk % ES_PLAN_ALIGN)
+    return es__fail(ES_EINVAL, "the arena's alignment is below %d bytes", ES_PLAN_ALIGN);
+  unsigned char *base = blk;
   const void *in[ES_PLAN_MAX_IO];
   void *out[ES_PLAN_MAX_IO];
   for (int s = 0; s < p->n_steps; s++) {
@@ -580,7 +578,7 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
       in[i] = loc_ptr(&st->in[i], base, inputs);
     for (int o = 0; o < nd->n_out; o++)
       out[o] = (void *)loc_ptr(&st->out[o], base, inputs);
-    void *scratch = st->k.scratch_bytes ? base + st->scratch_offset : NULL;
+    void *scratch = base + st->scratch_offset; /* valid even when 0 bytes */
     int rc = st->kern->run(&st->k, in, out, scratch);
     if (rc < 0)
       return rc;

@@ -317,8 +317,8 @@ int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t ops
   es_node_label(node, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   void *scratch = NULL;
-  if (rc == 0 && k.scratch_bytes) {
-    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, k.scratch_bytes);
+  if (rc == 0) { /* a valid pointer even for 0 bytes */
+    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, k.scratch_bytes ? k.scratch_bytes : 1);
     if (!scratch)
       rc = es__fail(ES_ENOMEM, "out of memory for %zu scratch bytes", k.scratch_bytes);
   }

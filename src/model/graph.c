@@ -1,5 +1,5 @@
 /* Graph IR plumbing: the context allocator, the operator table, topological
- * ordering and dead-node removal.
+ * ordering, dead-node removal and sealing the constants into the weights.
  *
  * The context allocator is a chunk list: IR objects are many, small and all
  * die with the model, so a bump per chunk is simpler and tighter than one
@@ -178,6 +178,8 @@ int es_graph_toposort(es_graph *g) {
     int i = queue[head++];
     for (int o = 0; o < g->nodes[i].n_out; o++) {
       int v = g->nodes[i].out[o];
+      if (v < 0)
+        continue; /* omitted output in the middle */
       for (int c = first[v]; c < first[v + 1]; c++)
         if (--pending[cons[c]] == 0)
           queue[tail++] = cons[c];
@@ -197,7 +199,8 @@ int es_graph_toposort(es_graph *g) {
   for (int p = 0; p < n; p++) {
     sorted[p] = g->nodes[queue[p]];
     for (int o = 0; o < sorted[p].n_out; o++)
-      g->values[sorted[p].out[o]].producer = p;
+      if (sorted[p].out[o] >= 0)
+        g->values[sorted[p].out[o]].producer = p;
   }
   memcpy(g->nodes, sorted, (size_t)n * sizeof(es_node));
 out:
@@ -229,7 +232,7 @@ void es_graph_prune(es_graph *g) {
   for (int i = n - 1; i >= 0; i--) {
     es_node *nd = &g->nodes[i];
     for (int o = 0; o < nd->n_out && !live_node[i]; o++)
-      if (live_val[nd->out[o]])
+      if (nd->out[o] >= 0 && live_val[nd->out[o]])
         live_node[i] = 1;
     if (live_node[i])
       for (int k = 0; k < nd->n_in; k++)
@@ -237,23 +240,121 @@ void es_graph_prune(es_graph *g) {
           live_val[nd->in[k]] = 1;
   }
   for (int i = 0; i < n; i++)
-    if (!live_node[i]) /* a dead node's outputs are all dead */
-      for (int o = 0; o < g->nodes[i].n_out; o++)
-        g->values[g->nodes[i].out[o]].producer = -1;
-  for (int v = 0; v < g->n_values; v++)
-    g->values[v].uses = 0;
-  for (int i = 0; i < n; i++) {
-    if (!live_node[i])
-      continue;
-    g->nodes[kept] = g->nodes[i];
-    for (int o = 0; o < g->nodes[kept].n_out; o++)
-      g->values[g->nodes[kept].out[o]].producer = kept;
-    for (int k = 0; k < g->nodes[kept].n_in; k++)
-      if (g->nodes[kept].in[k] >= 0)
-        g->values[g->nodes[kept].in[k]].uses++;
-    kept++;
-  }
+    if (live_node[i])
+      g->nodes[kept++] = g->nodes[i];
   g->n_nodes = kept;
+  es_graph_reindex(g);
   es_mem_free(live_val);
   es_mem_free(live_node);
+}
+
+void es_graph_reindex(es_graph *g) {
+  for (int v = 0; v < g->n_values; v++) {
+    g->values[v].producer = -1;
+    g->values[v].uses = 0;
+  }
+  for (int i = 0; i < g->n_nodes; i++) {
+    const es_node *nd = &g->nodes[i];
+    for (int o = 0; o < nd->n_out; o++)
+      if (nd->out[o] >= 0)
+        g->values[nd->out[o]].producer = i;
+    for (int k = 0; k < nd->n_in; k++)
+      if (nd->in[k] >= 0)
+        g->values[nd->in[k]].uses++;
+  }
+}
+
+/* ==========================================================================
+ * Constant data: staging blocks, then one sealed region
+ * ======================================================================== */
+
+#define ES_WEIGHT_ALIGN 64
+
+/* Marks the constants the graph still reads. Tensor attributes count: they
+ * are constants a kernel reads through es_attr.tensor (ConstantOfShape's
+ * value), not node inputs. */
+static void const_mark_live(const es_graph *g, unsigned char *live) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const es_node *nd = &g->nodes[i];
+    for (int k = 0; k < nd->n_in; k++)
+      if (nd->in[k] >= 0)
+        live[nd->in[k]] = 1;
+    for (int a = 0; a < nd->n_attr; a++)
+      if (nd->attrs[a].type == ES_ATTR_TENSOR && nd->attrs[a].tensor >= 0)
+        live[nd->attrs[a].tensor] = 1;
+  }
+  for (int i = 0; i < g->n_outputs; i++)
+    live[g->outputs[i]] = 1;
+}
+
+int es_graph_seal(es_graph *g) {
+  if (g->weights)
+    return es__fail(ES_ESTATE, "the graph's weights are already sealed");
+  int nv = g->n_values;
+  unsigned char *live = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, 1);
+  size_t *offset = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof *offset);
+  int rc = 0;
+  if (!live || !offset) {
+    rc = es__fail(ES_ENOMEM, "out of memory sealing the weights");
+    goto out;
+  }
+  const_mark_live(g, live);
+  size_t total = 0, count = 0;
+  for (int v = 0; v < nv; v++) {
+    const es_value *val = &g->values[v];
+    if (val->kind != ES_VALUE_CONST || !live[v])
+      continue;
+    size_t off = es__align_up(total, ES_WEIGHT_ALIGN);
+    if ((off == 0 && total) || val->nbytes > SIZE_MAX - off) {
+      rc = es__fail(ES_EMODEL, "constant data size overflows");
+      goto out;
+    }
+    offset[v] = off;
+    total = off + val->nbytes;
+    count++;
+  }
+  /* Fill and seal a region of our own first: if any step fails, the staging
+   * blocks are untouched and still the graph's to free. */
+  es_weights *w = NULL;
+  void *base;
+  rc = es_weights_create(total ? total : 1, &w);
+  if (rc == 0)
+    rc = es_weights_data_mut(w, &base);
+  for (int v = 0; rc == 0 && v < nv; v++)
+    if (g->values[v].kind == ES_VALUE_CONST && live[v] && g->values[v].nbytes)
+      memcpy((unsigned char *)base + offset[v], g->values[v].data, g->values[v].nbytes);
+  if (rc == 0)
+    rc = es_weights_seal(w);
+  if (rc < 0) {
+    es_weights_release(w);
+    goto out;
+  }
+  const unsigned char *ro = es_weights_data(w);
+  for (int v = 0; v < nv; v++) {
+    es_value *val = &g->values[v];
+    if (val->kind != ES_VALUE_CONST)
+      continue;
+    es_mem_free((void *)val->data);
+    val->data = live[v] ? ro + offset[v] : NULL;
+  }
+  g->weights = w;
+  g->weight_bytes = total;
+  g->n_constants = count;
+out:
+  es_mem_free(live);
+  es_mem_free(offset);
+  return rc;
+}
+
+void es_graph_fini(es_graph *g) {
+  if (!g)
+    return;
+  if (g->weights)
+    es_weights_release(g->weights);
+  else /* still staging: every constant's data is its own block (or NULL) */
+    for (int v = 0; v < g->n_values; v++)
+      if (g->values[v].kind == ES_VALUE_CONST)
+        es_mem_free((void *)g->values[v].data);
+  es_ctx_free_all(&g->ctx);
+  memset(g, 0, sizeof *g);
 }

@@ -1,10 +1,18 @@
 /* The graph IR: what a loaded model is, independent of ONNX's protobuf.
  *
  * Values are every tensor the graph names: graph inputs, constants (weights,
- * initializers, Constant nodes; their bytes live in the model's read-only
- * es_weights region) and activations produced by nodes. Nodes refer to
- * values by index. After loading, nodes are in topological order and only
- * nodes that contribute to an output remain.
+ * initializers, Constant nodes, results of load-time folding) and activations
+ * produced by nodes. Nodes refer to values by index. After loading, nodes are
+ * in topological order and only nodes that contribute to an output remain.
+ *
+ * Constant data has two homes in a graph's life. While loading, each
+ * constant's bytes sit in a staging block of their own (es_mem, writable),
+ * so the load-time passes (fold.c) can add, rewrite and drop constants.
+ * es_graph_seal then copies exactly the constants something still reads into
+ * one es_weights region, 64-byte aligned each, seals it read-only and frees
+ * the staging: that region is the model's tier-1 memory, shared by every
+ * request. g->weights is NULL until then, which is how es_graph_fini knows
+ * whose memory the data pointers are.
  *
  * All IR memory (names, index arrays, attributes) comes from one context
  * allocator owned by the graph (tier 3 of BRIEF §2), freed in one go. */
@@ -47,7 +55,9 @@ typedef struct es_value {
   int is_output;
   int producer;              /* node index; -1 for inputs and constants */
   int uses;                  /* number of node inputs referring to it */
-  const void *data;          /* CONST: in the weight region (64-byte aligned) */
+  const void *data;          /* CONST: staging block before es_graph_seal, then in
+                                the weight region (64-byte aligned); NULL once
+                                sealed for a constant nothing reads */
   size_t nbytes;             /* CONST: bytes of data */
 } es_value;
 
@@ -87,6 +97,7 @@ typedef struct es_graph {
   es_ctx ctx;
   es_value *values;
   int n_values;
+  int cap_values;        /* slots allocated in values (passes may add values) */
   es_node *nodes;        /* topological order */
   int n_nodes;
   int *inputs;           /* graph inputs (excluding initializers) */
@@ -95,14 +106,18 @@ typedef struct es_graph {
   int n_outputs;
   int64_t opset;
   int64_t ir_version;
-  es_weights *weights;   /* constant data, sealed read-only */
-  size_t weight_bytes;
-  size_t n_constants;
+  es_weights *weights;   /* constant data, sealed read-only; NULL while staging */
+  size_t weight_bytes;   /* bytes of the region in use (set by es_graph_seal) */
+  size_t n_constants;    /* constants in the region (set by es_graph_seal) */
+  int folded_nodes;      /* nodes evaluated away at load (es_graph_fold) */
+  int folded_bn;         /* BatchNormalization nodes merged into a Conv */
 } es_graph;
 
-/* Parse and validate an ONNX model into g (zeroed by the caller). On failure
- * g is cleaned up and the detail names the node and op. */
+/* Parse and validate an ONNX model into g (zeroed by the caller), optimise
+ * it (es_graph_fold) and seal its weights. On failure g is cleaned up and
+ * the detail names the node and op. */
 int es_onnx_load(const void *data, size_t size, es_graph *g);
+/* Frees the IR, the staging blocks (if not sealed) or the weight region. */
 void es_graph_fini(es_graph *g);
 /* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's
  * dtype, rank, dims and nbytes; *data is es_mem_aligned_alloc'ed (64) and
@@ -113,6 +128,20 @@ int es_onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data)
 int es_graph_toposort(es_graph *g);
 /* Removes nodes whose outputs reach no graph output. */
 void es_graph_prune(es_graph *g);
+/* Recomputes every value's producer and uses from the node list. */
+void es_graph_reindex(es_graph *g);
+
+/* Load-time optimisation passes (fold.c), on a sorted, pruned graph whose
+ * constants are still staged: constant folding, then BatchNormalization
+ * merged into the Conv / ConvTranspose before it. Counts what it did in
+ * folded_nodes and folded_bn. ES_EMODEL (or ES_ENOMEM) naming the node when
+ * evaluating a constant node fails other than with ES_ENOTSUP. */
+int es_graph_fold(es_graph *g);
+/* Copies every constant a node input, a node's tensor attribute or a graph
+ * output refers to into one new es_weights region (64-byte aligned each),
+ * seals it and frees all staging blocks; sets weight_bytes and n_constants.
+ * On failure the staging is left for es_graph_fini. */
+int es_graph_seal(es_graph *g);
 
 /* Attribute lookup; NULL when absent. */
 const es_attr *es_node_attr(const es_node *n, const char *name);

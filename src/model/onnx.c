@@ -8,11 +8,14 @@
  * nothing or are defined twice, unknown operators and opsets, cycles.
  * Every error names the node (or tensor) and the operator.
  *
- * Constant data (initializers, Constant nodes, tensor attributes) is copied
- * once into one es_weights region, each tensor 64-byte aligned (raw_data blobs
- * sit at arbitrary file offsets), then sealed read-only: that region is the
- * model's tier-1 memory, shared by every request. The protobuf tree is freed
- * before returning; the IR keeps nothing that points into it. */
+ * Constant data (initializers, Constant nodes, tensor attributes) is checked
+ * while the graph is read, then copied into staging blocks of its own once
+ * the whole graph is valid (raw_data blobs sit at arbitrary file offsets, and
+ * int32_data needs narrowing for 8-bit types), so the protobuf tree can be
+ * freed before the graph is sorted and optimised. es_graph_fold then works on
+ * the staged constants and es_graph_seal copies the ones still read into the
+ * model's sealed es_weights region. The IR keeps nothing that points into
+ * the protobuf tree. */
 #include "model/graph.h"
 #include "common/internal.h"
 #include "onnx.pb-c.h"
@@ -23,7 +26,6 @@
 #define ES_ONNX_MAX_OPSET 17
 #define ES_ONNX_MAX_ELEMS ((uint64_t)1 << 40)
 #define ES_ONNX_MAX_NODES (1 << 22)
-#define ES_WEIGHT_ALIGN 64
 
 /* ==========================================================================
  * protobuf-c allocations go through the counting layer
@@ -90,10 +92,10 @@ static const char *onnx_type_name(int32_t t) {
  * Loader state
  * ======================================================================== */
 
+/* A constant whose bytes are still in the protobuf tree. */
 typedef struct pending_const {
   const Onnx__TensorProto *t; /* source, NULL for a scalar/list attribute */
   int value;                  /* value index */
-  size_t offset;              /* in the weight region */
   /* Constant-node value_float(s) / value_int(s): data from the attribute */
   const void *attr_data;
 } pending_const;
@@ -107,7 +109,6 @@ typedef struct loader {
   int cap_values;
   pending_const *consts;
   int n_consts, cap_consts;
-  size_t weight_bytes;
 } loader;
 
 static uint64_t name_hash(const char *s) {
@@ -245,14 +246,7 @@ static int const_push(loader *L, const Onnx__TensorProto *t, const void *attr_da
     L->consts = n;
     L->cap_consts = cap;
   }
-  es_value *v = &L->g->values[value];
-  size_t off = es__align_up(L->weight_bytes, ES_WEIGHT_ALIGN);
-  if (off == 0 && L->weight_bytes)
-    return es__fail(ES_EMODEL, "constant data size overflows");
-  if (v->nbytes > SIZE_MAX - off)
-    return es__fail(ES_EMODEL, "constant data size overflows");
-  L->consts[L->n_consts++] = (pending_const){t, value, off, attr_data};
-  L->weight_bytes = off + v->nbytes;
+  L->consts[L->n_consts++] = (pending_const){t, value, attr_data};
   return 0;
 }
 
@@ -270,29 +264,27 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
   return const_push(L, t, NULL, v);
 }
 
-static int const_commit(loader *L) {
+/* Copies every constant out of the protobuf tree into its own staging block
+ * (graph.h). One block each, not one slab: the passes drop and replace
+ * constants one at a time, and es_graph_seal copies the survivors anyway. A
+ * constant left unstaged by a failure has data NULL, which es_graph_fini
+ * skips. */
+static int const_stage(loader *L) {
   es_graph *g = L->g;
-  g->weight_bytes = L->weight_bytes;
-  g->n_constants = (size_t)L->n_consts;
-  size_t region = L->weight_bytes ? L->weight_bytes : 1;
-  int rc = es_weights_create(region, &g->weights);
-  if (rc < 0)
-    return rc;
-  void *base;
-  rc = es_weights_data_mut(g->weights, &base);
-  if (rc < 0)
-    return rc;
   for (int i = 0; i < L->n_consts; i++) {
-    pending_const *c = &L->consts[i];
+    const pending_const *c = &L->consts[i];
     es_value *v = &g->values[c->value];
-    unsigned char *dst = (unsigned char *)base + c->offset;
+    void *dst = es_mem_alloc(ES_MEM_MODEL, v->nbytes ? v->nbytes : 1);
+    if (!dst)
+      return es__fail(ES_ENOMEM, "out of memory staging constant '%s' (%zu bytes)", v->name,
+                      v->nbytes);
     if (c->t)
       tensor_copy(c->t, v, dst);
     else if (v->nbytes)
       memcpy(dst, c->attr_data, v->nbytes);
     v->data = dst;
   }
-  return es_weights_seal(g->weights);
+  return 0;
 }
 
 /* ==========================================================================
@@ -455,7 +447,7 @@ static int constant_node(loader *L, const Onnx__NodeProto *np, int file_index, c
   if (rank == 1)
     val->dims[0] = (int64_t)n;
   val->nbytes = n * es_dtype_size(dt);
-  /* The protobuf tree lives until const_commit, so src stays valid. */
+  /* The protobuf tree lives until const_stage, so src stays valid. */
   return const_push(L, NULL, src, v);
 }
 
@@ -589,6 +581,7 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   if (cap > (size_t)INT32_MAX / 4)
     return es__fail(ES_EMODEL, "the graph is too large (%zu values)", cap);
   L->cap_values = (int)cap;
+  g->cap_values = (int)cap;
   L->nslots = 16;
   while (L->nslots < cap * 2)
     L->nslots <<= 1;
@@ -682,7 +675,7 @@ int es_onnx_load(const void *data, size_t size, es_graph *g) {
   loader L = {.g = g};
   int rc = graph_load(&L, mp);
   if (rc == 0)
-    rc = const_commit(&L);
+    rc = const_stage(&L);
   es_mem_free(L.slots);
   es_mem_free(L.consts);
   onnx__model_proto__free_unpacked(mp, &al);
@@ -690,6 +683,10 @@ int es_onnx_load(const void *data, size_t size, es_graph *g) {
     rc = es_graph_toposort(g);
   if (rc == 0)
     es_graph_prune(g);
+  if (rc == 0)
+    rc = es_graph_fold(g);
+  if (rc == 0)
+    rc = es_graph_seal(g);
   if (rc < 0)
     es_graph_fini(g);
   return rc;
@@ -719,12 +716,4 @@ int es_onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data)
   v->data = d;
   *data = d;
   return rc;
-}
-
-void es_graph_fini(es_graph *g) {
-  if (!g)
-    return;
-  es_weights_release(g->weights);
-  es_ctx_free_all(&g->ctx);
-  memset(g, 0, sizeof *g);
 }

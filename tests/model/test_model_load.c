@@ -1,10 +1,14 @@
 /* Loader tests: real models load and describe themselves; malformed,
- * truncated and hostile files fail with a precise error and never crash.
+ * truncated and hostile files fail with a precise error and never crash;
+ * the load-time passes (fold.c) fold what they may, leave what they may not,
+ * and the folded model computes what the original did.
  *
  * Hostile models are built here with protobuf-c's own structs and packed, so
  * each test changes exactly one thing in an otherwise valid model. */
 #include "es_test.h"
 
+#include <math.h>
+#include <stdarg.h>
 #include <string.h>
 
 #include "edgeserve/engine.h"
@@ -417,6 +421,534 @@ static void test_unsorted_nodes(void **state) {
   es_model_release(m);
 }
 
+/* ---- load-time folding ------------------------------------------------------ */
+
+/* A second builder for any small graph with one float input "x": nodes,
+ * float initializers and attributes are appended; the arrays passed in must
+ * outlive packing. */
+#define GB_MAX 12
+
+typedef struct gb {
+  Onnx__ModelProto model;
+  Onnx__GraphProto graph;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opsets[1];
+  Onnx__NodeProto nodes[GB_MAX];
+  Onnx__NodeProto *node_ptrs[GB_MAX];
+  char *node_in[GB_MAX][5];
+  char *node_out[GB_MAX][1];
+  Onnx__AttributeProto attrs[GB_MAX][4];
+  Onnx__AttributeProto *attr_ptrs[GB_MAX][4];
+  Onnx__TensorProto inits[GB_MAX];
+  Onnx__TensorProto *init_ptrs[GB_MAX];
+  int64_t init_dims[GB_MAX][4];
+  Onnx__ValueInfoProto in_vi, out_vi[2];
+  Onnx__ValueInfoProto *ins[1], *outs[2];
+  Onnx__TypeProto in_tp;
+  Onnx__TypeProto__Tensor in_tt;
+  Onnx__TensorShapeProto in_shape;
+  Onnx__TensorShapeProto__Dimension dims[4];
+  Onnx__TensorShapeProto__Dimension *dim_ptrs[4];
+} gb;
+
+static void gb_init(gb *b, int rank, const int64_t *dims) {
+  memset(b, 0, sizeof *b);
+  onnx__model_proto__init(&b->model);
+  onnx__graph_proto__init(&b->graph);
+  onnx__operator_set_id_proto__init(&b->opset);
+  b->opset.domain = "";
+  b->opset.has_version = 1;
+  b->opset.version = 13;
+  b->opsets[0] = &b->opset;
+  b->model.has_ir_version = 1;
+  b->model.ir_version = 8;
+  b->model.n_opset_import = 1;
+  b->model.opset_import = b->opsets;
+  b->model.graph = &b->graph;
+  b->graph.node = b->node_ptrs;
+  b->graph.initializer = b->init_ptrs;
+  for (int i = 0; i < rank; i++) {
+    onnx__tensor_shape_proto__dimension__init(&b->dims[i]);
+    b->dims[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    b->dims[i].dim_value = dims[i];
+    b->dim_ptrs[i] = &b->dims[i];
+  }
+  onnx__tensor_shape_proto__init(&b->in_shape);
+  b->in_shape.n_dim = (size_t)rank;
+  b->in_shape.dim = b->dim_ptrs;
+  onnx__type_proto__tensor__init(&b->in_tt);
+  b->in_tt.has_elem_type = 1;
+  b->in_tt.elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  b->in_tt.shape = &b->in_shape;
+  onnx__type_proto__init(&b->in_tp);
+  b->in_tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  b->in_tp.tensor_type = &b->in_tt;
+  onnx__value_info_proto__init(&b->in_vi);
+  b->in_vi.name = "x";
+  b->in_vi.type = &b->in_tp;
+  b->ins[0] = &b->in_vi;
+  b->graph.n_input = 1;
+  b->graph.input = b->ins;
+  b->graph.output = b->outs;
+}
+
+static void gb_init_f32(gb *b, const char *name, int rank, const int64_t *dims,
+                        const float *data) {
+  size_t i = b->graph.n_initializer++;
+  assert_true(i < GB_MAX);
+  Onnx__TensorProto *t = &b->inits[i];
+  onnx__tensor_proto__init(t);
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    b->init_dims[i][d] = dims[d];
+    n *= (size_t)dims[d];
+  }
+  t->n_dims = (size_t)rank;
+  t->dims = b->init_dims[i];
+  t->n_float_data = n;
+  t->float_data = (float *)data;
+  b->init_ptrs[i] = t;
+}
+
+/* Appends op(inputs...) -> out; returns the node's index for attributes. */
+static int gb_node(gb *b, const char *op, const char *name, const char *out, int n_in, ...) {
+  int i = (int)b->graph.n_node++;
+  assert_true(i < GB_MAX && n_in <= 5);
+  Onnx__NodeProto *n = &b->nodes[i];
+  onnx__node_proto__init(n);
+  n->op_type = (char *)op;
+  n->name = (char *)name;
+  va_list ap;
+  va_start(ap, n_in);
+  for (int k = 0; k < n_in; k++)
+    b->node_in[i][k] = va_arg(ap, char *);
+  va_end(ap);
+  b->node_out[i][0] = (char *)out;
+  n->n_input = (size_t)n_in;
+  n->input = b->node_in[i];
+  n->n_output = 1;
+  n->output = b->node_out[i];
+  n->attribute = b->attr_ptrs[i];
+  b->node_ptrs[i] = n;
+  return i;
+}
+
+static Onnx__AttributeProto *gb_attr(gb *b, int node, const char *name) {
+  Onnx__NodeProto *n = &b->nodes[node];
+  size_t a = n->n_attribute++;
+  assert_true(a < 4);
+  Onnx__AttributeProto *at = &b->attrs[node][a];
+  onnx__attribute_proto__init(at);
+  at->name = (char *)name;
+  at->has_type = 1;
+  b->attr_ptrs[node][a] = at;
+  return at;
+}
+
+static void gb_attr_int(gb *b, int node, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = gb_attr(b, node, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = 1;
+  a->i = v;
+}
+
+static void gb_attr_float(gb *b, int node, const char *name, float v) {
+  Onnx__AttributeProto *a = gb_attr(b, node, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+  a->has_f = 1;
+  a->f = v;
+}
+
+static void gb_attr_ints(gb *b, int node, const char *name, size_t n, const int64_t *v) {
+  Onnx__AttributeProto *a = gb_attr(b, node, name);
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  a->n_ints = n;
+  a->ints = (int64_t *)v;
+}
+
+static void gb_output(gb *b, const char *name) {
+  size_t i = b->graph.n_output++;
+  assert_true(i < 2);
+  onnx__value_info_proto__init(&b->out_vi[i]);
+  b->out_vi[i].name = (char *)name;
+  b->outs[i] = &b->out_vi[i];
+}
+
+static es_model *gb_load(const gb *b) {
+  size_t size = onnx__model_proto__get_packed_size(&b->model);
+  uint8_t *buf = malloc(size);
+  assert_non_null(buf);
+  onnx__model_proto__pack(&b->model, buf);
+  es_model *m;
+  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
+  free(buf);
+  return m;
+}
+
+/* Plans m for x of the given shape, runs it, and copies output i (float
+ * elements) into out[i]. */
+static void model_run(es_model *m, const float *x, int rank, const int64_t *dims, int n_out,
+                      float **out, size_t *count) {
+  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank};
+  size_t bytes = sizeof(float);
+  for (int d = 0; d < rank; d++) {
+    shape.dims[d] = dims[d];
+    bytes *= (size_t)dims[d];
+  }
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  es_tensor in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank, .data = (void *)x,
+                  .nbytes = bytes};
+  memcpy(in.dims, shape.dims, sizeof in.dims);
+  es_tensor outs[2];
+  ES_CHECK_RC(es_plan_run(p, &in, 1, a, outs, n_out));
+  for (int i = 0; i < n_out; i++) {
+    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
+    count[i] = outs[i].nbytes / sizeof(float);
+    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
+    memcpy(out[i], outs[i].data, outs[i].nbytes);
+  }
+  es_arena_destroy(a);
+  es_plan_release(p);
+}
+
+static void fill_random(float *v, size_t n, float lo, float hi, uint64_t *seed) {
+  for (size_t i = 0; i < n; i++)
+    v[i] = lo + (hi - lo) * (float)(es_test_rand(seed) >> 11) / (float)(1ull << 53);
+}
+
+/* Conv (2-D, stride 1, square kernel, symmetric pads, groups) then inference
+ * BatchNormalization, naively in double: the reference for the folded model. */
+typedef struct conv_bn {
+  int c, h, w, m, k, group, pad;
+  float x[4 * 5 * 5], W[6 * 2 * 3 * 3], B[6];
+  float scale[6], bias[6], mean[6], var[6];
+  float eps;
+} conv_bn;
+
+static void conv_bn_data(conv_bn *t, uint64_t seed) {
+  *t = (conv_bn){.c = 4, .h = 5, .w = 5, .m = 6, .k = 3, .group = 2, .pad = 1, .eps = 1e-3f};
+  fill_random(t->x, sizeof t->x / sizeof t->x[0], -1, 1, &seed);
+  fill_random(t->W, sizeof t->W / sizeof t->W[0], -1, 1, &seed);
+  fill_random(t->B, 6, -1, 1, &seed);
+  fill_random(t->scale, 6, 0.5f, 2, &seed);
+  fill_random(t->bias, 6, -1, 1, &seed);
+  fill_random(t->mean, 6, -0.5f, 0.5f, &seed);
+  fill_random(t->var, 6, 0.1f, 2, &seed);
+}
+
+static void conv_bn_reference(const conv_bn *t, int with_bias, int relu, float *y) {
+  int cg = t->c / t->group, mg = t->m / t->group;
+  for (int oc = 0; oc < t->m; oc++)
+    for (int oy = 0; oy < t->h; oy++)
+      for (int ox = 0; ox < t->w; ox++) {
+        double s = with_bias ? t->B[oc] : 0.0;
+        int g = oc / mg;
+        for (int icg = 0; icg < cg; icg++)
+          for (int ky = 0; ky < t->k; ky++)
+            for (int kx = 0; kx < t->k; kx++) {
+              int iy = oy + ky - t->pad, ix = ox + kx - t->pad;
+              if (iy < 0 || iy >= t->h || ix < 0 || ix >= t->w)
+                continue;
+              int ic = g * cg + icg;
+              s += (double)t->x[(ic * t->h + iy) * t->w + ix] *
+                   t->W[((oc * cg + icg) * t->k + ky) * t->k + kx];
+            }
+        double v = (s - t->mean[oc]) / sqrt((double)t->var[oc] + t->eps) * t->scale[oc] +
+                   t->bias[oc];
+        y[(oc * t->h + oy) * t->w + ox] = (float)(relu && v < 0 ? 0 : v);
+      }
+}
+
+/* x -> Conv -> BatchNormalization [-> Relu] -> y; with shared set, the
+ * Conv's output also feeds a Relu whose output z is a second graph output. */
+static void conv_bn_model(gb *b, const conv_bn *t, int with_bias, int relu, int shared) {
+  static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {6, 2, 3, 3}, pd[1] = {6};
+  static const int64_t pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3};
+  gb_init(b, 4, xd);
+  gb_init_f32(b, "W", 4, wd, t->W);
+  if (with_bias)
+    gb_init_f32(b, "B", 1, pd, t->B);
+  gb_init_f32(b, "scale", 1, pd, t->scale);
+  gb_init_f32(b, "bias", 1, pd, t->bias);
+  gb_init_f32(b, "mean", 1, pd, t->mean);
+  gb_init_f32(b, "var", 1, pd, t->var);
+  int conv = with_bias ? gb_node(b, "Conv", "conv0", "c", 3, "x", "W", "B")
+                       : gb_node(b, "Conv", "conv0", "c", 2, "x", "W");
+  gb_attr_int(b, conv, "group", 2);
+  gb_attr_ints(b, conv, "pads", 4, pads);
+  gb_attr_ints(b, conv, "kernel_shape", 2, ks);
+  int bn = gb_node(b, "BatchNormalization", "bn0", relu ? "n" : "y", 5, "c", "scale", "bias",
+                   "mean", "var");
+  gb_attr_float(b, bn, "epsilon", t->eps);
+  if (relu)
+    gb_node(b, "Relu", "relu0", "y", 1, "n");
+  gb_output(b, "y");
+  if (shared) {
+    gb_node(b, "Relu", "relu1", "z", 1, "c");
+    gb_output(b, "z");
+  }
+}
+
+static void expect_close(const float *got, const float *want, size_t n, float tol) {
+  for (size_t i = 0; i < n; i++)
+    if (!(fabsf(got[i] - want[i]) <= tol))
+      fail_msg("element %zu: got %.7g, want %.7g", i, (double)got[i], (double)want[i]);
+}
+
+/* (a) Conv + BatchNormalization fold into one Conv and compute the same. */
+static void test_fold_conv_bn(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 5, 5};
+  for (int variant = 0; variant < 2; variant++) {
+    /* 0: Conv with bias, then Relu; 1: no bias, BN's output is the graph's */
+    int with_bias = variant == 0, relu = variant == 0;
+    conv_bn t;
+    conv_bn_data(&t, 0x1234 + (uint64_t)variant);
+    gb b;
+    conv_bn_model(&b, &t, with_bias, relu, 0);
+    size_t before = es_mem_total();
+    es_model *m = gb_load(&b);
+    es_model_stats st;
+    ES_CHECK_RC(es_model_stats_get(m, &st));
+    assert_int_equal(st.folded_bn, 1);
+    assert_int_equal(st.folded_nodes, 0);
+    assert_int_equal(st.nodes, relu ? 2 : 1);
+    /* W' and B' only: the BN parameters (and the old W, B) are gone */
+    assert_int_equal(st.constants, 2);
+    assert_int_equal(st.weight_bytes, (6 * 2 * 3 * 3 * 4 + 63) / 64 * 64 + 6 * 4);
+    float *y;
+    size_t n;
+    model_run(m, t.x, 4, xd, 1, &y, &n);
+    assert_int_equal(n, 6 * 5 * 5);
+    float want[6 * 5 * 5];
+    conv_bn_reference(&t, with_bias, relu, want);
+    expect_close(y, want, n, 1e-4f);
+    free(y);
+    es_model_release(m);
+    assert_int_equal(es_mem_total(), before);
+  }
+}
+
+/* (b) A Conv whose output is read elsewhere too keeps its BatchNormalization,
+ * whether the other reader is a node or the graph's outputs. */
+static void test_bn_not_folded_when_conv_output_shared(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 5, 5};
+  conv_bn t;
+  conv_bn_data(&t, 0x77);
+  gb b;
+  conv_bn_model(&b, &t, 1, 0, 1);
+  es_model *m = gb_load(&b);
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.folded_bn, 0);
+  assert_int_equal(st.nodes, 3);
+  float *out[2];
+  size_t n[2];
+  model_run(m, t.x, 4, xd, 2, out, n);
+  float want[6 * 5 * 5];
+  conv_bn_reference(&t, 1, 0, want);
+  expect_close(out[0], want, n[0], 1e-4f);
+  free(out[0]);
+  free(out[1]);
+  es_model_release(m);
+
+  /* the Conv's output is itself a graph output */
+  conv_bn_model(&b, &t, 1, 0, 0);
+  gb_output(&b, "c");
+  m = gb_load(&b);
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.folded_bn, 0);
+  assert_int_equal(st.nodes, 2);
+  es_model_release(m);
+
+  /* training mode is not the affine map the fold assumes */
+  conv_bn_model(&b, &t, 1, 0, 0);
+  gb_attr_int(&b, 1, "training_mode", 1);
+  m = gb_load(&b);
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.folded_bn, 0);
+  es_model_release(m);
+}
+
+/* ConvTranspose's W is [C, M/group, k...]: the fold scales along dim 1. The
+ * reference is the same model with the fold prevented (the ConvTranspose's
+ * output also a graph output), computed by the kernels. */
+static void test_fold_convtranspose_bn(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 3, 3}, wd[4] = {4, 3, 2, 2}, pd[1] = {6};
+  static const int64_t strides[2] = {2, 2};
+  uint64_t seed = 0xc0ffee;
+  float x[4 * 3 * 3], W[4 * 3 * 2 * 2], scale[6], bias[6], mean[6], var[6];
+  fill_random(x, 36, -1, 1, &seed);
+  fill_random(W, 48, -1, 1, &seed);
+  fill_random(scale, 6, 0.5f, 2, &seed);
+  fill_random(bias, 6, -1, 1, &seed);
+  fill_random(mean, 6, -0.5f, 0.5f, &seed);
+  fill_random(var, 6, 0.1f, 2, &seed);
+  float *y[2][2];
+  size_t n[2][2];
+  for (int shared = 0; shared < 2; shared++) {
+    gb b;
+    gb_init(&b, 4, xd);
+    gb_init_f32(&b, "W", 4, wd, W);
+    gb_init_f32(&b, "scale", 1, pd, scale);
+    gb_init_f32(&b, "bias", 1, pd, bias);
+    gb_init_f32(&b, "mean", 1, pd, mean);
+    gb_init_f32(&b, "var", 1, pd, var);
+    int ct = gb_node(&b, "ConvTranspose", "up0", "c", 2, "x", "W");
+    gb_attr_int(&b, ct, "group", 2);
+    gb_attr_ints(&b, ct, "strides", 2, strides);
+    gb_node(&b, "BatchNormalization", "bn0", "y", 5, "c", "scale", "bias", "mean", "var");
+    gb_output(&b, "y");
+    if (shared)
+      gb_output(&b, "c");
+    es_model *m = gb_load(&b);
+    es_model_stats st;
+    ES_CHECK_RC(es_model_stats_get(m, &st));
+    assert_int_equal(st.folded_bn, shared ? 0 : 1);
+    model_run(m, x, 4, xd, 1 + shared, y[shared], n[shared]);
+    es_model_release(m);
+  }
+  assert_int_equal(n[0][0], 6 * 6 * 6);
+  assert_int_equal(n[1][0], n[0][0]);
+  expect_close(y[0][0], y[1][0], n[0][0], 1e-4f);
+  free(y[0][0]);
+  free(y[1][0]);
+  free(y[1][1]);
+}
+
+/* (c) Constant-only chains evaluate at load; only their result is kept. */
+static void test_fold_constant_chain(void **state) {
+  (void)state;
+  static const int64_t d22[2] = {2, 2};
+  static const float w[4] = {1, 2, 3, 4};
+  static const float x[4] = {-20, 0.5f, -1, 3};
+  gb b;
+  gb_init(&b, 2, d22);
+  gb_init_f32(&b, "w", 2, d22, w);
+  gb_node(&b, "Transpose", "t0", "t", 1, "w");
+  gb_node(&b, "Add", "c0", "c", 2, "t", "w");
+  gb_node(&b, "Add", "add0", "s", 2, "x", "c");
+  gb_node(&b, "Relu", "relu0", "y", 1, "s");
+  gb_output(&b, "y");
+  size_t before = es_mem_total();
+  es_model *m = gb_load(&b);
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.folded_nodes, 2);
+  assert_int_equal(st.nodes, 2);
+  assert_int_equal(st.constants, 1); /* w + w^T; w itself is dropped */
+  assert_int_equal(st.weight_bytes, 16);
+  float *y;
+  size_t n;
+  model_run(m, x, 2, d22, 1, &y, &n);
+  const float want[4] = {0, 5.5f, 4, 11}; /* relu(x + w^T + w) */
+  assert_int_equal(n, 4);
+  expect_close(y, want, 4, 0);
+  free(y);
+  es_model_release(m);
+  assert_int_equal(es_mem_total(), before);
+
+  /* a graph made only of constants folds away entirely */
+  gb_init(&b, 2, d22);
+  gb_init_f32(&b, "w", 2, d22, w);
+  gb_node(&b, "Transpose", "t0", "y", 1, "w");
+  gb_output(&b, "y");
+  m = gb_load(&b);
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.nodes, 0);
+  assert_int_equal(st.folded_nodes, 1);
+  model_run(m, x, 2, d22, 1, &y, &n);
+  const float wt[4] = {1, 3, 2, 4};
+  expect_close(y, wt, 4, 0);
+  free(y);
+  es_model_release(m);
+}
+
+/* A kernel that cannot evaluate a constant node (ES_ENOTSUP) leaves it for
+ * the planner; the load still succeeds. */
+static void test_fold_enotsup_keeps_node(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 2, 1, 1}, pd[1] = {2};
+  static const float v[2] = {1, 2}, one[2] = {1, 1};
+  gb b;
+  gb_init(&b, 4, xd);
+  gb_init_f32(&b, "k", 4, xd, v);
+  gb_init_f32(&b, "one", 1, pd, one);
+  int bn = gb_node(&b, "BatchNormalization", "bn0", "c", 5, "k", "one", "one", "one", "one");
+  gb_attr_int(&b, bn, "training_mode", 1);
+  gb_node(&b, "Add", "add0", "y", 2, "x", "c");
+  gb_output(&b, "y");
+  size_t before = es_mem_total();
+  es_model *m = gb_load(&b);
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.nodes, 2);
+  assert_int_equal(st.folded_nodes, 0);
+  es_model_release(m);
+  assert_int_equal(es_mem_total(), before);
+}
+
+/* (d) Every failure after the constants are staged frees them: a fold that
+ * fails (named), a cycle, and every truncation of a model that folds. */
+static void test_fold_failures_leak_nothing(void **state) {
+  (void)state;
+  static const int64_t d22[2] = {2, 2}, d3[1] = {3};
+  static const float w[4] = {1, 2, 3, 4}, k3[3] = {1, 2, 3};
+  size_t before = es_mem_total();
+  gb b;
+  gb_init(&b, 2, d22);
+  gb_init_f32(&b, "w", 2, d22, w);
+  gb_init_f32(&b, "k3", 1, d3, k3);
+  gb_node(&b, "Transpose", "t0", "t", 1, "w");
+  gb_node(&b, "Add", "bad", "c", 2, "t", "k3"); /* [2,2] + [3] */
+  gb_node(&b, "Add", "add0", "y", 2, "x", "c");
+  gb_output(&b, "y");
+  size_t size = onnx__model_proto__get_packed_size(&b.model);
+  uint8_t *buf = malloc(size);
+  onnx__model_proto__pack(&b.model, buf);
+  es_model *m = NULL;
+  ES_EXPECT_RC(es_model_load_buffer(buf, size, NULL, &m), ES_EMODEL);
+  if (!strstr(es_last_error_detail(), "node 'bad' (#1 Add): shapes do not broadcast"))
+    fail_msg("detail: %s", es_last_error_detail());
+  free(buf);
+  assert_int_equal(es_mem_total(), before);
+
+  mb cb;
+  mb_init(&cb);
+  cb.node_in[0][0] = "y"; /* a cycle: found after the constants are staged */
+  load_expect(&cb, ES_EMODEL, "cycle");
+  assert_int_equal(es_mem_total(), before);
+
+  conv_bn t;
+  conv_bn_data(&t, 5);
+  conv_bn_model(&b, &t, 1, 1, 0);
+  size = onnx__model_proto__get_packed_size(&b.model);
+  buf = malloc(size);
+  onnx__model_proto__pack(&b.model, buf);
+  int loaded = 0;
+  for (size_t n = 0; n <= size; n++) {
+    uint8_t *copy = malloc(n ? n : 1);
+    memcpy(copy, buf, n);
+    m = NULL;
+    if (es_model_load_buffer(copy, n, NULL, &m) == 0) {
+      loaded++;
+      es_model_release(m);
+    }
+    free(copy);
+  }
+  free(buf);
+  assert_true(loaded > 0); /* at least the whole model */
+  assert_int_equal(es_mem_total(), before);
+}
+
 /* The five target models, when fetched (scripts/fetch-models.sh). */
 static void test_real_models(void **state) {
   (void)state;
@@ -472,6 +1004,12 @@ int main(void) {
       cmocka_unit_test(test_subgraph_attribute),
       cmocka_unit_test(test_dead_nodes_removed),
       cmocka_unit_test(test_unsorted_nodes),
+      cmocka_unit_test(test_fold_conv_bn),
+      cmocka_unit_test(test_bn_not_folded_when_conv_output_shared),
+      cmocka_unit_test(test_fold_convtranspose_bn),
+      cmocka_unit_test(test_fold_constant_chain),
+      cmocka_unit_test(test_fold_enotsup_keeps_node),
+      cmocka_unit_test(test_fold_failures_leak_nothing),
       cmocka_unit_test(test_real_models),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
