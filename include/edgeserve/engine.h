@@ -138,6 +138,14 @@ int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
 int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
 /* Number of nodes run per request (the others were folded while planning). */
 int es_plan_node_count(const es_plan *p);
+/* Intra-op threads for runs made by the calling thread (default: what the
+ * OpenMP runtime chooses). 1 = throughput mode, one request per core.
+ * ES_EINVAL outside 1..1024. */
+int es_engine_threads_set(int n);
+
+/* Floating-point operations per run of the compute-heavy nodes (Conv,
+ * ConvTranspose, MatMul: 2 x multiply-adds), for GFLOP/s figures. */
+uint64_t es_plan_flops(const es_plan *p);
 
 /* Run one request. inputs[i] must have the plan's dtype and shape for input
  * i (ES_EINVAL otherwise, naming the input). Temporaries and outputs are

@@ -1,6 +1,8 @@
 // Runs a model with ONNX Runtime (onnxruntime-node) on .npy inputs and writes
-// its outputs as .npy, named as `edgeserve run` names them.
-//   node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] FILE.npy... | NAME=FILE.npy...
+// its outputs as .npy, named as `edgeserve run` names them (OUTDIR "-" writes
+// nothing). --json prints one line of timings for scripts/bench_vs_ort.sh.
+//   node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] [--warmup N] [--json]
+//                   FILE.npy... | NAME=FILE.npy...
 'use strict';
 const path = require('path');
 const fs = require('fs');
@@ -22,11 +24,13 @@ async function main() {
     process.exit(2);
   }
   const [model, outdir] = args;
-  let threads = 1, repeat = 1;
+  let threads = 1, repeat = 1, warmup = 0, json = false;
   const files = [];
   for (let i = 2; i < args.length; i++) {
     if (args[i] === '--threads') threads = Number(args[++i]);
     else if (args[i] === '--repeat') repeat = Number(args[++i]);
+    else if (args[i] === '--warmup') warmup = Number(args[++i]);
+    else if (args[i] === '--json') json = true;
     else files.push(args[i]);
   }
   const ort = loadOrt();
@@ -47,12 +51,24 @@ async function main() {
   });
   let res;
   const lat = [];
-  for (let r = 0; r < repeat; r++) {
+  for (let r = -warmup; r < repeat; r++) {
     const t0 = process.hrtime.bigint();
     res = await sess.run(feeds);
-    lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    if (r >= 0) lat.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
   lat.sort((a, b) => a - b);
+  if (json) {
+    const mem = process.memoryUsage();
+    console.log(JSON.stringify({
+      median_ms: lat[Math.floor(repeat / 2)], p99_ms: lat[Math.ceil(0.99 * repeat) - 1],
+      threads, iters: repeat, rss_bytes: mem.rss,
+    }));
+    return;
+  }
+  if (outdir === '-') {
+    console.log(`latency ms: median ${lat[Math.floor(repeat / 2)].toFixed(3)} over ${repeat} runs`);
+    return;
+  }
   fs.mkdirSync(outdir, { recursive: true });
   for (const name of sess.outputNames) {
     const t = res[name];

@@ -12,5 +12,6 @@ int es_cmd_version(int argc, char **argv);
 int es_cmd_bench_mem(int argc, char **argv);
 int es_cmd_inspect(int argc, char **argv);
 int es_cmd_run(int argc, char **argv);
+int es_cmd_bench(int argc, char **argv);
 
 #endif

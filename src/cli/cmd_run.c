@@ -4,6 +4,7 @@
  * arena of exactly the planned size, run (optionally several times, resetting
  * the arena between runs as a request would), write the outputs. */
 #include "cli/cli.h"
+#include "cli/inputs.h"
 #include "cli/npy.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
@@ -15,13 +16,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define MAX_INPUTS 32
-
 static void run_usage(FILE *f) {
   fprintf(f, "usage: edgeserve run MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
-             "                    [--output-dir DIR] [--repeat N]\n\n"
+             "                    [--shape NAME=DxDxD]... [--output-dir DIR] [--repeat N]\n\n"
              "Runs the model on inputs read from NumPy .npy files (by name, or positionally\n"
-             "in the model's input order), writes every output to DIR/NAME.npy (NAME with\n"
+             "in the model's input order; --shape gives an input random values of that\n"
+             "shape instead), writes every output to DIR/NAME.npy (NAME with\n"
              "characters outside [A-Za-z0-9._-] replaced by '_'), and prints each output's\n"
              "shape, the planned arena bytes and the median latency over N runs.\n");
 }
@@ -68,22 +68,18 @@ static void sanitize(const char *in, char *out, size_t size) {
 
 int es_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
-  const char *named[MAX_INPUTS], *named_file[MAX_INPUTS], *positional[MAX_INPUTS];
-  int n_named = 0, n_pos = 0;
+  es_cli_inputs ci;
+  memset(&ci, 0, sizeof ci);
   long repeat = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       run_usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--input") && i + 1 < argc) {
-      const char *eq = strchr(argv[++i], '=');
-      if (!eq || eq == argv[i] || n_named == MAX_INPUTS) {
-        fprintf(stderr, "edgeserve run: --input wants NAME=FILE.npy, got '%s'\n", argv[i]);
+    } else if ((r = es_cli_inputs_arg(&ci, "run", argc, argv, &i)) != 0) {
+      if (r == 2)
         return 2;
-      }
-      named[n_named] = argv[i];
-      named_file[n_named++] = eq + 1;
     } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
       out_dir = argv[++i];
     } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
@@ -99,8 +95,8 @@ int es_cmd_run(int argc, char **argv) {
       return 2;
     } else if (!model_path) {
       model_path = a;
-    } else if (n_pos < MAX_INPUTS) {
-      positional[n_pos++] = a;
+    } else if (ci.n_pos < ES_CLI_MAX_INPUTS) {
+      ci.positional[ci.n_pos++] = a;
     } else {
       fprintf(stderr, "edgeserve run: too many inputs\n");
       return 2;
@@ -114,8 +110,8 @@ int es_cmd_run(int argc, char **argv) {
   es_model *m = NULL;
   es_plan *plan = NULL;
   es_arena *arena = NULL;
-  es_tensor in[MAX_INPUTS];
-  es_tensor_info shapes[MAX_INPUTS];
+  es_tensor in[ES_CLI_MAX_INPUTS];
+  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
   memset(in, 0, sizeof in);
   double *lat = NULL;
   int status = 1, rc;
@@ -124,54 +120,9 @@ int es_cmd_run(int argc, char **argv) {
     return 1;
   }
   int nin = es_model_input_count(m);
-  if (nin > MAX_INPUTS) {
-    fprintf(stderr, "edgeserve run: the model has more than %d inputs\n", MAX_INPUTS);
+  if ((status = es_cli_inputs_load(m, &ci, "run", in, shapes)) != 0)
     goto out;
-  }
-  if (n_pos > nin) {
-    fprintf(stderr, "edgeserve run: %d inputs given, the model has %d\n", n_pos, nin);
-    status = 2;
-    goto out;
-  }
-  for (int i = 0; i < nin; i++) {
-    es_tensor_info info;
-    es_model_input_info(m, i, &info);
-    const char *file = i < n_pos ? positional[i] : NULL;
-    for (int k = 0; k < n_named; k++) {
-      size_t len = (size_t)(named_file[k] - 1 - named[k]);
-      if (strlen(info.name) == len && !strncmp(named[k], info.name, len))
-        file = named_file[k];
-    }
-    if (!file) {
-      fprintf(stderr, "edgeserve run: no file for input '%s' (--input %s=FILE.npy)\n", info.name,
-              info.name);
-      status = 2;
-      goto out;
-    }
-    if ((rc = es_npy_read(file, &in[i])) < 0) {
-      fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-      goto out;
-    }
-    shapes[i].name = info.name;
-    shapes[i].dtype = in[i].dtype;
-    shapes[i].rank = in[i].rank;
-    memcpy(shapes[i].dims, in[i].dims, sizeof shapes[i].dims);
-  }
-  for (int k = 0; k < n_named; k++) {
-    int found = 0;
-    for (int i = 0; i < nin; i++) {
-      es_tensor_info info;
-      es_model_input_info(m, i, &info);
-      size_t len = (size_t)(named_file[k] - 1 - named[k]);
-      found |= strlen(info.name) == len && !strncmp(named[k], info.name, len);
-    }
-    if (!found) {
-      fprintf(stderr, "edgeserve run: the model has no input named '%.*s'\n",
-              (int)(named_file[k] - 1 - named[k]), named[k]);
-      status = 2;
-      goto out;
-    }
-  }
+  status = 1;
   if ((rc = es_model_plan(m, shapes, nin, &plan)) < 0) {
     fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
     goto out;
@@ -230,8 +181,7 @@ int es_cmd_run(int argc, char **argv) {
   status = 0;
 out:
   es_mem_free(lat);
-  for (int i = 0; i < MAX_INPUTS; i++)
-    es_mem_free(in[i].data);
+  es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
   es_arena_destroy(arena);
   es_plan_release(plan);
   es_model_release(m);

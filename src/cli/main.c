@@ -12,6 +12,7 @@ static const es_cli_cmd es_commands_[] = {
     {"bench-mem", "allocator benchmark: buddy pool and arena vs malloc, jemalloc, mimalloc",
      es_cmd_bench_mem},
     {"run", "run a model on .npy inputs, write .npy outputs", es_cmd_run},
+    {"bench", "time one model in-process (latency, GFLOP/s, memory)", es_cmd_bench},
     {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
 };
 

@@ -68,6 +68,7 @@ struct es_plan {
   loc *out_loc;
   int n_out;
   size_t arena_bytes;
+  uint64_t flops;      /* per run, from the kernels that report it */
 };
 
 static int plan_ok(const es_plan *p) { return p && p->magic == ES_PLAN_MAGIC; }
@@ -275,6 +276,7 @@ static int plan_nodes(planner *P) {
       continue;
     }
     st->kern = kern;
+    p->flops += k->flops;
     for (int o = 0; o < nd->n_out; o++)
       if (nd->out[o] >= 0)
         P->producer_step[nd->out[o]] = p->n_steps;
@@ -494,6 +496,9 @@ size_t es_plan_arena_bytes(const es_plan *p) { return plan_ok(p) ? p->arena_byte
 size_t es_plan_context_bytes(const es_plan *p) { return plan_ok(p) ? p->ctx.bytes : 0; }
 int es_plan_output_count(const es_plan *p) { return plan_ok(p) ? p->n_out : 0; }
 int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
+uint64_t es_plan_flops(const es_plan *p) { return plan_ok(p) ? p->flops : 0; }
+
+int es_engine_threads_set(int n) { return es_kernels_set_threads(n); }
 
 static void info_from(const es_tdesc *t, const char *name, es_tensor_info *out) {
   out->name = name;

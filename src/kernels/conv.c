@@ -840,6 +840,16 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
   k->scratch_bytes = 0;
   k->inplace = -1;
+  {
+    /* each output (conv) or input (transpose) position: C/g x kernel MACs */
+    uint64_t pos = 1, ker = 1;
+    for (int i = 0; i < 3; i++) {
+      pos *= (uint64_t)(transpose ? p->in[i] : p->out[i]);
+      ker *= (uint64_t)p->ker[i];
+    }
+    uint64_t per = transpose ? (uint64_t)(p->m / p->g) : (uint64_t)(p->c / p->g);
+    k->flops = 2 * (uint64_t)p->n * (uint64_t)(transpose ? p->c : p->m) * pos * per * ker;
+  }
   p->empty = k->out[0]->count == 0;
   p->use_dnnl = !p->empty && !es_kernels_reference() && conv_dnnl_fits(p);
   if (p->use_dnnl) {

@@ -57,6 +57,8 @@ typedef struct es_kinst {
   const void *const *in_static; /* [n_in]: data known while planning, else NULL */
   void *params;                 /* the op's parameters (es_kinst_alloc) */
   size_t scratch_bytes;         /* set by infer */
+  uint64_t flops;               /* set by infer for compute-heavy ops (multiply-adds x 2),
+                                   for reporting GFLOP/s; 0 otherwise */
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
@@ -113,6 +115,11 @@ const es_kernel *es_kernels_matmul(es_op op);
  * environment variable ES_KERNELS=ref. Thread-safe. */
 void es_kernels_use_reference(int on);
 int es_kernels_reference(void);
+
+/* Intra-op threads for kernels run by the calling thread (oneDNN's
+ * OpenMP regions); our own kernels are single-threaded. ES_EINVAL outside
+ * 1..1024. */
+int es_kernels_set_threads(int n);
 
 /* ---- attributes: absent -> default; present with another type -> ES_EMODEL */
 int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out);

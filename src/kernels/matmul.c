@@ -233,6 +233,7 @@ static int matmul_infer(es_kinst *k) {
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
   k->scratch_bytes = 0;
   k->inplace = -1;
+  k->flops = 2 * (uint64_t)p->batch * (uint64_t)p->m * (uint64_t)p->n * (uint64_t)p->k;
   /* K = 0 (zeros out) stays on the reference loops. */
   p->empty = k->out[0]->count == 0;
   p->use_dnnl = !es_kernels_reference() && !p->empty && p->k > 0;

@@ -5,6 +5,7 @@
  * touches its family and the ops table, nothing else. */
 #include "kernels/kernel.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -44,6 +45,18 @@ int es_kernels_reference(void) {
     v = atomic_load(&es_reference_);
   }
   return v;
+}
+
+/* oneDNN's CPU runtime here is OpenMP: a parallel region started by a thread
+ * uses that thread's nthreads setting. Found at run time so the library does
+ * not link the OpenMP runtime itself (oneDNN already loads it). */
+int es_kernels_set_threads(int n) {
+  if (n < 1 || n > 1024)
+    return es__fail(ES_EINVAL, "thread count %d is outside 1..1024", n);
+  void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+  if (set)
+    set(n);
+  return 0;
 }
 
 /* ==========================================================================

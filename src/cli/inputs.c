@@ -1,0 +1,169 @@
+/* Model inputs for the CLI: files, positions, random tensors of a shape. */
+#include "cli/inputs.h"
+#include "cli/npy.h"
+#include "edgeserve/memory.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv, int *i) {
+  const char *a = argv[*i];
+  int is_input = !strcmp(a, "--input"), is_shape = !strcmp(a, "--shape");
+  if (!is_input && !is_shape)
+    return 0;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "edgeserve %s: %s wants a value\n", cmd, a);
+    return 2;
+  }
+  const char *v = argv[++*i];
+  const char *eq = strchr(v, '=');
+  if (!eq || eq == v) {
+    fprintf(stderr, "edgeserve %s: %s wants NAME=%s, got '%s'\n", cmd, a,
+            is_input ? "FILE.npy" : "DxDxD", v);
+    return 2;
+  }
+  if ((is_input ? ci->n_named : ci->n_shapes) == ES_CLI_MAX_INPUTS) {
+    fprintf(stderr, "edgeserve %s: too many %s options\n", cmd, a);
+    return 2;
+  }
+  if (is_input)
+    ci->named[ci->n_named++] = v;
+  else
+    ci->shapes[ci->n_shapes++] = v;
+  return 1;
+}
+
+static int name_is(const char *spec, const char *name) {
+  const char *eq = strchr(spec, '=');
+  size_t len = (size_t)(eq - spec);
+  return strlen(name) == len && !strncmp(spec, name, len);
+}
+
+/* "1x3x640x640" -> dims; -1 when malformed. */
+static int parse_dims(const char *s, es_tensor_info *t) {
+  t->rank = 0;
+  while (*s) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || v < 0 || v > (1ll << 32) || t->rank == ES_MAX_RANK)
+      return -1;
+    t->dims[t->rank++] = v;
+    if (*end == 'x')
+      end++;
+    else if (*end)
+      return -1;
+    s = end;
+  }
+  return t->rank > 0 ? 0 : -1;
+}
+
+static int random_tensor(es_tensor *t, const es_tensor_info *info, uint64_t seed) {
+  uint64_t n = 1;
+  for (int d = 0; d < info->rank; d++)
+    if (__builtin_mul_overflow(n, (uint64_t)info->dims[d], &n) || n > ((uint64_t)1 << 32))
+      return -1;
+  size_t esz = es_dtype_size(info->dtype);
+  t->dtype = info->dtype;
+  t->rank = info->rank;
+  memcpy(t->dims, info->dims, sizeof t->dims);
+  t->nbytes = (size_t)n * esz;
+  t->data = es_mem_aligned_alloc(ES_MEM_CLI, 64, t->nbytes ? t->nbytes : 1);
+  if (!t->data)
+    return -1;
+  uint64_t s = seed;
+  for (size_t i = 0; i < (size_t)n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    double u = (double)(s >> 11) / 9007199254740992.0; /* [0, 1) */
+    switch (info->dtype) {
+    case ES_DTYPE_FLOAT:
+      ((float *)t->data)[i] = (float)(2 * u - 1);
+      break;
+    case ES_DTYPE_INT64:
+      ((int64_t *)t->data)[i] = (int64_t)(u * 16);
+      break;
+    case ES_DTYPE_INT32:
+      ((int32_t *)t->data)[i] = (int32_t)(u * 16);
+      break;
+    default:
+      ((uint8_t *)t->data)[i] = (uint8_t)(u * 2);
+      break;
+    }
+  }
+  return 0;
+}
+
+int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es_tensor *in,
+                       es_tensor_info *shapes) {
+  int nin = es_model_input_count(m);
+  memset(in, 0, sizeof *in * (size_t)(nin > 0 ? nin : 1));
+  if (nin > ES_CLI_MAX_INPUTS) {
+    fprintf(stderr, "edgeserve %s: the model has more than %d inputs\n", cmd, ES_CLI_MAX_INPUTS);
+    return 1;
+  }
+  if (ci->n_pos > nin) {
+    fprintf(stderr, "edgeserve %s: %d inputs given, the model has %d\n", cmd, ci->n_pos, nin);
+    return 2;
+  }
+  for (int k = 0; k < ci->n_named + ci->n_shapes; k++) {
+    const char *spec = k < ci->n_named ? ci->named[k] : ci->shapes[k - ci->n_named];
+    int found = 0;
+    for (int i = 0; i < nin; i++) {
+      es_tensor_info info;
+      es_model_input_info(m, i, &info);
+      found |= name_is(spec, info.name);
+    }
+    if (!found) {
+      fprintf(stderr, "edgeserve %s: the model has no input named '%.*s'\n", cmd,
+              (int)(strchr(spec, '=') - spec), spec);
+      return 2;
+    }
+  }
+  for (int i = 0; i < nin; i++) {
+    es_tensor_info info;
+    es_model_input_info(m, i, &info);
+    const char *file = i < ci->n_pos ? ci->positional[i] : NULL, *shape = NULL;
+    for (int k = 0; k < ci->n_named; k++)
+      if (name_is(ci->named[k], info.name))
+        file = strchr(ci->named[k], '=') + 1;
+    for (int k = 0; k < ci->n_shapes; k++)
+      if (name_is(ci->shapes[k], info.name))
+        shape = strchr(ci->shapes[k], '=') + 1;
+    if (file) {
+      if (es_npy_read(file, &in[i]) < 0) {
+        fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
+        return 1;
+      }
+    } else {
+      es_tensor_info want = info;
+      if (shape && parse_dims(shape, &want) < 0) {
+        fprintf(stderr, "edgeserve %s: --shape wants NAME=DxDxD, got '%s'\n", cmd, shape);
+        return 2;
+      }
+      int open = want.rank < 0;
+      for (int d = 0; d < want.rank; d++)
+        open |= want.dims[d] < 0;
+      if (open) {
+        fprintf(stderr, "edgeserve %s: no data for input '%s' (--input %s=FILE.npy or --shape "
+                        "%s=DxDxD)\n", cmd, info.name, info.name, info.name);
+        return 2;
+      }
+      if (random_tensor(&in[i], &want, 0x5eed + (uint64_t)i) < 0) {
+        fprintf(stderr, "edgeserve %s: cannot make a random input of that shape\n", cmd);
+        return 1;
+      }
+    }
+    shapes[i].name = info.name;
+    shapes[i].dtype = in[i].dtype;
+    shapes[i].rank = in[i].rank;
+    memcpy(shapes[i].dims, in[i].dims, sizeof shapes[i].dims);
+  }
+  return 0;
+}
+
+void es_cli_inputs_free(es_tensor *in, int n) {
+  for (int i = 0; i < n; i++) {
+    es_mem_free(in[i].data);
+    in[i].data = NULL;
+  }
+}

@@ -1,0 +1,34 @@
+/* Model inputs for the CLI's run and bench: .npy files by name or position,
+ * or random tensors of a given shape. One place, so both commands accept the
+ * same options the same way. */
+#ifndef ES_CLI_INPUTS_H
+#define ES_CLI_INPUTS_H
+
+#include "edgeserve/engine.h"
+
+#define ES_CLI_MAX_INPUTS 32
+
+typedef struct es_cli_inputs {
+  const char *named[ES_CLI_MAX_INPUTS]; /* "NAME=FILE.npy" */
+  int n_named;
+  const char *positional[ES_CLI_MAX_INPUTS];
+  int n_pos;
+  const char *shapes[ES_CLI_MAX_INPUTS]; /* "NAME=1x3x640x640": random data */
+  int n_shapes;
+} es_cli_inputs;
+
+/* Consumes argv[*i] (and its value) if it is --input or --shape. Returns 1
+ * when consumed, 0 when not ours, 2 on a usage error (printed). Positional
+ * files are the caller's to add to ci->positional. */
+int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv, int *i);
+
+/* Fills in[] and shapes[] for every model input: from its file, or random
+ * values in [-1, 1) for a --shape, or the model's own shape when fully fixed
+ * (random values too). Returns 0, 1 (bad file or model) or 2 (usage),
+ * having printed the reason. in[k].data is es_mem-allocated: free with
+ * es_cli_inputs_free. */
+int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es_tensor *in,
+                       es_tensor_info *shapes);
+void es_cli_inputs_free(es_tensor *in, int n);
+
+#endif
