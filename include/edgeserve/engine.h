@@ -143,6 +143,15 @@ int es_plan_node_count(const es_plan *p);
  * ES_EINVAL outside 1..1024. */
 int es_engine_threads_set(int n);
 
+/* Profiling: while on, every run also times each node (two clock reads per
+ * node) and adds the time to its plan. Off by default. Thread-safe. */
+void es_engine_profile_set(int on);
+/* Per operator type: nodes run per request and mean milliseconds per
+ * profiled run. fn is called once per operator present. */
+int es_plan_profile(const es_plan *p,
+                    void (*fn)(void *user, const char *op, int nodes, double ms_per_run),
+                    void *user);
+
 /* Floating-point operations per run of the compute-heavy nodes (Conv,
  * ConvTranspose, MatMul: 2 x multiply-adds), for GFLOP/s figures. */
 uint64_t es_plan_flops(const es_plan *p);

@@ -19,11 +19,12 @@ static void bench_usage(FILE *f) {
   fprintf(f,
           "usage: edgeserve bench MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
           "                      [--shape NAME=DxDxD]... [--threads N] [--iters N]\n"
-          "                      [--warmup N] [--json]\n\n"
+          "                      [--warmup N] [--json] [--profile]\n\n"
           "Times one model in-process: median and p99 latency over N runs (default 50,\n"
           "after 5 warm-up runs), GFLOP/s of Conv/ConvTranspose/MatMul, peak RSS and\n"
           "the planned arena bytes. --threads sets the intra-op threads of a request\n"
-          "(default 1). Inputs as for 'edgeserve run'; --shape gives random data.\n");
+          "(default 1). Inputs as for 'edgeserve run'; --shape gives random data.\n"
+          "--profile also times every node and prints the time per operator type.\n");
 }
 
 static double now_ms(void) {
@@ -35,6 +36,11 @@ static double now_ms(void) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
+}
+
+static void print_profile(void *user, const char *op, int nodes, double ms) {
+  (void)user;
+  printf("  %-20s %4d nodes %9.3f ms\n", op, nodes, ms);
 }
 
 static int parse_count(const char *s, long lo, long hi, long *out) {
@@ -51,7 +57,7 @@ int es_cmd_bench(int argc, char **argv) {
   es_cli_inputs ci;
   memset(&ci, 0, sizeof ci);
   long threads = 1, iters = 50, warmup = 5;
-  int json = 0;
+  int json = 0, profile = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int r;
@@ -63,6 +69,8 @@ int es_cmd_bench(int argc, char **argv) {
         return 2;
     } else if (!strcmp(a, "--json")) {
       json = 1;
+    } else if (!strcmp(a, "--profile")) {
+      profile = 1;
     } else if ((!strcmp(a, "--threads") || !strcmp(a, "--iters") || !strcmp(a, "--warmup")) &&
                i + 1 < argc) {
       long *dst = !strcmp(a, "--threads") ? &threads : !strcmp(a, "--iters") ? &iters : &warmup;
@@ -124,6 +132,8 @@ int es_cmd_bench(int argc, char **argv) {
     goto out;
   double first = 0;
   for (long r = -warmup; r < iters; r++) {
+    if (r == 0 && profile)
+      es_engine_profile_set(1);
     es_arena_reset(arena);
     double t0 = now_ms();
     if (es_plan_run(plan, in, nin, arena, out, nout) < 0) {
@@ -160,6 +170,10 @@ int es_cmd_bench(int argc, char **argv) {
            med > 0 ? gflop / (med / 1e3) : 0.0);
     printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n",
            es_plan_arena_bytes(plan), ms.weight_bytes, peak);
+  }
+  if (profile && !json) {
+    printf("profile (ms per run, by operator; timing adds a little to each node):\n");
+    es_plan_profile(plan, print_profile, NULL);
   }
   status = 0;
 out:

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ES_PLAN_MAGIC 0x4553504c414e3031ull /* "ESPLAN01" */
 #define ES_PLAN_ALIGN 64
@@ -69,7 +70,11 @@ struct es_plan {
   int n_out;
   size_t arena_bytes;
   uint64_t flops;      /* per run, from the kernels that report it */
+  _Atomic uint64_t *step_ns; /* per step, summed over profiled runs; the
+                                extra last slot counts the runs */
 };
+
+static _Atomic int es_profile_; /* es_engine_profile_set */
 
 static int plan_ok(const es_plan *p) { return p && p->magic == ES_PLAN_MAGIC; }
 
@@ -463,6 +468,11 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     rc = plan_nodes(&P);
   if (rc == 0)
     rc = plan_memory(&P);
+  if (rc == 0) {
+    p->step_ns = es_ctx_alloc(&p->ctx, ((size_t)p->n_steps + 1) * sizeof *p->step_ns);
+    if (!p->step_ns)
+      rc = es__fail(ES_ENOMEM, "out of memory planning");
+  }
   es_mem_free(P.desc);
   es_mem_free(P.sdata);
   es_mem_free(P.producer_step);
@@ -499,6 +509,27 @@ int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
 uint64_t es_plan_flops(const es_plan *p) { return plan_ok(p) ? p->flops : 0; }
 
 int es_engine_threads_set(int n) { return es_kernels_set_threads(n); }
+
+void es_engine_profile_set(int on) { atomic_store(&es_profile_, on ? 1 : 0); }
+
+int es_plan_profile(const es_plan *p,
+                    void (*fn)(void *user, const char *op, int nodes, double ms_per_run),
+                    void *user) {
+  if (!plan_ok(p) || !fn)
+    return es__fail(ES_EINVAL, "es_plan_profile: bad argument");
+  uint64_t runs = atomic_load(&p->step_ns[p->n_steps]);
+  double ns_of[ES_OP_COUNT] = {0};
+  int nodes_of[ES_OP_COUNT] = {0};
+  for (int s = 0; s < p->n_steps; s++) {
+    es_op op = p->steps[s].k.node->op;
+    ns_of[op] += (double)atomic_load(&p->step_ns[s]);
+    nodes_of[op]++;
+  }
+  for (int op = 1; op < ES_OP_COUNT; op++)
+    if (nodes_of[op])
+      fn(user, es_op_name((es_op)op), nodes_of[op], runs ? ns_of[op] / 1e6 / (double)runs : 0);
+  return 0;
+}
 
 static void info_from(const es_tdesc *t, const char *name, es_tensor_info *out) {
   out->name = name;
@@ -576,6 +607,12 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   unsigned char *base = blk;
   const void *in[ES_PLAN_MAX_IO];
   void *out[ES_PLAN_MAX_IO];
+  int profile = atomic_load_explicit(&es_profile_, memory_order_relaxed);
+  struct timespec t0, t1;
+  if (profile) {
+    atomic_fetch_add_explicit(&p->step_ns[p->n_steps], 1, memory_order_relaxed);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+  }
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const es_node *nd = st->k.node;
@@ -587,6 +624,12 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
     int rc = st->kern->run(&st->k, in, out, scratch);
     if (rc < 0)
       return rc;
+    if (profile) {
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      uint64_t ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+      atomic_fetch_add_explicit(&p->step_ns[s], ns, memory_order_relaxed);
+      t0 = t1;
+    }
   }
   for (int i = 0; i < n_out; i++) {
     es_tensor *t = &outputs[i];
