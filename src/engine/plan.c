@@ -67,7 +67,9 @@ struct es_plan {
   int n_in;
   es_tdesc *out_desc;  /* per model output */
   loc *out_loc;
+  int *out_value;      /* planner value index per output (for its name) */
   int n_out;
+  int relayouts;       /* conversion steps between layouts */
   size_t arena_bytes;
   uint64_t flops;      /* per run, from the kernels that report it */
   _Atomic uint64_t *step_ns; /* per step, summed over profiled runs; the
@@ -151,14 +153,25 @@ static size_t place_buffers(buffer *b, int n, int *order) {
  * Planning
  * ======================================================================== */
 
+/* The planner's view of a value. Graph values keep their indices; values the
+ * planner adds (a tensor converted to another layout) follow them. */
+typedef struct pval {
+  es_tdesc desc;
+  const void *sdata;  /* data known while planning (weights, folded), or NULL */
+  const char *name;
+  int input;          /* graph input index, or -1 */
+  int is_output;      /* a graph output (after any conversion to plain) */
+  int last_use;       /* last step reading it */
+  int buf;            /* arena buffer, or -1 */
+  int copy[2];        /* the value holding it in layout L (ES_LAYOUT_*), or -1 */
+} pval;
+
 typedef struct planner {
   es_plan *p;
   const es_graph *g;
-  es_tdesc *desc;      /* per value */
-  const void **sdata;  /* per value: data known while planning */
-  int *producer_step;  /* per value: step index or -1 */
-  int *last_use;       /* per value: last step reading it */
-  int *buf_of;         /* per value: buffer index or -1 */
+  pval *v;
+  int nv, cap_v;
+  int cap_steps;
 } planner;
 
 static int check_input_shape(const es_value *v, const es_tensor_info *s, int i) {
@@ -180,6 +193,54 @@ static int check_input_shape(const es_value *v, const es_tensor_info *s, int i) 
   return 0;
 }
 
+static step *step_new(planner *P) {
+  es_plan *p = P->p;
+  if (p->n_steps == P->cap_steps) {
+    es__fail(ES_ENOTSUP, "the plan needs more than %d steps", P->cap_steps);
+    return NULL;
+  }
+  step *st = &p->steps[p->n_steps];
+  memset(st, 0, sizeof *st);
+  return st;
+}
+
+/* Fill k for node nd with the planner's current descriptors. */
+static int kinst_bind(planner *P, es_kinst *k, const es_node *nd, int *all_static) {
+  es_plan *p = P->p;
+  const es_tdesc **in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
+  es_tdesc **out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
+  const void **ins = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
+  if (!in || !out || !ins)
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  *all_static = 1;
+  for (int i = 0; i < nd->n_in; i++) {
+    int v = nd->in[i];
+    if (v < 0)
+      continue;
+    if (P->v[v].desc.dtype == ES_DTYPE_UNDEFINED)
+      return es__fail(ES_EMODEL, "%s: input %d '%s' has no computed value", k->label, i,
+                      P->v[v].name);
+    in[i] = &P->v[v].desc;
+    ins[i] = P->v[v].sdata;
+    if (!ins[i])
+      *all_static = 0;
+  }
+  for (int o = 0; o < nd->n_out; o++)
+    out[o] = nd->out[o] >= 0 ? &P->v[nd->out[o]].desc : NULL;
+  k->node = nd;
+  k->opset = P->g->opset;
+  k->n_in = nd->n_in;
+  k->n_out = nd->n_out;
+  k->in = in;
+  k->out = out;
+  k->in_static = ins;
+  k->inplace = -1;
+  k->ctx = &p->ctx;
+  k->prep = p->model->prep;
+  k->graph = P->g;
+  return 0;
+}
+
 /* Runs a node whose inputs are all known now; its outputs become plan
  * constants. */
 static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
@@ -189,7 +250,7 @@ static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
     outs[o] = NULL;
     if (nd->out[o] < 0)
       continue;
-    size_t n = P->desc[nd->out[o]].nbytes;
+    size_t n = P->v[nd->out[o]].desc.nbytes;
     outs[o] = es_ctx_alloc(&P->p->ctx, n ? n : 1);
     if (!outs[o])
       return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
@@ -205,69 +266,167 @@ static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
     return rc;
   for (int o = 0; o < nd->n_out; o++)
     if (nd->out[o] >= 0)
-      P->sdata[nd->out[o]] = outs[o];
+      P->v[nd->out[o]].sdata = outs[o];
+  return 0;
+}
+
+/* Records a runtime step: flops, producers, last uses. */
+static void step_commit(planner *P, step *st, const es_kernel *kern) {
+  es_plan *p = P->p;
+  const es_node *nd = st->k.node;
+  st->kern = kern;
+  p->flops += st->k.flops;
+  for (int i = 0; i < nd->n_in; i++)
+    if (nd->in[i] >= 0)
+      P->v[nd->in[i]].last_use = p->n_steps;
+  p->n_steps++;
+}
+
+/* Makes (or reuses) the copy of value v in layout lay: a conversion step,
+ * or for a value known while planning, a conversion done now. Returns the
+ * copy's value index or a negative error. */
+static int value_in_layout(planner *P, int v, es_layout lay) {
+  es_plan *p = P->p;
+  if (P->v[v].desc.layout == lay)
+    return v;
+  if (P->v[v].copy[lay] >= 0)
+    return P->v[v].copy[lay];
+  if (P->nv == P->cap_v)
+    return es__fail(ES_ENOTSUP, "the plan needs more than %d values", P->cap_v);
+  int c = P->nv++;
+  pval *pv = &P->v[c];
+  memset(pv, 0, sizeof *pv);
+  pv->name = P->v[v].name;
+  pv->input = -1;
+  pv->last_use = -1;
+  pv->buf = -1;
+  pv->copy[0] = pv->copy[1] = -1;
+  P->v[v].copy[lay] = c;
+  pv->copy[P->v[v].desc.layout] = v;
+
+  es_node *nd = es_ctx_alloc(&p->ctx, sizeof *nd);
+  int *io = es_ctx_alloc(&p->ctx, 2 * sizeof *io);
+  es_attr *at = es_ctx_alloc(&p->ctx, sizeof *at);
+  if (!nd || !io || !at)
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  io[0] = v;
+  io[1] = c;
+  at->name = "to";
+  at->type = ES_ATTR_INT;
+  at->i = lay;
+  at->tensor = -1;
+  nd->name = P->v[v].name;
+  nd->op = ES_OP_Relayout;
+  nd->n_in = nd->n_out = 1;
+  nd->in = io;
+  nd->out = io + 1;
+  nd->n_attr = 1;
+  nd->attrs = at;
+  nd->file_index = -1;
+
+  const es_kernel *kern = es_kernel_for(ES_OP_Relayout);
+  step *st = step_new(P);
+  if (!st)
+    return ES_ENOTSUP;
+  es_kinst *k = &st->k;
+  snprintf(k->label, sizeof k->label, "relayout of '%.60s' to %s", P->v[v].name,
+           lay == ES_LAYOUT_NHWC ? "NHWC" : "plain");
+  int all_static, rc = kinst_bind(P, k, nd, &all_static);
+  if (rc == 0)
+    rc = kern->infer(k);
+  if (rc == 0 && all_static)
+    return fold_step(P, k, kern) < 0 ? ES_ENOMEM : c;
+  if (rc < 0)
+    return rc;
+  p->relayouts++;
+  step_commit(P, st, kern);
+  return c;
+}
+
+/* Points node input i at the copy of its value in layout lay. The graph is
+ * shared and immutable, so the first change copies the node (*copied). */
+static int node_input_relayout(planner *P, es_node **nd, int *copied, int i, es_layout lay) {
+  int c = value_in_layout(P, (*nd)->in[i], lay);
+  if (c < 0)
+    return c;
+  if (!*copied) {
+    es_node *cp = es_ctx_alloc(&P->p->ctx, sizeof *cp);
+    int *in = es_ctx_alloc(&P->p->ctx, ((size_t)(*nd)->n_in + 1) * sizeof *in);
+    if (!cp || !in)
+      return es__fail(ES_ENOMEM, "out of memory planning");
+    *cp = **nd;
+    memcpy(in, (*nd)->in, (size_t)(*nd)->n_in * sizeof *in);
+    cp->in = in;
+    *nd = cp;
+    *copied = 1;
+  }
+  (*nd)->in[i] = c;
   return 0;
 }
 
 static int plan_nodes(planner *P) {
   es_plan *p = P->p;
   const es_graph *g = P->g;
-  p->steps = es_ctx_alloc(&p->ctx, ((size_t)g->n_nodes + 1) * sizeof(step));
-  if (!p->steps)
-    return es__fail(ES_ENOMEM, "out of memory planning");
   for (int n = 0; n < g->n_nodes; n++) {
-    const es_node *nd = &g->nodes[n];
+    es_node *nd = &g->nodes[n];
+    int copied = 0;
     const es_kernel *kern = es_kernel_for(nd->op);
-    step *st = &p->steps[p->n_steps];
-    memset(st, 0, sizeof *st);
-    es_kinst *k = &st->k;
-    es_node_label(nd, k->label, sizeof k->label);
+    char label[120];
+    es_node_label(nd, label, sizeof label);
     if (!kern)
-      return es__fail(ES_ENOTSUP, "%s: no kernel for this operator", k->label);
+      return es__fail(ES_ENOTSUP, "%s: no kernel for this operator", label);
     if (nd->n_in > ES_PLAN_MAX_IO || nd->n_out > ES_PLAN_MAX_IO)
-      return es__fail(ES_ENOTSUP, "%s: more than %d inputs or outputs", k->label, ES_PLAN_MAX_IO);
-    const es_tdesc **in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
-    es_tdesc **out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
-    const void **ins = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
-    if (!in || !out || !ins)
-      return es__fail(ES_ENOMEM, "out of memory planning");
-    int all_static = 1;
-    for (int i = 0; i < nd->n_in; i++) {
-      int v = nd->in[i];
-      if (v < 0)
-        continue;
-      if (P->desc[v].dtype == ES_DTYPE_UNDEFINED)
-        return es__fail(ES_EMODEL, "%s: input %d '%s' has no computed value", k->label, i,
-                        g->values[v].name);
-      in[i] = &P->desc[v];
-      ins[i] = P->sdata[v];
-      if (!ins[i])
-        all_static = 0;
+      return es__fail(ES_ENOTSUP, "%s: more than %d inputs or outputs", label, ES_PLAN_MAX_IO);
+    /* Kernels that do not know layouts see every input in plain order. */
+    if (!kern->layout_aware)
+      for (int i = 0; i < nd->n_in; i++)
+        if (nd->in[i] >= 0 && P->v[nd->in[i]].desc.layout != ES_LAYOUT_PLAIN) {
+          int rc = node_input_relayout(P, &nd, &copied, i, ES_LAYOUT_PLAIN);
+          if (rc < 0)
+            return rc;
+        }
+    step *st = step_new(P);
+    if (!st)
+      return ES_ENOTSUP;
+    es_kinst *k = &st->k;
+    memcpy(k->label, label, sizeof label);
+    int all_static, rc;
+    for (int attempt = 0;; attempt++) {
+      if ((rc = kinst_bind(P, k, nd, &all_static)) < 0)
+        return rc;
+      k->want_plain = k->want_nhwc = 0;
+      rc = kern->infer(k);
+      if (rc != ES_KRELAYOUT)
+        break;
+      if (kern->release)
+        kern->release(k);
+      if (attempt > 0)
+        return es__fail(ES_ECORRUPT, "%s: kernel asked twice for other input layouts", label);
+      /* The conversions become steps before this one. */
+      for (int i = 0; i < nd->n_in && i < 32; i++) {
+        int want = (k->want_plain >> i) & 1 ? ES_LAYOUT_PLAIN
+                   : (k->want_nhwc >> i) & 1 ? ES_LAYOUT_NHWC
+                                             : -1;
+        if (want >= 0 && nd->in[i] >= 0 &&
+            (rc = node_input_relayout(P, &nd, &copied, i, (es_layout)want)) < 0)
+          return rc;
+      }
+      st = step_new(P);
+      if (!st)
+        return ES_ENOTSUP;
+      k = &st->k;
+      memcpy(k->label, label, sizeof label);
     }
-    for (int o = 0; o < nd->n_out; o++)
-      out[o] = nd->out[o] >= 0 ? &P->desc[nd->out[o]] : NULL;
-    k->node = nd;
-    k->opset = g->opset;
-    k->n_in = nd->n_in;
-    k->n_out = nd->n_out;
-    k->in = in;
-    k->out = out;
-    k->in_static = ins;
-    k->inplace = -1;
-    k->ctx = &p->ctx;
-    k->prep = p->model->prep;
-    k->graph = g;
-    int rc = kern->infer(k);
     if (rc < 0) {
       if (kern->release)
         kern->release(k);
       return rc;
     }
     for (int o = 0; o < nd->n_out; o++)
-      if (out[o] && out[o]->dtype == ES_DTYPE_UNDEFINED) {
+      if (k->out[o] && k->out[o]->dtype == ES_DTYPE_UNDEFINED) {
         if (kern->release)
           kern->release(k);
-        return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", k->label, o);
+        return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", label, o);
       }
     /* Shape reads only its input's shape, which planning knows. */
     if (nd->op == ES_OP_Shape)
@@ -280,26 +439,45 @@ static int plan_nodes(planner *P) {
         return rc;
       continue;
     }
-    st->kern = kern;
-    p->flops += k->flops;
-    for (int o = 0; o < nd->n_out; o++)
-      if (nd->out[o] >= 0)
-        P->producer_step[nd->out[o]] = p->n_steps;
-    for (int i = 0; i < nd->n_in; i++)
-      if (nd->in[i] >= 0)
-        P->last_use[nd->in[i]] = p->n_steps;
-    p->n_steps++;
+    step_commit(P, st, kern);
+  }
+  /* Outputs leave in plain order. */
+  for (int i = 0; i < g->n_outputs; i++) {
+    int v = g->outputs[i];
+    if (P->v[v].desc.layout != ES_LAYOUT_PLAIN) {
+      int c = value_in_layout(P, v, ES_LAYOUT_PLAIN);
+      if (c < 0)
+        return c;
+      P->v[v].is_output = 0;
+      P->v[c].is_output = 1;
+      p->out_value[i] = c;
+    } else {
+      p->out_value[i] = v;
+    }
   }
   return 0;
+}
+
+static void loc_of(const planner *P, const buffer *b, int v, loc *l) {
+  if (v < 0) {
+    l->kind = LOC_NONE;
+  } else if (P->v[v].sdata) {
+    l->kind = LOC_STATIC;
+    l->ptr = P->v[v].sdata;
+  } else if (P->v[v].input >= 0) {
+    l->kind = LOC_INPUT;
+    l->input = P->v[v].input;
+  } else {
+    l->kind = LOC_ARENA;
+    l->offset = b[P->v[v].buf].offset;
+  }
 }
 
 /* Buffers for activations and scratch, in-place aliasing, placement. */
 static int plan_memory(planner *P) {
   es_plan *p = P->p;
-  const es_graph *g = P->g;
-  int nv = g->n_values;
   int end = p->n_steps; /* graph outputs live to here */
-  int cap = nv + p->n_steps + 1;
+  int cap = P->nv + p->n_steps + 1;
   buffer *b = es_mem_calloc(ES_MEM_ENGINE, (size_t)cap, sizeof *b);
   int *order = es_mem_calloc(ES_MEM_ENGINE, (size_t)cap, sizeof *order);
   int *scratch_buf = es_mem_calloc(ES_MEM_ENGINE, (size_t)p->n_steps + 1, sizeof *scratch_buf);
@@ -317,29 +495,29 @@ static int plan_memory(planner *P) {
       int v = nd->out[o];
       if (v < 0)
         continue;
-      int last = g->values[v].is_output ? end : P->last_use[v];
+      int last = P->v[v].is_output ? end : P->v[v].last_use;
       if (last < s)
         last = s; /* unused output: still written at its step */
-      size_t size = es__align_up(P->desc[v].nbytes, ES_PLAN_ALIGN);
+      size_t size = es__align_up(P->v[v].desc.nbytes, ES_PLAN_ALIGN);
       /* In place: output 0 takes an input buffer that dies at this step. */
       int ip = o == 0 ? st->k.inplace : -1;
       if (ip >= 0 && ip < nd->n_in && nd->in[ip] >= 0) {
         int u = nd->in[ip];
-        int bu = P->buf_of[u];
+        int bu = P->v[u].buf;
         int shared = 0;
         for (int i = 0; i < nd->n_in; i++)
           if (i != ip && nd->in[i] == u)
             shared = 1; /* the same tensor feeds another input */
-        if (bu >= 0 && !shared && P->last_use[u] == s && !g->values[u].is_output &&
-            P->desc[u].nbytes == P->desc[v].nbytes) {
-          P->buf_of[v] = bu;
+        if (bu >= 0 && !shared && P->v[u].last_use == s && !P->v[u].is_output &&
+            P->v[u].desc.nbytes == P->v[v].desc.nbytes) {
+          P->v[v].buf = bu;
           if (b[bu].last < last)
             b[bu].last = last;
           continue;
         }
       }
       b[nb] = (buffer){.size = size, .first = s, .last = last};
-      P->buf_of[v] = nb++;
+      P->v[v].buf = nb++;
     }
     scratch_buf[s] = -1;
     if (st->k.scratch_bytes) {
@@ -366,51 +544,24 @@ static int plan_memory(planner *P) {
       rc = es__fail(ES_ENOMEM, "out of memory planning");
       goto out;
     }
-    for (int i = 0; i < nd->n_in; i++) {
-      int v = nd->in[i];
-      loc *l = &st->in[i];
-      if (v < 0) {
-        l->kind = LOC_NONE;
-      } else if (P->sdata[v]) {
-        l->kind = LOC_STATIC;
-        l->ptr = P->sdata[v];
-      } else if (g->values[v].kind == ES_VALUE_INPUT) {
-        l->kind = LOC_INPUT;
-        for (int k = 0; k < g->n_inputs; k++)
-          if (g->inputs[k] == v)
-            l->input = k;
-      } else {
-        l->kind = LOC_ARENA;
-        l->offset = b[P->buf_of[v]].offset;
-      }
-    }
+    for (int i = 0; i < nd->n_in; i++)
+      loc_of(P, b, nd->in[i], &st->in[i]);
     for (int o = 0; o < nd->n_out; o++) {
       int v = nd->out[o];
       st->out[o].kind = v < 0 ? LOC_NONE : LOC_ARENA;
       if (v >= 0)
-        st->out[o].offset = b[P->buf_of[v]].offset;
+        st->out[o].offset = b[P->v[v].buf].offset;
     }
     st->scratch_offset = scratch_buf[s] >= 0 ? b[scratch_buf[s]].offset : 0;
   }
-  for (int i = 0; i < g->n_outputs; i++) {
-    int v = g->outputs[i];
-    loc *l = &p->out_loc[i];
-    p->out_desc[i] = P->desc[v];
-    if (P->sdata[v]) {
-      l->kind = LOC_STATIC;
-      l->ptr = P->sdata[v];
-    } else if (g->values[v].kind == ES_VALUE_INPUT) {
-      l->kind = LOC_INPUT;
-      for (int k = 0; k < g->n_inputs; k++)
-        if (g->inputs[k] == v)
-          l->input = k;
-    } else if (P->buf_of[v] >= 0) {
-      l->kind = LOC_ARENA;
-      l->offset = b[P->buf_of[v]].offset;
-    } else {
-      rc = es__fail(ES_EMODEL, "output '%s' is not computed by any node", g->values[v].name);
+  for (int i = 0; i < p->n_out; i++) {
+    int v = p->out_value[i];
+    p->out_desc[i] = P->v[v].desc;
+    if (!P->v[v].sdata && P->v[v].input < 0 && P->v[v].buf < 0) {
+      rc = es__fail(ES_EMODEL, "output '%s' is not computed by any node", P->v[v].name);
       goto out;
     }
+    loc_of(P, b, v, &p->out_loc[i]);
   }
 out:
   es_mem_free(b);
@@ -430,37 +581,45 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     return es__fail(ES_ENOMEM, "out of memory planning");
   p->model = es_model_retain(m);
   p->magic = ES_PLAN_MAGIC;
-  int nv = g->n_values;
-  planner P = {.p = p, .g = g};
-  P.desc = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof *P.desc);
-  P.sdata = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof *P.sdata);
-  P.producer_step = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
-  P.last_use = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
-  P.buf_of = es_mem_calloc(ES_MEM_ENGINE, (size_t)nv + 1, sizeof(int));
+  planner P = {.p = p, .g = g, .nv = g->n_values};
+  /* Every input of every node may need one conversion, every output too. */
+  size_t edges = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    edges += (size_t)g->nodes[i].n_in;
+  P.cap_v = g->n_values + (int)edges + g->n_outputs + 1;
+  P.cap_steps = g->n_nodes + (int)edges + g->n_outputs + 1;
+  P.v = es_mem_calloc(ES_MEM_ENGINE, (size_t)P.cap_v, sizeof *P.v);
+  p->steps = es_ctx_alloc(&p->ctx, (size_t)P.cap_steps * sizeof(step));
   p->in_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_inputs + 1) * sizeof(es_tdesc));
   p->out_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(es_tdesc));
   p->out_loc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(loc));
+  p->out_value = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(int));
   int rc = 0;
-  if (!P.desc || !P.sdata || !P.producer_step || !P.last_use || !P.buf_of || !p->in_desc ||
-      !p->out_desc || !p->out_loc)
+  if (!P.v || !p->steps || !p->in_desc || !p->out_desc || !p->out_loc || !p->out_value)
     rc = es__fail(ES_ENOMEM, "out of memory planning");
-  for (int v = 0; rc == 0 && v < nv; v++) {
-    P.producer_step[v] = -1;
-    P.last_use[v] = -1;
-    P.buf_of[v] = -1;
+  for (int v = 0; rc == 0 && v < g->n_values; v++) {
+    pval *pv = &P.v[v];
     const es_value *val = &g->values[v];
+    pv->name = val->name;
+    pv->input = -1;
+    pv->is_output = val->is_output;
+    pv->last_use = -1;
+    pv->buf = -1;
+    pv->copy[0] = pv->copy[1] = -1;
     if (val->kind == ES_VALUE_CONST) {
-      rc = es_tdesc_set(&P.desc[v], val->dtype, val->rank, val->dims);
-      P.sdata[v] = val->data ? val->data : (const void *)val; /* empty tensors: any non-NULL */
+      rc = es_tdesc_set(&pv->desc, val->dtype, val->rank, val->dims);
+      pv->sdata = val->data ? val->data : (const void *)val; /* empty tensors: any non-NULL */
     }
   }
   for (int i = 0; rc == 0 && i < g->n_inputs; i++) {
     const es_value *val = &g->values[g->inputs[i]];
     rc = check_input_shape(val, &shapes[i], i);
     if (rc == 0)
-      rc = es_tdesc_set(&P.desc[g->inputs[i]], val->dtype, shapes[i].rank, shapes[i].dims);
-    if (rc == 0)
-      p->in_desc[i] = P.desc[g->inputs[i]];
+      rc = es_tdesc_set(&P.v[g->inputs[i]].desc, val->dtype, shapes[i].rank, shapes[i].dims);
+    if (rc == 0) {
+      P.v[g->inputs[i]].input = i;
+      p->in_desc[i] = P.v[g->inputs[i]].desc;
+    }
   }
   p->n_in = g->n_inputs;
   p->n_out = g->n_outputs;
@@ -473,11 +632,7 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     if (!p->step_ns)
       rc = es__fail(ES_ENOMEM, "out of memory planning");
   }
-  es_mem_free(P.desc);
-  es_mem_free(P.sdata);
-  es_mem_free(P.producer_step);
-  es_mem_free(P.last_use);
-  es_mem_free(P.buf_of);
+  es_mem_free(P.v);
   if (rc < 0) {
     es_plan_release(p);
     return rc;

@@ -895,8 +895,8 @@ static void conv_release(es_kinst *k) {
     es_dnnl_prim_destroy(&p->dnnl);
 }
 
-static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release};
-static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release};
+static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, 0};
+static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release, 0};
 
 const es_kernel *es_kernels_conv(es_op op) {
   switch (op) {

@@ -894,13 +894,13 @@ static int ew_unary_run(const es_kinst *k, const void *const *in, void *const *o
  * Family lookup
  * ======================================================================== */
 
-static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL};
-static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL};
-static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL};
-static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL};
-static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL};
-static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL};
-static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL};
+static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL, 0};
+static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 0};
 
 const es_kernel *es_kernels_elementwise(es_op op) {
   switch (op) {

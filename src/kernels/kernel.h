@@ -31,7 +31,14 @@
 #include "edgeserve/engine.h"
 #include "model/graph.h"
 
+/* Physical order of a tensor's elements. Shapes (dims) are always logical,
+ * as ONNX defines them; a rank-4 tensor in ES_LAYOUT_NHWC holds logical
+ * [N, C, H, W] in memory as [N, H, W, C] (channels last, what oneDNN's fast
+ * convolutions want). Every other tensor is plain. */
+typedef enum es_layout { ES_LAYOUT_PLAIN = 0, ES_LAYOUT_NHWC = 1 } es_layout;
+
 typedef struct es_tdesc {
+  es_layout layout; /* set by es_tdesc_set to plain; layout-aware kernels change it */
   es_dtype dtype;
   int rank;
   int64_t dims[ES_MAX_RANK];
@@ -57,6 +64,8 @@ typedef struct es_kinst {
   const void *const *in_static; /* [n_in]: data known while planning, else NULL */
   void *params;                 /* the op's parameters (es_kinst_alloc) */
   size_t scratch_bytes;         /* set by infer */
+  uint32_t want_plain;          /* infer returning ES_KRELAYOUT: bit i asks for input i plain */
+  uint32_t want_nhwc;           /* ... or in NHWC */
   uint64_t flops;               /* set by infer for compute-heavy ops (multiply-adds x 2),
                                    for reporting GFLOP/s; 0 otherwise */
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
@@ -95,7 +104,16 @@ typedef struct es_kernel {
   int (*infer)(es_kinst *k);
   int (*run)(const es_kinst *k, const void *const *in, void *const *out, void *scratch);
   void (*release)(es_kinst *k); /* frees what params hold outside plan memory; may be NULL */
+  /* 0: the planner converts every NHWC input to plain before infer, and the
+   * outputs are plain. 1: infer sees inputs in whatever layout they are, sets
+   * each output's layout, and may ask for other input layouts by setting
+   * want_plain / want_nhwc bits and returning ES_KRELAYOUT (once); the
+   * planner then adds the conversions and calls infer again. */
+  int layout_aware;
 } es_kernel;
+
+/* Positive: not an error, "convert the inputs I marked and ask me again". */
+#define ES_KRELAYOUT 1
 
 /* NULL for an op without a kernel (Constant is folded by the loader). */
 const es_kernel *es_kernel_for(es_op op);
@@ -109,6 +127,7 @@ const es_kernel *es_kernels_resize(es_op op);
 const es_kernel *es_kernels_norm(es_op op);
 const es_kernel *es_kernels_conv(es_op op);
 const es_kernel *es_kernels_matmul(es_op op);
+const es_kernel *es_kernels_layout(es_op op);
 
 /* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
  * kernels instead of oneDNN, for plans made after the call. Also set by the
@@ -142,6 +161,16 @@ int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t ops
                          es_tdesc *out_desc, void **out_data);
 
 /* ---- helpers shared by kernels ------------------------------------------------ */
+
+/* Layouts. The physical dims of t (its dims in memory order). */
+void es_tdesc_phys_dims(const es_tdesc *t, int64_t *dims);
+/* The physical position of logical axis a (in [0, rank)). */
+int es_layout_axis(const es_tdesc *t, int a);
+/* 1 if a plain tensor's bytes, broadcast against a rank-4 NHWC tensor, can
+ * be read in NHWC order as they are: after right-aligning to rank 4, its
+ * channel dim is 1 or its H and W dims are both 1 (a per-channel vector or
+ * a scalar), so no element moves. */
+int es_tdesc_nhwc_compatible(const es_tdesc *t);
 
 /* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
  * shapes do not broadcast. */

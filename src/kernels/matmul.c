@@ -273,6 +273,6 @@ static void matmul_release(es_kinst *k) {
     es_dnnl_prim_destroy(&p->dnnl);
 }
 
-static const es_kernel matmul_kernel = {matmul_infer, matmul_run, matmul_release};
+static const es_kernel matmul_kernel = {matmul_infer, matmul_run, matmul_release, 0};
 
 const es_kernel *es_kernels_matmul(es_op op) { return op == ES_OP_MatMul ? &matmul_kernel : NULL; }

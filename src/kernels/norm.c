@@ -130,7 +130,7 @@ static int bn_run(const es_kinst *k, const void *const *in, void *const *out, vo
  * Family
  * ======================================================================== */
 
-static const es_kernel bn_kernel = {bn_infer, bn_run, NULL};
+static const es_kernel bn_kernel = {bn_infer, bn_run, NULL, 0};
 
 const es_kernel *es_kernels_norm(es_op op) {
   return op == ES_OP_BatchNormalization ? &bn_kernel : NULL;

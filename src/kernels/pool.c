@@ -459,9 +459,9 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
  * Family
  * ======================================================================== */
 
-static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL};
-static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL};
-static const es_kernel gap_kernel = {gap_infer, gap_run, NULL};
+static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, 0};
+static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, 0};
+static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, 0};
 
 const es_kernel *es_kernels_pool(es_op op) {
   switch (op) {

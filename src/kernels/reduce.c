@@ -349,8 +349,8 @@ static int softmax_run(const es_kinst *k, const void *const *in, void *const *ou
  * Family
  * ======================================================================== */
 
-static const es_kernel rmean_kernel = {rmean_infer, rmean_run, NULL};
-static const es_kernel softmax_kernel = {softmax_infer, softmax_run, NULL};
+static const es_kernel rmean_kernel = {rmean_infer, rmean_run, NULL, 0};
+static const es_kernel softmax_kernel = {softmax_infer, softmax_run, NULL, 0};
 
 const es_kernel *es_kernels_reduce(es_op op) {
   switch (op) {

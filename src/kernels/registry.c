@@ -22,6 +22,7 @@ const es_kernel *es_kernel_for(es_op op) {
   static const family_fn families[] = {
       es_kernels_elementwise, es_kernels_shape, es_kernels_pool, es_kernels_reduce,
       es_kernels_resize,      es_kernels_norm,  es_kernels_conv, es_kernels_matmul,
+      es_kernels_layout,
   };
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const es_kernel *k = families[i](op);
@@ -77,6 +78,7 @@ int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
     if (__builtin_mul_overflow(n, (uint64_t)dims[i], &n) || n > ((uint64_t)1 << 40))
       return es__fail(ES_EMODEL, "shape has more than 2^40 elements");
   }
+  t->layout = ES_LAYOUT_PLAIN;
   t->dtype = dtype;
   t->rank = rank;
   for (int i = 0; i < ES_MAX_RANK; i++)
@@ -84,6 +86,34 @@ int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
   t->count = (size_t)n;
   t->nbytes = (size_t)n * esz;
   return 0;
+}
+
+void es_tdesc_phys_dims(const es_tdesc *t, int64_t *dims) {
+  if (t->layout == ES_LAYOUT_NHWC && t->rank == 4) {
+    dims[0] = t->dims[0];
+    dims[1] = t->dims[2];
+    dims[2] = t->dims[3];
+    dims[3] = t->dims[1];
+    return;
+  }
+  for (int i = 0; i < t->rank; i++)
+    dims[i] = t->dims[i];
+}
+
+int es_layout_axis(const es_tdesc *t, int a) {
+  static const int nhwc[4] = {0, 3, 1, 2};
+  return t->layout == ES_LAYOUT_NHWC && t->rank == 4 && a >= 0 && a < 4 ? nhwc[a] : a;
+}
+
+int es_tdesc_nhwc_compatible(const es_tdesc *t) {
+  if (t->layout == ES_LAYOUT_NHWC)
+    return 1;
+  if (t->rank > 4)
+    return 0;
+  int64_t d[4] = {1, 1, 1, 1};
+  for (int i = 0; i < t->rank; i++)
+    d[4 - t->rank + i] = t->dims[i];
+  return d[1] == 1 || (d[2] == 1 && d[3] == 1);
 }
 
 int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {

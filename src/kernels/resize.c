@@ -529,6 +529,6 @@ static int resize_run(const es_kinst *k, const void *const *in, void *const *out
  * Family
  * ======================================================================== */
 
-static const es_kernel resize_kernel = {resize_infer, resize_run, NULL};
+static const es_kernel resize_kernel = {resize_infer, resize_run, NULL, 0};
 
 const es_kernel *es_kernels_resize(es_op op) { return op == ES_OP_Resize ? &resize_kernel : NULL; }

@@ -1157,16 +1157,16 @@ static int constant_of_shape_run(const es_kinst *k, const void *const *in, void 
  * Family
  * ======================================================================== */
 
-static const es_kernel k_shape = {shape_infer, shape_run, NULL};
-static const es_kernel k_reshape = {reshape_infer, view_run, NULL};
-static const es_kernel k_squeeze = {squeeze_infer, view_run, NULL};
-static const es_kernel k_concat = {concat_infer, concat_run, NULL};
-static const es_kernel k_slice = {slice_infer, gather_run, NULL};
-static const es_kernel k_split = {split_infer, split_run, NULL};
-static const es_kernel k_transpose = {transpose_infer, gather_run, NULL};
-static const es_kernel k_pad = {pad_infer, pad_run, NULL};
+static const es_kernel k_shape = {shape_infer, shape_run, NULL, 1}; /* reads only dims */
+static const es_kernel k_reshape = {reshape_infer, view_run, NULL, 0};
+static const es_kernel k_squeeze = {squeeze_infer, view_run, NULL, 0};
+static const es_kernel k_concat = {concat_infer, concat_run, NULL, 0};
+static const es_kernel k_slice = {slice_infer, gather_run, NULL, 0};
+static const es_kernel k_split = {split_infer, split_run, NULL, 0};
+static const es_kernel k_transpose = {transpose_infer, gather_run, NULL, 0};
+static const es_kernel k_pad = {pad_infer, pad_run, NULL, 0};
 static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
-                                              NULL};
+                                              NULL, 0};
 
 const es_kernel *es_kernels_shape(es_op op) {
   switch (op) {

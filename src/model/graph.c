@@ -93,7 +93,7 @@ es_op es_op_from_name(const char *name) {
   if (!name)
     return ES_OP_UNKNOWN;
   for (int i = 1; i < ES_OP_COUNT; i++)
-    if (!strcmp(es_ops_[i].name, name))
+    if (es_ops_[i].min_opset != ES_OP_INTERNAL && !strcmp(es_ops_[i].name, name))
       return (es_op)i;
   return ES_OP_UNKNOWN;
 }

@@ -1,7 +1,9 @@
 /* The operators the engine knows, as one X-macro table: the loader maps an
  * ONNX op_type to an es_op, inspect prints names, kernels dispatch on it.
  * XX(name, min_opset) : the oldest default-domain opset whose semantics the
- * engine implements for that operator. */
+ * engine implements for that operator. ES_OP_INTERNAL marks operators only
+ * the planner creates (never read from a model file). */
+#define ES_OP_INTERNAL 1000000
 #ifndef ES_MODEL_OPS_H
 #define ES_MODEL_OPS_H
 
@@ -37,7 +39,8 @@
   XX(Sqrt, 6)                                                                  \
   XX(Squeeze, 1)                                                               \
   XX(Sub, 7)                                                                   \
-  XX(Transpose, 1)
+  XX(Transpose, 1)                                                             \
+  XX(Relayout, ES_OP_INTERNAL)
 
 typedef enum es_op {
   ES_OP_UNKNOWN = 0,
