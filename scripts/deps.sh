@@ -8,6 +8,7 @@ pkgs=(
   protobuf-c-compiler libprotobuf-c-dev  # ONNX parsing (C code generated at build time)
   libonnx-dev                            # onnx.proto, the schema the loader is generated from
   libdnnl-dev                            # oneDNN: Conv, ConvTranspose, MatMul
+  libssl-dev                             # SHA-256 of source models in compiled files
   libcmocka-dev                          # test framework
   libonnx-testdata                       # ONNX's operator conformance tests
   clang libclang-rt-14-dev               # libFuzzer targets

@@ -59,6 +59,11 @@ typedef struct es_model_stats {
   size_t folded_bn;    /* BatchNormalization nodes merged into a Conv */
   size_t context_bytes;/* graph and attribute memory */
   int64_t opset;       /* default-domain opset */
+  int compiled;          /* 1: loaded from a compiled .esm file (mapped, shared) */
+  int compiled_prepared; /* prepared-weight entries used from the .esm */
+  int stale_compiled;    /* 1: an .esm was asked for but its source model next to it
+                            has another checksum, so the source was loaded instead */
+  size_t prepared_bytes; /* reordered weights made by this process (not from a file) */
   int64_t ir_version;
 } es_model_stats;
 
@@ -81,6 +86,14 @@ int es_model_output_count(const es_model *m);
 int es_model_input_info(const es_model *m, int i, es_tensor_info *out);
 int es_model_output_info(const es_model *m, int i, es_tensor_info *out);
 int es_model_stats_get(const es_model *m, es_model_stats *out);
+
+/* Write a compiled model file (.esm): the prepared graph, its weights and
+ * the weights already reordered by plans made so far (plan the shapes you
+ * serve first), 64-byte aligned; source_path (may be NULL) is the ONNX file,
+ * recorded by name and SHA-256 so a changed source is noticed.
+ * es_model_load recognises .esm files and maps them read-only and shared.
+ * Written to a temporary name, then renamed. Thread-safe. */
+int es_model_compile(es_model *m, const char *source_path, const char *out_path);
 
 /* Number of nodes of each operator type, for inspect: calls fn once per
  * operator present, in a stable order. */
@@ -125,8 +138,51 @@ typedef struct es_tensor {
  * cannot run with these shapes. Thread-safe; the plan is immutable and may
  * be run by any number of threads at once. */
 int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
-/* NULL is a no-op. */
+/* Plans are reference-counted: es_model_plan returns one reference. */
+es_plan *es_plan_retain(es_plan *p);
+/* Drop a reference; the last one frees the plan. NULL is a no-op. */
 void es_plan_release(es_plan *p);
+
+/* ===========================================================================
+ * Plan cache: plans of one model by input shape, bounded, least recently
+ * used evicted. Optional bucketing rounds chosen dimensions up to a multiple
+ * (e.g. rec's width to 32) so that few plans cover many shapes; the caller
+ * then pads its input to the plan's input shape (es_plan_input_info).
+ *
+ *   es_plan_cache *c;
+ *   es_plan_cache_create(m, 8, &c);
+ *   es_plan_cache_bucket(c, 0, 3, 32);        // input 0, dim 3: multiple of 32
+ *   es_plan *p;
+ *   es_plan_cache_get(c, shapes, 1, &p);       // planned once, then reused
+ *   ... es_plan_input_info(p, 0, &padded) ...
+ *   es_plan_release(p);
+ *
+ * The cache holds a reference to the model and one to each cached plan.
+ * Thread-safe.
+ * ========================================================================= */
+
+typedef struct es_plan_cache es_plan_cache;
+
+typedef struct es_plan_cache_stats {
+  size_t capacity, entries;
+  uint64_t hits, misses, evictions;
+  size_t context_bytes;   /* plan memory of the cached plans */
+  size_t max_arena_bytes; /* largest planned arena among them */
+} es_plan_cache_stats;
+
+/* capacity in [1, 4096]. */
+int es_plan_cache_create(es_model *m, size_t capacity, es_plan_cache **out);
+/* NULL is a no-op; plans still referenced elsewhere stay alive. */
+void es_plan_cache_destroy(es_plan_cache *c);
+/* Round dimension dim of input `input` up to a multiple of `multiple`
+ * (>= 1) before planning. Affects later gets. */
+int es_plan_cache_bucket(es_plan_cache *c, int input, int dim, int64_t multiple);
+/* A plan for these shapes (after bucketing), from the cache or planned now.
+ * *out holds a new reference. Errors as es_model_plan. */
+int es_plan_cache_get(es_plan_cache *c, const es_tensor_info *shapes, int n, es_plan **out);
+int es_plan_cache_stats_get(es_plan_cache *c, es_plan_cache_stats *out);
+/* Calls fn for each cached plan, most recently used first. */
+int es_plan_cache_each(es_plan_cache *c, void (*fn)(void *user, const es_plan *p), void *user);
 
 /* Exact bytes of request arena a run needs (64-byte aligned arena). */
 size_t es_plan_arena_bytes(const es_plan *p);
@@ -138,9 +194,11 @@ int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
 int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
 /* Number of nodes run per request (the others were folded while planning). */
 int es_plan_node_count(const es_plan *p);
-/* Intra-op threads for runs made by the calling thread (default: what the
- * OpenMP runtime chooses). 1 = throughput mode, one request per core.
- * ES_EINVAL outside 1..1024. */
+/* Layout conversions (NCHW <-> NHWC) among those nodes. */
+int es_plan_relayout_count(const es_plan *p);
+/* Intra-op threads for runs made by the calling thread. Default 1
+ * (throughput mode: one request per core, no oversubscription when several
+ * workers run at once); more for latency mode. ES_EINVAL outside 1..1024. */
 int es_engine_threads_set(int n);
 
 /* Profiling: while on, every run also times each node (two clock reads per

@@ -388,6 +388,74 @@ int es_sys_peak_rss_reset(void);
 /* Proportional set size of the mapping that contains addr (smaps), bytes. */
 int es_sys_pss_of(const void *addr, size_t *out);
 
+/* ===========================================================================
+ * Where the process stands: its memory cgroup, or the whole machine (BRIEF
+ * §5). The kernel acts at the cgroup's limits (memory.high: reclaim and
+ * throttling; memory.max: OOM inside the group), so the admission gate reads
+ * them to refuse work before the kernel steps in.
+ *
+ *   es_memstat st;
+ *   if (es_memstat_read(&st) == 0 && st.max != SIZE_MAX)
+ *     printf("%s: %zu of %zu B\n", st.path, st.current, st.max);
+ *
+ * Which group: the process's own (from /proc/self/cgroup), or, when one of
+ * its ancestors has a limit with less headroom left (max - current), that
+ * ancestor: a parent's limit binds its children. cgroup v2 is tried first,
+ * then the v1 memory controller; version 0 means neither is there (or the
+ * process sits in a root group without memory files) and the numbers come
+ * from /proc/meminfo alone. A group path that does not exist under the mount
+ * (a container that mounts its own group as the root) falls back to the
+ * mount's root. Thread-safe; reads a handful of small files and keeps
+ * nothing.
+ * ========================================================================= */
+
+#define ES_MEMSTAT_PATH_MAX 512
+
+typedef struct es_memstat {
+  int version;          /* 0 no memory cgroup found, 1 cgroup v1, 2 cgroup v2 */
+  size_t current;       /* bytes charged to the group (v2 memory.current, v1
+                           memory.usage_in_bytes), page cache included;
+                           version 0: MemTotal - MemAvailable */
+  size_t inactive_file; /* of current, inactive page cache the kernel can
+                           drop first (memory.stat inactive_file, v1
+                           total_inactive_file); 0 for version 0 */
+  size_t high;          /* soft limit: v2 memory.high, v1
+                           memory.soft_limit_in_bytes; SIZE_MAX when none */
+  size_t max;           /* hard limit: v2 memory.max, v1
+                           memory.limit_in_bytes; SIZE_MAX when none */
+  struct {
+    uint64_t low;       /* v2 memory.events "low" (0 on v1) */
+    uint64_t high;      /* times usage went over high (0 on v1) */
+    uint64_t max;       /* times usage hit max (v1: memory.failcnt) */
+    uint64_t oom;       /* times the group ran out at max (0 on v1) */
+    uint64_t oom_kill;  /* processes the OOM killer killed in the group (v1:
+                           memory.oom_control oom_kill, kernel >= 4.13) */
+  } events;             /* cumulative counters since the group was made */
+  size_t mem_available; /* /proc/meminfo MemAvailable (MemFree on kernels
+                           without it); 0 if meminfo could not be read while
+                           a cgroup limit was found */
+  size_t mem_total;     /* /proc/meminfo MemTotal; 0 likewise */
+  char path[ES_MEMSTAT_PATH_MAX]; /* the group directory the numbers come
+                                     from; "" for version 0 */
+} es_memstat;
+
+/* Read the live state: the cgroup mounts are found in /proc/self/mountinfo
+ * (defaults /sys/fs/cgroup/memory and /sys/fs/cgroup or
+ * /sys/fs/cgroup/unified). Errors as es_memstat_read_at; *out untouched on
+ * failure. */
+int es_memstat_read(es_memstat *out);
+
+/* Same from given files, for tests and unusual mounts. Any path may be NULL
+ * (that source is absent). cgroup_root_v1_memory is the v1 memory
+ * controller's mount, cgroup_root_v2 the v2 mount.
+ * Errors: ES_EINVAL (NULL out, a path too long), ES_EIO (a file that exists
+ * but is malformed: the detail names the file and what was wrong),
+ * ES_ENOTSUP (no cgroup limit found and /proc/meminfo unreadable).
+ * A missing /proc/self/cgroup means no cgroups (version 0). */
+int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
+                       const char *cgroup_root_v2, const char *proc_meminfo,
+                       es_memstat *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,5 +13,6 @@ int es_cmd_bench_mem(int argc, char **argv);
 int es_cmd_inspect(int argc, char **argv);
 int es_cmd_run(int argc, char **argv);
 int es_cmd_bench(int argc, char **argv);
+int es_cmd_compile(int argc, char **argv);
 
 #endif

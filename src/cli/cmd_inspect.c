@@ -73,8 +73,10 @@ static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
       return 2;
     }
   }
+  /* Planned through a plan cache, as a server plans: its state is printed. */
+  es_plan_cache *cache;
   es_plan *p;
-  if (es_model_plan(m, shapes, n, &p) < 0) {
+  if (es_plan_cache_create(m, 8, &cache) < 0 || es_plan_cache_get(cache, shapes, n, &p) < 0) {
     fprintf(stderr, "edgeserve inspect: %s\n", es_last_error_detail());
     return 1;
   }
@@ -84,7 +86,8 @@ static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
     for (int d = 0; d < shapes[i].rank; d++)
       printf(d ? "x%lld" : "%lld", (long long)shapes[i].dims[d]);
   }
-  printf("\n  nodes run per request: %d\n", es_plan_node_count(p));
+  printf("\n  nodes run per request: %d (layout conversions among them: %d)\n",
+         es_plan_node_count(p), es_plan_relayout_count(p));
   printf("  planned arena bytes: %zu\n", es_plan_arena_bytes(p));
   printf("  plan context bytes: %zu\n", es_plan_context_bytes(p));
   for (int o = 0; o < es_plan_output_count(p); o++) {
@@ -95,7 +98,12 @@ static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
       printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
     printf("]\n");
   }
+  es_plan_cache_stats cs;
+  es_plan_cache_stats_get(cache, &cs);
+  printf("plan cache: %zu of %zu entries, %zu B of plan memory, largest arena %zu B\n",
+         cs.entries, cs.capacity, cs.context_bytes, cs.max_arena_bytes);
   es_plan_release(p);
+  es_plan_cache_destroy(cache);
   return 0;
 }
 
@@ -169,6 +177,11 @@ int es_cmd_inspect(int argc, char **argv) {
          st.folded_bn);
   printf("weights: %zu bytes (read-only, shared)\ncontext: %zu bytes\n", st.weight_bytes,
          st.context_bytes);
+  if (st.compiled)
+    printf("compiled file: mapped read-only and shared; %d prepared weights from the file\n",
+           st.compiled_prepared);
+  else if (st.stale_compiled)
+    printf("compiled file: stale (its source changed); loaded the source model instead\n");
   printf("inputs:\n");
   for (int i = 0; i < es_model_input_count(m); i++) {
     es_tensor_info t;

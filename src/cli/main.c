@@ -13,6 +13,8 @@ static const es_cli_cmd es_commands_[] = {
      es_cmd_bench_mem},
     {"run", "run a model on .npy inputs, write .npy outputs", es_cmd_run},
     {"bench", "time one model in-process (latency, GFLOP/s, memory)", es_cmd_bench},
+    {"compile", "write a compiled model file (.esm): mapped read-only, shared by processes",
+     es_cmd_compile},
     {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
 };
 

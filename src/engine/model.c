@@ -42,9 +42,71 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
   return 0;
 }
 
+static int model_load_onnx(const char *path, const void *opts, es_model **out);
+
+/* The source an .esm names, next to it: NULL path when there is none. */
+static int esm_source_stale(const char *path, const unsigned char *head, size_t head_size,
+                            char *src, size_t src_size) {
+  /* header layout: see esm.c; magic 16, format 4, header_size 4, version 32,
+   * isa 48, sha256 32, source_name 128 */
+  const size_t sha_at = 16 + 4 + 4 + 32 + 48, name_at = sha_at + 32;
+  if (head_size < name_at + 128)
+    return 0;
+  char name[129];
+  memcpy(name, head + name_at, 128);
+  name[128] = '\0';
+  if (!name[0] || strchr(name, '/'))
+    return 0;
+  const char *slash = strrchr(path, '/');
+  int dir_len = slash ? (int)(slash - path + 1) : 0;
+  snprintf(src, src_size, "%.*s%s", dir_len, path, name);
+  struct stat st;
+  if (stat(src, &st) < 0 || !S_ISREG(st.st_mode))
+    return 0;
+  uint8_t sha[32];
+  if (es__sha256_file(src, sha, NULL) < 0)
+    return 0;
+  return memcmp(sha, head + sha_at, 32) != 0;
+}
+
 int es_model_load(const char *path, const void *opts, es_model **out) {
   if (!path || !out)
     return es__fail(ES_EINVAL, "es_model_load: NULL argument");
+  /* A compiled model file is mapped, not read: look at its header first. */
+  unsigned char head[512];
+  ssize_t got_head = -1;
+  int hfd = open(path, O_RDONLY | O_CLOEXEC);
+  if (hfd >= 0) {
+    got_head = read(hfd, head, sizeof head);
+    close(hfd);
+  }
+  if (got_head > 0 && es__esm_is(head, (size_t)got_head)) {
+    char src[4096];
+    if (esm_source_stale(path, head, (size_t)got_head, src, sizeof src)) {
+      int rc = model_load_onnx(src, opts, out);
+      if (rc == 0)
+        (*out)->stale_compiled = 1;
+      return rc;
+    }
+    es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
+    if (!m)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    int rc = es__esm_load(path, m);
+    if (rc < 0) {
+      es_prep_store_destroy(m->prep);
+      es_graph_fini(&m->g);
+      es_mem_free(m);
+      return rc;
+    }
+    m->magic = ES_MODEL_MAGIC;
+    atomic_init(&m->refs, 1);
+    *out = m;
+    return 0;
+  }
+  return model_load_onnx(path, opts, out);
+}
+
+static int model_load_onnx(const char *path, const void *opts, es_model **out) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -144,6 +206,10 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->folded_bn = (size_t)m->g.folded_bn;
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
+  out->compiled = m->compiled;
+  out->compiled_prepared = m->compiled_prepared;
+  out->stale_compiled = m->stale_compiled;
+  out->prepared_bytes = es_prep_store_bytes(m->prep);
   out->ir_version = m->g.ir_version;
   return 0;
 }

@@ -59,6 +59,7 @@ typedef struct step {
 
 struct es_plan {
   uint64_t magic;
+  _Atomic int refs;
   es_model *model;
   es_ctx ctx;          /* everything below lives here */
   step *steps;
@@ -402,11 +403,13 @@ static int plan_nodes(planner *P) {
         kern->release(k);
       if (attempt > 0)
         return es__fail(ES_ECORRUPT, "%s: kernel asked twice for other input layouts", label);
-      /* The conversions become steps before this one. */
+      /* The conversions become steps before this one; they reuse the step
+       * slot k lives in, so read the requests first. */
+      uint32_t want_plain = k->want_plain, want_nhwc = k->want_nhwc;
       for (int i = 0; i < nd->n_in && i < 32; i++) {
-        int want = (k->want_plain >> i) & 1 ? ES_LAYOUT_PLAIN
-                   : (k->want_nhwc >> i) & 1 ? ES_LAYOUT_NHWC
-                                             : -1;
+        int want = (want_plain >> i) & 1 ? ES_LAYOUT_PLAIN
+                   : (want_nhwc >> i) & 1 ? ES_LAYOUT_NHWC
+                                          : -1;
         if (want >= 0 && nd->in[i] >= 0 &&
             (rc = node_input_relayout(P, &nd, &copied, i, (es_layout)want)) < 0)
           return rc;
@@ -581,6 +584,7 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     return es__fail(ES_ENOMEM, "out of memory planning");
   p->model = es_model_retain(m);
   p->magic = ES_PLAN_MAGIC;
+  atomic_init(&p->refs, 1);
   planner P = {.p = p, .g = g, .nv = g->n_values};
   /* Every input of every node may need one conversion, every output too. */
   size_t edges = 0;
@@ -641,8 +645,16 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   return 0;
 }
 
+es_plan *es_plan_retain(es_plan *p) {
+  if (plan_ok(p))
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  return p;
+}
+
 void es_plan_release(es_plan *p) {
   if (!plan_ok(p))
+    return;
+  if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
     return;
   for (int s = 0; s < p->n_steps; s++)
     if (p->steps[s].kern && p->steps[s].kern->release)
@@ -662,6 +674,7 @@ size_t es_plan_context_bytes(const es_plan *p) { return plan_ok(p) ? p->ctx.byte
 int es_plan_output_count(const es_plan *p) { return plan_ok(p) ? p->n_out : 0; }
 int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
 uint64_t es_plan_flops(const es_plan *p) { return plan_ok(p) ? p->flops : 0; }
+int es_plan_relayout_count(const es_plan *p) { return plan_ok(p) ? p->relayouts : 0; }
 
 int es_engine_threads_set(int n) { return es_kernels_set_threads(n); }
 
@@ -751,6 +764,7 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   if (!es_arena_is_valid(arena))
     return es__fail(ES_ECORRUPT, "es_plan_run: not a live arena");
+  es_kernels_threads_default();
   /* Even a plan of 0 bytes takes its (empty) block: the base is then a
    * valid pointer for zero-sized tensors. */
   void *blk;

@@ -1,21 +1,41 @@
 /* Conv and ConvTranspose (float32, 1-D to 3-D, groups, strides, dilations,
- * asymmetric pads, auto_pad, optional bias), and the oneDNN glue shared with
- * matmul.c.
+ * asymmetric pads, auto_pad, optional bias, fused post-ops), and the oneDNN
+ * glue shared with matmul.c.
  *
  * Two paths, chosen per plan in infer:
  *   - oneDNN (default): a forward-inference (de)convolution primitive with
- *     plain activations (ncw / nchw / ncdhw, the engine's layout) and weights
- *     left to oneDNN (format "any"), so it picks the layout its fastest
- *     kernel wants; forcing plain weights can drop it to a reference kernel
- *     hundreds of times slower. When that layout is not the model's, the
- *     static weights are reordered once into a prepared copy shared by every
- *     plan of the model. (With plain activations on AVX-512, oneDNN 2.6 runs
- *     im2col + sgemm, "gemm:jit", which keeps the weights plain.)
+ *     weights left to oneDNN (format "any"), so it picks the layout its
+ *     fastest kernel wants; forcing plain weights can drop it to a reference
+ *     kernel hundreds of times slower. When that layout is not the model's,
+ *     the static weights are reordered once into a prepared copy shared by
+ *     every plan of the model (keyed by node and layout).
  *   - reference (ES_KERNELS=ref or es_kernels_use_reference(1)): direct
  *     loops in plain C, correct for every attribute combination; used by
  *     tests, and as the fallback where oneDNN refuses: ConvTranspose with a
  *     negative begin pad or an end pad below -(stride - 1) (output_shape or
  *     output_padding), and any geometry it reports as unimplemented.
+ *
+ * Layouts (the kernels are layout-aware). A 2-D conv on the oneDNN path
+ * runs channels-last: X is read and Y written in NHWC (oneDNN's nhwc tag),
+ * where oneDNN 2.6 has its fast kernels (brgconv and brdgmm depthwise, at
+ * 100-200 GFLOP/s on one AVX-512 core; with nchw it runs im2col + sgemm,
+ * and depthwise convs 10-16x slower). X and Y always share the layout: a
+ * mixed pair (nchw in, nhwc out) gets oneDNN's reference kernel. So inside
+ * a model's plan a plain X is asked for in NHWC (ES_KRELAYOUT);
+ * es_kernel_eval, which has no prepared-weights store (constant folding,
+ * the tests' plain tensors), keeps plain in and out unless X already is
+ * NHWC. 1-D and 3-D convs and the reference path are plain and ask for a
+ * plain X.
+ *
+ * Fused post-ops (attributes "_post" and "_post_f", written by the graph's
+ * fusion pass) are applied after the bias, in order: Relu, Clip,
+ * HardSigmoid, HardSwish, Sigmoid, Swish, and Add of input 3 (a residual
+ * of the output's shape, asked for in the output's layout). Conv hands them
+ * to oneDNN as post-ops (eltwise; binary add for the residual), computed
+ * in registers before the store. ConvTranspose does not: oneDNN 2.6 builds
+ * a deconvolution from a backward-data convolution and adds bias and
+ * post-ops in a separate slow loop, so conv_epilogue adds them instead.
+ * The reference path applies them per element after its loops.
  *
  * Geometry is parsed once into conv_params with the spatial dimensions
  * right-aligned in three slots (a 2-D conv has depth 1, a 1-D conv depth
@@ -30,8 +50,10 @@
 #include "kernels/dnnl_glue.h"
 #include "kernels/kernel.h"
 
+#include <math.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,16 +64,60 @@
 static pthread_once_t es_dnnl_once_ = PTHREAD_ONCE_INIT;
 static dnnl_engine_t es_dnnl_engine_;
 static dnnl_status_t es_dnnl_engine_status_;
-static pthread_key_t es_dnnl_stream_key_;
+static pthread_key_t es_dnnl_thread_key_;
 static int es_dnnl_key_ok_;
-static _Thread_local dnnl_stream_t es_dnnl_stream_;
+static _Atomic uint64_t es_dnnl_next_id_;
 
-static void dnnl_stream_free(void *s) { dnnl_stream_destroy((dnnl_stream_t)s); }
+/* Per-thread state: the stream, and the memory objects that wrap the
+ * pointers of a primitive's last run on this thread. oneDNN has no
+ * pointer-based execute, and making a memory object per argument per run
+ * costs heap allocations on every run; instead each primitive (by its
+ * unique id, never reused, so a slot left by a destroyed primitive is
+ * simply stale) gets a slot in a small direct-mapped table, and later runs
+ * only swap the data handles. A slot holds copies of the descriptors, never
+ * a reference to the primitive. The table is thread-local storage, not
+ * heap: like the stream and primitives (oneDNN's own allocations) it is
+ * infrastructure that outlives any model, so it stays out of the counted
+ * heap whose total the tests expect back at its level after a model goes.
+ * A thread's objects are destroyed when the thread exits. */
+enum { DNNL_SLOTS = 128, DNNL_MAX_ARGS = 6 };
+
+typedef struct dnnl_slot {
+  uint64_t id; /* the primitive these objects were made for; 0: empty */
+  int n;
+  dnnl_memory_t mem[DNNL_MAX_ARGS];
+  const void *ptr[DNNL_MAX_ARGS]; /* their current data handles */
+} dnnl_slot;
+
+typedef struct dnnl_thread {
+  dnnl_stream_t stream; /* NULL until the thread's first run */
+  dnnl_slot slot[DNNL_SLOTS];
+} dnnl_thread;
+
+static _Thread_local dnnl_thread es_dnnl_thread_;
+
+static void dnnl_slot_clear(dnnl_slot *s) {
+  for (int i = 0; i < s->n; i++)
+    dnnl_memory_destroy(s->mem[i]);
+  s->n = 0;
+  s->id = 0;
+}
+
+/* The key's destructor, at thread exit (the thread's storage is still
+ * there then). */
+static void dnnl_thread_free(void *arg) {
+  dnnl_thread *t = arg;
+  for (int i = 0; i < DNNL_SLOTS; i++)
+    dnnl_slot_clear(&t->slot[i]);
+  if (t->stream)
+    dnnl_stream_destroy(t->stream);
+  t->stream = NULL;
+}
 
 static void dnnl_init_once(void) {
   es_dnnl_engine_status_ = dnnl_engine_create(&es_dnnl_engine_, dnnl_cpu, 0);
-  /* The key's destructor frees a thread's stream when the thread exits. */
-  es_dnnl_key_ok_ = pthread_key_create(&es_dnnl_stream_key_, dnnl_stream_free) == 0;
+  /* The key's destructor frees a thread's state when the thread exits. */
+  es_dnnl_key_ok_ = pthread_key_create(&es_dnnl_thread_key_, dnnl_thread_free) == 0;
 }
 
 static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
@@ -62,25 +128,34 @@ static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
   return 0;
 }
 
-/* The calling thread's stream: one allocation per thread, on first use. */
-static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
-  if (es_dnnl_stream_) {
-    *out = es_dnnl_stream_;
+/* The calling thread's state; its stream is made on first use. */
+static int dnnl_thread_get(const es_kinst *k, dnnl_thread **out) {
+  dnnl_thread *t = &es_dnnl_thread_;
+  if (t->stream) {
+    *out = t;
     return 0;
   }
   dnnl_engine_t eng = NULL;
   int rc = dnnl_engine_get(k, &eng);
   if (rc < 0)
     return rc;
-  dnnl_stream_t s = NULL;
-  dnnl_status_t st = dnnl_stream_create(&s, eng, dnnl_stream_default_flags);
-  if (st != dnnl_success)
+  dnnl_status_t st = dnnl_stream_create(&t->stream, eng, dnnl_stream_default_flags);
+  if (st != dnnl_success) {
+    t->stream = NULL;
     return es_dnnl_fail(k, st, "creating this thread's stream");
+  }
   if (es_dnnl_key_ok_)
-    pthread_setspecific(es_dnnl_stream_key_, s);
-  es_dnnl_stream_ = s;
-  *out = s;
+    pthread_setspecific(es_dnnl_thread_key_, t);
+  *out = t;
   return 0;
+}
+
+static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
+  dnnl_thread *t;
+  int rc = dnnl_thread_get(k, &t);
+  if (rc == 0)
+    *out = t->stream;
+  return rc;
 }
 
 int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
@@ -101,7 +176,8 @@ dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t 
   return dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
 }
 
-int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim *p) {
+int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+                        es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
   int rc = dnnl_engine_get(k, &eng);
   if (rc < 0)
@@ -113,6 +189,8 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim 
   /* A user scratchpad keeps the primitive stateless: run passes the plan's
    * scratch, so threads can share one primitive. */
   st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && post)
+    st = dnnl_primitive_attr_set_post_ops(attr, post);
   if (st == dnnl_success)
     st = dnnl_primitive_desc_create(&p->pd, op_desc, attr, eng, NULL);
   dnnl_primitive_attr_destroy(attr);
@@ -136,6 +214,7 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim 
   if (sb == 0)
     p->scratch_md = NULL;
   k->scratch_bytes = sb;
+  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
   return 0;
 }
 
@@ -271,44 +350,68 @@ int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc
 }
 
 int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
-                     const void *weights, const void *bias, void *dst, void *scratch) {
-  dnnl_stream_t s = NULL;
-  int rc = dnnl_stream_get(k, &s);
+                     const void *weights, const void *bias, void *dst, const void *bin,
+                     void *scratch) {
+  dnnl_thread *t;
+  int rc = dnnl_thread_get(k, &t);
   if (rc < 0)
     return rc;
-  /* Memory objects are small wrappers around our pointers; oneDNN has no
-   * pointer-based execute, so each run makes and frees its own (one small
-   * heap allocation each), which keeps the shared primitive untouched. */
   const struct {
     int arg;
     const dnnl_memory_desc_t *md;
     const void *ptr;
-  } want[5] = {{DNNL_ARG_SRC, p->src_md, src},
-               {DNNL_ARG_WEIGHTS, p->wei_md, weights},
-               {DNNL_ARG_BIAS, p->bias_md, bias},
-               {DNNL_ARG_DST, p->dst_md, dst},
-               {DNNL_ARG_SCRATCHPAD, p->scratch_md, scratch}};
-  dnnl_memory_t mem[5];
-  dnnl_exec_arg_t args[5];
-  int n = 0;
+  } want[DNNL_MAX_ARGS] = {{DNNL_ARG_SRC, p->src_md, src},
+                           {DNNL_ARG_WEIGHTS, p->wei_md, weights},
+                           {DNNL_ARG_BIAS, p->bias_md, bias},
+                           {DNNL_ARG_DST, p->dst_md, dst},
+                           {p->bin_arg, p->bin_arg ? &p->bin_md : NULL, bin},
+                           {DNNL_ARG_SCRATCHPAD, p->scratch_md, scratch}};
+  dnnl_exec_arg_t args[DNNL_MAX_ARGS];
+  dnnl_slot *sl = &t->slot[p->id % DNNL_SLOTS];
   dnnl_status_t st = dnnl_success;
-  for (int i = 0; i < 5 && st == dnnl_success; i++) {
-    if (!want[i].md || !want[i].ptr)
-      continue;
-    st = dnnl_memory_create(&mem[n], want[i].md, es_dnnl_engine_, (void *)want[i].ptr);
-    if (st == dnnl_success) {
-      args[n].arg = want[i].arg;
-      args[n].memory = mem[n];
-      n++;
+  int n = 0;
+  if (sl->id != p->id) {
+    /* First run of p on this thread (or its slot was taken since). */
+    dnnl_slot_clear(sl);
+    for (int i = 0; i < DNNL_MAX_ARGS && st == dnnl_success; i++) {
+      if (!want[i].md)
+        continue;
+      st = dnnl_memory_create(&sl->mem[sl->n], want[i].md, es_dnnl_engine_,
+                              (void *)want[i].ptr);
+      if (st == dnnl_success)
+        sl->ptr[sl->n++] = want[i].ptr;
     }
+    if (st != dnnl_success) {
+      dnnl_slot_clear(sl);
+      return es_dnnl_fail(k, st, "wrapping the arguments");
+    }
+    sl->id = p->id;
+  }
+  /* The slot holds exactly the arguments with a descriptor, in want's
+   * order; only handles that changed (another arena, or a MatMul's runtime
+   * B) are set again. Setting a handle zero-fills the layout's padding:
+   * plain and nhwc tensors and the scratchpad have none, and prepared
+   * weights (blocked, maybe padded, read-only) keep one pointer. */
+  for (int i = 0; i < DNNL_MAX_ARGS && st == dnnl_success; i++) {
+    if (!want[i].md)
+      continue;
+    if (sl->ptr[n] != want[i].ptr) {
+      st = dnnl_memory_set_data_handle(sl->mem[n], (void *)want[i].ptr);
+      sl->ptr[n] = want[i].ptr;
+    }
+    args[n].arg = want[i].arg;
+    args[n].memory = sl->mem[n];
+    n++;
   }
   if (st == dnnl_success)
-    st = dnnl_primitive_execute(p->prim, s, n, args);
+    st = dnnl_primitive_execute(p->prim, t->stream, n, args);
   if (st == dnnl_success)
-    st = dnnl_stream_wait(s);
-  for (int i = 0; i < n; i++)
-    dnnl_memory_destroy(mem[i]);
-  return st == dnnl_success ? 0 : es_dnnl_fail(k, st, "executing the primitive");
+    st = dnnl_stream_wait(t->stream);
+  if (st != dnnl_success) {
+    dnnl_slot_clear(sl);
+    return es_dnnl_fail(k, st, "executing the primitive");
+  }
+  return 0;
 }
 
 /* ==========================================================================
@@ -323,6 +426,24 @@ typedef enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID } conv_auto
 #define ES_CONV_MAX ((int64_t)1 << 40)
 #define ES_CONV_ATTR_MAX ((int64_t)1 << 20)
 
+/* Fused post-ops (attribute "_post", codes below, with two parameters
+ * each in "_post_f"), written by the graph's fusion pass. */
+enum {
+  POST_RELU = 1,
+  POST_CLIP = 2,         /* min, max */
+  POST_HARDSIGMOID = 3,  /* alpha, beta: max(0, min(1, alpha x + beta)) */
+  POST_HARDSWISH = 4,    /* x max(0, min(1, x / 6 + 1 / 2)) */
+  POST_SIGMOID = 5,
+  POST_SWISH = 6,        /* x sigmoid(x) */
+  POST_ADD = 7,          /* + input 3, same shape as the output */
+  CONV_MAX_POST = 8
+};
+
+typedef struct conv_post {
+  int code;
+  float a, b;
+} conv_post;
+
 typedef struct conv_params {
   int transpose;     /* ConvTranspose */
   int nsp;           /* spatial rank: 1..3 */
@@ -333,8 +454,16 @@ typedef struct conv_params {
   int64_t in[3], out[3], ker[3], str[3], dil[3], pb[3], pe[3];
   int64_t outpad[3]; /* ConvTranspose output_padding */
   int has_bias;
+  size_t count;      /* output elements */
   int empty;         /* the output has no element: run does nothing */
   int use_dnnl;
+  int nhwc;              /* X read and Y written channels-last (oneDNN 2-D only) */
+  int epilogue;          /* oneDNN path: bias and post-ops are ours (conv_epilogue) */
+  int kxs;               /* ConvTranspose as one matmul (conv_kxs_setup) ... */
+  const float *kxs_bias; /* ... with this bias, repeated per kernel column */
+  int npost;             /* fused post-ops, applied after the bias in order */
+  conv_post post[CONV_MAX_POST];
+  int has_res;           /* a post-op adds input 3 (the residual) */
   es_dnnl_prim dnnl;
 } conv_params;
 
@@ -385,6 +514,44 @@ static int conv_ints(es_kinst *k, const char *name, size_t len, int64_t min, int
   return 0;
 }
 
+/* The fused post-ops: "_post" codes with two "_post_f" floats each (both
+ * absent: none). Unknown codes, a wrong number of floats, NaN parameters
+ * and a second residual Add are model errors. */
+static int conv_post_parse(es_kinst *k, conv_params *p) {
+  const int64_t *c;
+  const float *f;
+  size_t n, nf;
+  int rc = es_attr_ints(k, "_post", &c, &n);
+  if (rc == 0)
+    rc = es_attr_floats(k, "_post_f", &f, &nf);
+  if (rc < 0)
+    return rc;
+  if (nf != 2 * n)
+    return ES_KFAIL(k, ES_EMODEL, "_post_f has %zu values, expected %zu (two per _post code)",
+                    nf, 2 * n);
+  if (n > CONV_MAX_POST)
+    return ES_KFAIL(k, ES_ENOTSUP, "%zu fused post-ops, at most %d are supported", n,
+                    CONV_MAX_POST);
+  for (size_t i = 0; i < n; i++) {
+    conv_post *q = &p->post[i];
+    if (c[i] < POST_RELU || c[i] > POST_ADD)
+      return ES_KFAIL(k, ES_EMODEL, "_post[%zu] is %lld, not a post-op code (1..7)", i,
+                      (long long)c[i]);
+    q->code = (int)c[i];
+    q->a = f[2 * i];
+    q->b = f[2 * i + 1];
+    if (q->a != q->a || q->b != q->b)
+      return ES_KFAIL(k, ES_EMODEL, "_post_f for _post[%zu] is NaN", i);
+    if (q->code == POST_CLIP && q->a > q->b)
+      q->a = q->b; /* min(max(x, lo), hi) is hi everywhere */
+    if (q->code == POST_ADD && p->has_res)
+      return ES_KFAIL(k, ES_EMODEL, "_post adds the residual twice");
+    p->has_res |= q->code == POST_ADD;
+  }
+  p->npost = (int)n;
+  return 0;
+}
+
 /* Inputs and the attributes common to Conv and ConvTranspose. Fills p's
  * channels and its spatial in/ker/str/dil (right-aligned). Sets *ap and the
  * raw pads (pads[0..nsp) begin, pads[nsp..2nsp) end). */
@@ -392,8 +559,11 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
   const char *op = es_op_name(k->node->op);
   if (k->n_in < 2 || !k->in[0] || !k->in[1])
     return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
-  if (k->n_in > 3)
-    return ES_KFAIL(k, ES_EMODEL, "%s takes at most 3 inputs (X, W, B), got %d", op, k->n_in);
+  if (k->n_in > 3 + p->has_res)
+    return ES_KFAIL(k, ES_EMODEL, "%s takes at most %d inputs (X, W, B%s), got %d", op,
+                    3 + p->has_res, p->has_res ? ", residual" : "", k->n_in);
+  if (p->has_res && (k->n_in < 4 || !k->in[3]))
+    return ES_KFAIL(k, ES_EMODEL, "the fused Add (post-op 7) needs input 3, the residual");
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "%s has exactly one output", op);
   const es_tdesc *x = k->in[0], *w = k->in[1], *b = k->n_in > 2 ? k->in[2] : NULL;
@@ -639,6 +809,140 @@ static int conv_dnnl_fits(const conv_params *p) {
   return 1;
 }
 
+/* An activation descriptor: plain row-major, or channels-last for a 2-D
+ * conv's NHWC tensor. */
+static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, int nhwc) {
+  if (!nhwc)
+    return es_dnnl_plain_md(md, nd, dims);
+  dnnl_dims_t d = {dims[0], dims[1], dims[2], dims[3]};
+  return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc);
+}
+
+/* The post-ops as oneDNN's attribute: eltwise ops where oneDNN has them
+ * (HardSigmoid, missing from 2.6, is linear then clip), the residual as a
+ * binary add whose second operand is described like the output. */
+static dnnl_status_t conv_dnnl_post_ops(conv_params *p, const dnnl_memory_desc_t *ymd,
+                                        dnnl_post_ops_t po) {
+  dnnl_status_t st = dnnl_success;
+  int idx = 0; /* oneDNN's index of the next post-op */
+  for (int i = 0; i < p->npost && st == dnnl_success; i++) {
+    const conv_post *q = &p->post[i];
+    switch (q->code) {
+    case POST_RELU:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+      break;
+    case POST_CLIP:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, q->a, q->b);
+      break;
+    case POST_HARDSIGMOID:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, q->a, q->b);
+      if (st == dnnl_success) {
+        idx++;
+        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
+      }
+      break;
+    case POST_HARDSWISH: /* oneDNN 2.6: x relu6(x + 3) / 6, no parameters */
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+      break;
+    case POST_SIGMOID:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
+      break;
+    case POST_SWISH: /* x sigmoid(alpha x) */
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
+      break;
+    case POST_ADD:
+      st = dnnl_post_ops_append_binary(po, dnnl_binary_add, ymd);
+      p->dnnl.bin_md = *ymd;
+      p->dnnl.bin_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
+      break;
+    }
+    idx++;
+  }
+  return st;
+}
+
+/* ConvTranspose whose kernel equals its stride (no pads, dilation, output
+ * padding or groups), channels-last, with static bias: each input pixel
+ * writes its own kh x kw block of the output, so the whole op is one
+ * matmul [N*H, 1, W, C] x [1, kh, C, kw*M] -> [N*H, kh, W, kw*M] (the
+ * source broadcast over kh), whose dense source and destination are
+ * exactly the NHWC input and output. oneDNN's brgemm matmul runs det's
+ * 2x2 upsampling deconvolutions about twice as fast as its deconvolution,
+ * bias and post-ops included. */
+static int conv_kxs_fits(const es_kinst *k, const conv_params *p) {
+  if (!p->transpose || p->nsp != 2 || !p->nhwc || p->g != 1 || (p->has_bias && !k->in_static[2]))
+    return 0;
+  for (int s = 1; s < 3; s++)
+    if (p->ker[s] != p->str[s] || p->dil[s] != 1 || p->pb[s] || p->pe[s] || p->outpad[s])
+      return 0;
+  return 1;
+}
+
+typedef struct conv_kxs_job {
+  const conv_params *p;
+  const float *w, *b;
+} conv_kxs_job;
+
+/* es_prep_fill_fn: the matmul's weights [kh][C][kw*M] from ConvTranspose's
+ * [C][M][kh][kw], then the bias repeated kw times. */
+static int conv_kxs_fill(void *user, void *dst, size_t bytes) {
+  const conv_kxs_job *j = user;
+  const conv_params *p = j->p;
+  int64_t kh = p->ker[1], kw = p->ker[2], c = p->c, m = p->m, n = kw * m;
+  float *d = dst;
+  (void)bytes;
+  for (int64_t a = 0; a < kh; a++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t b = 0; b < kw; b++)
+        for (int64_t o = 0; o < m; o++)
+          d[(a * c + ci) * n + b * m + o] = j->w[((ci * m + o) * kh + a) * kw + b];
+  if (j->b)
+    for (int64_t b = 0; b < kw; b++)
+      for (int64_t o = 0; o < m; o++)
+        d[kh * c * n + b * m + o] = j->b[o];
+  return 0;
+}
+
+static int conv_kxs_setup(es_kinst *k, conv_params *p) {
+  int64_t kh = p->ker[1], kw = p->ker[2], nh = p->n * p->in[1], n = kw * p->m;
+  dnnl_dims_t sd = {nh, 1, p->in[2], p->c}, wd = {1, kh, p->c, n}, dd = {nh, kh, p->in[2], n},
+              bd = {1, 1, 1, n};
+  dnnl_memory_desc_t smd, wmd, dmd, bmd;
+  dnnl_status_t st = dnnl_memory_desc_init_by_tag(&smd, 4, sd, dnnl_f32, dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&wmd, 4, wd, dnnl_f32, dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&dmd, 4, dd, dnnl_f32, dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&bmd, 4, bd, dnnl_f32, dnnl_abcd);
+  dnnl_post_ops_t po = NULL;
+  if (st == dnnl_success && p->npost) {
+    st = dnnl_post_ops_create(&po);
+    if (st == dnnl_success)
+      st = conv_dnnl_post_ops(p, &dmd, po);
+  }
+  dnnl_matmul_desc_t d;
+  if (st == dnnl_success)
+    st = dnnl_matmul_desc_init(&d, &smd, &wmd, p->has_bias ? &bmd : NULL, &dmd);
+  int rc = st != dnnl_success ? es_dnnl_fail(k, st, "describing the matmul")
+                              : es_dnnl_prim_create(k, &d, po, &p->dnnl);
+  if (po)
+    dnnl_post_ops_destroy(po);
+  if (rc < 0)
+    return rc;
+  char key[160];
+  snprintf(key, sizeof key, "%s#%d:w:kxs-matmul-abcd:%lldx%lldx%lldx%lld%s",
+           es_op_name(k->node->op), k->node->file_index, (long long)kh, (long long)p->c,
+           (long long)kw, (long long)p->m, p->has_bias ? "+b" : "");
+  conv_kxs_job job = {p, k->in_static[1], p->has_bias ? k->in_static[2] : NULL};
+  size_t wn = (size_t)(kh * p->c * n), bn = p->has_bias ? (size_t)n : 0;
+  rc = es_kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job,
+                         &p->dnnl.weights);
+  if (rc == 0 && p->has_bias)
+    p->kxs_bias = (const float *)p->dnnl.weights + wn;
+  return rc;
+}
+
 static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   int nsp = p->nsp, nd = 2 + nsp;
   int64_t xd[5] = {p->n, p->c}, yd[5] = {p->n, p->m}, bd[1] = {p->m};
@@ -652,10 +956,15 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
     pl[i] = p->pb[s];
     pr[i] = p->transpose ? p->pe[s] - p->outpad[s] : p->pe[s];
   }
+  if (conv_kxs_fits(k, p)) {
+    p->kxs = 1;
+    p->epilogue = 0;
+    return conv_kxs_setup(k, p);
+  }
   dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
-  dnnl_status_t stt = es_dnnl_plain_md(&xmd, nd, xd);
+  dnnl_status_t stt = conv_act_md(&xmd, nd, xd, p->nhwc);
   if (stt == dnnl_success)
-    stt = es_dnnl_plain_md(&ymd, nd, yd);
+    stt = conv_act_md(&ymd, nd, yd, p->nhwc);
   if (stt == dnnl_success)
     stt = es_dnnl_plain_md(&bmd, 1, bd);
   if (stt == dnnl_success)
@@ -665,25 +974,41 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
                                        dnnl_format_tag_any);
   if (stt != dnnl_success)
     return es_dnnl_fail(k, stt, "describing the tensors");
-  const dnnl_memory_desc_t *bias = p->has_bias ? &bmd : NULL;
+  dnnl_post_ops_t po = NULL;
+  /* oneDNN 2.6 builds a deconvolution from a backward-data convolution and
+   * then adds the bias, and applies post-ops, in a separate plain loop
+   * (adding 24 biases to a 24x320x320 output took 4.5 ms, five times the
+   * deconvolution itself): ConvTranspose leaves both to conv_epilogue. */
+  p->epilogue = p->transpose;
+  if (p->npost && !p->epilogue) {
+    stt = dnnl_post_ops_create(&po);
+    if (stt == dnnl_success)
+      stt = conv_dnnl_post_ops(p, &ymd, po);
+    if (stt != dnnl_success) {
+      if (po)
+        dnnl_post_ops_destroy(po);
+      return es_dnnl_fail(k, stt, "describing the fused post-ops");
+    }
+  }
+  const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? &bmd : NULL;
   int rc;
   if (!p->transpose) {
     dnnl_convolution_desc_t d;
     stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
                                                      dnnl_convolution_direct, &xmd, &wany, bias,
                                                      &ymd, st, dl, pl, pr);
-    if (stt != dnnl_success)
-      return es_dnnl_fail(k, stt, "describing the convolution");
-    rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+    rc = stt != dnnl_success ? es_dnnl_fail(k, stt, "describing the convolution")
+                             : es_dnnl_prim_create(k, &d, po, &p->dnnl);
   } else {
     dnnl_deconvolution_desc_t d;
     stt = dnnl_dilated_deconvolution_forward_desc_init(&d, dnnl_forward_inference,
                                                        dnnl_deconvolution_direct, &xmd, &wany,
                                                        bias, &ymd, st, dl, pl, pr);
-    if (stt != dnnl_success)
-      return es_dnnl_fail(k, stt, "describing the transposed convolution");
-    rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+    rc = stt != dnnl_success ? es_dnnl_fail(k, stt, "describing the transposed convolution")
+                             : es_dnnl_prim_create(k, &d, po, &p->dnnl);
   }
+  if (po)
+    dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
   return es_dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
@@ -820,9 +1145,82 @@ static void convtranspose_ref(const conv_params *p, const float *x, const float 
     }
 }
 
+/* The fused post-ops over the whole output, one op at a time (each pass is
+ * contiguous and the output is small next to the conv's work). */
+static void conv_post_ref(const conv_params *p, float *y, const float *res, size_t count) {
+  for (int j = 0; j < p->npost; j++) {
+    const conv_post *q = &p->post[j];
+    float a = q->a, b = q->b;
+    switch (q->code) {
+    case POST_RELU:
+      for (size_t i = 0; i < count; i++)
+        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+      break;
+    case POST_CLIP:
+      for (size_t i = 0; i < count; i++)
+        y[i] = fminf(fmaxf(y[i], a), b);
+      break;
+    case POST_HARDSIGMOID:
+      for (size_t i = 0; i < count; i++)
+        y[i] = fmaxf(0.0f, fminf(1.0f, a * y[i] + b));
+      break;
+    case POST_HARDSWISH:
+      for (size_t i = 0; i < count; i++)
+        y[i] = y[i] * fmaxf(0.0f, fminf(1.0f, y[i] / 6.0f + 0.5f));
+      break;
+    case POST_SIGMOID:
+      for (size_t i = 0; i < count; i++)
+        y[i] = 1.0f / (1.0f + expf(-y[i]));
+      break;
+    case POST_SWISH:
+      for (size_t i = 0; i < count; i++)
+        y[i] = y[i] / (1.0f + expf(-y[i]));
+      break;
+    case POST_ADD:
+      for (size_t i = 0; i < count; i++)
+        y[i] += res[i];
+      break;
+    }
+  }
+}
+
+/* Bias and post-ops after a oneDNN primitive that computed neither: the
+ * bias per channel plane (plain) or per pixel (NHWC; one channel: the
+ * whole output), vectorisable either way, then the post-ops. */
+static void conv_epilogue(const conv_params *p, float *y, const float *b, const float *res) {
+  if (b) {
+    size_t planes = (size_t)p->n * (size_t)p->m, psz = p->count / (planes ? planes : 1);
+    if (p->m == 1) {
+      for (size_t i = 0; i < p->count; i++)
+        y[i] += b[0];
+    } else if (p->nhwc) {
+      size_t m = (size_t)p->m;
+      for (size_t px = 0; px < p->count / m; px++)
+        for (size_t c = 0; c < m; c++)
+          y[px * m + c] += b[c];
+    } else {
+      for (size_t pl = 0; pl < planes; pl++)
+        for (size_t i = 0; i < psz; i++)
+          y[pl * psz + i] += b[pl % (size_t)p->m];
+    }
+  }
+  conv_post_ref(p, y, res, p->count);
+}
+
 /* ==========================================================================
  * Kernels
  * ======================================================================== */
+
+/* Whether the conv runs channels-last (X read and Y written NHWC): on
+ * oneDNN's 2-D path, inside a model's plan (k->prep set: the planner tracks
+ * layouts, converts a plain X for us and the graph's outputs back) or when
+ * X already is NHWC. es_kernel_eval, which folds constants and serves the
+ * tests with plain tensors, has no store and so gets plain results. X and
+ * Y always share a layout: oneDNN 2.6 runs a mixed pair (nchw in, nhwc out)
+ * with its reference kernel, hundreds of times slower. */
+static int conv_wants_nhwc(const es_kinst *k, const conv_params *p) {
+  return p->use_dnnl && p->nsp == 2 && (k->in[0]->layout == ES_LAYOUT_NHWC || k->prep);
+}
 
 static int conv_infer_common(es_kinst *k, int transpose) {
   conv_params *p = es_kinst_alloc(k, sizeof *p);
@@ -830,14 +1228,20 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
   p->transpose = transpose;
-  int rc = transpose ? convtranspose_geometry(k, p) : conv_geometry(k, p);
+  int rc = conv_post_parse(k, p);
+  if (rc == 0)
+    rc = transpose ? convtranspose_geometry(k, p) : conv_geometry(k, p);
   if (rc < 0)
     return rc;
   int64_t dims[5] = {p->n, p->m};
   for (int i = 0; i < p->nsp; i++)
     dims[2 + i] = p->out[3 - p->nsp + i];
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
+  es_tdesc *y = k->out[0];
+  if ((rc = es_tdesc_set(y, ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
+  const es_tdesc *res = p->has_res ? k->in[3] : NULL;
+  if (res && (res->dtype != ES_DTYPE_FLOAT || !es_tdesc_same_shape(res, y)))
+    return ES_KFAIL(k, ES_EMODEL, "the residual (input 3) must be float32 of the output's shape");
   k->scratch_bytes = 0;
   k->inplace = -1;
   {
@@ -850,8 +1254,10 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     uint64_t per = transpose ? (uint64_t)(p->m / p->g) : (uint64_t)(p->c / p->g);
     k->flops = 2 * (uint64_t)p->n * (uint64_t)(transpose ? p->c : p->m) * pos * per * ker;
   }
-  p->empty = k->out[0]->count == 0;
+  p->count = y->count;
+  p->empty = y->count == 0;
   p->use_dnnl = !p->empty && !es_kernels_reference() && conv_dnnl_fits(p);
+  p->nhwc = conv_wants_nhwc(k, p);
   if (p->use_dnnl) {
     rc = conv_dnnl_setup(k, p);
     if (rc == ES_ENOTSUP && !p->dnnl.prim) {
@@ -868,6 +1274,21 @@ static int conv_infer_common(es_kinst *k, int transpose) {
       return rc;
     }
   }
+  if (!p->use_dnnl)
+    p->nhwc = 0; /* the reference loops read and write plain tensors only */
+  /* Ask for X, and the residual, in the layout the conv runs in. */
+  k->want_plain = k->want_nhwc = 0;
+  uint32_t *want = p->nhwc ? &k->want_nhwc : &k->want_plain;
+  if ((k->in[0]->layout == ES_LAYOUT_NHWC) != p->nhwc)
+    *want |= 1u;
+  if (res && (res->layout == ES_LAYOUT_NHWC) != p->nhwc)
+    *want |= 1u << 3;
+  if (*want) {
+    es_dnnl_prim_destroy(&p->dnnl);
+    return ES_KRELAYOUT;
+  }
+  if (p->nhwc)
+    y->layout = ES_LAYOUT_NHWC;
   return 0;
 }
 
@@ -879,13 +1300,22 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
   if (p->empty)
     return 0;
   const void *bias = p->has_bias ? in[2] : NULL;
-  if (p->use_dnnl)
-    return es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], bias,
-                            out[0], scratch);
+  const void *res = p->has_res ? in[3] : NULL;
+  if (p->use_dnnl) {
+    if (p->kxs)
+      bias = p->kxs_bias;
+    int rc = es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
+                              p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
+                              scratch);
+    if (rc == 0 && p->epilogue)
+      conv_epilogue(p, out[0], bias, res);
+    return rc;
+  }
   if (p->transpose)
     convtranspose_ref(p, in[0], in[1], bias, out[0]);
   else
     conv_ref(p, in[0], in[1], bias, out[0]);
+  conv_post_ref(p, out[0], res, p->count);
   return 0;
 }
 
@@ -895,8 +1325,8 @@ static void conv_release(es_kinst *k) {
     es_dnnl_prim_destroy(&p->dnnl);
 }
 
-static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, 0};
-static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release, 0};
+static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, 1};
+static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release, 1};
 
 const es_kernel *es_kernels_conv(es_op op) {
   switch (op) {

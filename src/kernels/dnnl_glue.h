@@ -6,13 +6,17 @@
  * thread exits. A planned primitive (es_dnnl_prim) lives in a kernel's
  * params: infer creates it, run executes it, release destroys it. Primitives
  * are created with a user scratchpad, so run passes the plan's scratch and
- * one primitive serves any number of threads at once.
+ * one primitive serves any number of threads at once. Each thread also
+ * keeps the memory objects of a primitive's last run (keyed by the
+ * primitive's unique id), so a run after the first on a thread allocates
+ * nothing.
  *
  *   es_dnnl_prim *p = &params->dnnl;
- *   if ((rc = es_dnnl_prim_create(k, &op_desc, p)) < 0) return rc;  // scratch_bytes set
+ *   if ((rc = es_dnnl_prim_create(k, &op_desc, post_ops_or_NULL, p)) < 0)
+ *     return rc;  // scratch_bytes set
  *   if ((rc = es_dnnl_weights_prepare(k, p, &plain_w_md, w)) < 0) return rc;
  *   ...
- *   es_dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, scratch);
+ *   es_dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, bin, scratch);
  *
  * The functions live in conv.c until dnnl_glue.c joins the build. */
 #ifndef ES_KERNELS_DNNL_GLUE_H
@@ -25,11 +29,14 @@
 typedef struct es_dnnl_prim {
   dnnl_primitive_desc_t pd;             /* owns the memory descriptors below */
   dnnl_primitive_t prim;
-  const dnnl_memory_desc_t *src_md;     /* plain row-major, as the engine's tensors */
+  const dnnl_memory_desc_t *src_md;     /* as the engine's tensor: plain or nhwc */
   const dnnl_memory_desc_t *wei_md;     /* the layout oneDNN chose */
   const dnnl_memory_desc_t *bias_md;    /* NULL without bias */
   const dnnl_memory_desc_t *dst_md;
   const dnnl_memory_desc_t *scratch_md; /* NULL when no scratchpad is needed */
+  dnnl_memory_desc_t bin_md;            /* a binary post-op's second operand ... */
+  int bin_arg;                          /* ... and its execution argument; 0: none */
+  uint64_t id;                          /* unique per primitive made (never 0) */
   const void *weights;                  /* weights in wei_md's layout (prepared, read-only),
                                            or NULL: run passes the input as it is */
 } es_dnnl_prim;
@@ -38,10 +45,12 @@ typedef struct es_dnnl_prim {
 dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 
 /* Create the primitive descriptor and primitive for op_desc (forward
- * inference, user scratchpad) and set k->scratch_bytes. ES_ENOTSUP when
- * oneDNN has no implementation; *p is left for es_dnnl_prim_destroy either
- * way. */
-int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim *p);
+ * inference, user scratchpad, post-ops when post is not NULL) and set
+ * k->scratch_bytes. A caller with a binary post-op sets p->bin_md and
+ * p->bin_arg first. ES_ENOTSUP when oneDNN has no implementation; *p is
+ * left for es_dnnl_prim_destroy either way. */
+int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+                        es_dnnl_prim *p);
 
 /* Give the primitive its weights: user_md describes user_data (static, as
  * the model stores it). When oneDNN chose another layout, the weights are
@@ -50,10 +59,15 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, es_dnnl_prim 
 int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
                             const void *user_data);
 
-/* Execute on the calling thread's stream. bias may be NULL when the
- * primitive has none. Thread-safe for one p shared by many threads. */
+/* Execute on the calling thread's stream. bias and bin (the binary
+ * post-op's operand) may be NULL when the primitive has none. Prepared
+ * (p->weights) must be passed as they are: a padded layout's pointer is
+ * never set again. Thread-safe for one p shared by many threads; allocates
+ * only on a thread's first run of p (or when another primitive took its
+ * slot in the thread's table). */
 int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
-                     const void *weights, const void *bias, void *dst, void *scratch);
+                     const void *weights, const void *bias, void *dst, const void *bin,
+                     void *scratch);
 
 /* Destroy what es_dnnl_prim_create made; safe on a zeroed or half-made p. */
 void es_dnnl_prim_destroy(es_dnnl_prim *p);

@@ -16,6 +16,18 @@
  * contiguous block of I), else a general N-d walk over element strides
  * whose innermost collapsed dim is one contiguous run.
  *
+ * Layouts. Unary ops keep their input's layout: the output has the same
+ * bytes order. Binary ops are plain when no input is NHWC. When one is, the
+ * output is NHWC and every other input must be readable in NHWC order: NHWC
+ * itself, or plain but es_tdesc_nhwc_compatible (a scalar, a per-channel
+ * vector, a one-channel map), whose bytes need no move. Any other rank-4
+ * plain input is asked for in NHWC (ES_KRELAYOUT); one of another rank
+ * cannot be, so the NHWC inputs are asked for in plain instead. The
+ * broadcast above then runs on physical shapes: each operand right-aligned
+ * to rank 4 and permuted to (N, H, W, C), which for a compatible plain
+ * operand only moves dims of size 1. So the SE block's [1,C,1,1] gate times
+ * an NHWC [1,C,H,W] map is [H*W, C] op [C]: the repeated-rows fast path.
+ *
  * In place: infer offers output 0 to the input whose shape and type equal
  * the output's. Run functions process 16-element chunks that load every
  * input element of the chunk before storing any output, so out == in is
@@ -30,6 +42,8 @@
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels/ew_math.h"
 
 /* ==========================================================================
  * Run functions
@@ -50,6 +64,13 @@ typedef struct ew_bin_fns {
 } ew_bin_fns;
 
 #define EW_CHUNK 16
+/* Compute-bound loops (Sigmoid's exp) are built once per x86-64 vector
+ * width, the loader picking the one the CPU runs. */
+#if defined(__x86_64__)
+#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EW_CLONES
+#endif
 #define EW_UNROLL _Pragma("GCC unroll 16")
 
 /* o[i] = OP(a[i], b[i]) in the three operand patterns. */
@@ -109,8 +130,9 @@ typedef struct ew_bin_fns {
 
 /* o[i] = OP(x[i], s) where s is a local copy of the parameters, so the
  * compiler knows stores to o cannot change them. */
-#define EW_UN_DEFINE(NAME, TI, TO, OP)                                                    \
-  static void NAME(const void *px, void *po, size_t n, const ew_scal *ps) {               \
+#define EW_UN_DEFINE(NAME, TI, TO, OP) EW_UN_DEFINE_ATTR(NAME, TI, TO, OP, )
+#define EW_UN_DEFINE_ATTR(NAME, TI, TO, OP, ATTR)                                         \
+  ATTR static void NAME(const void *px, void *po, size_t n, const ew_scal *ps) {          \
     const TI *in = px;                                                                    \
     TO *o = po;                                                                           \
     const ew_scal s = ps ? *ps : (ew_scal){{0, 0}, {0, 0}};                               \
@@ -253,14 +275,12 @@ EW_UN_DEFINE(ew_relu_i32, int32_t, int32_t, EW_RELU)
 EW_UN_DEFINE(ew_relu_i64, int64_t, int64_t, EW_RELU)
 EW_UN_DEFINE(ew_relu_i8, int8_t, int8_t, EW_RELU)
 
-/* exp of -|x| never overflows; for x < 0, e/(1+e) avoids 1 - r cancellation. */
+/* Vectorisable (ew_math.h), shared with FusedElementwise. */
 static inline float ew_op_sigmoid(float x, ew_scal s) {
   (void)s;
-  float e = expf(-fabsf(x));
-  float r = 1.0f / (1.0f + e);
-  return x >= 0 ? r : e * r;
+  return es_ew_sigmoid(x);
 }
-EW_UN_DEFINE(ew_sigmoid_f32, float, float, ew_op_sigmoid)
+EW_UN_DEFINE_ATTR(ew_sigmoid_f32, float, float, ew_op_sigmoid, EW_CLONES)
 
 /* Comparisons (not fmaxf/fminf) so NaN propagates like numpy's clip. */
 static inline float ew_op_hardsigmoid(float x, ew_scal s) {
@@ -538,6 +558,52 @@ static ew_un_fn ew_pow_fast(const es_kinst *k) {
   return v == 2.0 ? ew_pow_square_f32 : v == 0.5 ? ew_sqrt_f32 : NULL;
 }
 
+/* Physical dims of t broadcast into a rank-4 NHWC output: right-aligned to
+ * rank 4, then in memory order (N, H, W, C). For a compatible plain tensor
+ * the permutation only moves dims of size 1, so its bytes are read as they
+ * are. */
+static void ew_nhwc_view(const es_tdesc *t, es_tdesc *v) {
+  int64_t d[4] = {1, 1, 1, 1};
+  for (int i = 0; i < t->rank; i++)
+    d[4 - t->rank + i] = t->dims[i];
+  *v = *t;
+  v->layout = ES_LAYOUT_NHWC;
+  v->rank = 4;
+  v->dims[0] = d[0];
+  v->dims[1] = d[2];
+  v->dims[2] = d[3];
+  v->dims[3] = d[1];
+}
+
+/* The layout rule of the design note for a binary op whose broadcast output
+ * has rank `rank`: *nhwc says whether the output is NHWC; ES_KRELAYOUT after
+ * marking inputs to convert. */
+static int ew_binary_layout_pick(es_kinst *k, int rank, int *nhwc) {
+  uint32_t nhwc_in = 0, bad = 0;
+  int other_rank = 0;
+  *nhwc = 0;
+  for (int i = 0; i < 2; i++) {
+    if (k->in[i]->layout == ES_LAYOUT_NHWC)
+      nhwc_in |= 1u << i;
+    else if (!es_tdesc_nhwc_compatible(k->in[i])) {
+      bad |= 1u << i;
+      other_rank |= k->in[i]->rank != 4;
+    }
+  }
+  if (!nhwc_in)
+    return 0;
+  if (rank != 4 || other_rank) {
+    k->want_plain = nhwc_in;
+    return ES_KRELAYOUT;
+  }
+  if (bad) {
+    k->want_nhwc = bad;
+    return ES_KRELAYOUT;
+  }
+  *nhwc = 1;
+  return 0;
+}
+
 static int ew_binary_infer(es_kinst *k) {
   if (k->n_in != 2)
     return ES_KFAIL(k, ES_EMODEL, "expects 2 inputs, got %d", k->n_in);
@@ -559,18 +625,33 @@ static int ew_binary_infer(es_kinst *k) {
   rc = es_broadcast_shape(k, a, b, &rank, dims);
   if (rc < 0)
     return rc;
+  int nhwc;
+  rc = ew_binary_layout_pick(k, rank, &nhwc);
+  if (rc != 0)
+    return rc;
   es_tdesc *o = k->out[0];
   rc = es_tdesc_set(o, to, rank, dims);
   if (rc < 0)
     return rc;
+  if (nhwc)
+    o->layout = ES_LAYOUT_NHWC;
   p->count = o->count;
   p->esz_a = es_dtype_size(a->dtype);
   p->esz_b = es_dtype_size(b->dtype);
   p->esz_o = es_dtype_size(to);
+  /* b is one element, so a has the output's shape and, in either layout,
+   * its bytes order. */
   if (k->node->op == ES_OP_Pow)
     p->fast = ew_pow_fast(k);
-  if (p->count)
+  if (p->count && nhwc) {
+    es_tdesc va, vb, vo;
+    ew_nhwc_view(a, &va);
+    ew_nhwc_view(b, &vb);
+    ew_nhwc_view(o, &vo);
+    ew_binary_layout(p, &va, &vb, &vo);
+  } else if (p->count) {
     ew_binary_layout(p, a, b, o);
+  }
   k->params = p;
   k->inplace = -1;
   for (int i = 0; i < 2 && k->inplace < 0; i++)
@@ -692,6 +773,7 @@ static int ew_unary_end(es_kinst *k, ew_unary_plan *p, es_dtype to) {
   int rc = es_tdesc_set(k->out[0], to, x->rank, x->dims);
   if (rc < 0)
     return rc;
+  k->out[0]->layout = x->layout;
   p->nbytes = k->out[0]->nbytes;
   k->inplace = to == x->dtype ? 0 : -1;
   return 0;
@@ -894,13 +976,13 @@ static int ew_unary_run(const es_kinst *k, const void *const *in, void *const *o
  * Family lookup
  * ======================================================================== */
 
-static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL, 0};
-static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL, 0};
-static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL, 0};
-static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL, 0};
-static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 0};
-static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 0};
-static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 0};
+static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL, 1};
+static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 1};
 
 const es_kernel *es_kernels_elementwise(es_op op) {
   switch (op) {

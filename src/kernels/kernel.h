@@ -93,8 +93,18 @@ int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_f
 /* The store: owned by a model, one sealed es_weights region per entry. */
 int es_prep_store_create(es_prep_store **out);
 void es_prep_store_destroy(es_prep_store *s);
-/* Bytes of prepared weights held. */
+/* Bytes of prepared weights held in regions of the store's own (entries
+ * borrowed from a compiled file are not counted: the file's mapping is). */
 size_t es_prep_store_bytes(const es_prep_store *s);
+/* Adds an entry whose bytes live in w (e.g. a compiled model file's
+ * mapping): the store takes a reference to w. ES_EINVAL for a key already
+ * stored. */
+int es_prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
+                      size_t size);
+/* Calls fn for every entry until it returns non-zero (which is returned). */
+int es_prep_store_each(es_prep_store *s,
+                       int (*fn)(void *user, const char *key, const void *data, size_t size),
+                       void *user);
 
 #define ES_KFAIL(k, err, ...) es__kfail((k), (err), __VA_ARGS__)
 int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
@@ -128,6 +138,8 @@ const es_kernel *es_kernels_norm(es_op op);
 const es_kernel *es_kernels_conv(es_op op);
 const es_kernel *es_kernels_matmul(es_op op);
 const es_kernel *es_kernels_layout(es_op op);
+const es_kernel *es_kernels_fused(es_op op);
+const es_kernel *es_kernels_layernorm(es_op op);
 
 /* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
  * kernels instead of oneDNN, for plans made after the call. Also set by the
@@ -139,6 +151,9 @@ int es_kernels_reference(void);
  * OpenMP regions); our own kernels are single-threaded. ES_EINVAL outside
  * 1..1024. */
 int es_kernels_set_threads(int n);
+/* Applies 1 thread on the calling thread if it never chose (cheap after the
+ * first call); the planner calls it at the start of every run. */
+void es_kernels_threads_default(void);
 
 /* ---- attributes: absent -> default; present with another type -> ES_EMODEL */
 int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out);

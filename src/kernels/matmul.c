@@ -158,7 +158,7 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
   st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, NULL, &cmd);
   if (st != dnnl_success)
     return es_dnnl_fail(k, st, "describing the matmul");
-  int rc = es_dnnl_prim_create(k, &d, &p->dnnl);
+  int rc = es_dnnl_prim_create(k, &d, NULL, &p->dnnl);
   if (rc < 0)
     return rc;
   return prepare ? es_dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
@@ -262,7 +262,7 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
     return 0;
   if (p->use_dnnl)
     return es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
-                            out[0], scratch);
+                            out[0], NULL, scratch);
   matmul_ref(p, in[0], in[1], out[0]);
   return 0;
 }

@@ -10,7 +10,12 @@
  *
  * Training (training_mode = 1, or the running/saved statistics outputs
  * requested) is ENOTSUP, as is spatial = 0 (opsets 7 and 8: per-element
- * parameters). */
+ * parameters).
+ *
+ * Layouts: a BatchNormalization that was not folded into a convolution
+ * usually sits between two of them, so an NHWC X gives an NHWC Y: per
+ * pixel, one multiply-add over the C contiguous channels with a and b read
+ * along the last dim. */
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -20,7 +25,8 @@
  * ======================================================================== */
 
 typedef struct bn_params {
-  int64_t n, c, plane; /* X viewed as [n, c, plane] */
+  int64_t n, c, plane; /* X viewed as [n, c, plane], or [n, plane, c] when nhwc */
+  int nhwc;
   float eps;
   const float *a, *b;  /* [c] when the parameters are static, else NULL */
 } bn_params;
@@ -85,6 +91,7 @@ static int bn_infer(es_kinst *k) {
   for (int i = 2; i < x->rank; i++)
     p->plane *= x->dims[i];
   p->eps = eps;
+  p->nhwc = x->layout == ES_LAYOUT_NHWC;
   const void *const *s = k->in_static;
   if (s[1] && s[2] && s[3] && s[4]) {
     float *ab = es_kinst_alloc(k, 2 * (size_t)c * sizeof *ab + 1);
@@ -98,7 +105,10 @@ static int bn_infer(es_kinst *k) {
   }
   k->params = p;
   k->inplace = 0;
-  return es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims);
+  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
+    return rc;
+  k->out[0]->layout = x->layout;
+  return 0;
 }
 
 /* ==========================================================================
@@ -117,6 +127,13 @@ static int bn_run(const es_kinst *k, const void *const *in, void *const *out, vo
   /* x and y may be the same buffer: each element is read, then written */
   const float *x = in[0];
   float *y = out[0];
+  if (p->nhwc) {
+    int64_t pixels = p->n * p->plane, nc = p->c;
+    for (int64_t i = 0; i < pixels; i++, x += nc, y += nc)
+      for (int64_t c = 0; c < nc; c++)
+        y[c] = x[c] * a[c] + b[c];
+    return 0;
+  }
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t c = 0; c < p->c; c++, x += p->plane, y += p->plane) {
       float ac = a[c], bc = b[c];
@@ -130,7 +147,7 @@ static int bn_run(const es_kinst *k, const void *const *in, void *const *out, vo
  * Family
  * ======================================================================== */
 
-static const es_kernel bn_kernel = {bn_infer, bn_run, NULL, 0};
+static const es_kernel bn_kernel = {bn_infer, bn_run, NULL, 1};
 
 const es_kernel *es_kernels_norm(es_op op) {
   return op == ES_OP_BatchNormalization ? &bn_kernel : NULL;

@@ -23,7 +23,20 @@
  * a 2-D pool only has one depth slice.
  *
  * MaxPool's optional Indices output (flat indices into X; storage_order 1
- * orders the spatial axes column-major) takes a scalar path. */
+ * orders the spatial axes column-major) takes a scalar path.
+ *
+ * Layouts. The kernels are layout-aware so that activations stay in NHWC
+ * between convolutions. A 2-D pool of an NHWC input writes NHWC: the same
+ * tap tables, walked per output pixel, with the channel loop innermost (a
+ * contiguous max/add over C that vectorises whatever the stride). Plain
+ * inputs (every 1-D and 3-D pool, since only rank-4 tensors are NHWC) take
+ * the plane path above; MaxPool with Indices asks for a plain input, as its
+ * indices are defined on the NCHW order. GlobalAveragePool of an NHWC input
+ * sums pixel rows of C channels; its [N, C, 1, 1] output has the same bytes
+ * in both layouts and is marked NHWC, the layout of the squeeze-and-
+ * excitation convolution that usually reads it (a plain one would cost a
+ * Relayout step there, if a free one); elementwise ops take it against
+ * NHWC tensors as they are. */
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -57,6 +70,8 @@ typedef struct pool_params {
   int64_t *col_hi;    /* [ax[2].k]: one past the last */
   int indices;        /* MaxPool: write output 1 */
   int col_major;      /* storage_order 1: Indices count the spatial axes column-major */
+  int nhwc;           /* X and Y in NHWC (2-D only): pixel-major walk */
+  int64_t n, c;       /* N and C, for the NHWC walk */
 } pool_params;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -209,6 +224,12 @@ static int pool_infer_common(es_kinst *k, int kind) {
   if (indices && x->dtype != ES_DTYPE_FLOAT)
     return ES_KFAIL(k, ES_ENOTSUP, "Indices for %s input not implemented",
                     es_dtype_name(x->dtype));
+  /* Indices number the elements of NCHW order: computed on a plain X. */
+  int nhwc = x->layout == ES_LAYOUT_NHWC;
+  if (nhwc && indices) {
+    k->want_plain = 1;
+    return ES_KRELAYOUT;
+  }
 
   pool_params *p = es_kinst_alloc(k, sizeof *p);
   if (!p)
@@ -218,6 +239,9 @@ static int pool_infer_common(es_kinst *k, int kind) {
   p->planes = x->dims[0] * x->dims[1];
   p->indices = indices;
   p->col_major = (int)storage_order;
+  p->nhwc = nhwc;
+  p->n = x->dims[0];
+  p->c = x->dims[1];
   int64_t pe[3] = {0, 0, 0};
   int64_t odims[ES_MAX_RANK] = {x->dims[0], x->dims[1]};
   for (int a = 0; a < 3; a++) {
@@ -238,6 +262,7 @@ static int pool_infer_common(es_kinst *k, int kind) {
   }
   if ((rc = es_tdesc_set(k->out[0], x->dtype, x->rank, odims)) < 0)
     return rc;
+  k->out[0]->layout = x->layout;
   if (indices && (rc = es_tdesc_set(k->out[1], ES_DTYPE_INT64, x->rank, odims)) < 0)
     return rc;
   for (int a = 0; a < 3; a++)
@@ -339,6 +364,59 @@ static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
     }
 }
 
+/* NHWC: each output pixel is a max over its window's input pixels, C
+ * channels at a time; empty windows give lowest. */
+#define POOL_MAX_NHWC(name, T, lowest)                                                    \
+  static void name(const pool_params *p, const T *restrict src, T *restrict dst) {        \
+    const pool_axis *ah = &p->ax[1], *aw = &p->ax[2];                                     \
+    int64_t nc = p->c;                                                                    \
+    for (int64_t b = 0; b < p->n; b++, src += ah->in * aw->in * nc)                       \
+      for (int64_t oh = 0; oh < ah->out; oh++)                                            \
+        for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {                             \
+          for (int64_t c = 0; c < nc; c++)                                                \
+            dst[c] = (lowest);                                                            \
+          for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {                  \
+            int64_t ih = oh * ah->s - ah->pb + kh * ah->d;                                \
+            for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {                \
+              int64_t iw = ow * aw->s - aw->pb + kw * aw->d;                              \
+              const T *restrict px = src + (ih * aw->in + iw) * nc;                       \
+              for (int64_t c = 0; c < nc; c++)                                            \
+                dst[c] = px[c] > dst[c] ? px[c] : dst[c];                                 \
+            }                                                                             \
+          }                                                                               \
+        }                                                                                 \
+  }
+
+POOL_MAX_NHWC(pool_max_nhwc_f32, float, -INFINITY)
+POOL_MAX_NHWC(pool_max_nhwc_u8, uint8_t, 0)
+POOL_MAX_NHWC(pool_max_nhwc_i8, int8_t, INT8_MIN)
+
+/* NHWC average: the same sums in the same order as the plane path, so both
+ * layouts give identical results. */
+static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
+                              float *restrict dst) {
+  const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
+  int64_t nc = p->c;
+  for (int64_t b = 0; b < p->n; b++, src += ah->in * aw->in * nc)
+    for (int64_t oh = 0; oh < ah->out; oh++)
+      for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {
+        for (int64_t c = 0; c < nc; c++)
+          dst[c] = 0.0f;
+        for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
+          int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
+          for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
+            int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
+            const float *restrict px = src + (ih * aw->in + iw) * nc;
+            for (int64_t c = 0; c < nc; c++)
+              dst[c] += px[c];
+          }
+        }
+        float f = ad->inv[0] * ah->inv[oh] * aw->inv[ow];
+        for (int64_t c = 0; c < nc; c++)
+          dst[c] *= f;
+      }
+}
+
 /* Max with flat indices into X, counting N and C, the spatial axes row-major
  * (storage_order 0) or column-major (1). Scalar: the Indices output is for
  * training-style graphs, not the hot path. */
@@ -381,6 +459,17 @@ static int pool_run(const es_kinst *k, const void *const *in, void *const *out, 
     pool_max_indices_f32(p, in[0], out[0], out[1]);
     return 0;
   }
+  if (p->nhwc) {
+    if (p->kind == POOL_AVG)
+      pool_avg_nhwc_f32(p, in[0], out[0]);
+    else if (p->dtype == ES_DTYPE_FLOAT)
+      pool_max_nhwc_f32(p, in[0], out[0]);
+    else if (p->dtype == ES_DTYPE_UINT8)
+      pool_max_nhwc_u8(p, in[0], out[0]);
+    else
+      pool_max_nhwc_i8(p, in[0], out[0]);
+    return 0;
+  }
   for (int64_t c = 0; c < p->planes; c++) {
     if (p->kind == POOL_AVG)
       pool_avg_plane_f32(p, (const float *)in[0] + c * plane_in, (float *)out[0] + c * plane_out);
@@ -401,7 +490,13 @@ static int pool_run(const es_kinst *k, const void *const *in, void *const *out, 
 
 typedef struct gap_params {
   int64_t planes, size; /* N * C planes of `size` elements */
+  int nhwc;             /* X in NHWC: N images of `size` pixels of c channels */
+  int64_t n, c;
 } gap_params;
+
+/* NHWC sums add pixel rows into a block partial first (scratch), then the
+ * partial into the total, keeping the error close to the plane path's. */
+#define GAP_BLOCK 64
 
 static int gap_infer(es_kinst *k) {
   if (k->n_in < 1 || !k->in[0])
@@ -425,8 +520,16 @@ static int gap_infer(es_kinst *k) {
     if (i >= 2)
       p->size *= x->dims[i];
   }
+  p->nhwc = x->layout == ES_LAYOUT_NHWC;
+  p->n = x->dims[0];
+  p->c = x->dims[1];
+  if (p->nhwc)
+    k->scratch_bytes = (size_t)p->c * sizeof(float);
   k->params = p;
-  return es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, odims);
+  int rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, odims);
+  if (rc == 0)
+    k->out[0]->layout = x->layout;
+  return rc;
 }
 
 /* Sum with 8 independent partial sums: vectorisable without reassociation
@@ -444,12 +547,42 @@ static float pool_sum_f32(const float *restrict x, int64_t n) {
 }
 
 static int gap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
-  (void)scratch;
   const gap_params *p = k->params;
   const float *x = in[0];
   float *y = out[0];
   /* an empty plane averages to NaN, as 0/0 */
   float inv = p->size > 0 ? 1.0f / (float)p->size : NAN;
+  if (p->nhwc) {
+    int64_t nc = p->c;
+    float *restrict part = scratch;
+    for (int64_t b = 0; b < p->n; b++, x += p->size * nc, y += nc) {
+      for (int64_t c = 0; c < nc; c++)
+        y[c] = 0.0f;
+      for (int64_t i0 = 0; i0 < p->size; i0 += GAP_BLOCK) {
+        int64_t i1 = i0 + GAP_BLOCK < p->size ? i0 + GAP_BLOCK : p->size;
+        const float *restrict px = x + i0 * nc;
+        int64_t i = i0 + 1;
+        for (int64_t c = 0; c < nc; c++)
+          part[c] = px[c];
+        /* four pixels per pass: a quarter of the partials' loads and stores */
+        for (; i + 4 <= i1; i += 4) {
+          const float *restrict q = x + i * nc;
+          for (int64_t c = 0; c < nc; c++)
+            part[c] += (q[c] + q[c + nc]) + (q[c + 2 * nc] + q[c + 3 * nc]);
+        }
+        for (; i < i1; i++) {
+          const float *restrict q = x + i * nc;
+          for (int64_t c = 0; c < nc; c++)
+            part[c] += q[c];
+        }
+        for (int64_t c = 0; c < nc; c++)
+          y[c] += part[c];
+      }
+      for (int64_t c = 0; c < nc; c++)
+        y[c] *= inv;
+    }
+    return 0;
+  }
   for (int64_t c = 0; c < p->planes; c++)
     y[c] = pool_sum_f32(x + c * p->size, p->size) * inv;
   return 0;
@@ -459,9 +592,9 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
  * Family
  * ======================================================================== */
 
-static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, 0};
-static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, 0};
-static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, 0};
+static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, 1};
+static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, 1};
+static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, 1};
 
 const es_kernel *es_kernels_pool(es_op op) {
   switch (op) {

@@ -22,7 +22,7 @@ const es_kernel *es_kernel_for(es_op op) {
   static const family_fn families[] = {
       es_kernels_elementwise, es_kernels_shape, es_kernels_pool, es_kernels_reduce,
       es_kernels_resize,      es_kernels_norm,  es_kernels_conv, es_kernels_matmul,
-      es_kernels_layout,
+      es_kernels_layout,      es_kernels_layernorm, es_kernels_fused,
   };
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const es_kernel *k = families[i](op);
@@ -51,13 +51,23 @@ int es_kernels_reference(void) {
 /* oneDNN's CPU runtime here is OpenMP: a parallel region started by a thread
  * uses that thread's nthreads setting. Found at run time so the library does
  * not link the OpenMP runtime itself (oneDNN already loads it). */
+static _Thread_local int es_threads_applied_; /* this thread's setting, 0: none yet */
+
 int es_kernels_set_threads(int n) {
   if (n < 1 || n > 1024)
     return es__fail(ES_EINVAL, "thread count %d is outside 1..1024", n);
   void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
   if (set)
     set(n);
+  es_threads_applied_ = n;
   return 0;
+}
+
+void es_kernels_threads_default(void) {
+  /* One thread per request unless the caller chose: several workers each
+   * starting a team of all cores would oversubscribe the machine. */
+  if (!es_threads_applied_)
+    es_kernels_set_threads(1);
 }
 
 /* ==========================================================================
@@ -147,7 +157,9 @@ int es__kfail(const es_kinst *k, int err, const char *fmt, ...) {
 typedef struct prep_entry {
   struct prep_entry *next;
   char *key;
-  es_weights *w;
+  es_weights *w;    /* the region holding the bytes (one reference) */
+  const void *data; /* the bytes: all of w, or a slice of a compiled file */
+  size_t size;
 } prep_entry;
 
 struct es_prep_store {
@@ -182,6 +194,49 @@ void es_prep_store_destroy(es_prep_store *s) {
 
 size_t es_prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
 
+int es_prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
+                      size_t size) {
+  if (!s || !key || !w || (!data && size))
+    return es__fail(ES_EINVAL, "es_prep_store_add: bad argument");
+  pthread_mutex_lock(&s->lock);
+  int rc = 0;
+  for (prep_entry *e = s->head; e; e = e->next)
+    if (!strcmp(e->key, key)) {
+      rc = es__fail(ES_EINVAL, "prepared weights '%s' are already stored", key);
+      break;
+    }
+  prep_entry *e = NULL;
+  if (rc == 0) {
+    e = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *e);
+    if (!e || !(e->key = es_mem_strdup(ES_MEM_ENGINE, key))) {
+      es_mem_free(e);
+      rc = es__fail(ES_ENOMEM, "out of memory for prepared weights");
+    }
+  }
+  if (rc == 0) {
+    e->w = es_weights_retain(w);
+    e->data = data;
+    e->size = size;
+    e->next = s->head;
+    s->head = e;
+  }
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+int es_prep_store_each(es_prep_store *s,
+                       int (*fn)(void *user, const char *key, const void *data, size_t size),
+                       void *user) {
+  if (!s || !fn)
+    return es__fail(ES_EINVAL, "es_prep_store_each: bad argument");
+  pthread_mutex_lock(&s->lock);
+  int rc = 0;
+  for (prep_entry *e = s->head; e && rc == 0; e = e->next)
+    rc = fn(user, e->key, e->data, e->size);
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
 int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
                       void *user, const void **out) {
   if (!k->prep) {
@@ -202,10 +257,10 @@ int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_f
     if (!strcmp(e->key, key))
       break;
   if (e) {
-    if (es_weights_size(e->w) < bytes)
+    if (e->size < bytes)
       rc = es__kfail(k, ES_ECORRUPT, "prepared weights '%s' exist with another size", key);
     else
-      *out = es_weights_data(e->w);
+      *out = e->data;
     pthread_mutex_unlock(&s->lock);
     return rc;
   }
@@ -229,10 +284,12 @@ int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_f
     es_mem_free(e);
   } else {
     e->w = w;
+    e->data = es_weights_data(w);
+    e->size = bytes;
     e->next = s->head;
     s->head = e;
     s->bytes += es_weights_size(w);
-    *out = es_weights_data(w);
+    *out = e->data;
   }
   pthread_mutex_unlock(&s->lock);
   return rc;

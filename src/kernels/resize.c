@@ -23,7 +23,16 @@
  *     two scratch buffers.
  *
  * Opset 10's nearest follows ONNX Runtime: x / scale truncated, or ceiled
- * when downscaling (matching ONNX's original opset-10 test data). */
+ * when downscaling (matching ONNX's original opset-10 test data).
+ *
+ * Layouts. Resize is layout-aware so the upsampling in detection necks
+ * keeps activations in NHWC. When the input is NHWC and the path is one of
+ * the three above that touch only H and W (copy, nearest, linear) the
+ * output is NHWC too and the same tables drive a pixel-major walk: an
+ * output pixel is a copy (nearest) or a blend (linear) of whole input
+ * pixels, C contiguous channels at a time, and output rows that repeat the
+ * previous one are copied whole. Any other NHWC case (N or C resized,
+ * cubic, tf_crop_and_resize extrapolation) asks for a plain input. */
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -53,6 +62,8 @@ typedef struct resize_params {
   resize_dim dim[ES_MAX_RANK];
   float extrapolation;
   int64_t planes;        /* 2-D paths: product of all but the last two axes */
+  int nhwc;              /* X and Y in NHWC (rank 4, 2-D paths) */
+  int64_t n, c;          /* NHWC: images and channels */
   size_t buf_elems;      /* separable: elements of each scratch buffer */
   int64_t count;         /* copy: elements */
 } resize_params;
@@ -365,8 +376,19 @@ static int resize_infer(es_kinst *k) {
     p->path = PATH_LINEAR_2D;
   else
     p->path = PATH_SEPARABLE;
+  if (x->layout == ES_LAYOUT_NHWC) {
+    /* The NHWC walks keep whole pixels: only H and W may change. */
+    if (p->path == PATH_SEPARABLE || !p->dim[0].identity || !p->dim[1].identity) {
+      k->want_plain = 1;
+      return ES_KRELAYOUT;
+    }
+    p->nhwc = 1;
+    p->n = x->dims[0];
+    p->c = x->dims[1];
+    k->out[0]->layout = ES_LAYOUT_NHWC;
+  }
   if (p->path == PATH_LINEAR_2D)
-    k->scratch_bytes = 2 * (size_t)odims[r - 1] * sizeof(float);
+    k->scratch_bytes = 2 * (size_t)odims[r - 1] * (size_t)(p->nhwc ? p->c : 1) * sizeof(float);
   if (p->path == PATH_SEPARABLE && passes > 1) {
     p->buf_elems = biggest;
     /* the second buffer is needed only from the third pass on */
@@ -442,6 +464,68 @@ static void resize_linear_2d(const resize_params *p, const float *restrict src,
   }
 }
 
+/* NHWC nearest: output pixel (oh, ow) is input pixel (idx_h, idx_w), all
+ * C channels; an output row equal to the previous one is copied whole. */
+static void resize_nearest_nhwc(const resize_params *p, const float *restrict src,
+                                float *restrict dst) {
+  const resize_dim *h = &p->dim[2], *w = &p->dim[3];
+  int64_t nc = p->c, row_in = w->in * nc, row_out = w->out * nc;
+  size_t pix = (size_t)nc * sizeof *dst;
+  for (int64_t b = 0; b < p->n; b++, src += h->in * row_in) {
+    for (int64_t oh = 0; oh < h->out; oh++, dst += row_out) {
+      if (oh > 0 && h->idx[oh] == h->idx[oh - 1]) {
+        memcpy(dst, dst - row_out, (size_t)row_out * sizeof *dst);
+        continue;
+      }
+      const float *restrict row = src + h->idx[oh] * row_in;
+      for (int64_t j = 0; j < w->out; j++)
+        memcpy(dst + j * nc, row + w->idx[j] * nc, pix);
+    }
+  }
+}
+
+/* NHWC: interpolates input row `row` along W into h, whole pixels. */
+static void resize_hrow_nhwc(const resize_dim *w, int64_t nc, const float *restrict row,
+                             float *restrict h) {
+  for (int64_t j = 0; j < w->out; j++, h += nc) {
+    const float *restrict a = row + w->idx[2 * j] * nc, *restrict b = row + w->idx[2 * j + 1] * nc;
+    float wa = w->w[2 * j], wb = w->w[2 * j + 1];
+    for (int64_t c = 0; c < nc; c++)
+      h[c] = a[c] * wa + b[c] * wb;
+  }
+}
+
+/* NHWC bilinear: resize_linear_2d with rows of W x C values. */
+static void resize_linear_nhwc(const resize_params *p, const float *restrict src,
+                               float *restrict dst, float *restrict scratch) {
+  const resize_dim *h = &p->dim[2], *w = &p->dim[3];
+  int64_t nc = p->c, row_in = w->in * nc, row_out = w->out * nc;
+  if (row_out == 0)
+    return;
+  float *slot[2] = {scratch, scratch + row_out};
+  for (int64_t b = 0; b < p->n; b++, src += h->in * row_in) {
+    int64_t held[2] = {-1, -1};
+    for (int64_t oh = 0; oh < h->out; oh++, dst += row_out) {
+      int64_t y0 = h->idx[2 * oh], y1 = h->idx[2 * oh + 1];
+      int s0 = held[1] == y0, s1;
+      if (held[s0] != y0) {
+        s0 = held[0] == y1;
+        resize_hrow_nhwc(w, nc, src + y0 * row_in, slot[s0]);
+        held[s0] = y0;
+      }
+      s1 = held[0] == y1 ? 0 : held[1] == y1 ? 1 : !s0;
+      if (held[s1] != y1) {
+        resize_hrow_nhwc(w, nc, src + y1 * row_in, slot[s1]);
+        held[s1] = y1;
+      }
+      const float *restrict a = slot[s0], *restrict bb = slot[s1];
+      float wy0 = h->w[2 * oh], wy1 = h->w[2 * oh + 1];
+      for (int64_t j = 0; j < row_out; j++)
+        dst[j] = wy0 * a[j] + wy1 * bb[j];
+    }
+  }
+}
+
 /* One axis: [outer, d->in, inner] -> [outer, d->out, inner]. */
 static void resize_pass(const resize_dim *d, float extrap, const float *restrict src,
                         float *restrict dst, int64_t outer, int64_t inner) {
@@ -513,10 +597,16 @@ static int resize_run(const es_kinst *k, const void *const *in, void *const *out
     memcpy(out[0], in[0], (size_t)p->count * sizeof(float));
     break;
   case PATH_NEAREST_2D:
-    resize_nearest_2d(p, in[0], out[0]);
+    if (p->nhwc)
+      resize_nearest_nhwc(p, in[0], out[0]);
+    else
+      resize_nearest_2d(p, in[0], out[0]);
     break;
   case PATH_LINEAR_2D:
-    resize_linear_2d(p, in[0], out[0], scratch);
+    if (p->nhwc)
+      resize_linear_nhwc(p, in[0], out[0], scratch);
+    else
+      resize_linear_2d(p, in[0], out[0], scratch);
     break;
   default:
     resize_separable(p, in[0], out[0], scratch);
@@ -529,6 +619,6 @@ static int resize_run(const es_kinst *k, const void *const *in, void *const *out
  * Family
  * ======================================================================== */
 
-static const es_kernel resize_kernel = {resize_infer, resize_run, NULL, 0};
+static const es_kernel resize_kernel = {resize_infer, resize_run, NULL, 1};
 
 const es_kernel *es_kernels_resize(es_op op) { return op == ES_OP_Resize ? &resize_kernel : NULL; }

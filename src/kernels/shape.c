@@ -22,6 +22,21 @@
  *    becomes a 2-D transpose done in cache-sized tiles.
  *  - Pad writes each output row once: fill, copy of the interior, fill (or
  *    for edge/reflect, elements mapped back into the input).
+ *
+ * Layouts. Concat, Split and Transpose are layout-aware, so activations in
+ * NHWC between convolutions never need converting around them:
+ *  - Concat and Split work on physical dims (es_layout_axis): a channel
+ *    concat of NHWC tensors interleaves one run of channels per input for
+ *    every pixel. Split outputs keep the input's layout. Concat's output is
+ *    NHWC when any input is; a plain input that would have to move is
+ *    requested in NHWC (ES_KRELAYOUT), while a rank-4 plain tensor with one
+ *    channel or one pixel is already the same bytes and joins as it is.
+ *  - Transpose gathers on physical dims and picks the output layout that
+ *    makes it an identity when one does. Models exported from NHWC
+ *    frameworks start with Transpose(0,3,1,2) of a plain NHWC input, which
+ *    becomes an NHWC output with the input's bytes, and end with
+ *    Transpose(0,2,3,1) of convolution outputs, which read as a plain
+ *    output with the same bytes: both cost nothing (the planner aliases).
  */
 #include "kernels/kernel.h"
 
@@ -247,6 +262,56 @@ static void value_from_float(es_dtype dt, float x, unsigned char *val) {
     val[0] = (unsigned char)x;
     break;
   }
+}
+
+/* One run of 16 * q16 + 4 * q4 bytes (q16 <= 16, q4 <= 3) as straight-line
+ * fixed-size copies, which compile to vector moves: written as a loop, GCC
+ * and clang turn it back into a memmove call, which for the few channels
+ * per pixel of an NHWC concat costs more than the copy. */
+#define RUN_C16(i) memcpy(d + 16 * (i), s + 16 * (i), 16)
+static inline void run_copy(char *restrict d, const char *restrict s, size_t q16, size_t q4) {
+  switch (q16) {
+  case 16: RUN_C16(15); __attribute__((fallthrough));
+  case 15: RUN_C16(14); __attribute__((fallthrough));
+  case 14: RUN_C16(13); __attribute__((fallthrough));
+  case 13: RUN_C16(12); __attribute__((fallthrough));
+  case 12: RUN_C16(11); __attribute__((fallthrough));
+  case 11: RUN_C16(10); __attribute__((fallthrough));
+  case 10: RUN_C16(9); __attribute__((fallthrough));
+  case 9: RUN_C16(8); __attribute__((fallthrough));
+  case 8: RUN_C16(7); __attribute__((fallthrough));
+  case 7: RUN_C16(6); __attribute__((fallthrough));
+  case 6: RUN_C16(5); __attribute__((fallthrough));
+  case 5: RUN_C16(4); __attribute__((fallthrough));
+  case 4: RUN_C16(3); __attribute__((fallthrough));
+  case 3: RUN_C16(2); __attribute__((fallthrough));
+  case 2: RUN_C16(1); __attribute__((fallthrough));
+  case 1: RUN_C16(0); __attribute__((fallthrough));
+  default: break;
+  }
+  d += 16 * q16;
+  s += 16 * q16;
+  switch (q4) {
+  case 3: memcpy(d + 8, s + 8, 4); __attribute__((fallthrough));
+  case 2: memcpy(d + 4, s + 4, 4); __attribute__((fallthrough));
+  case 1: memcpy(d, s, 4); __attribute__((fallthrough));
+  default: break;
+  }
+}
+#undef RUN_C16
+
+/* rows copies of n bytes, from src every ss bytes to dst every ds: the
+ * block moves of Concat and Split (short runs in NHWC, one per pixel). */
+static void rows_copy(char *restrict dst, size_t ds, const char *restrict src, size_t ss,
+                      size_t rows, size_t n) {
+  if (n > 256 || n % 4) {
+    for (size_t r = 0; r < rows; r++)
+      memcpy(dst + r * ds, src + r * ss, n);
+    return;
+  }
+  size_t q16 = n / 16, q4 = n % 16 / 4;
+  for (size_t r = 0; r < rows; r++, dst += ds, src += ss)
+    run_copy(dst, src, q16, q4);
 }
 
 /* ==========================================================================
@@ -578,9 +643,44 @@ static int squeeze_infer(es_kinst *k) {
 
 typedef struct concat_params {
   int n;
-  size_t outer;  /* product of the dims before the axis */
-  size_t *block; /* [n] bytes each input contributes per outer index */
+  size_t outer;   /* product of the physical dims before the physical axis */
+  size_t *block;  /* [n] bytes each input contributes per outer index */
+  bool short_runs; /* every block fits run_copy: whole 4-byte words, <= 256 bytes */
 } concat_params;
+
+/* A rank-4 plain tensor whose bytes read the same in NHWC order (one
+ * channel, or one pixel): it joins NHWC inputs without a conversion. */
+static bool nhwc_same_bytes(const es_tdesc *t) {
+  return t->layout == ES_LAYOUT_NHWC ||
+         (t->rank == 4 && (t->dims[1] == 1 || (t->dims[2] == 1 && t->dims[3] == 1)));
+}
+
+/* Layout of a Concat's output: NHWC when any input is (so channel concats
+ * between convolutions stay NHWC), else plain. Plain inputs that would have
+ * to move become ES_KRELAYOUT requests. */
+static int concat_layout(es_kinst *k, es_layout *lay) {
+  *lay = ES_LAYOUT_PLAIN;
+  for (int i = 0; i < k->n_in; i++)
+    if (k->in[i]->layout == ES_LAYOUT_NHWC)
+      *lay = ES_LAYOUT_NHWC;
+  if (*lay == ES_LAYOUT_PLAIN)
+    return 0;
+  uint32_t want = 0;
+  for (int i = 0; i < k->n_in; i++) {
+    if (nhwc_same_bytes(k->in[i]))
+      continue;
+    if (i >= 32)
+      return ES_KFAIL(k, ES_ENOTSUP,
+                      "input %d is plain among NHWC inputs; at most 32 inputs can be converted",
+                      i);
+    want |= 1u << i;
+  }
+  if (want) {
+    k->want_nhwc = want;
+    return ES_KRELAYOUT;
+  }
+  return 0;
+}
 
 static int concat_infer(es_kinst *k) {
   if (k->n_in < 1)
@@ -615,20 +715,34 @@ static int concat_infer(es_kinst *k) {
                         (long long)t->dims[d], (long long)x0->dims[d]);
     dims[axis] += t->dims[axis];
   }
+  /* All inputs have x0's rank: with an NHWC one, all are rank 4. */
+  es_layout lay;
+  if ((rc = concat_layout(k, &lay)) != 0)
+    return rc;
   if ((rc = out_set(k, 0, x0->dtype, x0->rank, dims)) < 0)
     return rc;
+  es_tdesc *y = k->out[0];
+  y->layout = lay;
   concat_params *p = params_alloc(k, sizeof *p);
   if (!p || !(p->block = params_alloc(k, (size_t)k->n_in * sizeof *p->block)))
     return ES_ENOMEM;
+  /* Blocks along the physical axis: in NHWC a channel concat interleaves
+   * one run of C_i channels per input for every pixel. */
+  int64_t pd[ES_MAX_RANK];
+  es_tdesc_phys_dims(y, pd);
+  int pa = es_layout_axis(y, axis);
   p->n = k->n_in;
   p->outer = 1;
-  for (int d = 0; d < axis; d++)
-    p->outer *= (size_t)dims[d];
+  for (int d = 0; d < pa; d++)
+    p->outer *= (size_t)pd[d];
   size_t inner = es_dtype_size(x0->dtype);
-  for (int d = axis + 1; d < x0->rank; d++)
-    inner *= (size_t)dims[d];
-  for (int i = 0; i < k->n_in; i++)
+  for (int d = pa + 1; d < y->rank; d++)
+    inner *= (size_t)pd[d];
+  p->short_runs = true;
+  for (int i = 0; i < k->n_in; i++) {
     p->block[i] = inner * (size_t)k->in[i]->dims[axis];
+    p->short_runs = p->short_runs && p->block[i] <= 256 && p->block[i] % 4 == 0;
+  }
   k->params = p;
   return 0;
 }
@@ -638,11 +752,30 @@ static int concat_run(const es_kinst *k, const void *const *in, void *const *out
   (void)scratch;
   const concat_params *p = k->params;
   char *d = out[0];
-  for (size_t o = 0; o < p->outer; o++)
+  if (!p->short_runs) {
+    for (size_t o = 0; o < p->outer; o++)
+      for (int i = 0; i < p->n; i++) {
+        memcpy(d, (const char *)in[i] + o * p->block[i], p->block[i]);
+        d += p->block[i];
+      }
+    return 0;
+  }
+  /* Tiles of output rows (64 KB) that stay in cache while every input
+   * writes its runs into them, one input at a time so each copy loop has a
+   * fixed run size. */
+  size_t row = 0;
+  for (int i = 0; i < p->n; i++)
+    row += p->block[i];
+  size_t tile = row ? 65536 / row : 1;
+  tile = tile ? tile : 1;
+  for (size_t o0 = 0; o0 < p->outer; o0 += tile) {
+    size_t rows = p->outer - o0 < tile ? p->outer - o0 : tile, off = 0;
     for (int i = 0; i < p->n; i++) {
-      memcpy(d, (const char *)in[i] + o * p->block[i], p->block[i]);
-      d += p->block[i];
+      size_t b = p->block[i];
+      rows_copy(d + o0 * row + off, row, (const char *)in[i] + o0 * b, b, rows, b);
+      off += b;
     }
+  }
   return 0;
 }
 
@@ -826,13 +959,18 @@ static int split_infer(es_kinst *k) {
   if (!p || !(p->block = params_alloc(k, (size_t)n * sizeof *p->block)) ||
       !(p->off = params_alloc(k, (size_t)n * sizeof *p->off)))
     return ES_ENOMEM;
+  /* Blocks along the physical axis; every output keeps X's layout (in
+   * NHWC a channel split takes one run of channels per pixel). */
+  int64_t pd[ES_MAX_RANK];
+  es_tdesc_phys_dims(x, pd);
+  int pa = es_layout_axis(x, axis);
   p->n = n;
   p->outer = 1;
-  for (int d = 0; d < axis; d++)
-    p->outer *= (size_t)x->dims[d];
+  for (int d = 0; d < pa; d++)
+    p->outer *= (size_t)pd[d];
   size_t inner = es_dtype_size(x->dtype);
-  for (int d = axis + 1; d < x->rank; d++)
-    inner *= (size_t)x->dims[d];
+  for (int d = pa + 1; d < x->rank; d++)
+    inner *= (size_t)pd[d];
   p->in_block = inner * (size_t)dim;
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -846,6 +984,7 @@ static int split_infer(es_kinst *k) {
     dims[axis] = sizes[i];
     if ((rc = out_set(k, i, x->dtype, x->rank, dims)) < 0)
       return rc;
+    k->out[i]->layout = x->layout;
   }
   k->params = p;
   return 0;
@@ -858,9 +997,7 @@ static int split_run(const es_kinst *k, const void *const *in, void *const *out,
   for (int i = 0; i < p->n; i++) {
     if (!out[i])
       continue;
-    char *d = out[i];
-    for (size_t o = 0; o < p->outer; o++)
-      memcpy(d + o * p->block[i], s + o * p->in_block + p->off[i], p->block[i]);
+    rows_copy(out[i], p->block[i], s + p->off[i], p->in_block, p->outer, p->block[i]);
   }
   return 0;
 }
@@ -868,6 +1005,23 @@ static int split_run(const es_kinst *k, const void *const *in, void *const *out,
 /* ==========================================================================
  * Transpose
  * ======================================================================== */
+
+/* Plans Y (its dims set) in layout lay: walking Y's memory in order,
+ * physical position j holds Y's logical axis a, read from X's axis perm[a]
+ * whose stride in X's memory is lst[perm[a]]. Returns 1 if the move is an
+ * identity. */
+static bool transpose_plan(copy_plan *p, es_tdesc *y, es_layout lay, size_t esz,
+                           const int64_t *perm, const int64_t *lst) {
+  int64_t n[ES_MAX_RANK], ss[ES_MAX_RANK];
+  y->layout = lay;
+  for (int a = 0; a < y->rank; a++) {
+    int j = es_layout_axis(y, a);
+    n[j] = y->dims[a];
+    ss[j] = lst[perm[a]];
+  }
+  copy_plan_init(p, esz, y->rank, n, ss, 0);
+  return p->identity;
+}
 
 static int transpose_infer(es_kinst *k) {
   int rc = io_check(k, 1, 1, 1, 1);
@@ -892,16 +1046,30 @@ static int transpose_infer(es_kinst *k) {
                       (long long)perm[i], x->rank - 1);
     seen[perm[i]] = true;
   }
-  int64_t ist[ES_MAX_RANK], dims[ES_MAX_RANK], ss[ES_MAX_RANK];
-  strides_of(x->rank, x->dims, ist);
-  for (int i = 0; i < x->rank; i++)
-    dims[i] = x->dims[perm[i]], ss[i] = ist[perm[i]];
-  if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
+  int r = x->rank;
+  int64_t dims[ES_MAX_RANK], pd[ES_MAX_RANK], pst[ES_MAX_RANK], lst[ES_MAX_RANK];
+  for (int i = 0; i < r; i++)
+    dims[i] = x->dims[perm[i]];
+  if ((rc = out_set(k, 0, x->dtype, r, dims)) < 0)
     return rc;
+  /* Element stride in X's memory of each logical axis of X. */
+  es_tdesc_phys_dims(x, pd);
+  strides_of(r, pd, pst);
+  for (int a = 0; a < r; a++)
+    lst[a] = pst[es_layout_axis(x, a)];
   copy_plan *p = params_alloc(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
-  copy_plan_init(p, es_dtype_size(x->dtype), x->rank, dims, ss, 0);
+  /* The output layout that makes the move an identity if one does (plain
+   * first), else plain. NHWC is an option only inside a plan (k->prep set,
+   * as for Conv): es_kernel_eval folds constants at load into plain graph
+   * values, so from a plain input it must give a plain output. */
+  es_tdesc *y = k->out[0];
+  size_t esz = es_dtype_size(x->dtype);
+  bool may_nhwc = r == 4 && (k->prep || x->layout == ES_LAYOUT_NHWC);
+  if (!transpose_plan(p, y, ES_LAYOUT_PLAIN, esz, perm, lst) &&
+      !(may_nhwc && transpose_plan(p, y, ES_LAYOUT_NHWC, esz, perm, lst)))
+    transpose_plan(p, y, ES_LAYOUT_PLAIN, esz, perm, lst);
   if (p->identity)
     k->inplace = 0;
   k->params = p;
@@ -1160,10 +1328,10 @@ static int constant_of_shape_run(const es_kinst *k, const void *const *in, void 
 static const es_kernel k_shape = {shape_infer, shape_run, NULL, 1}; /* reads only dims */
 static const es_kernel k_reshape = {reshape_infer, view_run, NULL, 0};
 static const es_kernel k_squeeze = {squeeze_infer, view_run, NULL, 0};
-static const es_kernel k_concat = {concat_infer, concat_run, NULL, 0};
+static const es_kernel k_concat = {concat_infer, concat_run, NULL, 1};
 static const es_kernel k_slice = {slice_infer, gather_run, NULL, 0};
-static const es_kernel k_split = {split_infer, split_run, NULL, 0};
-static const es_kernel k_transpose = {transpose_infer, gather_run, NULL, 0};
+static const es_kernel k_split = {split_infer, split_run, NULL, 1};
+static const es_kernel k_transpose = {transpose_infer, gather_run, NULL, 1};
 static const es_kernel k_pad = {pad_infer, pad_run, NULL, 0};
 static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
                                               NULL, 0};

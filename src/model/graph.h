@@ -119,6 +119,10 @@ typedef struct es_graph {
 int es_onnx_load(const void *data, size_t size, es_graph *g);
 /* Frees the IR, the staging blocks (if not sealed) or the weight region. */
 void es_graph_fini(es_graph *g);
+/* Fusion passes at load (src/model/fuse.c): activations and residual Adds
+ * into the Conv before them, elementwise chains into one node, the LayerNorm
+ * pattern into one node. Runs after folding, before sealing. */
+int es_graph_fuse(es_graph *g);
 /* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's
  * dtype, rank, dims and nbytes; *data is es_mem_aligned_alloc'ed (64) and
  * owned by the caller. The name is not kept. */

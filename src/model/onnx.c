@@ -686,6 +686,8 @@ int es_onnx_load(const void *data, size_t size, es_graph *g) {
   if (rc == 0)
     rc = es_graph_fold(g);
   if (rc == 0)
+    rc = es_graph_fuse(g);
+  if (rc == 0)
     rc = es_graph_seal(g);
   if (rc < 0)
     es_graph_fini(g);

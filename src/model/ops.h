@@ -40,7 +40,9 @@
   XX(Squeeze, 1)                                                               \
   XX(Sub, 7)                                                                   \
   XX(Transpose, 1)                                                             \
-  XX(Relayout, ES_OP_INTERNAL)
+  XX(Relayout, ES_OP_INTERNAL)                                                 \
+  XX(FusedElementwise, ES_OP_INTERNAL)                                         \
+  XX(LayerNorm, ES_OP_INTERNAL)
 
 typedef enum es_op {
   ES_OP_UNKNOWN = 0,

@@ -231,6 +231,59 @@ static void test_one_plan_many_threads(void **state) {
   es_plan_release(p);
 }
 
+/* The plan cache on a model with open dimensions (PP-OCR's direction
+ * classifier, input [?,3,?,?]). */
+static void test_plan_cache(void **state) {
+  (void)state;
+  const char *dir = getenv("ES_MODEL_DIR");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/ppocr_cls.onnx", dir ? dir : ES_SOURCE_DIR "/.cache/models");
+  es_model *m;
+  if (es_model_load(path, NULL, &m) < 0)
+    skip();
+  es_plan_cache *c;
+  ES_EXPECT_RC(es_plan_cache_create(m, 0, &c), ES_EINVAL);
+  ES_CHECK_RC(es_plan_cache_create(m, 2, &c));
+  ES_CHECK_RC(es_plan_cache_bucket(c, 0, 3, 32));
+  ES_EXPECT_RC(es_plan_cache_bucket(c, 1, 0, 32), ES_EINVAL);
+  es_tensor_info s = {.dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 48, 100}};
+  es_plan *a, *b, *d, *e;
+  ES_CHECK_RC(es_plan_cache_get(c, &s, 1, &a));
+  es_tensor_info in;
+  ES_CHECK_RC(es_plan_input_info(a, 0, &in));
+  assert_int_equal(in.dims[3], 128); /* bucketed: the caller pads to this */
+  s.dims[3] = 120;
+  ES_CHECK_RC(es_plan_cache_get(c, &s, 1, &b));
+  assert_ptr_equal(a, b); /* same bucket, same plan */
+  s.dims[3] = 192;
+  ES_CHECK_RC(es_plan_cache_get(c, &s, 1, &d));
+  s.dims[3] = 300;
+  ES_CHECK_RC(es_plan_cache_get(c, &s, 1, &e)); /* evicts the width-128 plan */
+  es_plan_cache_stats st;
+  ES_CHECK_RC(es_plan_cache_stats_get(c, &st));
+  assert_int_equal(st.entries, 2);
+  assert_int_equal(st.hits, 1);
+  assert_int_equal(st.misses, 3);
+  assert_int_equal(st.evictions, 1);
+  assert_true(st.max_arena_bytes >= es_plan_arena_bytes(e));
+  /* an evicted plan stays valid while referenced */
+  es_arena *ar;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(a), 64, &ar));
+  float *x = calloc(3 * 48 * 128, sizeof *x);
+  es_tensor t = {.dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 48, 128}, .data = x};
+  es_tensor out;
+  ES_CHECK_RC(es_plan_run(a, &t, 1, ar, &out, 1));
+  assert_int_equal(out.dims[1], 2);
+  free(x);
+  es_arena_destroy(ar);
+  es_plan_release(a);
+  es_plan_release(b);
+  es_plan_release(d);
+  es_plan_release(e);
+  es_plan_cache_destroy(c);
+  es_model_release(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_arena_exact_and_no_allocation),
@@ -238,6 +291,7 @@ int main(void) {
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_runs_copy_no_weights),
       cmocka_unit_test(test_one_plan_many_threads),
+      cmocka_unit_test(test_plan_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

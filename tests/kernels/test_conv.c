@@ -7,7 +7,15 @@
  * inputs through both the oneDNN path and the reference path, which must
  * agree within 1e-4 of the output's range. Error cases must fail with the
  * right code; prepared weights must be shared between two plans of one
- * node; one planned node must serve two threads at once. */
+ * node; one planned node must serve two threads at once.
+ *
+ * Layouts go through hand-built instances that act as the planner does
+ * (converting the inputs a kernel asks for, once): 2-D convs on oneDNN run
+ * NHWC (asking for X in NHWC inside a plan), the reference path, 1-D, 3-D
+ * and refused geometries run plain; outputs are compared in plain order.
+ * Fused post-ops ("_post" / "_post_f") are checked code by code and in
+ * combinations, on both paths and with NHWC residuals, against the ops
+ * applied naively after the unfused conv. */
 #include "es_test.h"
 
 #include <math.h>
@@ -536,56 +544,143 @@ static void test_matmul_errors(void **state) {
 }
 
 /* ==========================================================================
- * Prepared weights shared between plans; one plan shared by threads
+ * Hand-built instances, as the planner makes them
  * ======================================================================== */
 
-/* A hand-built instance, as the planner makes one. */
+/* NCHW <-> NHWC copies of a rank-4 tensor of logical dims d. */
+static void nchw_to_nhwc(const float *src, float *dst, const int64_t *d) {
+  int64_t c = d[1], hw = d[2] * d[3];
+  for (int64_t b = 0; b < d[0]; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t i = 0; i < hw; i++)
+        dst[(b * hw + i) * c + ch] = src[(b * c + ch) * hw + i];
+}
+
+static void nhwc_to_nchw(const float *src, float *dst, const int64_t *d) {
+  int64_t c = d[1], hw = d[2] * d[3];
+  for (int64_t b = 0; b < d[0]; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t i = 0; i < hw; i++)
+        dst[(b * c + ch) * hw + i] = src[(b * hw + i) * c + ch];
+}
+
+/* An instance as the planner makes one: infer sees the inputs in the
+ * layouts given; when it asks for others (ES_KRELAYOUT) those inputs change
+ * layout and infer runs again, once. X and the residual (inputs 0 and 3)
+ * are runtime values, W and B static. */
 typedef struct hinst {
   es_kinst k;
   es_ctx ctx;
   es_tdesc out;
   es_tdesc *outp[1];
   const es_kernel *kern;
+  int n_in;
+  es_tdesc desc[4];
+  const es_tdesc *inp[4];
+  const void *stat[4];
+  unsigned relayouts; /* bit i: input i changed layout on the kernel's request */
 } hinst;
 
-static void hinst_infer(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
-                        const void *const *data, es_prep_store *store) {
+static int hinst_try(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
+                     const void *const *data, es_prep_store *store) {
   memset(h, 0, sizeof *h);
   h->outp[0] = &h->out;
   h->kern = es_kernel_for(nd->op);
-  h->k = (es_kinst){.node = nd,
-                    .opset = 13,
-                    .n_in = n_in,
-                    .n_out = 1,
-                    .in = in,
-                    .out = h->outp,
-                    .in_static = data,
-                    .inplace = -1,
-                    .ctx = &h->ctx,
-                    .prep = store};
-  es_node_label(nd, h->k.label, sizeof h->k.label);
-  ES_CHECK_RC(h->kern->infer(&h->k));
+  h->n_in = n_in;
+  for (int i = 0; i < n_in; i++) {
+    if (in[i]) {
+      h->desc[i] = *in[i];
+      h->inp[i] = &h->desc[i];
+    }
+    h->stat[i] = i == 0 || i == 3 ? NULL : data[i];
+  }
+  for (int attempt = 0;; attempt++) {
+    h->k = (es_kinst){.node = nd,
+                      .opset = 13,
+                      .n_in = n_in,
+                      .n_out = 1,
+                      .in = h->inp,
+                      .out = h->outp,
+                      .in_static = h->stat,
+                      .inplace = -1,
+                      .ctx = &h->ctx,
+                      .prep = store};
+    es_node_label(nd, h->k.label, sizeof h->k.label);
+    int rc = h->kern->infer(&h->k);
+    if (rc != ES_KRELAYOUT)
+      return rc;
+    if (attempt > 0)
+      fail_msg("%s asked twice for other input layouts", h->k.label);
+    assert_int_equal(h->k.want_plain & h->k.want_nhwc, 0);
+    for (int i = 0; i < n_in; i++) {
+      if (!((h->k.want_plain | h->k.want_nhwc) >> i & 1))
+        continue;
+      assert_non_null(h->inp[i]);
+      h->desc[i].layout = (h->k.want_nhwc >> i & 1) ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
+      h->relayouts |= 1u << i;
+    }
+    if (h->kern->release)
+      h->kern->release(&h->k);
+    es_ctx_free_all(&h->ctx);
+  }
+}
+
+static void hinst_infer(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
+                        const void *const *data, es_prep_store *store) {
+  ES_CHECK_RC(hinst_try(h, nd, n_in, in, data, store));
+}
+
+/* Runs h on plain data (converted to the layouts h's inputs have) and
+ * returns its output in plain order; the caller frees it. */
+static float *hinst_run_plain(hinst *h, const void *const *data) {
+  const void *rin[4] = {0};
+  float *tmp[4] = {0};
+  for (int i = 0; i < h->n_in; i++) {
+    rin[i] = data[i];
+    if (h->inp[i] && h->desc[i].layout == ES_LAYOUT_NHWC) {
+      tmp[i] = es_mem_alloc(ES_MEM_OTHER, h->desc[i].nbytes);
+      assert_non_null(tmp[i]);
+      nchw_to_nhwc(data[i], tmp[i], h->desc[i].dims);
+      rin[i] = tmp[i];
+    }
+  }
+  void *scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->k.scratch_bytes + 1);
+  float *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->out.nbytes + 1);
+  void *outs[1] = {y};
+  ES_CHECK_RC(h->kern->run(&h->k, rin, outs, scratch));
+  if (h->out.layout == ES_LAYOUT_NHWC) {
+    float *p = es_mem_alloc(ES_MEM_OTHER, h->out.nbytes + 1);
+    nhwc_to_nchw(y, p, h->out.dims);
+    es_mem_free(y);
+    y = p;
+  }
+  for (int i = 0; i < 4; i++)
+    es_mem_free(tmp[i]);
+  es_mem_free(scratch);
+  return y;
 }
 
 /* Runs h and checks it against the reference path's es_kernel_eval. */
 static void hinst_check(hinst *h, tnode *t, int n_in, const es_tdesc *const *in,
                         const void *const *data) {
-  void *scratch = h->k.scratch_bytes ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->k.scratch_bytes)
-                                     : NULL;
-  void *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->out.nbytes);
-  void *outs[1] = {y};
-  ES_CHECK_RC(h->kern->run(&h->k, data, outs, scratch));
-  es_tdesc od;
+  float *y = hinst_run_plain(h, data);
+  es_tdesc od, plain[4];
+  const es_tdesc *pin[4] = {0};
+  for (int i = 0; i < n_in; i++)
+    if (in[i]) {
+      plain[i] = *in[i];
+      plain[i].layout = ES_LAYOUT_PLAIN;
+      pin[i] = &plain[i];
+    }
   void *o;
   es_kernels_use_reference(1);
-  ES_CHECK_RC(eval(t, n_in, in, data, &od, &o));
+  ES_CHECK_RC(eval(t, n_in, pin, data, &od, &o));
   es_kernels_use_reference(0);
   assert_true(es_tdesc_same_shape(&od, &h->out));
   for (size_t i = 0; i < od.count; i++)
-    assert_float_equal(((float *)y)[i], ((float *)o)[i], 1e-3);
+    assert_float_equal(y[i], ((float *)o)[i], 1e-3);
   es_mem_free(o);
   es_mem_free(y);
-  es_mem_free(scratch);
 }
 
 static void hinst_release(hinst *h) {
@@ -643,9 +738,8 @@ static void test_prepared_shared(void **state) {
     assert_true(bytes >= 64 * 48 * sizeof(float));
     es_mem_free(b);
   }
-  /* Conv: whatever layout oneDNN picks for the weights (with plain
-   * activations it may keep them plain: nothing to prepare), a second plan
-   * adds nothing. */
+  /* Conv: in a model's plan the conv runs channels-last (it asks for X in
+   * NHWC) and oneDNN picks blocked weights; a second plan adds nothing. */
   {
     int64_t x1[4] = {1, 16, 20, 20}, x2[4] = {1, 16, 28, 24}, wd[4] = {32, 16, 3, 3},
             bd[1] = {32}, pads[4] = {1, 1, 1, 1};
@@ -656,7 +750,8 @@ static void test_prepared_shared(void **state) {
     tnode t;
     node_init(&t, ES_OP_Conv, 3);
     attr_ints(&t, "pads", pads, 4);
-    prep_twice(&t, 3, &xt, x1, x2, in, data);
+    size_t bytes = prep_twice(&t, 3, &xt, x1, x2, in, data);
+    assert_true(bytes >= 32 * 16 * 9 * sizeof(float));
     es_mem_free(w);
     es_mem_free(b);
   }
@@ -726,6 +821,428 @@ static void test_threads_share_plan(void **state) {
   es_mem_free(w);
 }
 
+/* ==========================================================================
+ * Layouts: channels-last on oneDNN's 2-D path, plain elsewhere
+ * ======================================================================== */
+
+/* One conv node with random X, W, B of configuration cf (bias always). */
+typedef struct cnode {
+  tnode t;
+  es_tdesc xt, wt, bt, rt;
+  float *x, *w, *b, *r;
+  const es_tdesc *in[4];
+  const void *data[4];
+} cnode;
+
+static void cnode_init(cnode *c, const cconf *cf) {
+  memset(c, 0, sizeof *c);
+  int nsp = cf->nsp;
+  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
+  if (!cf->transpose)
+    wd[0] = cf->m, wd[1] = cf->c / cf->group;
+  else
+    wd[0] = cf->c, wd[1] = cf->m / cf->group;
+  for (int i = 0; i < nsp; i++) {
+    xd[2 + i] = cf->sp[i];
+    wd[2 + i] = cf->k[i];
+  }
+  c->xt = td(ES_DTYPE_FLOAT, 2 + nsp, xd);
+  c->wt = td(ES_DTYPE_FLOAT, 2 + nsp, wd);
+  c->bt = td(ES_DTYPE_FLOAT, 1, bd);
+  c->x = rand_floats(c->xt.count);
+  c->w = rand_floats(c->wt.count);
+  c->b = rand_floats(c->bt.count);
+  c->in[0] = &c->xt, c->in[1] = &c->wt, c->in[2] = &c->bt;
+  c->data[0] = c->x, c->data[1] = c->w, c->data[2] = c->b;
+  node_init(&c->t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv, 3);
+  if (cf->st[0])
+    attr_ints(&c->t, "strides", cf->st, (size_t)nsp);
+  attr_ints(&c->t, "pads", cf->pads, 2 * (size_t)nsp);
+  if (cf->group != 1)
+    attr_int(&c->t, "group", cf->group);
+  if (cf->outpad[0] || cf->outpad[1])
+    attr_ints(&c->t, "output_padding", cf->outpad, (size_t)nsp);
+}
+
+/* Adds input 3, a random residual of the output's shape. */
+static void cnode_residual(cnode *c, const es_tdesc *out) {
+  c->rt = td(ES_DTYPE_FLOAT, out->rank, out->dims);
+  c->r = rand_floats(c->rt.count);
+  c->in[3] = &c->rt;
+  c->data[3] = c->r;
+  c->t.node.n_in = 4;
+}
+
+static void cnode_fini(cnode *c) {
+  es_mem_free(c->x);
+  es_mem_free(c->w);
+  es_mem_free(c->b);
+  es_mem_free(c->r);
+}
+
+static const cconf layout_confs[] = {
+    {"3x3 pad 1", 0, 2, 1, 8, 16, 1, {10, 12}, {3, 3}, .pads = {1, 1, 1, 1}},
+    {"1x1", 0, 2, 2, 16, 24, 1, {9, 11}, {1, 1}, .bias = 1},
+    {"depthwise 3x3 stride 2", 0, 2, 1, 16, 16, 16, {15, 14}, {3, 3}, {2, 2},
+     .pads = {1, 1, 1, 1}},
+    {"first layer 3->16 stride 2", 0, 2, 1, 3, 16, 1, {32, 30}, {3, 3}, {2, 2},
+     .pads = {1, 1, 1, 1}},
+    {"convT 2x2 stride 2", 1, 2, 1, 16, 8, 1, {10, 12}, {2, 2}, {2, 2}, .bias = 1},
+    {"convT 2x2 stride 2 to one channel", 1, 2, 1, 8, 1, 1, {9, 7}, {2, 2}, {2, 2}, .bias = 1},
+};
+
+static void test_conv_layouts(void **state) {
+  (void)state;
+  es_prep_store *store;
+  ES_CHECK_RC(es_prep_store_create(&store));
+  for (size_t ci = 0; ci < sizeof layout_confs / sizeof layout_confs[0]; ci++) {
+    cnode c;
+    cnode_init(&c, &layout_confs[ci]);
+    hinst h;
+    /* NHWC X (no store): runs channels-last, output NHWC, nothing asked. */
+    es_kernels_use_reference(0);
+    c.xt.layout = ES_LAYOUT_NHWC;
+    hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
+    assert_int_equal(h.relayouts, 0);
+    assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+    hinst_check(&h, &c.t, 3, c.in, c.data);
+    hinst_release(&h);
+    /* The reference loops ask for X plain and write plain. */
+    es_kernels_use_reference(1);
+    hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
+    assert_int_equal(h.relayouts, 1);
+    assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
+    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    hinst_check(&h, &c.t, 3, c.in, c.data);
+    hinst_release(&h);
+    /* In a model's plan (a store), plain X is asked for in NHWC. */
+    es_kernels_use_reference(0);
+    c.xt.layout = ES_LAYOUT_PLAIN;
+    hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
+    assert_int_equal(h.relayouts, 1);
+    assert_int_equal(h.desc[0].layout, ES_LAYOUT_NHWC);
+    assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+    hinst_check(&h, &c.t, 3, c.in, c.data);
+    hinst_release(&h);
+    /* Without a store (es_kernel_eval's case) plain stays plain. */
+    hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
+    assert_int_equal(h.relayouts, 0);
+    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    hinst_check(&h, &c.t, 3, c.in, c.data);
+    hinst_release(&h);
+    cnode_fini(&c);
+  }
+  /* 1-D and 3-D convs stay plain, even in a plan; so does a 2-D geometry
+   * oneDNN refuses (the reference loops take it), asking for X plain. */
+  static const cconf plain_confs[] = {
+      {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}},
+      {"3-D", 0, 3, 1, 2, 4, 1, {5, 6, 7}, {3, 3, 3}, .pads = {1, 0, 1, 1, 1, 0}},
+      {"convT output_padding = stride", 1, 2, 1, 4, 4, 1, {5, 5}, {3, 3}, {2, 2},
+       .outpad = {2, 0}},
+  };
+  for (size_t ci = 0; ci < sizeof plain_confs / sizeof plain_confs[0]; ci++) {
+    cnode c;
+    cnode_init(&c, &plain_confs[ci]);
+    c.xt.layout = c.xt.rank == 4 ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
+    hinst h;
+    hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
+    assert_int_equal(h.relayouts, c.xt.rank == 4 ? 1 : 0);
+    assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
+    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    hinst_check(&h, &c.t, 3, c.in, c.data);
+    hinst_release(&h);
+    cnode_fini(&c);
+  }
+  es_prep_store_destroy(store);
+}
+
+/* ==========================================================================
+ * Fused post-ops
+ * ======================================================================== */
+
+typedef struct post_case {
+  const char *name;
+  int n;
+  int64_t codes[4];
+  float f[8];
+} post_case;
+
+static const post_case post_cases[] = {
+    {"Relu", 1, {1}, {0}},
+    {"Clip", 1, {2}, {-0.3f, 0.4f}},
+    {"Clip min > max", 1, {2}, {0.5f, 0.2f}},
+    {"HardSigmoid", 1, {3}, {0.2f, 0.5f}},
+    {"HardSwish", 1, {4}, {0}},
+    {"Sigmoid", 1, {5}, {0}},
+    {"Swish", 1, {6}, {0}},
+    {"Add", 1, {7}, {0}},
+    {"HardSwish then Add", 2, {4, 7}, {0}},
+    {"Add then Relu", 2, {7, 1}, {0}},
+    {"Clip, Add, Sigmoid", 3, {2, 7, 5}, {-0.5f, 0.5f, 0, 0, 0, 0}},
+    {"Relu, HardSigmoid, Swish, Clip", 4, {1, 3, 6, 2}, {0, 0, 1.5f, -0.25f, 0, 0, 0, 0.3f}},
+};
+
+static int post_case_adds(const post_case *pc) {
+  for (int i = 0; i < pc->n; i++)
+    if (pc->codes[i] == 7)
+      return 1;
+  return 0;
+}
+
+/* The ops as the unfused graph computes them (HardSwish as PP-OCR's
+ * Add(3) -> Clip(0, 6) -> Mul(x) -> Div(6) chain). */
+static void post_naive(const post_case *pc, float *y, const float *r, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    float v = y[i];
+    for (int j = 0; j < pc->n; j++) {
+      float a = pc->f[2 * j], b = pc->f[2 * j + 1];
+      switch (pc->codes[j]) {
+      case 1:
+        v = v < 0 ? 0 : v;
+        break;
+      case 2: /* ONNX Clip: min(max(x, lo), hi) */
+        v = v < a ? a : v;
+        v = v > b ? b : v;
+        break;
+      case 3:
+        v = a * v + b;
+        v = v < 0 ? 0 : v > 1 ? 1 : v;
+        break;
+      case 4: {
+        float t = v + 3;
+        t = t < 0 ? 0 : t > 6 ? 6 : t;
+        v = t * v / 6;
+        break;
+      }
+      case 5:
+        v = (float)(1.0 / (1.0 + exp(-(double)v)));
+        break;
+      case 6:
+        v = (float)((double)v / (1.0 + exp(-(double)v)));
+        break;
+      case 7:
+        v += r[i];
+        break;
+      }
+    }
+    y[i] = v;
+  }
+}
+
+static void post_attrs(tnode *t, const post_case *pc) {
+  attr_ints(t, "_post", pc->codes, (size_t)pc->n);
+  es_attr *a = attr_add(t, "_post_f", ES_ATTR_FLOATS);
+  a->floats = pc->f;
+  a->n = 2 * (size_t)pc->n;
+}
+
+static void expect_close(const char *what, const float *got, const float *want, size_t n) {
+  float lo = INFINITY, hi = -INFINITY, err = 0;
+  for (size_t i = 0; i < n; i++) {
+    lo = fminf(lo, want[i]);
+    hi = fmaxf(hi, want[i]);
+    err = fmaxf(err, fabsf(got[i] - want[i]));
+  }
+  float range = n ? hi - lo : 0;
+  if (!(err <= 2e-4f * (range > 1 ? range : 1)))
+    fail_msg("%s: off by %g (range %g)", what, (double)err, (double)range);
+}
+
+static const cconf post_confs[] = {
+    {"3x3 pad 1", 0, 2, 1, 8, 16, 1, {10, 12}, {3, 3}, .pads = {1, 1, 1, 1}},
+    {"1x1", 0, 2, 1, 16, 24, 1, {9, 11}, {1, 1}, .bias = 1},
+    {"depthwise 5x5 stride 2", 0, 2, 1, 16, 16, 16, {15, 14}, {5, 5}, {2, 2},
+     .pads = {2, 2, 2, 2}},
+    {"convT 2x2 stride 2", 1, 2, 1, 16, 8, 1, {10, 12}, {2, 2}, {2, 2}, .bias = 1},
+    {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}},
+};
+
+/* Every post-op alone and in combinations, through es_kernel_eval on both
+ * paths, against the ops applied naively after the unfused conv. */
+static void test_conv_post_ops(void **state) {
+  (void)state;
+  char what[160];
+  for (size_t ci = 0; ci < sizeof post_confs / sizeof post_confs[0]; ci++)
+    for (size_t pi = 0; pi < sizeof post_cases / sizeof post_cases[0]; pi++) {
+      const post_case *pc = &post_cases[pi];
+      cnode c;
+      cnode_init(&c, &post_confs[ci]);
+      /* The unfused conv (reference path) and the naive expectation. */
+      es_tdesc od;
+      void *base;
+      es_kernels_use_reference(1);
+      ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
+      int adds = post_case_adds(pc);
+      if (adds)
+        cnode_residual(&c, &od);
+      post_naive(pc, base, c.r, od.count);
+      post_attrs(&c.t, pc);
+      int n_in = adds ? 4 : 3;
+      for (int ref = 0; ref < 2; ref++) {
+        es_kernels_use_reference(ref);
+        es_tdesc fd;
+        void *o;
+        snprintf(what, sizeof what, "%s, %s (%s)", post_confs[ci].name, pc->name,
+                 ref ? "reference" : "oneDNN");
+        int rc = eval(&c.t, n_in, c.in, c.data, &fd, &o);
+        if (rc != 0)
+          fail_msg("%s: %s %s", what, es_err_name(rc), es_last_error_detail());
+        assert_true(es_tdesc_same_shape(&fd, &od));
+        assert_int_equal(fd.layout, ES_LAYOUT_PLAIN);
+        expect_close(what, o, base, od.count);
+        es_mem_free(o);
+      }
+      es_kernels_use_reference(0);
+      es_mem_free(base);
+      cnode_fini(&c);
+    }
+}
+
+/* Fused post-ops on channels-last tensors: the residual is read in the
+ * output's layout, and asked for in it when it comes in the other. */
+static void test_conv_post_nhwc(void **state) {
+  (void)state;
+  es_kernels_use_reference(0);
+  static const int pick[] = {0, 8, 9, 10}; /* Relu, HardSwish+Add, Add+Relu, Clip+Add+Sigmoid */
+  for (size_t ci = 0; ci < 4; ci++)
+    for (size_t pi = 0; pi < sizeof pick / sizeof pick[0]; pi++) {
+      const post_case *pc = &post_cases[pick[pi]];
+      cnode c;
+      cnode_init(&c, &post_confs[ci]);
+      es_tdesc od;
+      void *base;
+      ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
+      int adds = post_case_adds(pc), n_in = adds ? 4 : 3;
+      if (adds)
+        cnode_residual(&c, &od);
+      post_attrs(&c.t, pc);
+      for (int res_nhwc = 0; res_nhwc < 1 + adds; res_nhwc++) {
+        c.xt.layout = ES_LAYOUT_NHWC;
+        c.rt.layout = res_nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
+        hinst h;
+        hinst_infer(&h, &c.t.node, n_in, c.in, c.data, NULL);
+        assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+        assert_int_equal(h.relayouts, adds && !res_nhwc ? 1u << 3 : 0u);
+        hinst_check(&h, &c.t, n_in, c.in, c.data);
+        hinst_release(&h);
+      }
+      es_mem_free(base);
+      cnode_fini(&c);
+    }
+  /* The reference path asks for an NHWC residual plain. */
+  {
+    cnode c;
+    cnode_init(&c, &post_confs[0]);
+    es_tdesc od;
+    void *base;
+    ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
+    cnode_residual(&c, &od);
+    post_attrs(&c.t, &post_cases[7]);
+    c.rt.layout = ES_LAYOUT_NHWC;
+    es_kernels_use_reference(1);
+    hinst h;
+    hinst_infer(&h, &c.t.node, 4, c.in, c.data, NULL);
+    assert_int_equal(h.relayouts, 1u << 3);
+    assert_int_equal(h.desc[3].layout, ES_LAYOUT_PLAIN);
+    hinst_check(&h, &c.t, 4, c.in, c.data);
+    hinst_release(&h);
+    es_kernels_use_reference(0);
+    es_mem_free(base);
+    cnode_fini(&c);
+  }
+}
+
+static void post_expect(cnode *c, int n_in, const int64_t *codes, size_t n, const float *f,
+                        size_t nf, int want) {
+  node_init(&c->t, ES_OP_Conv, n_in);
+  int64_t pads[4] = {1, 1, 1, 1};
+  attr_ints(&c->t, "pads", pads, 4);
+  if (codes)
+    attr_ints(&c->t, "_post", codes, n);
+  if (f) {
+    es_attr *a = attr_add(&c->t, "_post_f", ES_ATTR_FLOATS);
+    a->floats = f;
+    a->n = nf;
+  }
+  for (int ref = 0; ref < 2; ref++) {
+    es_kernels_use_reference(ref);
+    es_tdesc od;
+    void *o;
+    ES_EXPECT_RC(eval(&c->t, n_in, c->in, c->data, &od, &o), want);
+    if (want == 0)
+      es_mem_free(o);
+  }
+  es_kernels_use_reference(0);
+}
+
+static void test_conv_post_errors(void **state) {
+  (void)state;
+  cnode c;
+  cnode_init(&c, &post_confs[0]);
+  es_tdesc od;
+  void *base;
+  ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
+  es_mem_free(base);
+  cnode_residual(&c, &od);
+  static const float f0[18] = {0};
+  const float nan2[2] = {NAN, 0};
+  const int64_t relu[1] = {1}, add[1] = {7}, zero[1] = {0}, eight[1] = {8}, add2[2] = {7, 7},
+                nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, clip[1] = {2};
+  post_expect(&c, 3, relu, 1, f0, 2, 0);
+  post_expect(&c, 4, add, 1, f0, 2, 0);
+  post_expect(&c, 3, zero, 1, f0, 2, ES_EMODEL);   /* unknown codes */
+  post_expect(&c, 3, eight, 1, f0, 2, ES_EMODEL);
+  post_expect(&c, 3, relu, 1, f0, 1, ES_EMODEL);   /* wrong _post_f lengths */
+  post_expect(&c, 3, relu, 1, f0, 3, ES_EMODEL);
+  post_expect(&c, 3, relu, 1, NULL, 0, ES_EMODEL);
+  post_expect(&c, 3, NULL, 0, f0, 2, ES_EMODEL);
+  post_expect(&c, 3, clip, 1, nan2, 2, ES_EMODEL); /* NaN bound */
+  post_expect(&c, 3, add, 1, f0, 2, ES_EMODEL);    /* Add without input 3 */
+  post_expect(&c, 4, relu, 1, f0, 2, ES_EMODEL);   /* input 3 without an Add */
+  post_expect(&c, 4, add2, 2, f0, 4, ES_EMODEL);   /* two Adds */
+  post_expect(&c, 3, nine, 9, f0, 18, ES_ENOTSUP); /* too many */
+  /* A residual of another shape or type. */
+  int64_t bad_d[4] = {1, 16, 10, 11};
+  es_tdesc rt = c.rt;
+  c.rt = td(ES_DTYPE_FLOAT, 4, bad_d);
+  post_expect(&c, 4, add, 1, f0, 2, ES_EMODEL);
+  c.rt = rt;
+  c.rt.dtype = ES_DTYPE_INT32;
+  post_expect(&c, 4, add, 1, f0, 2, ES_EMODEL);
+  c.rt = rt;
+  /* Without bias (input 2 omitted) the residual still works. */
+  c.in[2] = NULL;
+  post_expect(&c, 4, add, 1, f0, 2, 0);
+  cnode_fini(&c);
+}
+
+/* Many planned primitives run on one thread: the per-thread cache of
+ * oneDNN memory objects (a fixed number of slots) must hand each its own
+ * arguments, also after its slot went to another primitive. */
+static void test_many_primitives_one_thread(void **state) {
+  (void)state;
+  es_kernels_use_reference(0);
+  enum { N = 300 };
+  static const cconf cf = {"1x1", 0, 2, 1, 4, 4, 1, {3, 3}, {1, 1}, .bias = 1};
+  cnode c;
+  cnode_init(&c, &cf);
+  hinst *h = es_mem_calloc(ES_MEM_OTHER, N, sizeof *h);
+  assert_non_null(h);
+  for (int i = 0; i < N; i++)
+    hinst_infer(&h[i], &c.t.node, 3, c.in, c.data, NULL);
+  for (int round = 0; round < 2; round++)
+    for (int i = 0; i < N; i += round ? 7 : 1) {
+      /* Different X per call, so a stale handle would show. */
+      for (size_t j = 0; j < c.xt.count; j++)
+        c.x[j] = (float)(i + round) * 0.01f + (float)j;
+      hinst_check(&h[i], &c.t, 3, c.in, c.data);
+    }
+  for (int i = 0; i < N; i++)
+    hinst_release(&h[i]);
+  es_mem_free(h);
+  cnode_fini(&c);
+}
+
 int main(void) {
   seed_ = es_test_seed();
   const struct CMUnitTest tests[] = {
@@ -734,6 +1251,9 @@ int main(void) {
       cmocka_unit_test(test_matmul_grid),      cmocka_unit_test(test_conv_errors),
       cmocka_unit_test(test_matmul_errors),    cmocka_unit_test(test_prepared_shared),
       cmocka_unit_test(test_threads_share_plan),
+      cmocka_unit_test(test_conv_layouts),     cmocka_unit_test(test_conv_post_ops),
+      cmocka_unit_test(test_conv_post_nhwc),   cmocka_unit_test(test_conv_post_errors),
+      cmocka_unit_test(test_many_primitives_one_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

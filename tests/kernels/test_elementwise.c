@@ -4,12 +4,20 @@
  * Nodes are built by hand and evaluated with es_kernel_eval; broadcasting is
  * checked against a naive N-d reference on random shapes (every fast path
  * and the general walk), in-place runs and run-time Clip bounds go through a
- * hand-made es_kinst, and invalid nodes must fail with the right code. */
+ * hand-made es_kinst, and invalid nodes must fail with the right code.
+ * NHWC inputs (which es_kernel_eval never makes) also go through a hand-made
+ * es_kinst: results must be the plain results in NHWC order, and inputs that
+ * cannot be read in NHWC order must be asked for in another layout.
+ *
+ * FusedElementwise programs (hard-swish, LayerNorm tails, random broadcasts
+ * with every opcode) must give the bits of the same chain run step by step
+ * with the single-op kernels. */
 #include "es_test.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "kernels/fused.h"
 #include "kernels/kernel.h"
 
 /* ==========================================================================
@@ -272,6 +280,213 @@ static void test_inplace(void **state) {
 }
 
 /* ==========================================================================
+ * NHWC layouts
+ * ======================================================================== */
+
+/* dst = the [N,C,H,W] tensor t (plain src) in NHWC order. Other ranks copy. */
+static void nhwc_of(const es_tdesc *t, const float *src, float *dst) {
+  if (t->rank != 4) {
+    memcpy(dst, src, t->count * sizeof *src);
+    return;
+  }
+  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t i = 0; i < hw; i++)
+        dst[(b * hw + i) * c + ci] = src[(b * c + ci) * hw + i];
+}
+
+/* op(a, b) with a and/or b given in NHWC (the others plain) must be the
+ * plain result in NHWC order, computed without asking for conversions. */
+static void check_nhwc_binary(es_op op, int ra, const int64_t *da, int a_nhwc, int rb,
+                              const int64_t *db, int b_nhwc) {
+  es_tdesc a = desc_make(ES_DTYPE_FLOAT, ra, da), b = desc_make(ES_DTYPE_FLOAT, rb, db);
+  float *av = malloc(a.count * sizeof *av + 4), *bv = malloc(b.count * sizeof *bv + 4);
+  float *an = malloc(a.count * sizeof *an + 4), *bn = malloc(b.count * sizeof *bn + 4);
+  for (size_t i = 0; i < a.count; i++)
+    av[i] = (float)(i * 7 % 23) - 5.5f;
+  for (size_t i = 0; i < b.count; i++)
+    bv[i] = (float)(i * 3 % 17) * 0.25f + 0.5f;
+  es_tdesc o;
+  void *plain;
+  ES_CHECK_RC(eval2(op, &a, av, &b, bv, &o, &plain));
+  float *want = malloc(o.count * sizeof *want + 4), *got = malloc(o.count * sizeof *got + 4);
+  nhwc_of(&o, plain, want);
+  es_mem_free(plain);
+
+  es_tdesc la = a, lb = b;
+  const float *ad = av, *bd = bv;
+  if (a_nhwc) {
+    la.layout = ES_LAYOUT_NHWC;
+    nhwc_of(&a, av, an);
+    ad = an;
+  }
+  if (b_nhwc) {
+    lb.layout = ES_LAYOUT_NHWC;
+    nhwc_of(&b, bv, bn);
+    bd = bn;
+  }
+  const es_tdesc *d[2] = {&la, &lb};
+  hand_run h;
+  ES_CHECK_RC(hand_infer(&h, op, 13, NULL, 0, 2, d, (const void *[]){NULL, NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_shape(&h.out, ES_DTYPE_FLOAT, o.rank, o.dims);
+  ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){ad, bd}, (void *[]){got}, NULL));
+  assert_floats_near(got, want, o.count, 1e-6f);
+  hand_done(&h);
+  free(av);
+  free(bv);
+  free(an);
+  free(bn);
+  free(want);
+  free(got);
+}
+
+static void test_nhwc_binary(void **state) {
+  (void)state;
+  const int64_t x[4] = {2, 3, 4, 5}, x1[4] = {1, 6, 3, 7};
+  /* both NHWC, same shape */
+  check_nhwc_binary(ES_OP_Sub, 4, x, 1, 4, x, 1);
+  /* scalars on either side */
+  check_nhwc_binary(ES_OP_Sub, 4, x, 1, 0, NULL, 0);
+  check_nhwc_binary(ES_OP_Div, 1, (int64_t[]){1}, 0, 4, x, 1);
+  /* per channel: [C,1,1], [1,C,1,1], [N,C,1,1] (the SE gate), both sides */
+  check_nhwc_binary(ES_OP_Sub, 4, x, 1, 3, (int64_t[]){3, 1, 1}, 0);
+  check_nhwc_binary(ES_OP_Sub, 4, (int64_t[]){1, 3, 1, 1}, 0, 4, x, 1);
+  check_nhwc_binary(ES_OP_Mul, 4, x1, 1, 4, (int64_t[]){1, 6, 1, 1}, 0);
+  check_nhwc_binary(ES_OP_Mul, 4, (int64_t[]){2, 3, 1, 1}, 0, 4, x, 1);
+  /* one channel: [N,1,H,W], [H,W], [1,W] */
+  check_nhwc_binary(ES_OP_Sub, 4, x, 1, 4, (int64_t[]){2, 1, 4, 5}, 0);
+  check_nhwc_binary(ES_OP_Sub, 2, (int64_t[]){4, 5}, 0, 4, x, 1);
+  check_nhwc_binary(ES_OP_Add, 4, x, 1, 2, (int64_t[]){1, 5}, 0);
+  /* NHWC operands that broadcast themselves: [1,C,H,W] and [N,C,1,1] */
+  check_nhwc_binary(ES_OP_Sub, 4, (int64_t[]){1, 3, 4, 5}, 1, 4, x, 1);
+  check_nhwc_binary(ES_OP_Sub, 4, x, 1, 4, (int64_t[]){2, 3, 1, 1}, 1);
+  check_nhwc_binary(ES_OP_Sub, 4, (int64_t[]){2, 1, 4, 1}, 1, 4, (int64_t[]){1, 3, 1, 5}, 1);
+  /* Pow with the square fast path and in general */
+  check_nhwc_binary(ES_OP_Pow, 4, x, 1, 0, NULL, 0);
+  /* long rows: full 16-element chunks and tails */
+  check_nhwc_binary(ES_OP_Mul, 4, (int64_t[]){1, 37, 5, 3}, 1, 4, (int64_t[]){1, 37, 1, 1}, 0);
+}
+
+/* Static-exponent Pow, Equal's bool output and in-place aliasing in NHWC. */
+static void test_nhwc_binary_misc(void **state) {
+  (void)state;
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 2, 2});
+  x.layout = ES_LAYOUT_NHWC;
+  es_tdesc e = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  float xv[12], w[12], two = 2;
+  for (int i = 0; i < 12; i++) {
+    xv[i] = (float)i - 4;
+    w[i] = xv[i] * xv[i];
+  }
+  hand_run h;
+  const es_tdesc *d[2] = {&x, &e};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Pow, 13, NULL, 0, 2, d, (const void *[]){NULL, &two}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.k.inplace, 0);
+  ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv, &two}, (void *[]){xv}, NULL));
+  assert_floats_near(xv, w, 12, 0);
+  hand_done(&h);
+
+  /* per-channel compare: Equal(x, [C,1,1]) */
+  es_tdesc c = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 1});
+  float cv[3] = {0, 4, 25};
+  const es_tdesc *d2[2] = {&x, &c};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Equal, 13, NULL, 0, 2, d2, (const void *[]){NULL, NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out.dtype, ES_DTYPE_BOOL);
+  uint8_t eq[12];
+  ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv, cv}, (void *[]){eq}, NULL));
+  for (int i = 0; i < 12; i++)
+    assert_int_equal(eq[i], xv[i] == cv[i % 3]);
+  hand_done(&h);
+}
+
+/* Inputs that cannot be read in NHWC order are asked for in another
+ * layout, once; with the conversions made, infer succeeds. */
+static void test_nhwc_relayout(void **state) {
+  (void)state;
+  es_tdesc xn = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+  xn.layout = ES_LAYOUT_NHWC;
+  hand_run h;
+  /* a full plain rank-4 tensor: converted to NHWC */
+  es_tdesc full = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &full},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_nhwc, 2);
+  assert_int_equal(h.k.want_plain, 0);
+  hand_done(&h);
+  /* [1,C,H,1] rank 4 on the left: converted too */
+  es_tdesc part = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 4, 1});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Mul, 13, NULL, 0, 2, (const es_tdesc *[]){&part, &xn},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_nhwc, 1);
+  hand_done(&h);
+  /* rank 3 [C,H,W] cannot become NHWC: the NHWC input goes plain */
+  es_tdesc chw = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 4, 5});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &chw},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_plain, 1);
+  assert_int_equal(h.k.want_nhwc, 0);
+  hand_done(&h);
+  /* a rank-5 output cannot be NHWC */
+  es_tdesc r5 = desc_make(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 1, 1, 1, 1});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&r5, &xn},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_plain, 2);
+  hand_done(&h);
+  /* plain inputs only: plain output, whatever their shapes */
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&full, &chw},
+                         (const void *[]){NULL, NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+  hand_done(&h);
+  /* type errors come before layout requests */
+  es_tdesc fi = desc_make(ES_DTYPE_INT32, 4, (int64_t[]){2, 3, 4, 5});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &fi},
+                          (const void *[]){NULL, NULL}),
+               ES_EMODEL);
+  hand_done(&h);
+}
+
+/* Unary ops keep the input's layout (same bytes order). */
+static void test_nhwc_unary(void **state) {
+  (void)state;
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
+  x.layout = ES_LAYOUT_NHWC;
+  float xv[18], got[18];
+  for (int i = 0; i < 18; i++)
+    xv[i] = (float)i - 9;
+  hand_run h;
+  const es_tdesc *d[1] = {&x};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Relu, 13, NULL, 0, 1, d, (const void *[]){NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv}, (void *[]){got}, NULL));
+  for (int i = 0; i < 18; i++)
+    assert_true(got[i] == (xv[i] < 0 ? 0 : xv[i]));
+  hand_done(&h);
+  es_attr at[2] = {{.name = "min", .type = ES_ATTR_FLOAT, .f = -1},
+                   {.name = "max", .type = ES_ATTR_FLOAT, .f = 2}};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Clip, 6, at, 2, 1, d, (const void *[]){NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  hand_done(&h);
+  es_attr to = {.name = "to", .type = ES_ATTR_INT, .i = ES_DTYPE_INT32};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Cast, 13, &to, 1, 1, d, (const void *[]){NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out.dtype, ES_DTYPE_INT32);
+  hand_done(&h);
+  es_tdesc p = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
+  const es_tdesc *dp[1] = {&p};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_Sigmoid, 13, NULL, 0, 1, dp, (const void *[]){NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+  hand_done(&h);
+}
+
+/* ==========================================================================
  * Arithmetic types
  * ======================================================================== */
 
@@ -481,6 +696,29 @@ static void test_activations(void **state) {
   es_mem_free(out);
 }
 
+/* Sigmoid's exp is computed inline (vectorised), not by libm: dense sweep
+ * against double precision, subnormal results included. */
+static void test_sigmoid_accuracy(void **state) {
+  (void)state;
+  enum { N = 40001 };
+  float *x = malloc(N * sizeof *x);
+  for (int i = 0; i < N; i++)
+    x[i] = -110.0f + 220.0f * (float)i / (N - 1);
+  es_tdesc t = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){N});
+  es_tdesc o;
+  void *out;
+  ES_CHECK_RC(eval1(ES_OP_Sigmoid, 13, NULL, 0, &t, x, &o, &out));
+  const float *got = out;
+  for (int i = 0; i < N; i++) {
+    double w = 1.0 / (1.0 + exp(-(double)x[i]));
+    double err = fabs((double)got[i] - w);
+    if (w >= 1.17549435e-38 ? err > 3e-7 * w : err > 1.5e-45)
+      fail_msg("sigmoid(%.9g) = %.9g, want %.9g", (double)x[i], (double)got[i], w);
+  }
+  es_mem_free(out);
+  free(x);
+}
+
 static void test_activations_invalid(void **state) {
   (void)state;
   es_tdesc ti = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){2});
@@ -670,22 +908,416 @@ static void test_cast_invalid(void **state) {
   ES_EXPECT_RC(eval1(ES_OP_Cast, 13, &bad, 1, &tf, f, &o, &out), ES_EMODEL);
 }
 
+/* ==========================================================================
+ * FusedElementwise
+ * ======================================================================== */
+
+/* Shorthands for programs. */
+enum {
+  ADD = ES_FE_ADD,
+  SUB = ES_FE_SUB,
+  MUL = ES_FE_MUL,
+  DIV = ES_FE_DIV,
+  POW = ES_FE_POW,
+  RELU = ES_FE_RELU,
+  SIGM = ES_FE_SIGMOID,
+  HSIG = ES_FE_HARDSIGMOID,
+  CLIP = ES_FE_CLIP,
+  SQRT = ES_FE_SQRT,
+  MOV = ES_FE_MOV,
+};
+#define IMM(i) ES_FE_IMM(i)
+
+typedef struct fe_prog {
+  const int64_t *w;
+  size_t nw;
+  const float *f;
+  size_t nf;
+} fe_prog;
+
+#define FE_PROG(W, F) ((fe_prog){(W), sizeof(W) / sizeof(int64_t), (F), sizeof(F) / sizeof(float)})
+
+static int fe_attrs(const fe_prog *pg, es_attr *at) {
+  at[0] = (es_attr){.name = "_prog", .type = ES_ATTR_INTS, .n = pg->nw, .ints = pg->w};
+  at[1] = (es_attr){.name = "_prog_f", .type = ES_ATTR_FLOATS, .n = pg->nf, .floats = pg->f};
+  return pg->nf ? 2 : 1;
+}
+
+static int fe_eval(const fe_prog *pg, int n_in, const es_tdesc *const *d, const void *const *v,
+                   es_tdesc *od, void **out) {
+  es_attr at[2];
+  int na = fe_attrs(pg, at);
+  return eval_op(ES_OP_FusedElementwise, 13, at, na, n_in, d, v, od, out);
+}
+
+/* The program run instruction by instruction with the single-op kernels;
+ * registers are whole tensors. Returns the output (es_mem), shape in *od. */
+static float *fe_reference(const fe_prog *pg, int n_in, const es_tdesc *const *d,
+                           const void *const *v, es_tdesc *od) {
+  es_tdesc rd[ES_FE_MAX_REGS];
+  void *rv[ES_FE_MAX_REGS] = {0};
+  static const es_op bin[] = {[ADD] = ES_OP_Add, [SUB] = ES_OP_Sub, [MUL] = ES_OP_Mul,
+                              [DIV] = ES_OP_Div, [POW] = ES_OP_Pow};
+  es_tdesc scal = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  int dst = 0;
+  for (size_t i = 0; i < pg->nw; i += ES_FE_WORDS) {
+    int64_t op = pg->w[i], a = pg->w[i + 1], b = pg->w[i + 2];
+    dst = (int)pg->w[i + 3];
+    const es_tdesc *ta = a < 0 ? &scal : a < n_in ? d[a] : &rd[a];
+    const void *va = a < 0 ? (const void *)&pg->f[ES_FE_IMM_INDEX(a)] : a < n_in ? v[a] : rv[a];
+    const es_tdesc *tb = b < 0 ? &scal : b < n_in ? d[b] : &rd[b];
+    const void *vb = b < 0 ? (const void *)&pg->f[ES_FE_IMM_INDEX(b)] : b < n_in ? v[b] : rv[b];
+    es_tdesc o;
+    void *out = NULL;
+    if (op <= POW) {
+      ES_CHECK_RC(eval2(bin[op], ta, va, tb, vb, &o, &out));
+    } else if (op == HSIG || op == CLIP) {
+      const float *pq = vb;
+      if (op == HSIG) {
+        es_attr at[2] = {{.name = "alpha", .type = ES_ATTR_FLOAT, .f = pq[0]},
+                         {.name = "beta", .type = ES_ATTR_FLOAT, .f = pq[1]}};
+        ES_CHECK_RC(eval1(ES_OP_HardSigmoid, 13, at, 2, ta, va, &o, &out));
+      } else {
+        const es_tdesc *cd[3] = {ta, &scal, &scal};
+        const void *cv[3] = {va, &pq[0], &pq[1]};
+        ES_CHECK_RC(eval_op(ES_OP_Clip, 13, NULL, 0, 3, cd, cv, &o, &out));
+      }
+    } else if (op == MOV) {
+      o = *ta;
+      out = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, ta->nbytes + 4);
+      memcpy(out, va, ta->nbytes);
+    } else {
+      es_op u = op == RELU ? ES_OP_Relu : op == SIGM ? ES_OP_Sigmoid : ES_OP_Sqrt;
+      ES_CHECK_RC(eval1(u, 13, NULL, 0, ta, va, &o, &out));
+    }
+    es_mem_free(rv[dst]);
+    rd[dst] = o;
+    rv[dst] = out;
+  }
+  *od = rd[dst];
+  for (int r = 0; r < ES_FE_MAX_REGS; r++)
+    if (r != dst)
+      es_mem_free(rv[r]);
+  return rv[dst];
+}
+
+/* Fused result == step-by-step result, bit for bit, same shape. */
+static void check_fused(const fe_prog *pg, int n_in, const es_tdesc *const *d,
+                        const void *const *v) {
+  es_tdesc ro, fo;
+  float *want = fe_reference(pg, n_in, d, v, &ro);
+  void *got;
+  ES_CHECK_RC(fe_eval(pg, n_in, d, v, &fo, &got));
+  assert_shape(&fo, ES_DTYPE_FLOAT, ro.rank, ro.dims);
+  assert_int_equal(fo.layout, ES_LAYOUT_PLAIN);
+  assert_floats_near(got, want, ro.count, 0);
+  es_mem_free(got);
+  es_mem_free(want);
+}
+
+static float *fe_data(size_t n, uint64_t *s, float lo, float hi) {
+  float *x = malloc(n * sizeof *x + 4);
+  for (size_t i = 0; i < n; i++)
+    x[i] = lo + (hi - lo) * (float)(es_test_rand(s) % 10000) / 10000.0f;
+  return x;
+}
+
+static const int64_t hswish_w[] = {ADD, 0, IMM(0), 1, CLIP, 1, IMM(1), 1,
+                                   MUL, 0, 1,      1, DIV,  1, IMM(3), 1};
+static const float hswish_f[] = {3, 0, 6, 6};
+
+static void test_fused_hardswish(void **state) {
+  (void)state;
+  uint64_t s = 1;
+  fe_prog pg = FE_PROG(hswish_w, hswish_f);
+  /* 210 elements: chunks and a tail; 3000: several blocks and a tail */
+  int64_t shapes[2][4] = {{2, 3, 5, 7}, {1, 3, 1000, 1}};
+  for (int t = 0; t < 2; t++) {
+    es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, shapes[t]);
+    float *xv = fe_data(x.count, &s, -8, 8);
+    xv[0] = -3;
+    xv[1] = 3;
+    xv[2] = NAN;
+    check_fused(&pg, 1, (const es_tdesc *[]){&x}, (const void *[]){xv});
+    free(xv);
+  }
+}
+
+/* LayerNorm's tail: (x - mean) / sqrt(var + eps) * gamma + beta, with the
+ * per-row statistics [N,T,1] and per-column affine [D]. */
+static void test_fused_layernorm(void **state) {
+  (void)state;
+  uint64_t s = 2;
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 37});
+  es_tdesc st = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 1});
+  es_tdesc aff = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){37});
+  float *xv = fe_data(x.count, &s, -2, 2), *mean = fe_data(st.count, &s, -1, 1);
+  float *var = fe_data(st.count, &s, 0, 3), *g = fe_data(37, &s, 0.5f, 1.5f);
+  float *b = fe_data(37, &s, -1, 1);
+  /* inputs: x, mean, var, gamma, beta */
+  static const int64_t w[] = {SUB, 0, 1, 5,      ADD, 2, IMM(0), 6, SQRT, 6, 0, 6,
+                              DIV, 5, 6, 5,      MUL, 5, 3,      5, ADD,  5, 4, 7};
+  static const float f[] = {1e-5f};
+  fe_prog pg = FE_PROG(w, f);
+  const es_tdesc *d[5] = {&x, &st, &st, &aff, &aff};
+  const void *v[5] = {xv, mean, var, g, b};
+  check_fused(&pg, 5, d, v);
+  /* the variance part: Pow by 2 and by 0.5 (the fast exponents) and a
+   * general one */
+  static const int64_t w2[] = {SUB, 0, 1, 2, POW, 2, IMM(0), 2, POW, 2, IMM(1), 3,
+                               POW, 3, IMM(2), 3, ADD, 3, 2, 3};
+  static const float f2[] = {2, 0.5f, 1.7f};
+  fe_prog pg2 = FE_PROG(w2, f2);
+  check_fused(&pg2, 2, d, v);
+  free(xv);
+  free(mean);
+  free(var);
+  free(g);
+  free(b);
+}
+
+/* Every opcode over three randomly broadcast inputs. */
+static void test_fused_broadcast(void **state) {
+  (void)state;
+  static const int64_t w[] = {
+      SUB,  0, 1,      3,  /* t3 = a - b */
+      SIGM, 2, 0,      4,  /* t4 = sigmoid(c) */
+      MUL,  3, 4,      3,  /* t3 *= t4 */
+      CLIP, 3, IMM(0), 5,  /* t5 = clip(t3, -0.5, 0.7) */
+      ADD,  5, IMM(2), 5,  /* t5 += 1.5 */
+      DIV,  1, 5,      6,  /* t6 = b / t5 */
+      RELU, 6, 0,      6,
+      HSIG, 6, IMM(3), 7,  /* alpha 0.3, beta 0.4 */
+      MOV,  IMM(5), 0, 8,  /* load 2 */
+      POW,  7, 8,      7,  /* exponent from a register */
+      SQRT, 7, 0,      7,
+      POW,  4, IMM(2), 9,  /* 1.5 */
+      MUL,  9, 2,      9,
+      ADD,  7, 9,      10,
+      ADD,  10, 0,     10,
+  };
+  static const float f[] = {-0.5f, 0.7f, 1.5f, 0.3f, 0.4f, 2};
+  fe_prog pg = FE_PROG(w, f);
+  uint64_t s = es_test_seed();
+  for (int iter = 0; iter < 200; iter++) {
+    int r = 1 + (int)(es_test_rand(&s) % 5);
+    int64_t o[ES_MAX_RANK], dd[3][ES_MAX_RANK];
+    int rk[3];
+    for (int i = 0; i < r; i++)
+      o[i] = 1 + (int64_t)(es_test_rand(&s) % 5);
+    if (iter % 10 == 0)
+      o[r - 1] = 300 + iter; /* rows longer than a block */
+    es_tdesc t[3];
+    float *tv[3];
+    for (int k = 0; k < 3; k++) {
+      rk[k] = r - (int)(es_test_rand(&s) % (size_t)(r + 1));
+      for (int i = 0; i < rk[k]; i++)
+        dd[k][i] = es_test_rand(&s) % 3 == 0 ? 1 : o[i + r - rk[k]];
+      t[k] = desc_make(ES_DTYPE_FLOAT, rk[k], dd[k]);
+      tv[k] = fe_data(t[k].count, &s, -3, 3);
+    }
+    check_fused(&pg, 3, (const es_tdesc *[]){&t[0], &t[1], &t[2]},
+                (const void *[]){tv[0], tv[1], tv[2]});
+    for (int k = 0; k < 3; k++)
+      free(tv[k]);
+  }
+}
+
+/* Scalars only, one element, empty output, and a long SSA program whose
+ * temporaries share a few scratch slots. */
+static void test_fused_shapes(void **state) {
+  (void)state;
+  es_tdesc sc = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc one = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){1, 1});
+  float a = 2.5f, b = -1;
+  static const int64_t w[] = {MUL, 0, 1, 2, ADD, 2, IMM(0), 2, RELU, 2, 0, 3};
+  static const float f[] = {4};
+  fe_prog pg = FE_PROG(w, f);
+  check_fused(&pg, 2, (const es_tdesc *[]){&sc, &one}, (const void *[]){&a, &b});
+  es_tdesc empty = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){0, 3});
+  es_tdesc o;
+  void *out;
+  ES_CHECK_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&empty, &sc}, (const void *[]){&a, &b}, &o,
+                      &out));
+  assert_shape(&o, ES_DTYPE_FLOAT, 2, (int64_t[]){0, 3});
+  es_mem_free(out);
+
+  /* short rows in multi-row blocks: a tile that changes with the outer
+   * dim ([2,5,3] - [2,1,3]), a tile and a value per block ([4,6] / [6]
+   * + [1]) */
+  static const int64_t w2[] = {SUB, 0, 1, 2, MUL, 2, 2, 2};
+  fe_prog pg2 = {w2, 8, NULL, 0};
+  es_tdesc t1 = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 3});
+  es_tdesc t2 = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 1, 3});
+  float v1[30], v2[6];
+  for (int i = 0; i < 30; i++)
+    v1[i] = (float)i * 0.5f;
+  for (int i = 0; i < 6; i++)
+    v2[i] = (float)i;
+  check_fused(&pg2, 2, (const es_tdesc *[]){&t1, &t2}, (const void *[]){v1, v2});
+  static const int64_t w3[] = {DIV, 0, 1, 3, ADD, 3, 2, 3};
+  es_tdesc t3 = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){4, 6});
+  es_tdesc t4 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){6});
+  es_tdesc t5 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){1});
+  fe_prog pg3 = {w3, 8, NULL, 0};
+  float v4[6] = {1, -2, 3, 0.5f, 7, -0.25f};
+  check_fused(&pg3, 3, (const es_tdesc *[]){&t3, &t4, &t5}, (const void *[]){v1, v4, &a});
+
+  /* t(i+1) = t(i) * x + i, 30 instructions, SSA: 2 slots suffice */
+  enum { N = 30 };
+  int64_t lw[N * 4];
+  float lf[N];
+  for (int i = 0; i < N; i++) {
+    lf[i] = (float)i * 0.01f;
+    int64_t src = i == 0 ? 0 : i;
+    int64_t tmp[4] = {i % 2 ? MUL : ADD, src, i % 2 ? 0 : IMM(i), i + 1};
+    memcpy(&lw[i * 4], tmp, sizeof tmp);
+  }
+  lw[(N - 1) * 4 + 3] = N; /* registers 1..30 */
+  fe_prog lp = {lw, N * 4, lf, N};
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){700});
+  uint64_t s = 3;
+  float *xv = fe_data(700, &s, -1, 1);
+  check_fused(&lp, 1, (const es_tdesc *[]){&x}, (const void *[]){xv});
+  hand_run h;
+  es_attr at[2];
+  int na = fe_attrs(&lp, at);
+  ES_CHECK_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 1, (const es_tdesc *[]){&x},
+                         (const void *[]){NULL}));
+  assert_true(h.k.scratch_bytes <= 2 * 256 * sizeof(float));
+  assert_int_equal(h.k.inplace, 0);
+  hand_done(&h);
+  free(xv);
+}
+
+/* NHWC inputs with a plain per-channel gate (the SE block: HardSigmoid of a
+ * [N,C,1,1] tensor times the map), in place; conversion requests. */
+static void test_fused_nhwc(void **state) {
+  (void)state;
+  uint64_t s = 4;
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 5, 7});
+  es_tdesc g = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 1, 1});
+  float *xv = fe_data(x.count, &s, -4, 4), *gv = fe_data(6, &s, -4, 4);
+  static const int64_t w[] = {HSIG, 1, IMM(0), 2, MUL, 0, 2, 2};
+  static const float f[] = {0.2f, 0.5f};
+  fe_prog pg = FE_PROG(w, f);
+  es_tdesc po;
+  float *plain = fe_reference(&pg, 2, (const es_tdesc *[]){&x, &g}, (const void *[]){xv, gv},
+                              &po);
+  float *want = malloc(x.count * sizeof *want), *xn = malloc(x.count * sizeof *xn);
+  nhwc_of(&x, plain, want);
+  nhwc_of(&x, xv, xn);
+  es_tdesc xl = x;
+  xl.layout = ES_LAYOUT_NHWC;
+  hand_run h;
+  es_attr at[2];
+  int na = fe_attrs(&pg, at);
+  const es_tdesc *d[2] = {&xl, &g};
+  ES_CHECK_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2, d,
+                         (const void *[]){NULL, NULL}));
+  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.k.inplace, 0);
+  void *scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, h.k.scratch_bytes + 1);
+  ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xn, gv}, (void *[]){xn}, scratch));
+  assert_floats_near(xn, want, x.count, 0);
+  es_mem_free(scratch);
+  hand_done(&h);
+
+  /* a full plain map next to an NHWC one is asked for in NHWC; a rank-3
+   * [C,H,W] one cannot be, so the NHWC input goes plain */
+  static const int64_t w2[] = {ADD, 0, 1, 2};
+  fe_prog pg2 = {w2, 4, NULL, 0};
+  na = fe_attrs(&pg2, at);
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2,
+                          (const es_tdesc *[]){&x, &xl}, (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_nhwc, 1);
+  hand_done(&h);
+  es_tdesc chw = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){6, 5, 7});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2,
+                          (const es_tdesc *[]){&xl, &chw}, (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_plain, 1);
+  hand_done(&h);
+  free(xv);
+  free(gv);
+  free(want);
+  free(xn);
+  es_mem_free(plain);
+}
+
+static void test_fused_invalid(void **state) {
+  (void)state;
+  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
+  es_tdesc xi = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){4});
+  float xv[4] = {0};
+  const es_tdesc *d[2] = {&x, &x};
+  const void *v[2] = {xv, xv};
+  es_tdesc o;
+  void *out;
+  static const float f[] = {1, 2};
+  struct {
+    int64_t w[8];
+    size_t nw;
+  } bad[] = {
+      {{ADD, 0, 1}, 3},                  /* not a whole instruction */
+      {{0, 0, 1, 2}, 4},                 /* opcode 0 */
+      {{ES_FE_NOPCODES, 0, 1, 2}, 4},    /* opcode past the last */
+      {{ADD, 0, 3, 2}, 4},               /* temporary read before written */
+      {{ADD, 0, 32, 2}, 4},              /* register past the file */
+      {{ADD, 0, 1, 1}, 4},               /* writes an input */
+      {{ADD, 0, 1, 32}, 4},              /* writes past the file */
+      {{ADD, 0, IMM(2), 2}, 4},          /* immediate past _prog_f */
+      {{CLIP, 0, 1, 2}, 4},              /* Clip bounds from a register */
+      {{HSIG, 0, IMM(1), 2}, 4},         /* second parameter past _prog_f */
+      {{RELU, 2, 0, 2}, 4},              /* reads its own unwritten dst */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    fe_prog pg = {bad[i].w, bad[i].nw, f, 2};
+    ES_EXPECT_RC(fe_eval(&pg, 2, d, v, &o, &out), ES_EMODEL);
+  }
+  static const int64_t ok[] = {ADD, 0, 1, 2};
+  fe_prog pg = {ok, 4, NULL, 0};
+  ES_CHECK_RC(fe_eval(&pg, 2, d, v, &o, &out));
+  es_mem_free(out);
+  /* no program, wrong input types and counts, mismatched shapes */
+  ES_EXPECT_RC(eval_op(ES_OP_FusedElementwise, 13, NULL, 0, 2, d, v, &o, &out), ES_EMODEL);
+  ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, &xi}, v, &o, &out), ES_EMODEL);
+  ES_EXPECT_RC(fe_eval(&pg, 0, d, v, &o, &out), ES_EMODEL);
+  ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, NULL}, v, &o, &out), ES_EMODEL);
+  es_tdesc x3 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){3});
+  ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, &x3}, v, &o, &out), ES_EMODEL);
+  es_attr wrong = {.name = "_prog", .type = ES_ATTR_FLOATS, .n = 2, .floats = f};
+  ES_EXPECT_RC(eval_op(ES_OP_FusedElementwise, 13, &wrong, 1, 2, d, v, &o, &out), ES_EMODEL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bcast_fast_paths),
       cmocka_unit_test(test_bcast_random),
       cmocka_unit_test(test_bcast_mismatch),
       cmocka_unit_test(test_inplace),
+      cmocka_unit_test(test_nhwc_binary),
+      cmocka_unit_test(test_nhwc_binary_misc),
+      cmocka_unit_test(test_nhwc_relayout),
+      cmocka_unit_test(test_nhwc_unary),
       cmocka_unit_test(test_int_arith),
       cmocka_unit_test(test_binary_types_invalid),
       cmocka_unit_test(test_pow),
       cmocka_unit_test(test_equal),
       cmocka_unit_test(test_activations),
+      cmocka_unit_test(test_sigmoid_accuracy),
       cmocka_unit_test(test_activations_invalid),
       cmocka_unit_test(test_clip),
       cmocka_unit_test(test_clip_invalid),
       cmocka_unit_test(test_cast),
       cmocka_unit_test(test_cast_invalid),
+      cmocka_unit_test(test_fused_hardswish),
+      cmocka_unit_test(test_fused_layernorm),
+      cmocka_unit_test(test_fused_broadcast),
+      cmocka_unit_test(test_fused_shapes),
+      cmocka_unit_test(test_fused_nhwc),
+      cmocka_unit_test(test_fused_invalid),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,7 +9,9 @@
  * that must be known while planning but are not) must fail with the right
  * code and never crash. eval() goes through es_kernel_eval; eval_ex() builds
  * the kernel instance itself to hide chosen inputs from planning or run an
- * op in place. */
+ * op in place. Finally the layout-aware paths are fed NHWC inputs through a
+ * hand-built instance (eval_nhwc) and must give the plain result in NHWC
+ * order, or ask for the conversion they need. */
 #include "es_test.h"
 
 #include <math.h>
@@ -975,6 +977,303 @@ static void test_batchnorm_errors(void **state) {
                ES_EMODEL);
 }
 
+/* ==========================================================================
+ * NHWC inputs
+ * ======================================================================== */
+
+/* es_kernel_eval only ever sees plain tensors, so the NHWC paths are run
+ * the way the planner runs them: a hand-built instance whose X descriptor
+ * says NHWC (X dynamic, the other inputs static). The result must be the
+ * plain result in NHWC order. Returns infer's or run's code; on
+ * ES_KRELAYOUT, *want_plain and *want_nhwc hold the kernel's requests. */
+static int eval_nhwc(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
+                     const es_tdesc *const *in, const void *const *data, int inplace, int n_out,
+                     es_tdesc *out, void **outd, uint32_t *want_plain, uint32_t *want_nhwc) {
+  int in_idx[8], out_idx[4];
+  for (int i = 0; i < n_in; i++)
+    in_idx[i] = in[i] ? i : -1;
+  for (int i = 0; i < n_out; i++)
+    out_idx[i] = i;
+  es_node node = {.name = "t", .op = op, .n_in = n_in, .n_out = n_out, .in = in_idx,
+                  .out = out_idx, .n_attr = n_attr, .attrs = (es_attr *)attrs};
+  const es_kernel *kern = es_kernel_for(op);
+  assert_non_null(kern);
+  assert_true(kern->layout_aware);
+  es_ctx ctx = {0};
+  const void *stat[8], *rin[8];
+  es_tdesc *outp[4];
+  for (int i = 0; i < n_in; i++) {
+    stat[i] = i == 0 ? NULL : data[i];
+    rin[i] = data[i];
+  }
+  for (int i = 0; i < n_out; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    outp[i] = &out[i];
+    outd[i] = NULL;
+  }
+  es_kinst k = {.node = &node, .opset = opset, .n_in = n_in, .n_out = n_out, .in = in,
+                .out = outp, .in_static = stat, .inplace = -1, .ctx = &ctx};
+  es_node_label(&node, k.label, sizeof k.label);
+  int rc = kern->infer(&k);
+  *want_plain = k.want_plain;
+  *want_nhwc = k.want_nhwc;
+  void *scratch = NULL;
+  if (rc == 0) {
+    scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, k.scratch_bytes ? k.scratch_bytes : 1);
+    for (int i = 0; i < n_out; i++)
+      outd[i] = es_mem_aligned_alloc(ES_MEM_OTHER, 64, out[i].nbytes ? out[i].nbytes : 1);
+    if (inplace) {
+      assert_int_equal(k.inplace, 0);
+      memcpy(outd[0], data[0], in[0]->nbytes);
+      rin[0] = outd[0];
+    }
+    rc = kern->run(&k, rin, outd, scratch);
+  }
+  if (kern->release)
+    kern->release(&k);
+  es_mem_free(scratch);
+  es_ctx_free_all(&ctx);
+  if (rc != 0)
+    for (int i = 0; i < n_out; i++) {
+      es_mem_free(outd[i]);
+      outd[i] = NULL;
+    }
+  return rc;
+}
+
+/* [N, C, HW] <-> [N, HW, C] for esz-byte elements. */
+static void *to_nhwc(const void *src, const es_tdesc *t) {
+  size_t esz = es_dtype_size(t->dtype);
+  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
+  char *d = malloc(t->nbytes ? t->nbytes : 1);
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t p = 0; p < hw; p++)
+        memcpy(d + ((b * hw + p) * c + ci) * (int64_t)esz,
+               (const char *)src + ((b * c + ci) * hw + p) * (int64_t)esz, esz);
+  return d;
+}
+
+/* The plain result y, reordered to NHWC, must equal the NHWC result bytes
+ * (tol 0) or be within tol. */
+static void expect_nhwc_of(const void *nhwc, const void *plain, const es_tdesc *t, double tol,
+                           const char *what) {
+  void *want = to_nhwc(plain, t);
+  if (tol == 0) {
+    if (memcmp(nhwc, want, t->nbytes))
+      fail_msg("%s: NHWC result differs from the plain result", what);
+  } else {
+    const float *g = nhwc, *w = want;
+    for (size_t i = 0; i < t->count; i++)
+      if (!(fabs((double)g[i] - (double)w[i]) <= tol * (1 + fabs((double)w[i]))))
+        fail_msg("%s: [%zu] = %.9g, plain %.9g", what, i, (double)g[i], (double)w[i]);
+  }
+  free(want);
+}
+
+static es_tdesc nhwc_of(es_tdesc t) {
+  t.layout = ES_LAYOUT_NHWC;
+  return t;
+}
+
+/* Random 2-D max and average pools of NHWC inputs (channel counts around
+ * the vector widths) match the plain path exactly. */
+static void test_pool_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  static const char *const autos[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
+  static const es_dtype types[] = {ES_DTYPE_FLOAT, ES_DTYPE_UINT8, ES_DTYPE_INT8};
+  int ran = 0;
+  for (int iter = 0; iter < 300; iter++) {
+    int avg = (int)rnd(&seed, 0, 1);
+    es_dtype dt = avg ? ES_DTYPE_FLOAT : types[rnd(&seed, 0, 2)];
+    int64_t k[2], s[2], d[2], pads[4], dims[4] = {rnd(&seed, 1, 2), rnd(&seed, 1, 19)};
+    for (int i = 0; i < 2; i++) {
+      dims[2 + i] = rnd(&seed, 1, 9);
+      k[i] = rnd(&seed, 1, 3);
+      s[i] = rnd(&seed, 1, 3);
+      d[i] = rnd(&seed, 1, 2);
+      pads[i] = rnd(&seed, 0, k[i] - 1);
+      pads[i + 2] = rnd(&seed, 0, k[i] - 1);
+    }
+    es_attr attrs[] = {
+        {.name = "kernel_shape", .type = ES_ATTR_INTS, .n = 2, .ints = k},
+        {.name = "strides", .type = ES_ATTR_INTS, .n = 2, .ints = s},
+        {.name = "dilations", .type = ES_ATTR_INTS, .n = 2, .ints = d},
+        {.name = "pads", .type = ES_ATTR_INTS, .n = 4, .ints = pads},
+        A_STR("auto_pad", autos[rnd(&seed, 0, 5) % 4]),
+        A_INT("ceil_mode", rnd(&seed, 0, 1)),
+        A_INT("count_include_pad", rnd(&seed, 0, 1)),
+    };
+    int na = avg ? 7 : 6;
+    es_op op = avg ? ES_OP_AveragePool : ES_OP_MaxPool;
+    es_tdesc x = tdesc(dt, 4, dims), xn = nhwc_of(x);
+    float *xd = rand_f32(&seed, x.count);
+    if (dt != ES_DTYPE_FLOAT) /* bytes of random floats are random bytes */
+      for (size_t i = 0; i < x.count; i++)
+        ((uint8_t *)xd)[i] = ((const uint8_t *)xd)[4 * i + 1];
+    void *xnd = to_nhwc(xd, &x);
+    const es_tdesc *in[] = {&x}, *inn[] = {&xn};
+    const void *data[] = {xd}, *datan[] = {xnd};
+    es_tdesc out, outn;
+    void *od = NULL, *odn = NULL;
+    uint32_t wp, wn;
+    int rc = eval(op, 12, attrs, na, 1, in, data, &out, &od);
+    int rcn = eval_nhwc(op, 12, attrs, na, 1, inn, datan, 0, 1, &outn, &odn, &wp, &wn);
+    assert_int_equal(rc, rcn);
+    if (rc == 0) {
+      ran++;
+      assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
+      assert_true(es_tdesc_same_shape(&out, &outn));
+      char what[64];
+      snprintf(what, sizeof what, "NHWC pool iteration %d", iter);
+      expect_nhwc_of(odn, od, &out, 0, what);
+    }
+    es_mem_free(od);
+    es_mem_free(odn);
+    free(xnd);
+    free(xd);
+  }
+  assert_true(ran > 200);
+
+  /* Indices are NCHW positions: MaxPool asks for a plain X. */
+  es_tdesc xn = nhwc_of(TD(ES_DTYPE_FLOAT, 1, 2, 4, 4));
+  float buf[32] = {0};
+  const es_tdesc *in[] = {&xn};
+  const void *data[] = {buf};
+  es_attr a[] = {A_INTS("kernel_shape", 2, 2)};
+  es_tdesc out[2];
+  void *od[2];
+  uint32_t wp, wn;
+  assert_int_equal(eval_nhwc(ES_OP_MaxPool, 12, a, 1, 1, in, data, 0, 2, out, od, &wp, &wn),
+                   ES_KRELAYOUT);
+  assert_int_equal(wp, 1);
+  assert_int_equal(wn, 0);
+}
+
+/* GlobalAveragePool of NHWC inputs (pixel counts below, at and past a
+ * summing block) gives the plain path's [N, C, 1, 1] values. */
+static void test_global_avgpool_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  int64_t shapes[][4] = {{2, 3, 4, 5}, {1, 17, 8, 8}, {1, 9, 13, 11}, {2, 5, 1, 1}, {1, 4, 0, 3}};
+  for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+    es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, shapes[t]), xn = nhwc_of(x);
+    float *xd = rand_f32(&seed, x.count);
+    void *xnd = to_nhwc(xd, &x);
+    const es_tdesc *in[] = {&x}, *inn[] = {&xn};
+    const void *data[] = {xd}, *datan[] = {xnd};
+    es_tdesc out, outn;
+    void *od, *odn;
+    uint32_t wp, wn;
+    ES_CHECK_RC(eval(ES_OP_GlobalAveragePool, 12, NULL, 0, 1, in, data, &out, &od));
+    ES_CHECK_RC(eval_nhwc(ES_OP_GlobalAveragePool, 12, NULL, 0, 1, inn, datan, 0, 1, &outn, &odn,
+                          &wp, &wn));
+    assert_int_equal(outn.layout, ES_LAYOUT_NHWC); /* same bytes as plain [N, C, 1, 1] */
+    assert_true(es_tdesc_same_shape(&out, &outn));
+    const float *g = odn, *w = od;
+    for (size_t i = 0; i < out.count; i++)
+      if (isnan(w[i]) ? !isnan(g[i]) : !(fabsf(g[i] - w[i]) <= 1e-5f * (1 + fabsf(w[i]))))
+        fail_msg("GlobalAveragePool NHWC shape %zu: [%zu] = %.9g, plain %.9g", t, i,
+                 (double)g[i], (double)w[i]);
+    es_mem_free(od);
+    es_mem_free(odn);
+    free(xnd);
+    free(xd);
+  }
+}
+
+/* Resize of NHWC inputs: the H/W-only nearest and linear cases (and a
+ * copy) stay NHWC and match the plain path exactly; anything else asks for
+ * a plain X. */
+static void test_resize_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  es_attr nearest[] = {A_STR("mode", "nearest"),
+                       A_STR("coordinate_transformation_mode", "asymmetric"),
+                       A_STR("nearest_mode", "floor")};
+  es_attr linear[] = {A_STR("mode", "linear"),
+                      A_STR("coordinate_transformation_mode", "half_pixel")};
+  es_attr cubic[] = {A_STR("mode", "cubic")};
+  struct {
+    const es_attr *a;
+    int na;
+    float sc[4];
+    int64_t sz[4]; /* used when sc[0] is 0 */
+    int plain;     /* expects a request for plain X */
+  } cases[] = {
+      {nearest, 3, {1, 1, 2, 2}, {0}, 0},     {nearest, 3, {1, 1, 0.5f, 1.5f}, {0}, 0},
+      {linear, 2, {1, 1, 2, 2}, {0}, 0},      {linear, 2, {0}, {2, 7, 5, 9}, 0},
+      {linear, 2, {1, 1, 1, 1}, {0}, 0},      {cubic, 1, {1, 1, 2, 2}, {0}, 1},
+      {nearest, 3, {1, 2, 1, 1}, {0}, 1},
+  };
+  int64_t dims[4] = {2, 7, 6, 5};
+  es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, dims), xn = nhwc_of(x);
+  float *xd = rand_f32(&seed, x.count);
+  void *xnd = to_nhwc(xd, &x);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int use_sizes = cases[c].sc[0] == 0;
+    es_tdesc roi = TD(ES_DTYPE_FLOAT, 0), sd = TD(ES_DTYPE_FLOAT, 4), zd = TD(ES_DTYPE_INT64, 4);
+    if (use_sizes)
+      sd = TD(ES_DTYPE_FLOAT, 0);
+    static const float none = 0;
+    const es_tdesc *in[] = {&x, &roi, &sd, &zd}, *inn[] = {&xn, &roi, &sd, &zd};
+    const void *data[] = {xd, &none, use_sizes ? (const void *)&none : cases[c].sc, cases[c].sz};
+    const void *datan[] = {xnd, data[1], data[2], data[3]};
+    int n_in = use_sizes ? 4 : 3;
+    es_tdesc out, outn;
+    void *od, *odn;
+    uint32_t wp, wn;
+    int rc = eval_nhwc(ES_OP_Resize, 13, cases[c].a, cases[c].na, n_in, inn, datan, 0, 1, &outn,
+                       &odn, &wp, &wn);
+    if (cases[c].plain) {
+      assert_int_equal(rc, ES_KRELAYOUT);
+      assert_int_equal(wp, 1);
+      continue;
+    }
+    ES_CHECK_RC(rc);
+    ES_CHECK_RC(eval(ES_OP_Resize, 13, cases[c].a, cases[c].na, n_in, in, data, &out, &od));
+    assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
+    assert_true(es_tdesc_same_shape(&out, &outn));
+    char what[48];
+    snprintf(what, sizeof what, "Resize NHWC case %zu", c);
+    expect_nhwc_of(odn, od, &out, 0, what);
+    es_mem_free(od);
+    es_mem_free(odn);
+  }
+  free(xnd);
+  free(xd);
+}
+
+/* BatchNormalization of an NHWC input, with static and runtime
+ * parameters and in place. */
+static void test_batchnorm_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  int64_t dims[4] = {2, 3, 4, 5};
+  es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, dims), xn = nhwc_of(x), pd = TD(ES_DTYPE_FLOAT, 3);
+  float *xd = rand_f32(&seed, x.count);
+  void *xnd = to_nhwc(xd, &x);
+  float sc[3] = {0.5f, -2.0f, 1.5f}, b[3] = {0.1f, 0.2f, -0.3f}, m[3] = {1, -1, 0.5f},
+        v[3] = {0.25f, 4.0f, 1.0f};
+  const es_tdesc *in[] = {&x, &pd, &pd, &pd, &pd}, *inn[] = {&xn, &pd, &pd, &pd, &pd};
+  const void *data[] = {xd, sc, b, m, v}, *datan[] = {xnd, sc, b, m, v};
+  es_tdesc out, outn;
+  void *od, *odn;
+  uint32_t wp, wn;
+  ES_CHECK_RC(eval(ES_OP_BatchNormalization, 15, NULL, 0, 5, in, data, &out, &od));
+  for (int inplace = 0; inplace < 2; inplace++) {
+    ES_CHECK_RC(eval_nhwc(ES_OP_BatchNormalization, 15, NULL, 0, 5, inn, datan, inplace, 1, &outn,
+                          &odn, &wp, &wn));
+    assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
+    expect_nhwc_of(odn, od, &out, 0, "BatchNormalization NHWC");
+    es_mem_free(odn);
+  }
+  es_mem_free(od);
+  free(xnd);
+  free(xd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pool_random),        cmocka_unit_test(test_maxpool_hand),
@@ -985,7 +1284,9 @@ int main(void) {
       cmocka_unit_test(test_softmax),            cmocka_unit_test(test_softmax_errors),
       cmocka_unit_test(test_resize_linear),      cmocka_unit_test(test_resize_nearest),
       cmocka_unit_test(test_resize_errors),      cmocka_unit_test(test_batchnorm),
-      cmocka_unit_test(test_batchnorm_errors),
+      cmocka_unit_test(test_batchnorm_errors),   cmocka_unit_test(test_pool_nhwc),
+      cmocka_unit_test(test_global_avgpool_nhwc), cmocka_unit_test(test_resize_nhwc),
+      cmocka_unit_test(test_batchnorm_nhwc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,10 @@
  * Small hand-checked cases for each op and form (attribute vs input), error
  * cases that must fail with the right code, and randomised comparisons of
  * Transpose, Slice and Pad against naive index-by-index references over
- * ranks 1-6 and element sizes 1, 4 and 8 (the tiled and strided paths). */
+ * ranks 1-6 and element sizes 1, 4 and 8 (the tiled and strided paths).
+ * The layout-aware ops (Concat, Split, Transpose) are then fed NHWC
+ * tensors through a hand-built instance, as the planner runs them, and
+ * must match the plain results in the layout they report. */
 #include "es_test.h"
 
 #include <stdbool.h>
@@ -936,6 +939,310 @@ static void test_constant_of_shape(void **state) {
   ES_EXPECT_RC(eval1(&t, 9, &s, NULL, &od, &o), ES_ENOTSUP);
 }
 
+/* ==========================================================================
+ * NHWC tensors (Concat, Split, Transpose)
+ * ======================================================================== */
+
+/* Runs t as the planner would, on inputs in the layouts their descriptors
+ * say: inputs in dyn are unknown while planning, the others static; prep
+ * gives the instance a prepared-weights store as plans have. Returns
+ * infer's or run's code; *k_out receives the instance's requests and
+ * inplace (ctx-owned parts are gone). */
+static int eval_lay(tnode *t, int n_in, const es_tdesc *const *in, const void *const *data,
+                    unsigned dyn, bool prep, int n_out, es_tdesc *od, void **o, es_kinst *k_out) {
+  const es_kernel *kern = es_kernel_for(t->node.op);
+  assert_non_null(kern);
+  assert_true(kern->layout_aware);
+  es_ctx ctx = {0};
+  es_prep_store *store = NULL;
+  if (prep)
+    ES_CHECK_RC(es_prep_store_create(&store));
+  const void *st[16];
+  es_tdesc *outp[16];
+  for (int i = 0; i < n_in; i++)
+    st[i] = (dyn >> i) & 1 ? NULL : data[i];
+  for (int i = 0; i < n_out; i++) {
+    memset(&od[i], 0, sizeof od[i]);
+    outp[i] = &od[i];
+    o[i] = NULL;
+  }
+  es_kinst k = {.node = &t->node, .opset = 13, .n_in = n_in, .n_out = n_out, .in = in,
+                .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx, .prep = store};
+  es_node_label(&t->node, k.label, sizeof k.label);
+  int rc = kern->infer(&k);
+  if (rc == 0) {
+    for (int i = 0; i < n_out; i++)
+      o[i] = es_mem_aligned_alloc(ES_MEM_OTHER, 64, od[i].nbytes ? od[i].nbytes : 1);
+    rc = kern->run(&k, data, o, NULL);
+  }
+  *k_out = k;
+  es_ctx_free_all(&ctx);
+  es_prep_store_destroy(store);
+  if (rc != 0)
+    for (int i = 0; i < n_out; i++) {
+      es_mem_free(o[i]);
+      o[i] = NULL;
+    }
+  return rc;
+}
+
+/* A rank-4 tensor's bytes [N, C, HW] reordered to [N, HW, C] (to_nhwc) or
+ * back; es_mem_alloc'ed. */
+static void *reorder4(const void *src, const es_tdesc *t, bool to_nhwc) {
+  size_t esz = es_dtype_size(t->dtype);
+  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
+  char *d = es_mem_alloc(ES_MEM_OTHER, t->nbytes + 1);
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t p = 0; p < hw; p++) {
+        int64_t plain = (b * c + ci) * hw + p, nhwc = (b * hw + p) * c + ci;
+        memcpy(d + (to_nhwc ? nhwc : plain) * (int64_t)esz,
+               (const char *)src + (to_nhwc ? plain : nhwc) * (int64_t)esz, esz);
+      }
+  return d;
+}
+
+static es_tdesc as_nhwc(es_tdesc t) {
+  t.layout = ES_LAYOUT_NHWC;
+  return t;
+}
+
+/* Random concats of NHWC inputs along every axis equal the plain concat in
+ * NHWC order; mixed layouts ask for NHWC copies of the plain inputs that
+ * would move, and take one-channel plain inputs as they are. */
+static void test_concat_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 200; iter++) {
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    int n = 1 + (int)(es_test_rand(&seed) % 4), axis = (int)(es_test_rand(&seed) % 4);
+    int64_t dims[4];
+    for (int d = 0; d < 4; d++)
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 5);
+    es_tdesc x[4], xn[4], od, odn;
+    void *xd[4], *xnd[4], *o, *on;
+    const es_tdesc *in[4], *inn[4];
+    for (int i = 0; i < n; i++) {
+      dims[axis] = (int64_t)(es_test_rand(&seed) % 6); /* may be empty */
+      x[i] = td(dtype_of_size(esz), 4, dims);
+      xn[i] = as_nhwc(x[i]);
+      xd[i] = tensor_fill(esz, x[i].count);
+      xnd[i] = reorder4(xd[i], &x[i], true);
+      in[i] = &x[i];
+      inn[i] = &xn[i];
+    }
+    tnode t;
+    node_init(&t, ES_OP_Concat, n, 1);
+    attr_int(&t, "axis", axis - (iter % 2 ? 4 : 0));
+    es_kinst k;
+    ES_CHECK_RC(es_kernel_eval(&t.node, 13, n, in, (const void *const *)xd, 1, &od, &o));
+    ES_CHECK_RC(eval_lay(&t, n, inn, (const void *const *)xnd, 0xf, true, 1, &odn, &on, &k));
+    assert_int_equal(odn.layout, ES_LAYOUT_NHWC);
+    assert_true(es_tdesc_same_shape(&od, &odn));
+    void *want = reorder4(o, &od, true);
+    if (memcmp(on, want, od.nbytes))
+      fail_msg("NHWC concat iteration %d (axis %d, %d inputs, esz %zu) differs", iter, axis, n,
+               esz);
+    es_mem_free(want);
+    es_mem_free(o);
+    es_mem_free(on);
+    for (int i = 0; i < n; i++) {
+      es_mem_free(xd[i]);
+      es_mem_free(xnd[i]);
+    }
+  }
+
+  /* A channel concat over many pixels (several cache tiles of output rows,
+   * the last one partial). */
+  {
+    int64_t cs[3] = {3, 5, 1};
+    es_tdesc x[3], xn[3], od, odn;
+    void *xd[3], *xnd[3], *o, *on;
+    const es_tdesc *in[3], *inn[3];
+    for (int i = 0; i < 3; i++) {
+      x[i] = td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, cs[i], 70, 61});
+      xn[i] = as_nhwc(x[i]);
+      xd[i] = tensor_fill(4, x[i].count);
+      xnd[i] = reorder4(xd[i], &x[i], true);
+      in[i] = &x[i];
+      inn[i] = &xn[i];
+    }
+    tnode t;
+    node_init(&t, ES_OP_Concat, 3, 1);
+    attr_int(&t, "axis", 1);
+    es_kinst k;
+    ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, (const void *const *)xd, 1, &od, &o));
+    ES_CHECK_RC(eval_lay(&t, 3, inn, (const void *const *)xnd, 7, true, 1, &odn, &on, &k));
+    void *want = reorder4(o, &od, true);
+    assert_memory_equal(on, want, od.nbytes);
+    es_mem_free(want);
+    es_mem_free(o);
+    es_mem_free(on);
+    for (int i = 0; i < 3; i++) {
+      es_mem_free(xd[i]);
+      es_mem_free(xnd[i]);
+    }
+  }
+
+  /* Mixed: NHWC [1,3,4,5], plain [1,2,4,5] (must move), plain [1,1,4,5]
+   * (same bytes in both layouts). */
+  int64_t d0[4] = {1, 3, 4, 5}, d1[4] = {1, 2, 4, 5}, d2[4] = {1, 1, 4, 5};
+  es_tdesc a = td(ES_DTYPE_FLOAT, 4, d0), b = td(ES_DTYPE_FLOAT, 4, d1),
+           c = td(ES_DTYPE_FLOAT, 4, d2), an = as_nhwc(a), bn = as_nhwc(b), od, odn;
+  void *ad = tensor_fill(4, a.count), *bd = tensor_fill(4, b.count), *cd = tensor_fill(4, c.count);
+  void *and_ = reorder4(ad, &a, true), *bnd = reorder4(bd, &b, true), *o, *on;
+  tnode t;
+  node_init(&t, ES_OP_Concat, 3, 1);
+  attr_int(&t, "axis", 1);
+  es_kinst k;
+  const es_tdesc *mixed[3] = {&an, &b, &c};
+  const void *mdata[3] = {and_, bd, cd};
+  ES_EXPECT_RC(eval_lay(&t, 3, mixed, mdata, 7, true, 1, &odn, &on, &k), ES_KRELAYOUT);
+  assert_int_equal(k.want_nhwc, 2);
+  assert_int_equal(k.want_plain, 0);
+  mixed[1] = &bn;
+  mdata[1] = bnd;
+  ES_CHECK_RC(eval_lay(&t, 3, mixed, mdata, 7, true, 1, &odn, &on, &k));
+  assert_int_equal(odn.layout, ES_LAYOUT_NHWC);
+  const es_tdesc *plain[3] = {&a, &b, &c};
+  const void *pdata[3] = {ad, bd, cd};
+  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, plain, pdata, 1, &od, &o));
+  void *want = reorder4(o, &od, true);
+  assert_memory_equal(on, want, od.nbytes);
+  es_mem_free(want);
+  es_mem_free(o);
+  es_mem_free(on);
+  /* All plain: plain, as before. */
+  ES_CHECK_RC(eval_lay(&t, 3, plain, pdata, 7, true, 1, &odn, &on, &k));
+  assert_int_equal(odn.layout, ES_LAYOUT_PLAIN);
+  es_mem_free(on);
+  es_mem_free(ad);
+  es_mem_free(bd);
+  es_mem_free(cd);
+  es_mem_free(and_);
+  es_mem_free(bnd);
+}
+
+/* Random splits of NHWC inputs along every axis: NHWC outputs equal to the
+ * plain split's in NHWC order. */
+static void test_split_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 200; iter++) {
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    int n = 1 + (int)(es_test_rand(&seed) % 3), axis = (int)(es_test_rand(&seed) % 4);
+    int64_t dims[4], sizes[3];
+    for (int d = 0; d < 4; d++)
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 5);
+    dims[axis] = 0;
+    for (int i = 0; i < n; i++)
+      dims[axis] += sizes[i] = (int64_t)(es_test_rand(&seed) % 5);
+    es_tdesc x = td(dtype_of_size(esz), 4, dims), xn = as_nhwc(x), s = td1(ES_DTYPE_INT64, n);
+    es_tdesc od[3], odn[3];
+    void *xd = tensor_fill(esz, x.count), *xnd = reorder4(xd, &x, true), *o[3], *on[3];
+    tnode t;
+    node_init(&t, ES_OP_Split, 2, n);
+    attr_int(&t, "axis", axis);
+    const es_tdesc *in[2] = {&x, &s}, *inn[2] = {&xn, &s};
+    const void *data[2] = {xd, sizes}, *datan[2] = {xnd, sizes};
+    es_kinst k;
+    ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, n, od, o));
+    ES_CHECK_RC(eval_lay(&t, 2, inn, datan, 1, true, n, odn, on, &k));
+    for (int i = 0; i < n; i++) {
+      assert_int_equal(odn[i].layout, ES_LAYOUT_NHWC);
+      assert_true(es_tdesc_same_shape(&od[i], &odn[i]));
+      void *want = reorder4(o[i], &od[i], true);
+      if (memcmp(on[i], want, od[i].nbytes))
+        fail_msg("NHWC split iteration %d output %d (axis %d, esz %zu) differs", iter, i, axis,
+                 esz);
+      es_mem_free(want);
+      es_mem_free(o[i]);
+      es_mem_free(on[i]);
+    }
+    es_mem_free(xd);
+    es_mem_free(xnd);
+  }
+}
+
+/* Transpose picks the output layout that makes it free: the NHWC-to-NCHW
+ * transpose at the start of models exported from NHWC frameworks and the
+ * NCHW-to-NHWC one at their end become aliases. Other permutations of NHWC
+ * inputs gather into plain outputs. */
+static void test_transpose_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  int64_t in_dims[4] = {1, 5, 6, 3}, to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+  es_tdesc x = td(ES_DTYPE_FLOAT, 4, in_dims), od;
+  void *xd = tensor_fill(4, x.count), *o;
+  const es_tdesc *in[1] = {&x};
+  const void *data[1] = {xd};
+  tnode t;
+  node_init(&t, ES_OP_Transpose, 1, 1);
+  attr_ints(&t, "perm", to_nchw, 4);
+  es_kinst k;
+  /* In a plan: an NHWC output holding the input's bytes, aliasable. */
+  ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &od, &o, &k));
+  check_dims(&od, 4, (int64_t[]){1, 3, 5, 6});
+  assert_int_equal(od.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(k.inplace, 0);
+  assert_memory_equal(o, xd, x.nbytes);
+  es_mem_free(o);
+  /* Outside a plan (es_kernel_eval, load-time folding): plain, moved. */
+  ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, false, 1, &od, &o, &k));
+  assert_int_equal(od.layout, ES_LAYOUT_PLAIN);
+  assert_int_equal(k.inplace, -1);
+  void *want = reorder4(xd, &od, false); /* xd read as NHWC of od's shape */
+  assert_memory_equal(o, want, x.nbytes);
+  es_mem_free(want);
+  es_mem_free(o);
+
+  /* NHWC [1,3,5,6] to logical NHWC [1,5,6,3]: a plain output, same bytes. */
+  es_tdesc xn = as_nhwc(td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 6}));
+  in[0] = &xn;
+  t.attrs[0].ints = to_nhwc;
+  ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &od, &o, &k));
+  check_dims(&od, 4, in_dims);
+  assert_int_equal(od.layout, ES_LAYOUT_PLAIN);
+  assert_int_equal(k.inplace, 0);
+  assert_memory_equal(o, xd, x.nbytes);
+  es_mem_free(o);
+  es_mem_free(xd);
+
+  /* Random permutations of NHWC inputs against the plain transpose. */
+  for (int iter = 0; iter < 200; iter++) {
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    int64_t dims[4], perm[4] = {0, 1, 2, 3};
+    for (int d = 0; d < 4; d++)
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 6);
+    for (int d = 3; d > 0; d--) {
+      int j = (int)(es_test_rand(&seed) % (uint64_t)(d + 1));
+      int64_t tmp = perm[d];
+      perm[d] = perm[j], perm[j] = tmp;
+    }
+    es_tdesc xp = td(dtype_of_size(esz), 4, dims), xq = as_nhwc(xp), op, oq;
+    void *xpd = tensor_fill(esz, xp.count), *xqd = reorder4(xpd, &xp, true), *opd, *oqd;
+    node_init(&t, ES_OP_Transpose, 1, 1);
+    attr_ints(&t, "perm", perm, 4);
+    ES_CHECK_RC(eval1(&t, 13, &xp, xpd, &op, &opd));
+    in[0] = &xq;
+    data[0] = xqd;
+    ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &oq, &oqd, &k));
+    assert_true(es_tdesc_same_shape(&op, &oq));
+    void *got = oq.layout == ES_LAYOUT_NHWC ? reorder4(oqd, &oq, false) : NULL;
+    if (memcmp(got ? got : oqd, opd, op.nbytes))
+      fail_msg("NHWC transpose iteration %d (perm %lld%lld%lld%lld, esz %zu) differs", iter,
+               (long long)perm[0], (long long)perm[1], (long long)perm[2], (long long)perm[3],
+               esz);
+    if (k.inplace == 0)
+      assert_memory_equal(oqd, xqd, xq.nbytes);
+    es_mem_free(got);
+    es_mem_free(opd);
+    es_mem_free(oqd);
+    es_mem_free(xpd);
+    es_mem_free(xqd);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape),
@@ -951,6 +1258,9 @@ int main(void) {
       cmocka_unit_test(test_pad_random),
       cmocka_unit_test(test_pad_errors),
       cmocka_unit_test(test_constant_of_shape),
+      cmocka_unit_test(test_concat_nhwc),
+      cmocka_unit_test(test_split_nhwc),
+      cmocka_unit_test(test_transpose_nhwc),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

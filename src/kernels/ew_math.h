@@ -1,0 +1,69 @@
+/* Float functions shared by the elementwise kernels (elementwise.c, fused.c),
+ * so the Sigmoid node and a fused chain's SIGMOID give the same bits.
+ *
+ * libm's expf is a call per element and keeps every loop around it scalar
+ * (about 4 ns an element here). es_ew_exp_neg is branch-free float and
+ * 32-bit integer arithmetic that GCC vectorises inside the kernels' chunked
+ * loops: Cephes' expf reduction and polynomial (within 2 ulp of expf),
+ * with the scale 2^n applied as two powers of two so results down to the
+ * subnormal range stay right. */
+#ifndef ES_KERNELS_EW_MATH_H
+#define ES_KERNELS_EW_MATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t es_ew_f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline float es_ew_u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* c ? a : b without a branch. GCC does not if-convert float operations
+ * that may trap (-ftrapping-math), and a branch keeps a loop scalar. */
+static inline float es_ew_select(int c, float a, float b) {
+  uint32_t m = 0u - (uint32_t)(c != 0);
+  return es_ew_u2f((es_ew_f2u(a) & m) | (es_ew_f2u(b) & ~m));
+}
+
+/* e^x for x <= 0; NaN stays NaN. */
+static inline float es_ew_exp_neg(float x) {
+  /* e^-104 is below half the smallest subnormal: the result is 0 from here
+   * on, and the clamp keeps n within the two-step scale's range. */
+  x = es_ew_select(x < -104.0f, -104.0f, x);
+  /* n = round(x / ln 2): adding 1.5 * 2^23 leaves n in the low mantissa bits. */
+  const float magic = 12582912.0f;
+  float t = x * 1.44269504088896341f + magic;
+  float n = t - magic;
+  float r = x - n * 0.693359375f; /* ln 2 in two parts: exact n * hi */
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  /* 2^n = 2^n1 * 2^n2 with n1, n2 >= -76, both normal. Unsigned
+   * arithmetic: for NaN the bits are garbage but defined, and p is NaN. */
+  uint32_t m = es_ew_f2u(t) - es_ew_f2u(magic) + 152u; /* n + 152, in [2, 152] */
+  uint32_t e1 = (m >> 1) + 51u, e2 = m - (m >> 1) + 51u;
+  return p * es_ew_u2f(e1 << 23) * es_ew_u2f(e2 << 23);
+}
+
+/* 1 / (1 + e^-x) from e^-|x|, which never overflows; for x < 0, e / (1 + e)
+ * avoids 1 - r cancellation. */
+static inline float es_ew_sigmoid(float x) {
+  float e = es_ew_exp_neg(-fabsf(x));
+  float r = 1.0f / (1.0f + e);
+  return es_ew_select(x >= 0, r, e * r);
+}
+
+#endif

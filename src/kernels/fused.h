@@ -1,0 +1,71 @@
+/* FusedElementwise: the program format.
+ *
+ * A chain of float32 elementwise operators whose intermediates have no other
+ * reader runs as one internal node, so every element is read and written
+ * once instead of once per operator. The fusion pass (src/model/fuse.c)
+ * writes the program; the kernel (src/kernels/fused.c) checks and runs it.
+ *
+ * The node. Inputs: the chain's outside tensors, all float32, broadcast to
+ * one output shape like a binary op's operands (numpy rules over all of
+ * them). One float32 output. Attributes:
+ *
+ *   "_prog"    INTS, ES_FE_WORDS per instruction: {opcode, a, b, dst}
+ *   "_prog_f"  FLOATS, the immediates (absent when no instruction uses one)
+ *
+ * Registers. 0 .. n_in-1 are the node's inputs, read-only; n_in ..
+ * ES_FE_MAX_REGS-1 are temporaries, each written before it is read (a
+ * temporary may be written again). An operand a or b below zero names an
+ * immediate instead of a register: ES_FE_IMM(i) is _prog_f[i]. dst is always
+ * a temporary. The output is the dst of the last instruction.
+ *
+ * Opcodes, dst = ...:
+ *
+ *   ADD SUB MUL DIV  a op b
+ *   POW              powf(a, b); an immediate b of 2 or 0.5 runs as a * a or
+ *                    sqrtf(a), as the Pow kernel does with a static exponent
+ *   RELU             a < 0 ? 0 : a
+ *   SIGMOID          1 / (1 + exp(-a))
+ *   HARDSIGMOID      clamp(alpha * a + beta, 0, 1); b = ES_FE_IMM(i) with
+ *                    alpha = _prog_f[i], beta = _prog_f[i + 1]
+ *   CLIP             min(max(a, lo), hi); b = ES_FE_IMM(i) with lo =
+ *                    _prog_f[i], hi = _prog_f[i + 1] (-INFINITY / INFINITY
+ *                    for an absent bound)
+ *   SQRT             sqrtf(a)
+ *   MOV              a (with an immediate: load immediate)
+ *
+ * Unary opcodes other than HARDSIGMOID and CLIP ignore b (write 0). Each
+ * opcode computes what the single-operator kernel computes, bit for bit,
+ * so fusing a chain does not change its result.
+ *
+ * Example, hard-swish x * clip(x + 3, 0, 6) / 6 over input 0 (x):
+ *   _prog_f = {3, 0, 6, 6}
+ *   _prog   = {ADD, 0, IMM(0), 1,   CLIP, 1, IMM(1), 1,
+ *              MUL, 0, 1, 1,        DIV, 1, IMM(3), 1}
+ */
+#ifndef ES_KERNELS_FUSED_H
+#define ES_KERNELS_FUSED_H
+
+enum {
+  ES_FE_ADD = 1,
+  ES_FE_SUB = 2,
+  ES_FE_MUL = 3,
+  ES_FE_DIV = 4,
+  ES_FE_POW = 5,
+  ES_FE_RELU = 6,
+  ES_FE_SIGMOID = 7,
+  ES_FE_HARDSIGMOID = 8,
+  ES_FE_CLIP = 9,
+  ES_FE_SQRT = 10,
+  ES_FE_MOV = 11,
+  ES_FE_NOPCODES = 12, /* opcodes are 1 .. ES_FE_NOPCODES-1 */
+};
+
+#define ES_FE_WORDS 4      /* ints per instruction */
+#define ES_FE_MAX_REGS 32  /* inputs + temporaries */
+#define ES_FE_MAX_INSNS 64 /* instructions per program */
+
+/* Operand naming immediate i; ES_FE_IMM_INDEX inverts it. */
+#define ES_FE_IMM(i) (-1 - (long long)(i))
+#define ES_FE_IMM_INDEX(op) (-1 - (long long)(op))
+
+#endif

@@ -1,0 +1,131 @@
+/* LayerNorm (internal, float32): what the fusion pass (src/model/fuse.c)
+ * makes of the decomposed form ONNX exporters write before opset 17,
+ *
+ *   y = (x - mean(x)) / sqrt(var(x) + epsilon) * gamma + beta
+ *
+ * over the last axis (attribute axis, -1; the only one the pass creates).
+ * Inputs x, gamma, beta; gamma and beta are [D] for a last dimension of D,
+ * or [1] (broadcast), as the decomposed form accepted them.
+ *
+ * Per row: the mean, then the variance as the mean of squared deviations
+ * (the decomposed form's own two steps, so results agree to rounding and
+ * large means cancel no precision away), then the output; three passes over
+ * a row that stays in cache. The sums keep eight partial accumulators so
+ * the compiler can keep them in vector registers (a single running sum is a
+ * dependency chain it may not reorder).
+ *
+ * Layout: plain only (layout_aware 0); the planner converts an NHWC input,
+ * which does not happen in practice (LayerNorm follows MatMul or Reshape).
+ * The output may share x's buffer: each element is read before it is
+ * written. */
+#include "kernels/kernel.h"
+
+#include <math.h>
+
+typedef struct ln_params {
+  int64_t rows, d;
+  int64_t gd, bd; /* gamma's and beta's lengths: d or 1 */
+  float eps;
+} ln_params;
+
+static int ln_vec(es_kinst *k, int i, const char *name, int64_t d, int64_t *len) {
+  const es_tdesc *t = k->in[i];
+  if (!t)
+    return ES_KFAIL(k, ES_EMODEL, "input %s is missing", name);
+  if (t->dtype != ES_DTYPE_FLOAT || t->rank != 1 || (t->dims[0] != d && t->dims[0] != 1))
+    return ES_KFAIL(k, ES_EMODEL, "%s must be float32 [%lld] or [1] (the last axis)", name,
+                    (long long)d);
+  *len = t->dims[0];
+  return 0;
+}
+
+static int ln_infer(es_kinst *k) {
+  if (k->n_in != 3 || k->n_out != 1 || !k->in[0] || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "needs inputs X, gamma, beta and one output");
+  const es_tdesc *x = k->in[0];
+  if (x->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_EMODEL, "X is %s, expected float32", es_dtype_name(x->dtype));
+  if (x->rank < 1)
+    return ES_KFAIL(k, ES_EMODEL, "X is a scalar: no axis to normalise");
+  ln_params *p = es_kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
+  k->params = p;
+  int64_t axis;
+  int ax, rc;
+  if ((rc = es_attr_int(k, "axis", -1, &axis)) < 0 ||
+      (rc = es_attr_float(k, "epsilon", 1e-5f, &p->eps)) < 0 ||
+      (rc = es_axis_norm(k, axis, x->rank, &ax)) < 0)
+    return rc;
+  if (ax != x->rank - 1)
+    return ES_KFAIL(k, ES_ENOTSUP, "only the last axis is normalised (axis is %lld)",
+                    (long long)axis);
+  p->d = x->dims[x->rank - 1];
+  p->rows = p->d ? (int64_t)(x->count / (size_t)p->d) : 0;
+  if ((rc = ln_vec(k, 1, "gamma", p->d, &p->gd)) < 0 ||
+      (rc = ln_vec(k, 2, "beta", p->d, &p->bd)) < 0)
+    return rc;
+  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
+    return rc;
+  k->inplace = 0;
+  return 0;
+}
+
+/* Sum of v[0..n) with eight partial sums. */
+static float ln_sum(const float *restrict v, int64_t n) {
+  float acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++)
+      acc[l] += v[i + l];
+  float s = 0;
+  for (; i < n; i++)
+    s += v[i];
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Sum of (v[i] - m)^2. */
+static float ln_sqdev(const float *restrict v, int64_t n, float m) {
+  float acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) {
+      float t = v[i + l] - m;
+      acc[l] += t * t;
+    }
+  float s = 0;
+  for (; i < n; i++) {
+    float t = v[i] - m;
+    s += t * t;
+  }
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static int ln_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const ln_params *p = k->params;
+  const float *gamma = in[1], *beta = in[2];
+  const int64_t d = p->d;
+  const float g0 = gamma[0], b0 = beta[0];
+  for (int64_t r = 0; r < p->rows; r++) {
+    /* x and y may be the same buffer (inplace), so no restrict on them */
+    const float *x = (const float *)in[0] + r * d;
+    float *y = (float *)out[0] + r * d;
+    float mean = ln_sum(x, d) / (float)d;
+    float var = ln_sqdev(x, d, mean) / (float)d;
+    float inv = 1.0f / sqrtf(var + p->eps);
+    if (p->gd == d && p->bd == d)
+      for (int64_t i = 0; i < d; i++)
+        y[i] = (x[i] - mean) * inv * gamma[i] + beta[i];
+    else
+      for (int64_t i = 0; i < d; i++)
+        y[i] = (x[i] - mean) * inv * (p->gd == d ? gamma[i] : g0) + (p->bd == d ? beta[i] : b0);
+  }
+  return 0;
+}
+
+static const es_kernel ln_kernel = {ln_infer, ln_run, NULL, 0};
+
+const es_kernel *es_kernels_layernorm(es_op op) {
+  return op == ES_OP_LayerNorm ? &ln_kernel : NULL;
+}

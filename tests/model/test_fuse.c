@@ -1,0 +1,1056 @@
+/* Fusion pass tests (src/model/fuse.c): each pattern fuses into the node it
+ * should (checked on the loaded graph: operators, post-op codes), the fused
+ * model computes what the unfused one does, and what must not fuse stays.
+ *
+ * The reference is the same model loaded with ES_FUSE=0, which skips the
+ * passes: every operator then runs its own kernel, which the kernel and
+ * conformance tests check against ONNX. Models are built here with
+ * protobuf-c's structs. */
+#include "es_test.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "edgeserve/engine.h"
+#include "kernels/fused.h"
+#include "kernels/kernel.h"
+#include "model/graph.h"
+#include "onnx.pb-c.h"
+
+#ifndef ES_SOURCE_DIR
+#define ES_SOURCE_DIR "."
+#endif
+
+/* ==========================================================================
+ * Building models
+ * ======================================================================== */
+
+#define MB_NODES 24
+#define MB_INITS 16
+#define MB_IO 3
+#define MB_ATTRS 6
+
+typedef struct mb {
+  Onnx__ModelProto model;
+  Onnx__GraphProto graph;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opsets[1];
+  Onnx__NodeProto nodes[MB_NODES];
+  Onnx__NodeProto *node_ptrs[MB_NODES];
+  char *node_in[MB_NODES][6];
+  char *node_out[MB_NODES][1];
+  Onnx__AttributeProto attrs[MB_NODES][MB_ATTRS];
+  Onnx__AttributeProto *attr_ptrs[MB_NODES][MB_ATTRS];
+  Onnx__TensorProto inits[MB_INITS];
+  Onnx__TensorProto *init_ptrs[MB_INITS];
+  int64_t init_dims[MB_INITS][4];
+  Onnx__ValueInfoProto in_vi[MB_IO], out_vi[MB_IO];
+  Onnx__ValueInfoProto *ins[MB_IO], *outs[MB_IO];
+  Onnx__TypeProto in_tp[MB_IO];
+  Onnx__TypeProto__Tensor in_tt[MB_IO];
+  Onnx__TensorShapeProto in_shape[MB_IO];
+  Onnx__TensorShapeProto__Dimension dims[MB_IO][4];
+  Onnx__TensorShapeProto__Dimension *dim_ptrs[MB_IO][4];
+  char dim_names[MB_IO][4][32];
+} mb;
+
+static mb *mb_new(int64_t opset) {
+  mb *b = calloc(1, sizeof *b);
+  assert_non_null(b);
+  onnx__model_proto__init(&b->model);
+  onnx__graph_proto__init(&b->graph);
+  onnx__operator_set_id_proto__init(&b->opset);
+  b->opset.domain = "";
+  b->opset.has_version = 1;
+  b->opset.version = opset;
+  b->opsets[0] = &b->opset;
+  b->model.has_ir_version = 1;
+  b->model.ir_version = 8;
+  b->model.n_opset_import = 1;
+  b->model.opset_import = b->opsets;
+  b->model.graph = &b->graph;
+  b->graph.node = b->node_ptrs;
+  b->graph.initializer = b->init_ptrs;
+  b->graph.input = b->ins;
+  b->graph.output = b->outs;
+  return b;
+}
+
+/* A float input; a dimension of -1 is symbolic (fixed only when planning). */
+static void mb_input(mb *b, const char *name, int rank, const int64_t *dims) {
+  size_t i = b->graph.n_input++;
+  assert_true(i < MB_IO && rank <= 4);
+  for (int d = 0; d < rank; d++) {
+    Onnx__TensorShapeProto__Dimension *dm = &b->dims[i][d];
+    onnx__tensor_shape_proto__dimension__init(dm);
+    if (dims[d] >= 0) {
+      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dm->dim_value = dims[d];
+    } else {
+      snprintf(b->dim_names[i][d], sizeof b->dim_names[i][d], "%s%d", name, d);
+      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      dm->dim_param = b->dim_names[i][d];
+    }
+    b->dim_ptrs[i][d] = dm;
+  }
+  onnx__tensor_shape_proto__init(&b->in_shape[i]);
+  b->in_shape[i].n_dim = (size_t)rank;
+  b->in_shape[i].dim = b->dim_ptrs[i];
+  onnx__type_proto__tensor__init(&b->in_tt[i]);
+  b->in_tt[i].has_elem_type = 1;
+  b->in_tt[i].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  b->in_tt[i].shape = &b->in_shape[i];
+  onnx__type_proto__init(&b->in_tp[i]);
+  b->in_tp[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  b->in_tp[i].tensor_type = &b->in_tt[i];
+  onnx__value_info_proto__init(&b->in_vi[i]);
+  b->in_vi[i].name = (char *)name;
+  b->in_vi[i].type = &b->in_tp[i];
+  b->ins[i] = &b->in_vi[i];
+}
+
+/* A float initializer; data must outlive packing. */
+static void mb_const(mb *b, const char *name, int rank, const int64_t *dims, const float *data) {
+  size_t i = b->graph.n_initializer++;
+  assert_true(i < MB_INITS && rank <= 4);
+  Onnx__TensorProto *t = &b->inits[i];
+  onnx__tensor_proto__init(t);
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    b->init_dims[i][d] = dims[d];
+    n *= (size_t)dims[d];
+  }
+  t->n_dims = (size_t)rank;
+  t->dims = b->init_dims[i];
+  t->n_float_data = n;
+  t->float_data = (float *)data;
+  b->init_ptrs[i] = t;
+}
+
+/* A float scalar initializer (rank 0) from a static slot. */
+static void mb_scalar(mb *b, const char *name, const float *v) { mb_const(b, name, 0, NULL, v); }
+
+/* Appends op(inputs...) -> out ("" for an omitted input); returns its index. */
+static int mb_node(mb *b, const char *op, const char *out, int n_in, ...) {
+  int i = (int)b->graph.n_node++;
+  assert_true(i < MB_NODES && n_in <= 6);
+  Onnx__NodeProto *n = &b->nodes[i];
+  onnx__node_proto__init(n);
+  n->op_type = (char *)op;
+  n->name = (char *)out;
+  va_list ap;
+  va_start(ap, n_in);
+  for (int k = 0; k < n_in; k++)
+    b->node_in[i][k] = va_arg(ap, char *);
+  va_end(ap);
+  b->node_out[i][0] = (char *)out;
+  n->n_input = (size_t)n_in;
+  n->input = b->node_in[i];
+  n->n_output = 1;
+  n->output = b->node_out[i];
+  n->attribute = b->attr_ptrs[i];
+  b->node_ptrs[i] = n;
+  return i;
+}
+
+static Onnx__AttributeProto *mb_attr(mb *b, int node, const char *name, int type) {
+  Onnx__NodeProto *n = &b->nodes[node];
+  size_t a = n->n_attribute++;
+  assert_true(a < MB_ATTRS);
+  Onnx__AttributeProto *at = &b->attrs[node][a];
+  onnx__attribute_proto__init(at);
+  at->name = (char *)name;
+  at->has_type = 1;
+  at->type = type;
+  b->attr_ptrs[node][a] = at;
+  return at;
+}
+
+static void mb_attr_int(mb *b, int node, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  a->has_i = 1;
+  a->i = v;
+}
+
+static void mb_attr_float(mb *b, int node, const char *name, float v) {
+  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  a->has_f = 1;
+  a->f = v;
+}
+
+static void mb_attr_ints(mb *b, int node, const char *name, size_t n, const int64_t *v) {
+  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  a->n_ints = n;
+  a->ints = (int64_t *)v;
+}
+
+static void mb_output(mb *b, const char *name) {
+  size_t i = b->graph.n_output++;
+  assert_true(i < MB_IO);
+  onnx__value_info_proto__init(&b->out_vi[i]);
+  b->out_vi[i].name = (char *)name;
+  b->outs[i] = &b->out_vi[i];
+}
+
+static uint8_t *mb_pack(const mb *b, size_t *size) {
+  *size = onnx__model_proto__get_packed_size(&b->model);
+  uint8_t *buf = malloc(*size);
+  assert_non_null(buf);
+  onnx__model_proto__pack(&b->model, buf);
+  return buf;
+}
+
+/* A 2-D Conv with square kernel k, symmetric pads, group 1. */
+static int mb_conv(mb *b, const char *x, const char *w, const char *bias, const char *out, int k,
+                   int pad) {
+  static const int64_t pads[4][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}};
+  static const int64_t ks[8][2] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}, {7, 7}};
+  int n = bias ? mb_node(b, "Conv", out, 3, x, w, bias) : mb_node(b, "Conv", out, 2, x, w);
+  mb_attr_ints(b, n, "kernel_shape", 2, ks[k]);
+  mb_attr_ints(b, n, "pads", 4, pads[pad]);
+  return n;
+}
+
+/* ==========================================================================
+ * Loading and running
+ * ======================================================================== */
+
+static void fuse_set(int on) { setenv("ES_FUSE", on ? "1" : "0", 1); }
+
+static es_model *mb_load(const mb *b, int fuse) {
+  size_t size;
+  uint8_t *buf = mb_pack(b, &size);
+  fuse_set(fuse);
+  es_model *m;
+  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
+  fuse_set(1);
+  free(buf);
+  return m;
+}
+
+/* The fused graph itself, for its nodes and attributes. */
+static void mb_graph(const mb *b, es_graph *g) {
+  size_t size;
+  uint8_t *buf = mb_pack(b, &size);
+  memset(g, 0, sizeof *g);
+  fuse_set(1);
+  ES_CHECK_RC(es_onnx_load(buf, size, g));
+  free(buf);
+}
+
+static int graph_count(const es_graph *g, es_op op) {
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    n += g->nodes[i].op == op;
+  return n;
+}
+
+static const es_node *graph_find(const es_graph *g, es_op op) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == op)
+      return &g->nodes[i];
+  return NULL;
+}
+
+/* The node's "_post" codes, as a string like "7,1" (or ""). */
+static const char *post_codes(const es_node *n, char *buf, size_t size) {
+  const es_attr *a = es_node_attr(n, "_post");
+  buf[0] = 0;
+  for (size_t i = 0; a && i < a->n; i++)
+    snprintf(buf + strlen(buf), size - strlen(buf), "%s%lld", i ? "," : "",
+             (long long)a->ints[i]);
+  return buf;
+}
+
+/* Inputs of one run: names, shapes and data. */
+typedef struct feed {
+  int n;
+  const char *name[MB_IO];
+  int rank[MB_IO];
+  int64_t dims[MB_IO][4];
+  float *data[MB_IO];
+} feed;
+
+static uint64_t seed_ = 0x5eedf05eull;
+
+static void fill_random(float *v, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; i++)
+    v[i] = lo + (hi - lo) * (float)(es_test_rand(&seed_) >> 11) / (float)(1ull << 53);
+}
+
+/* Adds an input of the given shape with random data in [-3, 3]. */
+static void feed_add(feed *f, const char *name, int rank, const int64_t *dims) {
+  int i = f->n++;
+  size_t n = 1;
+  f->name[i] = name;
+  f->rank[i] = rank;
+  for (int d = 0; d < rank; d++) {
+    f->dims[i][d] = dims[d];
+    n *= (size_t)dims[d];
+  }
+  f->data[i] = malloc(n * sizeof(float));
+  assert_non_null(f->data[i]);
+  fill_random(f->data[i], n, -3, 3);
+}
+
+static void feed_free(feed *f) {
+  for (int i = 0; i < f->n; i++)
+    free(f->data[i]);
+  f->n = 0;
+}
+
+/* Plans and runs m on f; copies the n_out outputs into out[] (malloc'ed). */
+static void model_run(es_model *m, const feed *f, int n_out, float **out, size_t *count) {
+  es_tensor_info shapes[MB_IO];
+  es_tensor in[MB_IO];
+  for (int i = 0; i < f->n; i++) {
+    shapes[i] = (es_tensor_info){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i]};
+    size_t bytes = sizeof(float);
+    for (int d = 0; d < f->rank[i]; d++) {
+      shapes[i].dims[d] = f->dims[i][d];
+      bytes *= (size_t)f->dims[i][d];
+    }
+    in[i] = (es_tensor){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i],
+                        .data = f->data[i], .nbytes = bytes};
+    memcpy(in[i].dims, shapes[i].dims, sizeof in[i].dims);
+  }
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, shapes, f->n, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  es_tensor outs[MB_IO];
+  ES_CHECK_RC(es_plan_run(p, in, f->n, a, outs, n_out));
+  for (int i = 0; i < n_out; i++) {
+    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
+    count[i] = outs[i].nbytes / sizeof(float);
+    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
+    memcpy(out[i], outs[i].data, outs[i].nbytes);
+  }
+  es_arena_destroy(a);
+  es_plan_release(p);
+}
+
+/* Runs b fused and unfused on f and compares every output (absolute
+ * tolerance tol, relative for large values). Returns the fused model's
+ * node count. */
+static int check_same(const mb *b, const feed *f, float tol) {
+  int n_out = (int)b->graph.n_output;
+  float *want[MB_IO], *got[MB_IO];
+  size_t nw[MB_IO], ng[MB_IO];
+  es_model *plain = mb_load(b, 0), *fused = mb_load(b, 1);
+  model_run(plain, f, n_out, want, nw);
+  model_run(fused, f, n_out, got, ng);
+  for (int o = 0; o < n_out; o++) {
+    assert_int_equal(ng[o], nw[o]);
+    for (size_t i = 0; i < nw[o]; i++) {
+      float lim = tol * (1 + fabsf(want[o][i]));
+      if (!(fabsf(got[o][i] - want[o][i]) <= lim))
+        fail_msg("output %d element %zu: fused %.7g, unfused %.7g", o, i, (double)got[o][i],
+                 (double)want[o][i]);
+    }
+    free(want[o]);
+    free(got[o]);
+  }
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(fused, &st));
+  es_model_release(plain);
+  es_model_release(fused);
+  return (int)st.nodes;
+}
+
+/* ==========================================================================
+ * Conv post-ops
+ * ======================================================================== */
+
+/* x [1,4,5,5] -> Conv (6 filters 3x3, pad 1, bias) -> "c"; the caller adds
+ * the pattern after "c". Constant data lives in static storage. */
+static float conv_w_[6 * 4 * 3 * 3], conv_b_[6];
+static float k0_ = 0, k1_ = 1, k3_ = 3, k6_ = 6, k2_ = 2, kneg_ = -0.5f;
+
+static mb *conv_model(int64_t opset, int bias) {
+  static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {6, 4, 3, 3}, bd[1] = {6};
+  fill_random(conv_w_, sizeof conv_w_ / sizeof conv_w_[0], -0.5f, 0.5f);
+  fill_random(conv_b_, 6, -1, 1);
+  mb *b = mb_new(opset);
+  mb_input(b, "x", 4, xd);
+  mb_const(b, "W", 4, wd, conv_w_);
+  if (bias)
+    mb_const(b, "B", 1, bd, conv_b_);
+  mb_conv(b, "x", "W", bias ? "B" : NULL, "c", 3, 1);
+  return b;
+}
+
+static void feed_conv(feed *f) {
+  static const int64_t xd[4] = {1, 4, 5, 5};
+  *f = (feed){0};
+  feed_add(f, "x", 4, xd);
+}
+
+/* Loads b, expects one Conv node with the given codes (and the given node
+ * count), and compares the fused run with the unfused one. */
+static void expect_conv_post(const mb *b, const feed *f, int nodes, const char *codes) {
+  es_graph g;
+  char buf[64];
+  mb_graph(b, &g);
+  const es_node *conv = graph_find(&g, ES_OP_Conv);
+  assert_non_null(conv);
+  if (g.n_nodes != nodes || strcmp(post_codes(conv, buf, sizeof buf), codes))
+    fail_msg("fused graph has %d nodes and post-ops '%s', want %d and '%s'", g.n_nodes, buf,
+             nodes, codes);
+  es_graph_fini(&g);
+  assert_int_equal(check_same(b, f, 1e-4f), nodes);
+}
+
+static void test_conv_relu_sigmoid_hardsigmoid(void **state) {
+  (void)state;
+  static const char *const ops[] = {"Relu", "Sigmoid", "HardSigmoid"};
+  static const char *const codes[] = {"1", "5", "3"};
+  for (int i = 0; i < 3; i++) {
+    mb *b = conv_model(13, 1);
+    int n = mb_node(b, ops[i], "y", 1, "c");
+    if (i == 2) {
+      mb_attr_float(b, n, "alpha", 0.25f);
+      mb_attr_float(b, n, "beta", 0.4f);
+    }
+    mb_output(b, "y");
+    feed f;
+    feed_conv(&f);
+    expect_conv_post(b, &f, 1, codes[i]);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+static void test_conv_clip_forms(void **state) {
+  (void)state;
+  for (int form = 0; form < 3; form++) {
+    /* 0: opset 9 attributes; 1: opset 13 inputs min and max; 2: min only */
+    mb *b = conv_model(form ? 13 : 9, 1);
+    int n;
+    if (form == 0) {
+      n = mb_node(b, "Clip", "y", 1, "c");
+      mb_attr_float(b, n, "min", -0.5f);
+      mb_attr_float(b, n, "max", 6);
+    } else {
+      mb_scalar(b, "lo", &kneg_);
+      mb_scalar(b, "hi", &k6_);
+      if (form == 1)
+        mb_node(b, "Clip", "y", 3, "c", "lo", "hi");
+      else
+        mb_node(b, "Clip", "y", 2, "c", "lo");
+    }
+    mb_output(b, "y");
+    feed f;
+    feed_conv(&f);
+    expect_conv_post(b, &f, 1, "2");
+    es_graph g;
+    mb_graph(b, &g);
+    const es_attr *pf = es_node_attr(graph_find(&g, ES_OP_Conv), "_post_f");
+    assert_non_null(pf);
+    assert_int_equal(pf->n, 2);
+    assert_true(pf->floats[0] == -0.5f);
+    assert_true(pf->floats[1] == (form == 2 ? FLT_MAX : 6.0f));
+    es_graph_fini(&g);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* PP-OCR's hard-swish: a = c + 3; b = Clip(a, 0, 6); Mul(c, b) / 6, with
+ * the Mul's operands either way round, and the Div-first variant. */
+static void test_conv_hardswish(void **state) {
+  (void)state;
+  for (int variant = 0; variant < 3; variant++) {
+    mb *b = conv_model(11, 1);
+    mb_scalar(b, "three", &k3_);
+    mb_scalar(b, "zero", &k0_);
+    mb_scalar(b, "six", &k6_);
+    mb_node(b, "Add", "a", 2, variant == 1 ? "three" : "c", variant == 1 ? "c" : "three");
+    mb_node(b, "Clip", "cl", 3, "a", "zero", "six");
+    if (variant < 2) {
+      mb_node(b, "Mul", "m", 2, variant ? "cl" : "c", variant ? "c" : "cl");
+      mb_node(b, "Div", "y", 2, "m", "six");
+    } else {
+      mb_node(b, "Div", "d", 2, "cl", "six");
+      mb_node(b, "Mul", "y", 2, "c", "d");
+    }
+    mb_output(b, "y");
+    feed f;
+    feed_conv(&f);
+    expect_conv_post(b, &f, 1, "4");
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* Swish as rec writes it: Mul(c, Sigmoid(Mul(c, 1))); the identity Mul goes
+ * first, then Mul(c, Sigmoid(c)) is one post-op. */
+static void test_conv_swish(void **state) {
+  (void)state;
+  mb *b = conv_model(9, 1);
+  mb_scalar(b, "one", &k1_);
+  mb_node(b, "Mul", "c1", 2, "c", "one");
+  mb_node(b, "Sigmoid", "s", 1, "c1");
+  mb_node(b, "Mul", "y", 2, "c", "s");
+  mb_output(b, "y");
+  feed f;
+  feed_conv(&f);
+  expect_conv_post(b, &f, 1, "6");
+  feed_free(&f);
+  free(b);
+}
+
+/* Add of a second input of the conv's output shape, then Relu: codes 7, 1,
+ * the residual as input 3; without a bias, input 2 is omitted. */
+static void test_conv_residual(void **state) {
+  (void)state;
+  static const int64_t rd[4] = {1, 6, 5, 5};
+  for (int bias = 0; bias < 2; bias++) {
+    mb *b = conv_model(13, bias);
+    mb_input(b, "r", 4, rd);
+    mb_node(b, "Add", "a", 2, bias ? "r" : "c", bias ? "c" : "r");
+    mb_node(b, "Relu", "y", 1, "a");
+    mb_output(b, "y");
+    feed f;
+    feed_conv(&f);
+    feed_add(&f, "r", 4, rd);
+    expect_conv_post(b, &f, 1, "7,1");
+    es_graph g;
+    mb_graph(b, &g);
+    const es_node *conv = graph_find(&g, ES_OP_Conv);
+    assert_int_equal(conv->n_in, 4);
+    assert_string_equal(g.values[conv->in[3]].name, "r");
+    if (!bias)
+      assert_int_equal(conv->in[2], -1);
+    es_graph_fini(&g);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* A residual block on an input of any size: both branches are stride-1
+ * "same" convolutions, so the shapes are proven equal symbolically. */
+static void test_conv_residual_symbolic(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, -1, -1}, wd[4] = {4, 4, 3, 3}, bd[1] = {4};
+  static float w1[4 * 4 * 9], w2[4 * 4 * 9], b1[4], b2[4];
+  fill_random(w1, 144, -0.3f, 0.3f);
+  fill_random(w2, 144, -0.3f, 0.3f);
+  fill_random(b1, 4, -1, 1);
+  fill_random(b2, 4, -1, 1);
+  mb *b = mb_new(13);
+  mb_input(b, "x", 4, xd);
+  mb_const(b, "W1", 4, wd, w1);
+  mb_const(b, "B1", 1, bd, b1);
+  mb_const(b, "W2", 4, wd, w2);
+  mb_const(b, "B2", 1, bd, b2);
+  mb_conv(b, "x", "W1", "B1", "c1", 3, 1);
+  mb_node(b, "Relu", "r1", 1, "c1");
+  mb_conv(b, "r1", "W2", "B2", "c2", 3, 1);
+  mb_node(b, "Add", "y", 2, "c2", "r1");
+  mb_output(b, "y");
+  es_graph g;
+  char buf[64];
+  mb_graph(b, &g);
+  assert_int_equal(g.n_nodes, 2);
+  assert_string_equal(post_codes(&g.nodes[0], buf, sizeof buf), "1");
+  assert_string_equal(post_codes(&g.nodes[1], buf, sizeof buf), "7");
+  es_graph_fini(&g);
+  static const int64_t shapes[2][4] = {{1, 4, 7, 9}, {1, 4, 1, 3}};
+  for (int s = 0; s < 2; s++) {
+    feed f = {0};
+    feed_add(&f, "x", 4, shapes[s]);
+    assert_int_equal(check_same(b, &f, 1e-4f), 2);
+    feed_free(&f);
+  }
+  free(b);
+}
+
+/* ==========================================================================
+ * Affine maps into convolutions
+ * ======================================================================== */
+
+/* det's pattern: Conv, Mul by a scalar, Add a scalar, then hard-swish: the
+ * Mul and Add go into the weights, the hard-swish becomes a post-op. */
+static void test_affine_after_conv(void **state) {
+  (void)state;
+  static const int64_t one[1] = {1}, chan[3] = {6, 1, 1};
+  static float s_ = 1.7f, t_ = -0.3f, per[6] = {0.5f, -1, 2, 0.25f, 1.5f, -0.75f};
+  for (int variant = 0; variant < 2; variant++) {
+    /* 0: scalar Mul, Add; 1: per-channel Sub, Div */
+    mb *b = conv_model(11, variant);
+    mb_scalar(b, "three", &k3_);
+    mb_scalar(b, "zero", &k0_);
+    mb_scalar(b, "six", &k6_);
+    if (variant == 0) {
+      mb_const(b, "s", 1, one, &s_);
+      mb_const(b, "t", 1, one, &t_);
+      mb_node(b, "Mul", "m0", 2, "s", "c");
+      mb_node(b, "Add", "p", 2, "m0", "t");
+    } else {
+      mb_const(b, "per", 3, chan, per);
+      mb_node(b, "Sub", "m0", 2, "per", "c");
+      mb_node(b, "Div", "p", 2, "m0", "per");
+    }
+    mb_node(b, "Add", "a", 2, "p", "three");
+    mb_node(b, "Clip", "cl", 3, "a", "zero", "six");
+    mb_node(b, "Mul", "m", 2, "p", "cl");
+    mb_node(b, "Div", "y", 2, "m", "six");
+    mb_output(b, "y");
+    feed f;
+    feed_conv(&f);
+    expect_conv_post(b, &f, 1, "4");
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* ConvTranspose, Add of a per-channel bias, BatchNormalization (det's
+ * head): both go into the ConvTranspose. */
+static void test_affine_after_conv_transpose(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 3, 4, 4}, wd[4] = {3, 2, 2, 2}, bd[4] = {1, 2, 1, 1},
+                       pd[1] = {2}, st[2] = {2, 2};
+  static float w[24], bias[2], sc[2] = {1.5f, 0.5f}, sh[2] = {0.1f, -0.2f}, mean[2] = {0.3f, -1},
+                                  var[2] = {2, 0.5f};
+  fill_random(w, 24, -1, 1);
+  fill_random(bias, 2, -1, 1);
+  mb *b = mb_new(11);
+  mb_input(b, "x", 4, xd);
+  mb_const(b, "W", 4, wd, w);
+  mb_const(b, "b", 4, bd, bias);
+  mb_const(b, "sc", 1, pd, sc);
+  mb_const(b, "sh", 1, pd, sh);
+  mb_const(b, "mean", 1, pd, mean);
+  mb_const(b, "var", 1, pd, var);
+  int n = mb_node(b, "ConvTranspose", "ct", 2, "x", "W");
+  mb_attr_ints(b, n, "strides", 2, st);
+  mb_node(b, "Add", "a", 2, "ct", "b");
+  mb_node(b, "BatchNormalization", "bn", 5, "a", "sc", "sh", "mean", "var");
+  mb_node(b, "Relu", "y", 1, "bn");
+  mb_output(b, "y");
+  es_graph g;
+  mb_graph(b, &g);
+  assert_int_equal(g.n_nodes, 2);
+  assert_int_equal(graph_count(&g, ES_OP_ConvTranspose), 1);
+  assert_int_equal(graph_count(&g, ES_OP_Relu), 1);
+  es_graph_fini(&g);
+  feed f = {0};
+  feed_add(&f, "x", 4, xd);
+  assert_int_equal(check_same(b, &f, 1e-4f), 2);
+  feed_free(&f);
+  free(b);
+}
+
+/* Relu, Mul, Add, then a Conv: into the Conv's weights when it has no
+ * padding (1x1), not when it pads (3x3, pad 1: the zeros it pads with are
+ * not mapped), where the Mul and Add become one fused elementwise node. */
+static void test_affine_before_conv(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 5, 5}, w1d[4] = {6, 4, 1, 1}, w3d[4] = {6, 4, 3, 3},
+                       one[1] = {1}, chan[4] = {1, 4, 1, 1};
+  static float w1[24], w3[216], s_ = 0.6f, per[4] = {0.5f, 2, -1, 0.1f};
+  fill_random(w1, 24, -1, 1);
+  fill_random(w3, 216, -1, 1);
+  for (int k = 1; k <= 3; k += 2) {
+    mb *b = mb_new(13);
+    mb_input(b, "x", 4, xd);
+    mb_const(b, "W", 4, k == 1 ? w1d : w3d, k == 1 ? w1 : w3);
+    mb_const(b, "s", 1, one, &s_);
+    mb_const(b, "t", 4, chan, per);
+    mb_node(b, "Relu", "r", 1, "x");
+    mb_node(b, "Mul", "m", 2, "r", "s");
+    mb_node(b, "Add", "a", 2, "t", "m");
+    mb_conv(b, "a", "W", NULL, "y", k, k / 2);
+    mb_output(b, "y");
+    es_graph g;
+    mb_graph(b, &g);
+    if (k == 1) {
+      assert_int_equal(g.n_nodes, 2); /* Relu, Conv */
+      assert_int_equal(graph_count(&g, ES_OP_Relu), 1);
+    } else {
+      assert_int_equal(g.n_nodes, 2); /* FusedElementwise(Relu, Mul, Add), Conv */
+      assert_int_equal(graph_count(&g, ES_OP_FusedElementwise), 1);
+    }
+    es_graph_fini(&g);
+    feed f = {0};
+    feed_add(&f, "x", 4, xd);
+    check_same(b, &f, 1e-4f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* ==========================================================================
+ * What must not fuse
+ * ======================================================================== */
+
+static void test_conv_not_fused(void **state) {
+  (void)state;
+  static const int64_t bc[4] = {1, 6, 1, 1}, full[3] = {6, 5, 5};
+  static float cfull[150];
+  fill_random(cfull, 150, -1, 1);
+  for (int c = 0; c < 5; c++) {
+    mb *b = conv_model(13, 1);
+    feed f;
+    feed_conv(&f);
+    int want = 2;
+    switch (c) {
+    case 0: /* the conv's output is also a graph output */
+      mb_node(b, "Relu", "y", 1, "c");
+      mb_output(b, "y");
+      mb_output(b, "c");
+      break;
+    case 1: /* two readers outside any pattern */
+      mb_node(b, "Relu", "y", 1, "c");
+      mb_node(b, "Sigmoid", "z", 1, "c");
+      mb_output(b, "y");
+      mb_output(b, "z");
+      want = 3;
+      break;
+    case 2: /* Add of a runtime tensor that broadcasts */
+      mb_input(b, "r", 4, bc);
+      feed_add(&f, "r", 4, bc);
+      mb_node(b, "Add", "y", 2, "c", "r");
+      mb_output(b, "y");
+      break;
+    case 3: /* Add of a constant that is not per channel */
+      mb_const(b, "k", 3, full, cfull);
+      mb_node(b, "Add", "y", 2, "c", "k");
+      mb_output(b, "y");
+      break;
+    default: { /* Add of an input whose shape is not proven equal */
+      static const int64_t rd[4] = {1, 6, -1, -1}, rs[4] = {1, 6, 5, 5};
+      mb_input(b, "r", 4, rd);
+      feed_add(&f, "r", 4, rs);
+      mb_node(b, "Add", "y", 2, "c", "r");
+      mb_output(b, "y");
+      break;
+    }
+    }
+    es_graph g;
+    char buf[64];
+    mb_graph(b, &g);
+    if (g.n_nodes != want || strcmp(post_codes(graph_find(&g, ES_OP_Conv), buf, sizeof buf), ""))
+      fail_msg("case %d: %d nodes, post-ops '%s'; want %d nodes and none", c, g.n_nodes, buf,
+               want);
+    es_graph_fini(&g);
+    check_same(b, &f, 1e-4f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* ==========================================================================
+ * LayerNorm
+ * ======================================================================== */
+
+static float ln_gamma_[8], ln_beta_[8], ln_eps_ = 1e-5f;
+
+/* x [2,3,8] -> decomposed LayerNorm over the last axis -> y. axis: the
+ * ReduceMeans' axis; leak: also output the Sub's result. */
+static mb *ln_model(int64_t axis, int leak) {
+  static const int64_t xd[3] = {2, 3, 8}, pd[1] = {8};
+  static int64_t ax[1];
+  ax[0] = axis;
+  fill_random(ln_gamma_, 8, 0.5f, 2);
+  fill_random(ln_beta_, 8, -1, 1);
+  mb *b = mb_new(9);
+  mb_input(b, "x", 3, xd);
+  mb_const(b, "gamma", 1, pd, ln_gamma_);
+  mb_const(b, "beta", 1, pd, ln_beta_);
+  mb_scalar(b, "two", &k2_);
+  mb_scalar(b, "eps", &ln_eps_);
+  int n = mb_node(b, "ReduceMean", "m", 1, "x");
+  mb_attr_ints(b, n, "axes", 1, ax);
+  mb_attr_int(b, n, "keepdims", 1);
+  mb_node(b, "Sub", "d", 2, "x", "m");
+  mb_node(b, "Pow", "p", 2, "d", "two");
+  n = mb_node(b, "ReduceMean", "v", 1, "p");
+  mb_attr_ints(b, n, "axes", 1, ax);
+  mb_node(b, "Add", "e", 2, "v", "eps");
+  mb_node(b, "Sqrt", "s", 1, "e");
+  mb_node(b, "Div", "nrm", 2, "d", "s");
+  mb_node(b, "Mul", "g", 2, "nrm", "gamma");
+  mb_node(b, "Add", "y", 2, "beta", "g");
+  mb_output(b, "y");
+  if (leak)
+    mb_output(b, "d");
+  return b;
+}
+
+static void test_layernorm(void **state) {
+  (void)state;
+  static const int64_t xd[3] = {2, 3, 8};
+  for (int axis = -1; axis <= 2; axis += 3) { /* -1 and 2 name the same axis */
+    mb *b = ln_model(axis, 0);
+    es_graph g;
+    mb_graph(b, &g);
+    assert_int_equal(g.n_nodes, 1);
+    const es_node *ln = graph_find(&g, ES_OP_LayerNorm);
+    assert_non_null(ln);
+    assert_int_equal(ln->n_in, 3);
+    assert_string_equal(g.values[ln->in[0]].name, "x");
+    assert_string_equal(g.values[ln->in[1]].name, "gamma");
+    assert_string_equal(g.values[ln->in[2]].name, "beta");
+    assert_true(es_node_attr(ln, "epsilon")->f == ln_eps_);
+    es_graph_fini(&g);
+    feed f = {0};
+    feed_add(&f, "x", 3, xd);
+    /* a large common offset: the variance must not cancel */
+    for (int i = 0; i < 48; i++)
+      f.data[0][i] += 100;
+    assert_int_equal(check_same(b, &f, 1e-4f), 1);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+static void test_layernorm_not_fused(void **state) {
+  (void)state;
+  static const int64_t xd[3] = {2, 3, 8};
+  for (int c = 0; c < 2; c++) {
+    /* 0: over axis 1, not the last; 1: the centred x is a graph output */
+    mb *b = c == 0 ? ln_model(1, 0) : ln_model(-1, 1);
+    es_graph g;
+    mb_graph(b, &g);
+    assert_int_equal(graph_count(&g, ES_OP_LayerNorm), 0);
+    assert_int_equal(graph_count(&g, ES_OP_ReduceMean), 2);
+    es_graph_fini(&g);
+    feed f = {0};
+    feed_add(&f, "x", 3, xd);
+    check_same(b, &f, 1e-4f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* The kernel alone (es_kernel_eval): against the formula in double, with
+ * gamma and beta of the row's length or broadcast from one value, and the
+ * inputs it refuses. */
+static int ln_eval(int64_t axis, const int64_t *gd, const float *x, const float *gamma,
+                   const float *beta, float *y) {
+  static const int64_t xd[2] = {3, 37};
+  int in[3] = {0, 1, 2}, out[1] = {3};
+  es_attr attrs[2] = {{.name = "epsilon", .type = ES_ATTR_FLOAT, .f = 1e-3f},
+                      {.name = "axis", .type = ES_ATTR_INT, .i = axis}};
+  es_node nd = {.name = "ln", .op = ES_OP_LayerNorm, .n_in = 3, .n_out = 1, .in = in,
+                .out = out, .n_attr = 2, .attrs = attrs};
+  es_tdesc d[3];
+  ES_CHECK_RC(es_tdesc_set(&d[0], ES_DTYPE_FLOAT, 2, xd));
+  ES_CHECK_RC(es_tdesc_set(&d[1], ES_DTYPE_FLOAT, 1, gd));
+  ES_CHECK_RC(es_tdesc_set(&d[2], ES_DTYPE_FLOAT, 1, gd));
+  const es_tdesc *dp[3] = {&d[0], &d[1], &d[2]};
+  const void *data[3] = {x, gamma, beta};
+  es_tdesc od;
+  void *o;
+  int rc = es_kernel_eval(&nd, 17, 3, dp, data, 1, &od, &o);
+  if (rc == 0) {
+    assert_int_equal(od.count, 3 * 37);
+    memcpy(y, o, od.nbytes);
+    es_mem_free(o);
+  }
+  return rc;
+}
+
+static void test_layernorm_kernel(void **state) {
+  (void)state;
+  float x[3 * 37], gamma[37], beta[37], y[3 * 37];
+  fill_random(x, 3 * 37, -2, 2);
+  fill_random(gamma, 37, 0.5f, 2);
+  fill_random(beta, 37, -1, 1);
+  for (int i = 0; i < 37; i++)
+    x[37 + i] += 1000; /* row 1: a large mean */
+  for (int bc = 0; bc < 2; bc++) {
+    int64_t gd[1] = {bc ? 1 : 37};
+    ES_CHECK_RC(ln_eval(bc ? -1 : 1, gd, x, gamma, beta, y));
+    for (int r = 0; r < 3; r++) {
+      double mean = 0, var = 0;
+      for (int i = 0; i < 37; i++)
+        mean += x[r * 37 + i];
+      mean /= 37;
+      for (int i = 0; i < 37; i++)
+        var += (x[r * 37 + i] - mean) * (x[r * 37 + i] - mean);
+      var /= 37;
+      for (int i = 0; i < 37; i++) {
+        double want = (x[r * 37 + i] - mean) / sqrt(var + 1e-3) * gamma[bc ? 0 : i] +
+                      beta[bc ? 0 : i];
+        if (!(fabs(y[r * 37 + i] - want) <= 1e-4 * (1 + fabs(want))))
+          fail_msg("row %d element %d: %.7g, want %.7g", r, i, (double)y[r * 37 + i], want);
+      }
+    }
+  }
+  static const int64_t bad[1] = {36}, good[1] = {37};
+  assert_int_equal(ln_eval(-1, bad, x, gamma, beta, y), ES_EMODEL);
+  assert_int_equal(ln_eval(0, good, x, gamma, beta, y), ES_ENOTSUP);
+}
+
+/* ==========================================================================
+ * Elementwise chains
+ * ======================================================================== */
+
+/* ((x + 3) * g - 0.5) -> Sigmoid -> Pow 2 -> Relu, with g [4,1,1] a second
+ * input broadcast per channel: one FusedElementwise with inputs x and g. */
+static void test_elementwise_chain(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 3, 5}, gd[3] = {4, 1, 1};
+  mb *b = mb_new(13);
+  mb_input(b, "x", 4, xd);
+  mb_input(b, "g", 3, gd);
+  mb_scalar(b, "three", &k3_);
+  mb_scalar(b, "half", &kneg_);
+  mb_scalar(b, "two", &k2_);
+  mb_node(b, "Add", "a", 2, "x", "three");
+  mb_node(b, "Mul", "m", 2, "g", "a");
+  mb_node(b, "Add", "s", 2, "m", "half");
+  mb_node(b, "Sigmoid", "sg", 1, "s");
+  mb_node(b, "Pow", "p", 2, "sg", "two");
+  mb_node(b, "Relu", "y", 1, "p");
+  mb_output(b, "y");
+  es_graph g;
+  mb_graph(b, &g);
+  assert_int_equal(g.n_nodes, 1);
+  const es_node *fe = graph_find(&g, ES_OP_FusedElementwise);
+  assert_non_null(fe);
+  assert_int_equal(fe->n_in, 2);
+  const es_attr *prog = es_node_attr(fe, "_prog");
+  assert_non_null(prog);
+  assert_int_equal(prog->n, 6 * ES_FE_WORDS);
+  es_graph_fini(&g);
+  feed f = {0};
+  feed_add(&f, "x", 4, xd);
+  feed_add(&f, "g", 3, gd);
+  assert_int_equal(check_same(b, &f, 1e-5f), 1);
+  feed_free(&f);
+  free(b);
+}
+
+/* A value read outside a chain ends it: the Add's result is also a graph
+ * output, so Add stays and (Relu, Mul) fuse; a lone Sqrt is left alone. */
+static void test_elementwise_boundaries(void **state) {
+  (void)state;
+  static const int64_t xd[2] = {3, 4};
+  mb *b = mb_new(13);
+  mb_input(b, "x", 2, xd);
+  mb_scalar(b, "three", &k3_);
+  mb_scalar(b, "two", &k2_);
+  mb_node(b, "Add", "a", 2, "x", "three");
+  mb_node(b, "Relu", "r", 1, "a");
+  mb_node(b, "Mul", "y", 2, "r", "two");
+  mb_node(b, "Sqrt", "z", 1, "x");
+  mb_output(b, "y");
+  mb_output(b, "a");
+  mb_output(b, "z");
+  es_graph g;
+  mb_graph(b, &g);
+  assert_int_equal(g.n_nodes, 3);
+  assert_int_equal(graph_count(&g, ES_OP_FusedElementwise), 1);
+  assert_int_equal(graph_count(&g, ES_OP_Add), 1);
+  assert_int_equal(graph_count(&g, ES_OP_Sqrt), 1);
+  es_graph_fini(&g);
+  feed f = {0};
+  feed_add(&f, "x", 2, xd);
+  for (int i = 0; i < 12; i++)
+    f.data[0][i] = fabsf(f.data[0][i]);
+  assert_int_equal(check_same(b, &f, 1e-5f), 3);
+  feed_free(&f);
+  free(b);
+}
+
+/* A one-element constant of higher rank than the inputs widens the output
+ * (x [4] + k [1,1] is [1,4]): it must stay a node input, not an immediate. */
+static void test_elementwise_rank_from_constant(void **state) {
+  (void)state;
+  static const int64_t xd[1] = {4}, kd[2] = {1, 1};
+  static float k = 2.5f;
+  mb *b = mb_new(13);
+  mb_input(b, "x", 1, xd);
+  mb_const(b, "k", 2, kd, &k);
+  mb_node(b, "Add", "a", 2, "x", "k");
+  mb_node(b, "Relu", "y", 1, "a");
+  mb_output(b, "y");
+  feed f = {0};
+  feed_add(&f, "x", 1, xd);
+  assert_int_equal(check_same(b, &f, 0), 1);
+  es_model *m = mb_load(b, 1);
+  es_tensor_info info;
+  es_plan *p;
+  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {4}};
+  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
+  ES_CHECK_RC(es_plan_output_info(p, 0, &info));
+  assert_int_equal(info.rank, 2);
+  es_plan_release(p);
+  es_model_release(m);
+  feed_free(&f);
+  free(b);
+}
+
+/* ==========================================================================
+ * The five models
+ * ======================================================================== */
+
+static void count_op(void *user, const char *op, int count) {
+  (void)op;
+  *(int *)user += count;
+}
+
+static void test_real_models(void **state) {
+  (void)state;
+  static const char *const files[] = {"blazeface_front_128.onnx", "blazeface_back_256.onnx",
+                                      "ppocr_cls.onnx", "ppocr_rec.onnx", "ppocr_det.onnx"};
+  const char *dir = getenv("ES_MODEL_DIR");
+  char path[1024];
+  int found = 0;
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir ? dir : ES_SOURCE_DIR "/.cache/models", files[i]);
+    es_model *plain, *fused;
+    fuse_set(0);
+    int rc = es_model_load(path, NULL, &plain);
+    fuse_set(1);
+    if (rc == ES_ENOENT)
+      continue;
+    ES_CHECK_RC(rc);
+    ES_CHECK_RC(es_model_load(path, NULL, &fused));
+    found++;
+    es_model_stats a, b;
+    ES_CHECK_RC(es_model_stats_get(plain, &a));
+    ES_CHECK_RC(es_model_stats_get(fused, &b));
+    int counted = 0;
+    ES_CHECK_RC(es_model_op_counts(fused, count_op, &counted));
+    assert_int_equal((size_t)counted, b.nodes);
+    printf("# %-26s %4zu nodes -> %4zu fused\n", files[i], a.nodes, b.nodes);
+    assert_true(b.nodes < a.nodes);
+    es_model_release(plain);
+    es_model_release(fused);
+  }
+  if (!found)
+    skip(); /* models not fetched: scripts/fetch-models.sh */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_conv_relu_sigmoid_hardsigmoid),
+      cmocka_unit_test(test_conv_clip_forms),
+      cmocka_unit_test(test_conv_hardswish),
+      cmocka_unit_test(test_conv_swish),
+      cmocka_unit_test(test_conv_residual),
+      cmocka_unit_test(test_conv_residual_symbolic),
+      cmocka_unit_test(test_affine_after_conv),
+      cmocka_unit_test(test_affine_after_conv_transpose),
+      cmocka_unit_test(test_affine_before_conv),
+      cmocka_unit_test(test_conv_not_fused),
+      cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_layernorm_not_fused),
+      cmocka_unit_test(test_layernorm_kernel),
+      cmocka_unit_test(test_elementwise_chain),
+      cmocka_unit_test(test_elementwise_boundaries),
+      cmocka_unit_test(test_elementwise_rank_from_constant),
+      cmocka_unit_test(test_real_models),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
