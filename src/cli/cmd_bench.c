@@ -79,16 +79,8 @@ int es_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", a, lo, hi, argv[i]);
         return 2;
       }
-    } else if (a[0] == '-') {
-      fprintf(stderr, "edgeserve bench: unknown or incomplete option '%s'\n", a);
+    } else if (es_cli_inputs_positional(&ci, "bench", a, &model_path) != 0) {
       bench_usage(stderr);
-      return 2;
-    } else if (!model_path) {
-      model_path = a;
-    } else if (ci.n_pos < ES_CLI_MAX_INPUTS) {
-      ci.positional[ci.n_pos++] = a;
-    } else {
-      fprintf(stderr, "edgeserve bench: too many inputs\n");
       return 2;
     }
   }

@@ -89,16 +89,8 @@ int es_cmd_run(int argc, char **argv) {
         fprintf(stderr, "edgeserve run: --repeat wants 1..1000000, got '%s'\n", argv[i]);
         return 2;
       }
-    } else if (a[0] == '-') {
-      fprintf(stderr, "edgeserve run: unknown or incomplete option '%s'\n", a);
+    } else if (es_cli_inputs_positional(&ci, "run", a, &model_path) != 0) {
       run_usage(stderr);
-      return 2;
-    } else if (!model_path) {
-      model_path = a;
-    } else if (ci.n_pos < ES_CLI_MAX_INPUTS) {
-      ci.positional[ci.n_pos++] = a;
-    } else {
-      fprintf(stderr, "edgeserve run: too many inputs\n");
       return 2;
     }
   }

@@ -34,6 +34,23 @@ int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv,
   return 1;
 }
 
+int es_cli_inputs_positional(es_cli_inputs *ci, const char *cmd, const char *arg,
+                             const char **model_path) {
+  if (arg[0] == '-') {
+    fprintf(stderr, "edgeserve %s: unknown or incomplete option '%s'\n", cmd, arg);
+    return 2;
+  }
+  if (!*model_path) {
+    *model_path = arg;
+  } else if (ci->n_pos < ES_CLI_MAX_INPUTS) {
+    ci->positional[ci->n_pos++] = arg;
+  } else {
+    fprintf(stderr, "edgeserve %s: too many inputs\n", cmd);
+    return 2;
+  }
+  return 0;
+}
+
 static int name_is(const char *spec, const char *name) {
   const char *eq = strchr(spec, '=');
   size_t len = (size_t)(eq - spec);

@@ -22,6 +22,12 @@ typedef struct es_cli_inputs {
  * files are the caller's to add to ci->positional. */
 int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv, int *i);
 
+/* Any other argument of run/bench: the model path first, then positional
+ * input files. 0 when taken; 2 for an unknown option or too many inputs
+ * (message printed; the caller prints its usage). */
+int es_cli_inputs_positional(es_cli_inputs *ci, const char *cmd, const char *arg,
+                             const char **model_path);
+
 /* Fills in[] and shapes[] for every model input: from its file, or random
  * values in [-1, 1) for a --shape, or the model's own shape when fully fixed
  * (random values too). Returns 0, 1 (bad file or model) or 2 (usage),

@@ -575,34 +575,6 @@ static void ew_nhwc_view(const es_tdesc *t, es_tdesc *v) {
   v->dims[3] = d[1];
 }
 
-/* The layout rule of the design note for a binary op whose broadcast output
- * has rank `rank`: *nhwc says whether the output is NHWC; ES_KRELAYOUT after
- * marking inputs to convert. */
-static int ew_binary_layout_pick(es_kinst *k, int rank, int *nhwc) {
-  uint32_t nhwc_in = 0, bad = 0;
-  int other_rank = 0;
-  *nhwc = 0;
-  for (int i = 0; i < 2; i++) {
-    if (k->in[i]->layout == ES_LAYOUT_NHWC)
-      nhwc_in |= 1u << i;
-    else if (!es_tdesc_nhwc_compatible(k->in[i])) {
-      bad |= 1u << i;
-      other_rank |= k->in[i]->rank != 4;
-    }
-  }
-  if (!nhwc_in)
-    return 0;
-  if (rank != 4 || other_rank) {
-    k->want_plain = nhwc_in;
-    return ES_KRELAYOUT;
-  }
-  if (bad) {
-    k->want_nhwc = bad;
-    return ES_KRELAYOUT;
-  }
-  *nhwc = 1;
-  return 0;
-}
 
 static int ew_binary_infer(es_kinst *k) {
   if (k->n_in != 2)
@@ -626,7 +598,7 @@ static int ew_binary_infer(es_kinst *k) {
   if (rc < 0)
     return rc;
   int nhwc;
-  rc = ew_binary_layout_pick(k, rank, &nhwc);
+  rc = es_broadcast_layout_pick(k, 2, rank, &nhwc);
   if (rc != 0)
     return rc;
   es_tdesc *o = k->out[0];

@@ -345,33 +345,6 @@ static int fe_slots(const fe_plan *p, int *slot) {
   return n;
 }
 
-/* The layout rule (design note): *nhwc says whether the output is NHWC;
- * ES_KRELAYOUT after marking inputs to convert. */
-static int fe_layout_pick(es_kinst *k, int rank, int *nhwc) {
-  uint32_t nhwc_in = 0, bad = 0;
-  int other_rank = 0;
-  *nhwc = 0;
-  for (int i = 0; i < k->n_in; i++) {
-    if (k->in[i]->layout == ES_LAYOUT_NHWC) {
-      nhwc_in |= 1u << i;
-    } else if (!es_tdesc_nhwc_compatible(k->in[i])) {
-      bad |= 1u << i;
-      other_rank |= k->in[i]->rank != 4;
-    }
-  }
-  if (!nhwc_in)
-    return 0;
-  if (rank != 4 || other_rank) {
-    k->want_plain = nhwc_in;
-    return ES_KRELAYOUT;
-  }
-  if (bad) {
-    k->want_nhwc = bad;
-    return ES_KRELAYOUT;
-  }
-  *nhwc = 1;
-  return 0;
-}
 
 /* t's dims as read by the broadcast: as they are, or for an NHWC output
  * right-aligned to rank 4 and in (N, H, W, C) order. */
@@ -509,7 +482,7 @@ static int fe_infer(es_kinst *k) {
     memcpy(acc.dims, dims, sizeof dims);
   }
   int nhwc;
-  if ((rc = fe_layout_pick(k, acc.rank, &nhwc)) != 0)
+  if ((rc = es_broadcast_layout_pick(k, k->n_in, acc.rank, &nhwc)) != 0)
     return rc;
   es_tdesc *o = k->out[0];
   if ((rc = es_tdesc_set(o, ES_DTYPE_FLOAT, acc.rank, acc.dims)) < 0)

@@ -187,6 +187,15 @@ int es_layout_axis(const es_tdesc *t, int a);
  * a scalar), so no element moves. */
 int es_tdesc_nhwc_compatible(const es_tdesc *t);
 
+/* The layout rule of broadcasting elementwise ops over inputs 0..n_in-1
+ * whose broadcast output has rank `rank`: no NHWC input -> plain output
+ * (*nhwc = 0); otherwise the output is NHWC (*nhwc = 1) when every other
+ * input reads correctly in NHWC order (es_tdesc_nhwc_compatible); inputs that
+ * do not are marked for conversion and ES_KRELAYOUT is returned (to NHWC for
+ * rank-4 ones; when a rank other than 4 is involved, the NHWC inputs go back
+ * to plain instead). */
+int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc);
+
 /* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
  * shapes do not broadcast. */
 int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,

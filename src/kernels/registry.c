@@ -126,6 +126,36 @@ int es_tdesc_nhwc_compatible(const es_tdesc *t) {
   return d[1] == 1 || (d[2] == 1 && d[3] == 1);
 }
 
+int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
+  uint32_t nhwc_in = 0, bad = 0;
+  int other_rank = 0;
+  *nhwc = 0;
+  for (int i = 0; i < n_in && i < 32; i++) {
+    if (!k->in[i])
+      continue;
+    if (k->in[i]->layout == ES_LAYOUT_NHWC) {
+      nhwc_in |= 1u << i;
+    } else if (!es_tdesc_nhwc_compatible(k->in[i])) {
+      bad |= 1u << i;
+      other_rank |= k->in[i]->rank != 4;
+    }
+  }
+  if (!nhwc_in)
+    return 0;
+  /* Relayout converts rank-4 tensors only: with any other shape in play,
+   * everything goes back to plain instead. */
+  if (rank != 4 || other_rank) {
+    k->want_plain = nhwc_in;
+    return ES_KRELAYOUT;
+  }
+  if (bad) {
+    k->want_nhwc = bad;
+    return ES_KRELAYOUT;
+  }
+  *nhwc = 1;
+  return 0;
+}
+
 int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
   if (a->rank != b->rank)
     return 0;
