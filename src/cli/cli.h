@@ -14,5 +14,6 @@ int es_cmd_inspect(int argc, char **argv);
 int es_cmd_run(int argc, char **argv);
 int es_cmd_bench(int argc, char **argv);
 int es_cmd_compile(int argc, char **argv);
+int es_cmd_plan(int argc, char **argv);
 
 #endif

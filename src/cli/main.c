@@ -16,6 +16,8 @@ static const es_cli_cmd es_commands_[] = {
     {"compile", "write a compiled model file (.esm): mapped read-only, shared by processes",
      es_cmd_compile},
     {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
+    {"plan", "capacity planner: weights, per-request bytes and safe concurrency per model",
+     es_cmd_plan},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,576 @@
+/* edgeserve plan: the capacity planner (BRIEF §5).
+ *
+ *   Total = M_weights + N x M_per_request(shape) + M_runtime
+ *
+ * Every term is measured, not guessed: each distinct model file is loaded
+ * once (its read-only weights, the weights reordered for this CPU and the
+ * graph memory count once however many shapes name it), each model-at-shape
+ * is planned (the plan's context bytes and the exact arena bytes a request
+ * needs), and the runtime overhead comes from the process's own RSS. The
+ * budget is the cgroup limit the process runs under, else what the machine
+ * has available, else --memory. Then
+ *
+ *   free = budget - reserve - fixed    (fixed = weights + prepared + model
+ *                                       contexts + plan contexts + runtime)
+ *   per_request = ceil(arena x margin)
+ *   N = floor(free / per_request)
+ *
+ * "alone" gives all of free to one model-at-shape's requests; "mix" admits
+ * one request of each model-at-shape in turn (round robin, in the order of
+ * the --model options) and stops at the first one that does not fit, as an
+ * admission gate would refuse it. The numbers are an upper bound: the margin
+ * stands for fragmentation and peaks, the real threshold is set by load test. */
+#include "cli/cli.h"
+#include "edgeserve/engine.h"
+#include "edgeserve/error.h"
+#include "edgeserve/memory.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PLAN_MAX_MODELS 16
+#define PLAN_MAX_INPUTS 16
+
+typedef struct plan_file {
+  const char *path;        /* as given (argv) */
+  char *real;              /* realpath, es_mem-allocated; NULL if unresolved */
+  es_model *model;
+  es_model_stats st;       /* read after every plan of this file was made */
+} plan_file;
+
+typedef struct plan_item {
+  const char *arg;         /* the --model value */
+  char path[PATH_MAX];     /* FILE part */
+  const char *spec;        /* NAME=SHAPE[,...] part; NULL when none */
+  int file;                /* index into files[] */
+  es_tensor_info shapes[PLAN_MAX_INPUTS];
+  int n_inputs;
+  char shape_str[256];     /* "x=1x3x640x640", every input */
+  es_plan *plan;
+  size_t arena, context, per_request;
+  size_t alone, mix;
+} plan_item;
+
+static void plan_usage(FILE *f) {
+  fprintf(f,
+          "usage: edgeserve plan --model FILE[:NAME=SHAPE[,NAME=SHAPE]]... [--memory BYTES|auto]\n"
+          "                      [--reserve BYTES] [--margin RATIO] [--json]\n\n"
+          "Capacity planner (BRIEF 5): loads each model file once, plans each model at\n"
+          "its shape (SHAPE like 1x3x640x640; inputs not named keep the model's fixed\n"
+          "shape), and prints weights, prepared weights, plan context and per-request\n"
+          "arena bytes, the measured runtime overhead, the memory budget and where it\n"
+          "came from, and the maximum safe concurrency per model:\n"
+          "  N = floor((budget - reserve - fixed) / ceil(arena x margin))\n"
+          "alone (all free memory to that model) and in a round-robin mix of all.\n"
+          "  --memory   budget in bytes (suffix K, M, G, T: powers of 1024), or auto\n"
+          "             (default): the cgroup limit min(memory.high, memory.max), else\n"
+          "             MemAvailable + this process's RSS\n"
+          "  --reserve  bytes kept for the system (default 0 under a cgroup limit,\n"
+          "             else 10%% of the total)\n"
+          "  --margin   factor on per-request bytes for fragmentation and peaks\n"
+          "             (default 1.2)\n"
+          "  --json     one JSON object instead of the table\n");
+}
+
+/* ---- parsing ---------------------------------------------------------------- */
+
+/* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes; -1 when malformed. */
+static int parse_bytes(const char *s, size_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v >= 0))
+    return -1;
+  double mul = 1;
+  switch (*end) {
+  case 'k': case 'K': mul = 1024.0; end++; break;
+  case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+  case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+  case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+  default: break;
+  }
+  if (mul > 1 && *end == 'i')
+    end++;
+  if (*end == 'B')
+    end++;
+  if (*end || v * mul >= 18e18)
+    return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+/* "FILE[:NAME=SHAPE[,NAME=SHAPE]]": the last ':' separates the shapes (a
+ * shape never holds one). -1 when malformed, the reason in *why. */
+static int parse_model_arg(plan_item *it, const char **why) {
+  const char *colon = strrchr(it->arg, ':');
+  size_t n = colon ? (size_t)(colon - it->arg) : strlen(it->arg);
+  if (n == 0) {
+    *why = "no file name";
+    return -1;
+  }
+  if (n >= sizeof it->path) {
+    *why = "file name too long";
+    return -1;
+  }
+  memcpy(it->path, it->arg, n);
+  it->path[n] = '\0';
+  it->spec = colon ? colon + 1 : NULL;
+  if (colon && !strchr(it->spec, '=')) {
+    *why = "expected NAME=SHAPE after ':'";
+    return -1;
+  }
+  return 0;
+}
+
+/* One "NAME=DxDxD" of length len at s: name length and dims. -1 if malformed. */
+static int parse_one_shape(const char *s, size_t len, size_t *name_len, es_tensor_info *t) {
+  const char *eq = memchr(s, '=', len);
+  if (!eq || eq == s || eq + 1 == s + len)
+    return -1;
+  *name_len = (size_t)(eq - s);
+  t->rank = 0;
+  const char *p = eq + 1, *stop = s + len;
+  while (p < stop) {
+    char *end;
+    if (*p < '0' || *p > '9')
+      return -1;
+    long long v = strtoll(p, &end, 10);
+    if (end > stop || v > (1ll << 32) || t->rank == ES_MAX_RANK)
+      return -1;
+    t->dims[t->rank++] = v;
+    if (end < stop && *end == 'x' && end + 1 < stop)
+      end++;
+    else if (end != stop)
+      return -1;
+    p = end;
+  }
+  return 0;
+}
+
+/* Checks the shape syntax of every item before any model is loaded, so a
+ * malformed spec is a usage error however the files are. */
+static int check_spec_syntax(const plan_item *it) {
+  if (!it->spec)
+    return 0;
+  const char *s = it->spec;
+  for (;;) {
+    const char *comma = strchr(s, ',');
+    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
+    es_tensor_info t;
+    if (parse_one_shape(s, len, &nl, &t) < 0)
+      return -1;
+    if (!comma)
+      return 0;
+    s = comma + 1;
+  }
+}
+
+/* Appends sep, name and dim (when >= 0) to buf at o; truncates, never
+ * overflows. Returns the new length. */
+static size_t append(char *buf, size_t cap, size_t o, const char *sep, const char *name,
+                     int64_t dim) {
+  if (o + 1 >= cap)
+    return o;
+  int n = dim >= 0 ? snprintf(buf + o, cap - o, "%s%s%lld", sep, name, (long long)dim)
+                   : snprintf(buf + o, cap - o, "%s%s", sep, name);
+  if (n < 0)
+    return o;
+  return o + (size_t)n < cap ? o + (size_t)n : cap - 1;
+}
+
+/* The model's input shapes with the spec's applied; 2 on a usage error. */
+static int resolve_shapes(plan_item *it, es_model *m) {
+  int n = es_model_input_count(m);
+  if (n > PLAN_MAX_INPUTS) {
+    fprintf(stderr, "edgeserve plan: %s: more than %d inputs\n", it->path, PLAN_MAX_INPUTS);
+    return 1;
+  }
+  it->n_inputs = n;
+  for (int i = 0; i < n; i++)
+    es_model_input_info(m, i, &it->shapes[i]);
+  for (const char *s = it->spec; s;) {
+    const char *comma = strchr(s, ',');
+    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
+    es_tensor_info t;
+    parse_one_shape(s, len, &nl, &t); /* syntax checked already */
+    int found = -1;
+    for (int i = 0; i < n; i++)
+      if (strlen(it->shapes[i].name) == nl && !strncmp(it->shapes[i].name, s, nl))
+        found = i;
+    if (found < 0) {
+      fprintf(stderr, "edgeserve plan: %s has no input named '%.*s'\n", it->path, (int)nl, s);
+      return 2;
+    }
+    it->shapes[found].rank = t.rank;
+    memcpy(it->shapes[found].dims, t.dims, sizeof t.dims);
+    s = comma ? comma + 1 : NULL;
+  }
+  size_t o = 0;
+  it->shape_str[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    const es_tensor_info *t = &it->shapes[i];
+    int open = t->rank < 0;
+    for (int d = 0; d < t->rank; d++)
+      open |= t->dims[d] < 0;
+    if (open) {
+      fprintf(stderr, "edgeserve plan: input '%s' of %s has open dimensions: give %s:%s=SHAPE\n",
+              t->name, it->path, it->path, t->name);
+      return 2;
+    }
+    o = append(it->shape_str, sizeof it->shape_str, o, i ? "," : "", t->name, -1);
+    for (int d = 0; d < t->rank; d++)
+      o = append(it->shape_str, sizeof it->shape_str, o, d ? "x" : "=", "", t->dims[d]);
+  }
+  return 0;
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static void json_str(const char *s) {
+  putchar('"');
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      printf("\\%c", c);
+    else if (c < 0x20)
+      printf("\\u%04x", c);
+    else
+      putchar(c);
+  }
+  putchar('"');
+}
+
+/* A limit for text: "none" for SIZE_MAX. */
+static const char *lim_str(size_t v, char *buf, size_t n) {
+  if (v == SIZE_MAX)
+    snprintf(buf, n, "none");
+  else
+    snprintf(buf, n, "%zu B", v);
+  return buf;
+}
+
+static void json_lim(size_t v) {
+  if (v == SIZE_MAX)
+    printf("null");
+  else
+    printf("%zu", v);
+}
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+/* ---- the command ------------------------------------------------------------ */
+
+int es_cmd_plan(int argc, char **argv) {
+  static plan_item items[PLAN_MAX_MODELS];
+  plan_file files[PLAN_MAX_MODELS];
+  int n_items = 0, n_files = 0, json = 0, status = 0;
+  const char *memory = "auto", *reserve_arg = NULL;
+  double margin = 1.2;
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      plan_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      json = 1;
+    } else if (!strcmp(a, "--model") && i + 1 < argc) {
+      if (n_items == PLAN_MAX_MODELS) {
+        fprintf(stderr, "edgeserve plan: at most %d --model options\n", PLAN_MAX_MODELS);
+        return 2;
+      }
+      plan_item *it = &items[n_items++];
+      memset(it, 0, sizeof *it);
+      it->arg = argv[++i];
+      const char *why = "bad shape: want NAME=DxDxD[,NAME=DxD...]";
+      if (parse_model_arg(it, &why) < 0 || check_spec_syntax(it) < 0) {
+        fprintf(stderr,
+                "edgeserve plan: --model wants FILE[:NAME=SHAPE[,NAME=SHAPE]], got '%s' (%s)\n",
+                it->arg, why);
+        return 2;
+      }
+    } else if (!strcmp(a, "--memory") && i + 1 < argc) {
+      memory = argv[++i];
+    } else if (!strcmp(a, "--reserve") && i + 1 < argc) {
+      reserve_arg = argv[++i];
+    } else if (!strcmp(a, "--margin") && i + 1 < argc) {
+      char *end;
+      margin = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(margin >= 1.0 && margin <= 100.0)) {
+        fprintf(stderr, "edgeserve plan: --margin wants a ratio in [1, 100], got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    } else {
+      fprintf(stderr, "edgeserve plan: unknown or incomplete option '%s'\n", a);
+      plan_usage(stderr);
+      return 2;
+    }
+  }
+  if (n_items == 0) {
+    fprintf(stderr, "edgeserve plan: at least one --model FILE[:NAME=SHAPE] is needed\n");
+    plan_usage(stderr);
+    return 2;
+  }
+  size_t budget = 0, reserve = 0;
+  int budget_auto = !strcmp(memory, "auto");
+  if (!budget_auto && (parse_bytes(memory, &budget) < 0 || budget == 0)) {
+    fprintf(stderr, "edgeserve plan: --memory wants BYTES (K/M/G/T suffix) or auto, got '%s'\n",
+            memory);
+    return 2;
+  }
+  if (reserve_arg && parse_bytes(reserve_arg, &reserve) < 0) {
+    fprintf(stderr, "edgeserve plan: --reserve wants BYTES (K/M/G/T suffix), got '%s'\n",
+            reserve_arg);
+    return 2;
+  }
+
+  /* The runtime overhead, part 1: RSS before any model is loaded, i.e. the
+   * executable, libc, libm and whatever the library set up at start. */
+  size_t rss_before = 0, rss_after = 0;
+  if (es_sys_rss(&rss_before) < 0) {
+    fprintf(stderr, "edgeserve plan: cannot read the process RSS: %s\n", es_last_error_detail());
+    return 1;
+  }
+
+  /* Load each distinct file once (same realpath, or same string). */
+  for (int k = 0; k < n_items; k++) {
+    plan_item *it = &items[k];
+    char *real = realpath(it->path, NULL);
+    int f = -1;
+    for (int j = 0; j < n_files && f < 0; j++)
+      if (real && files[j].real ? !strcmp(real, files[j].real) : !strcmp(it->path, files[j].path))
+        f = j;
+    if (f >= 0) {
+      free(real);
+    } else {
+      f = n_files;
+      plan_file *pf = &files[n_files];
+      memset(pf, 0, sizeof *pf);
+      pf->path = it->path;
+      pf->real = real ? es_mem_strdup(ES_MEM_CLI, real) : NULL;
+      free(real);
+      if (es_model_load(it->path, NULL, &pf->model) < 0) {
+        fprintf(stderr, "edgeserve plan: %s: %s\n", it->path, es_last_error_detail());
+        es_mem_free(pf->real);
+        status = 1;
+        goto done;
+      }
+      n_files++;
+    }
+    it->file = f;
+    int rc = resolve_shapes(it, files[f].model);
+    if (rc) {
+      status = rc;
+      goto done;
+    }
+    if (es_model_plan(files[f].model, it->shapes, it->n_inputs, &it->plan) < 0) {
+      fprintf(stderr, "edgeserve plan: %s at %s: %s\n", it->path, it->shape_str,
+              es_last_error_detail());
+      status = 1;
+      goto done;
+    }
+    it->arena = es_plan_arena_bytes(it->plan);
+    it->context = es_plan_context_bytes(it->plan);
+    double pr = ceil((double)it->arena * margin);
+    it->per_request = pr < 1 ? 1 : (size_t)pr;
+  }
+
+  /* Model stats after every plan: planning may reorder weights (prepared). */
+  size_t weights = 0, prepared = 0, model_ctx = 0, plan_ctx = 0;
+  for (int j = 0; j < n_files; j++) {
+    es_model_stats_get(files[j].model, &files[j].st);
+    weights += files[j].st.weight_bytes;
+    prepared += files[j].st.prepared_bytes;
+    model_ctx += files[j].st.context_bytes;
+  }
+  for (int k = 0; k < n_items; k++)
+    plan_ctx += items[k].context;
+
+  /* The runtime overhead, part 2: RSS now minus what the counting layer
+   * attributes to the library (weights, prepared weights, graphs, plans:
+   * es_mem_total) and minus mapped model files (.esm, counted as file_mapped,
+   * at most that much of it resident). What is left is memory no counter
+   * names: code, libc's heap slack after load-time parsing, thread stacks.
+   * The overhead used is the larger of the two measures, so that neither
+   * a start-up footprint nor load-time slack is planned away. */
+  es_sys_rss(&rss_after);
+  size_t counted = es_mem_total(), mapped = 0;
+  for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
+    es_mem_stats ms;
+    if (es_mem_stats_get((es_mem_tag)t, &ms) == 0)
+      mapped += ms.file_mapped;
+  }
+  size_t uncounted = rss_after > counted + mapped ? rss_after - counted - mapped : 0;
+  size_t runtime = rss_before > uncounted ? rss_before : uncounted;
+
+  /* The budget. */
+  es_memstat ms;
+  int have_ms = es_memstat_read(&ms) == 0;
+  size_t limit = SIZE_MAX;
+  if (have_ms && ms.version)
+    limit = ms.high < ms.max ? ms.high : ms.max;
+  const char *source, *reserve_why;
+  char source_buf[ES_MEMSTAT_PATH_MAX + 64];
+  if (!budget_auto) {
+    source = "--memory";
+    if (!reserve_arg)
+      reserve = budget / 10;
+    reserve_why = reserve_arg ? "--reserve" : "10% of --memory";
+  } else if (limit != SIZE_MAX) {
+    budget = limit;
+    snprintf(source_buf, sizeof source_buf, "cgroup v%d %s (min of high and max)", ms.version,
+             ms.path);
+    source = source_buf;
+    reserve_why = reserve_arg ? "--reserve" : "none: the cgroup limit already bounds the process";
+  } else if (have_ms) {
+    /* What the machine can still give, plus what this process already holds. */
+    budget = ms.mem_available + rss_after;
+    source = "meminfo (MemAvailable + this process's RSS; no cgroup limit)";
+    if (!reserve_arg)
+      reserve = ms.mem_total / 10;
+    reserve_why = reserve_arg ? "--reserve" : "10% of MemTotal";
+  } else {
+    fprintf(stderr, "edgeserve plan: cannot read the memory limits (%s); give --memory BYTES\n",
+            es_last_error_detail());
+    status = 1;
+    goto done;
+  }
+
+  size_t fixed = weights + prepared + model_ctx + plan_ctx + runtime;
+  size_t avail = budget > reserve ? budget - reserve : 0;
+  size_t free_b = avail > fixed ? avail - fixed : 0;
+  for (int k = 0; k < n_items; k++)
+    items[k].alone = free_b / items[k].per_request;
+  /* Round robin: one request of each model-at-shape in turn, until the next
+   * one in the rotation does not fit. */
+  size_t round = 0;
+  for (int k = 0; k < n_items; k++)
+    round += items[k].per_request;
+  size_t rounds = free_b / round, left = free_b - rounds * round;
+  for (int k = 0; k < n_items; k++)
+    items[k].mix = rounds;
+  for (int k = 0; k < n_items && items[k].per_request <= left; k++) {
+    left -= items[k].per_request;
+    items[k].mix++;
+  }
+  size_t mix_total = 0;
+  for (int k = 0; k < n_items; k++)
+    mix_total += items[k].mix;
+
+  char b1[48], b2[48];
+  if (json) {
+    printf("{\"budget\": {\"bytes\": %zu, \"source\": ", budget);
+    json_str(source);
+    printf(", \"cgroup\": ");
+    if (have_ms && ms.version) {
+      printf("{\"version\": %d, \"path\": ", ms.version);
+      json_str(ms.path);
+      printf(", \"current\": %zu, \"high\": ", ms.current);
+      json_lim(ms.high);
+      printf(", \"max\": ");
+      json_lim(ms.max);
+      printf("}");
+    } else {
+      printf("null");
+    }
+    printf(", \"mem_total\": %zu, \"mem_available\": %zu}", have_ms ? ms.mem_total : 0,
+           have_ms ? ms.mem_available : 0);
+    printf(", \"reserve_bytes\": %zu, \"margin\": %.4g", reserve, margin);
+    printf(", \"runtime\": {\"bytes\": %zu, \"rss_before_load\": %zu, \"rss_after\": %zu, "
+           "\"counted\": %zu, \"file_mapped\": %zu, \"uncounted\": %zu}",
+           runtime, rss_before, rss_after, counted, mapped, uncounted);
+    printf(", \"files\": [");
+    for (int j = 0; j < n_files; j++) {
+      printf("%s{\"path\": ", j ? ", " : "");
+      json_str(files[j].path);
+      printf(", \"weight_bytes\": %zu, \"prepared_bytes\": %zu, \"context_bytes\": %zu, "
+             "\"compiled\": %s}",
+             files[j].st.weight_bytes, files[j].st.prepared_bytes, files[j].st.context_bytes,
+             files[j].st.compiled ? "true" : "false");
+    }
+    printf("], \"fixed\": {\"weight_bytes\": %zu, \"prepared_bytes\": %zu, "
+           "\"model_context_bytes\": %zu, \"plan_context_bytes\": %zu, \"runtime_bytes\": %zu, "
+           "\"total\": %zu}, \"free_bytes\": %zu",
+           weights, prepared, model_ctx, plan_ctx, runtime, fixed, free_b);
+    printf(", \"models\": [");
+    for (int k = 0; k < n_items; k++) {
+      const plan_item *it = &items[k];
+      printf("%s{\"file\": ", k ? ", " : "");
+      json_str(it->path);
+      printf(", \"shape\": ");
+      json_str(it->shape_str);
+      printf(", \"arena_bytes\": %zu, \"per_request_bytes\": %zu, \"plan_context_bytes\": %zu, "
+             "\"max_concurrency\": %zu, \"mix_concurrency\": %zu}",
+             it->arena, it->per_request, it->context, it->alone, it->mix);
+    }
+    printf("], \"mix_total\": %zu, \"fits\": %s}\n", mix_total, free_b ? "true" : "false");
+    goto done;
+  }
+
+  printf("budget: %zu B from %s\n", budget, source);
+  if (have_ms && ms.version)
+    printf("  cgroup v%d %s: current %zu B, high %s, max %s\n", ms.version, ms.path, ms.current,
+           lim_str(ms.high, b1, sizeof b1), lim_str(ms.max, b2, sizeof b2));
+  else
+    printf("  cgroup: no memory cgroup found\n");
+  if (have_ms && ms.mem_total)
+    printf("  meminfo: MemTotal %zu B, MemAvailable %zu B\n", ms.mem_total, ms.mem_available);
+  printf("reserve: %zu B (%s)\n", reserve, reserve_why);
+  printf("margin: %.2f on per-request bytes (fragmentation and peaks)\n", margin);
+  printf("runtime: %zu B (the larger of: RSS before loading any model %zu B; RSS after "
+         "loading and planning %zu B - counted %zu B - mapped files %zu B = %zu B)\n",
+         runtime, rss_before, rss_after, counted, mapped, uncounted);
+  printf("\nfiles (loaded once each; weights read-only and shared by every request):\n");
+  printf("  %14s %14s %14s  %s\n", "weights B", "prepared B", "context B", "file");
+  for (int j = 0; j < n_files; j++)
+    printf("  %14zu %14zu %14zu  %s%s\n", files[j].st.weight_bytes, files[j].st.prepared_bytes,
+           files[j].st.context_bytes, files[j].path, files[j].st.compiled ? " (compiled)" : "");
+  printf("\nmodels at shapes:\n");
+  printf("  %-20s %-24s %14s %14s %12s %8s %6s\n", "model", "shape", "arena B", "per-request B",
+         "plan ctx B", "alone", "mix");
+  for (int k = 0; k < n_items; k++) {
+    const plan_item *it = &items[k];
+    printf("  %-20s %-24s %14zu %14zu %12zu %8zu %6zu\n", base_name(it->path), it->shape_str,
+           it->arena, it->per_request, it->context, it->alone, it->mix);
+  }
+  printf("\nfixed: weights %zu + prepared %zu + model contexts %zu + plan contexts %zu + "
+         "runtime %zu = %zu B\n",
+         weights, prepared, model_ctx, plan_ctx, runtime, fixed);
+  if (!free_b)
+    printf("does not fit: budget %zu - reserve %zu = %zu B is not more than the fixed %zu B "
+           "(short by %zu B); no request can be admitted, concurrency 0\n",
+           budget, reserve, avail, fixed, fixed - avail);
+  else
+    printf("free for requests: budget %zu - reserve %zu - fixed %zu = %zu B\n", budget, reserve,
+           fixed, free_b);
+  for (int k = 0; k < n_items; k++) {
+    const plan_item *it = &items[k];
+    printf("formula %s %s: N = floor((budget %zu - reserve %zu - fixed %zu) / ceil(arena %zu "
+           "x margin %.2f)) = floor(%zu / %zu) = %zu\n",
+           base_name(it->path), it->shape_str, budget, reserve, fixed, it->arena, margin, free_b,
+           it->per_request, it->alone);
+  }
+  printf("mix (round robin, one request of each model in turn until the next does not fit): "
+         "%zu requests:",
+         mix_total);
+  for (int k = 0; k < n_items; k++)
+    printf("%s %s %s x %zu", k ? "," : "", base_name(items[k].path), items[k].shape_str,
+           items[k].mix);
+  printf("; %zu B left\n", left);
+
+done:
+  for (int k = 0; k < n_items; k++)
+    es_plan_release(items[k].plan);
+  for (int j = 0; j < n_files; j++) {
+    es_model_release(files[j].model);
+    es_mem_free(files[j].real);
+  }
+  return status;
+}
