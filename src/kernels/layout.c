@@ -67,6 +67,27 @@ static void transpose2d(const unsigned char *restrict src, unsigned char *restri
     }
 }
 
+/* Three-channel images (a model's RGB input): one pass over the pixels,
+ * reading three planes and writing interleaved triples (or back). */
+static void few_channels3(const float *restrict src, float *restrict dst, int64_t hw,
+                          int to_nhwc) {
+  if (to_nhwc) {
+    const float *r = src, *g = src + hw, *bl = src + 2 * hw;
+    for (int64_t i = 0; i < hw; i++) {
+      dst[3 * i] = r[i];
+      dst[3 * i + 1] = g[i];
+      dst[3 * i + 2] = bl[i];
+    }
+  } else {
+    float *r = dst, *g = dst + hw, *bl = dst + 2 * hw;
+    for (int64_t i = 0; i < hw; i++) {
+      r[i] = src[3 * i];
+      g[i] = src[3 * i + 1];
+      bl[i] = src[3 * i + 2];
+    }
+  }
+}
+
 static int relayout_run(const es_kinst *k, const void *const *in, void *const *out,
                         void *scratch) {
   (void)scratch;
@@ -80,7 +101,9 @@ static int relayout_run(const es_kinst *k, const void *const *in, void *const *o
   for (int64_t b = 0; b < p->n; b++) {
     const unsigned char *src = (const unsigned char *)in[0] + (size_t)b * img;
     unsigned char *dst = (unsigned char *)out[0] + (size_t)b * img;
-    if (p->to_nhwc) /* [C, HW] -> [HW, C] */
+    if (p->esz == 4 && p->c == 3) /* images: tiles would be 3 wide */
+      few_channels3((const float *)src, (float *)dst, p->hw, p->to_nhwc);
+    else if (p->to_nhwc) /* [C, HW] -> [HW, C] */
       transpose2d(src, dst, p->c, p->hw, p->esz);
     else /* [HW, C] -> [C, HW] */
       transpose2d(src, dst, p->hw, p->c, p->esz);

@@ -1,0 +1,76 @@
+/* The Relayout kernel (plain <-> NHWC) against a naive transpose, for the
+ * channel counts that take different paths (1, 3, 5, 17, 64) and element
+ * sizes 4 and 1, both directions, and a round trip. */
+#include "es_test.h"
+
+#include <string.h>
+
+#include "kernels/kernel.h"
+
+static int relayout(const es_tdesc *in, const void *data, es_layout to, es_tdesc *od,
+                    void **out) {
+  es_attr at = {.name = "to", .type = ES_ATTR_INT, .i = to, .tensor = -1};
+  int io[2] = {0, 1};
+  es_node nd = {.name = "t", .op = ES_OP_Relayout, .n_in = 1, .n_out = 1, .in = io,
+                .out = io + 1, .n_attr = 1, .attrs = &at, .file_index = 0};
+  const es_tdesc *ins[1] = {in};
+  const void *dat[1] = {data};
+  return es_kernel_eval(&nd, 13, 1, ins, dat, 1, od, out);
+}
+
+static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
+  size_t esz = es_dtype_size(dt);
+  es_tdesc in;
+  int64_t dims[4] = {n, c, h, w};
+  ES_CHECK_RC(es_tdesc_set(&in, dt, 4, dims));
+  unsigned char *x = malloc(in.nbytes);
+  for (size_t i = 0; i < in.nbytes; i++)
+    x[i] = (unsigned char)(i * 131 + 7);
+  es_tdesc od;
+  void *y = NULL;
+  ES_CHECK_RC(relayout(&in, x, ES_LAYOUT_NHWC, &od, &y));
+  assert_int_equal(od.layout, ES_LAYOUT_NHWC);
+  const unsigned char *yy = y;
+  for (int64_t b = 0; b < n; b++)
+    for (int64_t ch = 0; ch < c; ch++)
+      for (int64_t p = 0; p < h * w; p++)
+        assert_memory_equal(yy + (size_t)(((b * h * w + p) * c + ch)) * esz,
+                            x + (size_t)((b * c + ch) * h * w + p) * esz, esz);
+  /* and back */
+  void *z = NULL;
+  es_tdesc od2;
+  ES_CHECK_RC(relayout(&od, y, ES_LAYOUT_PLAIN, &od2, &z));
+  assert_int_equal(od2.layout, ES_LAYOUT_PLAIN);
+  assert_memory_equal(z, x, in.nbytes);
+  es_mem_free(y);
+  es_mem_free(z);
+  free(x);
+}
+
+static void test_relayout_paths(void **state) {
+  (void)state;
+  static const int64_t cs[] = {1, 3, 5, 17, 64};
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    check(2, cs[i], 7, 9, ES_DTYPE_FLOAT);
+    check(1, cs[i], 19, 21, ES_DTYPE_UINT8);
+  }
+}
+
+static void test_relayout_rejects(void **state) {
+  (void)state;
+  es_tdesc in;
+  int64_t dims[3] = {1, 3, 4};
+  ES_CHECK_RC(es_tdesc_set(&in, ES_DTYPE_FLOAT, 3, dims));
+  float x[12] = {0};
+  es_tdesc od;
+  void *y = NULL;
+  ES_EXPECT_RC(relayout(&in, x, ES_LAYOUT_NHWC, &od, &y), ES_EMODEL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_relayout_paths),
+      cmocka_unit_test(test_relayout_rejects),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
