@@ -1029,29 +1029,12 @@ static void conv_range(int64_t n_o, int64_t n_i, int64_t st, int64_t off, int64_
     *hi = *lo;
 }
 
-/* y[i] += a * x[i] for i in [0, n). Written with vector extensions
- * because -O2 does not vectorise a loop of unknown trip count. */
-typedef float conv_v8 __attribute__((vector_size(32)));
-
-static void conv_axpy(float *restrict y, const float *restrict x, float a, int64_t n) {
-  conv_v8 av = (conv_v8){0} + a;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    conv_v8 xv, yv;
-    memcpy(&xv, x + i, sizeof xv);
-    memcpy(&yv, y + i, sizeof yv);
-    yv += av * xv;
-    memcpy(y + i, &yv, sizeof yv);
-  }
-  for (; i < n; i++)
-    y[i] += a * x[i];
-}
 
 /* Accumulate w * x[o * st + off] into y[o] for o in [lo, hi). */
 static void conv_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
                      int64_t st, int64_t off) {
   if (st == 1) {
-    conv_axpy(y + lo, x + lo + off, w, hi - lo);
+    es_axpy_f32(y + lo, x + lo + off, w, hi - lo);
   } else {
     for (int64_t o = lo; o < hi; o++)
       y[o] += w * x[o * st + off];
@@ -1062,7 +1045,7 @@ static void conv_row(float *restrict y, const float *restrict x, float w, int64_
 static void convt_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
                       int64_t st, int64_t off) {
   if (st == 1) {
-    conv_axpy(y + lo + off, x + lo, w, hi - lo);
+    es_axpy_f32(y + lo + off, x + lo, w, hi - lo);
   } else {
     for (int64_t i = lo; i < hi; i++)
       y[i * st + off] += w * x[i];

@@ -196,6 +196,24 @@ int es_tdesc_nhwc_compatible(const es_tdesc *t);
  * to plain instead). */
 int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc);
 
+/* y[i] += a * x[i] for i in [0, n): the inner loop of the reference Conv
+ * and MatMul kernels. Written with vector extensions because -O2 does not
+ * vectorise a loop of unknown trip count. */
+typedef float es_v8f __attribute__((vector_size(32)));
+static inline void es_axpy_f32(float *restrict y, const float *restrict x, float a, int64_t n) {
+  es_v8f av = (es_v8f){0} + a;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    es_v8f xv, yv;
+    __builtin_memcpy(&xv, x + i, sizeof xv);
+    __builtin_memcpy(&yv, y + i, sizeof yv);
+    yv += av * xv;
+    __builtin_memcpy(y + i, &yv, sizeof yv);
+  }
+  for (; i < n; i++)
+    y[i] += a * x[i];
+}
+
 /* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
  * shapes do not broadcast. */
 int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,

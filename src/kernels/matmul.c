@@ -168,23 +168,6 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
  * Reference path
  * ======================================================================== */
 
-/* c[i] += a * b[i] for i in [0, n). Written with vector extensions
- * because -O2 does not vectorise a loop of unknown trip count. */
-typedef float matmul_v8 __attribute__((vector_size(32)));
-
-static void matmul_axpy(float *restrict c, const float *restrict b, float a, int64_t n) {
-  matmul_v8 av = (matmul_v8){0} + a;
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    matmul_v8 bv, cv;
-    memcpy(&bv, b + i, sizeof bv);
-    memcpy(&cv, c + i, sizeof cv);
-    cv += av * bv;
-    memcpy(c + i, &cv, sizeof cv);
-  }
-  for (; i < n; i++)
-    c[i] += a * b[i];
-}
 
 static void matmul_block(const float *restrict a, const float *restrict b, float *restrict c,
                          int64_t m, int64_t kk, int64_t n) {
@@ -193,7 +176,7 @@ static void matmul_block(const float *restrict a, const float *restrict b, float
     for (int64_t j = 0; j < n; j++)
       cr[j] = 0.0f;
     for (int64_t t = 0; t < kk; t++)
-      matmul_axpy(cr, b + t * n, a[i * kk + t], n);
+      es_axpy_f32(cr, b + t * n, a[i * kk + t], n);
   }
 }
 

@@ -51,46 +51,6 @@
  * Graph edits
  * ======================================================================== */
 
-/* Appends a constant value that adopts the staging block data (es_mem; the
- * graph frees it from now on, whatever happens). Index in *out. */
-static int value_append(es_graph *g, const char *name, const es_value *like, void *data,
-                        size_t nbytes, int *out) {
-  if (g->n_values >= g->cap_values) {
-    /* The loader's estimate leaves slack (every attribute counts), so this
-     * is rare; the old array stays in the context until the graph goes. */
-    if (g->n_values > (1 << 28)) {
-      es_mem_free(data);
-      return es__fail(ES_EMODEL, "the graph has too many values to fold");
-    }
-    int cap = g->n_values < 8 ? 16 : g->n_values * 2;
-    es_value *nv = es_ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
-    if (!nv) {
-      es_mem_free(data);
-      return es__fail(ES_ENOMEM, "out of memory adding a folded constant");
-    }
-    memcpy(nv, g->values, (size_t)g->n_values * sizeof *nv);
-    g->values = nv;
-    g->cap_values = cap;
-  }
-  const char *nm = es_ctx_strdup(&g->ctx, name);
-  if (!nm) {
-    es_mem_free(data);
-    return es__fail(ES_ENOMEM, "out of memory adding a folded constant");
-  }
-  int v = g->n_values++;
-  es_value *val = &g->values[v];
-  memset(val, 0, sizeof *val);
-  val->name = nm;
-  val->dtype = like->dtype;
-  val->rank = like->rank;
-  memcpy(val->dims, like->dims, sizeof val->dims);
-  val->kind = ES_VALUE_CONST;
-  val->producer = -1;
-  val->data = data;
-  val->nbytes = nbytes;
-  *out = v;
-  return 0;
-}
 
 /* Drops the nodes marked in gone, keeping the order (still topological). */
 static void nodes_remove(es_graph *g, const unsigned char *gone) {
@@ -365,15 +325,16 @@ static int bn_merge(es_graph *g, const es_node *bn, const bn_match *m) {
 
   /* Names no ONNX identifier can take, as the loader's tensor attributes. */
   char nm[64];
-  es_value bshape = {.dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {m->m}};
   int wv, bv, rc;
   snprintf(nm, sizeof nm, "\x01" "bn:%d:W", bn->file_index);
-  if ((rc = value_append(g, nm, &g->values[m->w], wd, g->values[m->w].nbytes, &wv)) < 0) {
+  if ((rc = es_graph_const_append(g, nm, g->values[m->w].dtype, g->values[m->w].rank,
+                                   g->values[m->w].dims, wd, g->values[m->w].nbytes, &wv)) < 0) {
     es_mem_free(bd);
     return rc;
   }
   snprintf(nm, sizeof nm, "\x01" "bn:%d:B", bn->file_index);
-  if ((rc = value_append(g, nm, &bshape, bd, (size_t)m->m * sizeof *bd, &bv)) < 0)
+  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &m->m, bd,
+                                   (size_t)m->m * sizeof *bd, &bv)) < 0)
     return rc;
 
   es_node *conv = m->conv;

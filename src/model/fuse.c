@@ -776,45 +776,6 @@ static int shapes_infer(fuser *f) {
  * Graph edits
  * ======================================================================== */
 
-/* Appends a constant value that adopts the staging block data (es_mem; the
- * graph frees it from now on, whatever happens). Index in *out. The same
- * as fold.c's: the two passes share no code but graph.h. */
-static int value_append(es_graph *g, const char *name, es_dtype dtype, int rank,
-                        const int64_t *dims, void *data, size_t nbytes, int *out) {
-  if (g->n_values >= g->cap_values) {
-    if (g->n_values > (1 << 28)) {
-      es_mem_free(data);
-      return es__fail(ES_EMODEL, "the graph has too many values to fuse");
-    }
-    int cap = g->n_values < 8 ? 16 : g->n_values * 2;
-    es_value *nv = es_ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
-    if (!nv) {
-      es_mem_free(data);
-      return es__fail(ES_ENOMEM, "out of memory adding a fused constant");
-    }
-    memcpy(nv, g->values, (size_t)g->n_values * sizeof *nv);
-    g->values = nv;
-    g->cap_values = cap;
-  }
-  const char *nm = es_ctx_strdup(&g->ctx, name);
-  if (!nm) {
-    es_mem_free(data);
-    return es__fail(ES_ENOMEM, "out of memory adding a fused constant");
-  }
-  int v = g->n_values++;
-  es_value *val = &g->values[v];
-  memset(val, 0, sizeof *val);
-  val->name = nm;
-  val->dtype = dtype;
-  val->rank = rank;
-  memcpy(val->dims, dims, (size_t)rank * sizeof *dims);
-  val->kind = ES_VALUE_CONST;
-  val->producer = -1;
-  val->data = data;
-  val->nbytes = nbytes;
-  *out = v;
-  return 0;
-}
 
 /* Drops the nodes marked in f->gone, keeping the order, and recounts uses. */
 static void nodes_compact(fuser *f) {
@@ -1196,13 +1157,14 @@ static int conv_rewrite_weights(es_graph *g, conv_info *ci, const affine *post,
                     es_node_label(ci->node, label, sizeof label));
   }
   snprintf(nm, sizeof nm, "\x01" "fuse:%d:W:%d", ci->node->file_index, g->n_values);
-  if ((rc = value_append(g, nm, ES_DTYPE_FLOAT, w->rank, w->dims, wd, w->nbytes, &wv)) < 0) {
+  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, w->rank, w->dims, wd, w->nbytes,
+                                   &wv)) < 0) {
     es_mem_free(bd);
     return rc;
   }
   snprintf(nm, sizeof nm, "\x01" "fuse:%d:B:%d", ci->node->file_index, g->n_values);
-  if ((rc = value_append(g, nm, ES_DTYPE_FLOAT, 1, &ci->m, bd, (size_t)ci->m * sizeof *bd,
-                         &bv)) < 0)
+  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &ci->m, bd,
+                                   (size_t)ci->m * sizeof *bd, &bv)) < 0)
     return rc;
   in3[0] = ci->node->in[0];
   in3[1] = wv;

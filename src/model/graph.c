@@ -265,6 +265,50 @@ void es_graph_reindex(es_graph *g) {
 }
 
 /* ==========================================================================
+ * Adding constants (load-time passes)
+ * ======================================================================== */
+
+int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
+                          const int64_t *dims, void *data, size_t nbytes, int *out) {
+  if (g->n_values >= g->cap_values) {
+    /* The loader's estimate leaves slack (every attribute counts), so this
+     * is rare; the old array stays in the context until the graph goes. */
+    if (g->n_values > (1 << 28)) {
+      es_mem_free(data);
+      return es__fail(ES_EMODEL, "the graph has too many values to add a constant");
+    }
+    int cap = g->n_values < 8 ? 16 : g->n_values * 2;
+    es_value *nv = es_ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
+    if (!nv) {
+      es_mem_free(data);
+      return es__fail(ES_ENOMEM, "out of memory adding a constant");
+    }
+    memcpy(nv, g->values, (size_t)g->n_values * sizeof *nv);
+    g->values = nv;
+    g->cap_values = cap;
+  }
+  const char *nm = es_ctx_strdup(&g->ctx, name);
+  if (!nm) {
+    es_mem_free(data);
+    return es__fail(ES_ENOMEM, "out of memory adding a constant");
+  }
+  int v = g->n_values++;
+  es_value *val = &g->values[v];
+  memset(val, 0, sizeof *val);
+  val->name = nm;
+  val->dtype = dtype;
+  val->rank = rank;
+  if (rank > 0)
+    memcpy(val->dims, dims, (size_t)rank * sizeof *dims);
+  val->kind = ES_VALUE_CONST;
+  val->producer = -1;
+  val->data = data;
+  val->nbytes = nbytes;
+  *out = v;
+  return 0;
+}
+
+/* ==========================================================================
  * Constant data: staging blocks, then one sealed region
  * ======================================================================== */
 

@@ -141,6 +141,11 @@ void es_graph_reindex(es_graph *g);
  * folded_nodes and folded_bn. ES_EMODEL (or ES_ENOMEM) naming the node when
  * evaluating a constant node fails other than with ES_ENOTSUP. */
 int es_graph_fold(es_graph *g);
+/* Appends a constant value that adopts the staging block data (es_mem; the
+ * graph frees it from now on, whatever happens, failures included). Used by
+ * the load-time passes before es_graph_seal. Index in *out. */
+int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
+                          const int64_t *dims, void *data, size_t nbytes, int *out);
 /* Copies every constant a node input, a node's tensor attribute or a graph
  * output refers to into one new es_weights region (64-byte aligned each),
  * seals it and frees all staging blocks; sets weight_bytes and n_constants.
