@@ -45,6 +45,7 @@ extern "C" {
   XX(EMEMLOCK, -4005, "mlock failed: RLIMIT_MEMLOCK is too low (raise ulimit -l)")   \
   XX(EREWIND, -4006, "arena mark is stale or ahead of the current position")         \
   XX(ESTATE, -4007, "operation not allowed in the object's current state")            \
+  XX(ECANCELED, -ECANCELED, "request cancelled")                                     \
   XX(EMODEL, -4100, "malformed or invalid model")
 
 typedef enum es_error {

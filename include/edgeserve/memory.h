@@ -55,6 +55,7 @@ extern "C" {
   XX(ARENA, "arena")                                                           \
   XX(ARENA_POOL, "arena_pool")                                                 \
   XX(BUDDY, "buddy")                                                           \
+  XX(SCRATCH, "lane_scratch")                                                  \
   XX(WEIGHTS, "weights")                                                       \
   XX(MODEL, "model")                                                           \
   XX(KERNELS, "kernels")                                                       \

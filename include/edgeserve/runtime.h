@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "edgeserve/engine.h"
 #include "edgeserve/error.h"
 #include "edgeserve/memory.h"
 
@@ -216,6 +217,12 @@ int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticke
  * short lock around the estimators). */
 int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns);
 
+/* Give back an admitted request's slots and bytes without counting it as a
+ * completion (it was cancelled or left the queue before running), so the
+ * drain-rate estimators only ever see real work. Errors as es_admission_done.
+ * Thread-safe. */
+int es_admission_cancel(es_admission *a, es_admit_ticket *t);
+
 /* Record a refusal decided elsewhere (the scheduler: ES_REFUSE_QUEUE_FULL,
  * ES_REFUSE_DEADLINE) so it is counted with the others, and fill why with a
  * retry-after for `backlog` requests ahead of this one at the model's drain
@@ -246,6 +253,274 @@ int es_admission_set_draining(es_admission *a, int model_id, int on);
  * while requests move may be a few operations apart between fields. */
 int es_admission_stats_get(es_admission *a, es_admission_stats *out);
 int es_admission_model_stats_get(es_admission *a, int model_id, es_admission_model_stats *out);
+
+
+/* ===========================================================================
+ * The runtime: registry, queues, workers, lanes (BRIEF §4-§6).
+ *
+ *   es_runtime_config rc;
+ *   es_runtime_config_default(&rc);          // one worker per core, pinned
+ *   rc.memory_budget_bytes = 512u << 20;
+ *   es_runtime *rt;
+ *   es_runtime_create(&rc, &rt);
+ *
+ *   es_model_config mc;
+ *   es_model_config_default(&mc);
+ *   mc.name = "det"; mc.path = "det.onnx";   // .esm next to it is used
+ *   mc.shapes = &shape; mc.n_shapes = 1;     // the shape it mostly serves
+ *   int det;
+ *   es_runtime_model_load(rt, &mc, &det);
+ *
+ *   es_submit s = {.model = det, .inputs = &in, .n_inputs = 1,
+ *                  .priority = 0, .deadline_ns = now + 200 * 1000000ull};
+ *   es_request *r;
+ *   es_refusal why;
+ *   if (es_runtime_submit(rt, &s, &r, &why) == ES_EAGAIN)
+ *     ... 429/503 by why.reason, Retry-After why.retry_after_ms ...
+ *   if (es_request_wait(r, -1) == 0) {
+ *     es_tensor out;
+ *     es_request_output(r, 0, &out);         // valid until es_request_free
+ *   }
+ *   es_request_free(r);
+ *
+ * The request path: submit checks the inputs against the model, gets the
+ * plan for their shapes (planned once per shape, cached), and asks the
+ * admission gate for a slot and the request's exact bytes (planned arena +
+ * outputs). An admitted request waits in the queue of its priority level
+ * (strict priority between levels, FIFO within; each level bounded). A
+ * dispatcher hands the first request some idle worker can take to that
+ * worker, preferring the worker that last ran the same model (its weights
+ * are in that core's cache), then the model's home worker; different models
+ * get different home workers. The worker takes an arena, runs the plan,
+ * copies the outputs into one block of the runtime's buddy pool, gives the
+ * arena back and completes the request (waitable handle and optional
+ * callback).
+ *
+ * Where a request's arena comes from:
+ *   - a model assigned to a lane (es_model_config.lane >= 0) runs on that
+ *     lane's worker only, in the lane's scratchpad: one block per lane sized
+ *     max(planned arena bytes of its models at their configured shapes), not
+ *     their sum, since a lane runs one request at a time. Switching models is
+ *     pointing an arena at the scratchpad: nothing is allocated;
+ *   - otherwise, a model with a configured shape has a bounded pool of
+ *     arenas of exactly that plan's size (one per worker: no more can run);
+ *   - anything else (other shapes: det at another image size, rec at another
+ *     width) gets an exact-size block of the buddy pool, which heals its own
+ *     fragmentation as sizes come and go.
+ *
+ * Memory pressure: a monitor thread reads the process's cgroup (es_memstat)
+ * every watch_ms and feeds the gate. Above the soft watermark new work is
+ * refused and the queues are cut to one request per worker (the newest of
+ * the lowest priorities leave first); above the hard one every queued
+ * request leaves. Requests removed so complete with ES_EAGAIN and a refusal
+ * (MEMORY_PRESSURE, retry-after); running ones finish.
+ *
+ * Lanes are the workers: worker i is lane i. rc.workers = 1 gives one lane
+ * for all models (NPU-style time division); the default gives one per core.
+ * ========================================================================= */
+
+#define ES_RT_MAX_IO 16      /* inputs or outputs of one model */
+#define ES_RT_NAME_MAX 64
+
+typedef struct es_runtime es_runtime;
+typedef struct es_request es_request;
+
+typedef struct es_runtime_config {
+  int workers;               /* worker threads = lanes; 0: one per core the
+                                process may run on (default 0) */
+  int pin;                   /* pin worker i to the i-th allowed core
+                                (default 1) */
+  int intra_threads;         /* engine threads per run (default 1) */
+  int priorities;            /* levels 0 (highest) .. priorities-1
+                                (default 4, at most 16) */
+  unsigned queue_capacity;   /* bounded queue per level (default 64) */
+  unsigned max_inflight_total; /* admitted, not freed, all models; 0: none
+                                  (default 0) */
+  unsigned model_max_inflight; /* per model unless its config says; 0: none
+                                  (default 0) */
+  size_t memory_budget_bytes; /* what admitted requests may reserve (arena
+                                 + outputs); 0: no budget (default 0) */
+  size_t buddy_bytes;        /* first region of the buddy pool for dynamic
+                                shapes and outputs; grows up to 4x
+                                (default 64 MiB) */
+  int watch_ms;              /* memory watch period; 0: off (default 100) */
+  double soft_ratio, hard_ratio; /* watermarks (default 0.85, 0.95) */
+  int max_models;            /* registry slots (default 32, at most 1024) */
+  /* For tests: where es_memstat comes from (NULL: es_memstat_read). */
+  int (*memstat_fn)(void *user, es_memstat *out);
+  void *memstat_user;
+} es_runtime_config;
+
+typedef struct es_model_config {
+  const char *name;          /* unique, at most ES_RT_NAME_MAX-1 bytes */
+  const char *path;          /* .onnx or .esm; a compiled .esm beside an
+                                .onnx of the same name is used when its
+                                checksum matches (see es_model_load) */
+  const es_tensor_info *shapes; /* the shape it is configured for (one per
+                                   input, as es_model_plan); NULL: none
+                                   (requires a model without free dims to
+                                   get an arena pool) */
+  int n_shapes;
+  int lane;                  /* -1: any worker (default); k: lane k only,
+                                in its shared scratchpad (needs shapes) */
+  unsigned max_inflight;     /* 0: the runtime's model_max_inflight */
+  unsigned arenas;           /* arenas in its pool; 0: one per worker */
+  int share;                 /* 1 (default): a file already loaded by another
+                                registry entry is shared (one copy of its
+                                weights); 0: a private copy of everything,
+                                for the naive comparison mode */
+} es_model_config;
+
+typedef void (*es_request_done_fn)(void *user, es_request *r);
+
+typedef struct es_submit {
+  int model;                 /* id from es_runtime_model_load */
+  const es_tensor *inputs;   /* one per model input, in order; the data
+                                must stay valid until the request completes */
+  int n_inputs;
+  int priority;              /* 0 highest */
+  uint64_t deadline_ns;      /* CLOCK_MONOTONIC; 0: none. Refused at submit
+                                (DEADLINE) when it cannot be met at the
+                                measured service rate; a queued request
+                                whose deadline passes completes with
+                                ES_ETIMEDOUT without running */
+  es_request_done_fn on_done; /* called once, from a runtime thread, after
+                                 the request completed in any way; may call
+                                 es_request_free. NULL: none */
+  void *user;
+} es_submit;
+
+typedef struct es_request_info {
+  int status;                /* ES_REQUEST_PENDING while queued or running,
+                                then 0 or the negative error */
+  int model;
+  int priority;
+  int worker;                /* that ran it; -1 if it did not run */
+  int arena_source;          /* ES_ARENA_FROM_* */
+  uint64_t seq;              /* submission order, from 1 */
+  uint64_t queue_ns;         /* submit to start (or to leaving the queue) */
+  uint64_t run_ns;           /* the run, outputs copied */
+  uint64_t switch_ns;        /* lane: time to switch to this model (0 when
+                                the lane ran this model last) */
+  size_t reserved_bytes;     /* planned arena + outputs */
+  es_refusal refusal;        /* why it left the queue (status ES_EAGAIN) */
+} es_request_info;
+
+enum { ES_ARENA_FROM_NONE = 0, ES_ARENA_FROM_LANE, ES_ARENA_FROM_POOL, ES_ARENA_FROM_BUDDY };
+
+enum { ES_REQUEST_PENDING = 1 }; /* es_request_status while queued/running */
+
+typedef struct es_lane_stats {
+  size_t scratch_bytes;      /* the lane's scratchpad (max of its models) */
+  size_t sum_bytes;          /* what private arenas would take (the sum) */
+  int models;                /* models assigned to the lane */
+  uint64_t runs;
+  uint64_t switches;         /* runs of another model than the previous */
+  uint64_t switch_ns_max;
+  double switch_ns_mean;
+  int busy;
+} es_lane_stats;
+
+typedef struct es_runtime_stats {
+  int workers;
+  int priorities;
+  size_t queued[16];         /* per level, now */
+  size_t queued_total;
+  size_t running;
+  uint64_t submitted, completed, failed, cancelled, expired, dropped, refused;
+  size_t scratch_bytes;      /* all lane scratchpads */
+  size_t pool_bytes;         /* all model arena pools */
+  size_t buddy_capacity, buddy_in_use, buddy_peak;
+  double buddy_fragmentation;
+  size_t weights_bytes;      /* distinct weight regions of loaded models */
+  int models;
+} es_runtime_stats;
+
+typedef struct es_runtime_model_stats {
+  char name[ES_RT_NAME_MAX];
+  int lane;
+  int home_worker;
+  int shared;                /* 1: shares its es_model with another entry */
+  size_t weights_bytes;      /* of its es_model (shared ones counted once
+                                in es_runtime_stats) */
+  size_t planned_bytes;      /* arena bytes at the configured shape (0: none) */
+  size_t pool_bytes;         /* its arena pool */
+  uint64_t completed, failed;
+  double mean_run_ns;
+  unsigned pending;          /* submitted, not freed */
+  int draining;
+} es_runtime_model_stats;
+
+void es_runtime_config_default(es_runtime_config *cfg);
+void es_model_config_default(es_model_config *cfg);
+
+/* Start the workers and the monitor. ES_EINVAL (detail names the field),
+ * ES_ENOMEM. The caller owns the runtime. */
+int es_runtime_create(const es_runtime_config *cfg, es_runtime **out);
+/* Refuse new work, let queued and running requests finish (or leave at
+ * their deadline), stop the threads, unload every model, free everything.
+ * ES_EBUSY while request handles are still held (nothing is freed; new work
+ * stays refused; free them and call again). NULL is a no-op returning 0.
+ * Not thread-safe with other calls. */
+int es_runtime_destroy(es_runtime *rt);
+
+/* Load a model into the registry (planned at its configured shape, arena
+ * pool or lane scratchpad sized) and return its id. ES_EBUSY for a name in
+ * use, ES_ENOSPC when the registry is full, errors of es_model_load and
+ * es_model_plan otherwise. Thread-safe; requests for other models go on. */
+int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id);
+/* Refuse new requests for the model (DRAINING), wait up to timeout_ms
+ * (< 0: forever) until every request submitted for it has completed and
+ * been freed, then unload it. ES_ETIMEDOUT leaves it draining (call again,
+ * or es_runtime_model_resume). ES_ENOENT for an unknown id. Thread-safe. */
+int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms);
+int es_runtime_model_resume(es_runtime *rt, int id);
+/* Id of a loaded model by name, or ES_ENOENT. */
+int es_runtime_model_find(es_runtime *rt, const char *name);
+/* The loaded model (a new reference; es_model_release it). */
+int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
+
+/* Submit a request. 0: queued, *out a handle the caller owns (free it with
+ * es_request_free, also after a callback). ES_EAGAIN: refused, why says
+ * why (queue full, over concurrency, over memory, memory pressure,
+ * deadline, draining) with a retry-after; *out NULL. ES_ENOSPC: it can never
+ * fit the budget. ES_EINVAL / ES_EMODEL: inputs that do not match the model
+ * (the detail names the input). Thread-safe. */
+int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why);
+
+/* Wait until the request completes: its status (0 or a negative error:
+ * the run's error, ES_ECANCELED, ES_ETIMEDOUT for a passed deadline,
+ * ES_EAGAIN when memory pressure removed it), or ES_ETIMEDOUT from the wait
+ * itself when timeout_ms (>= 0) passed first; check es_request_status to
+ * tell them apart. Thread-safe. */
+int es_request_wait(es_request *r, int timeout_ms);
+/* ES_REQUEST_PENDING while queued or running, then the final status. */
+int es_request_status(es_request *r);
+/* Take a queued request out of its queue: 0 and the request completes with
+ * ES_ECANCELED; ES_EBUSY when it is already running (runs are not
+ * interrupted) and ES_ESTATE when it has completed. Thread-safe. */
+int es_request_cancel(es_request *r);
+/* Output i of a completed request (data in the runtime's buddy pool, valid
+ * until es_request_free). ES_ESTATE before completion or after a failure. */
+int es_request_output(es_request *r, int i, es_tensor *out);
+int es_request_output_count(es_request *r);
+int es_request_info_get(es_request *r, es_request_info *out);
+/* Release the handle: its outputs, its admission slot and bytes. A request
+ * still queued is cancelled first; one still running is released when it
+ * completes. NULL is a no-op. */
+void es_request_free(es_request *r);
+
+/* Stop or restart dispatching (queued requests stay queued). For tests and
+ * for draining before maintenance. Thread-safe. */
+int es_runtime_pause(es_runtime *rt, int paused);
+/* Read the memory state now (as the monitor does) and apply it. */
+int es_runtime_watch_now(es_runtime *rt);
+
+int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out);
+int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out);
+int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out);
+/* The admission gate (for its stats and limits). Owned by the runtime. */
+es_admission *es_runtime_admission(es_runtime *rt);
 
 #ifdef __cplusplus
 }

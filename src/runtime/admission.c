@@ -469,7 +469,19 @@ int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticke
   return 0;
 }
 
+static int ticket_release(es_admission *a, es_admit_ticket *t, uint64_t duration_ns, int feed);
+
 int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns) {
+  return ticket_release(a, t, duration_ns, 1);
+}
+
+int es_admission_cancel(es_admission *a, es_admit_ticket *t) {
+  return ticket_release(a, t, 0, 0);
+}
+
+/* The counters go back either way; only a request that ran says anything
+ * about the drain rate, so cancellations leave the estimators alone. */
+static int ticket_release(es_admission *a, es_admit_ticket *t, uint64_t duration_ns, int feed) {
   int rc = gate_check(a, "es_admission_done");
   if (rc < 0)
     return rc;
@@ -510,13 +522,15 @@ int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns)
   } while (!atomic_compare_exchange_weak_explicit(&a->reserved, &res, res - t->bytes,
                                                   memory_order_acq_rel, memory_order_relaxed));
   t->magic = TICKET_DONE;
+  atomic_fetch_add_explicit(&a->completed, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->completed, 1, memory_order_relaxed);
+  if (!feed)
+    return 0;
 
   lock(&a->est_lock);
   est_update(&a->est, now, duration_ns, t->bytes, before);
   est_update(&m->est, now, duration_ns, t->bytes, m_before);
   unlock(&a->est_lock);
-  atomic_fetch_add_explicit(&a->completed, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&m->completed, 1, memory_order_relaxed);
   return 0;
 }
 

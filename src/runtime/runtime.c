@@ -1,0 +1,1452 @@
+/* The runtime: registry, priority queues, workers and lanes (BRIEF §4-§6).
+ *
+ * One mutex (rt->lock) guards the registry, the queues and the workers'
+ * assignments; it is held only for bookkeeping, never across a run, a model
+ * load or a callback. Admission (admission.c) is lock-free and is asked
+ * before the lock is taken, so a refused request costs a few atomics.
+ *
+ * Scheduling is push, not pull: whenever something changes (a submit, a
+ * finished run, a resume) dispatch_locked() walks the queues from the
+ * highest priority down and gives each request the best idle worker that may
+ * take it, until no idle worker can take anything. That keeps strict
+ * priority between levels and FIFO within a level among requests that could
+ * run on the same worker, and it is where affinity is decided: a worker that
+ * just ran the model (its weights are warm in that core's cache), then the
+ * model's home worker, then any idle one. A request pinned to a lane that is
+ * busy does not hold back requests behind it that another worker can run.
+ *
+ * A request handle has two references: the caller's and the runtime's (the
+ * latter dropped after the completion callback). Whoever drops the last one
+ * gives back the admission ticket and the output block, so a slot stays
+ * taken until the caller has consumed the outputs: what is in flight is
+ * exactly what holds memory.
+ *
+ * Lanes: worker i owns lane i's scratchpad, one block sized by the largest
+ * planned arena of the models assigned to it. Only that worker reads the
+ * block's address (under the lock, when it starts a job), so a resize after
+ * a load or unload is a pointer swap done by the worker itself between two
+ * runs, and the old block is unmapped after it. */
+#include "edgeserve/runtime.h"
+#include "common/internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RT_MAGIC 0x455352554e54494dull  /* "ESRUNTIM" */
+#define RQ_MAGIC 0x4553524551554553ull  /* "ESREQUES" */
+#define RQ_DEAD 0x4553524551444541ull
+#define RT_MAX_LEVELS 16
+#define RT_MAX_MODELS 1024
+#define RT_PLAN_CACHE 16
+#define RT_ALIGN 64
+#define RT_EWMA 0.2
+
+enum { RQ_QUEUED = 1, RQ_RUNNING, RQ_DONE };
+enum { SLOT_FREE = 0, SLOT_LOADING, SLOT_LIVE, SLOT_UNLOADING };
+
+typedef struct rt_model {
+  int state; /* SLOT_* */
+  char name[ES_RT_NAME_MAX];
+  char *realpath;    /* for sharing one es_model between entries */
+  int share;
+  es_model *model;
+  es_plan_cache *cache;
+  es_plan *cfg_plan; /* at the configured shape, or NULL */
+  size_t planned;    /* its arena bytes */
+  int lane;
+  int home;
+  int last_worker;
+  es_arena_pool *pool;
+  size_t pool_bytes;
+  int n_in, n_out;
+  es_dtype in_dtype[ES_RT_MAX_IO];
+  unsigned pending; /* submitted, not yet freed */
+  int draining;
+  uint64_t completed, failed;
+  double mean_run_ns;
+} rt_model;
+
+typedef struct rt_worker {
+  es_runtime *rt;
+  int index;
+  int cpu; /* pinned to, or -1 */
+  pthread_t thread;
+  int started;
+  pthread_cond_t cv;
+  es_request *job;
+  /* lane: scratch/cap used by the worker; want_cap set by load/unload */
+  void *scratch;
+  size_t scratch_cap;
+  size_t want_cap;
+  int lane_models;
+  size_t lane_sum;
+  int last_model;
+  uint64_t runs, switches, switch_ns_max;
+  double switch_ns_sum;
+} rt_worker;
+
+typedef struct rt_queue {
+  es_request *head, *tail;
+  size_t count;
+} rt_queue;
+
+struct es_runtime {
+  uint64_t magic;
+  es_runtime_config cfg;
+  pthread_mutex_t lock;
+  pthread_cond_t model_cv;   /* a model's pending count reached zero */
+  pthread_cond_t monitor_cv; /* wakes the monitor: stop, new deadline */
+  pthread_cond_t idle_cv;    /* queues and workers became idle */
+  es_admission *adm;
+  es_buddy *buddy;
+  rt_model *models;
+  int max_models;
+  rt_worker *workers;
+  int n_workers;
+  int idle_workers;
+  rt_queue q[RT_MAX_LEVELS];
+  size_t queued;
+  int paused, stopping;
+  int finishing; /* completed requests whose callback or release is pending */
+  int next_home;
+  uint64_t seq;
+  uint64_t submitted, completed, failed, cancelled, expired, dropped, refused;
+  pthread_t monitor;
+  int monitor_started;
+  uint64_t next_watch_ns;
+};
+
+struct es_request {
+  uint64_t magic;
+  es_runtime *rt;
+  int refs;  /* under rt->lock */
+  int state; /* RQ_* */
+  int status;
+  int model, priority, worker, arena_source;
+  uint64_t seq, deadline_ns, submit_ns, start_ns, end_ns, switch_ns;
+  es_tensor inputs[ES_RT_MAX_IO];
+  int n_in, n_out;
+  es_plan *plan;
+  size_t arena_bytes, out_bytes;
+  es_admit_ticket ticket;
+  int ran; /* the run happened: feeds the drain rate on release */
+  es_tensor outputs[ES_RT_MAX_IO];
+  void *out_block;
+  es_refusal refusal;
+  es_request_done_fn on_done;
+  void *user;
+  pthread_cond_t cv;
+  es_request *prev, *next; /* queue links, then the completion list */
+};
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void abs_timespec(uint64_t ns, struct timespec *ts) {
+  ts->tv_sec = (time_t)(ns / 1000000000ull);
+  ts->tv_nsec = (long)(ns % 1000000000ull);
+}
+
+/* Condition variables wait on CLOCK_MONOTONIC, so deadlines survive clock
+ * changes. */
+static int cond_init_mono(pthread_cond_t *cv) {
+  pthread_condattr_t at;
+  if (pthread_condattr_init(&at))
+    return -1;
+  pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(cv, &at);
+  pthread_condattr_destroy(&at);
+  return rc ? -1 : 0;
+}
+
+static int rt_check(const es_runtime *rt, const char *fn) {
+  if (!rt)
+    return es__fail(ES_EINVAL, "%s: NULL runtime", fn);
+  if (rt->magic != RT_MAGIC)
+    return es__fail(ES_ECORRUPT, "%s: not a live runtime", fn);
+  return 0;
+}
+
+static int rq_check(const es_request *r, const char *fn) {
+  if (!r)
+    return es__fail(ES_EINVAL, "%s: NULL request", fn);
+  if (r->magic != RQ_MAGIC)
+    return es__fail(ES_ECORRUPT, "%s: not a live request (freed twice?)", fn);
+  return 0;
+}
+
+/* ---- configuration ------------------------------------------------------- */
+
+void es_runtime_config_default(es_runtime_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->pin = 1;
+  cfg->intra_threads = 1;
+  cfg->priorities = 4;
+  cfg->queue_capacity = 64;
+  cfg->buddy_bytes = (size_t)64 << 20;
+  cfg->watch_ms = 100;
+  cfg->soft_ratio = 0.85;
+  cfg->hard_ratio = 0.95;
+  cfg->max_models = 32;
+}
+
+void es_model_config_default(es_model_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->lane = -1;
+  cfg->share = 1;
+}
+
+/* The cores this process may run on, in order; worker i is pinned to the
+ * (i mod n)-th. */
+static int allowed_cpus(int *cpus, int max) {
+  cpu_set_t set;
+  int n = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+      if (CPU_ISSET(c, &set))
+        cpus[n++] = c;
+  }
+  if (n == 0) {
+    long k = sysconf(_SC_NPROCESSORS_ONLN);
+    for (int c = 0; c < k && n < max; c++)
+      cpus[n++] = c;
+  }
+  return n > 0 ? n : 1;
+}
+
+/* ---- queues (under the lock) --------------------------------------------- */
+
+static void queue_push(rt_queue *q, es_request *r) {
+  r->next = NULL;
+  r->prev = q->tail;
+  if (q->tail)
+    q->tail->next = r;
+  else
+    q->head = r;
+  q->tail = r;
+  q->count++;
+}
+
+static void queue_remove(es_runtime *rt, es_request *r) {
+  rt_queue *q = &rt->q[r->priority];
+  if (r->prev)
+    r->prev->next = r->next;
+  else
+    q->head = r->next;
+  if (r->next)
+    r->next->prev = r->prev;
+  else
+    q->tail = r->prev;
+  r->prev = r->next = NULL;
+  q->count--;
+  rt->queued--;
+}
+
+/* ---- completion ----------------------------------------------------------- */
+
+static int all_idle(const es_runtime *rt) {
+  return rt->queued == 0 && rt->idle_workers == rt->n_workers && rt->finishing == 0;
+}
+
+/* Mark done and wake waiters. Without a callback the runtime's reference is
+ * dropped right here, so a caller woken by es_request_wait who frees the
+ * handle gives its slot back before es_request_free returns. With one, the
+ * request goes on the list for finish_list() to call it once the lock is
+ * released; so does a request whose last reference this was. */
+static void complete_locked(es_runtime *rt, es_request *r, int status, es_request **list) {
+  r->state = RQ_DONE;
+  r->status = status;
+  r->end_ns = now_ns();
+  if (status == 0)
+    rt->completed++;
+  else if (status == ES_ECANCELED)
+    rt->cancelled++;
+  else if (status == ES_ETIMEDOUT)
+    rt->expired++;
+  else if (status == ES_EAGAIN)
+    rt->dropped++;
+  else
+    rt->failed++;
+  pthread_cond_broadcast(&r->cv);
+  if (!r->on_done && --r->refs > 0) {
+    if (all_idle(rt))
+      pthread_cond_broadcast(&rt->idle_cv);
+    return;
+  }
+  rt->finishing++;
+  r->next = *list;
+  *list = r;
+}
+
+static void request_destroy(es_request *r) {
+  es_runtime *rt = r->rt;
+  if (r->ticket.magic)
+    (void)(r->ran ? es_admission_done(rt->adm, &r->ticket, r->end_ns - r->start_ns)
+                  : es_admission_cancel(rt->adm, &r->ticket));
+  if (r->out_block)
+    es_buddy_free(rt->buddy, r->out_block);
+  es_plan_release(r->plan);
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = &rt->models[r->model];
+  if (--m->pending == 0)
+    pthread_cond_broadcast(&rt->model_cv);
+  pthread_mutex_unlock(&rt->lock);
+  pthread_cond_destroy(&r->cv);
+  r->magic = RQ_DEAD;
+  es_mem_free(r);
+}
+
+static void drop_ref(es_request *r) {
+  es_runtime *rt = r->rt;
+  pthread_mutex_lock(&rt->lock);
+  int last = --r->refs == 0;
+  pthread_mutex_unlock(&rt->lock);
+  if (last)
+    request_destroy(r);
+}
+
+/* Callbacks, then the runtime's reference; never under the lock. */
+static void finish_list(es_runtime *rt, es_request *list) {
+  while (list) {
+    es_request *r = list;
+    list = r->next;
+    r->next = NULL;
+    int last = 1; /* a request without callback is here only as the last ref */
+    if (r->on_done) {
+      r->on_done(r->user, r);
+      pthread_mutex_lock(&rt->lock);
+      last = --r->refs == 0;
+      pthread_mutex_unlock(&rt->lock);
+    }
+    if (last)
+      request_destroy(r);
+    pthread_mutex_lock(&rt->lock);
+    rt->finishing--;
+    if (all_idle(rt))
+      pthread_cond_broadcast(&rt->idle_cv);
+    pthread_mutex_unlock(&rt->lock);
+  }
+}
+
+/* ---- dispatch (under the lock) ------------------------------------------- */
+
+static int worker_idle(const es_runtime *rt, int w) { return w >= 0 && !rt->workers[w].job; }
+
+static int choose_worker(es_runtime *rt, const es_request *r) {
+  const rt_model *m = &rt->models[r->model];
+  if (m->lane >= 0)
+    return worker_idle(rt, m->lane) ? m->lane : -1;
+  if (worker_idle(rt, m->last_worker))
+    return m->last_worker;
+  if (worker_idle(rt, m->home))
+    return m->home;
+  for (int k = 1; k <= rt->n_workers; k++) {
+    int w = (m->home + k) % rt->n_workers;
+    if (worker_idle(rt, w))
+      return w;
+  }
+  return -1;
+}
+
+static void dispatch_locked(es_runtime *rt) {
+  while (!rt->paused && rt->idle_workers > 0 && rt->queued > 0) {
+    es_request *pick = NULL;
+    int w = -1;
+    for (int l = 0; l < rt->cfg.priorities && !pick; l++)
+      for (es_request *r = rt->q[l].head; r; r = r->next)
+        if ((w = choose_worker(rt, r)) >= 0) {
+          pick = r;
+          break;
+        }
+    if (!pick)
+      return;
+    queue_remove(rt, pick);
+    pick->state = RQ_RUNNING;
+    pick->worker = w;
+    rt->workers[w].job = pick;
+    rt->idle_workers--;
+    rt->models[pick->model].last_worker = w;
+    pthread_cond_signal(&rt->workers[w].cv);
+  }
+}
+
+/* ---- workers -------------------------------------------------------------- */
+
+static void pin_self(int cpu) {
+  if (cpu < 0)
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+/* Copy the outputs into one buddy block: the arena goes back to its owner
+ * (lane, pool, buddy) as soon as the run ends, the outputs live until the
+ * caller frees the handle. */
+static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs) {
+  void *blk = NULL;
+  if (r->out_bytes) {
+    int rc = es_buddy_alloc(rt->buddy, r->out_bytes, &blk);
+    if (rc < 0)
+      return rc;
+  }
+  size_t off = 0;
+  for (int i = 0; i < r->n_out; i++) {
+    r->outputs[i] = outs[i];
+    r->outputs[i].data = (char *)blk + off;
+    if (outs[i].nbytes)
+      memcpy(r->outputs[i].data, outs[i].data, outs[i].nbytes);
+    off += es__align_up(outs[i].nbytes, RT_ALIGN);
+  }
+  r->out_block = blk;
+  return 0;
+}
+
+/* Run one request with the arena its model's configuration gives it. */
+static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap) {
+  es_runtime *rt = w->rt;
+  rt_model *m = &rt->models[r->model];
+  es_arena local, *a = NULL;
+  void *blk = NULL;
+  int rc;
+  size_t need = r->arena_bytes + ES_ARENA_GUARD + RT_ALIGN;
+  uint64_t t0 = now_ns();
+  if (m->lane == w->index && scratch && need <= scratch_cap) {
+    /* A lane switch is this: point an arena at the shared scratchpad. */
+    rc = es_arena_init(&local, scratch, scratch_cap, RT_ALIGN);
+    a = &local;
+    r->arena_source = ES_ARENA_FROM_LANE;
+    uint64_t sw = now_ns() - t0;
+    w->runs++;
+    if (w->last_model != r->model) {
+      r->switch_ns = sw;
+      w->switches++;
+      w->switch_ns_sum += (double)sw;
+      if (sw > w->switch_ns_max)
+        w->switch_ns_max = sw;
+    }
+    w->last_model = r->model;
+  } else if (m->pool && r->plan == m->cfg_plan &&
+             es_arena_pool_try_acquire(m->pool, &a) == 0) {
+    rc = 0;
+    r->arena_source = ES_ARENA_FROM_POOL;
+  } else {
+    rc = es_buddy_alloc(rt->buddy, need, &blk);
+    if (rc == 0)
+      rc = es_arena_init(&local, blk, need, RT_ALIGN);
+    a = &local;
+    r->arena_source = ES_ARENA_FROM_BUDDY;
+  }
+  if (rc == 0) {
+    es_tensor outs[ES_RT_MAX_IO];
+    rc = es_plan_run(r->plan, r->inputs, r->n_in, a, outs, r->n_out);
+    if (rc == 0)
+      rc = keep_outputs(rt, r, outs);
+  }
+  if (r->arena_source == ES_ARENA_FROM_POOL)
+    es_arena_pool_release(m->pool, a);
+  else if (a == &local && es_arena_is_valid(&local))
+    es_arena_fini(&local);
+  if (blk)
+    es_buddy_free(rt->buddy, blk);
+  return rc;
+}
+
+static void *worker_main(void *arg) {
+  rt_worker *w = arg;
+  es_runtime *rt = w->rt;
+  pin_self(w->cpu);
+  es_engine_threads_set(rt->cfg.intra_threads);
+  pthread_mutex_lock(&rt->lock);
+  for (;;) {
+    while (!w->job && !rt->stopping)
+      pthread_cond_wait(&w->cv, &rt->lock);
+    if (!w->job)
+      break;
+    es_request *r = w->job;
+    /* Lane scratchpad resize asked for by a load or unload: swap here,
+     * between runs, where nothing uses the old block. */
+    void *old = NULL;
+    size_t old_cap = 0;
+    if (w->want_cap != w->scratch_cap) {
+      void *nb = w->want_cap ? es_mem_map(ES_MEM_SCRATCH, w->want_cap) : NULL;
+      if (nb || !w->want_cap) {
+        old = w->scratch;
+        old_cap = w->scratch_cap;
+        w->scratch = nb;
+        w->scratch_cap = w->want_cap;
+        w->last_model = -1;
+      }
+    }
+    void *scratch = w->scratch;
+    size_t cap = w->scratch_cap;
+    uint64_t t = now_ns();
+    r->start_ns = t;
+    int expired = r->deadline_ns && t > r->deadline_ns;
+    pthread_mutex_unlock(&rt->lock);
+
+    if (old)
+      es_mem_unmap(ES_MEM_SCRATCH, old, old_cap);
+    int rc = ES_ETIMEDOUT;
+    if (!expired) {
+      rc = run_request(w, r, scratch, cap);
+      r->ran = 1;
+    }
+    uint64_t run_ns = now_ns() - r->start_ns;
+
+    pthread_mutex_lock(&rt->lock);
+    rt_model *m = &rt->models[r->model];
+    if (!expired) {
+      if (rc == 0)
+        m->completed++;
+      else
+        m->failed++;
+      m->mean_run_ns = m->mean_run_ns > 0
+                           ? (1 - RT_EWMA) * m->mean_run_ns + RT_EWMA * (double)run_ns
+                           : (double)run_ns;
+    }
+    w->job = NULL;
+    rt->idle_workers++;
+    es_request *done = NULL;
+    complete_locked(rt, r, rc, &done);
+    dispatch_locked(rt);
+    if (all_idle(rt))
+      pthread_cond_broadcast(&rt->idle_cv);
+    pthread_mutex_unlock(&rt->lock);
+    finish_list(rt, done);
+    pthread_mutex_lock(&rt->lock);
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return NULL;
+}
+
+/* ---- monitor: deadlines of queued requests and memory pressure ------------ */
+
+/* Cut the queues to `keep` requests, lowest priority and newest first. */
+static void trim_queues_locked(es_runtime *rt, size_t keep, es_request **done) {
+  for (int l = rt->cfg.priorities - 1; l >= 0 && rt->queued > keep; l--)
+    while (rt->q[l].tail && rt->queued > keep) {
+      es_request *r = rt->q[l].tail;
+      queue_remove(rt, r);
+      es_admission_refuse(rt->adm, r->model, ES_REFUSE_MEMORY_PRESSURE, rt->queued,
+                          &r->refusal);
+      complete_locked(rt, r, ES_EAGAIN, done);
+    }
+}
+
+static uint64_t expire_locked(es_runtime *rt, uint64_t now, es_request **done) {
+  uint64_t next = 0;
+  for (int l = 0; l < rt->cfg.priorities; l++)
+    for (es_request *r = rt->q[l].head, *nx; r; r = nx) {
+      nx = r->next;
+      if (!r->deadline_ns)
+        continue;
+      if (r->deadline_ns <= now) {
+        queue_remove(rt, r);
+        es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, rt->queued, &r->refusal);
+        complete_locked(rt, r, ES_ETIMEDOUT, done);
+      } else if (!next || r->deadline_ns < next) {
+        next = r->deadline_ns;
+      }
+    }
+  return next;
+}
+
+static int read_mem(es_runtime *rt, es_memstat *st) {
+  if (rt->cfg.memstat_fn)
+    return rt->cfg.memstat_fn(rt->cfg.memstat_user, st);
+  return es_memstat_read(st);
+}
+
+/* Observe memory and act on the level; lock held on entry and exit, dropped
+ * around the read (a few file reads). */
+static void watch_locked(es_runtime *rt, es_request **done) {
+  es_memstat st;
+  pthread_mutex_unlock(&rt->lock);
+  int rc = read_mem(rt, &st);
+  if (rc == 0)
+    es_admission_observe(rt->adm, &st);
+  pthread_mutex_lock(&rt->lock);
+  int level = es_admission_pressure(rt->adm);
+  if (level == ES_PRESSURE_SOFT)
+    trim_queues_locked(rt, (size_t)rt->n_workers, done);
+  else if (level == ES_PRESSURE_HARD)
+    trim_queues_locked(rt, 0, done);
+}
+
+static void *monitor_main(void *arg) {
+  es_runtime *rt = arg;
+  pthread_mutex_lock(&rt->lock);
+  while (!rt->stopping || rt->queued) {
+    es_request *done = NULL;
+    uint64_t now = now_ns();
+    uint64_t next = expire_locked(rt, now, &done);
+    if (rt->cfg.watch_ms > 0 && now >= rt->next_watch_ns) {
+      watch_locked(rt, &done);
+      rt->next_watch_ns = now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
+    }
+    if (done) {
+      pthread_mutex_unlock(&rt->lock);
+      finish_list(rt, done);
+      pthread_mutex_lock(&rt->lock);
+      continue;
+    }
+    uint64_t wake = rt->cfg.watch_ms > 0 ? rt->next_watch_ns : now + 1000000000ull;
+    if (next && next < wake)
+      wake = next;
+    struct timespec ts;
+    abs_timespec(wake, &ts);
+    pthread_cond_timedwait(&rt->monitor_cv, &rt->lock, &ts);
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return NULL;
+}
+
+/* ---- create / destroy ----------------------------------------------------- */
+
+static int config_check(const es_runtime_config *c) {
+  if (c->workers < 0 || c->workers > 1024)
+    return es__fail(ES_EINVAL, "runtime config: workers %d outside 0..1024", c->workers);
+  if (c->intra_threads < 1 || c->intra_threads > 1024)
+    return es__fail(ES_EINVAL, "runtime config: intra_threads %d outside 1..1024",
+                    c->intra_threads);
+  if (c->priorities < 1 || c->priorities > RT_MAX_LEVELS)
+    return es__fail(ES_EINVAL, "runtime config: priorities %d outside 1..%d", c->priorities,
+                    RT_MAX_LEVELS);
+  if (c->queue_capacity < 1)
+    return es__fail(ES_EINVAL, "runtime config: queue_capacity must be >= 1");
+  if (c->max_models < 1 || c->max_models > RT_MAX_MODELS)
+    return es__fail(ES_EINVAL, "runtime config: max_models %d outside 1..%d", c->max_models,
+                    RT_MAX_MODELS);
+  if (c->watch_ms < 0)
+    return es__fail(ES_EINVAL, "runtime config: watch_ms must be >= 0");
+  if (c->buddy_bytes < ((size_t)1 << 20))
+    return es__fail(ES_EINVAL, "runtime config: buddy_bytes must be >= 1 MiB");
+  return 0;
+}
+
+static void stop_threads(es_runtime *rt) {
+  pthread_mutex_lock(&rt->lock);
+  rt->stopping = 1;
+  for (int i = 0; i < rt->n_workers; i++)
+    pthread_cond_signal(&rt->workers[i].cv);
+  pthread_cond_broadcast(&rt->monitor_cv);
+  pthread_mutex_unlock(&rt->lock);
+  for (int i = 0; i < rt->n_workers; i++)
+    if (rt->workers[i].started) {
+      pthread_join(rt->workers[i].thread, NULL);
+      rt->workers[i].started = 0;
+    }
+  if (rt->monitor_started) {
+    pthread_join(rt->monitor, NULL);
+    rt->monitor_started = 0;
+  }
+}
+
+static void free_runtime(es_runtime *rt) {
+  for (int i = 0; i < rt->n_workers; i++) {
+    rt_worker *w = &rt->workers[i];
+    if (w->scratch)
+      es_mem_unmap(ES_MEM_SCRATCH, w->scratch, w->scratch_cap);
+    pthread_cond_destroy(&w->cv);
+  }
+  es_mem_free(rt->workers);
+  es_mem_free(rt->models);
+  es_buddy_destroy(rt->buddy);
+  es_admission_destroy(rt->adm);
+  pthread_cond_destroy(&rt->model_cv);
+  pthread_cond_destroy(&rt->monitor_cv);
+  pthread_cond_destroy(&rt->idle_cv);
+  pthread_mutex_destroy(&rt->lock);
+  rt->magic = 0;
+  es_mem_free(rt);
+}
+
+int es_runtime_create(const es_runtime_config *cfg, es_runtime **out) {
+  if (!cfg || !out)
+    return es__fail(ES_EINVAL, "es_runtime_create: NULL argument");
+  *out = NULL;
+  int rc = config_check(cfg);
+  if (rc < 0)
+    return rc;
+  int cpus[1024];
+  int ncpu = allowed_cpus(cpus, 1024);
+  es_runtime *rt = es_mem_calloc(ES_MEM_RUNTIME, 1, sizeof *rt);
+  if (!rt)
+    return es__fail(ES_ENOMEM, "es_runtime_create: no memory");
+  rt->magic = RT_MAGIC;
+  rt->cfg = *cfg;
+  rt->n_workers = cfg->workers ? cfg->workers : ncpu;
+  rt->max_models = cfg->max_models;
+  pthread_mutex_init(&rt->lock, NULL);
+  cond_init_mono(&rt->model_cv);
+  cond_init_mono(&rt->monitor_cv);
+  cond_init_mono(&rt->idle_cv);
+  rt->models = es_mem_calloc(ES_MEM_RUNTIME, (size_t)rt->max_models, sizeof *rt->models);
+  rt->workers = es_mem_calloc(ES_MEM_RUNTIME, (size_t)rt->n_workers, sizeof *rt->workers);
+  if (!rt->models || !rt->workers) {
+    free_runtime(rt);
+    return es__fail(ES_ENOMEM, "es_runtime_create: no memory");
+  }
+  for (int i = 0; i < rt->n_workers; i++) {
+    rt_worker *w = &rt->workers[i];
+    w->rt = rt;
+    w->index = i;
+    w->cpu = cfg->pin ? cpus[i % ncpu] : -1;
+    w->last_model = -1;
+    cond_init_mono(&w->cv);
+  }
+  rt->idle_workers = rt->n_workers;
+
+  es_admission_config ac;
+  es_admission_config_default(&ac);
+  ac.max_inflight_total = cfg->max_inflight_total;
+  ac.model_max_inflight = cfg->model_max_inflight;
+  ac.max_models = (size_t)cfg->max_models;
+  ac.memory_budget_bytes = cfg->memory_budget_bytes;
+  ac.soft_ratio = cfg->soft_ratio;
+  ac.hard_ratio = cfg->hard_ratio;
+  rc = es_admission_create(&ac, &rt->adm);
+  if (rc == 0) {
+    es_buddy_config bc;
+    es_buddy_config_default(&bc);
+    bc.capacity = cfg->buddy_bytes;
+    bc.grow = 1;
+    rc = es_buddy_create(&bc, &rt->buddy);
+  }
+  if (rc < 0) {
+    free_runtime(rt);
+    return rc;
+  }
+  for (int i = 0; i < rt->n_workers; i++) {
+    if (pthread_create(&rt->workers[i].thread, NULL, worker_main, &rt->workers[i]) != 0) {
+      stop_threads(rt);
+      free_runtime(rt);
+      return es__fail(ES_ENOMEM, "es_runtime_create: cannot start worker %d", i);
+    }
+    rt->workers[i].started = 1;
+  }
+  if (pthread_create(&rt->monitor, NULL, monitor_main, rt) != 0) {
+    stop_threads(rt);
+    free_runtime(rt);
+    return es__fail(ES_ENOMEM, "es_runtime_create: cannot start the monitor");
+  }
+  rt->monitor_started = 1;
+  *out = rt;
+  return 0;
+}
+
+static void unload_slot(es_runtime *rt, rt_model *m);
+
+int es_runtime_destroy(es_runtime *rt) {
+  if (!rt)
+    return 0;
+  int rc = rt_check(rt, "es_runtime_destroy");
+  if (rc < 0)
+    return rc;
+  es_admission_set_draining(rt->adm, -1, 1);
+  pthread_mutex_lock(&rt->lock);
+  rt->paused = 0;
+  dispatch_locked(rt);
+  while (!all_idle(rt))
+    pthread_cond_wait(&rt->idle_cv, &rt->lock);
+  int held = 0;
+  for (int i = 0; i < rt->max_models; i++)
+    if (rt->models[i].state != SLOT_FREE && rt->models[i].pending)
+      held = 1;
+  pthread_mutex_unlock(&rt->lock);
+  if (held)
+    return es__fail(ES_EBUSY, "es_runtime_destroy: request handles are still held "
+                              "(free them first); new work is refused meanwhile");
+  stop_threads(rt);
+  for (int i = 0; i < rt->max_models; i++)
+    if (rt->models[i].state != SLOT_FREE)
+      unload_slot(rt, &rt->models[i]);
+  free_runtime(rt);
+  return 0;
+}
+
+/* ---- registry ------------------------------------------------------------- */
+
+/* Lane scratch wanted: the max over the lane's models, never the sum. */
+static void lane_recompute_locked(es_runtime *rt, int lane) {
+  rt_worker *w = &rt->workers[lane];
+  size_t mx = 0, sum = 0;
+  int n = 0;
+  for (int i = 0; i < rt->max_models; i++) {
+    rt_model *m = &rt->models[i];
+    if ((m->state == SLOT_LIVE || m->state == SLOT_LOADING) && m->lane == lane && m->cfg_plan) {
+      size_t need = m->planned + ES_ARENA_GUARD + RT_ALIGN;
+      mx = need > mx ? need : mx;
+      sum += need;
+      n++;
+    }
+  }
+  w->want_cap = mx;
+  w->lane_models = n;
+  w->lane_sum = sum;
+  /* An idle worker swaps now, so the scratchpad exists before any run. */
+  if (!w->job && w->want_cap != w->scratch_cap) {
+    void *nb = mx ? es_mem_map(ES_MEM_SCRATCH, mx) : NULL;
+    if (nb || !mx) {
+      if (w->scratch)
+        es_mem_unmap(ES_MEM_SCRATCH, w->scratch, w->scratch_cap);
+      w->scratch = nb;
+      w->scratch_cap = mx;
+      w->last_model = -1;
+    }
+  }
+}
+
+static void unload_slot(es_runtime *rt, rt_model *m) {
+  es_arena_pool_destroy(m->pool);
+  es_plan_release(m->cfg_plan);
+  es_plan_cache_destroy(m->cache);
+  es_model_release(m->model);
+  free(m->realpath);
+  memset(m, 0, sizeof *m);
+  (void)rt;
+}
+
+static int shapes_fixed(es_model *model, es_tensor_info *shapes, int n) {
+  for (int i = 0; i < n; i++) {
+    if (es_model_input_info(model, i, &shapes[i]) < 0 || shapes[i].rank < 0)
+      return 0;
+    for (int d = 0; d < shapes[i].rank; d++)
+      if (shapes[i].dims[d] < 0)
+        return 0;
+  }
+  return 1;
+}
+
+int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
+  int rc = rt_check(rt, "es_runtime_model_load");
+  if (rc < 0)
+    return rc;
+  if (!cfg || !id || !cfg->name || !cfg->path)
+    return es__fail(ES_EINVAL, "es_runtime_model_load: NULL config, name, path or id");
+  if (!cfg->name[0] || strlen(cfg->name) >= ES_RT_NAME_MAX)
+    return es__fail(ES_EINVAL, "es_runtime_model_load: name must be 1..%d bytes",
+                    ES_RT_NAME_MAX - 1);
+  if (cfg->lane < -1 || cfg->lane >= rt->n_workers)
+    return es__fail(ES_EINVAL, "es_runtime_model_load: lane %d outside -1..%d", cfg->lane,
+                    rt->n_workers - 1);
+  if (cfg->n_shapes < 0 || (cfg->n_shapes && !cfg->shapes))
+    return es__fail(ES_EINVAL, "es_runtime_model_load: bad shapes");
+  char *rp = realpath(cfg->path, NULL);
+  if (!rp)
+    return es__fail(errno == ENOENT ? ES_ENOENT : ES_EIO, "es_runtime_model_load: %s: %s",
+                    cfg->path, strerror(errno));
+
+  /* Reserve a slot and find a model to share, under the lock. */
+  pthread_mutex_lock(&rt->lock);
+  int slot = -1;
+  es_model *shared = NULL;
+  for (int i = 0; i < rt->max_models; i++) {
+    rt_model *m = &rt->models[i];
+    if (m->state == SLOT_FREE) {
+      if (slot < 0)
+        slot = i;
+      continue;
+    }
+    if (!strcmp(m->name, cfg->name)) {
+      pthread_mutex_unlock(&rt->lock);
+      free(rp);
+      return es__fail(ES_EBUSY, "es_runtime_model_load: a model named '%s' is loaded",
+                      cfg->name);
+    }
+    if (cfg->share && m->share && m->state == SLOT_LIVE && !shared &&
+        !strcmp(m->realpath, rp))
+      shared = es_model_retain(m->model);
+  }
+  if (slot < 0) {
+    pthread_mutex_unlock(&rt->lock);
+    es_model_release(shared);
+    free(rp);
+    return es__fail(ES_ENOSPC, "es_runtime_model_load: registry full (%d models)",
+                    rt->max_models);
+  }
+  rt_model *m = &rt->models[slot];
+  memset(m, 0, sizeof *m);
+  m->state = SLOT_LOADING;
+  snprintf(m->name, sizeof m->name, "%s", cfg->name);
+  m->lane = cfg->lane;
+  pthread_mutex_unlock(&rt->lock);
+
+  /* The slow part, without the lock. */
+  m->realpath = rp;
+  m->share = cfg->share;
+  m->model = shared;
+  rc = shared ? 0 : es_model_load(cfg->path, NULL, &m->model);
+  if (rc == 0) {
+    m->n_in = es_model_input_count(m->model);
+    m->n_out = es_model_output_count(m->model);
+    if (m->n_in > ES_RT_MAX_IO || m->n_out > ES_RT_MAX_IO)
+      rc = es__fail(ES_ENOTSUP, "es_runtime_model_load: %s has %d inputs and %d outputs "
+                    "(at most %d each)", cfg->name, m->n_in, m->n_out, ES_RT_MAX_IO);
+  }
+  if (rc == 0)
+    rc = es_plan_cache_create(m->model, RT_PLAN_CACHE, &m->cache);
+  es_tensor_info fixed[ES_RT_MAX_IO];
+  if (rc == 0) {
+    for (int i = 0; i < m->n_in; i++) {
+      es_tensor_info ti;
+      es_model_input_info(m->model, i, &ti);
+      m->in_dtype[i] = ti.dtype;
+    }
+    if (cfg->n_shapes)
+      rc = es_plan_cache_get(m->cache, cfg->shapes, cfg->n_shapes, &m->cfg_plan);
+    else if (shapes_fixed(m->model, fixed, m->n_in))
+      rc = es_plan_cache_get(m->cache, fixed, m->n_in, &m->cfg_plan);
+  }
+  if (rc == 0 && cfg->lane >= 0 && !m->cfg_plan)
+    rc = es__fail(ES_EINVAL, "es_runtime_model_load: %s: a lane model needs a configured "
+                  "shape (its inputs have free dimensions)", cfg->name);
+  if (rc == 0 && m->cfg_plan)
+    m->planned = es_plan_arena_bytes(m->cfg_plan);
+  if (rc == 0 && m->cfg_plan && cfg->lane < 0) {
+    unsigned n = cfg->arenas ? cfg->arenas : (unsigned)rt->n_workers;
+    rc = es_arena_pool_create(n, m->planned ? m->planned : RT_ALIGN, RT_ALIGN, &m->pool);
+    if (rc == 0) {
+      es_arena_pool_stats ps;
+      es_arena_pool_stats_get(m->pool, &ps);
+      m->pool_bytes = ps.count * ps.arena_capacity;
+    }
+  }
+  if (rc == 0)
+    rc = es_admission_set_model_limit(
+        rt->adm, slot, cfg->max_inflight ? cfg->max_inflight : rt->cfg.model_max_inflight);
+
+  pthread_mutex_lock(&rt->lock);
+  if (rc < 0) {
+    es_arena_pool_destroy(m->pool);
+    es_plan_release(m->cfg_plan);
+    es_plan_cache_destroy(m->cache);
+    es_model_release(m->model);
+    free(m->realpath);
+    memset(m, 0, sizeof *m);
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+  }
+  m->home = m->lane >= 0 ? m->lane : rt->next_home++ % rt->n_workers;
+  m->last_worker = -1;
+  if (m->lane >= 0)
+    lane_recompute_locked(rt, m->lane);
+  m->state = SLOT_LIVE;
+  es_admission_set_draining(rt->adm, slot, 0);
+  pthread_mutex_unlock(&rt->lock);
+  *id = slot;
+  return 0;
+}
+
+static rt_model *live_model(es_runtime *rt, int id) {
+  if (id < 0 || id >= rt->max_models)
+    return NULL;
+  rt_model *m = &rt->models[id];
+  return m->state == SLOT_LIVE ? m : NULL;
+}
+
+int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
+  int rc = rt_check(rt, "es_runtime_model_unload");
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, id);
+  if (!m) {
+    pthread_mutex_unlock(&rt->lock);
+    return es__fail(ES_ENOENT, "es_runtime_model_unload: no model with id %d", id);
+  }
+  m->draining = 1;
+  es_admission_set_draining(rt->adm, id, 1);
+  struct timespec ts;
+  if (timeout_ms >= 0)
+    abs_timespec(now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
+  while (m->pending) {
+    if (timeout_ms < 0)
+      pthread_cond_wait(&rt->model_cv, &rt->lock);
+    else if (pthread_cond_timedwait(&rt->model_cv, &rt->lock, &ts) == ETIMEDOUT && m->pending) {
+      unsigned left = m->pending;
+      pthread_mutex_unlock(&rt->lock);
+      return es__fail(ES_ETIMEDOUT, "es_runtime_model_unload: %s still has %u requests "
+                      "(it stays draining)", m->name, left);
+    }
+  }
+  m->state = SLOT_UNLOADING;
+  if (m->lane >= 0)
+    lane_recompute_locked(rt, m->lane);
+  pthread_mutex_unlock(&rt->lock);
+  unload_slot(rt, m); /* state becomes SLOT_FREE */
+  return 0;
+}
+
+int es_runtime_model_resume(es_runtime *rt, int id) {
+  int rc = rt_check(rt, "es_runtime_model_resume");
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, id);
+  if (m) {
+    m->draining = 0;
+    es_admission_set_draining(rt->adm, id, 0);
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return m ? 0 : es__fail(ES_ENOENT, "es_runtime_model_resume: no model with id %d", id);
+}
+
+int es_runtime_model_find(es_runtime *rt, const char *name) {
+  int rc = rt_check(rt, "es_runtime_model_find");
+  if (rc < 0)
+    return rc;
+  if (!name)
+    return es__fail(ES_EINVAL, "es_runtime_model_find: NULL name");
+  pthread_mutex_lock(&rt->lock);
+  int found = -1;
+  for (int i = 0; i < rt->max_models && found < 0; i++)
+    if (rt->models[i].state == SLOT_LIVE && !strcmp(rt->models[i].name, name))
+      found = i;
+  pthread_mutex_unlock(&rt->lock);
+  return found >= 0 ? found : es__fail(ES_ENOENT, "no model named '%s'", name);
+}
+
+int es_runtime_model_get(es_runtime *rt, int id, es_model **out) {
+  int rc = rt_check(rt, "es_runtime_model_get");
+  if (rc < 0)
+    return rc;
+  if (!out)
+    return es__fail(ES_EINVAL, "es_runtime_model_get: NULL out");
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, id);
+  *out = m ? es_model_retain(m->model) : NULL;
+  pthread_mutex_unlock(&rt->lock);
+  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+}
+
+/* ---- submit ---------------------------------------------------------------- */
+
+static int check_inputs(const rt_model *m, const es_submit *s, es_tensor_info *shapes) {
+  if (s->n_inputs != m->n_in)
+    return es__fail(ES_EINVAL, "%s takes %d inputs, got %d", m->name, m->n_in, s->n_inputs);
+  if (m->n_in && !s->inputs)
+    return es__fail(ES_EINVAL, "%s: NULL inputs", m->name);
+  for (int i = 0; i < m->n_in; i++) {
+    const es_tensor *t = &s->inputs[i];
+    es_tensor_info ti;
+    es_model_input_info(m->model, i, &ti);
+    if (t->dtype != m->in_dtype[i])
+      return es__fail(ES_EINVAL, "%s: input %d (%s) must be %s, got %s", m->name, i, ti.name,
+                      es_dtype_name(m->in_dtype[i]), es_dtype_name(t->dtype));
+    if (t->rank < 0 || t->rank > ES_MAX_RANK)
+      return es__fail(ES_EINVAL, "%s: input %d (%s) has rank %d", m->name, i, ti.name, t->rank);
+    size_t n = es_dtype_size(t->dtype);
+    for (int d = 0; d < t->rank; d++) {
+      if (t->dims[d] < 0 || (t->dims[d] && n > SIZE_MAX / (size_t)t->dims[d]))
+        return es__fail(ES_EINVAL, "%s: input %d (%s) has a bad dimension", m->name, i, ti.name);
+      n *= (size_t)t->dims[d];
+    }
+    if (t->nbytes != n || (n && !t->data))
+      return es__fail(ES_EINVAL, "%s: input %d (%s) has %zu bytes, its shape needs %zu",
+                      m->name, i, ti.name, t->nbytes, n);
+    shapes[i] = ti;
+    shapes[i].rank = t->rank;
+    memcpy(shapes[i].dims, t->dims, sizeof t->dims);
+  }
+  return 0;
+}
+
+int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why) {
+  int rc = rt_check(rt, "es_runtime_submit");
+  if (rc < 0)
+    return rc;
+  if (!s || !out || !why)
+    return es__fail(ES_EINVAL, "es_runtime_submit: NULL argument");
+  *out = NULL;
+  if (s->priority < 0 || s->priority >= rt->cfg.priorities)
+    return es__fail(ES_EINVAL, "es_runtime_submit: priority %d outside 0..%d", s->priority,
+                    rt->cfg.priorities - 1);
+
+  /* The model cannot go away while we hold a pending count on it. */
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, s->model);
+  if (m)
+    m->pending++;
+  pthread_mutex_unlock(&rt->lock);
+  if (!m)
+    return es__fail(ES_ENOENT, "es_runtime_submit: no model with id %d", s->model);
+
+  es_request *r = es_mem_calloc(ES_MEM_RUNTIME, 1, sizeof *r);
+  if (!r) {
+    rc = es__fail(ES_ENOMEM, "es_runtime_submit: no memory for the request");
+    goto undo_pending;
+  }
+  r->magic = RQ_MAGIC;
+  r->rt = rt;
+  r->refs = 2;
+  r->model = s->model;
+  r->priority = s->priority;
+  r->worker = -1;
+  r->deadline_ns = s->deadline_ns;
+  r->on_done = s->on_done;
+  r->user = s->user;
+  r->n_in = s->n_inputs;
+  r->submit_ns = now_ns();
+  if (cond_init_mono(&r->cv) < 0) {
+    es_mem_free(r);
+    rc = es__fail(ES_ENOMEM, "es_runtime_submit: no condition variable");
+    goto undo_pending;
+  }
+
+  es_tensor_info shapes[ES_RT_MAX_IO];
+  rc = check_inputs(m, s, shapes);
+  if (rc == 0) {
+    rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
+    if (rc < 0) { /* name the model: the engine's detail names the node */
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+      rc = es__fail(rc, "%s: %s", m->name, detail);
+    }
+  }
+  if (rc < 0)
+    goto fail;
+  if (m->n_in)
+    memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
+  /* A bucketed plan would want padded inputs; this cache has no buckets,
+   * so the plan's shapes are the inputs'. */
+  r->n_out = es_plan_output_count(r->plan);
+  r->arena_bytes = es_plan_arena_bytes(r->plan);
+  for (int i = 0; i < r->n_out; i++) {
+    es_tensor_info oi;
+    es_plan_output_info(r->plan, i, &oi);
+    size_t n = es_dtype_size(oi.dtype);
+    for (int d = 0; d < oi.rank; d++)
+      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
+    r->out_bytes += es__align_up(n, RT_ALIGN);
+  }
+
+  if (s->deadline_ns && r->submit_ns >= s->deadline_ns) {
+    es_admission_refuse(rt->adm, s->model, ES_REFUSE_DEADLINE, 0, why);
+    rc = es__fail(ES_EAGAIN, "%s: the deadline has passed", m->name);
+    goto refused;
+  }
+  rc = es_admission_try(rt->adm, s->model, r->arena_bytes + r->out_bytes, &r->ticket, why);
+  if (rc < 0) {
+    r->ticket.magic = 0;
+    goto refused;
+  }
+
+  pthread_mutex_lock(&rt->lock);
+  rt_queue *q = &rt->q[s->priority];
+  int reason = 0;
+  size_t backlog = 0;
+  if (rt->stopping) {
+    reason = ES_REFUSE_DRAINING;
+  } else if (q->count >= rt->cfg.queue_capacity) {
+    reason = ES_REFUSE_QUEUE_FULL;
+    backlog = q->count;
+  } else if (s->deadline_ns && m->mean_run_ns > 0) {
+    /* Expected finish: the work queued at this level or above, and what is
+     * running, spread over the workers that may take it, plus its own run. */
+    size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
+    for (int l = 0; l <= s->priority; l++)
+      ahead += rt->q[l].count;
+    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
+    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
+    if ((double)r->submit_ns + wait > (double)s->deadline_ns) {
+      reason = ES_REFUSE_DEADLINE;
+      backlog = ahead;
+    }
+  }
+  if (reason) {
+    pthread_mutex_unlock(&rt->lock);
+    es_admission_cancel(rt->adm, &r->ticket);
+    r->ticket.magic = 0;
+    es_admission_refuse(rt->adm, s->model, reason, backlog, why);
+    rc = es__fail(ES_EAGAIN, "%s: refused (%s)", m->name, es_refusal_name(reason));
+    goto refused;
+  }
+  r->seq = ++rt->seq;
+  r->state = RQ_QUEUED;
+  queue_push(q, r);
+  rt->queued++;
+  rt->submitted++;
+  dispatch_locked(rt);
+  if (s->deadline_ns)
+    pthread_cond_signal(&rt->monitor_cv);
+  pthread_mutex_unlock(&rt->lock);
+  *out = r;
+  return 0;
+
+refused:
+  pthread_mutex_lock(&rt->lock);
+  rt->refused++;
+  pthread_mutex_unlock(&rt->lock);
+fail:
+  es_plan_release(r->plan);
+  pthread_cond_destroy(&r->cv);
+  r->magic = RQ_DEAD;
+  es_mem_free(r);
+undo_pending:
+  pthread_mutex_lock(&rt->lock);
+  if (--m->pending == 0)
+    pthread_cond_broadcast(&rt->model_cv);
+  pthread_mutex_unlock(&rt->lock);
+  return rc;
+}
+
+/* ---- request handles ------------------------------------------------------- */
+
+int es_request_wait(es_request *r, int timeout_ms) {
+  int rc = rq_check(r, "es_request_wait");
+  if (rc < 0)
+    return rc;
+  es_runtime *rt = r->rt;
+  struct timespec ts;
+  if (timeout_ms >= 0)
+    abs_timespec(now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
+  pthread_mutex_lock(&rt->lock);
+  while (r->state != RQ_DONE) {
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&r->cv, &rt->lock);
+    } else if (pthread_cond_timedwait(&r->cv, &rt->lock, &ts) == ETIMEDOUT &&
+               r->state != RQ_DONE) {
+      pthread_mutex_unlock(&rt->lock);
+      return es__fail(ES_ETIMEDOUT, "es_request_wait: not done within %d ms", timeout_ms);
+    }
+  }
+  rc = r->status;
+  pthread_mutex_unlock(&rt->lock);
+  return rc;
+}
+
+int es_request_status(es_request *r) {
+  int rc = rq_check(r, "es_request_status");
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&r->rt->lock);
+  rc = r->state == RQ_DONE ? r->status : ES_REQUEST_PENDING;
+  pthread_mutex_unlock(&r->rt->lock);
+  return rc;
+}
+
+int es_request_cancel(es_request *r) {
+  int rc = rq_check(r, "es_request_cancel");
+  if (rc < 0)
+    return rc;
+  es_runtime *rt = r->rt;
+  es_request *done = NULL;
+  pthread_mutex_lock(&rt->lock);
+  if (r->state == RQ_QUEUED) {
+    queue_remove(rt, r);
+    complete_locked(rt, r, ES_ECANCELED, &done);
+    rc = 0;
+  } else if (r->state == RQ_RUNNING) {
+    rc = ES_EBUSY;
+  } else {
+    rc = ES_ESTATE;
+  }
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done);
+  if (rc == ES_EBUSY)
+    return es__fail(rc, "es_request_cancel: the request is running");
+  if (rc == ES_ESTATE)
+    return es__fail(rc, "es_request_cancel: the request has completed");
+  return 0;
+}
+
+int es_request_output_count(es_request *r) {
+  int rc = rq_check(r, "es_request_output_count");
+  return rc < 0 ? rc : r->n_out;
+}
+
+int es_request_output(es_request *r, int i, es_tensor *out) {
+  int rc = rq_check(r, "es_request_output");
+  if (rc < 0)
+    return rc;
+  if (!out || i < 0 || i >= r->n_out)
+    return es__fail(ES_EINVAL, "es_request_output: no output %d", i);
+  pthread_mutex_lock(&r->rt->lock);
+  int ok = r->state == RQ_DONE && r->status == 0;
+  pthread_mutex_unlock(&r->rt->lock);
+  if (!ok)
+    return es__fail(ES_ESTATE, "es_request_output: the request has not completed successfully");
+  *out = r->outputs[i];
+  return 0;
+}
+
+int es_request_info_get(es_request *r, es_request_info *out) {
+  int rc = rq_check(r, "es_request_info_get");
+  if (rc < 0)
+    return rc;
+  if (!out)
+    return es__fail(ES_EINVAL, "es_request_info_get: NULL out");
+  pthread_mutex_lock(&r->rt->lock);
+  memset(out, 0, sizeof *out);
+  out->status = r->state == RQ_DONE ? r->status : ES_REQUEST_PENDING;
+  out->model = r->model;
+  out->priority = r->priority;
+  out->worker = r->worker;
+  out->arena_source = r->arena_source;
+  out->seq = r->seq;
+  uint64_t left = r->start_ns ? r->start_ns : r->end_ns;
+  out->queue_ns = left > r->submit_ns ? left - r->submit_ns : 0;
+  out->run_ns = r->start_ns && r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
+  out->switch_ns = r->switch_ns;
+  out->reserved_bytes = r->arena_bytes + r->out_bytes;
+  out->refusal = r->refusal;
+  pthread_mutex_unlock(&r->rt->lock);
+  return 0;
+}
+
+void es_request_free(es_request *r) {
+  if (!r || rq_check(r, "es_request_free") < 0)
+    return;
+  es_runtime *rt = r->rt;
+  es_request *done = NULL;
+  pthread_mutex_lock(&rt->lock);
+  if (r->state == RQ_QUEUED) {
+    queue_remove(rt, r);
+    complete_locked(rt, r, ES_ECANCELED, &done);
+  }
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done);
+  drop_ref(r);
+}
+
+/* ---- control and stats ----------------------------------------------------- */
+
+int es_runtime_pause(es_runtime *rt, int paused) {
+  int rc = rt_check(rt, "es_runtime_pause");
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&rt->lock);
+  rt->paused = paused != 0;
+  dispatch_locked(rt);
+  pthread_mutex_unlock(&rt->lock);
+  return 0;
+}
+
+int es_runtime_watch_now(es_runtime *rt) {
+  int rc = rt_check(rt, "es_runtime_watch_now");
+  if (rc < 0)
+    return rc;
+  es_request *done = NULL;
+  pthread_mutex_lock(&rt->lock);
+  watch_locked(rt, &done);
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done);
+  return es_admission_pressure(rt->adm);
+}
+
+es_admission *es_runtime_admission(es_runtime *rt) {
+  return rt_check(rt, "es_runtime_admission") < 0 ? NULL : rt->adm;
+}
+
+int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
+  int rc = rt_check(rt, "es_runtime_stats_get");
+  if (rc < 0)
+    return rc;
+  if (!out)
+    return es__fail(ES_EINVAL, "es_runtime_stats_get: NULL out");
+  memset(out, 0, sizeof *out);
+  pthread_mutex_lock(&rt->lock);
+  out->workers = rt->n_workers;
+  out->priorities = rt->cfg.priorities;
+  for (int l = 0; l < rt->cfg.priorities; l++)
+    out->queued[l] = rt->q[l].count;
+  out->queued_total = rt->queued;
+  out->running = (size_t)(rt->n_workers - rt->idle_workers);
+  out->submitted = rt->submitted;
+  out->completed = rt->completed;
+  out->failed = rt->failed;
+  out->cancelled = rt->cancelled;
+  out->expired = rt->expired;
+  out->dropped = rt->dropped;
+  out->refused = rt->refused;
+  for (int i = 0; i < rt->n_workers; i++)
+    out->scratch_bytes += rt->workers[i].scratch_cap;
+  for (int i = 0; i < rt->max_models; i++) {
+    rt_model *m = &rt->models[i];
+    if (m->state != SLOT_LIVE)
+      continue;
+    out->models++;
+    out->pool_bytes += m->pool_bytes;
+    int first = 1; /* weights counted once per distinct es_model */
+    for (int j = 0; j < i && first; j++)
+      if (rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
+        first = 0;
+    es_model_stats ms;
+    if (first && es_model_stats_get(m->model, &ms) == 0)
+      out->weights_bytes += ms.weight_bytes + ms.prepared_bytes;
+  }
+  pthread_mutex_unlock(&rt->lock);
+  es_buddy_stats bs;
+  if (es_buddy_stats_get(rt->buddy, &bs) == 0) {
+    out->buddy_capacity = bs.capacity;
+    out->buddy_in_use = bs.bytes_in_use;
+    out->buddy_peak = bs.peak_in_use;
+    out->buddy_fragmentation = bs.fragmentation;
+  }
+  return 0;
+}
+
+int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out) {
+  int rc = rt_check(rt, "es_runtime_model_stats_get");
+  if (rc < 0)
+    return rc;
+  if (!out)
+    return es__fail(ES_EINVAL, "es_runtime_model_stats_get: NULL out");
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, id);
+  if (m) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", m->name);
+    out->lane = m->lane;
+    out->home_worker = m->home;
+    for (int j = 0; j < rt->max_models; j++)
+      if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
+        out->shared = 1;
+    es_model_stats ms;
+    if (es_model_stats_get(m->model, &ms) == 0)
+      out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
+    out->planned_bytes = m->planned;
+    out->pool_bytes = m->pool_bytes;
+    out->completed = m->completed;
+    out->failed = m->failed;
+    out->mean_run_ns = m->mean_run_ns;
+    out->pending = m->pending;
+    out->draining = m->draining;
+  }
+  pthread_mutex_unlock(&rt->lock);
+  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+}
+
+int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out) {
+  int rc = rt_check(rt, "es_runtime_lane_stats_get");
+  if (rc < 0)
+    return rc;
+  if (!out || lane < 0 || lane >= rt->n_workers)
+    return es__fail(ES_EINVAL, "es_runtime_lane_stats_get: no lane %d", lane);
+  pthread_mutex_lock(&rt->lock);
+  rt_worker *w = &rt->workers[lane];
+  memset(out, 0, sizeof *out);
+  out->scratch_bytes = w->want_cap;
+  out->sum_bytes = w->lane_sum;
+  out->models = w->lane_models;
+  out->runs = w->runs;
+  out->switches = w->switches;
+  out->switch_ns_max = w->switch_ns_max;
+  out->switch_ns_mean = w->switches ? w->switch_ns_sum / (double)w->switches : 0;
+  out->busy = w->job != NULL;
+  pthread_mutex_unlock(&rt->lock);
+  return 0;
+}
