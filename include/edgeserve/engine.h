@@ -65,6 +65,7 @@ typedef struct es_model_stats {
                             has another checksum, so the source was loaded instead */
   size_t prepared_bytes; /* reordered weights made by this process (not from a file) */
   int64_t ir_version;
+  size_t weights_resident; /* of weight_bytes, pages resident in RAM now (mincore) */
 } es_model_stats;
 
 /* Load an ONNX file. A malformed, truncated or hostile file gives an error

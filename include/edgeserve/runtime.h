@@ -431,6 +431,7 @@ typedef struct es_runtime_stats {
   size_t scratch_bytes;      /* all lane scratchpads */
   size_t pool_bytes;         /* all model arena pools */
   size_t buddy_capacity, buddy_in_use, buddy_peak;
+  uint64_t buddy_failures;
   double buddy_fragmentation;
   size_t weights_bytes;      /* distinct weight regions of loaded models */
   int models;
@@ -445,6 +446,9 @@ typedef struct es_runtime_model_stats {
                                 in es_runtime_stats) */
   size_t planned_bytes;      /* arena bytes at the configured shape (0: none) */
   size_t pool_bytes;         /* its arena pool */
+  size_t pool_in_use;        /* arenas of it in use now */
+  size_t pool_high_water;    /* most in use at once */
+  size_t weights_resident;   /* of weights_bytes' mapped region, resident */
   uint64_t completed, failed;
   double mean_run_ns;
   unsigned pending;          /* submitted, not freed */

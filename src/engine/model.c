@@ -211,6 +211,9 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->stale_compiled = m->stale_compiled;
   out->prepared_bytes = es_prep_store_bytes(m->prep);
   out->ir_version = m->g.ir_version;
+  out->weights_resident = 0;
+  if (m->g.weights)
+    (void)es_weights_resident(m->g.weights, &out->weights_resident);
   return 0;
 }
 

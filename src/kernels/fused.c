@@ -63,7 +63,9 @@
  * CPU runs: a block of a few instructions over L1 data is bound by vector
  * width, not memory. */
 #define FE_INLINE static inline __attribute__((always_inline))
-#if defined(__x86_64__)
+/* Not under ThreadSanitizer: the loader runs the clone resolvers before
+ * the sanitizer runtime is up, and instrumented resolvers crash. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define FE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FE_CLONES

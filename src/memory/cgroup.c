@@ -332,9 +332,23 @@ static int read_extras(const cg_files *cf, const char *dir, es_memstat *st) {
 
 /* Fills st from one hierarchy. *found = 0 when the group has no memory
  * files there (no such controller on this hierarchy). */
-static int read_hierarchy(const cg_files *cf, const char *root_in, const char *group,
-                          es_memstat *st, int *found) {
+/* The group path in /proc/self/cgroup is relative to the hierarchy's root;
+ * a mount whose root is a group (a container on a v1 host without a cgroup
+ * namespace mounts its own group) shows that group at the mount point, so
+ * the mount's root is stripped from the path first. */
+static const char *below_mount_root(const char *group, const char *mount_root) {
+  size_t n = mount_root ? strlen(mount_root) : 0;
+  while (n > 1 && mount_root[n - 1] == '/')
+    n--;
+  if (n <= 1 || strncmp(group, mount_root, n) != 0 || (group[n] && group[n] != '/'))
+    return group;
+  return group[n] ? group + n : "/";
+}
+
+static int read_hierarchy(const cg_files *cf, const char *root_in, const char *mount_root,
+                          const char *group, es_memstat *st, int *found) {
   *found = 0;
+  group = below_mount_root(group, mount_root);
   char root[CG_PATH], dir[CG_PATH], best_dir[CG_PATH];
   size_t root_len = strlen(root_in);
   while (root_len > 1 && root_in[root_len - 1] == '/')
@@ -400,8 +414,19 @@ static int read_hierarchy(const cg_files *cf, const char *root_in, const char *g
 
 /* ---- public ---------------------------------------------------------------- */
 
+static int memstat_read(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
+                        const char *v1_mount_root, const char *cgroup_root_v2,
+                        const char *v2_mount_root, const char *proc_meminfo, es_memstat *out);
+
 int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
                        const char *cgroup_root_v2, const char *proc_meminfo, es_memstat *out) {
+  return memstat_read(proc_self_cgroup, cgroup_root_v1_memory, "/", cgroup_root_v2, "/",
+                      proc_meminfo, out);
+}
+
+static int memstat_read(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
+                        const char *v1_mount_root, const char *cgroup_root_v2,
+                        const char *v2_mount_root, const char *proc_meminfo, es_memstat *out) {
   if (!out)
     return es__fail(ES_EINVAL, "es_memstat_read_at: NULL out");
   es_memstat st;
@@ -414,10 +439,10 @@ int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_
     return rc;
   int found = 0;
   if (cgroup_root_v2 && self.has_v2 &&
-      (rc = read_hierarchy(&V2, cgroup_root_v2, self.v2, &st, &found)) < 0)
+      (rc = read_hierarchy(&V2, cgroup_root_v2, v2_mount_root, self.v2, &st, &found)) < 0)
     return rc;
   if (!found && cgroup_root_v1_memory && self.has_v1 &&
-      (rc = read_hierarchy(&V1, cgroup_root_v1_memory, self.v1, &st, &found)) < 0)
+      (rc = read_hierarchy(&V1, cgroup_root_v1_memory, v1_mount_root, self.v1, &st, &found)) < 0)
     return rc;
 
   uint64_t total = 0, avail = 0, mfree = 0;
@@ -456,8 +481,11 @@ int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_
 /* Mount points from /proc/self/mountinfo: "id parent dev root mountpoint
  * opts [optional...] - fstype source superopts". Mount points with escaped
  * characters (\040) are left to the defaults. */
-static void find_mounts(char *v1, size_t v1cap, char *v2, size_t v2cap) {
+static void find_mounts(char *v1, size_t v1cap, char *v1root, char *v2, size_t v2cap,
+                        char *v2root) {
   v1[0] = v2[0] = '\0';
+  snprintf(v1root, v1cap, "/");
+  snprintf(v2root, v2cap, "/");
   FILE *f = fopen("/proc/self/mountinfo", "re");
   if (!f)
     return;
@@ -470,25 +498,28 @@ static void find_mounts(char *v1, size_t v1cap, char *v2, size_t v2cap) {
         dash = n;
       tok[n++] = t;
     }
-    if (dash < 0 || dash + 3 >= n || strchr(tok[4], '\\'))
+    if (dash < 0 || dash + 3 >= n || strchr(tok[4], '\\') || strchr(tok[3], '\\'))
       continue;
     const char *fstype = tok[dash + 1], *superopts = tok[dash + 3];
-    if (strcmp(fstype, "cgroup2") == 0 && !v2[0])
+    if (strcmp(fstype, "cgroup2") == 0 && !v2[0]) {
       snprintf(v2, v2cap, "%s", tok[4]);
-    else if (strcmp(fstype, "cgroup") == 0 && !v1[0] &&
-             controller_list_has(superopts, strlen(superopts), "memory"))
+      snprintf(v2root, v2cap, "%s", tok[3]);
+    } else if (strcmp(fstype, "cgroup") == 0 && !v1[0] &&
+               controller_list_has(superopts, strlen(superopts), "memory")) {
       snprintf(v1, v1cap, "%s", tok[4]);
+      snprintf(v1root, v1cap, "%s", tok[3]);
+    }
   }
   fclose(f);
 }
 
 int es_memstat_read(es_memstat *out) {
-  char v1[CG_PATH], v2[CG_PATH];
-  find_mounts(v1, sizeof v1, v2, sizeof v2);
+  char v1[CG_PATH], v2[CG_PATH], v1root[CG_PATH], v2root[CG_PATH];
+  find_mounts(v1, sizeof v1, v1root, v2, sizeof v2, v2root);
   if (!v1[0])
     snprintf(v1, sizeof v1, "%s", "/sys/fs/cgroup/memory");
   if (!v2[0])
     snprintf(v2, sizeof v2, "%s",
              is_dir("/sys/fs/cgroup/unified") ? "/sys/fs/cgroup/unified" : "/sys/fs/cgroup");
-  return es_memstat_read_at("/proc/self/cgroup", v1, v2, "/proc/meminfo", out);
+  return memstat_read("/proc/self/cgroup", v1, v1root, v2, v2root, "/proc/meminfo", out);
 }

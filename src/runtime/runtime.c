@@ -1395,6 +1395,7 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
     out->buddy_in_use = bs.bytes_in_use;
     out->buddy_peak = bs.peak_in_use;
     out->buddy_fragmentation = bs.fragmentation;
+    out->buddy_failures = bs.failures;
   }
   return 0;
 }
@@ -1416,10 +1417,17 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
       if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
         out->shared = 1;
     es_model_stats ms;
-    if (es_model_stats_get(m->model, &ms) == 0)
+    if (es_model_stats_get(m->model, &ms) == 0) {
       out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
+      out->weights_resident = ms.weights_resident;
+    }
     out->planned_bytes = m->planned;
     out->pool_bytes = m->pool_bytes;
+    es_arena_pool_stats ps;
+    if (m->pool && es_arena_pool_stats_get(m->pool, &ps) == 0) {
+      out->pool_in_use = ps.in_use;
+      out->pool_high_water = ps.high_water;
+    }
     out->completed = m->completed;
     out->failed = m->failed;
     out->mean_run_ns = m->mean_run_ns;

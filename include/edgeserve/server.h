@@ -1,0 +1,106 @@
+/* edgeserve/server.h - the Open Inference Protocol (KServe v2 REST) server.
+ *
+ *   es_server_config sc;
+ *   es_server_config_default(&sc);             // 127.0.0.1:8000
+ *   es_server *s;
+ *   es_server_create(&sc, &s);                 // runtime, models, HTTP
+ *   ... es_server_wait_signal(s) or your own loop ...
+ *   es_server_report r;
+ *   es_server_shutdown(s, 10000, &r);          // stop accepting, drain
+ *   es_server_destroy(s);
+ *
+ * The server owns a runtime (include/edgeserve/runtime.h) and maps HTTP onto
+ * it: routes and codec here, scheduling and memory there. Statuses follow
+ * the refusal reasons: 429 for queue full and concurrency limits, 503 for
+ * memory, deadlines and draining, both with Retry-After; 400 for a request
+ * the model cannot take (the message names the input), 404 for an unknown
+ * model, 413 for a body over the limit.
+ *
+ * Model repository: a folder per model holding its .onnx (or .esm) file and
+ * an optional config.json:
+ *   {"file": "model.onnx", "priority": 0, "lane": -1, "max_concurrency": 0,
+ *    "instances": 0, "share": true, "shape": {"x": [1, 3, 640, 640]},
+ *    "load": true}
+ * priority: the level of requests that do not say (0 highest); lane: -1 any
+ * worker, k: lane k's shared scratchpad; instances: arenas in its pool (how
+ * many of its requests run at once; 0 one per worker); shape: the shape it
+ * is configured for (arena pool or lane scratchpad sized by it); other shapes
+ * still run, with exact-size arenas from the buddy pool.
+ * Server config (--config FILE, JSON): every es_server_config field by name
+ * ("port", "workers", "memory_budget" as bytes or "512M", ...) plus
+ * "models": {"name": {config.json fields + "path"}} for models outside a
+ * repository. Without either, an embedded default serves the target models
+ * from the fetched-models folder.
+ */
+#ifndef EDGESERVE_SERVER_H
+#define EDGESERVE_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeserve/runtime.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct es_server es_server;
+
+typedef struct es_server_config {
+  char host[64];              /* default "127.0.0.1" */
+  int port;                   /* default 8000; 0 picks a free port */
+  char repository[1024];      /* model repository folder; "" none */
+  char model_dir[1024];       /* where the embedded default finds the
+                                 models; default $ES_MODEL_DIR or
+                                 ".cache/models" */
+  int use_default_models;     /* 1: serve the embedded default set when no
+                                 repository and no config models (default 1) */
+  es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */
+  size_t max_body_bytes;      /* per request (default 64 MiB): 413 above */
+  size_t max_buffered_bytes;  /* all request bodies being received or
+                                 served at once (default 256 MiB): 503 above */
+  size_t max_header_bytes;    /* per connection, headers (default 16 KiB) */
+  unsigned max_connections;   /* default 64 */
+  unsigned connection_timeout_s; /* idle connection timeout (default 30) */
+  size_t max_elements;        /* per input tensor (default 64 M) */
+  int quiet;                  /* no access log on stderr */
+} es_server_config;
+
+typedef struct es_server_report {
+  uint64_t served;            /* responses sent */
+  uint64_t inflight_at_stop;  /* requests in the runtime when shutdown began */
+  uint64_t finished_in_grace; /* of those, finished within the grace period */
+  uint64_t cut_off;           /* still queued or running at the deadline */
+  double drain_ms;
+} es_server_report;
+
+void es_server_config_default(es_server_config *cfg);
+/* Parse a JSON server config file into cfg (fields not given keep their
+ * values) and load its "models" later at create. ES_EINVAL with a detail
+ * naming the file and field. */
+int es_server_config_load(es_server_config *cfg, const char *path);
+
+/* Create the runtime, load the models (repository, config, or the default
+ * set), start listening. ES_EIO when the address cannot be bound (the
+ * detail says why), model errors as es_runtime_model_load. */
+int es_server_create(const es_server_config *cfg, es_server **out);
+/* The port actually bound (useful with port 0). */
+int es_server_port(const es_server *s);
+es_runtime *es_server_runtime(es_server *s);
+/* Block until SIGTERM or SIGINT (installed here) and return the signal. */
+int es_server_wait_signal(es_server *s);
+/* Stop accepting connections, refuse new requests (503 draining), give
+ * queued and running ones up to grace_ms to finish, then cancel what is
+ * still queued. report may be NULL. */
+int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report);
+/* Shut down (if not yet) with no grace and free everything. NULL: no-op. */
+void es_server_destroy(es_server *s);
+
+/* Prometheus text exposition of the server and runtime state, as served on
+ * GET /metrics; es_mem_free the result. */
+char *es_server_metrics_text(es_server *s, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
