@@ -15,6 +15,10 @@ pkgs=(
   imagemagick fonts-dejavu-core          # rendered-text test images
   libjemalloc2 libmimalloc2.0            # benchmark baselines (bench-mem)
   ca-certificates xz-utils               # fetching the models with npm
+  libmicrohttpd-dev libjansson-dev       # HTTP server (KServe v2) and its JSON
+  curl wrk                               # HTTP tests and the load generator
+  prometheus                             # promtool checks the /metrics output
+  libjpeg62-turbo-dev libspng-dev        # image decoding for the pipelines
 )
 # Node.js and npm fetch the models and run ONNX Runtime for comparisons; a
 # machine that already has them (from any source) keeps its own.

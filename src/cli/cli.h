@@ -2,6 +2,8 @@
 #ifndef ES_CLI_H
 #define ES_CLI_H
 
+#include <stddef.h>
+
 typedef struct es_cli_cmd {
   const char *name;
   const char *summary;
@@ -13,7 +15,13 @@ int es_cmd_bench_mem(int argc, char **argv);
 int es_cmd_inspect(int argc, char **argv);
 int es_cmd_run(int argc, char **argv);
 int es_cmd_bench(int argc, char **argv);
+int es_cmd_bench_lane(int argc, char **argv);
 int es_cmd_compile(int argc, char **argv);
 int es_cmd_plan(int argc, char **argv);
+int es_cmd_serve(int argc, char **argv);
+
+/* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes (powers of 1024);
+ * -1 when malformed. */
+int es_cli_parse_bytes(const char *s, size_t *out);
 
 #endif

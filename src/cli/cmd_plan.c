@@ -79,7 +79,7 @@ static void plan_usage(FILE *f) {
 /* ---- parsing ---------------------------------------------------------------- */
 
 /* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes; -1 when malformed. */
-static int parse_bytes(const char *s, size_t *out) {
+int es_cli_parse_bytes(const char *s, size_t *out) {
   char *end;
   double v = strtod(s, &end);
   if (end == s || !(v >= 0))
@@ -320,12 +320,12 @@ int es_cmd_plan(int argc, char **argv) {
   }
   size_t budget = 0, reserve = 0;
   int budget_auto = !strcmp(memory, "auto");
-  if (!budget_auto && (parse_bytes(memory, &budget) < 0 || budget == 0)) {
+  if (!budget_auto && (es_cli_parse_bytes(memory, &budget) < 0 || budget == 0)) {
     fprintf(stderr, "edgeserve plan: --memory wants BYTES (K/M/G/T suffix) or auto, got '%s'\n",
             memory);
     return 2;
   }
-  if (reserve_arg && parse_bytes(reserve_arg, &reserve) < 0) {
+  if (reserve_arg && es_cli_parse_bytes(reserve_arg, &reserve) < 0) {
     fprintf(stderr, "edgeserve plan: --reserve wants BYTES (K/M/G/T suffix), got '%s'\n",
             reserve_arg);
     return 2;

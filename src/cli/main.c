@@ -13,9 +13,11 @@ static const es_cli_cmd es_commands_[] = {
      es_cmd_bench_mem},
     {"run", "run a model on .npy inputs, write .npy outputs", es_cmd_run},
     {"bench", "time one model in-process (latency, GFLOP/s, memory)", es_cmd_bench},
+    {"bench-lane", "several models on one lane: shared scratchpad vs private arenas, per-frame latency, switch time", es_cmd_bench_lane},
     {"compile", "write a compiled model file (.esm): mapped read-only, shared by processes",
      es_cmd_compile},
     {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
+    {"serve", "serve models over KServe v2 HTTP with Prometheus metrics", es_cmd_serve},
     {"plan", "capacity planner: weights, per-request bytes and safe concurrency per model",
      es_cmd_plan},
 };

@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -830,6 +831,33 @@ static int shapes_fixed(es_model *model, es_tensor_info *shapes, int n) {
   return 1;
 }
 
+/* The configured shapes in the model's input order: by name when the
+ * config names them, else by position; a dtype left undefined is the
+ * model's. */
+static int configured_shapes(const rt_model *m, const es_model_config *cfg, es_tensor_info *out) {
+  if (cfg->n_shapes != m->n_in)
+    return es__fail(ES_EINVAL, "%s: %d configured shapes for %d inputs", cfg->name,
+                    cfg->n_shapes, m->n_in);
+  int named = 0;
+  for (int j = 0; j < cfg->n_shapes; j++)
+    named |= cfg->shapes[j].name != NULL;
+  for (int i = 0; i < m->n_in; i++) {
+    es_tensor_info ti;
+    es_model_input_info(m->model, i, &ti);
+    const es_tensor_info *c = named ? NULL : &cfg->shapes[i];
+    for (int j = 0; named && j < cfg->n_shapes; j++)
+      if (cfg->shapes[j].name && !strcmp(cfg->shapes[j].name, ti.name))
+        c = &cfg->shapes[j];
+    if (!c)
+      return es__fail(ES_EINVAL, "%s: no configured shape for input '%s'", cfg->name, ti.name);
+    out[i] = *c;
+    out[i].name = ti.name;
+    if (out[i].dtype == ES_DTYPE_UNDEFINED)
+      out[i].dtype = ti.dtype;
+  }
+  return 0;
+}
+
 int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   int rc = rt_check(rt, "es_runtime_model_load");
   if (rc < 0)
@@ -906,7 +934,9 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
       m->in_dtype[i] = ti.dtype;
     }
     if (cfg->n_shapes)
-      rc = es_plan_cache_get(m->cache, cfg->shapes, cfg->n_shapes, &m->cfg_plan);
+      rc = configured_shapes(m, cfg, fixed);
+    if (rc == 0 && cfg->n_shapes)
+      rc = es_plan_cache_get(m->cache, fixed, m->n_in, &m->cfg_plan);
     else if (shapes_fixed(m->model, fixed, m->n_in))
       rc = es_plan_cache_get(m->cache, fixed, m->n_in, &m->cfg_plan);
   }
@@ -946,6 +976,9 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   m->state = SLOT_LIVE;
   es_admission_set_draining(rt->adm, slot, 0);
   pthread_mutex_unlock(&rt->lock);
+  /* Loading decodes the whole protobuf and plans once: tens of MB of heap
+   * freed again, which glibc would otherwise keep resident for good. */
+  malloc_trim(0);
   *id = slot;
   return 0;
 }

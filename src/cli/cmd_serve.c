@@ -1,0 +1,139 @@
+/* edgeserve serve: the KServe v2 HTTP server (include/edgeserve/server.h).
+ *
+ * Flags override the config file, which overrides the defaults. The budget
+ * "auto" takes what the process's cgroup (or the machine) allows below its
+ * soft watermark, minus what is already used, so admission says 503 before
+ * the kernel's limit is reached. SIGTERM or SIGINT drains: no new
+ * connections, in-flight requests get the grace period, the rest is
+ * reported. */
+#include "cli/cli.h"
+#include "edgeserve/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: edgeserve serve [--config FILE] [--model-repository DIR] [--host ADDR]\n"
+          "                       [--port N] [--workers N] [--memory BYTES|auto]\n"
+          "                       [--grace-ms N] [--quiet]\n\n"
+          "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
+          "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
+          "/metrics. Without a config or a repository it serves the target models\n"
+          "from $ES_MODEL_DIR (default .cache/models). --memory sets the admission\n"
+          "budget for request memory (K/M/G suffixes); auto: the cgroup's (or the\n"
+          "machine's) limit at the soft watermark minus what is in use at start.\n"
+          "SIGTERM/SIGINT: stop accepting, finish in-flight work within --grace-ms\n"
+          "(default 10000), report what was cut off.\n");
+}
+
+static int budget_auto(const es_server_config *c, size_t *out) {
+  es_memstat st;
+  if (es_memstat_read(&st) < 0)
+    return -1;
+  size_t limit = st.max;
+  if (st.high < limit)
+    limit = st.high;
+  size_t used = st.current > st.inactive_file ? st.current - st.inactive_file : 0;
+  if (limit == SIZE_MAX) { /* no cgroup limit: the machine */
+    limit = st.mem_total;
+    used = st.mem_total > st.mem_available ? st.mem_total - st.mem_available : 0;
+  }
+  double soft = (double)limit * c->runtime.soft_ratio;
+  *out = soft > (double)used ? (size_t)(soft - (double)used) : 0;
+  return *out ? 0 : -1;
+}
+
+int es_cmd_serve(int argc, char **argv) {
+  es_server_config cfg;
+  es_server_config_default(&cfg);
+  const char *memory = NULL;
+  long grace = 10000;
+  /* The config file first, so that flags override it. */
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--config") && i + 1 < argc &&
+        es_server_config_load(&cfg, argv[i + 1]) < 0) {
+      fprintf(stderr, "edgeserve serve: %s\n", es_last_error_detail());
+      return 2;
+    }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end = NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      serve_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--config") && v) {
+      i++;
+    } else if (!strcmp(a, "--model-repository") && v) {
+      snprintf(cfg.repository, sizeof cfg.repository, "%s", v);
+      i++;
+    } else if (!strcmp(a, "--host") && v) {
+      snprintf(cfg.host, sizeof cfg.host, "%s", v);
+      i++;
+    } else if (!strcmp(a, "--port") && v) {
+      long p = strtol(v, &end, 10);
+      if (*end || p < 0 || p > 65535) {
+        fprintf(stderr, "edgeserve serve: --port wants 0..65535, got '%s'\n", v);
+        return 2;
+      }
+      cfg.port = (int)p;
+      i++;
+    } else if (!strcmp(a, "--workers") && v) {
+      long w = strtol(v, &end, 10);
+      if (*end || w < 0 || w > 1024) {
+        fprintf(stderr, "edgeserve serve: --workers wants 0..1024, got '%s'\n", v);
+        return 2;
+      }
+      cfg.runtime.workers = (int)w;
+      i++;
+    } else if (!strcmp(a, "--memory") && v) {
+      memory = v;
+      i++;
+    } else if (!strcmp(a, "--grace-ms") && v) {
+      grace = strtol(v, &end, 10);
+      if (*end || grace < 0) {
+        fprintf(stderr, "edgeserve serve: --grace-ms wants a number, got '%s'\n", v);
+        return 2;
+      }
+      i++;
+    } else if (!strcmp(a, "--quiet")) {
+      cfg.quiet = 1;
+    } else {
+      fprintf(stderr, "edgeserve serve: unknown or incomplete option '%s'\n", a);
+      serve_usage(stderr);
+      return 2;
+    }
+  }
+  if (memory) {
+    size_t b = 0;
+    if (!strcmp(memory, "auto") ? budget_auto(&cfg, &b) < 0 : es_cli_parse_bytes(memory, &b) < 0) {
+      fprintf(stderr, "edgeserve serve: --memory wants BYTES (K/M/G) or auto (with memory "
+                      "left below the soft watermark), got '%s'\n", memory);
+      return 2;
+    }
+    cfg.runtime.memory_budget_bytes = b;
+  }
+  es_server *s;
+  if (es_server_create(&cfg, &s) < 0) {
+    fprintf(stderr, "edgeserve serve: %s\n", es_last_error_detail());
+    return 1;
+  }
+  es_runtime_stats rs;
+  es_runtime_stats_get(es_server_runtime(s), &rs);
+  fprintf(stderr, "edgeserve: serving %d models on http://%s:%d/v2 (%d workers, budget %zu B)\n",
+          rs.models, cfg.host, es_server_port(s), rs.workers, cfg.runtime.memory_budget_bytes);
+  int sig = es_server_wait_signal(s);
+  fprintf(stderr, "edgeserve: signal %d: draining (grace %ld ms)\n", sig, grace);
+  es_server_report rep;
+  es_server_shutdown(s, (int)grace, &rep);
+  fprintf(stderr,
+          "edgeserve: stopped: %llu responses served; %llu requests in flight at the signal, "
+          "%llu finished in the grace period, %llu cut off; drained in %.1f ms\n",
+          (unsigned long long)rep.served, (unsigned long long)rep.inflight_at_stop,
+          (unsigned long long)rep.finished_in_grace, (unsigned long long)rep.cut_off,
+          rep.drain_ms);
+  es_server_destroy(s);
+  return 0;
+}

@@ -1,0 +1,559 @@
+/* Server configuration, the model repository and the server's lifecycle.
+ *
+ * Where models come from, in order: a repository folder (one sub-folder per
+ * model: its .onnx/.esm file and an optional config.json), the "models"
+ * object of a server config file, and, when neither names any model, an
+ * embedded default that serves the five target models from the fetched
+ * models folder, so `edgeserve serve` works with no arguments.
+ *
+ * A model that fails to load does not stop the server: it is listed by the
+ * repository index as UNAVAILABLE with the reason, and can be loaded later
+ * through the repository API once fixed. */
+#include "common/internal.h"
+#include "server/codec.h"
+#include "server/server_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- config -------------------------------------------------------------------- */
+
+void es_server_config_default(es_server_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
+  cfg->port = 8000;
+  const char *md = getenv("ES_MODEL_DIR");
+  snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", md && *md ? md : ".cache/models");
+  cfg->use_default_models = 1;
+  es_runtime_config_default(&cfg->runtime);
+  cfg->max_body_bytes = (size_t)64 << 20;
+  cfg->max_buffered_bytes = (size_t)256 << 20;
+  cfg->max_header_bytes = (size_t)16 << 10;
+  cfg->max_connections = 64;
+  cfg->connection_timeout_s = 30;
+  cfg->max_elements = (size_t)64 << 20;
+}
+
+/* Models named by a config file, kept until es_server_create reads them. */
+static json_t *pending_models_;
+static char pending_base_[1024];
+
+/* 123, "123", "64K", "512M", "2G". */
+static int size_of(json_t *v, size_t *out) {
+  if (json_is_integer(v) && json_integer_value(v) >= 0) {
+    *out = (size_t)json_integer_value(v);
+    return 0;
+  }
+  if (!json_is_string(v))
+    return -1;
+  const char *s = json_string_value(v);
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(s, &end, 10);
+  if (errno || end == s)
+    return -1;
+  unsigned shift = 0;
+  if (*end == 'K' || *end == 'k')
+    shift = 10;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30;
+  if (shift)
+    end++;
+  if (*end == 'i')
+    end++;
+  if (*end == 'B')
+    end++;
+  if (*end || (shift && n > (~0ull >> shift)))
+    return -1;
+  *out = (size_t)(n << shift);
+  return 0;
+}
+
+static int int_of(json_t *v, long lo, long hi, long *out) {
+  if (!json_is_integer(v))
+    return -1;
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return -1;
+  *out = (long)x;
+  return 0;
+}
+
+int es_server_config_load(es_server_config *cfg, const char *path) {
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root)
+    return es__fail(ES_EINVAL, "%s:%d: %s", path, je.line, je.text);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return es__fail(ES_EINVAL, "%s: the config must be a JSON object", path);
+  }
+  const char *key;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach(root, key, v) {
+    long n;
+    size_t z;
+    es_runtime_config *r = &cfg->runtime;
+#define INT_FIELD(name, lo, hi, dst)                                                   \
+  else if (!strcmp(key, name)) {                                                       \
+    if (int_of(v, lo, hi, &n) < 0) {                                                   \
+      rc = es__fail(ES_EINVAL, "%s: \"%s\" must be an integer in %ld..%ld", path, name, \
+                    (long)(lo), (long)(hi));                                           \
+      break;                                                                           \
+    }                                                                                  \
+    dst = n;                                                                           \
+  }
+#define SIZE_FIELD(name, dst)                                                          \
+  else if (!strcmp(key, name)) {                                                       \
+    if (size_of(v, &z) < 0) {                                                          \
+      rc = es__fail(ES_EINVAL, "%s: \"%s\" must be bytes (1048576, \"512M\", \"2G\")",  \
+                    path, name);                                                       \
+      break;                                                                           \
+    }                                                                                  \
+    dst = z;                                                                           \
+  }
+#define REAL_FIELD(name, dst)                                                          \
+  else if (!strcmp(key, name)) {                                                       \
+    if (!json_is_number(v) || json_number_value(v) <= 0 || json_number_value(v) > 1) { \
+      rc = es__fail(ES_EINVAL, "%s: \"%s\" must be a number in (0, 1]", path, name);    \
+      break;                                                                           \
+    }                                                                                  \
+    dst = json_number_value(v);                                                        \
+  }
+    if (!strcmp(key, "host")) {
+      if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof cfg->host) {
+        rc = es__fail(ES_EINVAL, "%s: \"host\" must be an IPv4 address string", path);
+        break;
+      }
+      snprintf(cfg->host, sizeof cfg->host, "%s", json_string_value(v));
+    } else if (!strcmp(key, "model_repository")) {
+      if (!json_is_string(v)) {
+        rc = es__fail(ES_EINVAL, "%s: \"model_repository\" must be a path", path);
+        break;
+      }
+      snprintf(cfg->repository, sizeof cfg->repository, "%s", json_string_value(v));
+    } else if (!strcmp(key, "model_dir")) {
+      if (!json_is_string(v)) {
+        rc = es__fail(ES_EINVAL, "%s: \"model_dir\" must be a path", path);
+        break;
+      }
+      snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", json_string_value(v));
+    } else if (!strcmp(key, "models")) {
+      if (!json_is_object(v)) {
+        rc = es__fail(ES_EINVAL, "%s: \"models\" must be an object of name: config", path);
+        break;
+      }
+      json_decref(pending_models_);
+      pending_models_ = json_incref(v);
+      const char *slash = strrchr(path, '/');
+      snprintf(pending_base_, sizeof pending_base_, "%.*s",
+               slash ? (int)(slash - path) : 1, slash ? path : ".");
+    }
+    INT_FIELD("port", 0, 65535, cfg->port)
+    INT_FIELD("workers", 0, 1024, r->workers)
+    INT_FIELD("pin", 0, 1, r->pin)
+    INT_FIELD("intra_threads", 1, 1024, r->intra_threads)
+    INT_FIELD("priorities", 1, 16, r->priorities)
+    INT_FIELD("queue_capacity", 1, 1 << 20, r->queue_capacity)
+    INT_FIELD("max_inflight", 0, 1 << 20, r->max_inflight_total)
+    INT_FIELD("model_max_inflight", 0, 1 << 20, r->model_max_inflight)
+    INT_FIELD("watch_ms", 0, 60000, r->watch_ms)
+    INT_FIELD("max_connections", 1, 1 << 16, cfg->max_connections)
+    INT_FIELD("connection_timeout_s", 1, 3600, cfg->connection_timeout_s)
+    INT_FIELD("quiet", 0, 1, cfg->quiet)
+    SIZE_FIELD("memory_budget", r->memory_budget_bytes)
+    SIZE_FIELD("buddy_bytes", r->buddy_bytes)
+    SIZE_FIELD("max_body_bytes", cfg->max_body_bytes)
+    SIZE_FIELD("max_buffered_bytes", cfg->max_buffered_bytes)
+    SIZE_FIELD("max_header_bytes", cfg->max_header_bytes)
+    SIZE_FIELD("max_elements", cfg->max_elements)
+    REAL_FIELD("soft_ratio", r->soft_ratio)
+    REAL_FIELD("hard_ratio", r->hard_ratio)
+    else {
+      rc = es__fail(ES_EINVAL, "%s: unknown field \"%s\"", path, key);
+      break;
+    }
+#undef INT_FIELD
+#undef SIZE_FIELD
+#undef REAL_FIELD
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* ---- model entries ----------------------------------------------------------------- */
+
+static int model_from_json(srv_model *sm, const char *name, json_t *o, const char *dir,
+                           const char *src) {
+  memset(sm, 0, sizeof *sm);
+  snprintf(sm->name, sizeof sm->name, "%s", name);
+  snprintf(sm->platform, sizeof sm->platform, "onnx");
+  sm->rt_id = -1;
+  sm->priority = 1;
+  sm->lane = -1;
+  sm->share = 1;
+  sm->load_at_start = 1;
+  const char *key;
+  json_t *v;
+  long n;
+  json_object_foreach(o, key, v) {
+    if (!strcmp(key, "file") || !strcmp(key, "path")) {
+      if (!json_is_string(v))
+        return es__fail(ES_EINVAL, "%s: model '%s': \"%s\" must be a string", src, name, key);
+      const char *f = json_string_value(v);
+      if (f[0] == '/')
+        snprintf(sm->path, sizeof sm->path, "%s", f);
+      else
+        snprintf(sm->path, sizeof sm->path, "%s/%s", dir, f);
+    } else if (!strcmp(key, "priority")) {
+      if (int_of(v, 0, 15, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': priority must be 0..15", src, name);
+      sm->priority = (int)n;
+    } else if (!strcmp(key, "lane")) {
+      if (int_of(v, -1, 1023, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': lane must be -1..1023", src, name);
+      sm->lane = (int)n;
+    } else if (!strcmp(key, "max_concurrency")) {
+      if (int_of(v, 0, 1 << 20, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': max_concurrency must be >= 0", src, name);
+      sm->max_concurrency = (unsigned)n;
+    } else if (!strcmp(key, "instances")) {
+      if (int_of(v, 0, 4096, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': instances must be 0..4096", src, name);
+      sm->instances = (unsigned)n;
+    } else if (!strcmp(key, "share") || !strcmp(key, "load")) {
+      if (!json_is_boolean(v))
+        return es__fail(ES_EINVAL, "%s: model '%s': \"%s\" must be true or false", src, name,
+                        key);
+      if (!strcmp(key, "share"))
+        sm->share = json_is_true(v);
+      else
+        sm->load_at_start = json_is_true(v);
+    } else if (!strcmp(key, "shape")) {
+      const char *in;
+      json_t *dims;
+      if (!json_is_object(v))
+        return es__fail(ES_EINVAL, "%s: model '%s': shape must be {\"input\": [dims]}", src,
+                        name);
+      json_object_foreach(v, in, dims) {
+        if (sm->n_shapes >= ES_RT_MAX_IO || !json_is_array(dims) ||
+            json_array_size(dims) > ES_MAX_RANK || strlen(in) >= 64)
+          return es__fail(ES_EINVAL, "%s: model '%s': bad shape for '%s'", src, name, in);
+        es_tensor_info *ti = &sm->shapes[sm->n_shapes];
+        snprintf(sm->shape_names[sm->n_shapes], 64, "%s", in);
+        ti->name = sm->shape_names[sm->n_shapes];
+        ti->rank = (int)json_array_size(dims);
+        for (int d = 0; d < ti->rank; d++) {
+          json_t *x = json_array_get(dims, (size_t)d);
+          if (!json_is_integer(x) || json_integer_value(x) < 1 ||
+              json_integer_value(x) > (1 << 24))
+            return es__fail(ES_EINVAL, "%s: model '%s': shape of '%s' needs positive dims", src,
+                            name, in);
+          ti->dims[d] = json_integer_value(x);
+        }
+        sm->n_shapes++;
+      }
+    } else {
+      return es__fail(ES_EINVAL, "%s: model '%s': unknown field \"%s\"", src, name, key);
+    }
+  }
+  if (!sm->path[0])
+    return es__fail(ES_EINVAL, "%s: model '%s': no \"file\"", src, name);
+  return 0;
+}
+
+static int add_model(es_server *s, const srv_model *sm) {
+  if (srv_find(s, sm->name))
+    return es__fail(ES_EBUSY, "model '%s' is configured twice", sm->name);
+  if (s->n_models >= SRV_MAX_MODELS)
+    return es__fail(ES_ENOSPC, "more than %d models", SRV_MAX_MODELS);
+  s->models[s->n_models++] = *sm;
+  return 0;
+}
+
+/* A repository folder: DIR/NAME/config.json (optional) and the model file
+ * (config "file", else the only .esm or .onnx in the folder). */
+static int scan_repository(es_server *s, const char *root) {
+  DIR *d = opendir(root);
+  if (!d)
+    return es__fail(ES_ENOENT, "model repository %s: %s", root, strerror(errno));
+  struct dirent *e;
+  int rc = 0;
+  while (rc == 0 && (e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char dir[2048], cfgp[2100];
+    snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+      continue;
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    json_t *o = NULL;
+    if (access(cfgp, F_OK) == 0) {
+      json_error_t je;
+      o = json_load_file(cfgp, 0, &je);
+      if (!o || !json_is_object(o)) {
+        json_decref(o);
+        rc = es__fail(ES_EINVAL, "%s:%d: %s", cfgp, je.line,
+                      o ? "must be a JSON object" : je.text);
+        break;
+      }
+    } else {
+      o = json_object();
+    }
+    if (!json_object_get(o, "file")) {
+      DIR *md = opendir(dir);
+      struct dirent *f;
+      char found[512] = "";
+      while (md && (f = readdir(md))) {
+        size_t n = strlen(f->d_name);
+        if ((n > 5 && !strcmp(f->d_name + n - 5, ".onnx")) ||
+            (n > 4 && !strcmp(f->d_name + n - 4, ".esm") && !found[0]))
+          snprintf(found, sizeof found, "%s", f->d_name);
+      }
+      if (md)
+        closedir(md);
+      if (found[0])
+        json_object_set_new(o, "file", json_string(found));
+    }
+    srv_model sm;
+    rc = model_from_json(&sm, e->d_name, o, dir, cfgp);
+    json_decref(o);
+    if (rc == 0)
+      rc = add_model(s, &sm);
+  }
+  closedir(d);
+  return rc;
+}
+
+/* The embedded default: the target models, configured for the shapes the
+ * gateway scenario serves. */
+static int add_defaults(es_server *s) {
+  static const char *const text =
+      "{\"blazeface_front\": {\"file\": \"blazeface_front_128.onnx\", \"priority\": 1},"
+      " \"blazeface_back\": {\"file\": \"blazeface_back_256.onnx\", \"priority\": 1},"
+      " \"ppocr_det\": {\"file\": \"ppocr_det.onnx\", \"priority\": 1,"
+      "                 \"shape\": {\"x\": [1, 3, 640, 640]}},"
+      " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2,"
+      "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
+      " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
+      "                 \"shape\": {\"x\": [1, 3, 48, 192]}}}";
+  json_error_t je;
+  json_t *o = json_loads(text, 0, &je);
+  ES_ASSERT(o);
+  const char *name;
+  json_t *v;
+  int rc = 0;
+  json_object_foreach(o, name, v) {
+    srv_model sm;
+    rc = model_from_json(&sm, name, v, s->cfg.model_dir, "default config");
+    if (rc == 0)
+      rc = add_model(s, &sm);
+    if (rc < 0)
+      break;
+  }
+  json_decref(o);
+  return rc;
+}
+
+/* ---- load / unload ------------------------------------------------------------------- */
+
+srv_model *srv_find(es_server *s, const char *name) {
+  for (int i = 0; i < s->n_models; i++)
+    if (!strcmp(s->models[i].name, name))
+      return &s->models[i];
+  return NULL;
+}
+
+int srv_model_load(es_server *s, srv_model *sm) {
+  pthread_mutex_lock(&s->mu);
+  int loaded = sm->rt_id >= 0;
+  pthread_mutex_unlock(&s->mu);
+  if (loaded)
+    return 0;
+  es_model_config mc;
+  es_model_config_default(&mc);
+  mc.name = sm->name;
+  mc.path = sm->path;
+  mc.shapes = sm->n_shapes ? sm->shapes : NULL;
+  mc.n_shapes = sm->n_shapes;
+  mc.lane = sm->lane;
+  mc.max_inflight = sm->max_concurrency;
+  mc.arenas = sm->instances;
+  mc.share = sm->share;
+  int id = -1;
+  int rc = es_runtime_model_load(s->rt, &mc, &id);
+  pthread_mutex_lock(&s->mu);
+  if (rc < 0) {
+    snprintf(sm->reason, sizeof sm->reason, "%s", es_last_error_detail());
+  } else {
+    sm->rt_id = id;
+    sm->reason[0] = 0;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (rc < 0)
+    return es__fail(rc, "%s", sm->reason);
+  return 0;
+}
+
+int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
+  pthread_mutex_lock(&s->mu);
+  int id = sm->rt_id;
+  pthread_mutex_unlock(&s->mu);
+  if (id < 0)
+    return 0;
+  int rc = es_runtime_model_unload(s->rt, id, timeout_ms);
+  if (rc < 0) {
+    es_runtime_model_resume(s->rt, id);
+    return rc;
+  }
+  pthread_mutex_lock(&s->mu);
+  sm->rt_id = -1;
+  snprintf(sm->reason, sizeof sm->reason, "unloaded");
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+/* ---- counters ----------------------------------------------------------------------- */
+
+/* Seconds, as Prometheus histograms expect. */
+const double srv_bucket_bounds[SRV_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                               0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+
+void srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
+  pthread_mutex_lock(&s->mu);
+  sm->outcomes[outcome]++;
+  if (outcome == SRV_OUT_REFUSED && reason > 0 && reason < ES_REFUSE_COUNT)
+    sm->refused_by[reason]++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void hist_add(uint64_t *h, double v) {
+  int b = 0;
+  while (b < SRV_BUCKETS && v > srv_bucket_bounds[b])
+    b++;
+  h[b]++;
+}
+
+void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns) {
+  double q = (double)queue_ns / 1e9, r = (double)run_ns / 1e9;
+  pthread_mutex_lock(&s->mu);
+  hist_add(sm->queue_hist, q);
+  hist_add(sm->run_hist, r);
+  sm->queue_sum_s += q;
+  sm->run_sum_s += r;
+  sm->observed++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+void srv_track(es_server *s, es_request *r, int on) {
+  pthread_mutex_lock(&s->mu);
+  if (on) {
+    if (s->n_tracked < sizeof s->tracked / sizeof s->tracked[0])
+      s->tracked[s->n_tracked++] = r;
+  } else {
+    for (size_t i = 0; i < s->n_tracked; i++)
+      if (s->tracked[i] == r) {
+        s->tracked[i] = s->tracked[--s->n_tracked];
+        break;
+      }
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+size_t srv_tracked(es_server *s) {
+  pthread_mutex_lock(&s->mu);
+  size_t n = s->n_tracked;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* Cancel what is still queued; running requests finish (runs are not
+ * interrupted). Returns how many were cancelled. The handles stay owned by
+ * their connection threads, which answer 503. */
+size_t srv_cancel_tracked(es_server *s) {
+  pthread_mutex_lock(&s->mu);
+  size_t n = 0;
+  for (size_t i = 0; i < s->n_tracked; i++)
+    n += es_request_cancel(s->tracked[i]) == 0;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* ---- create / destroy ----------------------------------------------------------------- */
+
+int es_server_create(const es_server_config *cfg, es_server **out) {
+  if (!cfg || !out)
+    return es__fail(ES_EINVAL, "es_server_create: NULL argument");
+  *out = NULL;
+  es_server *s = es_mem_calloc(ES_MEM_SERVER, 1, sizeof *s);
+  if (!s)
+    return es__fail(ES_ENOMEM, "es_server_create: no memory");
+  s->cfg = *cfg;
+  pthread_mutex_init(&s->mu, NULL);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  s->started_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  int rc = 0;
+  if (cfg->repository[0])
+    rc = scan_repository(s, cfg->repository);
+  if (rc == 0 && pending_models_) {
+    const char *name;
+    json_t *v;
+    json_object_foreach(pending_models_, name, v) {
+      srv_model sm;
+      rc = json_is_object(v) ? model_from_json(&sm, name, v, pending_base_, "config")
+                             : es__fail(ES_EINVAL, "config: model '%s' must be an object", name);
+      if (rc == 0)
+        rc = add_model(s, &sm);
+      if (rc < 0)
+        break;
+    }
+  }
+  if (rc == 0 && s->n_models == 0 && cfg->use_default_models)
+    rc = add_defaults(s);
+  if (rc == 0)
+    rc = es_runtime_create(&cfg->runtime, &s->rt);
+  if (rc < 0) {
+    pthread_mutex_destroy(&s->mu);
+    es_mem_free(s);
+    return rc;
+  }
+  for (int i = 0; i < s->n_models; i++)
+    if (s->models[i].load_at_start && srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
+      fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
+              s->models[i].reason);
+  rc = es_server_start_http(s);
+  if (rc < 0) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    es_runtime_destroy(s->rt);
+    pthread_mutex_destroy(&s->mu);
+    es_mem_free(s);
+    return es__fail(rc, "%s", detail);
+  }
+  *out = s;
+  return 0;
+}
+
+void es_server_destroy(es_server *s) {
+  if (!s)
+    return;
+  es_server_shutdown(s, 0, NULL);
+  /* Connection threads are joined; every handle was freed by its thread. */
+  int rc;
+  for (int tries = 0; (rc = es_runtime_destroy(s->rt)) == ES_EBUSY && tries < 1000; tries++)
+    usleep(5000);
+  pthread_mutex_destroy(&s->mu);
+  es_mem_free(s);
+}

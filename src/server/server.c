@@ -1,0 +1,626 @@
+/* The KServe v2 (Open Inference Protocol) server on libmicrohttpd.
+ *
+ * One thread per connection, bounded by max_connections: an inference
+ * handler blocks on its request's completion, which keeps the code a
+ * straight line (parse, submit, wait, encode) and costs one small stack per
+ * connection; the runtime's workers, not the HTTP threads, do the compute, so
+ * the number of connections never changes how many runs happen at once.
+ *
+ * Memory: a body is received into one buffer counted under ES_MEM_SERVER,
+ * sized from Content-Length (413 above max_body_bytes before any byte is
+ * read) and charged to a server-wide budget (max_buffered_bytes, 503 when it
+ * is spent), so a flood of large uploads cannot grow the process past a known
+ * bound before admission even sees the requests. Tensors go from the body
+ * to the runtime's arenas; outputs come back in the runtime's buddy pool and
+ * are encoded straight into the response buffer.
+ *
+ * Statuses come from the runtime's refusal reasons (runtime.h): 429 for
+ * queue full and concurrency, 503 for memory, deadline, draining; both with
+ * Retry-After in whole seconds, rounded up. */
+#include "edgeserve/server.h"
+#include "common/internal.h"
+#include "server/codec.h"
+#include "server/server_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- per-connection state --------------------------------------------------- */
+
+typedef struct conn {
+  char *body;
+  size_t len, cap;
+  size_t charged;   /* bytes charged to the buffered budget */
+  int reject;       /* HTTP status decided before the body was read */
+  char reject_msg[160];
+  uint64_t start_ns;
+} conn;
+
+static int charge(es_server *s, size_t n) {
+  size_t cur = atomic_load(&s->buffered);
+  do {
+    if (cur + n > s->cfg.max_buffered_bytes || cur + n < cur)
+      return -1;
+  } while (!atomic_compare_exchange_weak(&s->buffered, &cur, cur + n));
+  return 0;
+}
+
+static void uncharge(es_server *s, size_t n) { atomic_fetch_sub(&s->buffered, n); }
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)c;
+  (void)toe;
+  es_server *s = cls;
+  conn *k = *con_cls;
+  if (!k)
+    return;
+  es_mem_free(k->body);
+  if (k->charged)
+    uncharge(s, k->charged);
+  es_mem_free(k);
+  *con_cls = NULL;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+static enum MHD_Result send_body(es_server *s, struct MHD_Connection *c, unsigned status,
+                                 char *body, size_t len, const char *ctype, size_t header_len,
+                                 uint32_t retry_after_ms) {
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer_with_free_callback(len, body, es_mem_free);
+  if (!r) {
+    es_mem_free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", ctype);
+  char buf[32];
+  if (header_len) {
+    snprintf(buf, sizeof buf, "%zu", header_len);
+    MHD_add_response_header(r, "Inference-Header-Content-Length", buf);
+  }
+  if (retry_after_ms) {
+    snprintf(buf, sizeof buf, "%u", (retry_after_ms + 999) / 1000);
+    MHD_add_response_header(r, "Retry-After", buf);
+  }
+  enum MHD_Result ok = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  atomic_fetch_add(&s->served, 1);
+  return ok;
+}
+
+static enum MHD_Result send_text(es_server *s, struct MHD_Connection *c, unsigned status,
+                                 const char *ctype, const char *text, size_t len) {
+  char *b = es_mem_alloc(ES_MEM_SERVER, len ? len : 1);
+  if (!b)
+    return MHD_NO;
+  memcpy(b, text, len);
+  return send_body(s, c, status, b, len, ctype, 0, 0);
+}
+
+static enum MHD_Result send_json_obj(es_server *s, struct MHD_Connection *c, unsigned status,
+                                     json_t *obj) {
+  char *txt = json_dumps(obj, JSON_COMPACT);
+  json_decref(obj);
+  if (!txt)
+    return MHD_NO;
+  enum MHD_Result r = send_text(s, c, status, "application/json", txt, strlen(txt));
+  free(txt);
+  return r;
+}
+
+static enum MHD_Result send_error(es_server *s, struct MHD_Connection *c, unsigned status,
+                                  uint32_t retry_after_ms, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_error(es_server *s, struct MHD_Connection *c, unsigned status,
+                                  uint32_t retry_after_ms, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  size_t len;
+  char *body = es_v2_error_body(msg, &len);
+  if (!body)
+    return MHD_NO;
+  if (retry_after_ms == 0 && (status == 429 || status == 503))
+    retry_after_ms = 1000;
+  return send_body(s, c, status, body, len, "application/json", 0, retry_after_ms);
+}
+
+/* ---- routes ------------------------------------------------------------------- */
+
+/* Split "/v2/models/NAME/versions/V/infer" into segments (in place, in a
+ * copy). Returns the count, at most max. */
+static int split_path(char *path, char **seg, int max) {
+  int n = 0;
+  for (char *p = strtok(path, "/"); p && n < max; p = strtok(NULL, "/"))
+    seg[n++] = p;
+  return n;
+}
+
+static json_t *tensor_meta(const es_tensor_info *ti) {
+  json_t *shape = json_array();
+  for (int d = 0; d < ti->rank; d++)
+    json_array_append_new(shape, json_integer(ti->dims[d]));
+  return json_pack("{s:s, s:s, s:o}", "name", ti->name, "datatype",
+                   es_v2_dtype_name(ti->dtype), "shape", shape);
+}
+
+static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, srv_model *sm) {
+  es_model *m;
+  if (es_runtime_model_get(s->rt, sm->rt_id, &m) < 0)
+    return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
+  json_t *ins = json_array(), *outs = json_array();
+  for (int i = 0; i < es_model_input_count(m); i++) {
+    es_tensor_info ti;
+    es_model_input_info(m, i, &ti);
+    json_array_append_new(ins, tensor_meta(&ti));
+  }
+  for (int i = 0; i < es_model_output_count(m); i++) {
+    es_tensor_info ti;
+    es_model_output_info(m, i, &ti);
+    json_array_append_new(outs, tensor_meta(&ti));
+  }
+  es_model_release(m);
+  json_t *o = json_pack("{s:s, s:[s], s:s, s:o, s:o}", "name", sm->name, "versions", "1",
+                        "platform", sm->platform, "inputs", ins, "outputs", outs);
+  return send_json_obj(s, c, 200, o);
+}
+
+static unsigned refusal_status(int reason) {
+  return reason == ES_REFUSE_QUEUE_FULL || reason == ES_REFUSE_OVER_CONCURRENCY ? 429 : 503;
+}
+
+/* Triton's priority parameter: 1 is the highest level, 0 (or none) means
+ * the model's default. Levels past the runtime's last clamp to it. */
+static int level_of(const es_server *s, const srv_model *sm, const es_v2_request *q) {
+  if (!q->has_priority || q->priority == 0)
+    return sm->priority;
+  uint64_t l = q->priority - 1;
+  uint64_t last = (uint64_t)s->cfg.runtime.priorities - 1;
+  return (int)(l > last ? last : l);
+}
+
+static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *sm, conn *k) {
+  const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  long long header_len = -1;
+  if (hl) {
+    char *end;
+    errno = 0;
+    header_len = strtoll(hl, &end, 10);
+    if (errno || end == hl || *end || header_len < 0)
+      return send_error(s, c, 400, 0, "Inference-Header-Content-Length '%.40s' is not a "
+                        "non-negative integer", hl);
+  }
+  es_v2_request q;
+  char err[512];
+  if (es_v2_request_parse(k->body ? k->body : "", k->len, header_len, s->cfg.max_elements, &q,
+                          err, sizeof err) < 0) {
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "%s", err);
+  }
+  es_model *m = NULL;
+  int rc = es_runtime_model_get(s->rt, sm->rt_id, &m);
+  if (rc < 0) {
+    es_v2_request_free(&q);
+    return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
+  }
+  /* Inputs by name, in the model's order. */
+  int n_in = es_model_input_count(m);
+  es_tensor in[ES_RT_MAX_IO];
+  const char *bad = NULL;
+  char why[512] = "";
+  if (q.n_inputs != n_in)
+    snprintf(why, sizeof why, "model '%s' takes %d inputs, the request has %d", sm->name, n_in,
+             q.n_inputs);
+  for (int i = 0; i < n_in && !why[0]; i++) {
+    es_tensor_info ti;
+    es_model_input_info(m, i, &ti);
+    const es_v2_input *x = NULL;
+    for (int j = 0; j < q.n_inputs; j++)
+      if (!strcmp(q.inputs[j].name, ti.name))
+        x = &q.inputs[j];
+    if (!x) {
+      bad = ti.name;
+      snprintf(why, sizeof why, "input '%s' is missing", bad);
+      break;
+    }
+    if (x->is_bytes || x->dtype != ti.dtype) {
+      snprintf(why, sizeof why, "input '%s' must be %s, got %s", ti.name,
+               es_v2_dtype_name(ti.dtype), x->is_bytes ? "BYTES" : es_v2_dtype_name(x->dtype));
+      break;
+    }
+    memset(&in[i], 0, sizeof in[i]);
+    in[i].name = ti.name;
+    in[i].dtype = x->dtype;
+    in[i].rank = x->rank;
+    memcpy(in[i].dims, x->dims, sizeof in[i].dims);
+    in[i].data = (void *)x->data;
+    in[i].nbytes = x->nbytes;
+  }
+  if (why[0]) {
+    es_model_release(m);
+    es_v2_request_free(&q);
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "%s", why);
+  }
+
+  es_submit sub = {.model = sm->rt_id, .inputs = in, .n_inputs = n_in,
+                   .priority = level_of(s, sm, &q)};
+  if (q.has_timeout && q.timeout_us)
+    sub.deadline_ns = now_ns() + q.timeout_us * 1000ull;
+  es_request *r = NULL;
+  es_refusal ref;
+  memset(&ref, 0, sizeof ref);
+  rc = es_runtime_submit(s->rt, &sub, &r, &ref);
+  if (rc == ES_EAGAIN) {
+    es_model_release(m);
+    es_v2_request_free(&q);
+    srv_count(s, sm, SRV_OUT_REFUSED, ref.reason);
+    return send_error(s, c, refusal_status(ref.reason), ref.retry_after_ms,
+                      "refused: %s (model '%s')", es_refusal_name(ref.reason), sm->name);
+  }
+  if (rc < 0) {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    es_model_release(m);
+    es_v2_request_free(&q);
+    unsigned st = rc == ES_ENOSPC ? 503 : (rc == ES_EINVAL || rc == ES_EMODEL || rc == ES_ENOTSUP) ? 400 : 500;
+    srv_count(s, sm, st == 400 ? SRV_OUT_BAD_REQUEST : SRV_OUT_ERROR, 0);
+    return send_error(s, c, st, st == 503 ? 60000 : 0, "%s", detail);
+  }
+  srv_track(s, r, 1);
+  rc = es_request_wait(r, -1);
+  srv_track(s, r, 0);
+  es_request_info info;
+  es_request_info_get(r, &info);
+  enum MHD_Result res;
+  if (rc == 0) {
+    int n_out = es_request_output_count(r);
+    es_v2_output outs[ES_RT_MAX_IO];
+    es_tensor keep[ES_RT_MAX_IO]; /* outs[] points at their dims */
+    int n = 0;
+    for (int i = 0; i < n_out; i++) {
+      es_tensor *t = &keep[n];
+      es_request_output(r, i, t);
+      int want = q.n_outputs == 0, binary = q.binary_output;
+      for (int j = 0; j < q.n_outputs; j++)
+        if (!strcmp(q.outputs[j].name, t->name)) {
+          want = 1;
+          if (q.outputs[j].binary >= 0)
+            binary = q.outputs[j].binary;
+        }
+      if (want)
+        outs[n++] = (es_v2_output){t->name, t->dtype, t->rank, t->dims, t->data, t->nbytes,
+                                   binary};
+    }
+    char *body;
+    size_t len, hlen;
+    if (es_v2_response_encode(sm->name, "1", q.id, outs, n, &body, &len, &hlen) < 0) {
+      res = send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
+    } else {
+      srv_count(s, sm, SRV_OUT_SUCCESS, 0);
+      srv_observe(s, sm, info.queue_ns, info.run_ns);
+      res = send_body(s, c, 200, body, len,
+                      hlen ? "application/octet-stream" : "application/json", hlen, 0);
+    }
+  } else if (rc == ES_ETIMEDOUT) {
+    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DEADLINE);
+    res = send_error(s, c, 503, info.refusal.retry_after_ms,
+                     "deadline passed before '%s' could run", sm->name);
+  } else if (rc == ES_EAGAIN) {
+    srv_count(s, sm, SRV_OUT_REFUSED, info.refusal.reason);
+    res = send_error(s, c, 503, info.refusal.retry_after_ms, "removed from the queue: %s",
+                     es_refusal_name(info.refusal.reason));
+  } else if (rc == ES_ECANCELED) {
+    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DRAINING);
+    res = send_error(s, c, 503, 1000, "cancelled: the server is shutting down");
+  } else {
+    srv_count(s, sm, SRV_OUT_ERROR, 0);
+    res = send_error(s, c, 500, 0, "'%s' failed: %s", sm->name, es_strerror(rc));
+  }
+  es_request_free(r);
+  es_model_release(m);
+  es_v2_request_free(&q);
+  return res;
+}
+
+static enum MHD_Result repository_index(es_server *s, struct MHD_Connection *c) {
+  json_t *arr = json_array();
+  pthread_mutex_lock(&s->mu);
+  for (int i = 0; i < s->n_models; i++) {
+    srv_model *sm = &s->models[i];
+    json_t *o = json_pack("{s:s, s:s, s:s}", "name", sm->name, "version", "1", "state",
+                          sm->rt_id >= 0 ? "READY" : "UNAVAILABLE");
+    if (sm->rt_id < 0 && sm->reason[0])
+      json_object_set_new(o, "reason", json_string(sm->reason));
+    json_array_append_new(arr, o);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return send_json_obj(s, c, 200, arr);
+}
+
+static enum MHD_Result repository_load(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                       int load) {
+  int rc = load ? srv_model_load(s, sm) : srv_model_unload(s, sm, 10000);
+  if (rc < 0)
+    return send_error(s, c, rc == ES_ETIMEDOUT ? 503 : 400, rc == ES_ETIMEDOUT ? 1000 : 0,
+                      "%s '%s': %s", load ? "load" : "unload", sm->name,
+                      es_last_error_detail());
+  return send_text(s, c, 200, "application/json", "{}", 2);
+}
+
+static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char *url,
+                             const char *method, conn *k) {
+  int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+  int post = !strcmp(method, "POST");
+  if (!strcmp(url, "/metrics") && get) {
+    size_t len;
+    char *txt = es_server_metrics_text(s, &len);
+    if (!txt)
+      return send_error(s, c, 500, 0, "metrics unavailable");
+    return send_body(s, c, 200, txt, len, "text/plain; version=0.0.4; charset=utf-8", 0, 0);
+  }
+  char path[512];
+  if (strlen(url) >= sizeof path)
+    return send_error(s, c, 404, 0, "no such route");
+  snprintf(path, sizeof path, "%s", url);
+  char *seg[8];
+  int n = split_path(path, seg, 8);
+  if (n < 1 || strcmp(seg[0], "v2"))
+    return send_error(s, c, 404, 0, "no such route: %s", url);
+  if (n == 1 && get) {
+    json_t *o = json_pack("{s:s, s:s, s:[s,s,s,s]}", "name", "edgeserve", "version",
+                          ES_VERSION_STRING, "extensions", "binary_tensor_data",
+                          "model_repository", "schedule_policy", "metrics");
+    return send_json_obj(s, c, 200, o);
+  }
+  if (n == 3 && !strcmp(seg[1], "health") && get) {
+    if (!strcmp(seg[2], "live"))
+      return send_json_obj(s, c, 200, json_pack("{s:b}", "live", 1));
+    if (!strcmp(seg[2], "ready")) {
+      int ready = !atomic_load(&s->stopping);
+      return send_json_obj(s, c, ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+    }
+  }
+  if (n >= 2 && !strcmp(seg[1], "repository")) {
+    if (n == 3 && !strcmp(seg[2], "index") && post)
+      return repository_index(s, c);
+    if (n == 5 && !strcmp(seg[2], "models") && post &&
+        (!strcmp(seg[4], "load") || !strcmp(seg[4], "unload"))) {
+      srv_model *sm = srv_find(s, seg[3]);
+      if (!sm)
+        return send_error(s, c, 404, 0, "unknown model '%s'", seg[3]);
+      return repository_load(s, c, sm, !strcmp(seg[4], "load"));
+    }
+    return send_error(s, c, 404, 0, "no such route: %s %s", method, url);
+  }
+  if (n >= 3 && !strcmp(seg[1], "models")) {
+    srv_model *sm = srv_find(s, seg[2]);
+    if (!sm)
+      return send_error(s, c, 404, 0, "unknown model '%s'", seg[2]);
+    int rest = 3;
+    if (n >= 5 && !strcmp(seg[3], "versions")) {
+      if (strcmp(seg[4], "1"))
+        return send_error(s, c, 404, 0, "model '%s' has no version '%s' (only '1')", sm->name,
+                          seg[4]);
+      rest = 5;
+    }
+    if (n == rest && get) {
+      if (sm->rt_id < 0)
+        return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
+      return model_metadata(s, c, sm);
+    }
+    if (n == rest + 1 && !strcmp(seg[rest], "ready") && get) {
+      int ready = sm->rt_id >= 0 && !atomic_load(&s->stopping);
+      return send_json_obj(s, c, ready ? 200 : 503,
+                           json_pack("{s:s, s:b}", "name", sm->name, "ready", ready));
+    }
+    if (n == rest + 1 && !strcmp(seg[rest], "infer") && post) {
+      if (atomic_load(&s->stopping))
+        return send_error(s, c, 503, 1000, "the server is shutting down");
+      if (sm->rt_id < 0)
+        return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
+      return infer(s, c, sm, k);
+    }
+  }
+  return send_error(s, c, 404, 0, "no such route: %s %s", method, url);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls) {
+  (void)version;
+  es_server *s = cls;
+  conn *k = *con_cls;
+  if (!k) {
+    k = es_mem_calloc(ES_MEM_SERVER, 1, sizeof *k);
+    if (!k)
+      return MHD_NO;
+    k->start_ns = now_ns();
+    *con_cls = k;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+      char *end;
+      errno = 0;
+      unsigned long long v = strtoull(cl, &end, 10);
+      if (errno || end == cl || *end) {
+        k->reject = 400;
+        snprintf(k->reject_msg, sizeof k->reject_msg, "bad Content-Length");
+      } else if (v > s->cfg.max_body_bytes) {
+        k->reject = 413;
+        snprintf(k->reject_msg, sizeof k->reject_msg,
+                 "body of %llu bytes is over the limit of %zu", v, s->cfg.max_body_bytes);
+      } else if (v) {
+        if (charge(s, (size_t)v) < 0) {
+          k->reject = 503;
+          snprintf(k->reject_msg, sizeof k->reject_msg,
+                   "too many request bytes in flight (limit %zu)", s->cfg.max_buffered_bytes);
+        } else {
+          k->charged = (size_t)v;
+          k->body = es_mem_alloc(ES_MEM_SERVER, (size_t)v);
+          k->cap = k->body ? (size_t)v : 0;
+          if (!k->body) {
+            k->reject = 503;
+            snprintf(k->reject_msg, sizeof k->reject_msg, "no memory for the body");
+          }
+        }
+      }
+    }
+    /* Rejecting now means the body is never read. */
+    if (k->reject)
+      return send_error(s, c, (unsigned)k->reject, k->reject == 503 ? 1000 : 0, "%s",
+                        k->reject_msg);
+    return MHD_YES;
+  }
+  if (*upload_size) {
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (k->reject)
+      return MHD_YES;
+    if (k->len + n > k->cap) { /* chunked upload: grow within the limits */
+      size_t want = k->len + n;
+      if (want > s->cfg.max_body_bytes) {
+        k->reject = 413;
+        snprintf(k->reject_msg, sizeof k->reject_msg, "body over the limit of %zu bytes",
+                 s->cfg.max_body_bytes);
+        return MHD_YES;
+      }
+      size_t cap = k->cap ? k->cap : 65536;
+      while (cap < want)
+        cap *= 2;
+      if (cap > s->cfg.max_body_bytes)
+        cap = s->cfg.max_body_bytes;
+      if (charge(s, cap - k->charged) < 0) {
+        k->reject = 503;
+        snprintf(k->reject_msg, sizeof k->reject_msg, "too many request bytes in flight");
+        return MHD_YES;
+      }
+      char *nb = es_mem_realloc(k->body, cap);
+      if (!nb) {
+        uncharge(s, cap - k->charged);
+        k->reject = 503;
+        snprintf(k->reject_msg, sizeof k->reject_msg, "no memory for the body");
+        return MHD_YES;
+      }
+      k->charged = cap;
+      k->body = nb;
+      k->cap = cap;
+    }
+    memcpy(k->body + k->len, upload, n);
+    k->len += n;
+    return MHD_YES;
+  }
+  if (k->reject)
+    return send_error(s, c, (unsigned)k->reject, k->reject == 503 ? 1000 : 0, "%s",
+                      k->reject_msg);
+  enum MHD_Result r = route(s, c, url, method, k);
+  if (!s->cfg.quiet)
+    fprintf(stderr, "%s %s %.2f ms\n", method, url, (double)(now_ns() - k->start_ns) / 1e6);
+  return r;
+}
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+static int sig_pipe_[2] = {-1, -1};
+
+static void on_signal(int sig) {
+  unsigned char b = (unsigned char)sig;
+  ssize_t w = write(sig_pipe_[1], &b, 1);
+  (void)w;
+}
+
+int es_server_wait_signal(es_server *s) {
+  (void)s;
+  if (sig_pipe_[0] < 0 && pipe(sig_pipe_) != 0)
+    return es__fail(ES_EIO, "es_server_wait_signal: pipe: %s", strerror(errno));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  unsigned char b = 0;
+  for (;;) {
+    ssize_t n = read(sig_pipe_[0], &b, 1);
+    if (n == 1)
+      return b;
+    if (n < 0 && errno != EINTR)
+      return es__fail(ES_EIO, "es_server_wait_signal: read: %s", strerror(errno));
+  }
+}
+
+int es_server_start_http(es_server *s) {
+  struct sockaddr_in addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons((uint16_t)s->cfg.port);
+  if (inet_pton(AF_INET, s->cfg.host, &addr.sin_addr) != 1)
+    return es__fail(ES_EINVAL, "host '%s' is not an IPv4 address", s->cfg.host);
+  s->daemon = MHD_start_daemon(
+      MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+          MHD_USE_ITC,
+      (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+      (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections,
+      MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.connection_timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header_bytes,
+      MHD_OPTION_THREAD_STACK_SIZE, (size_t)512 * 1024, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, s, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
+  if (!s->daemon)
+    return es__fail(ES_EIO, "cannot listen on %s:%d (in use, or not allowed)", s->cfg.host,
+                    s->cfg.port);
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : s->cfg.port;
+  return 0;
+}
+
+int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
+  if (!s)
+    return es__fail(ES_EINVAL, "es_server_shutdown: NULL server");
+  es_server_report rep;
+  memset(&rep, 0, sizeof rep);
+  if (atomic_exchange(&s->stopping, 1)) {
+    if (report)
+      *report = s->report;
+    return 0;
+  }
+  uint64_t t0 = now_ns();
+  if (s->daemon)
+    MHD_quiesce_daemon(s->daemon); /* no new connections */
+  es_admission_set_draining(es_runtime_admission(s->rt), -1, 1);
+  rep.inflight_at_stop = srv_tracked(s);
+  uint64_t until = t0 + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
+  while (srv_tracked(s) && now_ns() < until)
+    usleep(2000);
+  rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now; running ones finish */
+  rep.finished_in_grace = rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
+  if (s->daemon) {
+    MHD_stop_daemon(s->daemon); /* joins the connection threads */
+    s->daemon = NULL;
+  }
+  rep.served = atomic_load(&s->served);
+  rep.drain_ms = (double)(now_ns() - t0) / 1e6;
+  s->report = rep;
+  if (report)
+    *report = rep;
+  return 0;
+}
+
+int es_server_port(const es_server *s) { return s ? s->port : -1; }
+es_runtime *es_server_runtime(es_server *s) { return s ? s->rt : NULL; }

@@ -1,0 +1,74 @@
+/* Shared between the server's files (routes, repository, metrics). */
+#ifndef ES_SERVER_INTERNAL_H
+#define ES_SERVER_INTERNAL_H
+
+#include "edgeserve/server.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define SRV_MAX_MODELS 64
+#define SRV_BUCKETS 14
+
+enum { SRV_OUT_SUCCESS = 0, SRV_OUT_REFUSED, SRV_OUT_BAD_REQUEST, SRV_OUT_ERROR, SRV_OUT_COUNT };
+
+/* A model the server knows: from the repository, the config or the default
+ * set; loaded (rt_id >= 0) or not. Counters under the server's mutex. */
+typedef struct srv_model {
+  char name[ES_RT_NAME_MAX];
+  char path[1024];
+  char platform[16];
+  char reason[256];           /* why it is not loaded */
+  int rt_id;                  /* -1 not loaded */
+  int priority;               /* default level */
+  int lane;
+  unsigned max_concurrency;
+  unsigned instances;
+  int share;
+  int load_at_start;
+  int n_shapes;
+  es_tensor_info shapes[ES_RT_MAX_IO];
+  char shape_names[ES_RT_MAX_IO][64];
+  uint64_t outcomes[SRV_OUT_COUNT];
+  uint64_t refused_by[ES_REFUSE_COUNT];
+  uint64_t queue_hist[SRV_BUCKETS + 1], run_hist[SRV_BUCKETS + 1];
+  double queue_sum_s, run_sum_s;
+  uint64_t observed;
+} srv_model;
+
+typedef struct srv_tracked_req {
+  es_request *r;
+  struct srv_tracked_req *next;
+} srv_tracked_req;
+
+struct es_server {
+  es_server_config cfg;
+  es_runtime *rt;
+  struct MHD_Daemon *daemon;
+  int port;
+  pthread_mutex_t mu;
+  srv_model models[SRV_MAX_MODELS];
+  int n_models;
+  es_request *tracked[1024]; /* requests in the runtime now (for shutdown) */
+  size_t n_tracked;
+  _Atomic size_t buffered;
+  _Atomic uint64_t served;
+  _Atomic int stopping;
+  es_server_report report;
+  uint64_t started_ns;
+};
+
+extern const double srv_bucket_bounds[SRV_BUCKETS];
+
+srv_model *srv_find(es_server *s, const char *name);
+void srv_count(es_server *s, srv_model *sm, int outcome, int reason);
+void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns);
+/* Requests in the runtime, so shutdown can tell and cancel what is left. */
+void srv_track(es_server *s, es_request *r, int on);
+size_t srv_tracked(es_server *s);
+size_t srv_cancel_tracked(es_server *s);
+int srv_model_load(es_server *s, srv_model *sm);
+int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
+int es_server_start_http(es_server *s);
+
+#endif
