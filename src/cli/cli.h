@@ -19,6 +19,8 @@ int es_cmd_bench_lane(int argc, char **argv);
 int es_cmd_compile(int argc, char **argv);
 int es_cmd_plan(int argc, char **argv);
 int es_cmd_serve(int argc, char **argv);
+int es_cmd_face(int argc, char **argv);
+int es_cmd_ocr(int argc, char **argv);
 
 /* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes (powers of 1024);
  * -1 when malformed. */

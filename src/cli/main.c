@@ -18,6 +18,8 @@ static const es_cli_cmd es_commands_[] = {
      es_cmd_compile},
     {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
     {"serve", "serve models over KServe v2 HTTP with Prometheus metrics", es_cmd_serve},
+    {"face", "detect faces in a JPEG/PNG image, print JSON", es_cmd_face},
+    {"ocr", "read text in a JPEG/PNG image (det -> cls -> rec), print JSON", es_cmd_ocr},
     {"plan", "capacity planner: weights, per-request bytes and safe concurrency per model",
      es_cmd_plan},
 };

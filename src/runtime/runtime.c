@@ -138,6 +138,7 @@ struct es_request {
   size_t arena_bytes, out_bytes;
   es_admit_ticket ticket;
   int ran; /* the run happened: feeds the drain rate on release */
+  int settled; /* done and its callback returned: waiters may go */
   es_tensor outputs[ES_RT_MAX_IO];
   void *out_block;
   es_refusal refusal;
@@ -278,7 +279,10 @@ static void complete_locked(es_runtime *rt, es_request *r, int status, es_reques
     rt->dropped++;
   else
     rt->failed++;
-  pthread_cond_broadcast(&r->cv);
+  if (!r->on_done) { /* with a callback, waiters are woken after it ran */
+    r->settled = 1;
+    pthread_cond_broadcast(&r->cv);
+  }
   if (!r->on_done && --r->refs > 0) {
     if (all_idle(rt))
       pthread_cond_broadcast(&rt->idle_cv);
@@ -326,6 +330,8 @@ static void finish_list(es_runtime *rt, es_request *list) {
     if (r->on_done) {
       r->on_done(r->user, r);
       pthread_mutex_lock(&rt->lock);
+      r->settled = 1;
+      pthread_cond_broadcast(&r->cv);
       last = --r->refs == 0;
       pthread_mutex_unlock(&rt->lock);
     }
@@ -1247,11 +1253,10 @@ int es_request_wait(es_request *r, int timeout_ms) {
   if (timeout_ms >= 0)
     abs_timespec(now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
   pthread_mutex_lock(&rt->lock);
-  while (r->state != RQ_DONE) {
+  while (!r->settled) {
     if (timeout_ms < 0) {
       pthread_cond_wait(&r->cv, &rt->lock);
-    } else if (pthread_cond_timedwait(&r->cv, &rt->lock, &ts) == ETIMEDOUT &&
-               r->state != RQ_DONE) {
+    } else if (pthread_cond_timedwait(&r->cv, &rt->lock, &ts) == ETIMEDOUT && !r->settled) {
       pthread_mutex_unlock(&rt->lock);
       return es__fail(ES_ETIMEDOUT, "es_request_wait: not done within %d ms", timeout_ms);
     }

@@ -904,8 +904,12 @@ static int numeric_array(const char *s, size_t len, size_t i, size_t *end) {
   }
 }
 
-/* A value starts in frame f (NULL: depth 0 or past 3). */
+/* A value starts in frame f (NULL: depth 0 or past 3). A key names one
+ * value only: in broken text such as {"inputs":[...] [...]} the second
+ * array must not be taken for the inputs again. */
 static int skim_value(es_v2_skim *k, es_v2_frame *f, es_v2_err *e) {
+  if (f && f->obj)
+    f->key = KEY_OTHER;
   if (++k->values > ES_V2_JSON_VALUES_MAX)
     return v2_fail(e, ES_EINVAL,
                    "the request has more than %u JSON values outside numeric data arrays; send "
@@ -966,10 +970,11 @@ static int skim(const char *s, size_t len, es_v2_skim *k, es_v2_err *e) {
       i++;
       continue;
     }
+    int key = f ? f->key : KEY_OTHER; /* the value's key, before skim_value drops it */
     if ((rc = skim_value(k, f, e)) != 0)
       return rc;
     if (c == '[' || c == '{') {
-      if (c == '[' && f && f->role == ROLE_INPUT && f->key == KEY_DATA && !k->has[f->input]) {
+      if (c == '[' && f && f->role == ROLE_INPUT && key == KEY_DATA && !k->has[f->input]) {
         size_t end;
         if (numeric_array(s, len, i, &end)) {
           k->has[f->input] = 1;
@@ -988,7 +993,7 @@ static int skim(const char *s, size_t len, es_v2_skim *k, es_v2_err *e) {
         n->role = ROLE_OTHER;
         if (depth == 1 && n->obj)
           n->role = ROLE_ROOT;
-        else if (f && f->role == ROLE_ROOT && f->key == KEY_INPUTS && !n->obj)
+        else if (f && f->role == ROLE_ROOT && key == KEY_INPUTS && !n->obj)
           n->role = ROLE_INPUTS;
         else if (f && f->role == ROLE_INPUTS && n->obj) {
           n->role = ROLE_INPUT;
@@ -1020,6 +1025,10 @@ static int load_structure(const char *s, size_t len, const es_v2_skim *k, int ha
   for (int i = 0; i < ES_V2_MAX_IO; i++) { /* input order is text order */
     if (!k->has[i])
       continue;
+    if (k->start[i] < from) { /* cannot happen: the skim sees one inputs array */
+      es_mem_free(c);
+      return v2_fail(e, ES_EINVAL, "invalid JSON in \"inputs\"");
+    }
     memcpy(c + to, s + from, k->start[i] - from);
     to += k->start[i] - from;
     c[to++] = '0';

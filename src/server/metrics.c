@@ -209,6 +209,14 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   }
   head(&b, "edgeserve_http_responses_total", "counter", "HTTP responses sent.");
   put(&b, "edgeserve_http_responses_total %llu\n", (unsigned long long)atomic_load(&s->served));
+  head(&b, "edgeserve_http_rejected_total", "counter",
+       "Requests answered before reaching a model: body too large (413), request bytes "
+       "in flight over the limit (503), malformed headers (400).");
+  static const char *const rej[SRV_REJECT_COUNT] = {"body_too_large", "buffered_limit",
+                                                    "bad_header"};
+  for (int i = 0; i < SRV_REJECT_COUNT; i++)
+    put(&b, "edgeserve_http_rejected_total{reason=\"%s\"} %llu\n", rej[i],
+        (unsigned long long)atomic_load(&s->rejected[i]));
   head(&b, "edgeserve_http_buffered_bytes", "gauge", "Request body bytes held now.");
   put(&b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
   if (b.oom) {

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +278,10 @@ static int add_model(es_server *s, const srv_model *sm) {
     return es__fail(ES_EBUSY, "model '%s' is configured twice", sm->name);
   if (s->n_models >= SRV_MAX_MODELS)
     return es__fail(ES_ENOSPC, "more than %d models", SRV_MAX_MODELS);
-  s->models[s->n_models++] = *sm;
+  srv_model *dst = &s->models[s->n_models++];
+  *dst = *sm;
+  for (int i = 0; i < dst->n_shapes; i++) /* names point into the copy */
+    dst->shapes[i].name = dst->shape_names[i];
   return 0;
 }
 
@@ -500,6 +504,15 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   if (!s)
     return es__fail(ES_ENOMEM, "es_server_create: no memory");
   s->cfg = *cfg;
+  /* Request bodies, tensor copies and responses are megabytes each and come
+   * and go on connection threads: map them directly so a freed one goes
+   * back to the kernel, instead of glibc's adaptive threshold parking them
+   * in per-thread heaps that stay resident after an overload. */
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  /* Bodies are not part of the admission budget; keep their bound below it
+   * so the two together stay what the operator planned for. */
+  if (cfg->runtime.memory_budget_bytes && s->cfg.max_buffered_bytes > cfg->runtime.memory_budget_bytes)
+    s->cfg.max_buffered_bytes = cfg->runtime.memory_budget_bytes;
   pthread_mutex_init(&s->mu, NULL);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

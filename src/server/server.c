@@ -70,6 +70,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   conn *k = *con_cls;
   if (!k)
     return;
+  atomic_fetch_sub(&s->active, 1);
   es_mem_free(k->body);
   if (k->charged)
     uncharge(s, k->charged);
@@ -143,6 +144,30 @@ static enum MHD_Result send_error(es_server *s, struct MHD_Connection *c, unsign
   return send_body(s, c, status, body, len, "application/json", 0, retry_after_ms);
 }
 
+/* 405 with Allow for a path that exists under another method. */
+static enum MHD_Result send_method_error(es_server *s, struct MHD_Connection *c,
+                                         const char *method, const char *url,
+                                         const char *allow) {
+  char msg[600];
+  snprintf(msg, sizeof msg, "%s is not allowed on %.500s (allowed: %s)", method, url, allow);
+  size_t len;
+  char *body = es_v2_error_body(msg, &len);
+  if (!body)
+    return MHD_NO;
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer_with_free_callback(len, body, es_mem_free);
+  if (!r) {
+    es_mem_free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", "application/json");
+  MHD_add_response_header(r, "Allow", allow);
+  enum MHD_Result ok = MHD_queue_response(c, 405, r);
+  MHD_destroy_response(r);
+  atomic_fetch_add(&s->served, 1);
+  return ok;
+}
+
 /* ---- routes ------------------------------------------------------------------- */
 
 /* Split "/v2/models/NAME/versions/V/infer" into segments (in place, in a
@@ -204,9 +229,11 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
     char *end;
     errno = 0;
     header_len = strtoll(hl, &end, 10);
-    if (errno || end == hl || *end || header_len < 0)
+    if (errno || end == hl || *end || header_len < 0) {
+      srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
       return send_error(s, c, 400, 0, "Inference-Header-Content-Length '%.40s' is not a "
                         "non-negative integer", hl);
+    }
   }
   es_v2_request q;
   char err[512];
@@ -226,7 +253,21 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
   es_tensor in[ES_RT_MAX_IO];
   const char *bad = NULL;
   char why[512] = "";
-  if (q.n_inputs != n_in)
+  for (int j = 0; j < q.n_inputs && !why[0]; j++) {
+    int known = 0;
+    for (int i = 0; i < n_in && !known; i++) {
+      es_tensor_info ti;
+      es_model_input_info(m, i, &ti);
+      known = !strcmp(ti.name, q.inputs[j].name);
+    }
+    if (!known) {
+      es_tensor_info t0;
+      es_model_input_info(m, 0, &t0);
+      snprintf(why, sizeof why, "model '%s' has no input '%s' (its first input is '%s')",
+               sm->name, q.inputs[j].name, t0.name);
+    }
+  }
+  if (!why[0] && q.n_inputs != n_in)
     snprintf(why, sizeof why, "model '%s' takes %d inputs, the request has %d", sm->name, n_in,
              q.n_inputs);
   for (int i = 0; i < n_in && !why[0]; i++) {
@@ -261,6 +302,22 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
     return send_error(s, c, 400, 0, "%s", why);
   }
 
+  for (int j = 0; j < q.n_outputs && !why[0]; j++) {
+    int known = 0;
+    for (int i = 0; i < es_model_output_count(m) && !known; i++) {
+      es_tensor_info ti;
+      es_model_output_info(m, i, &ti);
+      known = !strcmp(ti.name, q.outputs[j].name);
+    }
+    if (!known)
+      snprintf(why, sizeof why, "model '%s' has no output '%s'", sm->name, q.outputs[j].name);
+  }
+  if (why[0]) {
+    es_model_release(m);
+    es_v2_request_free(&q);
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "%s", why);
+  }
   es_submit sub = {.model = sm->rt_id, .inputs = in, .n_inputs = n_in,
                    .priority = level_of(s, sm, &q)};
   if (q.has_timeout && q.timeout_us)
@@ -409,7 +466,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
         return send_error(s, c, 404, 0, "unknown model '%s'", seg[3]);
       return repository_load(s, c, sm, !strcmp(seg[4], "load"));
     }
-    return send_error(s, c, 404, 0, "no such route: %s %s", method, url);
+    return send_method_error(s, c, method, url, "POST");
   }
   if (n >= 3 && !strcmp(seg[1], "models")) {
     srv_model *sm = srv_find(s, seg[2]);
@@ -439,6 +496,10 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
         return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
       return infer(s, c, sm, k);
     }
+    if (n == rest || (n == rest + 1 && !strcmp(seg[rest], "ready")))
+      return send_method_error(s, c, method, url, "GET, HEAD");
+    if (n == rest + 1 && !strcmp(seg[rest], "infer"))
+      return send_method_error(s, c, method, url, "POST");
   }
   return send_error(s, c, 404, 0, "no such route: %s %s", method, url);
 }
@@ -455,6 +516,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
       return MHD_NO;
     k->start_ns = now_ns();
     *con_cls = k;
+    atomic_fetch_add(&s->active, 1);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl) {
       char *end;
@@ -483,10 +545,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
       }
     }
-    /* Rejecting now means the body is never read. */
-    if (k->reject)
-      return send_error(s, c, (unsigned)k->reject, k->reject == 503 ? 1000 : 0, "%s",
-                        k->reject_msg);
+    /* A body over the limit is refused before it is read (clients that
+     * send "Expect: 100-continue" never send it). A 503 is answered after
+     * the body was read and dropped: refusing mid-upload makes most clients
+     * see a reset connection instead of the status and its Retry-After. */
+    if (k->reject == 413 || k->reject == 400) {
+      atomic_fetch_add(&s->rejected[k->reject == 413 ? SRV_REJECT_TOO_LARGE : SRV_REJECT_BAD], 1);
+      return send_error(s, c, (unsigned)k->reject, 0, "%s", k->reject_msg);
+    }
     return MHD_YES;
   }
   if (*upload_size) {
@@ -512,7 +578,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         snprintf(k->reject_msg, sizeof k->reject_msg, "too many request bytes in flight");
         return MHD_YES;
       }
-      char *nb = es_mem_realloc(k->body, cap);
+      char *nb = k->body ? es_mem_realloc(k->body, cap) : es_mem_alloc(ES_MEM_SERVER, cap);
       if (!nb) {
         uncharge(s, cap - k->charged);
         k->reject = 503;
@@ -527,9 +593,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     k->len += n;
     return MHD_YES;
   }
-  if (k->reject)
+  if (k->reject) {
+    atomic_fetch_add(&s->rejected[k->reject == 413   ? SRV_REJECT_TOO_LARGE
+                                  : k->reject == 503 ? SRV_REJECT_BUFFERED
+                                                     : SRV_REJECT_BAD],
+                     1);
     return send_error(s, c, (unsigned)k->reject, k->reject == 503 ? 1000 : 0, "%s",
                       k->reject_msg);
+  }
   enum MHD_Result r = route(s, c, url, method, k);
   if (!s->cfg.quiet)
     fprintf(stderr, "%s %s %.2f ms\n", method, url, (double)(now_ns() - k->start_ns) / 1e6);
@@ -604,11 +675,18 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   if (s->daemon)
     MHD_quiesce_daemon(s->daemon); /* no new connections */
   es_admission_set_draining(es_runtime_admission(s->rt), -1, 1);
-  rep.inflight_at_stop = srv_tracked(s);
+  /* Requests count until their response is handed to the connection
+   * (on_completed), so none is cut off between its run and its answer. */
+  rep.inflight_at_stop = atomic_load(&s->active);
   uint64_t until = t0 + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
-  while (srv_tracked(s) && now_ns() < until)
+  while (atomic_load(&s->active) && now_ns() < until)
     usleep(2000);
-  rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now; running ones finish */
+  rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
+  /* Running ones finish (runs are not interrupted); their answers and the
+   * 503s of the cancelled ones go out before the connections close. */
+  uint64_t last = now_ns() + 30ull * 1000000000ull;
+  while (atomic_load(&s->active) && now_ns() < last)
+    usleep(2000);
   rep.finished_in_grace = rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
   if (s->daemon) {
     MHD_stop_daemon(s->daemon); /* joins the connection threads */

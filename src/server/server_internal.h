@@ -11,6 +11,8 @@
 #define SRV_BUCKETS 14
 
 enum { SRV_OUT_SUCCESS = 0, SRV_OUT_REFUSED, SRV_OUT_BAD_REQUEST, SRV_OUT_ERROR, SRV_OUT_COUNT };
+/* Requests answered before routing (no model known yet). */
+enum { SRV_REJECT_TOO_LARGE = 0, SRV_REJECT_BUFFERED, SRV_REJECT_BAD, SRV_REJECT_COUNT };
 
 /* A model the server knows: from the repository, the config or the default
  * set; loaded (rt_id >= 0) or not. Counters under the server's mutex. */
@@ -53,6 +55,8 @@ struct es_server {
   size_t n_tracked;
   _Atomic size_t buffered;
   _Atomic uint64_t served;
+  _Atomic uint64_t rejected[SRV_REJECT_COUNT];
+  _Atomic size_t active;     /* HTTP requests between first callback and completion */
   _Atomic int stopping;
   es_server_report report;
   uint64_t started_ns;

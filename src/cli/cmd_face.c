@@ -1,0 +1,194 @@
+/* edgeserve face: detect faces in one image and print them as JSON.
+ *
+ * The pipeline the way a server runs it, in miniature: a runtime with one
+ * worker, the BlazeFace model loaded into it, es_face_detect through the
+ * runtime's admission and queue. Output is JSON (one object on stdout) so
+ * scripts and the e2e tests can read it without scraping; --json is accepted
+ * for symmetry with other tools but changes nothing. "ms" is the time of
+ * es_face_detect (resize, run, decode, suppression), the median over
+ * --repeat runs; model loading and image decoding are not in it. */
+#include "cli/cli.h"
+#include "edgeserve/apps.h"
+#include "edgeserve/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FACE_MAX 64
+
+static void face_usage(FILE *f) {
+  fprintf(f,
+          "usage: edgeserve face IMAGE [--model front|back|FILE.onnx] [--min-score S]\n"
+          "                      [--repeat N] [--json]\n\n"
+          "Detects faces in a JPEG or PNG image with MediaPipe's BlazeFace and prints\n"
+          "{\"image\", \"width\", \"height\", \"faces\": [{\"box\": [x0,y0,x1,y1], \"score\",\n"
+          "\"keypoints\": [[x,y] x6]}], \"ms\"} in image pixels, best first. Keypoints:\n"
+          "right eye, left eye, nose, mouth, right ear, left ear (the subject's).\n"
+          "--model: front (blazeface_front_128.onnx, close faces; the default), back\n"
+          "(blazeface_back_256.onnx, faces further away) from $ES_MODEL_DIR (default\n"
+          ".cache/models), or a model file. --min-score: default 0.5. --repeat N:\n"
+          "detect N times, ms is the median.\n");
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped;
+ * other bytes (UTF-8 file names) as they are. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void print_json(const char *path, const es_image *img, const es_face *faces, int n,
+                       double ms) {
+  printf("{\"image\":");
+  json_string(stdout, path);
+  printf(",\"width\":%d,\"height\":%d,\"faces\":[", img->width, img->height);
+  for (int i = 0; i < n; i++) {
+    const es_face *f = &faces[i];
+    printf("%s{\"box\":[%.1f,%.1f,%.1f,%.1f],\"score\":%.4f,\"keypoints\":[", i ? "," : "",
+           (double)f->x0, (double)f->y0, (double)f->x1, (double)f->y1, (double)f->score);
+    for (int k = 0; k < 6; k++)
+      printf("%s[%.1f,%.1f]", k ? "," : "", (double)f->keypoints[k][0],
+             (double)f->keypoints[k][1]);
+    printf("]}");
+  }
+  printf("],\"ms\":%.3f}\n", ms);
+}
+
+int es_cmd_face(int argc, char **argv) {
+  const char *image = NULL, *model = "front";
+  double min_score = 0.5;
+  long repeat = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    char *end;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      face_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      /* the only output format */
+    } else if (!strcmp(a, "--model") && i + 1 < argc) {
+      model = argv[++i];
+    } else if (!strcmp(a, "--min-score") && i + 1 < argc) {
+      min_score = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(min_score > 0 && min_score <= 1)) {
+        fprintf(stderr, "edgeserve face: --min-score wants a number in (0, 1], got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
+      repeat = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || repeat < 1 || repeat > 100000) {
+        fprintf(stderr, "edgeserve face: --repeat wants 1..100000, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "edgeserve face: unknown or incomplete option '%s'\n\n", a);
+      face_usage(stderr);
+      return 2;
+    } else if (!image) {
+      image = a;
+    } else {
+      fprintf(stderr, "edgeserve face: one image at a time ('%s' and '%s')\n", image, a);
+      return 2;
+    }
+  }
+  if (!image) {
+    face_usage(stderr);
+    return 2;
+  }
+
+  char path[4096];
+  const char *dir = getenv("ES_MODEL_DIR");
+  if (!dir || !*dir)
+    dir = ".cache/models";
+  if (!strcmp(model, "front"))
+    snprintf(path, sizeof path, "%s/blazeface_front_128.onnx", dir);
+  else if (!strcmp(model, "back"))
+    snprintf(path, sizeof path, "%s/blazeface_back_256.onnx", dir);
+  else
+    snprintf(path, sizeof path, "%s", model);
+
+  es_image img;
+  if (es_image_load(image, &img) < 0) {
+    fprintf(stderr, "edgeserve face: %s\n", es_last_error_detail());
+    return 1;
+  }
+
+  int status = 1;
+  es_runtime *rt = NULL;
+  es_face_detector *fd = NULL;
+  double *times = NULL;
+  es_runtime_config rc;
+  es_runtime_config_default(&rc);
+  rc.workers = 1; /* one image, one request at a time */
+  rc.pin = 0;
+  rc.watch_ms = 0;
+  if (es_runtime_create(&rc, &rt) < 0) {
+    fprintf(stderr, "edgeserve face: runtime: %s\n", es_last_error_detail());
+    goto out;
+  }
+  es_model_config mc;
+  es_model_config_default(&mc);
+  mc.name = "face";
+  mc.path = path;
+  int id;
+  if (es_runtime_model_load(rt, &mc, &id) < 0) {
+    fprintf(stderr, "edgeserve face: %s: %s\n", path, es_last_error_detail());
+    if (strcmp(model, "front") == 0 || strcmp(model, "back") == 0)
+      fprintf(stderr, "edgeserve face: fetch the models with scripts/fetch-models.sh\n");
+    goto out;
+  }
+  if (es_face_detector_create(rt, id, &fd) < 0) {
+    fprintf(stderr, "edgeserve face: %s: %s\n", path, es_last_error_detail());
+    goto out;
+  }
+  times = malloc((size_t)repeat * sizeof *times);
+  if (!times) {
+    fprintf(stderr, "edgeserve face: no memory\n");
+    goto out;
+  }
+  es_face faces[FACE_MAX];
+  int n = 0;
+  for (long r = 0; r < repeat; r++) {
+    es_refusal why;
+    double t0 = now_ms();
+    int err = es_face_detect(fd, &img, (float)min_score, 0, 0, faces, FACE_MAX, &n, &why);
+    times[r] = now_ms() - t0;
+    if (err < 0) {
+      fprintf(stderr, "edgeserve face: %s\n", es_last_error_detail());
+      goto out;
+    }
+  }
+  qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+  print_json(image, &img, faces, n, times[repeat / 2]);
+  status = 0;
+out:
+  free(times);
+  es_face_detector_destroy(fd);
+  if (rt && es_runtime_destroy(rt) < 0)
+    fprintf(stderr, "edgeserve face: runtime shutdown: %s\n", es_last_error_detail());
+  es_image_free(&img);
+  return status;
+}

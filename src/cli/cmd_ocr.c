@@ -1,0 +1,206 @@
+/* edgeserve ocr: read the text of one image and print it as JSON.
+ *
+ * The OCR pipeline the way a server runs it, in miniature: a runtime (one
+ * worker per core, so the recogniser's batches of one image run side by
+ * side), PP-OCR's det, cls and rec models loaded into it, es_ocr_read
+ * through the runtime's admission and queues. Output is one JSON object on
+ * stdout so scripts and tests read it without scraping; --json is accepted
+ * for symmetry with `edgeserve face` but changes nothing. "ms" is the time
+ * of es_ocr_read (detection, crops, classification, recognition), the
+ * median over --repeat runs; loading the models and decoding the image are
+ * not in it. The first read of a new image size also plans the models for
+ * its shapes (the runtime caches the plans), so --repeat shows the steady
+ * state and "first_ms" the cold one. */
+#include "cli/cli.h"
+#include "edgeserve/apps.h"
+#include "edgeserve/memory.h"
+#include "edgeserve/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OCR_CLI_MAX_LINES 1000 /* the detector's max_candidates */
+
+static void ocr_usage(FILE *f) {
+  fprintf(f,
+          "usage: edgeserve ocr IMAGE [--no-cls] [--limit-side N] [--repeat N] [--json]\n\n"
+          "Reads the text in a JPEG or PNG image with PaddleOCR's PP-OCR models\n"
+          "(detection, direction classification, recognition) and prints\n"
+          "{\"image\", \"width\", \"height\", \"lines\": [{\"text\", \"confidence\", \"box\":\n"
+          "[[x,y] x4]}], \"ms\", \"first_ms\"}: lines top to bottom, boxes in image pixels\n"
+          "clockwise from the top-left corner. The models (ppocr_det.onnx,\n"
+          "ppocr_cls.onnx, ppocr_rec.onnx, ppocr_keys_v1.txt) come from $ES_MODEL_DIR\n"
+          "(default .cache/models). --no-cls skips the 180-degree classifier (text\n"
+          "known to be upright). --limit-side: the longer side the detector sees\n"
+          "(default 960). --repeat N: read N times, ms is the median.\n");
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped; other
+ * bytes (the recogniser's UTF-8, file names) as they are. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void print_json(const char *path, const es_image *img, const es_ocr_line *lines, int n,
+                       double ms, double first_ms) {
+  printf("{\"image\":");
+  json_string(stdout, path);
+  printf(",\"width\":%d,\"height\":%d,\"lines\":[", img->width, img->height);
+  for (int i = 0; i < n; i++) {
+    const es_ocr_line *l = &lines[i];
+    printf("%s{\"text\":", i ? "," : "");
+    json_string(stdout, l->text);
+    printf(",\"confidence\":%.4f,\"box_score\":%.4f,\"box\":[", (double)l->confidence,
+           (double)l->box_score);
+    for (int k = 0; k < 4; k++)
+      printf("%s[%.0f,%.0f]", k ? "," : "", (double)l->box[k][0], (double)l->box[k][1]);
+    printf("]}");
+  }
+  printf("],\"ms\":%.3f,\"first_ms\":%.3f}\n", ms, first_ms);
+}
+
+static int load_model(es_runtime *rt, const char *dir, const char *file, int *id) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  es_model_config mc;
+  es_model_config_default(&mc);
+  mc.name = file;
+  mc.path = path;
+  if (es_runtime_model_load(rt, &mc, id) < 0) {
+    fprintf(stderr, "edgeserve ocr: %s: %s\n", path, es_last_error_detail());
+    return -1;
+  }
+  return 0;
+}
+
+int es_cmd_ocr(int argc, char **argv) {
+  const char *image = NULL;
+  int use_cls = 1;
+  long repeat = 1, limit = 960;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    char *end;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      ocr_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--json")) {
+      /* the only output format */
+    } else if (!strcmp(a, "--no-cls")) {
+      use_cls = 0;
+    } else if (!strcmp(a, "--limit-side") && i + 1 < argc) {
+      limit = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || limit < 32 || limit > 8192) {
+        fprintf(stderr, "edgeserve ocr: --limit-side wants 32..8192, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
+      repeat = strtol(argv[++i], &end, 10);
+      if (*end || end == argv[i] || repeat < 1 || repeat > 100000) {
+        fprintf(stderr, "edgeserve ocr: --repeat wants 1..100000, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "edgeserve ocr: unknown or incomplete option '%s'\n\n", a);
+      ocr_usage(stderr);
+      return 2;
+    } else if (!image) {
+      image = a;
+    } else {
+      fprintf(stderr, "edgeserve ocr: one image at a time ('%s' and '%s')\n", image, a);
+      return 2;
+    }
+  }
+  if (!image) {
+    ocr_usage(stderr);
+    return 2;
+  }
+  const char *dir = getenv("ES_MODEL_DIR");
+  if (!dir || !*dir)
+    dir = ".cache/models";
+
+  es_image img;
+  if (es_image_load(image, &img) < 0) {
+    fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
+    return 1;
+  }
+
+  int status = 1;
+  es_runtime *rt = NULL;
+  es_ocr *ocr = NULL;
+  double *times = NULL;
+  es_ocr_line *lines = NULL;
+  es_runtime_config rc;
+  es_runtime_config_default(&rc);
+  rc.pin = 0;
+  rc.watch_ms = 0;
+  if (es_runtime_create(&rc, &rt) < 0) {
+    fprintf(stderr, "edgeserve ocr: runtime: %s\n", es_last_error_detail());
+    goto out;
+  }
+  es_ocr_config oc;
+  es_ocr_config_default(&oc);
+  oc.det_limit_side = (int)limit;
+  char keys[4096];
+  snprintf(keys, sizeof keys, "%s/ppocr_keys_v1.txt", dir);
+  oc.keys_path = keys;
+  if (load_model(rt, dir, "ppocr_det.onnx", &oc.det_model) < 0 ||
+      load_model(rt, dir, "ppocr_rec.onnx", &oc.rec_model) < 0 ||
+      (use_cls && load_model(rt, dir, "ppocr_cls.onnx", &oc.cls_model) < 0))
+    goto out;
+  if (es_ocr_create(rt, &oc, &ocr) < 0) {
+    fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
+    goto out;
+  }
+  times = es_mem_calloc(ES_MEM_CLI, (size_t)repeat, sizeof *times);
+  lines = es_mem_calloc(ES_MEM_CLI, OCR_CLI_MAX_LINES, sizeof *lines);
+  if (!times || !lines) {
+    fprintf(stderr, "edgeserve ocr: out of memory\n");
+    goto out;
+  }
+  int n = 0;
+  for (long r = 0; r < repeat; r++) {
+    es_refusal why;
+    double t0 = now_ms();
+    int err = es_ocr_read(ocr, &img, 0, 0, lines, OCR_CLI_MAX_LINES, &n, &why);
+    times[r] = now_ms() - t0;
+    if (err < 0) {
+      fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
+      goto out;
+    }
+  }
+  double first = times[0];
+  qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+  print_json(image, &img, lines, n, times[repeat / 2], first);
+  status = 0;
+out:
+  es_mem_free(times);
+  es_mem_free(lines);
+  es_ocr_destroy(ocr);
+  if (rt && es_runtime_destroy(rt) < 0)
+    fprintf(stderr, "edgeserve ocr: runtime: %s\n", es_last_error_detail());
+  es_image_free(&img);
+  return status;
+}

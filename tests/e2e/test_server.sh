@@ -1,0 +1,565 @@
+#!/usr/bin/env bash
+# `edgeserve serve` end to end: the KServe v2 REST server over real HTTP.
+#
+# Starts the server on a free port (--port 0; the port is read from its
+# "serving N models on http://HOST:PORT/v2" line), waits for
+# /v2/health/ready, then checks with curl and tests/e2e/v2_client.js:
+#   1. every endpoint: server and model metadata (also under /versions/1),
+#      readiness, 404 for an unknown model and version, the repository index
+#      (5 models READY), unload -> UNAVAILABLE / ready 503 / infer 404, load
+#      -> READY and inference works again;
+#   2. inference, JSON and binary, on the five target models gives exactly
+#      (max abs diff 0) what `edgeserve run` gives on the same .npy inputs:
+#      blazeface front/back, cls, rec at 48x320 and 48x160 (dynamic width),
+#      det at 640x640 (binary, and once JSON) and 320x320 (dynamic); an
+#      output selection returns only that output;
+#   3. priority and timeout parameters (a 1 us timeout on det: 503 with
+#      Retry-After, or 200 when it ran anyway);
+#   4. malformed requests each get their 4xx with a message naming the
+#      problem (truncated binary body, bad Inference-Header-Content-Length,
+#      binary_data_size not adding up, wrong rank / fixed dimension /
+#      datatype, huge dimensions, invalid JSON, missing or unknown inputs,
+#      unknown route, wrong method), and a good request after each batch
+#      still gets 200; a client that hangs up mid-body does not hurt it;
+#   5. GET /metrics passes `promtool check metrics` (skipped with a message
+#      when promtool is missing) and its per-model counters moved exactly by
+#      the requests made;
+#   6. SIGTERM with det requests in flight: exit 0 within the grace period,
+#      every in-flight request answered in full with 200 (or 503 when cut
+#      off), the "stopped: ... cut off" report on stderr;
+#   7. a second server from a config file (--config, max_body_bytes 2M):
+#      413 for a larger body (Content-Length or chunked), chunked uploads
+#      under the limit work, and SIGTERM with no grace cuts off cleanly.
+# Every server's stderr is checked for sanitizer reports (the script sets
+# ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 unless already set, so an ASan
+# build's leaks fail the exit-code check too).
+# Prints one "ok - ..." / "not ok - ..." line per check; exits 1 if any
+# failed. Request counts are small (det runs ~10 times) so that an ASan build
+# finishes in a few minutes.
+#   test_server.sh EDGESERVE_BINARY SOURCE_DIR
+set -uo pipefail
+es=$1
+src=$2
+models=${ES_MODEL_DIR:-$src/.cache/models}
+client="$src/tests/e2e/v2_client.js"
+work=$(mktemp -d)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+t_start=$(date +%s)
+
+declare -A servers # pid -> 1 while it is ours and not yet reaped
+cleanup() {
+  for p in "${!servers[@]}"; do
+    kill -KILL "$p" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+for need in node curl; do
+  command -v $need >/dev/null || { echo "test_server: '$need' is missing (scripts/deps.sh installs it)"; exit 1; }
+done
+[ -f "$models/ppocr_det.onnx" ] || { echo "test_server: models missing (scripts/fetch-models.sh)"; exit 1; }
+models=$(cd "$models" && pwd)
+export ES_MODEL_DIR=$models # the embedded default set finds them wherever we run
+
+n_ok=0
+n_fail=0
+ok() { echo "ok - $*"; n_ok=$((n_ok + 1)); }
+notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
+get() { node "$client" get "$@"; }
+
+# ---- servers ------------------------------------------------------------------
+
+# start_server NAME ARGS...: sets url and spid, or returns 1.
+start_server() {
+  local name=$1
+  shift
+  "$es" serve --port 0 "$@" 2>"$work/$name.err" &
+  spid=$!
+  servers[$spid]=1
+  local port="" i
+  for ((i = 0; i < 1200; i++)); do # 120 s: five models under ASan
+    port=$(sed -n 's#^edgeserve: serving [0-9]* models on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/$name.err")
+    [ -n "$port" ] && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    notok "server '$name' started (no 'serving ... on http://...' line):"
+    sed 's/^/#   /' "$work/$name.err"
+    return 1
+  fi
+  url="http://127.0.0.1:$port"
+  for ((i = 0; i < 300; i++)); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200 ] && break
+    sleep 0.1
+  done
+  echo "# server '$name' on $url (pid $spid): $(grep '^edgeserve: serving' "$work/$name.err")"
+}
+
+# wait_exit PID SECONDS: the exit status, or 255 when it is still running.
+wait_exit() {
+  local pid=$1 limit=$2 i st
+  for ((i = 0; i < limit * 10; i++)); do
+    st=$(ps -o stat= -p "$pid" 2>/dev/null)
+    if [ -z "$st" ] || [[ $st == Z* ]]; then
+      wait "$pid"
+      st=$?
+      unset "servers[$pid]"
+      return $st
+    fi
+    sleep 0.1
+  done
+  return 255
+}
+
+sanitizer_clean() { # NAME
+  if grep -Eq 'AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:' "$work/$1.err"; then
+    notok "server '$1': sanitizer report on stderr:"
+    grep -E -A30 'Sanitizer|runtime error:' "$work/$1.err" | head -60 | sed 's/^/#   /'
+  else
+    ok "server '$1': no sanitizer report"
+  fi
+}
+
+# ---- HTTP helpers ---------------------------------------------------------------
+
+# http METHOD PATH [curl args]: code, $work/last.body, $work/last.hdr
+http() {
+  local m=$1 p=$2
+  shift 2
+  code=$(curl -s -m 120 -X "$m" -o "$work/last.body" -D "$work/last.hdr" -w '%{http_code}' "$@" "$url$p")
+}
+# expect "CODE|CODE" REGEX DESCRIPTION: the last response's status and body.
+expect() {
+  local want=$1 re=$2 desc=$3
+  if [[ "|$want|" == *"|$code|"* ]] && { [ -z "$re" ] || grep -Eiq -- "$re" "$work/last.body"; }; then
+    ok "$desc"
+  else
+    notok "$desc (want $want${re:+ and /$re/}, got $code: $(head -c 300 "$work/last.body"))"
+  fi
+}
+header() { # NAME: the value in the last response, "" if absent
+  tr -d '\r' <"$work/last.hdr" | awk -v h="$(echo "$1" | tr A-Z a-z)" -F': ' 'tolower($1) == h {print $2}' | tail -1
+}
+
+declare -A succ refused_deadline
+count_success() { succ[$1]=$((${succ[$1]:-0} + 1)); }
+
+n_out=0
+mkdir -p "$work/out"
+# infer_cmp DESC MODEL REF_DIR INPUT=FILE [client options]: 200, the expected
+# kind of response (binary with --binary-output or an output ":bin"), and
+# every output of REF_DIR equal in the response.
+infer_cmp() {
+  local desc=$1 model=$2 ref=$3 input=$4
+  shift 4
+  local out="$work/out/$((++n_out))" want_bin=false a
+  for a in "$@"; do [[ $a == --binary-output || $a == *:bin ]] && want_bin=true; done
+  node "$client" infer "$url" "$model" --input "$input" --out "$out" "$@" >"$out.json" 2>&1
+  local st
+  st=$(get "$out.json" 'j.status')
+  if [ "$st" != 200 ]; then
+    notok "$desc: status $st: $(head -c 300 "$out.json")"
+    return 1
+  fi
+  count_success "${model%%/*}"
+  local dec bin
+  dec=$(get "$out.json" 'j.decode_error || ""')
+  bin=$(get "$out.json" 'j.binary')
+  if [ -n "$dec" ]; then
+    notok "$desc: response does not decode: $dec"
+  elif [ "$bin" != "$want_bin" ]; then
+    notok "$desc: binary response $bin, wanted $want_bin"
+  elif cmpout=$(node "$client" cmp "$ref" "$out" 2>&1); then
+    ok "$desc"
+  else
+    notok "$desc: outputs differ from edgeserve run:"
+    echo "$cmpout" | sed 's/^/#   /'
+  fi
+}
+
+# good_cls DESC: a binary cls request must still get 200.
+good_cls() {
+  http POST /v2/models/ppocr_cls/infer -H "Inference-Header-Content-Length: $cls_hl" \
+    -H 'Content-Type: application/octet-stream' --data-binary @"$work/cls.bin"
+  expect 200 '"outputs"' "$1"
+  [ "$code" = 200 ] && count_success ppocr_cls
+}
+
+# ---- inputs and references ----------------------------------------------------------
+
+in="$work/in"
+node "$src/scripts/ort/make_inputs.js" "$in" >/dev/null || { echo "test_server: make_inputs.js failed"; exit 1; }
+node "$client" gen "$in/ppocr_rec_w160.npy" 1,3,48,160 160 || exit 1
+ref="$work/ref"
+refs=(
+  "blazeface_front_128 blazeface_front_128"
+  "blazeface_back_256 blazeface_back_256"
+  "ppocr_cls ppocr_cls"
+  "ppocr_rec ppocr_rec_w320"
+  "ppocr_rec ppocr_rec_w160"
+  "ppocr_det ppocr_det_640"
+  "ppocr_det ppocr_det_320"
+)
+for r in "${refs[@]}"; do
+  read -r file input <<<"$r"
+  if ! "$es" run "$models/$file.onnx" "$in/$input.npy" --output-dir "$ref/$input" >"$work/run.log" 2>&1; then
+    notok "edgeserve run $file $input (the reference) failed:"
+    sed 's/^/#   /' "$work/run.log"
+  fi
+done
+cls_hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --binary-output --body "$work/cls.bin") || exit 1
+echo "# inputs and references ready ($(($(date +%s) - t_start)) s)"
+
+start_server main --grace-ms 20000 || exit 1
+main_pid=$spid
+
+# ---- 1. endpoints -----------------------------------------------------------------------
+
+http GET /v2
+expect 200 '"binary_tensor_data"' "GET /v2: server metadata with the binary extension"
+http GET /v2/health/live
+expect 200 '"live":true' "GET /v2/health/live"
+http GET /v2/health/ready
+expect 200 '"ready":true' "GET /v2/health/ready"
+declare -A input_name=([blazeface_front]=input:0 [blazeface_back]=input:0 [ppocr_det]=x [ppocr_rec]=x [ppocr_cls]=x)
+for m in blazeface_front blazeface_back ppocr_det ppocr_rec ppocr_cls; do
+  for v in "" /versions/1; do
+    http GET "/v2/models/$m$v"
+    if [ "$code" = 200 ] && [ "$(get "$work/last.body" "j.name + ' ' + j.inputs[0].name + ' ' + j.inputs[0].datatype + ' ' + (j.outputs.length > 0)")" = "$m ${input_name[$m]} FP32 true" ]; then
+      ok "GET /v2/models/$m$v: metadata"
+    else
+      notok "GET /v2/models/$m$v: metadata: $code $(head -c 300 "$work/last.body")"
+    fi
+    http GET "/v2/models/$m$v/ready"
+    expect 200 '"ready":true' "GET /v2/models/$m$v/ready"
+  done
+done
+http GET /v2/models/nosuchmodel
+expect 404 "nosuchmodel" "GET /v2/models/nosuchmodel: 404 naming it"
+http GET /v2/models/nosuchmodel/ready
+expect 404 "nosuchmodel" "GET /v2/models/nosuchmodel/ready: 404"
+http GET /v2/models/ppocr_det/versions/2
+expect 404 "version" "GET /v2/models/ppocr_det/versions/2: 404 naming the version"
+http POST /v2/models/ppocr_det/versions/2/infer -d '{}'
+expect 404 "version" "POST /v2/models/ppocr_det/versions/2/infer: 404"
+http POST /v2/models/nosuchmodel/infer -d '{"inputs":[{"name":"x","shape":[1],"datatype":"FP32","data":[1]}]}'
+expect 404 "nosuchmodel" "POST /v2/models/nosuchmodel/infer: 404"
+http POST /v2/repository/index
+if [ "$code" = 200 ] && [ "$(get "$work/last.body" "j.map(m => m.name + ':' + m.state).sort().join(' ')")" = \
+     "blazeface_back:READY blazeface_front:READY ppocr_cls:READY ppocr_det:READY ppocr_rec:READY" ]; then
+  ok "POST /v2/repository/index: the 5 models READY"
+else
+  notok "POST /v2/repository/index: $code $(head -c 400 "$work/last.body")"
+fi
+
+# ---- 2. inference equals `edgeserve run` ---------------------------------------------------
+
+bf=input:0
+infer_cmp "blazeface_front JSON = run" blazeface_front "$ref/blazeface_front_128" "$bf=$in/blazeface_front_128.npy"
+infer_cmp "blazeface_front binary = run" blazeface_front "$ref/blazeface_front_128" "$bf=$in/blazeface_front_128.npy" --binary --binary-output
+infer_cmp "blazeface_back binary = run" blazeface_back "$ref/blazeface_back_256" "$bf=$in/blazeface_back_256.npy" --binary --binary-output
+infer_cmp "ppocr_cls JSON = run" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy"
+infer_cmp "ppocr_cls binary = run" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --binary --binary-output
+infer_cmp "ppocr_cls binary in, JSON out, via /versions/1 = run" ppocr_cls/versions/1 "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --binary
+infer_cmp "ppocr_cls JSON in, output asked binary = run" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --output softmax_0.tmp_0:bin
+infer_cmp "ppocr_rec 48x320 JSON = run" ppocr_rec "$ref/ppocr_rec_w320" "x=$in/ppocr_rec_w320.npy"
+infer_cmp "ppocr_rec 48x320 binary = run" ppocr_rec "$ref/ppocr_rec_w320" "x=$in/ppocr_rec_w320.npy" --binary --binary-output
+infer_cmp "ppocr_rec 48x160 (dynamic width) binary = run" ppocr_rec "$ref/ppocr_rec_w160" "x=$in/ppocr_rec_w160.npy" --binary --binary-output
+infer_cmp "ppocr_det 640x640 binary = run" ppocr_det "$ref/ppocr_det_640" "x=$in/ppocr_det_640.npy" --binary --binary-output
+t0=$(date +%s%N)
+infer_cmp "ppocr_det 640x640 JSON (10 MB in, 5 MB out) = run" ppocr_det "$ref/ppocr_det_640" "x=$in/ppocr_det_640.npy"
+echo "# det 640 JSON round trip: $((($(date +%s%N) - t0) / 1000000)) ms"
+infer_cmp "ppocr_det 320x320 (dynamic) binary = run" ppocr_det "$ref/ppocr_det_320" "x=$in/ppocr_det_320.npy" --binary --binary-output
+
+# Output selection: only the output asked for comes back.
+out="$work/out/select"
+node "$client" infer "$url" blazeface_front --input "$bf=$in/blazeface_front_128.npy" --binary \
+  --output 'Identity_2:0:bin' --out "$out" >"$out.json" 2>&1
+if [ "$(get "$out.json" "j.status + ' ' + (j.outputs || []).map(o => o.name).join(',')")" = "200 Identity_2:0" ] &&
+   node "$client" cmp "$out" "$ref/blazeface_front_128" >/dev/null; then
+  ok "blazeface_front: asking for one output returns only it, equal to run"
+  count_success blazeface_front
+else
+  notok "blazeface_front output selection: $(head -c 300 "$out.json")"
+fi
+
+# ---- 3. priority and timeout ----------------------------------------------------------------
+
+for p in 1 2 99; do
+  infer_cmp "ppocr_cls with parameters.priority $p" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --binary --binary-output --priority $p
+done
+infer_cmp "ppocr_rec with timeout 60 s and priority 1" ppocr_rec "$ref/ppocr_rec_w320" "x=$in/ppocr_rec_w320.npy" --binary --binary-output --timeout 60000000 --priority 1
+out="$work/out/tiny_timeout"
+node "$client" infer "$url" ppocr_det --input "x=$in/ppocr_det_640.npy" --binary --binary-output --timeout 1 >"$out.json" 2>&1
+st=$(get "$out.json" 'j.status')
+ra=$(get "$out.json" 'j.headers["retry-after"] || ""')
+if [ "$st" = 503 ] && [[ $ra =~ ^[0-9]+$ ]]; then
+  ok "ppocr_det with timeout 1 us: 503 with Retry-After: $ra ($(get "$out.json" 'j.error'))"
+  refused_deadline[ppocr_det]=1
+elif [ "$st" = 200 ]; then
+  ok "ppocr_det with timeout 1 us: 200 (it ran before the deadline was checked)"
+  count_success ppocr_det
+else
+  notok "ppocr_det with timeout 1 us: want 503 with Retry-After or 200, got $(head -c 300 "$out.json")"
+fi
+http POST /v2/models/ppocr_cls/infer -d '{"inputs":[{"name":"x","shape":[1,3,1,1],"datatype":"FP32","data":[1,2,3]}],"parameters":{"priority":"high"}}'
+expect 400 "priority" "parameters.priority \"high\": 400 naming priority"
+http POST /v2/models/ppocr_cls/infer -d '{"inputs":[{"name":"x","shape":[1,3,1,1],"datatype":"FP32","data":[1,2,3]}],"parameters":{"timeout":-5}}'
+expect 400 "timeout" "parameters.timeout -5: 400 naming timeout"
+
+# ---- 4. malformed requests -------------------------------------------------------------------
+
+cls_url=/v2/models/ppocr_cls/infer
+bin=(-H 'Content-Type: application/octet-stream')
+# Binary body problems.
+head -c 1000 "$work/cls.bin" >"$work/trunc.bin"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" --data-binary @"$work/trunc.bin"
+expect 400 "past the end|truncated" "truncated binary body: 400"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: 99999999" --data-binary @"$work/cls.bin"
+expect 400 "Inference-Header-Content-Length.*larger" "Inference-Header-Content-Length past the body: 400"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: -5" --data-binary @"$work/cls.bin"
+expect 400 "Inference-Header-Content-Length" "Inference-Header-Content-Length -5: 400"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: twelve" --data-binary @"$work/cls.bin"
+expect 400 "Inference-Header-Content-Length" "Inference-Header-Content-Length 'twelve': 400"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: 0" --data-binary @"$work/cls.bin"
+expect 400 "Inference-Header-Content-Length" "Inference-Header-Content-Length 0: 400"
+hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --bds-add 4 --body "$work/bds.bin")
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $hl" --data-binary @"$work/bds.bin"
+expect 400 "binary_data_size|needs [0-9]+ bytes" "binary_data_size 4 over the tensor: 400"
+cat "$work/cls.bin" >"$work/extra.bin"
+printf 'junk' >>"$work/extra.bin"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" --data-binary @"$work/extra.bin"
+expect 400 "4 bytes follow|add up" "4 bytes after the binary tensors: 400"
+hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --body "$work/nohdr.bin")
+http POST $cls_url "${bin[@]}" --data-binary @"$work/nohdr.bin"
+expect 400 "JSON|binary" "binary body without Inference-Header-Content-Length: 400"
+good_cls "good request after the binary-body batch: 200"
+
+# Tensor problems.
+hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --shape x=1,3,48 --body "$work/rank.bin")
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $hl" --data-binary @"$work/rank.bin"
+expect 400 "'x'" "cls shape [1,3,48] (rank 3): 400 naming input x"
+hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --shape x=1,4,48,144 --body "$work/dim.bin")
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $hl" --data-binary @"$work/dim.bin"
+expect 400 "'x'.*dimension 1|dimension 1.*'x'" "cls shape [1,4,48,144] (channels fixed to 3): 400 naming dimension 1"
+out="$work/out/bfdim"
+node "$client" infer "$url" blazeface_front --input "$bf=$in/ppocr_cls.npy" --binary >"$out.json" 2>&1
+if [ "$(get "$out.json" 'j.status')" = 400 ] && grep -q "input:0" "$out.json"; then
+  ok "blazeface_front given [1,3,48,192] (fixed [1,128,128,3]): 400 naming input:0"
+else
+  notok "blazeface_front given [1,3,48,192]: $(head -c 300 "$out.json")"
+fi
+hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --datatype x=INT64 --shape x=1,3,48,96 --body "$work/dt.bin")
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $hl" --data-binary @"$work/dt.bin"
+expect 400 "INT64" "cls x as INT64: 400 naming the datatype"
+http POST $cls_url -d '{"inputs":[{"name":"x","shape":[1,3,48,192],"datatype":"FP64X","data":[1]}]}'
+expect 400 "FP64X|datatype" "unknown datatype FP64X: 400"
+http POST $cls_url -d '{"inputs":[{"name":"x","shape":[100000,100000,100000,3],"datatype":"FP32","data":[1,2,3]}]}'
+expect 400 "100000|limit|too large" "shape [100000,100000,100000,3]: 400"
+j='{"inputs":[{"name":"x","shape":[100000,100000,100000,3],"datatype":"FP32","parameters":{"binary_data_size":4}}]}'
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: ${#j}" --data-binary "${j}abcd"
+expect 400 "" "binary, shape [100000,100000,100000,3]: 400"
+http POST $cls_url -d '{"inputs":[{"name":"x","shape":[1,3,-48,192],"datatype":"FP32","data":[1]}]}'
+expect 400 "'x'|shape|negative" "negative dimension: 400"
+http POST $cls_url -d '{"inputs":[{"name":"x","shape":[1,3,48,192],"datatype":"FP32","data":[1,2,3]}]}'
+expect 400 "elements|fewer" "JSON data shorter than the shape: 400"
+good_cls "good request after the tensor batch: 200"
+
+# JSON problems.
+http POST $cls_url -d '{"inputs":[{"name":"x",'
+expect 400 "JSON" "invalid JSON (cut off): 400"
+http POST $cls_url -d 'not json at all'
+expect 400 "JSON" "invalid JSON (text): 400"
+http POST $cls_url -d '{"outputs":[{"name":"softmax_0.tmp_0"}]}'
+expect 400 '"inputs"|inputs' "no \"inputs\": 400"
+http POST $cls_url -d '{"inputs":[]}'
+expect 400 "inputs" "empty \"inputs\": 400"
+http POST $cls_url -d '{"inputs":[{"name":"y","shape":[1,3,48,192],"datatype":"FP32","data":[0]}]}'
+expect 400 "'y'|'x' is missing" "unknown input name 'y': 400 naming y (or the missing x)"
+http POST $cls_url -d '{"inputs":[{"name":"x","shape":[1,3,1,1],"datatype":"FP32","data":[1,2,3]},{"name":"y","shape":[1],"datatype":"FP32","data":[1]}]}'
+expect 400 "inputs|'y'" "an extra input 'y': 400"
+http POST $cls_url -H 'Content-Type: application/json' --data-binary ''
+expect 400 "empty|body" "empty body: 400"
+good_cls "good request after the JSON batch: 200"
+
+# Routes and methods.
+http GET /v2/nothing
+expect 404 "route" "GET /v2/nothing: 404"
+http GET /v3
+expect 404 "" "GET /v3: 404"
+http GET /
+expect 404 "" "GET /: 404"
+http POST /v2/models/ppocr_cls/predict -d '{}'
+expect 404 "route" "POST /v2/models/ppocr_cls/predict: 404"
+http GET /v2/models/ppocr_cls/infer
+expect "404|405" "" "GET on /infer: 404/405"
+http DELETE /v2/models/ppocr_cls
+expect "404|405" "" "DELETE /v2/models/ppocr_cls: 404/405"
+http POST /v2/health/live -d ''
+expect "404|405" "" "POST /v2/health/live: 404/405"
+http GET /v2/repository/index
+expect "404|405" "" "GET /v2/repository/index: 404/405"
+http PUT /v2/repository/models/ppocr_cls/load -d ''
+expect "404|405" "" "PUT .../load: 404/405"
+good_cls "good request after the route batch: 200"
+
+# Transport: chunked uploads, and a client that hangs up mid-body.
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" -H 'Transfer-Encoding: chunked' \
+  --data-binary @"$work/cls.bin"
+expect 200 '"outputs"' "chunked upload (no Content-Length) of a good cls request: 200"
+[ "$code" = 200 ] && count_success ppocr_cls
+port=${url##*:}
+if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+  printf 'POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: %s\r\nContent-Length: %s\r\n\r\n' \
+    "$cls_url" "$cls_hl" "$(stat -c %s "$work/cls.bin")" >&3
+  head -c 5000 "$work/cls.bin" >&3
+  exec 3>&- 3<&-
+  sleep 0.2
+fi
+good_cls "good request after a client hung up mid-body: 200"
+
+# ---- 5. unload and load ---------------------------------------------------------------------
+
+http POST /v2/repository/models/ppocr_cls/unload -d ''
+expect 200 "" "POST /v2/repository/models/ppocr_cls/unload: 200"
+http POST /v2/repository/index
+st=$(get "$work/last.body" "j.filter(m => m.name == 'ppocr_cls').map(m => m.state).join()")
+[ "$code/$st" = 200/UNAVAILABLE ] && ok "index: ppocr_cls UNAVAILABLE after unload" ||
+  notok "index after unload: $code $(head -c 400 "$work/last.body")"
+http GET /v2/models/ppocr_cls/ready
+expect 503 '"ready":false' "GET /v2/models/ppocr_cls/ready after unload: 503"
+http GET /v2/models/ppocr_cls
+expect 404 "not loaded" "GET /v2/models/ppocr_cls after unload: 404"
+http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" --data-binary @"$work/cls.bin"
+expect 404 "not loaded" "infer on the unloaded ppocr_cls: 404"
+http POST /v2/repository/models/ppocr_cls/unload -d ''
+expect 200 "" "unload again: 200 (no-op)"
+http POST /v2/repository/models/nosuchmodel/unload -d ''
+expect 404 "nosuchmodel" "unload of an unknown model: 404"
+http POST /v2/repository/models/ppocr_cls/load -d ''
+expect 200 "" "POST /v2/repository/models/ppocr_cls/load: 200"
+http POST /v2/repository/index
+st=$(get "$work/last.body" "j.filter(m => m.name == 'ppocr_cls').map(m => m.state).join()")
+[ "$code/$st" = 200/READY ] && ok "index: ppocr_cls READY after load" ||
+  notok "index after load: $code $(head -c 400 "$work/last.body")"
+http GET /v2/models/ppocr_cls/ready
+expect 200 '"ready":true' "GET /v2/models/ppocr_cls/ready after load: 200"
+infer_cmp "ppocr_cls after unload + load = run" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --binary --binary-output
+
+# ---- 6. metrics ---------------------------------------------------------------------------------
+
+http GET /metrics
+cp "$work/last.body" "$work/metrics.txt"
+if [ "$code" != 200 ]; then
+  notok "GET /metrics: $code"
+elif command -v promtool >/dev/null; then
+  if promtool check metrics <"$work/metrics.txt" >"$work/promtool.log" 2>&1; then
+    ok "GET /metrics passes promtool check metrics"
+  else
+    notok "promtool check metrics:"
+    head -20 "$work/promtool.log" | sed 's/^/#   /'
+  fi
+else
+  echo "# skipped: promtool is missing, the exposition format is not checked"
+fi
+metric() { # NAME LABELS: the value, 0 when absent
+  awk -v k="$1{$2}" '$1 == k {v = $2} END {print v == "" ? 0 : v}' "$work/metrics.txt"
+}
+for m in blazeface_front blazeface_back ppocr_det ppocr_rec ppocr_cls; do
+  got=$(metric edgeserve_requests_total "model=\"$m\",outcome=\"success\"")
+  [ "$got" = "${succ[$m]:-0}" ] && ok "metrics: $m success counter $got = the 200s received" ||
+    notok "metrics: $m success counter $got, the test received ${succ[$m]:-0} 200s"
+  got=$(metric edgeserve_compute_duration_seconds_count "model=\"$m\"")
+  [ "$got" = "${succ[$m]:-0}" ] && ok "metrics: $m compute histogram count $got" ||
+    notok "metrics: $m compute histogram count $got, want ${succ[$m]:-0}"
+done
+got=$(metric edgeserve_requests_total 'model="ppocr_cls",outcome="bad_request"')
+[ "$got" -ge 15 ] 2>/dev/null && ok "metrics: ppocr_cls bad_request counter moved ($got)" ||
+  notok "metrics: ppocr_cls bad_request counter is '$got' after more than 15 bad requests"
+got=$(metric edgeserve_refused_total 'model="ppocr_det",reason="deadline"')
+[ "$got" = "${refused_deadline[ppocr_det]:-0}" ] && ok "metrics: ppocr_det deadline refusals $got" ||
+  notok "metrics: ppocr_det deadline refusals $got, want ${refused_deadline[ppocr_det]:-0}"
+got=$(metric edgeserve_model_loaded 'model="ppocr_cls"')
+[ "$got" = 1 ] && ok "metrics: ppocr_cls loaded" || notok "metrics: edgeserve_model_loaded ppocr_cls is '$got'"
+got=$(awk '$1 == "edgeserve_http_responses_total" {print $2}' "$work/metrics.txt")
+[ "${got:-0}" -gt 50 ] 2>/dev/null && ok "metrics: edgeserve_http_responses_total $got" ||
+  notok "metrics: edgeserve_http_responses_total is '$got'"
+
+# ---- 7. SIGTERM with requests in flight ------------------------------------------------------------
+
+# sigterm_inflight NAME PID N BODY HL MODEL GRACE_S MIN: N concurrent
+# requests (JSON outputs: a large response to encode and send), SIGTERM once
+# the runtime holds MIN of them (or after 2 s), then every one must be
+# answered in full: 200, or 503 when cut off.
+sigterm_inflight() {
+  local name=$1 pid=$2 n=$3 body=$4 hl=$5 model=$6 grace=$7 min=$8 i
+  for ((i = 1; i <= n; i++)); do
+    (curl -s -m 120 -o "$work/sig$name$i.body" -w '%{http_code}' -X POST \
+       -H 'Content-Type: application/octet-stream' -H "Inference-Header-Content-Length: $hl" \
+       --data-binary @"$body" "$url/v2/models/$model/infer" >"$work/sig$name$i.code"
+     echo $? >"$work/sig$name$i.rc") &
+  done
+  local inflight=0
+  for ((i = 0; i < 100 && inflight < min; i++)); do
+    inflight=$(curl -s "$url/metrics" | awk '$1 == "edgeserve_inflight_requests" {print $2}')
+    inflight=${inflight:-0}
+    sleep 0.02
+  done
+  local t0
+  t0=$(date +%s%N)
+  kill -TERM "$pid"
+  wait_exit "$pid" $((grace + 30))
+  local rc=$? ms=$((($(date +%s%N) - t0) / 1000000))
+  wait # the clients
+  [ $rc = 0 ] && ok "server '$name': SIGTERM with $inflight+ requests in the runtime: exit 0 after $ms ms (grace ${grace}s)" ||
+    notok "server '$name': SIGTERM: exit status $rc after $ms ms (255: still running after grace + 30 s)"
+  local codes="" bad=0 c r
+  for ((i = 1; i <= n; i++)); do
+    c=$(cat "$work/sig$name$i.code" 2>/dev/null)
+    r=$(cat "$work/sig$name$i.rc" 2>/dev/null)
+    codes+=" $c/curl-rc$r"
+    if ! { [ "$c" = 200 ] || [ "$c" = 503 ]; } || [ "$r" != 0 ]; then
+      bad=$((bad + 1))
+    elif [ "$c" = 200 ] && [ "$(get "$work/sig$name$i.body" '(j.outputs || []).length')" != 1 ]; then
+      bad=$((bad + 1))
+      codes+="(incomplete body)"
+    fi
+  done
+  [ $bad = 0 ] && ok "server '$name': all $n in-flight requests answered in full with 200/503:$codes" ||
+    notok "server '$name': $bad of $n in-flight requests not answered in full with 200/503 (status/curl exit):$codes"
+  local line
+  line=$(grep 'edgeserve: stopped: .* served; .* in flight at the signal, .* finished in the grace period, .* cut off; drained in' "$work/$name.err")
+  [ -n "$line" ] && ok "server '$name': report line: ${line#edgeserve: }" ||
+    notok "server '$name': no 'stopped: ... cut off' report on stderr: $(tail -3 "$work/$name.err")"
+  sanitizer_clean "$name"
+}
+
+det_hl=$(node "$client" build --input "x=$in/ppocr_det_640.npy" --binary --body "$work/det640.bin")
+sigterm_inflight main "$main_pid" 4 "$work/det640.bin" "$det_hl" ppocr_det 20 2
+
+# ---- 8. a server from a config file: body limit, chunked uploads, no grace ---------------------------
+# One worker, so that SIGTERM finds det requests queued and cuts them off.
+
+cat >"$work/server.json" <<'EOF'
+{"max_body_bytes": "2M", "workers": 1, "queue_capacity": 16}
+EOF
+if start_server small --config "$work/server.json" --grace-ms 0; then
+  small_pid=$spid
+  http POST /v2/models/ppocr_det/infer "${bin[@]}" -H "Inference-Header-Content-Length: $det_hl" --data-binary @"$work/det640.bin"
+  expect 413 "limit" "max_body_bytes 2M: a 4.9 MB body gets 413 naming the limit"
+  http POST /v2/models/ppocr_det/infer "${bin[@]}" -H "Inference-Header-Content-Length: $det_hl" \
+    -H 'Transfer-Encoding: chunked' --data-binary @"$work/det640.bin"
+  expect 413 "limit" "max_body_bytes 2M: a chunked 4.9 MB upload gets 413"
+  good_cls "good request after the 413s: 200"
+  http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" -H 'Transfer-Encoding: chunked' \
+    --data-binary @"$work/cls.bin"
+  expect 200 '"outputs"' "max_body_bytes 2M: a chunked 110 KB upload gets 200"
+  det3_hl=$(node "$client" build --input "x=$in/ppocr_det_320.npy" --binary --body "$work/det320.bin")
+  infer_cmp "config server: ppocr_det 320x320 (1.2 MB, under the limit) = run" ppocr_det "$ref/ppocr_det_320" "x=$in/ppocr_det_320.npy" --binary --binary-output
+  sigterm_inflight small "$small_pid" 8 "$work/det320.bin" "$det3_hl" ppocr_det 0 6
+fi
+
+echo "# $n_ok passed, $n_fail failed in $(($(date +%s) - t_start)) s"
+[ $n_fail -eq 0 ]

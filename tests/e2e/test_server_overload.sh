@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# `edgeserve serve` under overload inside a real memory cgroup.
+#
+# The server runs alone in a child memory cgroup the test makes under its
+# own group (v1: the memory controller's mount from /proc/self/mountinfo and
+# the "memory:" line of /proc/self/cgroup; else v2 when the group can hand
+# the memory controller down). Only the server is in it: a subshell writes
+# its own pid to cgroup.procs and then execs the server.
+#
+# The limit. Phase 1 runs the server in the group without a limit, with the
+# same config, warms it up with a few det requests, and takes the group's
+# peak (which covers the process's RSS and any page cache charged to it) as
+# the baseline B. Phase 2 sets
+#     limit = B + budget (64M, --memory) + margin (48M)
+# The budget is what admission lets requests reserve (arenas, outputs); the
+# margin is for what is outside the budget by design and bounded by the
+# config: request bodies being received (max_buffered_bytes 16M, 503 above),
+# their parsed copies (at most as much again), response buffers of the
+# max_inflight 6 admitted requests (det: 1.6 MB each) and thread stacks.
+# A server that keeps its promises stays below that; one whose memory grows
+# with the offered load does not. Under ASan 32M more is allowed (shadow
+# memory of the budget and margin, and a 16M quarantine set here).
+#
+# Phase 2 then hammers the server (config "queue_capacity": 4,
+# "max_inflight": 6, "max_buffered_bytes": "16M", --memory 64M) with 24
+# concurrent loops posting det 640x640 binary requests for 15 s (far more
+# than it can serve; tests/e2e/v2_client.js load, with Expect: 100-continue
+# as a well-behaved client of large uploads does) and checks:
+#   - no crash: /v2/health/live answers, a det request still gets 200, and
+#     SIGTERM gives exit 0 with the "stopped:" report; no sanitizer report;
+#   - no OOM kill (the group's oom_kill counter unchanged); failcnt printed;
+#   - every response is 200, 429 or 503, with no transport errors; some of
+#     each (200 and 429/503); every 429/503 has Retry-After;
+#   - the group's peak (memory.max_usage_in_bytes / memory.peak) is below
+#     the limit;
+#   - the server sees the group's limit (its /metrics
+#     edgeserve_cgroup_memory_max_bytes).
+# Counts, peak and timings are printed. The group is removed at the end
+# (after the server exited, with retries). When no group can be made, the
+# test prints "# skipped: <why>" and exits 77 (CTest SKIP_RETURN_CODE).
+#   test_server_overload.sh EDGESERVE_BINARY SOURCE_DIR
+set -uo pipefail
+es=$1
+src=$2
+models=${ES_MODEL_DIR:-$src/.cache/models}
+client="$src/tests/e2e/v2_client.js"
+work=$(mktemp -d)
+MiB=$((1 << 20))
+budget=$((64 * MiB))
+margin=$((48 * MiB))
+concurrency=${ES_OVERLOAD_CONCURRENCY:-24}
+seconds=${ES_OVERLOAD_SECONDS:-15}
+t_start=$(date +%s)
+
+asan=0
+if grep -qa __asan_init "$es"; then
+  asan=1
+  margin=$((margin + 32 * MiB))
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  [[ $ASAN_OPTIONS == *quarantine_size_mb* ]] || ASAN_OPTIONS="$ASAN_OPTIONS:quarantine_size_mb=16"
+fi
+
+skip() {
+  echo "# skipped: $*"
+  exit 77
+}
+
+n_ok=0
+n_fail=0
+ok() { echo "ok - $*"; n_ok=$((n_ok + 1)); }
+notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
+get() { node "$client" get "$@"; }
+
+for need in node curl; do
+  command -v $need >/dev/null || { echo "test_server_overload: '$need' is missing (scripts/deps.sh installs it)"; exit 1; }
+done
+[ -f "$models/ppocr_det.onnx" ] || { echo "test_server_overload: models missing (scripts/fetch-models.sh)"; exit 1; }
+models=$(cd "$models" && pwd)
+export ES_MODEL_DIR=$models
+
+# ---- the cgroup ------------------------------------------------------------------
+
+cg=""
+spid=""
+cleanup() {
+  if [ -n "$spid" ]; then
+    kill -KILL "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+  fi
+  if [ -n "$cg" ] && [ -d "$cg" ]; then
+    local i
+    for ((i = 0; i < 100; i++)); do
+      rmdir "$cg" 2>/dev/null && break
+      sleep 0.1
+    done
+    [ -d "$cg" ] && echo "# warning: could not remove the cgroup $cg"
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# v1: the memory hierarchy's mount point and root, and our path in it.
+find_v1() {
+  local mnt root own
+  read -r root mnt < <(awk '{
+      for (i = 7; i <= NF && $i != "-"; i++) ;
+      if ($(i + 1) == "cgroup" && $(i + 3) ~ /(^|,)memory(,|$)/) { print $4, $5; exit }
+    }' /proc/self/mountinfo)
+  [ -n "${mnt:-}" ] || return 1
+  own=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3; exit}' /proc/self/cgroup)
+  [ -n "$own" ] || return 1
+  local d
+  for d in "$mnt${own#"${root%/}"}" "$mnt$own" "$mnt"; do
+    if [ -f "$d/cgroup.procs" ] && grep -qx "$$" "$d/cgroup.procs" 2>/dev/null; then
+      echo "$d"
+      return 0
+    fi
+  done
+  return 1
+}
+find_v2() {
+  local mnt own
+  mnt=$(awk '{ for (i = 7; i <= NF && $i != "-"; i++) ; if ($(i + 1) == "cgroup2") { print $5; exit } }' /proc/self/mountinfo)
+  own=$(awk -F: '$1 == "0" {print $3; exit}' /proc/self/cgroup)
+  [ -n "$mnt" ] && [ -n "$own" ] || return 1
+  local d="$mnt${own%/}"
+  [ -f "$d/cgroup.subtree_control" ] || return 1
+  if ! grep -qw memory "$d/cgroup.subtree_control"; then
+    echo +memory >"$d/cgroup.subtree_control" 2>/dev/null || return 1
+  fi
+  echo "$d"
+}
+
+version=""
+if parent=$(find_v1); then
+  version=1
+elif parent=$(find_v2); then
+  version=2
+else
+  skip "no memory cgroup to make a group under (no v1 memory controller with our group in it, no v2 group that can enable memory for its children)"
+fi
+name="es_overload_$$_$RANDOM"
+mkdir "$parent/$name" 2>/dev/null || skip "cannot create a cgroup under $parent (v$version): permission or read-only"
+cg="$parent/$name"
+if [ $version = 1 ]; then
+  f_limit=memory.limit_in_bytes f_usage=memory.usage_in_bytes f_peak=memory.max_usage_in_bytes
+else
+  f_limit=memory.max f_usage=memory.current f_peak=memory.peak
+  [ -f "$cg/$f_peak" ] || skip "cgroup v2 without memory.peak (kernel < 5.19): the peak cannot be measured"
+fi
+(echo "$BASHPID" >"$cg/cgroup.procs") 2>/dev/null || skip "cannot move a process into $cg"
+echo "# cgroup v$version: $cg"
+
+oom_kills() {
+  if [ $version = 1 ]; then
+    awk '$1 == "oom_kill" {print $2; f = 1} END {if (!f) print "n/a"}' "$cg/memory.oom_control"
+  else
+    awk '$1 == "oom_kill" {print $2; f = 1} END {if (!f) print "n/a"}' "$cg/memory.events"
+  fi
+}
+failcnt() {
+  if [ $version = 1 ]; then cat "$cg/memory.failcnt"; else awk '$1 == "max" {print $2}' "$cg/memory.events"; fi
+}
+reset_peak() {
+  if [ $version = 1 ]; then
+    echo 0 >"$cg/memory.max_usage_in_bytes" 2>/dev/null
+    echo 0 >"$cg/memory.failcnt" 2>/dev/null
+    echo 0 >"$cg/memory.force_empty" 2>/dev/null # drop the page cache left by phase 1
+  else
+    echo 0 >"$cg/memory.peak" 2>/dev/null # kernel >= 6.12; else the peak is since mkdir
+  fi
+}
+mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
+
+# ---- the server ------------------------------------------------------------------------
+
+cat >"$work/server.json" <<'EOF'
+{"queue_capacity": 4, "max_inflight": 6, "max_buffered_bytes": "16M", "quiet": 1}
+EOF
+# start_server NAME: the server alone in the group; sets spid and url.
+start_server() {
+  local name=$1
+  (echo "$BASHPID" >"$cg/cgroup.procs" &&
+    exec "$es" serve --port 0 --config "$work/server.json" --memory $budget --grace-ms 20000) 2>"$work/$name.err" &
+  spid=$!
+  local port="" i
+  for ((i = 0; i < 1200; i++)); do
+    port=$(sed -n 's#^edgeserve: serving [0-9]* models on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/$name.err")
+    [ -n "$port" ] && break
+    kill -0 "$spid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    notok "server '$name' started:"
+    sed 's/^/#   /' "$work/$name.err"
+    return 1
+  fi
+  url="http://127.0.0.1:$port"
+  for ((i = 0; i < 300; i++)); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200 ] && break
+    sleep 0.1
+  done
+  grep -qx "$spid" "$cg/cgroup.procs" || notok "server '$name' (pid $spid) is not in $cg: $(cat "$cg/cgroup.procs")"
+}
+wait_exit() { # PID SECONDS: exit status, 255 when still running
+  local pid=$1 limit=$2 i st
+  for ((i = 0; i < limit * 10; i++)); do
+    st=$(ps -o stat= -p "$pid" 2>/dev/null)
+    if [ -z "$st" ] || [[ $st == Z* ]]; then
+      wait "$pid"
+      return $?
+    fi
+    sleep 0.1
+  done
+  return 255
+}
+# stop_server NAME: SIGTERM, exit 0, the report, no sanitizer report.
+stop_server() {
+  local name=$1 t0 rc
+  t0=$(date +%s%N)
+  kill -TERM "$spid"
+  wait_exit "$spid" 60
+  rc=$?
+  [ $rc != 255 ] && spid=""
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  [ $rc = 0 ] && ok "server '$name': exit 0 on SIGTERM ($ms ms)" ||
+    notok "server '$name': exit status $rc on SIGTERM after $ms ms (137: killed, 255: still running)"
+  grep -q '^edgeserve: stopped: ' "$work/$name.err" &&
+    ok "server '$name': $(grep '^edgeserve: stopped: ' "$work/$name.err" | sed 's/^edgeserve: //')" ||
+    notok "server '$name': no 'stopped:' report: $(tail -3 "$work/$name.err")"
+  if grep -Eq 'AddressSanitizer|LeakSanitizer|runtime error:' "$work/$name.err"; then
+    notok "server '$name': sanitizer report:"
+    grep -E -A30 'Sanitizer|runtime error:' "$work/$name.err" | head -60 | sed 's/^/#   /'
+  fi
+}
+
+node "$client" gen "$work/det.npy" 1,3,640,640 640 || exit 1
+det_hl=$(node "$client" build --input "x=$work/det.npy" --binary --binary-output --body "$work/det.bin") || exit 1
+det_one() { # a single det request: its status
+  curl -s -m 120 -o "$work/one.body" -w '%{http_code}' -X POST -H 'Content-Type: application/octet-stream' \
+    -H "Inference-Header-Content-Length: $det_hl" --data-binary @"$work/det.bin" "$url/v2/models/ppocr_det/infer"
+}
+
+# ---- phase 1: the baseline, no limit ----------------------------------------------------------
+
+start_server baseline || exit 1
+for i in 1 2 3; do
+  st=$(det_one)
+  [ "$st" = 200 ] || notok "baseline: det request $i got $st: $(head -c 200 "$work/one.body")"
+done
+base_peak=$(cat "$cg/$f_peak")
+base_usage=$(cat "$cg/$f_usage")
+rss=$(awk '/^VmRSS/ {print $2 * 1024}' "/proc/$spid/status")
+hwm=$(awk '/^VmHWM/ {print $2 * 1024}' "/proc/$spid/status")
+stop_server baseline
+baseline=$base_peak
+[ "${hwm:-0}" -gt "$baseline" ] && baseline=$hwm
+limit=$((baseline + budget + margin))
+echo "# baseline after loading and 3 det requests: group peak $(mib "$base_peak"), usage $(mib "$base_usage"), server RSS $(mib "${rss:-0}") (high water $(mib "${hwm:-0}"))"
+echo "# limit = baseline $(mib "$baseline") + budget $(mib $budget) + margin $(mib $margin) = $(mib $limit) ($limit B)"
+
+# ---- phase 2: overload under the limit --------------------------------------------------------
+
+reset_peak
+echo "$limit" >"$cg/$f_limit" || { notok "cannot set $f_limit to $limit"; exit 1; }
+oom_before=$(oom_kills)
+start_server overload || exit 1
+curl -s "$url/metrics" >"$work/metrics0.txt"
+seen=$(awk '$1 == "edgeserve_cgroup_memory_max_bytes" {print $2}' "$work/metrics0.txt")
+[ "$seen" = "$limit" ] && ok "the server sees the group's limit ($seen B)" ||
+  notok "the server's edgeserve_cgroup_memory_max_bytes is '$seen', the group's limit $limit"
+echo "# after start: group usage $(mib "$(cat "$cg/$f_usage")")"
+
+t0=$(date +%s)
+node "$client" load "$url" ppocr_det --input "x=$work/det.npy" --binary --binary-output --expect-continue \
+  --concurrency "$concurrency" --seconds "$seconds" >"$work/load.json" 2>"$work/load.err"
+load_rc=$?
+echo "# load: $concurrency loops for ${seconds}s took $(($(date +%s) - t0)) s: $(cat "$work/load.json") $(cat "$work/load.err")"
+peak=$(cat "$cg/$f_peak")
+oom_after=$(oom_kills)
+fails=$(failcnt)
+
+alive=0
+st=$(ps -o stat= -p "$spid" 2>/dev/null)
+[ -n "$st" ] && [[ $st != Z* ]] && alive=1
+if [ $alive = 1 ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/live")" = 200 ]; then
+  ok "the server survived the overload: /v2/health/live 200"
+  st=$(det_one)
+  [ "$st" = 200 ] && ok "a det request after the overload: 200" ||
+    notok "a det request after the overload: $st $(head -c 200 "$work/one.body")"
+  curl -s "$url/metrics" >"$work/metrics1.txt"
+  echo "# server refusals for ppocr_det: $(awk '$1 ~ /^edgeserve_refused_total\{model="ppocr_det"/ {sub(/.*reason="/, "", $1); sub(/"}/, "", $1); printf "%s=%s ", $1, $2}' "$work/metrics1.txt")"
+  echo "# server: $(awk '$1 == "edgeserve_process_resident_bytes" || $1 == "edgeserve_cgroup_memory_current_bytes" {printf "%s=%.1fMiB ", $1, $2 / 1048576}' "$work/metrics1.txt")"
+else
+  notok "the server did not survive the overload (state '${st:-gone}'); stderr:"
+  tail -20 "$work/overload.err" | sed 's/^/#   /'
+fi
+
+[ "$oom_before" = "$oom_after" ] && ok "no OOM kill in the group (oom_kill $oom_after; failcnt $fails)" ||
+  notok "OOM kill in the group: oom_kill $oom_before -> $oom_after (failcnt $fails)"
+if [ $load_rc != 0 ] || [ "$(get "$work/load.json" 'typeof j.counts')" != object ]; then
+  notok "the load client failed (exit $load_rc): $(cat "$work/load.err")"
+else
+  c200=$(get "$work/load.json" 'j.counts["200"] || 0')
+  c429=$(get "$work/load.json" 'j.counts["429"] || 0')
+  c503=$(get "$work/load.json" 'j.counts["503"] || 0')
+  other=$(get "$work/load.json" 'Object.keys(j.counts).filter(k => !["200", "429", "503"].includes(k)).map(k => k + ":" + j.counts[k]).join(" ")')
+  transport=$(get "$work/load.json" 'j.transport_errors')
+  nora=$(get "$work/load.json" 'j.no_retry_after')
+  echo "# responses: 200: $c200, 429: $c429, 503: $c503${other:+, other: $other}; transport errors: $transport; p50 $(get "$work/load.json" 'j.p50_ms') ms, p99 $(get "$work/load.json" 'j.p99_ms') ms for the 200s"
+  echo "# refusals: $(get "$work/load.json" 'j.refusals')"
+  [ -z "$other" ] && [ "$transport" = 0 ] && ok "every response 200, 429 or 503, no transport errors" ||
+    notok "responses other than 200/429/503: '${other}', transport errors: $transport ($(get "$work/load.json" 'j.first_error'))"
+  [ "$c200" -gt 0 ] && ok "some requests served ($c200)" || notok "no request got 200"
+  [ $((c429 + c503)) -gt 0 ] && ok "some requests refused (429: $c429, 503: $c503)" || notok "no request was refused: not an overload"
+  [ "$nora" = 0 ] && ok "every 429/503 has Retry-After" || notok "$nora refusals without Retry-After"
+fi
+echo "# group peak $(mib "$peak") ($peak B), limit $(mib $limit), baseline $(mib "$baseline"); failcnt $fails"
+[ "$peak" -lt "$limit" ] && ok "group peak $(mib "$peak") below the limit $(mib $limit) (headroom $(mib $((limit - peak))))" ||
+  notok "group peak $(mib "$peak") reached the limit $(mib $limit): the server's memory grew past budget + margin ($(mib $((peak - baseline))) over the baseline)"
+
+if [ -n "$spid" ] && [ $alive = 1 ]; then
+  stop_server overload
+elif [ -n "$spid" ]; then
+  wait "$spid" 2>/dev/null
+  echo "# server exit status $?"
+  spid=""
+fi
+
+echo "# $n_ok passed, $n_fail failed in $(($(date +%s) - t_start)) s"
+[ $n_fail -eq 0 ]
