@@ -92,6 +92,16 @@ void es_ocr_destroy(es_ocr *o);
 int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
 
+/* ---- answers as JSON ------------------------------------------------------ */
+
+/* {"faces":[{"box":[x0,y0,x1,y1],"score":s,"keypoints":[[x,y],...]}]} and
+ * {"lines":[{"text":"...","confidence":c,"box_score":s,"box":[[x,y],...]}]}
+ * (what the CLI prints and the server's pipeline models return). The
+ * string is NUL-terminated, allocated under ES_MEM_APPS (es_mem_free it);
+ * NULL when out of memory. */
+char *es_faces_json(const es_face *faces, int n, size_t *len);
+char *es_ocr_json(const es_ocr_line *lines, int n, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

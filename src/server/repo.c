@@ -216,6 +216,25 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
         snprintf(sm->path, sizeof sm->path, "%s", f);
       else
         snprintf(sm->path, sizeof sm->path, "%s/%s", dir, f);
+    } else if (!strcmp(key, "pipeline")) {
+      const char *k = json_is_string(v) ? json_string_value(v) : "";
+      sm->pipeline = !strcmp(k, "face") ? SRV_PIPE_FACE : !strcmp(k, "ocr") ? SRV_PIPE_OCR : -1;
+      if (sm->pipeline < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': pipeline must be \"face\" or \"ocr\"", src,
+                        name);
+      snprintf(sm->platform, sizeof sm->platform, "pipeline");
+    } else if (!strcmp(key, "model") || !strcmp(key, "det") || !strcmp(key, "cls") ||
+               !strcmp(key, "rec")) {
+      if (!json_is_string(v) || strlen(json_string_value(v)) >= ES_RT_NAME_MAX)
+        return es__fail(ES_EINVAL, "%s: model '%s': \"%s\" must name a model", src, name, key);
+      int slot = !strcmp(key, "cls") ? 1 : !strcmp(key, "rec") ? 2 : 0;
+      snprintf(sm->member[slot], sizeof sm->member[slot], "%s", json_string_value(v));
+    } else if (!strcmp(key, "keys")) {
+      if (!json_is_string(v))
+        return es__fail(ES_EINVAL, "%s: model '%s': \"keys\" must be a path", src, name);
+      const char *f = json_string_value(v);
+      snprintf(sm->keys, sizeof sm->keys, f[0] == '/' ? "%s%s" : "%s/%s", f[0] == '/' ? "" : dir,
+               f);
     } else if (!strcmp(key, "priority")) {
       if (int_of(v, 0, 15, &n) < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': priority must be 0..15", src, name);
@@ -268,7 +287,12 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
       return es__fail(ES_EINVAL, "%s: model '%s': unknown field \"%s\"", src, name, key);
     }
   }
-  if (!sm->path[0])
+  if (sm->pipeline == SRV_PIPE_FACE && !sm->member[0][0])
+    return es__fail(ES_EINVAL, "%s: pipeline '%s': no \"model\"", src, name);
+  if (sm->pipeline == SRV_PIPE_OCR && (!sm->member[0][0] || !sm->member[2][0] || !sm->keys[0]))
+    return es__fail(ES_EINVAL, "%s: pipeline '%s': needs \"det\", \"rec\" and \"keys\"", src,
+                    name);
+  if (!sm->pipeline && !sm->path[0])
     return es__fail(ES_EINVAL, "%s: model '%s': no \"file\"", src, name);
   return 0;
 }
@@ -351,7 +375,10 @@ static int add_defaults(es_server *s) {
       " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2,"
       "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
       " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
-      "                 \"shape\": {\"x\": [1, 3, 48, 192]}}}";
+      "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
+      " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_back\", \"priority\": 1},"
+      " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
+      "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
   json_error_t je;
   json_t *o = json_loads(text, 0, &je);
   ES_ASSERT(o);
@@ -379,12 +406,56 @@ srv_model *srv_find(es_server *s, const char *name) {
   return NULL;
 }
 
+/* A pipeline is loaded when its member models are (loaded on demand) and
+ * its detector or reader is built over their runtime ids; its rt_id is its
+ * first member's, for the "loaded" checks and the admission numbers. */
+static int pipeline_load(es_server *s, srv_model *sm) {
+  int ids[3] = {-1, -1, -1};
+  for (int i = 0; i < 3; i++) {
+    if (!sm->member[i][0])
+      continue;
+    srv_model *mm = srv_find(s, sm->member[i]);
+    int rc = !mm ? es__fail(ES_ENOENT, "pipeline '%s': no model '%s'", sm->name, sm->member[i])
+             : mm->pipeline ? es__fail(ES_EINVAL, "pipeline '%s': '%s' is itself a pipeline",
+                                       sm->name, sm->member[i])
+                            : srv_model_load(s, mm);
+    if (rc < 0)
+      return rc;
+    ids[i] = mm->rt_id;
+  }
+  int rc;
+  if (sm->pipeline == SRV_PIPE_FACE) {
+    rc = es_face_detector_create(s->rt, ids[0], &sm->fd);
+  } else {
+    es_ocr_config oc;
+    es_ocr_config_default(&oc);
+    oc.det_model = ids[0];
+    oc.cls_model = ids[1];
+    oc.rec_model = ids[2];
+    oc.keys_path = sm->keys;
+    rc = es_ocr_create(s->rt, &oc, &sm->ocr);
+  }
+  if (rc == 0)
+    sm->rt_id = ids[0];
+  return rc;
+}
+
 int srv_model_load(es_server *s, srv_model *sm) {
   pthread_mutex_lock(&s->mu);
   int loaded = sm->rt_id >= 0;
   pthread_mutex_unlock(&s->mu);
   if (loaded)
     return 0;
+  if (sm->pipeline) {
+    int rc = pipeline_load(s, sm);
+    pthread_mutex_lock(&s->mu);
+    if (rc < 0)
+      snprintf(sm->reason, sizeof sm->reason, "%s", es_last_error_detail());
+    else
+      sm->reason[0] = 0;
+    pthread_mutex_unlock(&s->mu);
+    return rc < 0 ? es__fail(rc, "%s", sm->reason) : 0;
+  }
   es_model_config mc;
   es_model_config_default(&mc);
   mc.name = sm->name;
@@ -416,6 +487,35 @@ int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
   pthread_mutex_unlock(&s->mu);
   if (id < 0)
     return 0;
+  if (sm->pipeline) { /* its members stay loaded; only the answers stop */
+    pthread_mutex_lock(&s->mu);
+    sm->rt_id = -1;
+    snprintf(sm->reason, sizeof sm->reason, "unloaded");
+    pthread_mutex_unlock(&s->mu);
+    /* In-flight answers hold the detector: wait for them to drain. */
+    while (atomic_load(&sm->busy) && timeout_ms-- > 0)
+      usleep(1000);
+    if (atomic_load(&sm->busy)) {
+      pthread_mutex_lock(&s->mu);
+      sm->rt_id = id;
+      pthread_mutex_unlock(&s->mu);
+      return es__fail(ES_ETIMEDOUT, "pipeline '%s' still has requests", sm->name);
+    }
+    es_face_detector_destroy(sm->fd);
+    es_ocr_destroy(sm->ocr);
+    sm->fd = NULL;
+    sm->ocr = NULL;
+    return 0;
+  }
+  for (int i = 0; i < s->n_models; i++) { /* a pipeline over it goes first */
+    srv_model *p = &s->models[i];
+    for (int k = 0; p->pipeline && k < 3; k++)
+      if (!strcmp(p->member[k], sm->name) && p->rt_id >= 0) {
+        int rc = srv_model_unload(s, p, timeout_ms);
+        if (rc < 0)
+          return rc;
+      }
+  }
   int rc = es_runtime_model_unload(s->rt, id, timeout_ms);
   if (rc < 0) {
     es_runtime_model_resume(s->rt, id);
@@ -563,6 +663,10 @@ void es_server_destroy(es_server *s) {
   if (!s)
     return;
   es_server_shutdown(s, 0, NULL);
+  for (int i = 0; i < s->n_models; i++) {
+    es_face_detector_destroy(s->models[i].fd);
+    es_ocr_destroy(s->models[i].ocr);
+  }
   /* Connection threads are joined; every handle was freed by its thread. */
   int rc;
   for (int tries = 0; (rc = es_runtime_destroy(s->rt)) == ES_EBUSY && tries < 1000; tries++)

@@ -188,6 +188,13 @@ static json_t *tensor_meta(const es_tensor_info *ti) {
 }
 
 static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, srv_model *sm) {
+  if (sm->pipeline) {
+    json_t *o = json_pack("{s:s, s:[s], s:s, s:[{s:s, s:s, s:[i]}], s:[{s:s, s:s, s:[i]}]}",
+                          "name", sm->name, "versions", "1", "platform", sm->platform, "inputs",
+                          "name", "image", "datatype", "BYTES", "shape", 1, "outputs", "name",
+                          "result", "datatype", "BYTES", "shape", 1);
+    return send_json_obj(s, c, 200, o);
+  }
   es_model *m;
   if (es_runtime_model_get(s->rt, sm->rt_id, &m) < 0)
     return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
@@ -222,6 +229,103 @@ static int level_of(const es_server *s, const srv_model *sm, const es_v2_request
   return (int)(l > last ? last : l);
 }
 
+/* A pipeline model: one BYTES input holding an encoded JPEG or PNG, one
+ * BYTES output "result" holding the answer as a JSON string. The models it
+ * runs go through the runtime like any request, so admission refusals come
+ * back as 429/503 here too. */
+static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                      const es_v2_request *q) {
+  const es_v2_input *x = q->n_inputs == 1 ? &q->inputs[0] : NULL;
+  if (!x || !x->is_bytes) {
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "pipeline '%s' takes one BYTES input (an encoded JPEG "
+                      "or PNG image)%s", sm->name, x ? ", got another datatype" : "");
+  }
+  const unsigned char *d = x->data;
+  uint32_t len = 0;
+  if (x->nbytes >= 4)
+    len = (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+  if (x->nbytes < 4 || (size_t)len > x->nbytes - 4) {
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "input '%s': no image in the BYTES element", x->name);
+  }
+  es_image img;
+  if (es_image_decode(d + 4, len, &img) < 0) {
+    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
+    return send_error(s, c, 400, 0, "input '%s': %s", x->name, es_last_error_detail());
+  }
+  uint64_t deadline = q->has_timeout && q->timeout_us ? now_ns() + q->timeout_us * 1000ull : 0;
+  int prio = level_of(s, sm, q);
+  es_refusal why;
+  memset(&why, 0, sizeof why);
+  char *json = NULL;
+  size_t jlen = 0;
+  int rc, n = 0;
+  uint64_t t0 = now_ns();
+  atomic_fetch_add(&sm->busy, 1);
+  if (sm->rt_id < 0) {
+    rc = ES_ENOENT;
+  } else if (sm->pipeline == SRV_PIPE_FACE) {
+    es_face faces[64];
+    rc = es_face_detect(sm->fd, &img, 0, prio, deadline, faces, 64, &n, &why);
+    if (rc == 0 && !(json = es_faces_json(faces, n, &jlen)))
+      rc = ES_ENOMEM;
+  } else {
+    es_ocr_line *lines = es_mem_alloc(ES_MEM_SERVER, 64 * sizeof *lines);
+    rc = lines ? es_ocr_read(sm->ocr, &img, prio, deadline, lines, 64, &n, &why) : ES_ENOMEM;
+    if (rc == 0 && !(json = es_ocr_json(lines, n, &jlen)))
+      rc = ES_ENOMEM;
+    es_mem_free(lines);
+  }
+  atomic_fetch_sub(&sm->busy, 1);
+  uint64_t run_ns = now_ns() - t0;
+  es_image_free(&img);
+  if (rc == ES_EAGAIN) {
+    srv_count(s, sm, SRV_OUT_REFUSED, why.reason);
+    return send_error(s, c, refusal_status(why.reason), why.retry_after_ms,
+                      "refused: %s (pipeline '%s')", es_refusal_name(why.reason), sm->name);
+  }
+  if (rc == ES_ENOENT)
+    return send_error(s, c, 404, 0, "pipeline '%s' is not loaded", sm->name);
+  if (rc == ES_ETIMEDOUT) {
+    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DEADLINE);
+    return send_error(s, c, 503, 1000, "deadline passed in pipeline '%s'", sm->name);
+  }
+  if (rc < 0) {
+    srv_count(s, sm, SRV_OUT_ERROR, 0);
+    return send_error(s, c, 500, 0, "pipeline '%s' failed: %s", sm->name,
+                      es_last_error_detail());
+  }
+  /* One BYTES element: 4-byte little-endian length, then the JSON. */
+  char *elem = es_mem_alloc(ES_MEM_SERVER, jlen + 4);
+  if (!elem) {
+    es_mem_free(json);
+    return send_error(s, c, 503, 1000, "no memory for the answer");
+  }
+  elem[0] = (char)(jlen & 0xff);
+  elem[1] = (char)(jlen >> 8 & 0xff);
+  elem[2] = (char)(jlen >> 16 & 0xff);
+  elem[3] = (char)(jlen >> 24 & 0xff);
+  memcpy(elem + 4, json, jlen);
+  es_mem_free(json);
+  int binary = q->binary_output;
+  for (int j = 0; j < q->n_outputs; j++)
+    if (!strcmp(q->outputs[j].name, "result") && q->outputs[j].binary >= 0)
+      binary = q->outputs[j].binary;
+  int64_t one = 1;
+  es_v2_output out = {"result", ES_DTYPE_UNDEFINED, 1, &one, elem, jlen + 4, binary};
+  char *body;
+  size_t blen, hlen;
+  rc = es_v2_response_encode(sm->name, "1", q->id, &out, 1, &body, &blen, &hlen);
+  es_mem_free(elem);
+  if (rc < 0)
+    return send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
+  srv_count(s, sm, SRV_OUT_SUCCESS, 0);
+  srv_observe(s, sm, 0, run_ns);
+  return send_body(s, c, 200, body, blen, hlen ? "application/octet-stream" : "application/json",
+                   hlen, 0);
+}
+
 static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *sm, conn *k) {
   const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
   long long header_len = -1;
@@ -241,6 +345,11 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
                           err, sizeof err) < 0) {
     srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
     return send_error(s, c, 400, 0, "%s", err);
+  }
+  if (sm->pipeline) {
+    enum MHD_Result r = pipeline_infer(s, c, sm, &q);
+    es_v2_request_free(&q);
+    return r;
   }
   es_model *m = NULL;
   int rc = es_runtime_model_get(s->rt, sm->rt_id, &m);

@@ -2,6 +2,7 @@
 #ifndef ES_SERVER_INTERNAL_H
 #define ES_SERVER_INTERNAL_H
 
+#include "edgeserve/apps.h"
 #include "edgeserve/server.h"
 
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #define SRV_MAX_MODELS 64
 #define SRV_BUCKETS 14
 
+enum { SRV_PIPE_NONE = 0, SRV_PIPE_FACE, SRV_PIPE_OCR };
 enum { SRV_OUT_SUCCESS = 0, SRV_OUT_REFUSED, SRV_OUT_BAD_REQUEST, SRV_OUT_ERROR, SRV_OUT_COUNT };
 /* Requests answered before routing (no model known yet). */
 enum { SRV_REJECT_TOO_LARGE = 0, SRV_REJECT_BUFFERED, SRV_REJECT_BAD, SRV_REJECT_COUNT };
@@ -31,6 +33,12 @@ typedef struct srv_model {
   int n_shapes;
   es_tensor_info shapes[ES_RT_MAX_IO];
   char shape_names[ES_RT_MAX_IO][64];
+  int pipeline;               /* SRV_PIPE_*: answers from an image */
+  char member[3][ES_RT_NAME_MAX]; /* face: model; ocr: det, cls, rec ("" none) */
+  char keys[1024];            /* ocr: the recogniser's character list */
+  struct es_face_detector *fd;
+  struct es_ocr *ocr;
+  _Atomic int busy;           /* pipeline requests running */
   uint64_t outcomes[SRV_OUT_COUNT];
   uint64_t refused_by[ES_REFUSE_COUNT];
   uint64_t queue_hist[SRV_BUCKETS + 1], run_hist[SRV_BUCKETS + 1];
