@@ -365,6 +365,10 @@ typedef struct es_model_config {
                                 in its shared scratchpad (needs shapes) */
   unsigned max_inflight;     /* 0: the runtime's model_max_inflight */
   unsigned arenas;           /* arenas in its pool; 0: one per worker */
+  unsigned plans;            /* plans cached by input shape, least recently
+                                used evicted (default 32; dynamic-shape
+                                models such as rec batched by width want
+                                more) */
   int share;                 /* 1 (default): a file already loaded by another
                                 registry entry is shared (one copy of its
                                 weights); 0: a private copy of everything,

@@ -20,12 +20,19 @@
  * an optional config.json:
  *   {"file": "model.onnx", "priority": 0, "lane": -1, "max_concurrency": 0,
  *    "instances": 0, "share": true, "shape": {"x": [1, 3, 640, 640]},
- *    "load": true}
+ *    "plans": 32, "load": true}
  * priority: the level of requests that do not say (0 highest); lane: -1 any
  * worker, k: lane k's shared scratchpad; instances: arenas in its pool (how
  * many of its requests run at once; 0 one per worker); shape: the shape it
  * is configured for (arena pool or lane scratchpad sized by it); other shapes
- * still run, with exact-size arenas from the buddy pool.
+ * still run, with exact-size arenas from the buddy pool; plans: how many
+ * input shapes keep a plan (least recently used evicted).
+ * Pipeline models answer from an image (one BYTES input "image" holding a
+ * JPEG or PNG, one BYTES output "result" holding JSON) by running other
+ * models of the server:
+ *   {"pipeline": "face", "model": "blazeface_back"}
+ *   {"pipeline": "ocr", "det": "ppocr_det", "cls": "ppocr_cls",
+ *    "rec": "ppocr_rec", "keys": "ppocr_keys_v1.txt"}
  * Server config (--config FILE, JSON): every es_server_config field by name
  * ("port", "workers", "memory_budget" as bytes or "512M", ...) plus
  * "models": {"name": {config.json fields + "path"}} for models outside a

@@ -45,7 +45,7 @@
 #define RQ_DEAD 0x4553524551444541ull
 #define RT_MAX_LEVELS 16
 #define RT_MAX_MODELS 1024
-#define RT_PLAN_CACHE 16
+#define RT_PLAN_CACHE 32
 #define RT_ALIGN 64
 #define RT_EWMA 0.2
 
@@ -931,7 +931,7 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
                     "(at most %d each)", cfg->name, m->n_in, m->n_out, ES_RT_MAX_IO);
   }
   if (rc == 0)
-    rc = es_plan_cache_create(m->model, RT_PLAN_CACHE, &m->cache);
+    rc = es_plan_cache_create(m->model, cfg->plans ? cfg->plans : RT_PLAN_CACHE, &m->cache);
   es_tensor_info fixed[ES_RT_MAX_IO];
   if (rc == 0) {
     for (int i = 0; i < m->n_in; i++) {

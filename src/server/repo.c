@@ -247,6 +247,10 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
       if (int_of(v, 0, 1 << 20, &n) < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': max_concurrency must be >= 0", src, name);
       sm->max_concurrency = (unsigned)n;
+    } else if (!strcmp(key, "plans")) {
+      if (int_of(v, 1, 4096, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': plans must be 1..4096", src, name);
+      sm->plans = (unsigned)n;
     } else if (!strcmp(key, "instances")) {
       if (int_of(v, 0, 4096, &n) < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': instances must be 0..4096", src, name);
@@ -372,7 +376,7 @@ static int add_defaults(es_server *s) {
       " \"blazeface_back\": {\"file\": \"blazeface_back_256.onnx\", \"priority\": 1},"
       " \"ppocr_det\": {\"file\": \"ppocr_det.onnx\", \"priority\": 1,"
       "                 \"shape\": {\"x\": [1, 3, 640, 640]}},"
-      " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2,"
+      " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2, \"plans\": 96,"
       "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
       " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
       "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
@@ -466,6 +470,7 @@ int srv_model_load(es_server *s, srv_model *sm) {
   mc.max_inflight = sm->max_concurrency;
   mc.arenas = sm->instances;
   mc.share = sm->share;
+  mc.plans = sm->plans;
   int id = -1;
   int rc = es_runtime_model_load(s->rt, &mc, &id);
   pthread_mutex_lock(&s->mu);

@@ -28,6 +28,7 @@ typedef struct srv_model {
   int lane;
   unsigned max_concurrency;
   unsigned instances;
+  unsigned plans;
   int share;
   int load_at_start;
   int n_shapes;
