@@ -42,22 +42,35 @@
  *   image was resized unevenly), bicubic with replicated borders as
  *   cv2.warpPerspective(INTER_CUBIC, BORDER_REPLICATE); a strip at least
  *   1.5 times taller than wide is turned 90 degrees counter-clockwise
- *   (np.rot90): vertical text reads left to right after it.
+ *   (np.rot90): vertical text reads left to right after it. Upright boxes
+ *   on whole pixels are copied (the cubic taps are 0, 1, 0, 0 there).
  *
- * - cls (optional): each crop resized to height 48 keeping its ratio (width
+ * - cls (optional): a crop resized to height 48 keeping its ratio (width
  *   capped at 192), right-padded with 0 after (x/255 - 0.5) / 0.5; label 1
- *   ("180") above cls_thresh turns the crop upside down.
+ *   ("180") above cls_thresh turns the crop upside down. One departure:
+ *   PaddleOCR squeezes a line longer than 4:1 into the 192 x 48 input, and
+ *   on rendered pages the squeezed 20:1 lines were called "180" at up to
+ *   0.96, so good lines came out as garbage (page accuracy 0.92, upside-down
+ *   page 0.88). We show the classifier up to 3 windows of 4:1 at the line's
+ *   natural aspect (left end, middle, right end) and average their
+ *   log-odds (0.996 and 0.998 on the same pages). A crop that fits 4:1 is
+ *   classified exactly as PaddleOCR does.
  *
  * - rec: crops sorted by aspect ratio and run in batches of up to 6 as
- *   PaddleOCR does. A batch's width is 48 x its widest ratio, at least 320
- *   (PaddleOCR's base), each crop resized to height 48 and its own width
- *   and right-padded with 0. The width is then rounded up to a bucket
- *   (64 px steps up to 1024, 128 up to 2048, 256 beyond): the runtime plans
- *   each distinct input shape once and keeps 16 plans per model, and a plan
- *   costs tens of milliseconds, so a few dozen shapes must cover every
- *   line; the padding is what PaddleOCR's batching adds anyway. Widths are
- *   capped at OCR_REC_MAX_W (a longer line is squeezed) so one absurd box
- *   cannot ask for a gigabyte.
+ *   PaddleOCR does (fewer when there are fewer lines than 6 per worker, so
+ *   a short text keeps every worker busy). A batch's width is 48 x its
+ *   widest ratio, at least 320 (PaddleOCR's base), each crop resized to
+ *   height 48 and its own width and right-padded with 0. The width is then
+ *   rounded up to a bucket (64 px steps up to 1024, 128 up to 2048, 256
+ *   beyond) and the batch to 1, 2, 4 or 6 lines: the runtime plans each
+ *   distinct input shape once and keeps 16 plans per model, and a plan
+ *   costs tens of milliseconds, so few shapes must cover every page; the
+ *   padding is what PaddleOCR's batching adds anyway. Widths are capped at
+ *   OCR_REC_MAX_W (a longer line is squeezed) so one absurd box cannot ask
+ *   for a gigabyte. (The JS package feeds rec x/255 instead of
+ *   (x/255 - 0.5) / 0.5; on rendered English that keeps more inter-word
+ *   spaces but reads no more characters, and it is not what the model was
+ *   trained on, so we keep PaddleOCR's.)
  *
  * - Decoding: CTC greedy (argmax per step; blanks, index 0, and repeats of
  *   the previous step dropped), class i is the keys file's line i-1, and
@@ -88,9 +101,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-static double xnow(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6; }
-#define XT(label) do { if (getenv("XTIME")) fprintf(stderr, "t %-6s %.1f ms\n", label, xnow() - xt0); xt0 = xnow(); } while (0)
 
 #define OCR_MAGIC 0x4f4352524541444bull /* "OCRREADK" */
 #define OCR_MAX_CANDIDATES 1000 /* DBPostProcess max_candidates */
@@ -101,6 +111,7 @@ static double xnow(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &t
 #define OCR_CLS_VIEWS 3         /* windows cls sees of a long line */
 #define OCR_REC_MIN_W 320       /* rec_image_shape 3,48,320 */
 #define OCR_REC_MAX_W 4096
+#define OCR_CROP_MAX_SIDE 192   /* 4 x the recogniser's 48 px */
 #define OCR_WINDOW 8            /* batches of one stage in flight at once */
 #define OCR_KEYS_MAX ((long)16 << 20)
 
@@ -380,7 +391,7 @@ static int resize_norm(const uint8_t *rgb, int w, int h, int stride, int dw, int
     const uint8_t *r0 = rgb + (size_t)ty[y].i0 * stride * 3;
     const uint8_t *r1 = rgb + (size_t)ty[y].i1 * stride * 3;
     float wy = ty[y].w1;
-    float *ob = out + (size_t)y * out_w, *og = ob + plane, *or = og + plane;
+    float *pb = out + (size_t)y * out_w, *pg = pb + plane, *pr = pg + plane;
     for (int x = 0; x < dw; x++) {
       const uint8_t *a = r0 + tx[x].i0 * 3, *b = r0 + tx[x].i1 * 3;
       const uint8_t *c = r1 + tx[x].i0 * 3, *d = r1 + tx[x].i1 * 3;
@@ -390,9 +401,9 @@ static int resize_norm(const uint8_t *rgb, int w, int h, int stride, int dw, int
         v[k] = top + (bot - top) * wy;
       }
       /* v is R, G, B; tensor channel 0 is blue (OpenCV's order). */
-      ob[x] = v[2] * nm->mul[0] + nm->add[0];
-      og[x] = v[1] * nm->mul[1] + nm->add[1];
-      or[x] = v[0] * nm->mul[2] + nm->add[2];
+      pb[x] = v[2] * nm->mul[0] + nm->add[0];
+      pg[x] = v[1] * nm->mul[1] + nm->add[1];
+      pr[x] = v[0] * nm->mul[2] + nm->add[2];
     }
   }
   es_mem_free(tx);
@@ -431,8 +442,8 @@ static float cross3(ocr_pt o, ocr_pt a, ocr_pt b) {
 }
 
 /* Convex hull of points already sorted lexicographically (Andrew's
- * monotone chain); returns the hull size, written over pts[0..]. tmp has
- * room for 2n points. */
+ * monotone chain); returns the hull size, the hull written to tmp, which
+ * has room for n + 1 points. */
 static int hull(const ocr_pt *pts, int n, ocr_pt *tmp) {
   if (n < 3) {
     memcpy(tmp, pts, (size_t)n * sizeof *pts);
@@ -583,7 +594,9 @@ static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, 
   uint8_t *mask = es_mem_alloc(ES_MEM_APPS, npix);
   int32_t *stack = es_mem_alloc(ES_MEM_APPS, npix * sizeof *stack);
   int32_t *rmin = es_mem_alloc(ES_MEM_APPS, (size_t)mh * 2 * sizeof *rmin);
-  ocr_pt *pts = es_mem_alloc(ES_MEM_APPS, (size_t)mh * 4 * sizeof *pts);
+  /* A blob gives at most 2 points per row, and its hull at most one more
+   * than that (hull() repeats the first point while it works). */
+  ocr_pt *pts = es_mem_alloc(ES_MEM_APPS, ((size_t)mh * 4 + 4) * sizeof *pts);
   ocr_box *boxes = NULL;
   int cap = 0, nb = 0, rc = 0;
   if (!mask || !stack || !rmin || !pts) {
@@ -738,11 +751,19 @@ typedef struct ocr_crop {
 /* Warp the box onto a w x h strip: dst (u, v) -> the point of the box at
  * (u / w, v / h) of the way along its sides, a homography from the unit
  * square (Heckbert's closed form), sampled bicubically with replicated
- * borders. Strips 1.5 times taller than wide are turned counter-clockwise. */
+ * borders. Strips 1.5 times taller than wide are turned counter-clockwise.
+ * A strip whose shorter side is above OCR_CROP_MAX_SIDE is made at that
+ * scale instead: cls and rec see it at 48 px anyway, and a poster-sized
+ * box of a 64-megapixel photo must not cost a full-size copy. */
 static int crop_box(const es_image *img, const ocr_box *b, ocr_crop *c) {
   const ocr_pt *p = b->p;
   int w = (int)fmaxf(dist(p[0], p[1]), dist(p[2], p[3]));
   int h = (int)fmaxf(dist(p[0], p[3]), dist(p[1], p[2]));
+  int side = w < h ? w : h;
+  if (side > OCR_CROP_MAX_SIDE) {
+    w = (int)((long long)w * OCR_CROP_MAX_SIDE / side);
+    h = (int)((long long)h * OCR_CROP_MAX_SIDE / side);
+  }
   if (w < 1 || h < 1)
     return es__fail(ES_EINVAL, "ocr: empty crop");
   uint8_t *dst = es_mem_alloc(ES_MEM_APPS, (size_t)w * h * 3);
@@ -898,14 +919,6 @@ static int run_stage(ocr_stage *s, es_refusal *why) {
       rc = s->fill(s, next, sl->x);
       if (rc < 0)
         goto fail;
-      if (getenv("XDUMP")) {
-        char fn[256];
-        snprintf(fn, sizeof fn, "/tmp/ocrref/dump_%s_%d_%lldx%lldx%lldx%lld.f32", s->what, next,
-                 (long long)dims[0], (long long)dims[1], (long long)dims[2], (long long)dims[3]);
-        FILE *df = fopen(fn, "wb");
-        fwrite(sl->x, sizeof(float), n, df);
-        fclose(df);
-      }
       memset(&sl->in, 0, sizeof sl->in);
       sl->in.dtype = ES_DTYPE_FLOAT;
       sl->in.rank = 4;
@@ -1056,7 +1069,7 @@ static int cls_views(const es_ocr *o, crops_ctx *c) {
   for (int i = 0; i < c->n; i++) {
     const ocr_crop *cr = &c->crops[i];
     int win = (int)lrintf((float)cr->h * o->cls_w / o->cls_h);
-    if (getenv("XSQUASH") || win < 1 || cr->w <= win) {
+    if (win < 1 || cr->w <= win) {
       c->views[nv++] = (cls_view){i, 0, cr->w};
       continue;
     }
@@ -1104,8 +1117,6 @@ static int cls_take(ocr_stage *s, int i, const es_tensor *out) {
     ocr_crop *cr = &c->crops[c->views[i * c->batch + k].crop];
     cr->lodds += logf(fmaxf(p[k * 2 + 1], 1e-6f) / fmaxf(p[k * 2], 1e-6f));
     cr->views++;
-    if (getenv("XDBG"))
-      fprintf(stderr, "cls crop %d: %.4f %.4f\n", c->views[i * c->batch + k].crop, p[k * 2], p[k * 2 + 1]);
   }
   return 0;
 }
@@ -1215,7 +1226,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     why = &local;
   memset(why, 0, sizeof *why);
 
-  double xt0 = xnow();
   /* det */
   det_ctx dc = {.img = img};
   det_size(img->width, img->height, o->det_limit, &dc.dw, &dc.dh);
@@ -1228,7 +1238,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     return rc;
   }
 
-  XT("det");
   crops_ctx cc = {0};
   cc.n = dc.n;
   cc.crops = es_mem_calloc(ES_MEM_APPS, (size_t)dc.n, sizeof *cc.crops);
@@ -1243,7 +1252,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
   if (rc < 0)
     goto out;
 
-  XT("crops");
   /* cls: turn upside-down crops */
   if (o->cls >= 0) {
     rc = cls_views(o, &cc);
@@ -1266,7 +1274,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     }
   }
 
-  XT("cls");
   /* rec: by aspect ratio (insertion sort: stable, and boxes are few) */
   for (int i = 0; i < dc.n; i++) {
     int j = i;
@@ -1293,13 +1300,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     w = rec_bucket(w);
     cc.batch_w[b] = w > OCR_REC_MAX_W ? OCR_REC_MAX_W : w;
   }
-  if (getenv("XDBG"))
-    for (int b = 0; b < nbatch; b++) {
-      fprintf(stderr, "batch %d w %d:", b, cc.batch_w[b]);
-      for (int k = 0; k < cc.batch && b * cc.batch + k < dc.n; k++)
-        fprintf(stderr, " %d(%.1f)", cc.order[b * cc.batch + k], cc.crops[cc.order[b * cc.batch + k]].ratio);
-      fprintf(stderr, "\n");
-    }
   st = (ocr_stage){.o = o, .model = o->rec, .what = "rec", .n_batches = nbatch,
                    .priority = priority, .deadline_ns = deadline_ns, .shape = rec_shape,
                    .fill = rec_fill, .take = rec_take, .ctx = &cc};
@@ -1307,12 +1307,6 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
   if (rc < 0)
     goto out;
 
-  if (getenv("XDBG"))
-    for (int i = 0; i < dc.n; i++)
-      fprintf(stderr, "box %d (%.0f,%.0f)-(%.0f,%.0f) score %.3f crop %dx%d conf %.3f '%s'\n", i,
-              dc.boxes[i].p[0].x, dc.boxes[i].p[0].y, dc.boxes[i].p[2].x, dc.boxes[i].p[2].y,
-              dc.boxes[i].score, cc.crops[i].w, cc.crops[i].h, cc.crops[i].conf, cc.crops[i].text);
-  XT("rec");
   int k = 0;
   for (int i = 0; i < dc.n && k < max; i++) {
     const ocr_crop *c = &cc.crops[i];
