@@ -380,7 +380,7 @@ static int add_defaults(es_server *s) {
       "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
       " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
       "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
-      " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_back\", \"priority\": 1},"
+      " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_front\", \"priority\": 1},"
       " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
       "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
   json_error_t je;

@@ -248,8 +248,8 @@ http POST /v2/models/nosuchmodel/infer -d '{"inputs":[{"name":"x","shape":[1],"d
 expect 404 "nosuchmodel" "POST /v2/models/nosuchmodel/infer: 404"
 http POST /v2/repository/index
 if [ "$code" = 200 ] && [ "$(get "$work/last.body" "j.map(m => m.name + ':' + m.state).sort().join(' ')")" = \
-     "blazeface_back:READY blazeface_front:READY ppocr_cls:READY ppocr_det:READY ppocr_rec:READY" ]; then
-  ok "POST /v2/repository/index: the 5 models READY"
+     "blazeface_back:READY blazeface_front:READY face:READY ocr:READY ppocr_cls:READY ppocr_det:READY ppocr_rec:READY" ]; then
+  ok "POST /v2/repository/index: the 5 models and 2 pipelines READY"
 else
   notok "POST /v2/repository/index: $code $(head -c 400 "$work/last.body")"
 fi
@@ -419,6 +419,70 @@ if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
   sleep 0.2
 fi
 good_cls "good request after a client hung up mid-body: 200"
+
+# ---- 4b. pipelines: answers from an image over HTTP ------------------------------------
+
+# pipe MODEL FILE: POST the file as one BYTES element (binary extension);
+# prints the status and the answer's JSON string on one line.
+pipe() {
+  node -e '
+    const fs = require("fs");
+    const [url, model, file] = process.argv.slice(1);
+    const img = fs.readFileSync(file), len = Buffer.alloc(4);
+    len.writeUInt32LE(img.length);
+    const hdr = JSON.stringify({inputs: [{name: "image", shape: [1], datatype: "BYTES",
+                                          parameters: {binary_data_size: img.length + 4}}]});
+    fetch(url + "/v2/models/" + model + "/infer", {method: "POST",
+      headers: {"Inference-Header-Content-Length": String(hdr.length)},
+      body: Buffer.concat([Buffer.from(hdr), len, img])})
+      .then(async (r) => { const t = await r.text(); let a = "";
+        try { a = JSON.parse(t).outputs[0].data[0]; } catch (e) { a = t; }
+        console.log(r.status + " " + a); })
+      .catch((e) => console.log("000 " + e.message));' "$url" "$1" "$2"
+}
+imgdir=${ES_IMAGE_DIR:-$src/.cache/images}
+if [ -f "$imgdir/astronaut.png" ] && [ -f "$imgdir/coffee.png" ]; then
+  res=$(pipe face "$imgdir/astronaut.png")
+  # The face box picked by hand in tests/apps/test_face.c: [181, 80, 267, 186].
+  iou=$(node -e '
+    const a = JSON.parse(process.argv[1].slice(4)).faces[0], h = [181, 80, 267, 186];
+    if (!a) { console.log(0); process.exit(); }
+    const b = a.box, ix = Math.max(0, Math.min(b[2], h[2]) - Math.max(b[0], h[0])),
+          iy = Math.max(0, Math.min(b[3], h[3]) - Math.max(b[1], h[1])), i = ix * iy;
+    console.log((i / ((b[2]-b[0])*(b[3]-b[1]) + (h[2]-h[0])*(h[3]-h[1]) - i)).toFixed(3));' "$res" 2>/dev/null || echo 0)
+  [[ $res == 200* ]] && node -e 'process.exit(+process.argv[1] >= 0.5 ? 0 : 1)' "$iou" &&
+    ok "face pipeline over HTTP: astronaut.png face IoU $iou" ||
+    notok "face pipeline on astronaut.png: IoU $iou: ${res:0:300}"
+  res=$(pipe face "$imgdir/coffee.png")
+  [[ $res == '200 {"faces":[]}' ]] && ok "face pipeline over HTTP: no face in coffee.png" ||
+    notok "face pipeline on coffee.png: ${res:0:300}"
+else
+  echo "# face pipeline over HTTP: skipped (no test images; scripts/fetch-images.sh)"
+fi
+font=$(fc-match -f '%{file}' DejaVuSans 2>/dev/null || true)
+if command -v convert >/dev/null && [ -f "$font" ]; then
+  want="Serial AB-2024-7731 OK"
+  convert -size 720x120 xc:white -font "$font" -pointsize 44 -fill black \
+    -annotate +20+80 "$want" "$work/plate.png"
+  res=$(pipe ocr "$work/plate.png")
+  acc=$(node -e '
+    const want = process.argv[1].replace(/\s/g, ""), r = process.argv[2];
+    const got = (JSON.parse(r.slice(4)).lines || []).map((l) => l.text).join("").replace(/\s/g, "");
+    const d = Array.from({length: want.length + 1}, (_, i) => [i]);
+    for (let j = 1; j <= got.length; j++) d[0][j] = j;
+    for (let i = 1; i <= want.length; i++) for (let j = 1; j <= got.length; j++)
+      d[i][j] = Math.min(d[i-1][j] + 1, d[i][j-1] + 1, d[i-1][j-1] + (want[i-1] == got[j-1] ? 0 : 1));
+    console.log((1 - d[want.length][got.length] / want.length).toFixed(3));' "$want" "$res" 2>/dev/null || echo 0)
+  [[ $res == 200* ]] && node -e 'process.exit(+process.argv[1] >= 0.95 ? 0 : 1)' "$acc" &&
+    ok "ocr pipeline over HTTP: character accuracy $acc" ||
+    notok "ocr pipeline: accuracy $acc: ${res:0:300}"
+else
+  echo "# ocr pipeline over HTTP: skipped (no ImageMagick or DejaVu font)"
+fi
+printf 'not an image' >"$work/bad.img"
+res=$(pipe face "$work/bad.img")
+[[ $res == 400* ]] && grep -q "not a JPEG or PNG" <<<"$res" && ok "pipeline: a corrupt image is a 400" ||
+  notok "pipeline on a corrupt image: ${res:0:300}"
 
 # ---- 5. unload and load ---------------------------------------------------------------------
 
