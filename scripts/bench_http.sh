@@ -4,25 +4,37 @@
 # extension both ways) and once in-process (`edgeserve bench --concurrency N`,
 # the same runtime without the HTTP layer), A/B interleaved over R rounds.
 #   scripts/bench_http.sh [--model det|rec|front|back|cls] [--connections "N ..."]
-#                         [--duration S] [--rounds R] [--wrk-threads T]
+#                         [--duration S] [--rounds R] [--wrk-threads T] [--settle S]
+#                         [--serve-env "K=V ..."] [--serve-args "..."]
 # Defaults: det (1x3x640x640), connections "CORES 2xCORES" (the server runs
-# one worker per core), 10 s, 3 rounds, wrk -t2 (capped at N).
-# Prints per round and the median: HTTP rps/p50/p99 next to in-process
-# rps/p50/p99, overhead = 1 - http_rps / inproc_rps, the p50 difference,
-# non-2xx responses, and the CPU each side used (wrk, the server, the
-# in-process bench, in cores); then where the HTTP time goes (wrk's mean
-# latency minus the server's queue + compute means from /metrics) and the
-# server's peak RSS (VmHWM).
-# The server stays up during the in-process runs but idle (no connections):
-# its CPU time over each in-process run is measured and shown (srv idle).
+# one worker per core), 10 s, 3 rounds, wrk -t2 (capped at N). --settle S:
+# before each run wait up to S s (default 30) for other processes to go
+# quiet. --serve-env: environment for the server only (e.g. OMP_NUM_THREADS=1
+# to see how the server does when its models are planned single-threaded, as
+# `edgeserve bench` plans them); --serve-args: more `edgeserve serve` options
+# (e.g. --config FILE with {"max_header_bytes": "1M"}, which sizes the HTTP
+# library's per-connection buffer and so the chunks the body is read in).
+# Prints per round, the median (and the median of the rounds the rest of the
+# machine left alone, and the best of each side): HTTP rps/p50/p99 next to
+# in-process rps/p50/p99, overhead = 1 - http_rps / inproc_rps, the p50
+# difference, non-2xx responses (and socket errors), CPU ms per request of
+# the server and of the in-process bench (the overhead in CPU, which is what
+# caps throughput on saturated cores and which noise moves much less), the
+# cores wrk used and the cores other processes used during each run; then
+# where an HTTP request's time goes (wrk's mean latency minus the server's
+# queue + compute means from /metrics), the body's trip alone (the same POST
+# to a route that answers 404 after reading it), the server's CPU by thread,
+# and its peak RSS (VmHWM).
+# The server stays up during the in-process runs, idle (no connections); its
+# CPU over them is measured and reported (it should be ~0).
 # ES_BIN overrides the binary (default build-release/edgeserve).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cores=$(nproc)
-model=det conns="$cores $((2 * cores))" duration=10 rounds=3 wrk_threads=2 settle=30
+model=det conns="$cores $((2 * cores))" duration=10 rounds=3 wrk_threads=2 settle=30 serve_env="" serve_args=""
 usage() {
   echo "usage: $0 [--model det|rec|front|back|cls] [--connections \"N ...\"] [--duration S]" \
-       "[--rounds R] [--wrk-threads T] [--settle S]" >&2
+       "[--rounds R] [--wrk-threads T] [--settle S] [--serve-env \"K=V ...\"] [--serve-args \"...\"]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -33,6 +45,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --wrk-threads) wrk_threads=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
+    --serve-env) serve_env=$2; shift 2 ;;
+    --serve-args) serve_args=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -55,7 +69,7 @@ if [ ! -x "$es" ] || ! "$es" bench --help 2>&1 | grep -q -- --concurrency; then
   es=build-release/edgeserve
 fi
 scripts/fetch-models.sh >/dev/null
-work=$(mktemp -d)
+work=$(mktemp -d -t es-bench-http.XXXXXX)
 srv_pid=""
 cleanup() {
   if [ -n "$srv_pid" ] && kill -0 "$srv_pid" 2>/dev/null; then
@@ -70,7 +84,8 @@ trap 'exit 130' INT TERM
 node scripts/ort/make_inputs.js "$work" >/dev/null
 
 # ---- the server ---------------------------------------------------------------
-"$es" serve --quiet --port 0 >"$work/serve.log" 2>&1 &
+# shellcheck disable=SC2086 # K=V words, options
+env $serve_env "$es" serve --quiet --port 0 $serve_args >"$work/serve.log" 2>&1 &
 srv_pid=$!
 port=""
 for _ in $(seq 300); do
@@ -156,7 +171,11 @@ run_http() {
     -v n1="$(metric edgeserve_queue_duration_seconds_count)" 'BEGIN { printf "%.3f", (n1 > n0 ? 1e3 * (b - a) / (n1 - n0) : 0) }')
   cm=$(awk -v a="$cs0" -v b="$(metric edgeserve_compute_duration_seconds_sum)" -v n0="$cn0" \
     -v n1="$(metric edgeserve_compute_duration_seconds_count)" 'BEGIN { printf "%.3f", (n1 > n0 ? 1e3 * (b - a) / (n1 - n0) : 0) }')
-  echo "$line wrk_cpu=$wcpu srv_cpu=$scpu srv_queue_ms=$qm srv_compute_ms=$cm other=$other" >>"$work/http_$n.txt"
+  local cpr
+  cpr=$(awk -v d="$((s1 - s0))" -v tk="$tck" -v q="$(kv "$line" requests)" \
+    'BEGIN { printf "%.3f", (q > 0 ? 1e3 * d / tk / q : 0) }')
+  echo "$line wrk_cpu=$wcpu srv_cpu=$scpu srv_cpu_ms_req=$cpr srv_queue_ms=$qm srv_compute_ms=$cm" \
+    "other=$other" >>"$work/http_$n.txt"
 }
 
 # (b) in-process, the server idle. Appends the JSON line + the server's CPU
@@ -190,30 +209,48 @@ for n in $conns; do
     fi
   done
 done
+# The body's trip alone: the same POST to a route that answers 404 once it
+# has read the whole body (no parse, no inference), one connection.
+settle_wait
+ES_WRK_BODY=$work/body.bin wrk -t1 -c1 -d3s --timeout 30s -s scripts/wrk/v2_infer.lua \
+  "$base/no-such-route" >"$work/wrk404.out" 2>&1 || true
+trip=$(grep '^ES_WRK ' "$work/wrk404.out" || true)
+# Where the server's CPU went, by thread (cumulative since start): workers,
+# libgomp team threads (if any), MHD threads still open.
+threads=$(for t in /proc/"$srv_pid"/task/*; do
+  { awk -v tk="$tck" -v id="${t##*/}" -v c="$(cat "$t/comm")" \
+    -v a="$(awk '/Cpus_allowed_list/ {print $2}' "$t/status")" \
+    '{ s = ($14 + $15) / tk; if (s >= 0.5) printf "%s(%s,cpu %s) %.1fs  ", id, c, a, s }' "$t/stat"
+  } 2>/dev/null || true  # a connection thread may have gone
+done)
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$srv_pid/status")
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$srv_pid/status")
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+fmt='%3s %6s | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f %4d | %6.2f %6.2f %5.1f%% | %4.2f | %5.2f %5.2f\n'
 
-# One summary line from a rows file: medians of every column.
+# One summary line from a rows file: medians of every column; the overheads
+# from the medians.
 summary_row() {
   local n=$1 label=$2 f=$3
   col() { awk -v c="$1" '{print $c}' "$f" | median; }
-  local hr ir
-  hr=$(col 1) ir=$(col 4)
-  printf '%3d %6s | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f %6d | %5.2f %5.2f %5.2f %5.2f | %5.2f %5.2f\n' \
-    "$n" "$label" "$hr" "$(col 2)" "$(col 3)" "$ir" "$(col 5)" "$(col 6)" \
+  local hr ir sc ic
+  hr=$(col 1) ir=$(col 4) sc=$(col 10) ic=$(col 11)
+  # shellcheck disable=SC2059
+  printf "$fmt" "$n" "$label" "$hr" "$(col 2)" "$(col 3)" "$ir" "$(col 5)" "$(col 6)" \
     "$(awk -v a="$hr" -v b="$ir" 'BEGIN { print 100 * (1 - a / b) }')" "$(col 8)" \
-    "$(awk '{s += $9} END {print s}' "$f")" "$(col 10)" "$(col 11)" "$(col 12)" "$(col 13)" \
-    "$(col 18)" "$(col 19)"
+    "$(awk '{s += $9} END {print s}' "$f")" "$sc" "$ic" \
+    "$(awk -v a="$sc" -v b="$ic" 'BEGIN { print (a > 0 ? 100 * (1 - b / a) : 0) }')" \
+    "$(col 13)" "$(col 14)" "$(col 15)"
 }
 
 echo "model $name ($file, input $in_name from $npy; request $body_info bytes, binary output)"
-echo "server: $workers workers, port $port; wrk -t$wrk_threads (capped at N), ${duration}s per run," \
-     "$rounds interleaved rounds; $cores cores"
-printf '%3s %6s | %8s %7s %7s | %8s %7s %7s | %6s %7s %6s | %5s %5s %5s %5s | %5s %5s\n' \
-  N round "http rps" "p50 ms" "p99 ms" "inp rps" "p50 ms" "p99 ms" "ovh" "dp50" non2xx \
-  "wrk" "srv" "inp" "idle" "oth-h" "oth-i"
+echo "server: $workers workers, port $port${serve_env:+, env $serve_env}${serve_args:+, $serve_args}; wrk -t$wrk_threads (capped at N)," \
+     "${duration}s per run, $rounds interleaved rounds; $cores cores"
+printf '%3s %6s | %-24s | %-24s | %-19s | %-20s | %4s | %-11s\n' \
+  "" "" "HTTP (wrk)" "in-process (bench)" "" "CPU ms per request" "" "other cores"
+printf '%3s %6s | %8s %7s %7s | %8s %7s %7s | %6s %7s %4s | %6s %6s %6s | %4s | %5s %5s\n' \
+  N round rps "p50 ms" "p99 ms" rps "p50 ms" "p99 ms" "ovh" "dp50" "err" srv inp ovh wrk http inp
 for n in $conns; do
   mapfile -t H <"$work/http_$n.txt"
   mapfile -t I <"$work/inproc_$n.txt"
@@ -221,50 +258,66 @@ for n in $conns; do
   for r in $(seq 0 $((rounds - 1))); do
     h=${H[$r]} i=${I[$r]}
     errs=$(( $(kv "$h" non2xx) + $(kv "$h" connect) + $(kv "$h" read) + $(kv "$h" write) + $(kv "$h" timeout) ))
+    ic=$(awk -v c="$(json_field "$i" cpu_cores)" -v s="$(json_field "$i" seconds)" \
+      -v q="$(json_field "$i" requests)" 'BEGIN { printf "%.3f", (q > 0 ? 1e3 * c * s / q : 0) }')
     row=$(awk -v hr="$(kv "$h" rps)" -v h50="$(kv "$h" p50_ms)" -v h99="$(kv "$h" p99_ms)" \
       -v ir="$(json_field "$i" throughput_rps)" -v i50="$(json_field "$i" p50_ms)" \
-      -v i99="$(json_field "$i" p99_ms)" -v e="$errs" -v wc="$(kv "$h" wrk_cpu)" \
-      -v sc="$(kv "$h" srv_cpu)" -v ic="$(json_field "$i" cpu_cores)" \
+      -v i99="$(json_field "$i" p99_ms)" -v e="$errs" -v sc="$(kv "$h" srv_cpu_ms_req)" -v ic="$ic" \
+      -v wc="$(kv "$h" wrk_cpu)" -v oh="$(kv "$h" other)" \
+      -v oi="$(sed -nE 's/.* other=([^ ]+).*/\1/p' <<<"$i")" \
       -v id="$(sed -nE 's/.* srv_idle=([^ ]+).*/\1/p' <<<"$i")" \
       -v hm="$(kv "$h" mean_ms)" -v sq="$(kv "$h" srv_queue_ms)" -v sm="$(kv "$h" srv_compute_ms)" \
-      -v oh="$(kv "$h" other)" -v oi="$(sed -nE 's/.* other=([^ ]+).*/\1/p' <<<"$i")" \
-      'BEGIN { print hr, h50, h99, ir, i50, i99, 100 * (1 - hr / ir), h50 - i50, e, wc, sc, ic, id,
-               hm, sq, sm, hm - sq - sm, oh, oi }')
+      'BEGIN { print hr, h50, h99, ir, i50, i99, 100 * (1 - hr / ir), h50 - i50, e,
+               sc, ic, (sc > 0 ? 100 * (1 - ic / sc) : 0), wc, oh, oi, id, hm, sq, sm, hm - sq - sm }')
     echo "$row" >>"$work/rows_$n.txt"
-    awk -v n="$n" -v r="$((r + 1))" '{ printf "%3d %6d | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f %6d | %5.2f %5.2f %5.2f %5.2f | %5.2f %5.2f\n",
-      n, r, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $18, $19 }' <<<"$row"
+    # shellcheck disable=SC2059,SC2046
+    printf "$fmt" "$n" "$((r + 1))" $(awk '{print $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15}' <<<"$row")
   done
   summary_row "$n" median "$work/rows_$n.txt"
-  awk '$18 < 0.25 && $19 < 0.25' "$work/rows_$n.txt" >"$work/quiet_$n.txt"
+  awk '$14 < 0.25 && $15 < 0.25' "$work/rows_$n.txt" >"$work/quiet_$n.txt"
   q=$(wc -l <"$work/quiet_$n.txt")
   if [ "$q" -gt 0 ]; then summary_row "$n" "quiet$q" "$work/quiet_$n.txt"; fi
-  awk -v n="$n" 'NR == 1 { hr = $1; h50 = $2; h99 = $3; ir = $4; i50 = $5; i99 = $6 }
+  awk -v n="$n" 'NR == 1 { hr = $1; h50 = $2; h99 = $3; ir = $4; i50 = $5; i99 = $6; sc = $10; ic = $11 }
     { if ($1 > hr) hr = $1; if ($2 < h50) h50 = $2; if ($3 < h99) h99 = $3
-      if ($4 > ir) ir = $4; if ($5 < i50) i50 = $5; if ($6 < i99) i99 = $6 }
-    END { printf "%3d %6s | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f\n",
-          n, "best", hr, h50, h99, ir, i50, i99, 100 * (1 - hr / ir), h50 - i50 }' "$work/rows_$n.txt"
+      if ($4 > ir) ir = $4; if ($5 < i50) i50 = $5; if ($6 < i99) i99 = $6
+      if ($10 < sc) sc = $10; if ($11 < ic) ic = $11 }
+    END { printf "%3d %6s | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f %4s | %6.2f %6.2f %5.1f%% |\n",
+          n, "best", hr, h50, h99, ir, i50, i99, 100 * (1 - hr / ir), h50 - i50, "", sc, ic,
+          (sc > 0 ? 100 * (1 - ic / sc) : 0) }' "$work/rows_$n.txt"
 done
-echo "(median: of each column over the rounds, ovh from the median rps; quietK: the same over the K"
-echo " rounds where other processes used under 0.25 cores in both runs; best: highest rps and lowest"
-echo " latencies of each side over the rounds, the least disturbed estimate on a noisy machine."
-echo " ovh = 1 - http rps / in-process rps; dp50 = http p50 - in-process p50 in ms; non2xx ="
-echo " status >= 400 plus socket errors and timeouts (summed over rounds on summary rows);"
-echo " wrk / srv / inp = CPU cores used by wrk, by the server during the HTTP run and by the"
-echo " in-process bench; idle = the server's CPU cores while the in-process bench ran;"
-echo " oth-h / oth-i = cores used by other processes on the machine during the HTTP / in-process"
-echo " run: a round where they differ much is not a fair comparison)"
+idle_max=$(for n in $conns; do awk '{print $16}' "$work/rows_$n.txt"; done | sort -g | tail -1)
+echo "(ovh = 1 - http rps / in-process rps; dp50 = http p50 - in-process p50, ms; err = HTTP status"
+echo " >= 400 (e.g. 429) plus socket errors and timeouts, summed over the rounds on summary rows."
+echo " CPU ms per request: the server's CPU time over the HTTP run / responses (srv), the bench's"
+echo " over its timed phase / requests (inp); ovh = 1 - inp / srv: what HTTP costs in CPU, which"
+echo " bounds throughput once the cores are saturated, and which contention from other processes"
+echo " changes much less than it changes rps. wrk: cores used by wrk. other cores: used by other"
+echo " processes on the machine during the HTTP / in-process run; rounds where they are not both"
+echo " ~0 do not compare like with like. median: of each column (ovh from the medians); quietK:"
+echo " the same over the K rounds with other < 0.25 cores in both runs; best: the highest rps and"
+echo " the lowest latency and CPU of each side. The server stayed up, idle, during the in-process"
+echo " runs: it used at most $idle_max cores then.)"
 [ "$settled_all" -eq 1 ] || echo "note: the machine was busy (other processes over 0.25 cores) before some runs" \
-  "even after waiting ${settle}s (--settle): see oth-h / oth-i"
+  "even after waiting ${settle}s (--settle)"
 echo
-echo "where the HTTP time goes (medians over rounds, ms per request):"
-printf '%3s %10s %10s %10s %12s\n' N "wrk mean" "srv queue" "srv compute" "HTTP+client"
+echo "where the HTTP request's time goes (medians over rounds, ms per request):"
+printf '%3s %10s %10s %12s %12s\n' N "wrk mean" "srv queue" "srv compute" "HTTP+client"
 for n in $conns; do
   col() { awk -v c="$1" '{print $c}' "$work/rows_$n.txt" | median; }
-  printf '%3d %10.2f %10.2f %10.2f %12.2f\n' "$n" "$(col 14)" "$(col 15)" "$(col 16)" "$(col 17)"
+  printf '%3d %10.2f %10.2f %12.2f %12.2f\n' "$n" "$(col 17)" "$(col 18)" "$(col 19)" "$(col 20)"
 done
-echo "(srv queue / compute: the server's own histograms over the run (/metrics); HTTP+client = wrk's"
-echo " mean latency minus both: receiving and parsing the body, encoding and sending the response,"
-echo " the HTTP thread's wake-ups and wrk itself)"
+echo "(srv queue / compute: means from the server's own histograms over the run (/metrics);"
+echo " HTTP+client = wrk's mean latency minus both: sending and receiving the body, copying and"
+echo " parsing it, encoding and sending the response, thread wake-ups, and wrk itself)"
+if [ -n "$trip" ]; then
+  echo
+  echo "the body's trip alone (POST of the same $(stat -c %s "$work/body.bin")-byte body to a route" \
+       "that answers 404"
+  echo " after reading it, 1 connection, 3 s): p50 $(kv "$trip" p50_ms) ms, mean $(kv "$trip" mean_ms) ms," \
+       "$(kv "$trip" rps) req/s"
+fi
+echo
+echo "server threads with >= 0.5 s CPU since start (tid(name,cpus) seconds): $threads"
 inp_rss=$(for n in $conns; do while read -r l; do json_field "$l" peak_rss_bytes; done <"$work/inproc_$n.txt"; done | sort -g | tail -1)
 echo
 echo "server memory: VmHWM $((hwm / 1024)) MiB, VmRSS at the end $((rss / 1024)) MiB (all default models"

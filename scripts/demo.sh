@@ -1,12 +1,36 @@
 #!/usr/bin/env bash
 # The main job (README's first command): install what is needed, fetch the
 # models and images, build, then play BRIEF §1's edge-gateway scenario
-# against the server over HTTP, twice:
+# against the server over HTTP, three times:
 #   shared  `edgeserve serve` with its default config: one copy of each
 #           model's weights, arena pools, one memory budget;
-#   naive   the same server with sharing disabled (scripts/scenario/naive.json):
-#           every stream gets its own private model instance (weights,
-#           prepared weights, plans, arenas).
+#   naive   the same single server with sharing disabled
+#           (scripts/scenario/naive.json): every stream gets its own private
+#           model instance (weights, prepared weights, plans, arenas), but
+#           code, libraries, the HTTP stack and the runtime's pools are still
+#           one process's;
+#   procs   one `edgeserve serve` process per stream, nothing shared but what
+#           the kernel shares (the binary, the libraries): BRIEF §1's
+#           "before". Stream S of kind K gets a server started with
+#           scripts/scenario/procs-K.json, which loads only what that stream
+#           needs (det: ppocr_det planned at 640x640; face: blazeface_front
+#           and the face pipeline; ocr: ppocr_det/cls/rec and the ocr
+#           pipeline), with 1 worker, unpinned (pinned, every process's
+#           worker 0 would sit on core 0; 6 processes share the machine's
+#           cores through the kernel, as the shared server's 2 pinned
+#           workers do), and budget/6 as its admission budget. Each listens
+#           on its own port; the driver sends stream S to its server
+#           (scenario.js --stream-url) and sums the processes' VmHWM, RSS,
+#           PSS (smaps_rollup: the fair sum, shared pages split) and CPU.
+#           All are started together and each must answer
+#           /v2/health/ready; all are stopped (TERM, then KILL after 10 s)
+#           when the run ends or the script exits for any reason.
+#           (The files' own "memory_budget", 85M, is 512M/6 for a manual
+#           run; here --memory overrides it.)
+# Same models in every setup: the door camera runs blazeface_front (the
+# default "face" pipeline's). naive.json and procs-ocr.json do not plan the
+# plate's detector at 640x640 (plates are small) and the default config
+# also loads blazeface_back, unused here: both count against "shared".
 # Six streams (scripts/scenario/streams.json) run at their frame rates, open
 # loop like cameras: four detection cameras on ppocr_det at 640x640, 6 fps
 # each; a door camera on the "face" pipeline, 20 fps; a serial-plate reader
@@ -14,16 +38,19 @@
 # scripts/scenario/make_images.sh from the pinned public-domain sample images
 # and rendered text. A table is redrawn every second (per stream fps achieved
 # vs target, p50/p99 latency, refusals; the server's RSS vs the budget); at
-# the end both runs are printed side by side (memory, latency, fps).
+# the end the three runs are printed side by side (memory, latency, fps),
+# memory relative to the shared run.
 # Then, as before, the five models against ONNX Runtime and the allocator
 # benchmark in its quick form.
 #   scripts/demo.sh [--duration S] [--budget BYTES] [--fps STREAM=F]...
 #                   [--scenario-only] [bench-mem options...]
 # --duration: seconds per setup (default 30); --budget: the admission budget
-# both servers get (default 512M); --fps: override a stream's frame rate
+# of the single servers (default 512M; in procs each of the N processes gets
+# BYTES/N, auto stays auto); --fps: override a stream's frame rate
 # (e.g. --fps cam0=8); --scenario-only: stop after the side-by-side table.
 # Other arguments go to bench-mem, e.g. --ops 10000000 (the full benchmark).
-# Outputs: .cache/scenario/{shared,naive}.summary.json and .serve.log.
+# Outputs: .cache/scenario/{shared,naive,procs}.summary.json, and the
+# servers' logs: {shared,naive}.serve.log, procs-STREAM.serve.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=30 budget=512M scenario_only=0
@@ -38,6 +65,22 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+# bytes_of 512M: the bytes (K/M/G suffixes, optional i and B, as edgeserve reads them)
+bytes_of() {
+  [[ $1 =~ ^([0-9]+)([KkMmGg]?)i?B?$ ]] || return 1
+  local n=${BASH_REMATCH[1]}
+  case ${BASH_REMATCH[2]} in
+    K|k) echo $((n << 10)) ;;
+    M|m) echo $((n << 20)) ;;
+    G|g) echo $((n << 30)) ;;
+    *) echo "$n" ;;
+  esac
+}
+if [ "$budget" != auto ] && ! bytes_of "$budget" >/dev/null; then
+  echo "demo: --budget wants BYTES (K/M/G suffixes) or auto, got '$budget'" >&2
+  exit 2
+fi
+
 scripts/deps.sh
 scripts/fetch-models.sh
 scripts/fetch-images.sh
@@ -48,35 +91,59 @@ $es version
 scripts/scenario/make_images.sh
 
 runs=.cache/scenario
-srv_pid=""
-stop_server() {
-  if [ -n "$srv_pid" ] && kill -0 "$srv_pid" 2>/dev/null; then
-    kill "$srv_pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$srv_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$srv_pid" 2>/dev/null || true
+srv_pids=()  # the servers running now
+drv_pid=""   # the driver running now
+# stop_servers: the driver, if it runs, then TERM to each server, up to 10 s
+# for all to drain, then KILL; all reaped.
+stop_servers() {
+  local p alive
+  if [ -n "$drv_pid" ]; then
+    kill "$drv_pid" 2>/dev/null || true
+    wait "$drv_pid" 2>/dev/null || true
+    drv_pid=""
   fi
-  [ -z "$srv_pid" ] || wait "$srv_pid" 2>/dev/null || true
-  srv_pid=""
+  for p in ${srv_pids[@]+"${srv_pids[@]}"}; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 100); do
+    alive=0
+    for p in ${srv_pids[@]+"${srv_pids[@]}"}; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 1 ] || break
+    sleep 0.1
+  done
+  for p in ${srv_pids[@]+"${srv_pids[@]}"}; do
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  srv_pids=()
 }
-trap stop_server EXIT
+trap stop_servers EXIT
 trap 'exit 130' INT TERM
 
-# start_server NAME [serve options...]: sets srv_pid and port once
-# /v2/health/ready answers 200.
-start_server() {
-  local name=$1 log=$runs/$1.serve.log
+# launch_server LOG [serve options...]: starts a server on a free port in
+# the background and appends its pid to srv_pids.
+launch_server() {
+  local log=$1
   shift
-  "$es" serve --port 0 --quiet --memory "$budget" "$@" >"$log" 2>&1 &
-  srv_pid=$!
+  "$es" serve --port 0 --quiet "$@" >"$log" 2>&1 &
+  srv_pids+=($!)
+}
+
+# wait_ready NAME PID LOG: sets port once the server's /v2/health/ready
+# answers 200 (and shows what its log says besides the serving line:
+# models that did not load); exits when it dies or is not ready in 120 s.
+wait_ready() {
+  local name=$1 pid=$2 log=$3
   port=""
   for _ in $(seq 1200); do
-    if ! kill -0 "$srv_pid" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       cat "$log" >&2
       echo "demo: the $name server exited at start" >&2
       exit 1
     fi
     port=$(sed -nE 's|.*serving .* on http://[^:]+:([0-9]+)/v2.*|\1|p' "$log")
-    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && return 0
+    if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null; then
+      grep -v '^edgeserve: serving' "$log" >&2 || true
+      return 0
+    fi
     sleep 0.1
   done
   cat "$log" >&2
@@ -84,24 +151,69 @@ start_server() {
   exit 1
 }
 
-# run_setup NAME [serve options...]
-run_setup() {
-  local name=$1
-  shift
-  echo
-  echo "== scenario: $name ($duration s; server: edgeserve serve --memory $budget${*:+ $*})"
-  start_server "$name" "$@"
-  grep -v '^edgeserve: serving' "$runs/$name.serve.log" >&2 || true  # models that did not load
-  node scripts/scenario.js --url "http://127.0.0.1:$port" --setup "$name" --pid "$srv_pid" \
-    --duration "$duration" --budget "$budget" ${fps[@]+"${fps[@]}"} --out "$runs/$name.summary.json"
-  stop_server
+# drive [scenario.js options...]: the driver, in the background so that a
+# signal to this script is handled at once (bash runs traps only between
+# foreground commands), then waited for; its failure fails the script.
+drive() {
+  node scripts/scenario.js "$@" &
+  drv_pid=$!
+  wait "$drv_pid"
+  drv_pid=""
 }
 
-run_setup shared
-run_setup naive --config scripts/scenario/naive.json
+# run_setup NAME LABEL ABOUT [serve options...]: one server for every stream.
+run_setup() {
+  local name=$1 label=$2 about=$3
+  shift 3
+  echo
+  echo "== scenario: $name ($duration s; server: edgeserve serve --memory $budget${*:+ $*})"
+  launch_server "$runs/$name.serve.log" --memory "$budget" "$@"
+  wait_ready "$name" "${srv_pids[0]}" "$runs/$name.serve.log"
+  drive --url "http://127.0.0.1:$port" --setup "$name" --pid "${srv_pids[0]}" \
+    --label "$label" --about "$about" --duration "$duration" --budget "$budget" ${fps[@]+"${fps[@]}"} \
+    --out "$runs/$name.summary.json"
+  stop_servers
+}
+
+# run_procs: one server per stream of scripts/scenario/streams.json, the
+# stream's kind choosing its config; all started, then each waited for.
+run_procs() {
+  local streams=() route=() i s kind share share_h
+  mapfile -t streams < <(node -e \
+    'for (const s of require("./scripts/scenario/streams.json").streams) console.log(`${s.name} ${s.kind || "other"}`)')
+  share=auto share_h=auto
+  if [ "$budget" != auto ]; then
+    share=$(($(bytes_of "$budget") / ${#streams[@]}))
+    share_h=$(awk -v b="$share" 'BEGIN { printf "%.1f MiB", b / 1048576 }')
+  fi
+  echo
+  echo "== scenario: procs ($duration s; ${#streams[@]} servers, one per stream:" \
+       "edgeserve serve --config scripts/scenario/procs-KIND.json --memory $share)"
+  for i in "${!streams[@]}"; do
+    read -r s kind <<<"${streams[$i]}"
+    [ -f "scripts/scenario/procs-$kind.json" ] || { echo "demo: stream $s: no scripts/scenario/procs-$kind.json" >&2; exit 1; }
+    launch_server "$runs/procs-$s.serve.log" --config "scripts/scenario/procs-$kind.json" --memory "$share"
+  done
+  for i in "${!streams[@]}"; do
+    read -r s kind <<<"${streams[$i]}"
+    wait_ready "procs/$s" "${srv_pids[$i]}" "$runs/procs-$s.serve.log"
+    route+=(--stream-url "$s=$port" --pid "${srv_pids[$i]}")
+  done
+  drive --setup procs --label "1 process per stream" \
+    --about "${#streams[@]} processes, one per stream, each loading only its stream's models (scripts/scenario/procs-KIND.json: 1 worker, unpinned, budget $share_h each)" \
+    "${route[@]}" --duration "$duration" ${fps[@]+"${fps[@]}"} --out "$runs/procs.summary.json"
+  stop_servers
+}
+
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+run_setup shared shared "1 process, the default config: one copy of each model, one budget ($budget)"
+run_setup naive "1 process, no sharing" \
+  "1 process, every stream its own private model copies (scripts/scenario/naive.json, \"share\": false), budget $budget" \
+  --config scripts/scenario/naive.json
+run_procs
 echo
-echo "== BRIEF §1 on this machine ($(nproc) cores): shared vs sharing disabled"
-node scripts/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json"
+echo "== BRIEF §1 on this machine ($(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)): shared vs sharing disabled vs one process per stream"
+node scripts/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json" "$runs/procs.summary.json"
 [ $scenario_only -eq 0 ] || exit 0
 
 echo

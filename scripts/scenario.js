@@ -1,12 +1,21 @@
 // The edge-gateway scenario of BRIEF §1 as a load driver for `edgeserve serve`:
 // several camera streams, each sending frames to its model over KServe v2
 // HTTP at its own frame rate, for a bounded time, with a live table of what
-// each stream gets and what the server process holds.
+// each stream gets and what the server processes hold.
 //
-//   node scripts/scenario.js [--url URL | --port N] [--streams FILE] [--setup NAME]
-//        [--assets DIR] [--duration S] [--warmup N] [--pid PID]
-//        [--budget BYTES] [--fps STREAM=F]... [--timeout-ms MS] [--out FILE]
+//   node scripts/scenario.js [--url URL | --port N] [--stream-url STREAM=URL|PORT]...
+//        [--streams FILE] [--setup NAME] [--assets DIR] [--duration S] [--warmup N]
+//        [--pid PID[,PID...]]... [--budget BYTES] [--fps STREAM=F]... [--timeout-ms MS]
+//        [--label TEXT] [--about TEXT] [--out FILE]
 //   node scripts/scenario.js --compare SUMMARY.json SUMMARY.json...
+//
+// Servers: every stream talks to --url (default http://127.0.0.1:8000)
+// unless --stream-url maps it to its own server (a URL, or a port on
+// 127.0.0.1): that is how one process per stream is driven. --pid names the
+// server processes to measure (repeat it, or give a comma list); their
+// memory and CPU are summed, and /metrics is read from every server the
+// streams use and summed too, so a setup of several processes is compared
+// with a single one on the same quantities.
 //
 // Streams (--streams, default scripts/scenario/streams.json): a JSON object
 // {"streams": [{"name", "kind", "fps", "priority", "model", and "tensor" or
@@ -38,24 +47,32 @@
 // otherwise): per stream target fps, achieved fps (200 answers in the last
 // second and over the run), p50/p99 latency of the 200s (send to last byte
 // of the answer, whole run), frames sent and skipped, refusals (429 and 503,
-// with the last Retry-After) and errors, and the last result. Below it, the
-// server: VmRSS and VmHWM from /proc/PID/status (--pid) against the budget
-// (--budget, else the server's edgeserve_admission_budget_bytes), and from
-// GET /metrics the admission's reserved bytes, the distinct weight bytes, the
-// queued and admitted requests; the server's CPU (/proc/PID/stat, cores used
-// in the last second) and the driver's own (it shares the machine).
+// with the last Retry-After) and errors, and the last result (and the
+// server's port when there are several). Below it, the server: VmRSS and
+// VmHWM from /proc/PID/status (--pid) against the budget (--budget, else the
+// servers' edgeserve_admission_budget_bytes), and from GET /metrics the
+// admission's reserved bytes, the distinct weight bytes, the queued and
+// admitted requests; the server's CPU (/proc/PID/stat, cores used in the
+// last second) and the driver's own (it shares the machine). With several
+// processes these are sums, and one more line gives each process's RSS.
 //
 // At the end one JSON line goes to --out (to stdout when --out is absent):
 // per stream and per kind (streams of one kind pooled) fps, p50, p99,
 // refusals, errors, skipped; the server's peak RSS (VmHWM and the highest
 // sample), PSS and RSS from /proc/PID/smaps_rollup at the end, the peak of
 // reserved bytes and queue depth, the CPU cores the server and the driver
-// used on average.
+// used on average. With several processes: the sum of the VmHWMs (each
+// process's own peak; an upper bound of the peak of the sum), the highest
+// sampled sum of RSS, the sums of PSS and RSS at the end (PSS splits the
+// pages processes share, such as the binary and the libraries, between
+// them, so it is the fair sum), the summed CPU, and each process's numbers
+// under server.processes.
 //
 // --compare prints summaries side by side, one column per setup, with BRIEF
-// §1's quantities: resident memory (VmHWM, highest RSS while streaming, PSS),
-// latency per stream kind, fps achieved vs target, refusals, server CPU, and
-// each setup's memory relative to the first.
+// §1's quantities: resident memory (VmHWM, highest RSS while streaming, PSS;
+// summed over a setup's processes), latency per stream kind, fps achieved vs
+// target, refusals, server CPU, and each setup's memory relative to the
+// first; then a legend (each summary's --about).
 // Node 20, no dependencies. Exit 0 when the run finished (whatever the
 // streams got), 2 on usage errors, 1 when the server cannot be reached.
 'use strict';
@@ -67,8 +84,8 @@ const os = require('os');
 const ROOT = path.join(__dirname, '..');
 const USAGE =
   'usage: node scripts/scenario.js [--url URL | --port N] [--streams FILE] [--setup NAME] [--assets DIR]\n' +
-  '         [--duration S] [--warmup N] [--pid PID] [--budget BYTES] [--fps STREAM=F]...\n' +
-  '         [--timeout-ms MS] [--label TEXT] [--out FILE]\n' +
+  '         [--stream-url STREAM=URL|PORT]... [--duration S] [--warmup N] [--pid PID[,PID...]]...\n' +
+  '         [--budget BYTES] [--fps STREAM=F]... [--timeout-ms MS] [--label TEXT] [--about TEXT] [--out FILE]\n' +
   '       node scripts/scenario.js --compare SUMMARY.json SUMMARY.json...';
 
 function usage(msg) {
@@ -88,7 +105,8 @@ function parseArgs(argv) {
   const o = {
     url: 'http://127.0.0.1:8000', streams: path.join(ROOT, 'scripts', 'scenario', 'streams.json'),
     setup: 'shared', assets: path.join(ROOT, '.cache', 'scenario'), duration: 30, warmup: 2,
-    pid: 0, budget: 0, fps: {}, timeoutMs: 10000, out: null, label: null, compare: null,
+    streamUrl: {}, pids: [], budget: 0, fps: {}, timeoutMs: 10000, out: null, label: null, about: null,
+    compare: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -109,7 +127,20 @@ function parseArgs(argv) {
       case '--assets': o.assets = v(); break;
       case '--duration': o.duration = num(1); break;
       case '--warmup': o.warmup = Math.floor(num(0)); break;
-      case '--pid': o.pid = Math.floor(num(1)); break;
+      case '--stream-url': {
+        const s = v(), eq = s.indexOf('=');
+        const u = s.slice(eq + 1);
+        if (eq < 1 || !u) usage(`--stream-url wants STREAM=URL or STREAM=PORT, got '${s}'`);
+        o.streamUrl[s.slice(0, eq)] = /^\d+$/.test(u) ? `http://127.0.0.1:${u}` : u.replace(/\/+$/, '');
+        break;
+      }
+      case '--pid':
+        for (const p of v().split(',')) {
+          const n = Number(p);
+          if (!Number.isInteger(n) || n < 1) usage(`--pid wants process ids, got '${p}'`);
+          if (!o.pids.includes(n)) o.pids.push(n);
+        }
+        break;
       case '--budget': {
         const s = v();
         o.budget = bytesOf(s);
@@ -126,6 +157,7 @@ function parseArgs(argv) {
       case '--timeout-ms': o.timeoutMs = num(1); break;
       case '--out': o.out = v(); break;
       case '--label': o.label = v(); break;
+      case '--about': o.about = v(); break;
       case '--compare': o.compare = argv.slice(i + 1); i = argv.length; break;
       case '-h': case '--help': process.stdout.write(USAGE + '\n'); process.exit(0); break;
       default: usage(`unknown option '${a}'`);
@@ -349,6 +381,7 @@ class Stream {
     const m = def.model;
     this.model = typeof m === 'string' ? m : m && (m[o.setup] || m.default);
     if (!this.model) throw new Error(`stream ${def.name}: no model for setup '${o.setup}'`);
+    this.url = o.streamUrl[def.name] || o.url;
     this.phase = (index / count) * (1000 / this.fps); // ms: cameras are not in step
     this.agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
     this.built = buildBody(def, o.assets);
@@ -368,7 +401,7 @@ class Stream {
   async send(o, counted) {
     this.inflight = true;
     const t = process.hrtime.bigint();
-    const r = await request(this.agent, o.url, 'POST', `/v2/models/${encodeURIComponent(this.model)}/infer`,
+    const r = await request(this.agent, this.url, 'POST', `/v2/models/${encodeURIComponent(this.model)}/infer`,
                             this.headers, this.built.body, o.timeoutMs);
     const lat = Number(process.hrtime.bigint() - t) / 1e6;
     this.inflight = false;
@@ -403,21 +436,26 @@ async function main() {
   try { spec = JSON.parse(fs.readFileSync(o.streams, 'utf8')); } catch (e) { usage(`--streams ${o.streams}: ${e.message}`); }
   const defs = spec.streams || [];
   for (const n of Object.keys(o.fps)) if (!defs.some((d) => d.name === n)) usage(`--fps: no stream '${n}' in ${o.streams}`);
+  for (const n of Object.keys(o.streamUrl)) if (!defs.some((d) => d.name === n)) usage(`--stream-url: no stream '${n}' in ${o.streams}`);
   let streams;
   try { streams = defs.map((d, i) => new Stream(d, o, i, defs.length)); } catch (e) {
     process.stderr.write(`scenario: ${e.message}\n`);
     process.exit(2);
   }
+  // The servers the streams use (one, or one per stream with --stream-url).
+  const urls = [...new Set(streams.map((s) => s.url))];
   const side = new http.Agent({ keepAlive: true, maxSockets: 2 });
-  const get = (p) => request(side, o.url, 'GET', p, {}, undefined, 5000);
+  const get = (url, p) => request(side, url, 'GET', p, {}, undefined, 5000);
 
-  const ready = await get('/v2/health/ready');
-  if (ready.status !== 200) {
-    process.stderr.write(`scenario: ${o.url}/v2/health/ready: ${ready.status || ready.error}\n`);
-    process.exit(1);
+  for (const u of urls) {
+    const ready = await get(u, '/v2/health/ready');
+    if (ready.status !== 200) {
+      process.stderr.write(`scenario: ${u}/v2/health/ready: ${ready.status || ready.error}\n`);
+      process.exit(1);
+    }
   }
   await Promise.all(streams.map(async (s) => {
-    const r = await get(`/v2/models/${encodeURIComponent(s.model)}/ready`);
+    const r = await get(s.url, `/v2/models/${encodeURIComponent(s.model)}/ready`);
     if (r.status !== 200) s.unavailable = r.status === 404 ? 'not served (404)' : `not ready (${r.status || r.error})`;
   }));
   // Warm-up: not counted; a model that answers 404 here is unavailable too.
@@ -428,49 +466,84 @@ async function main() {
     }
   }));
 
+  // Sums over the servers' metrics and the processes; null when nothing is known.
+  // (allOf: null unless every one is known, for the end numbers.)
+  const sumOf = (xs) => (xs.some((x) => x !== null && x !== undefined) ? xs.reduce((a, x) => a + (x ?? 0), 0) : null);
+  const allOf = (xs) => (xs.length && xs.every((x) => x !== null && x !== undefined) ? xs.reduce((a, x) => a + x, 0) : null);
   const srv = { hwm: null, rssMax: null, reservedMax: null, queuedMax: null, weights: null, budget: o.budget || null };
+  const procs = o.pids.map((pid) => ({
+    pid, status: null, hwm: null, rssMax: null, cpuSec: null, cpuAt: 0, cpuLast: null, cpu0: null, roll: null, cpuCores: null,
+  }));
   let metrics = {};
   let status = null;
-  const cpu = { sec: 0, at: 0, last: null };
+  let cpuLast = null;
   const sample = async () => {
-    const r = await get('/metrics');
-    if (r.status === 200) metrics = parseMetrics(r.buf.toString('utf8'));
-    status = o.pid ? procStatus(o.pid) : null;
-    const now = Date.now(), c = o.pid ? procCpu(o.pid) : null;
-    if (c !== null && cpu.at) cpu.last = (c - cpu.sec) / ((now - cpu.at) / 1000);
-    if (c !== null) { cpu.sec = c; cpu.at = now; }
+    const all = await Promise.all(urls.map(async (u) => {
+      const r = await get(u, '/metrics');
+      return r.status === 200 ? parseMetrics(r.buf.toString('utf8')) : {};
+    }));
+    metrics = {};
+    for (const k of ['reserved', 'budget', 'weights', 'queued', 'inflight', 'running', 'rss']) metrics[k] = sumOf(all.map((m) => m[k]));
+    const now = Date.now();
+    for (const p of procs) {
+      p.status = procStatus(p.pid);
+      if (p.status && p.status.rss !== null) p.rssMax = Math.max(p.rssMax || 0, p.status.rss);
+      if (p.status && p.status.hwm !== null) p.hwm = Math.max(p.hwm || 0, p.status.hwm); // kept if it exits
+      const c = procCpu(p.pid);
+      if (c !== null && p.cpuAt) p.cpuLast = (c - p.cpuSec) / ((now - p.cpuAt) / 1000);
+      if (c !== null) { p.cpuSec = c; p.cpuAt = now; }
+    }
+    status = procs.some((p) => p.status)
+      ? { rss: sumOf(procs.map((p) => p.status && p.status.rss)), hwm: sumOf(procs.map((p) => p.hwm)) }
+      : null;
+    cpuLast = sumOf(procs.map((p) => p.cpuLast));
     const rss = status ? status.rss : metrics.rss;
     if (rss !== null && rss !== undefined) srv.rssMax = Math.max(srv.rssMax || 0, rss);
     if (status && status.hwm !== null) srv.hwm = status.hwm;
-    if (metrics.reserved !== null && metrics.reserved !== undefined) srv.reservedMax = Math.max(srv.reservedMax || 0, metrics.reserved);
-    if (metrics.queued !== null && metrics.queued !== undefined) srv.queuedMax = Math.max(srv.queuedMax || 0, metrics.queued);
-    if (metrics.weights !== null && metrics.weights !== undefined) srv.weights = metrics.weights;
+    if (metrics.reserved !== null) srv.reservedMax = Math.max(srv.reservedMax || 0, metrics.reserved);
+    if (metrics.queued !== null) srv.queuedMax = Math.max(srv.queuedMax || 0, metrics.queued);
+    if (metrics.weights !== null) srv.weights = metrics.weights;
     if (!o.budget && metrics.budget) srv.budget = metrics.budget;
   };
   await sample();
 
   const t0 = Date.now() + 50;
-  const cpu0 = { server: null, driver: process.cpuUsage() };
-  setTimeout(() => { cpu0.server = o.pid ? procCpu(o.pid) : null; cpu0.at = Date.now(); }, Math.max(0, t0 - Date.now()));
+  const cpu0 = { at: 0, driver: process.cpuUsage() };
+  setTimeout(() => {
+    for (const p of procs) p.cpu0 = procCpu(p.pid);
+    cpu0.at = Date.now();
+  }, Math.max(0, t0 - Date.now()));
+  // CPU cores a process used on average since t0 (null when it cannot be read).
+  const avgCpu = (p, now) => {
+    const c = p.cpu0 === null ? null : procCpu(p.pid);
+    return c === null ? null : (c - p.cpu0) / ((now - cpu0.at) / 1000);
+  };
   const tEnd = t0 + o.duration * 1000;
   const label = o.label || o.setup;
   const tty = process.stdout.isTTY;
+  const many = procs.length > 1 || urls.length > 1;
+  const port = (u) => { try { return `:${new URL(u).port}`; } catch { return u; } };
 
   const draw = (final) => {
     const now = Date.now();
     const el = Math.max(0, Math.min(now, tEnd) - t0) / 1000;
     const L = [];
-    L.push(`scenario '${label}' on ${o.url}  ${final ? 'done' : 'running'}: ${el.toFixed(0)}/${o.duration} s` +
-           (o.pid ? `  server pid ${o.pid}` : ''));
+    const where = urls.length > 1 ? `${urls.length} servers (${urls.map(port).join(' ')})` : urls[0];
+    const pids = procs.length > 1 ? `  server pids ${procs.map((p) => p.pid).join(' ')}` : procs.length ? `  server pid ${procs[0].pid}` : '';
+    L.push(`scenario '${label}' on ${where}  ${final ? 'done' : 'running'}: ${el.toFixed(0)}/${o.duration} s${pids}`);
     const hdr = ['stream', 'model', 'target', 'fps 1s', 'fps all', 'p50 ms', 'p99 ms', 'sent', 'skipped', '429', '503', 'retry-after', 'errors', 'last result'];
+    if (urls.length > 1) hdr.splice(2, 0, 'server');
     const rows = streams.map((s) => {
       const sorted = s.lat.slice().sort((a, b) => a - b);
       const last1 = s.okTimes.filter((t) => t > now - 1000).length;
-      if (s.unavailable) return [s.name, s.model, s.fps.toFixed(0), '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', `unavailable: ${s.unavailable}`.slice(0, 60)];
-      return [s.name, s.model, String(s.fps), final ? '-' : String(last1), el > 0 ? (s.ok / el).toFixed(1) : '-',
-              ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)), String(s.sent), String(s.skipped), String(s.r429), String(s.r503),
-              s.retryAfter === null ? '-' : `${s.retryAfter} s`, String(s.errors),
-              (s.errors && s.lastError ? `ERR ${s.lastError}` : s.last || s.lastError || (s.lastRefusal ? `refused ${s.lastRefusal}` : '')).slice(0, 60)];
+      const r = s.unavailable
+        ? [s.name, s.model, s.fps.toFixed(0), '-', '-', '-', '-', '-', '-', '-', '-', '-', '-', `unavailable: ${s.unavailable}`.slice(0, 60)]
+        : [s.name, s.model, String(s.fps), final ? '-' : String(last1), el > 0 ? (s.ok / el).toFixed(1) : '-',
+           ms(pct(sorted, 0.5)), ms(pct(sorted, 0.99)), String(s.sent), String(s.skipped), String(s.r429), String(s.r503),
+           s.retryAfter === null ? '-' : `${s.retryAfter} s`, String(s.errors),
+           (s.errors && s.lastError ? `ERR ${s.lastError}` : s.last || s.lastError || (s.lastRefusal ? `refused ${s.lastRefusal}` : '')).slice(0, 60)];
+      if (urls.length > 1) r.splice(2, 0, port(s.url));
+      return r;
     });
     const w = hdr.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
     const fmt = (r) => r.map((c, i) => (i < 2 || i === r.length - 1 ? c.padEnd(w[i]) : c.padStart(w[i]))).join('  ');
@@ -478,13 +551,21 @@ async function main() {
     for (const r of rows) L.push(fmt(r));
     const rss = status ? status.rss : metrics.rss;
     const share = srv.budget && rss ? ` (${(100 * rss / srv.budget).toFixed(0)}% of it)` : '';
-    L.push(`server: RSS ${MiB(rss)} MiB, peak ${MiB(srv.hwm !== null ? srv.hwm : srv.rssMax)} MiB` +
-           `${o.pid ? ' (VmHWM)' : ''}; budget ${srv.budget ? MiB(srv.budget) + ' MiB' : 'none'}${share}`);
+    const who = procs.length > 1 ? `servers (${procs.length} processes, summed)` : urls.length > 1 ? `servers (${urls.length}, summed)` : 'server';
+    L.push(`${who}: RSS ${MiB(rss)} MiB, peak ${MiB(srv.hwm !== null ? srv.hwm : srv.rssMax)} MiB` +
+           `${procs.length ? ' (VmHWM)' : ''}; budget ${srv.budget ? MiB(srv.budget) + ' MiB' : 'none'}${share}`);
+    if (procs.length > 1) {
+      L.push('        per process RSS/VmHWM MiB: ' +
+             procs.map((p) => `${p.pid} ${p.status ? `${MiB(p.status.rss)}/${MiB(p.status.hwm)}` : 'gone'}`).join(', '));
+    }
     const drv = process.cpuUsage(cpu0.driver);
     const span = Math.max(1e-3, (Math.min(now, tEnd) - t0) / 1000);
-    let srvCpu = cpu.last === null ? '-' : `${cpu.last.toFixed(2)} cores (last second)`;
-    if (final && o.pid && cpu0.server !== null) srvCpu = `${((procCpu(o.pid) - cpu0.server) / ((now - cpu0.at) / 1000)).toFixed(2)} cores (average)`;
-    L.push(`        CPU: server ${srvCpu}, ` +
+    let srvCpu = cpuLast === null ? '-' : `${cpuLast.toFixed(2)} cores (last second)`;
+    if (final && procs.length && cpu0.at) {
+      const c = sumOf(procs.map((p) => avgCpu(p, now)));
+      if (c !== null) srvCpu = `${c.toFixed(2)} cores (average)`;
+    }
+    L.push(`        CPU: server${many ? 's' : ''} ${srvCpu}, ` +
            `driver ${((drv.user + drv.system) / 1e6 / span).toFixed(2)} cores (average); machine ${os.availableParallelism()} cores`);
     L.push(`        admission reserved ${MiB(metrics.reserved)} MiB (peak ${MiB(srv.reservedMax)}), weights ${MiB(metrics.weights)} MiB, ` +
            `queued ${metrics.queued ?? '-'} (peak ${srv.queuedMax ?? '-'}), admitted ${metrics.inflight ?? '-'}, running ${metrics.running ?? '-'}`);
@@ -518,10 +599,13 @@ async function main() {
   const stop = Date.now() + o.timeoutMs;
   while (streams.some((s) => s.inflight) && Date.now() < stop) await new Promise((r) => setTimeout(r, 20));
   await sample();
-  const roll = o.pid ? smapsRollup(o.pid) : null;
+  const endAt = Date.now();
+  for (const p of procs) {
+    p.roll = smapsRollup(p.pid);
+    p.cpuCores = cpu0.at ? avgCpu(p, endAt) : null;
+  }
   const drvCpu = process.cpuUsage(cpu0.driver);
-  const srvCpu = o.pid && cpu0.server !== null ? procCpu(o.pid) : null;
-  const cpuSpan = (Date.now() - (cpu0.at || t0)) / 1000;
+  const cpuSpan = (endAt - (cpu0.at || t0)) / 1000;
   if (tty) process.stdout.write('\x1b[H\x1b[2J');
   draw(true);
 
@@ -556,14 +640,21 @@ async function main() {
     delete k.lat;
   }
   const summary = {
-    setup: o.setup, label, url: o.url, duration_s: dur, warmup: o.warmup,
+    setup: o.setup, label, about: o.about, url: urls.length === 1 ? urls[0] : null, urls, duration_s: dur, warmup: o.warmup,
     streams: perStream, kinds,
+    // sums over the processes (and the servers' metrics) when there are several
     server: {
-      pid: o.pid || null, vmhwm_bytes: srv.hwm, rss_peak_sampled_bytes: srv.rssMax,
-      rss_end_bytes: roll ? roll.rss : null, pss_end_bytes: roll ? roll.pss : null,
+      pid: procs.length === 1 ? procs[0].pid : null, pids: procs.map((p) => p.pid),
+      vmhwm_bytes: srv.hwm, rss_peak_sampled_bytes: srv.rssMax,
+      rss_end_bytes: allOf(procs.map((p) => p.roll && p.roll.rss)), pss_end_bytes: allOf(procs.map((p) => p.roll && p.roll.pss)),
       budget_bytes: srv.budget, weights_bytes: srv.weights, reserved_peak_bytes: srv.reservedMax,
       queued_peak: srv.queuedMax,
-      cpu_cores: srvCpu === null ? null : +((srvCpu - cpu0.server) / cpuSpan).toFixed(3),
+      cpu_cores: allOf(procs.map((p) => p.cpuCores)) === null ? null : +allOf(procs.map((p) => p.cpuCores)).toFixed(3),
+      processes: procs.map((p) => ({
+        pid: p.pid, vmhwm_bytes: p.hwm, rss_peak_sampled_bytes: p.rssMax,
+        rss_end_bytes: p.roll ? p.roll.rss : null, pss_end_bytes: p.roll ? p.roll.pss : null,
+        cpu_cores: p.cpuCores === null ? null : +p.cpuCores.toFixed(3),
+      })),
     },
     driver_cpu_cores: +((drvCpu.user + drvCpu.system) / 1e6 / cpuSpan).toFixed(3),
     machine_cores: os.availableParallelism(),
@@ -590,7 +681,9 @@ function compare(files) {
     return !x ? '-' : !x.available ? 'unavailable' : f(x);
   };
   const tot = (r, f) => Object.values(r.kinds).reduce((a, x) => a + (x[f] || 0), 0);
+  const nproc = (r) => (r.server.pids ? r.server.pids.length : r.server.pid ? 1 : 0);
   const rows = [
+    ['server processes', (r) => (nproc(r) ? String(nproc(r)) : '-')],
     ['resident memory: peak RSS (VmHWM)', mem(peak)],
     ['  highest RSS while streaming', mem((r) => r.server.rss_peak_sampled_bytes)],
     ['  PSS after the run', mem((r) => r.server.pss_end_bytes)],
@@ -619,12 +712,15 @@ function compare(files) {
     out.push(`memory: ${name(a)} ${MiB(pa)} MiB at its peak vs ${name(r)} ${MiB(p)} MiB: ` +
              `${(p / pa).toFixed(2)}x, sharing saves ${(100 * (1 - pa / p)).toFixed(0)}%${pss}.`);
   }
+  for (const r of runs) if (r.about) out.push(`${name(r)}: ${r.about}`);
   const unavailable = [];
   for (const r of runs) for (const s of r.streams) if (s.unavailable) unavailable.push(`${name(r)}/${s.name} (${s.model}): ${s.unavailable}`);
   if (unavailable.length) out.push('unavailable streams: ' + unavailable.join('; '));
   out.push(`Same streams, ${runs.map((r) => `${r.duration_s} s`).join(' / ')}; latency: request sent to the last byte of ` +
            'the answer, 200s only, streams of a kind pooled; fps: 200 answers per second, streams of a kind summed; ' +
-           'VmHWM includes loading the models, the highest RSS while streaming is from 1 s samples.');
+           'VmHWM includes loading the models, the highest RSS while streaming is from 1 s samples; ' +
+           'with several processes, memory and CPU are sums over them (VmHWM: of each one\'s own peak; ' +
+           'PSS splits the pages they share), and so are the weights.');
   process.stdout.write(out.join('\n') + '\n');
 }
 

@@ -26,6 +26,7 @@
 // takes several --input, by name or in the model's input order).
 'use strict';
 const path = require('path');
+const { loadOrt, procKb, rss, pct } = require('./common');
 const fs = require('fs');
 const npy = require('./npy');
 
@@ -72,30 +73,8 @@ function parseArgs(argv) {
   return o;
 }
 
-function loadOrt() {
-  const dirs = [process.env.ES_ORT_DIR, path.join(__dirname, '../../.cache/ort/node_modules')];
-  for (const d of dirs) {
-    if (!d) continue;
-    try { return require(path.join(d, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  throw new Error('onnxruntime-node is not installed: run scripts/ort/install.sh');
-}
 
-// Value in bytes of a "Key:   N kB" line of a /proc file, or null.
-function procKb(file, key) {
-  let text;
-  try { text = fs.readFileSync(file, 'latin1'); } catch (e) { return null; }
-  const m = new RegExp(`^${key}:\\s+(\\d+)\\s+kB`, 'm').exec(text);
-  return m ? Number(m[1]) * 1024 : null;
-}
-const rss = () => procKb('/proc/self/status', 'VmRSS');
 
-// Nearest-rank percentile (sorts a copy); null for no values.
-function pct(values, q) {
-  if (values.length === 0) return null;
-  const s = values.slice().sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
-}
 
 // Registry-style name as bench-lane makes it: base name without .onnx/.esm,
 // made unique with "#INDEX".

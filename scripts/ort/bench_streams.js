@@ -30,6 +30,7 @@
 //                         [--threads T] [--duration SECONDS] [--warmup K] [--json]
 'use strict';
 const path = require('path');
+const { loadOrt, procKb, rss, pct } = require('./common');
 const fs = require('fs');
 
 const USAGE = 'usage: node bench_streams.js MODEL.onnx --concurrency N ' +
@@ -82,29 +83,8 @@ if (!process.env.UV_THREADPOOL_SIZE) process.env.UV_THREADPOOL_SIZE = String(Mat
 
 const npy = require('./npy');
 
-function loadOrt() {
-  const dirs = [process.env.ES_ORT_DIR, path.join(__dirname, '../../.cache/ort/node_modules')];
-  for (const d of dirs) {
-    if (!d) continue;
-    try { return require(path.join(d, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  throw new Error('onnxruntime-node is not installed: run scripts/ort/install.sh');
-}
 
-// Value in bytes of a "Key:   N kB" line of a /proc file, or null.
-function procKb(file, key) {
-  let text;
-  try { text = fs.readFileSync(file, 'latin1'); } catch (e) { return null; }
-  const m = new RegExp(`^${key}:\\s+(\\d+)\\s+kB`, 'm').exec(text);
-  return m ? Number(m[1]) * 1024 : null;
-}
-const rss = () => procKb('/proc/self/status', 'VmRSS');
 
-// Nearest-rank percentile of a sorted array.
-function pct(sorted, q) {
-  if (sorted.length === 0) return null;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
-}
 
 function fail(msg, code) {
   console.error(`bench_streams: ${msg}`);

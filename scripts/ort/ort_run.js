@@ -5,17 +5,10 @@
 //                   FILE.npy... | NAME=FILE.npy...
 'use strict';
 const path = require('path');
+const { loadOrt } = require('./common');
 const fs = require('fs');
 const npy = require('./npy');
 
-function loadOrt() {
-  const dirs = [process.env.ES_ORT_DIR, path.join(__dirname, '../../.cache/ort/node_modules')];
-  for (const d of dirs) {
-    if (!d) continue;
-    try { return require(path.join(d, 'onnxruntime-node')); } catch (e) { /* next */ }
-  }
-  throw new Error('onnxruntime-node is not installed: run scripts/ort/install.sh');
-}
 
 async function main() {
   const args = process.argv.slice(2);
