@@ -197,7 +197,9 @@ int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
 int es_plan_node_count(const es_plan *p);
 /* Layout conversions (NCHW <-> NHWC) among those nodes. */
 int es_plan_relayout_count(const es_plan *p);
-/* Intra-op threads for runs made by the calling thread. Default 1
+/* Intra-op threads for plans made and runs made by the calling thread
+ * (oneDNN fixes a primitive's threads when the plan creates it, so plan on
+ * a thread with the setting the runs will use). Default 1
  * (throughput mode: one request per core, no oversubscription when several
  * workers run at once); more for latency mode. ES_EINVAL outside 1..1024. */
 int es_engine_threads_set(int n);

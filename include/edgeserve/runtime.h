@@ -330,7 +330,10 @@ typedef struct es_runtime_config {
                                 process may run on (default 0) */
   int pin;                   /* pin worker i to the i-th allowed core
                                 (default 1) */
-  int intra_threads;         /* engine threads per run (default 1) */
+  int intra_threads;         /* engine threads per run (default 1); above 1,
+                                the threads that load models and submit
+                                requests get it too (es_engine_threads_set),
+                                since plans are made there */
   int priorities;            /* levels 0 (highest) .. priorities-1
                                 (default 4, at most 16) */
   unsigned queue_capacity;   /* bounded queue per level (default 64) */

@@ -3,6 +3,7 @@
 #define ES_CLI_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef struct es_cli_cmd {
   const char *name;
@@ -22,8 +23,18 @@ int es_cmd_serve(int argc, char **argv);
 int es_cmd_face(int argc, char **argv);
 int es_cmd_ocr(int argc, char **argv);
 
+/* Helpers shared by the subcommands (util.c). */
+double es_cli_now_ms(void);                            /* CLOCK_MONOTONIC */
+int es_cli_cmp_double(const void *a, const void *b);   /* for qsort */
+/* A decimal integer in [lo, hi] and nothing else; -1 otherwise. */
+int es_cli_parse_count(const char *s, long lo, long hi, long *out);
 /* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes (powers of 1024);
  * -1 when malformed. */
 int es_cli_parse_bytes(const char *s, size_t *out);
+/* A JSON string: quotes, backslashes and control characters escaped, other
+ * bytes (UTF-8) as they are. */
+void es_cli_json_string(FILE *f, const char *s);
+/* PSS of the whole process (smaps_rollup), bytes; 0 when unreadable. */
+size_t es_cli_pss(void);
 
 #endif

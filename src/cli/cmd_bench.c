@@ -81,12 +81,6 @@ static void bench_usage(FILE *f) {
           "random data.\n");
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -100,23 +94,9 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void print_profile(void *user, const char *op, int nodes, double ms) {
   (void)user;
   printf("  %-20s %4d nodes %9.3f ms\n", op, nodes, ms);
-}
-
-static int parse_count(const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi)
-    return -1;
-  *out = v;
-  return 0;
 }
 
 static int parse_real(const char *s, double lo, double hi, double *out) {
@@ -162,24 +142,24 @@ static int bench_inproc(const bench_args *ba) {
   memset(in, 0, sizeof in);
   double *lat = NULL;
   int status = 1;
-  double t_load = now_ms();
+  double t_load = es_cli_now_ms();
   if (es_model_load(model_path, NULL, &m) < 0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
     return 1;
   }
-  t_load = now_ms() - t_load;
+  t_load = es_cli_now_ms() - t_load;
   int nin = es_model_input_count(m);
   if ((status = es_cli_inputs_load(m, &ba->ci, "bench", in, shapes)) != 0)
     goto out;
   status = 1;
-  double t_plan = now_ms();
+  double t_plan = es_cli_now_ms();
   if (es_model_plan(m, shapes, nin, &plan) < 0 ||
       es_arena_create(es_plan_arena_bytes(plan) ? es_plan_arena_bytes(plan) : 64, 64, &arena) <
           0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
     goto out;
   }
-  t_plan = now_ms() - t_plan;
+  t_plan = es_cli_now_ms() - t_plan;
   int nout = es_plan_output_count(plan);
   if (nout > 64)
     nout = 64;
@@ -191,18 +171,18 @@ static int bench_inproc(const bench_args *ba) {
     if (r == 0 && profile)
       es_engine_profile_set(1);
     es_arena_reset(arena);
-    double t0 = now_ms();
+    double t0 = es_cli_now_ms();
     if (es_plan_run(plan, in, nin, arena, out, nout) < 0) {
       fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
       goto out;
     }
-    double dt = now_ms() - t0;
+    double dt = es_cli_now_ms() - t0;
     if (r == -warmup)
       first = dt;
     if (r >= 0)
       lat[r] = dt;
   }
-  qsort(lat, (size_t)iters, sizeof *lat, cmp_double);
+  qsort(lat, (size_t)iters, sizeof *lat, es_cli_cmp_double);
   double med = lat[iters / 2];
   double p99 = lat[(size_t)ceil(0.99 * (double)iters) - 1];
   double gflop = (double)es_plan_flops(plan) / 1e9;
@@ -290,7 +270,7 @@ static double series_pct(const bench_series *s, double q) {
 
 static void series_sort(bench_series *s) {
   if (s->n)
-    qsort(s->v, s->n, sizeof *s->v, cmp_double);
+    qsort(s->v, s->n, sizeof *s->v, es_cli_cmp_double);
 }
 
 /* What one recording thread saw. The same record serves a stream of the
@@ -516,24 +496,6 @@ static void *sampler_main(void *arg) {
   return NULL;
 }
 
-/* PSS of the whole process (smaps_rollup), bytes; 0 when unreadable. */
-static size_t bench_pss(void) {
-  FILE *f = fopen("/proc/self/smaps_rollup", "re");
-  if (!f)
-    return 0;
-  char line[256];
-  size_t out = 0;
-  while (fgets(line, sizeof line, f)) {
-    unsigned long long kb;
-    if (sscanf(line, "Pss: %llu kB", &kb) == 1) {
-      out = (size_t)kb * 1024;
-      break;
-    }
-  }
-  fclose(f);
-  return out;
-}
-
 static double cpu_seconds(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru) != 0)
@@ -666,20 +628,6 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
 
 /* ---- report --------------------------------------------------------------------- */
 
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
-
 /* ,"key":value with 3 decimals, or null for a missing value (NAN). */
 static void json_real(const char *key, double v) {
   printf(",\"%s\":", key);
@@ -713,7 +661,7 @@ static void report_json(const bench_rt *b, const bench_result *r) {
   const bench_rec *rec = &r->rec;
   printf("{\"engine\":\"edgeserve\",\"mode\":\"%s\",\"loop\":\"%s\",\"model\":",
          a->no_share ? "no-share" : "shared", a->rate > 0 ? "open" : "closed");
-  json_str(r->model);
+  es_cli_json_string(stdout, r->model);
   printf(",\"concurrency\":%ld,\"workers\":%d,\"threads\":%ld,\"rate\":%g", a->concurrency,
          b->n_workers, a->threads, a->rate);
   printf(",\"requests\":%llu", (unsigned long long)rec->completed);
@@ -942,7 +890,7 @@ static int bench_runtime(const bench_args *a) {
    * first, only to read them. The shared entry loaded next takes the same
    * es_model (the file is parsed once, as a server would); no-share copies
    * are private anyway, so the probe goes before they load. */
-  double t_load = now_ms();
+  double t_load = es_cli_now_ms();
   int probe_id = -1;
   es_model_config pc;
   es_model_config_default(&pc);
@@ -1011,7 +959,7 @@ static int bench_runtime(const bench_args *a) {
   }
   if (probe_id >= 0)
     es_runtime_model_unload(b->rt, probe_id, -1);
-  res.load_ms = now_ms() - t_load;
+  res.load_ms = es_cli_now_ms() - t_load;
 
   double cpu0 = 0;
   uint64_t t_end = 0;
@@ -1109,7 +1057,7 @@ static int bench_runtime(const bench_args *a) {
   es_sys_peak_rss(&hwm);
   res.peak_rss = hwm > res.timed_peak_rss ? hwm : res.timed_peak_rss;
   es_sys_rss(&res.rss);
-  res.pss = bench_pss();
+  res.pss = es_cli_pss();
   /* What edgeserve itself holds, by subsystem: the part of the RSS it can
    * account for (the rest is code, the C library's heap, oneDNN). */
   res.counted = es_mem_total();
@@ -1204,7 +1152,7 @@ int es_cmd_bench(int argc, char **argv) {
       long *dst = !strcmp(arg, "--threads") ? &a.threads : !strcmp(arg, "--iters") ? &a.iters
                                                                                    : &a.warmup;
       long lo = dst == &a.warmup ? 0 : 1, hi = dst == &a.threads ? 1024 : 1000000;
-      if (parse_count(argv[++i], lo, hi, dst) < 0) {
+      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
         fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
         return 2;
       }
@@ -1215,7 +1163,7 @@ int es_cmd_bench(int argc, char **argv) {
       int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
       long *dst = conc ? &a.concurrency : work ? &a.workers : &a.queue;
       long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
-      if (parse_count(argv[++i], lo, hi, dst) < 0) {
+      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
         fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
         return 2;
       }

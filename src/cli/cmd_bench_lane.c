@@ -116,28 +116,14 @@ static uint64_t now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Nearest-rank percentile; sorts v in place. NAN for no values. The ONNX
  * Runtime script uses the same rank so the columns compare. */
 static double pct(double *v, int n, double q) {
   if (n <= 0)
     return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, es_cli_cmp_double);
   long k = (long)ceil(q * n) - 1;
   return v[k < 0 ? 0 : k >= n ? n - 1 : k];
-}
-
-static int parse_count(const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi)
-    return -1;
-  *out = v;
-  return 0;
 }
 
 static int is_file(const char *p) {
@@ -339,34 +325,6 @@ static void *sampler_main(void *arg) {
   return NULL;
 }
 
-/* Pss of the whole process (smaps_rollup); 0 where the kernel lacks it. */
-static size_t read_pss(void) {
-  FILE *f = fopen("/proc/self/smaps_rollup", "r");
-  if (!f)
-    return 0;
-  char line[256];
-  size_t kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Pss: %zu kB", &kb) == 1)
-      break;
-  fclose(f);
-  return kb * 1024;
-}
-
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
-
 static void json_num(double v, int decimals) {
   if (isnan(v))
     printf("null");
@@ -412,7 +370,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
     } else if (!strcmp(a, "--frames") || !strcmp(a, "--warmup")) {
       long *dst = !strcmp(a, "--frames") ? &frames : &warmup;
       long lo = dst == &frames ? 1 : 0;
-      if (i + 1 >= argc || parse_count(argv[++i], lo, 1000000, dst) < 0) {
+      if (i + 1 >= argc || es_cli_parse_count(argv[++i], lo, 1000000, dst) < 0) {
         fprintf(stderr, "edgeserve bench-lane: %s wants %ld..1000000\n", a, lo);
         goto out;
       }
@@ -587,7 +545,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
   if (smp_started)
     pthread_join(smp_thread, NULL);
   smp_started = 0;
-  size_t peak = 0, rss = 0, pss = read_pss();
+  size_t peak = 0, rss = 0, pss = es_cli_pss();
   es_sys_rss(&rss);
   es_sys_peak_rss(&peak);
   if (atomic_load(&smp.max_rss) > peak)
@@ -641,7 +599,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
     for (int i = 0; i < n_models; i++) {
       if (i)
         putchar(',');
-      json_str(models[i].name);
+      es_cli_json_string(stdout, models[i].name);
     }
     printf("],\"frames\":%ld,\"warmup\":%ld,\"frame_p50_ms\":", frames, warmup);
     json_num(f50, 3);
@@ -653,7 +611,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
     for (int i = 0; i < n_models; i++) {
       if (i)
         putchar(',');
-      json_str(models[i].name);
+      es_cli_json_string(stdout, models[i].name);
       putchar(':');
       json_num(run50[i], 3);
     }
@@ -670,7 +628,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
     for (int i = 0; i < n_models; i++) {
       if (i)
         putchar(',');
-      json_str(models[i].name);
+      es_cli_json_string(stdout, models[i].name);
       printf(":%zu", models[i].planned);
     }
     printf("},\"pool_bytes\":%zu,\"weights_bytes\":%zu,\"load_ms\":%.1f,"

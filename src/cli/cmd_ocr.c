@@ -37,42 +37,15 @@ static void ocr_usage(FILE *f) {
           "(default 960). --repeat N: read N times, ms is the median.\n");
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped; other
- * bytes (the recogniser's UTF-8, file names) as they are. */
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void print_json(const char *path, const es_image *img, const es_ocr_line *lines, int n,
                        double ms, double first_ms) {
   printf("{\"image\":");
-  json_string(stdout, path);
+  es_cli_json_string(stdout, path);
   printf(",\"width\":%d,\"height\":%d,\"lines\":[", img->width, img->height);
   for (int i = 0; i < n; i++) {
     const es_ocr_line *l = &lines[i];
     printf("%s{\"text\":", i ? "," : "");
-    json_string(stdout, l->text);
+    es_cli_json_string(stdout, l->text);
     printf(",\"confidence\":%.4f,\"box_score\":%.4f,\"box\":[", (double)l->confidence,
            (double)l->box_score);
     for (int k = 0; k < 4; k++)
@@ -183,16 +156,16 @@ int es_cmd_ocr(int argc, char **argv) {
   int n = 0;
   for (long r = 0; r < repeat; r++) {
     es_refusal why;
-    double t0 = now_ms();
+    double t0 = es_cli_now_ms();
     int err = es_ocr_read(ocr, &img, 0, 0, lines, OCR_CLI_MAX_LINES, &n, &why);
-    times[r] = now_ms() - t0;
+    times[r] = es_cli_now_ms() - t0;
     if (err < 0) {
       fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
       goto out;
     }
   }
   double first = times[0];
-  qsort(times, (size_t)repeat, sizeof *times, cmp_double);
+  qsort(times, (size_t)repeat, sizeof *times, es_cli_cmp_double);
   print_json(image, &img, lines, n, times[repeat / 2], first);
   status = 0;
 out:

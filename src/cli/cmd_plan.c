@@ -78,30 +78,6 @@ static void plan_usage(FILE *f) {
 
 /* ---- parsing ---------------------------------------------------------------- */
 
-/* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes; -1 when malformed. */
-int es_cli_parse_bytes(const char *s, size_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  if (end == s || !(v >= 0))
-    return -1;
-  double mul = 1;
-  switch (*end) {
-  case 'k': case 'K': mul = 1024.0; end++; break;
-  case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
-  case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-  case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-  default: break;
-  }
-  if (mul > 1 && *end == 'i')
-    end++;
-  if (*end == 'B')
-    end++;
-  if (*end || v * mul >= 18e18)
-    return -1;
-  *out = (size_t)(v * mul);
-  return 0;
-}
-
 /* "FILE[:NAME=SHAPE[,NAME=SHAPE]]": the last ':' separates the shapes (a
  * shape never holds one). -1 when malformed, the reason in *why. */
 static int parse_model_arg(plan_item *it, const char **why) {
@@ -228,20 +204,6 @@ static int resolve_shapes(plan_item *it, es_model *m) {
 }
 
 /* ---- output ----------------------------------------------------------------- */
-
-static void json_str(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      printf("\\%c", c);
-    else if (c < 0x20)
-      printf("\\u%04x", c);
-    else
-      putchar(c);
-  }
-  putchar('"');
-}
 
 /* A limit for text: "none" for SIZE_MAX. */
 static const char *lim_str(size_t v, char *buf, size_t n) {
@@ -467,11 +429,11 @@ int es_cmd_plan(int argc, char **argv) {
   char b1[48], b2[48];
   if (json) {
     printf("{\"budget\": {\"bytes\": %zu, \"source\": ", budget);
-    json_str(source);
+    es_cli_json_string(stdout, source);
     printf(", \"cgroup\": ");
     if (have_ms && ms.version) {
       printf("{\"version\": %d, \"path\": ", ms.version);
-      json_str(ms.path);
+      es_cli_json_string(stdout, ms.path);
       printf(", \"current\": %zu, \"high\": ", ms.current);
       json_lim(ms.high);
       printf(", \"max\": ");
@@ -489,7 +451,7 @@ int es_cmd_plan(int argc, char **argv) {
     printf(", \"files\": [");
     for (int j = 0; j < n_files; j++) {
       printf("%s{\"path\": ", j ? ", " : "");
-      json_str(files[j].path);
+      es_cli_json_string(stdout, files[j].path);
       printf(", \"weight_bytes\": %zu, \"prepared_bytes\": %zu, \"context_bytes\": %zu, "
              "\"compiled\": %s}",
              files[j].st.weight_bytes, files[j].st.prepared_bytes, files[j].st.context_bytes,
@@ -503,9 +465,9 @@ int es_cmd_plan(int argc, char **argv) {
     for (int k = 0; k < n_items; k++) {
       const plan_item *it = &items[k];
       printf("%s{\"file\": ", k ? ", " : "");
-      json_str(it->path);
+      es_cli_json_string(stdout, it->path);
       printf(", \"shape\": ");
-      json_str(it->shape_str);
+      es_cli_json_string(stdout, it->shape_str);
       printf(", \"arena_bytes\": %zu, \"per_request_bytes\": %zu, \"plan_context_bytes\": %zu, "
              "\"max_concurrency\": %zu, \"mix_concurrency\": %zu}",
              it->arena, it->per_request, it->context, it->alone, it->mix);

@@ -26,17 +26,6 @@ static void run_usage(FILE *f) {
              "shape, the planned arena bytes and the median latency over N runs.\n");
 }
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* mkdir -p */
 static int make_dirs(const char *dir) {
   char buf[1024];
@@ -134,16 +123,16 @@ int es_cmd_run(int argc, char **argv) {
   }
   for (long r = 0; r < repeat; r++) {
     es_arena_reset(arena);
-    double t0 = now_ms();
+    double t0 = es_cli_now_ms();
     rc = es_plan_run(plan, in, nin, arena, outs, nout);
-    lat[r] = now_ms() - t0;
+    lat[r] = es_cli_now_ms() - t0;
     if (rc < 0) {
       fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
       es_mem_free(outs);
       goto out;
     }
   }
-  qsort(lat, (size_t)repeat, sizeof *lat, cmp_double);
+  qsort(lat, (size_t)repeat, sizeof *lat, es_cli_cmp_double);
   if (out_dir && make_dirs(out_dir) < 0) {
     fprintf(stderr, "edgeserve run: cannot create the output folder '%s'\n", out_dir);
     es_mem_free(outs);

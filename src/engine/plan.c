@@ -579,6 +579,11 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   const es_graph *g = &m->g;
   if (n != g->n_inputs)
     return es__fail(ES_EINVAL, "the model has %d inputs, %d shapes given", g->n_inputs, n);
+  /* oneDNN fixes a primitive's thread count when it is created, from the
+   * creating thread's setting: plan with the same default a run uses, or a
+   * plan made on a fresh thread would start a team of every core on each
+   * run (on a pinned worker, two threads taking turns on one core). */
+  es_kernels_threads_default();
   es_plan *p = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *p);
   if (!p)
     return es__fail(ES_ENOMEM, "out of memory planning");

@@ -918,7 +918,10 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   m->lane = cfg->lane;
   pthread_mutex_unlock(&rt->lock);
 
-  /* The slow part, without the lock. */
+  /* The slow part, without the lock. Plans made here and at submit carry
+   * the runtime's intra-op threads (see es_engine_threads_set). */
+  if (rt->cfg.intra_threads > 1)
+    es_engine_threads_set(rt->cfg.intra_threads);
   m->realpath = rp;
   m->share = cfg->share;
   m->model = shared;
@@ -1147,6 +1150,8 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
 
   es_tensor_info shapes[ES_RT_MAX_IO];
   rc = check_inputs(m, s, shapes);
+  if (rc == 0 && rt->cfg.intra_threads > 1)
+    es_engine_threads_set(rt->cfg.intra_threads);
   if (rc == 0) {
     rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
     if (rc < 0) { /* name the model: the engine's detail names the node */

@@ -1,0 +1,79 @@
+/* Small helpers every subcommand needs the same way: a monotonic clock in
+ * milliseconds, sorting for percentiles, strict number parsing, JSON string
+ * output and the process's PSS. One definition each, so that the commands
+ * print and measure alike. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+double es_cli_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int es_cli_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int es_cli_parse_count(const char *s, long lo, long hi, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int es_cli_parse_bytes(const char *s, size_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v >= 0))
+    return -1;
+  double mul = 1;
+  switch (*end) {
+  case 'k': case 'K': mul = 1024.0; end++; break;
+  case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+  case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+  case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+  default: break;
+  }
+  if (mul > 1 && *end == 'i')
+    end++;
+  if (*end == 'B')
+    end++;
+  if (*end || v * mul >= 18e18)
+    return -1;
+  *out = (size_t)(v * mul);
+  return 0;
+}
+
+void es_cli_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+size_t es_cli_pss(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "re");
+  if (!f)
+    return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Pss: %llu kB", &kb) == 1)
+      break;
+  fclose(f);
+  return (size_t)kb * 1024;
+}
