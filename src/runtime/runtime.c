@@ -590,6 +590,11 @@ static void watch_locked(es_runtime *rt, es_request **done) {
     trim_queues_locked(rt, (size_t)rt->n_workers, done);
   else if (level == ES_PRESSURE_HARD)
     trim_queues_locked(rt, 0, done);
+  if (level != ES_PRESSURE_NONE) { /* freed heap goes back to the kernel too */
+    pthread_mutex_unlock(&rt->lock);
+    malloc_trim(0);
+    pthread_mutex_lock(&rt->lock);
+  }
 }
 
 static void *monitor_main(void *arg) {

@@ -1065,6 +1065,7 @@ typedef struct es_v2_plan {
   json_t *tree;     /* DATA_TREE */
   uint64_t count;
   size_t nbytes, offset;
+  int in_place;     /* DATA_BINARY already aligned in the body: no copy */
   char who[ES_V2_NAME_MAX + 16];
   char shape[ES_MAX_RANK * 21 + 3];
 } es_v2_plan;
@@ -1614,6 +1615,13 @@ static int parse_request(const json_t *root, es_v2_ctx *cx, es_v2_request *r) {
   /* Every size is known and bounded by the body: one block for all. */
   size_t total = 0;
   for (int i = 0; i < (int)ni; i++) {
+    /* Binary tensor bytes that already sit 64-byte aligned in the body (the
+     * server places the body so that they do) are used where they are: a
+     * det input is 4.9 MB, copying it is half a millisecond of a core. */
+    plan[i].in_place = plan[i].kind == DATA_BINARY && plan[i].nbytes &&
+                       (uintptr_t)plan[i].text % ES_V2_ALIGN == 0;
+    if (plan[i].in_place)
+      continue;
     plan[i].offset = total;
     if (plan[i].nbytes > SIZE_MAX - total - ES_V2_ALIGN)
       return v2_fail(e, ES_EINVAL, "the inputs are too large");
@@ -1630,9 +1638,11 @@ static int parse_request(const json_t *root, es_v2_ctx *cx, es_v2_request *r) {
     es_v2_input *in = &r->inputs[i];
     es_v2_plan *pl = &plan[i];
     unsigned char *dst = st + pl->offset;
-    in->data = dst;
+    in->data = pl->in_place ? (const void *)pl->text : dst;
     in->nbytes = pl->nbytes;
-    if (pl->kind == DATA_BINARY) {
+    if (pl->in_place) {
+      continue;
+    } else if (pl->kind == DATA_BINARY) {
       if (pl->nbytes)
         memcpy(dst, pl->text, pl->nbytes);
     } else if (pl->kind == DATA_SPAN) {

@@ -36,7 +36,10 @@ typedef struct es_v2_input {
                                   strings are converted to that layout */
   int rank;
   int64_t dims[ES_MAX_RANK];
-  const void *data;            /* 64-byte aligned; into the request's storage */
+  const void *data;            /* 64-byte aligned: into the request's
+                                  storage, or, for binary data already
+                                  aligned in the body, into the body (which
+                                  must then outlive the request) */
   size_t nbytes;
 } es_v2_input;
 

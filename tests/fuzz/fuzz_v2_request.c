@@ -9,7 +9,8 @@
  * Beyond "no crash" the target checks what the unit tests check, on every
  * input the fuzzer finds: a refusal says why, in a message that
  * es_v2_error_body turns into valid JSON; a parse gives 64-byte aligned
- * tensors inside the one storage block; and the parsed inputs, encoded as a
+ * tensors inside the one storage block (or, binary ones already aligned, in
+ * the body itself); and the parsed inputs, encoded as a
  * response and parsed again (a response's "outputs" read as a request's
  * "inputs", the key renamed in place), come back bit for bit, unless a
  * JSON output held NaN or an infinity (written as null) or BYTES that are
@@ -137,7 +138,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < r.n_inputs; i++) {
       const es_v2_input *in = &r.inputs[i];
       const char *p = in->data, *s = r.storage;
-      if (((uintptr_t)p & 63) || p < s || p + in->nbytes > s + r.storage_bytes)
+      int in_storage = p >= s && p + in->nbytes <= s + r.storage_bytes;
+      int in_body = p >= body && p + in->nbytes <= body + len; /* aligned binary, in place */
+      if (((uintptr_t)p & 63) || !(in_storage || in_body))
         abort();
     }
     round_trip(&r);
