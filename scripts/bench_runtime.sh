@@ -11,7 +11,8 @@
 #      scratchpad vs private arenas vs ONNX Runtime: per-frame latency,
 #      memory, switch time;
 #   3. scaling: 2 workers vs 1 on det (closed loop, 2 streams);
-#   4. load at 80% of the measured capacity (open loop): p99/p50;
+#   4. load at 80% of the measured capacity (open loop): p99/p50, with
+#      Poisson arrivals (independent clients) and paced ones (camera frames);
 #   5. overload at 3x capacity with a memory budget and short queues:
 #      refusals by reason and how fast they come, admitted p99, peak RSS
 #      against weights + budget.
@@ -85,8 +86,9 @@ if want load; then
     rate80=$(node -e "console.log((0.8*$cap).toFixed(2))")
     rate3x=$(node -e "console.log((3*$cap).toFixed(2))")
     "$es" bench "$det" --input "x=$det_in" --rate "$rate80" --workers 2 --duration "$dur" --json >>"$work/load80.jsonl"
+    "$es" bench "$det" --input "x=$det_in" --rate "$rate80" --paced --workers 2 --duration "$dur" --json >>"$work/load80p.jsonl"
     "$es" bench "$det" --input "x=$det_in" --rate "$rate3x" --workers 2 --duration "$dur" \
       --memory "$budget" --queue 4 --json >>"$work/load300.jsonl"
   done
-  table load "$work/load80.jsonl" "$work/load300.jsonl" "$budget"
+  table load "$work/load80.jsonl" "$work/load80p.jsonl" "$work/load300.jsonl" "$budget"
 fi

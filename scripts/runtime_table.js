@@ -5,7 +5,7 @@
 //   node runtime_table.js streams NAME ES.jsonl NAIVE.jsonl ORT.jsonl
 //   node runtime_table.js lane LANE.jsonl PRIVATE.jsonl ORT.jsonl
 //   node runtime_table.js scaling W1.jsonl W2.jsonl
-//   node runtime_table.js load LOAD80.jsonl LOAD300.jsonl BUDGET
+//   node runtime_table.js load LOAD80.jsonl LOAD80_PACED.jsonl LOAD300.jsonl BUDGET
 'use strict';
 const fs = require('fs');
 
@@ -65,12 +65,16 @@ function scaling(w1, w2) {
     `2 workers ${f(r2, 2)} req/s (p50 ${f(med(b, 'p50_ms'))} ms): ${f(r2 / r1, 2)}x (goal >= 1.9)`);
 }
 
-function load(l80, l300, budget) {
-  const a = rows(l80), b = rows(l300);
+function load(l80, l80p, l300, budget) {
+  const b = rows(l300);
   console.log(`\n== open loop, det 640, 2 workers (medians)`);
-  console.log(`80% of capacity: ${f(med(a, 'throughput_rps'), 2)} req/s done, p50 ${f(med(a, 'p50_ms'))} ms, ` +
-    `p99 ${f(med(a, 'p99_ms'))} ms, p99/p50 ${f(med(a, (j) => j.p99_ms / j.p50_ms), 2)} (goal <= 1.3); ` +
-    `run only p50 ${f(med(a, 'run_p50_ms'))} p99 ${f(med(a, 'run_p99_ms'))} ms`);
+  for (const [label, file] of [['Poisson', l80], ['paced', l80p]]) {
+    const a = rows(file);
+    console.log(`80% of capacity, ${label} arrivals: ${f(med(a, 'throughput_rps'), 2)} req/s done, ` +
+      `p50 ${f(med(a, 'p50_ms'))} ms, p99 ${f(med(a, 'p99_ms'))} ms, ` +
+      `p99/p50 ${f(med(a, (j) => j.p99_ms / j.p50_ms), 2)} (goal <= 1.3); ` +
+      `run only p50 ${f(med(a, 'run_p50_ms'))} p99 ${f(med(a, 'run_p99_ms'))} ms`);
+  }
   const reasons = {};
   for (const j of b) for (const [k, v] of Object.entries(j.refused_by || {})) (reasons[k] = reasons[k] || []).push(v);
   const rs = Object.entries(reasons).map(([k, v]) => `${k} ${med(v.map((x) => ({ x })), 'x')}`).join(', ');

@@ -65,7 +65,8 @@ static void bench_usage(FILE *f) {
           "--workers W runs W worker threads (default 0: one per core); --threads\n"
           "sets the engine threads per request (default 1).\n\n"
           "With --rate R (open loop): one submitter issues R requests/s overall at\n"
-          "Poisson arrival times (fixed seed) without waiting for them; refused ones are\n"
+          "Poisson arrival times (fixed seed; --paced: evenly spaced, like camera\n"
+          "frames) without waiting for them; refused ones are\n"
           "counted by reason with the time the refusal took and its retry-after. With\n"
           "--no-share, --concurrency N copies take the requests in turn. --warmup K is\n"
           "K rounds of one request per worker (per copy with --no-share) here.\n\n"
@@ -120,6 +121,7 @@ typedef struct bench_args {
   long workers;
   double duration;
   double rate; /* 0: closed loop */
+  int paced;   /* open loop: evenly spaced arrivals instead of Poisson */
   size_t memory;
   long queue; /* 0: the runtime's default */
   const char *runtime_opt_name; /* a runtime-only option given, for the message */
@@ -584,7 +586,10 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
     rng ^= rng >> 7;
     rng ^= rng << 17;
     double u = (double)(rng >> 11) / 9007199254740992.0; /* [0, 1) */
-    next += -log1p(-u) / b->a->rate * 1e9;
+    /* --paced: evenly spaced arrivals, like camera frames; otherwise
+     * Poisson (exponential gaps), the queueing-theory worst case of
+     * independent clients. */
+    next += (b->a->paced ? 1.0 : -log1p(-u)) / b->a->rate * 1e9;
     if (next >= (double)b->deadline_ns || atomic_load(&b->failed))
       break;
     uint64_t at = (uint64_t)next, t = now_ns();
@@ -664,6 +669,7 @@ static void report_json(const bench_rt *b, const bench_result *r) {
   es_cli_json_string(stdout, r->model);
   printf(",\"concurrency\":%ld,\"workers\":%d,\"threads\":%ld,\"rate\":%g", a->concurrency,
          b->n_workers, a->threads, a->rate);
+  printf(",\"arrivals\":\"%s\"", a->rate > 0 ? (a->paced ? "paced" : "poisson") : "closed");
   printf(",\"requests\":%llu", (unsigned long long)rec->completed);
   json_real("seconds", r->seconds);
   json_real("throughput_rps", r->seconds > 0 ? (double)rec->completed / r->seconds : NAN);
@@ -726,7 +732,7 @@ static void report_text(const bench_rt *b, const bench_result *r) {
          a->no_share ? "no-share (one private copy and arena per stream)"
                      : "shared (one copy of the weights)");
   if (a->rate > 0)
-    printf("open loop at %g req/s", a->rate);
+    printf("open loop at %g req/s (%s arrivals)", a->rate, a->paced ? "paced" : "Poisson");
   else
     printf("closed loop, %ld stream%s", a->concurrency, a->concurrency > 1 ? "s" : "");
   printf("\n  %d worker%s (pinned), %ld engine thread%s per run, %g s after %ld warm-up "
@@ -1169,6 +1175,8 @@ int es_cmd_bench(int argc, char **argv) {
       }
       if (!conc)
         a.runtime_opt_name = arg;
+    } else if (!strcmp(arg, "--paced")) {
+      a.paced = 1;
     } else if ((!strcmp(arg, "--duration") || !strcmp(arg, "--rate")) && i + 1 < argc) {
       int dur = !strcmp(arg, "--duration");
       double hi = dur ? 86400 : 1e6;
