@@ -71,29 +71,14 @@ get() { node "$client" get "$@"; }
 # ---- servers ------------------------------------------------------------------
 
 # start_server NAME ARGS...: sets url and spid, or returns 1.
+source "$(dirname "$0")/serve_lib.sh"
 start_server() {
   local name=$1
   shift
   "$es" serve --port 0 "$@" 2>"$work/$name.err" &
   spid=$!
   servers[$spid]=1
-  local port="" i
-  for ((i = 0; i < 1200; i++)); do # 120 s: five models under ASan
-    port=$(sed -n 's#^edgeserve: serving [0-9]* models on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/$name.err")
-    [ -n "$port" ] && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then
-    notok "server '$name' started (no 'serving ... on http://...' line):"
-    sed 's/^/#   /' "$work/$name.err"
-    return 1
-  fi
-  url="http://127.0.0.1:$port"
-  for ((i = 0; i < 300; i++)); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200 ] && break
-    sleep 0.1
-  done
+  await_server "$name" "$spid" "$work/$name.err" || return 1
   echo "# server '$name' on $url (pid $spid): $(grep '^edgeserve: serving' "$work/$name.err")"
 }
 

@@ -178,28 +178,13 @@ cat >"$work/server.json" <<'EOF'
 {"queue_capacity": 4, "max_inflight": 6, "max_buffered_bytes": "16M", "quiet": 1}
 EOF
 # start_server NAME: the server alone in the group; sets spid and url.
+source "$(dirname "$0")/serve_lib.sh"
 start_server() {
   local name=$1
   (echo "$BASHPID" >"$cg/cgroup.procs" &&
     exec "$es" serve --port 0 --config "$work/server.json" --memory $budget --grace-ms 20000) 2>"$work/$name.err" &
   spid=$!
-  local port="" i
-  for ((i = 0; i < 1200; i++)); do
-    port=$(sed -n 's#^edgeserve: serving [0-9]* models on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/$name.err")
-    [ -n "$port" ] && break
-    kill -0 "$spid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ -z "$port" ]; then
-    notok "server '$name' started:"
-    sed 's/^/#   /' "$work/$name.err"
-    return 1
-  fi
-  url="http://127.0.0.1:$port"
-  for ((i = 0; i < 300; i++)); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200 ] && break
-    sleep 0.1
-  done
+  await_server "$name" "$spid" "$work/$name.err" || return 1
   grep -qx "$spid" "$cg/cgroup.procs" || notok "server '$name' (pid $spid) is not in $cg: $(cat "$cg/cgroup.procs")"
 }
 wait_exit() { # PID SECONDS: exit status, 255 when still running

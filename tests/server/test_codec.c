@@ -94,18 +94,19 @@ static char *with_binary(const char *json, const void *bin, size_t nbin, size_t 
 }
 static void free_binary(char *b) { free(b - 1); }
 
-/* Parses an encoded response again as a request: the same tensors. */
+/* Parses an encoded response again as a request: the same tensors. The
+ * parsed binary tensors may point into the copy (aligned ones are used in
+ * place), so the caller frees *copy_out after the request. */
 static int reparse_response(const char *body, size_t len, size_t hl, es_v2_request *r, char *err,
-                            size_t errlen) {
+                            size_t errlen, char **copy_out) {
   char *copy = malloc(len + 1);
+  *copy_out = copy;
   memcpy(copy, body, len);
   copy[len] = '\0';
   char *k = strstr(copy, "\"outputs\":[");
   assert_non_null(k);
   memcpy(k, "\"inputs\" :[", 11);
-  int rc = es_v2_request_parse(copy, len, hl ? (long long)hl : -1, MAXEL, r, err, errlen);
-  free(copy);
-  return rc;
+  return es_v2_request_parse(copy, len, hl ? (long long)hl : -1, MAXEL, r, err, errlen);
 }
 
 static void check_reparse(const es_v2_output *outs, int n, int line) {
@@ -116,7 +117,8 @@ static void check_reparse(const es_v2_output *outs, int n, int line) {
     fail_msg("line %d: encode -> %s: %s", line, es_err_name(rc), es_last_error_detail());
   es_v2_request r;
   char err[512];
-  rc = reparse_response(body, len, hl, &r, err, sizeof err);
+  char *copy;
+  rc = reparse_response(body, len, hl, &r, err, sizeof err, &copy);
   if (rc)
     fail_msg("line %d: reparse -> %s: %s\n%.400s", line, es_err_name(rc), err, body);
   assert_int_equal(r.n_inputs, n);
@@ -134,6 +136,7 @@ static void check_reparse(const es_v2_output *outs, int n, int line) {
       fail_msg("line %d: output '%s' changed in the round trip\n%.400s", line, outs[i].name, body);
   }
   es_v2_request_free(&r);
+  free(copy);
   es_mem_free(body);
 }
 

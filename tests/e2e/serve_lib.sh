@@ -1,0 +1,24 @@
+# Sourced by the end-to-end server tests: wait for an `edgeserve serve
+# --port 0` process to say where it listens and to be ready.
+#   await_server NAME PID ERRFILE: sets url; returns 1 (after printing the
+#   server's stderr as a "not ok" line) when it never said it was serving.
+# Needs the caller's notok function.
+await_server() {
+  local name=$1 pid=$2 err=$3 port="" i
+  for ((i = 0; i < 1200; i++)); do # 120 s: five models under ASan
+    port=$(sed -n 's#^edgeserve: serving [0-9]* models on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$err")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    notok "server '$name' started (no 'serving ... on http://...' line):"
+    sed 's/^/#   /' "$err"
+    return 1
+  fi
+  url="http://127.0.0.1:$port"
+  for ((i = 0; i < 300; i++)); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200 ] && break
+    sleep 0.1
+  done
+}
