@@ -506,7 +506,9 @@ static void *worker_main(void *arg) {
     if (old)
       es_mem_unmap(ES_MEM_SCRATCH, old, old_cap);
     int rc = ES_ETIMEDOUT;
-    if (!expired) {
+    if (expired) /* its deadline passed while it was being handed over */
+      es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, &r->refusal);
+    else {
       rc = run_request(w, r, scratch, cap);
       r->ran = 1;
     }

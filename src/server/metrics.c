@@ -75,8 +75,16 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   es_admission_stats as;
   es_admission_stats_get(es_runtime_admission(s->rt), &as);
 
-  /* Copy the server's counters under its lock, then format without it. */
-  static __thread srv_model snap[SRV_MAX_MODELS];
+  /* Copy the server's counters under its lock, then format without it.
+   * (Heap, not thread-local: every connection thread would carry it.) */
+  srv_model *snap = es_mem_alloc(ES_MEM_SERVER, SRV_MAX_MODELS * sizeof *snap);
+  es_runtime_model_stats *ms = es_mem_alloc(ES_MEM_SERVER, SRV_MAX_MODELS * sizeof *ms);
+  if (!snap || !ms) {
+    es_mem_free(snap);
+    es_mem_free(ms);
+    es_mem_free(b.p);
+    return NULL;
+  }
   pthread_mutex_lock(&s->mu);
   int n = s->n_models;
   memcpy(snap, s->models, (size_t)n * sizeof *snap);
@@ -116,7 +124,6 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
       es_admission_model_stats_get(es_runtime_admission(s->rt), snap[i].rt_id, &am);
     put(&b, "edgeserve_model_inflight_requests{model=\"%s\"} %u\n", snap[i].name, am.inflight);
   }
-  static __thread es_runtime_model_stats ms[SRV_MAX_MODELS];
   for (int i = 0; i < n; i++) {
     memset(&ms[i], 0, sizeof ms[i]);
     if (snap[i].rt_id >= 0)
@@ -219,6 +226,8 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
         (unsigned long long)atomic_load(&s->rejected[i]));
   head(&b, "edgeserve_http_buffered_bytes", "gauge", "Request body bytes held now.");
   put(&b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
+  es_mem_free(snap);
+  es_mem_free(ms);
   if (b.oom) {
     es_mem_free(b.p);
     return NULL;
