@@ -823,14 +823,18 @@ static void lane_recompute_locked(es_runtime *rt, int lane) {
   }
 }
 
+/* Called with the slot UNLOADING (nobody else touches its resources); the
+ * slot itself is cleared under the lock, since loads and stats read every
+ * slot's state and name there. */
 static void unload_slot(es_runtime *rt, rt_model *m) {
   es_arena_pool_destroy(m->pool);
   es_plan_release(m->cfg_plan);
   es_plan_cache_destroy(m->cache);
   es_model_release(m->model);
+  pthread_mutex_lock(&rt->lock);
   free(m->realpath);
   memset(m, 0, sizeof *m);
-  (void)rt;
+  pthread_mutex_unlock(&rt->lock);
 }
 
 static int shapes_fixed(es_model *model, es_tensor_info *shapes, int n) {
@@ -923,14 +927,14 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   m->state = SLOT_LOADING;
   snprintf(m->name, sizeof m->name, "%s", cfg->name);
   m->lane = cfg->lane;
+  m->realpath = rp;
+  m->share = cfg->share;
   pthread_mutex_unlock(&rt->lock);
 
   /* The slow part, without the lock. Plans made here and at submit carry
    * the runtime's intra-op threads (see es_engine_threads_set). */
   if (rt->cfg.intra_threads > 1)
     es_engine_threads_set(rt->cfg.intra_threads);
-  m->realpath = rp;
-  m->share = cfg->share;
   m->model = shared;
   rc = shared ? 0 : es_model_load(cfg->path, NULL, &m->model);
   if (rc == 0) {

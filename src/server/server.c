@@ -263,8 +263,11 @@ static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, sr
   size_t jlen = 0;
   int rc, n = 0;
   uint64_t t0 = now_ns();
-  atomic_fetch_add(&sm->busy, 1);
-  if (sm->rt_id < 0) {
+  atomic_fetch_add(&sm->busy, 1); /* before the check: unload waits for busy */
+  pthread_mutex_lock(&s->mu);
+  int live = sm->rt_id >= 0;
+  pthread_mutex_unlock(&s->mu);
+  if (!live) {
     rc = ES_ENOENT;
   } else if (sm->pipeline == SRV_PIPE_FACE) {
     es_face faces[64];
