@@ -3,6 +3,7 @@
 #define ES_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct es_cli_cmd {
@@ -24,7 +25,8 @@ int es_cmd_face(int argc, char **argv);
 int es_cmd_ocr(int argc, char **argv);
 
 /* Helpers shared by the subcommands (util.c). */
-double es_cli_now_ms(void);                            /* CLOCK_MONOTONIC */
+uint64_t es_cli_now_ns(void);                          /* CLOCK_MONOTONIC */
+double es_cli_now_ms(void);
 int es_cli_cmp_double(const void *a, const void *b);   /* for qsort */
 /* A decimal integer in [lo, hi] and nothing else; -1 otherwise. */
 int es_cli_parse_count(const char *s, long lo, long hi, long *out);

@@ -82,11 +82,6 @@ static void bench_usage(FILE *f) {
           "random data.\n");
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void sleep_ns(uint64_t ns) {
   struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
@@ -423,9 +418,9 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   bench_rt *b = s->b;
   es_request *r = NULL;
   es_refusal why;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = es_cli_now_ns();
   int rc = es_runtime_submit(b->rt, sub, &r, &why);
-  uint64_t t1 = now_ns();
+  uint64_t t1 = es_cli_now_ns();
   if (rc == ES_EAGAIN) {
     if (rec)
       rec_refusal(rec, &why, t1 - t0);
@@ -441,7 +436,7 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   if (rec)
     rec->admitted++;
   int st = es_request_wait(r, -1);
-  uint64_t t2 = now_ns();
+  uint64_t t2 = es_cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   es_request_info_get(r, &info);
@@ -464,10 +459,10 @@ static void *stream_main(void *arg) {
   while (!atomic_load(&b->go))
     sleep_ns(200 * 1000ull);
   uint64_t deadline = b->deadline_ns;
-  while (!atomic_load(&b->failed) && now_ns() < deadline)
+  while (!atomic_load(&b->failed) && es_cli_now_ns() < deadline)
     if (stream_one(s, &sub, &s->rec, deadline) < 0)
       break;
-  s->end_ns = now_ns();
+  s->end_ns = es_cli_now_ns();
   return NULL;
 }
 
@@ -519,7 +514,7 @@ typedef struct open_tag {
 static void open_done(void *user, es_request *r) {
   open_tag *t = user;
   bench_rt *b = t->b;
-  uint64_t t1 = now_ns();
+  uint64_t t1 = es_cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   int st = es_request_info_get(r, &info) == 0 ? info.status : ES_ECORRUPT;
@@ -592,7 +587,7 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
     next += (b->a->paced ? 1.0 : -log1p(-u)) / b->a->rate * 1e9;
     if (next >= (double)b->deadline_ns || atomic_load(&b->failed))
       break;
-    uint64_t at = (uint64_t)next, t = now_ns();
+    uint64_t at = (uint64_t)next, t = es_cli_now_ns();
     if (at > t) {
       struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
                             .tv_nsec = (long)(at % 1000000000ull)};
@@ -610,11 +605,11 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
                      .n_inputs = b->nin, .on_done = open_done, .user = tag};
     es_request *r = NULL;
     es_refusal why;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = es_cli_now_ns();
     tag->b = b;
     tag->submit_ns = t0;
     int rc = es_runtime_submit(b->rt, &sub, &r, &why);
-    uint64_t t1 = now_ns();
+    uint64_t t1 = es_cli_now_ns();
     (*arrivals)++;
     if (rc == 0) {
       /* r and tag belong to the callback now (it may even have run). */
@@ -993,7 +988,7 @@ static int bench_runtime(const bench_args *a) {
       sleep_ns(1000000ull);
     cpu0 = cpu_seconds();
     sampler_start(&smp);
-    b->t0_ns = now_ns();
+    b->t0_ns = es_cli_now_ns();
     b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
     atomic_store(&b->go, 1);
     for (int i = 0; i < n_streams; i++)
@@ -1012,10 +1007,10 @@ static int bench_runtime(const bench_args *a) {
     if (open_warmup(b) == 0) {
       cpu0 = cpu_seconds();
       sampler_start(&smp);
-      b->t0_ns = now_ns();
+      b->t0_ns = es_cli_now_ns();
       b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
       open_submit(b, &sub_rec, &res.lag_max_ms, &res.offered);
-      uint64_t t_sub = now_ns();
+      uint64_t t_sub = es_cli_now_ns();
       /* Everything admitted finishes before anything is reported: the
        * queue is bounded, so this is at most a few runs per worker. */
       if (open_drain(b, sub_rec.admitted, 600 * 1000) < 0) {

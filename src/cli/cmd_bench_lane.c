@@ -110,11 +110,6 @@ static void bench_lane_usage(FILE *f) {
           "peak RSS, RSS and PSS.\n");
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Nearest-rank percentile; sorts v in place. NAN for no values. The ONNX
  * Runtime script uses the same rank so the columns compare. */
@@ -301,7 +296,7 @@ out:
 static void on_done(void *user, es_request *r) {
   (void)r;
   bl_sync *s = user;
-  uint64_t t = now_ns();
+  uint64_t t = es_cli_now_ns();
   pthread_mutex_lock(&s->mu);
   if (t > s->last_ns)
     s->last_ns = t;
@@ -464,7 +459,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
             es_last_error_detail());
     goto out;
   }
-  uint64_t t_load = now_ns();
+  uint64_t t_load = es_cli_now_ns();
   for (int i = 0; i < n_models; i++) {
     es_model_config mc;
     es_model_config_default(&mc);
@@ -480,7 +475,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
       goto out;
     }
   }
-  double load_ms = (double)(now_ns() - t_load) / 1e6;
+  double load_ms = (double)(es_cli_now_ns() - t_load) / 1e6;
 
   /* ---- frames ---- */
   es_request *req[BL_MAX_MODELS];
@@ -490,7 +485,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
     sync.left = n_models;
     sync.last_ns = 0;
     pthread_mutex_unlock(&sync.mu);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = es_cli_now_ns();
     for (int i = 0; i < n_models; i++) {
       es_submit s = {.model = models[i].id, .inputs = models[i].in,
                      .n_inputs = models[i].n_in,

@@ -164,11 +164,6 @@ static size_t tensor_size(uint64_t *rng) {
   }
 }
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ==========================================================================
  * Worker: one allocator, one round, in its own process. Writes its results
@@ -252,7 +247,7 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
   uint64_t rng = seed, failures = 0, allocs = 0;
   size_t live = 0, live_peak = 0;
   uint64_t sample_every = ops / (uint64_t)o->samples + 1;
-  uint64_t t_start = now_ns();
+  uint64_t t_start = es_cli_now_ns();
 
   for (uint64_t op = 0; op < ops; op++) {
     int k = (int)(rng_next(&rng) % (uint64_t)o->slots);
@@ -264,36 +259,36 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
       for (int j = 1; j < o->slots && live + want > o->live_max; j++) {
         slot *v = &slots[(k + j) % o->slots];
         if (v->p) {
-          uint64_t t0 = now_ns();
+          uint64_t t0 = es_cli_now_ns();
           if (is_buddy)
             es_buddy_free(pool, v->p);
           else
             free(v->p);
-          hist_add(hf, now_ns() - t0);
+          hist_add(hf, es_cli_now_ns() - t0);
           live -= v->size;
           v->p = NULL;
         }
       }
     }
     if (s->p) {
-      uint64_t t0 = now_ns();
+      uint64_t t0 = es_cli_now_ns();
       if (is_buddy)
         es_buddy_free(pool, s->p);
       else
         free(s->p);
-      hist_add(hf, now_ns() - t0);
+      hist_add(hf, es_cli_now_ns() - t0);
       live -= s->size;
       s->p = NULL;
     } else {
       void *p = NULL;
-      uint64_t t0 = now_ns();
+      uint64_t t0 = es_cli_now_ns();
       if (is_buddy) {
         if (es_buddy_alloc(pool, want, &p) < 0)
           p = NULL;
       } else {
         p = malloc(want);
       }
-      hist_add(ha, now_ns() - t0);
+      hist_add(ha, es_cli_now_ns() - t0);
       if (!p) {
         failures++;
       } else {
@@ -327,7 +322,7 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
              frag, largest);
     }
   }
-  uint64_t wall = now_ns() - t_start;
+  uint64_t wall = es_cli_now_ns() - t_start;
   if (can_reset_peak)
     es_sys_peak_rss(&peak);
 
@@ -504,13 +499,13 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   uint64_t best = UINT64_MAX;
   void *sink = NULL;
   for (int b = 0; b < BATCHES; b++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = es_cli_now_ns();
     for (int i = 0; i < BATCH; i++) {
       void *p;
       if (es_arena_alloc(a, sizes[i], &p) == 0)
         sink = p;
     }
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = es_cli_now_ns() - t0;
     if (dt < best)
       best = dt;
     hist_add(&per, dt);
@@ -523,12 +518,12 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   memset(&per, 0, sizeof per);
   void *ptrs[BATCH];
   for (int b = 0; b < BATCHES / 4; b++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = es_cli_now_ns();
     for (int i = 0; i < BATCH; i++)
       ptrs[i] = malloc(sizes[i]);
     for (int i = 0; i < BATCH; i++)
       free(ptrs[i]);
-    hist_add(&per, now_ns() - t0);
+    hist_add(&per, es_cli_now_ns() - t0);
   }
   *malloc_ns_per_pair = hist_pct(&per, 0.5) / BATCH;
   (void)sink;

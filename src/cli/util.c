@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-double es_cli_now_ms(void) {
+double es_cli_now_ms(void) { return (double)es_cli_now_ns() / 1e6; }
+
+uint64_t es_cli_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int es_cli_cmp_double(const void *a, const void *b) {

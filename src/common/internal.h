@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "edgeserve/error.h"
 
@@ -18,6 +19,13 @@ int es__fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
       es__assert_fail(#cond, __FILE__, __LINE__);                              \
   } while (0)
 _Noreturn void es__assert_fail(const char *expr, const char *file, int line);
+
+/* CLOCK_MONOTONIC in nanoseconds: durations and deadlines. */
+static inline uint64_t es__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static inline int es__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 

@@ -148,11 +148,6 @@ struct es_request {
   es_request *prev, *next; /* queue links, then the completion list */
 };
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void abs_timespec(uint64_t ns, struct timespec *ts) {
   ts->tv_sec = (time_t)(ns / 1000000000ull);
@@ -268,7 +263,7 @@ static int all_idle(const es_runtime *rt) {
 static void complete_locked(es_runtime *rt, es_request *r, int status, es_request **list) {
   r->state = RQ_DONE;
   r->status = status;
-  r->end_ns = now_ns();
+  r->end_ns = es__now_ns();
   if (status == 0)
     rt->completed++;
   else if (status == ES_ECANCELED)
@@ -428,13 +423,13 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
   void *blk = NULL;
   int rc;
   size_t need = r->arena_bytes + ES_ARENA_GUARD + RT_ALIGN;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = es__now_ns();
   if (m->lane == w->index && scratch && need <= scratch_cap) {
     /* A lane switch is this: point an arena at the shared scratchpad. */
     rc = es_arena_init(&local, scratch, scratch_cap, RT_ALIGN);
     a = &local;
     r->arena_source = ES_ARENA_FROM_LANE;
-    uint64_t sw = now_ns() - t0;
+    uint64_t sw = es__now_ns() - t0;
     w->runs++;
     if (w->last_model != r->model) {
       r->switch_ns = sw;
@@ -498,7 +493,7 @@ static void *worker_main(void *arg) {
     }
     void *scratch = w->scratch;
     size_t cap = w->scratch_cap;
-    uint64_t t = now_ns();
+    uint64_t t = es__now_ns();
     r->start_ns = t;
     int expired = r->deadline_ns && t > r->deadline_ns;
     pthread_mutex_unlock(&rt->lock);
@@ -512,7 +507,7 @@ static void *worker_main(void *arg) {
       rc = run_request(w, r, scratch, cap);
       r->ran = 1;
     }
-    uint64_t run_ns = now_ns() - r->start_ns;
+    uint64_t run_ns = es__now_ns() - r->start_ns;
 
     pthread_mutex_lock(&rt->lock);
     rt_model *m = &rt->models[r->model];
@@ -604,11 +599,11 @@ static void *monitor_main(void *arg) {
   pthread_mutex_lock(&rt->lock);
   while (!rt->stopping || rt->queued) {
     es_request *done = NULL;
-    uint64_t now = now_ns();
+    uint64_t now = es__now_ns();
     uint64_t next = expire_locked(rt, now, &done);
     if (rt->cfg.watch_ms > 0 && now >= rt->next_watch_ns) {
       watch_locked(rt, &done);
-      rt->next_watch_ns = now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
+      rt->next_watch_ns = es__now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
     }
     if (done) {
       pthread_mutex_unlock(&rt->lock);
@@ -1024,7 +1019,7 @@ int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
   es_admission_set_draining(rt->adm, id, 1);
   struct timespec ts;
   if (timeout_ms >= 0)
-    abs_timespec(now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
+    abs_timespec(es__now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
   while (m->pending) {
     if (timeout_ms < 0)
       pthread_cond_wait(&rt->model_cv, &rt->lock);
@@ -1152,7 +1147,7 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
   r->on_done = s->on_done;
   r->user = s->user;
   r->n_in = s->n_inputs;
-  r->submit_ns = now_ns();
+  r->submit_ns = es__now_ns();
   if (cond_init_mono(&r->cv) < 0) {
     es_mem_free(r);
     rc = es__fail(ES_ENOMEM, "es_runtime_submit: no condition variable");
@@ -1267,7 +1262,7 @@ int es_request_wait(es_request *r, int timeout_ms) {
   es_runtime *rt = r->rt;
   struct timespec ts;
   if (timeout_ms >= 0)
-    abs_timespec(now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
+    abs_timespec(es__now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
   pthread_mutex_lock(&rt->lock);
   while (!r->settled) {
     if (timeout_ms < 0) {

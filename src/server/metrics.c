@@ -5,61 +5,27 @@
  * from what the code actually holds; the server itself only keeps the
  * per-model request outcomes and duration histograms. */
 #include "common/internal.h"
+#include "common/strbuf.h"
 #include "server/server_internal.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct buf {
-  char *p;
-  size_t len, cap;
-  int oom;
-} buf;
-
-static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(buf *b, const char *fmt, ...) {
-  if (b->oom)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if ((size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap * 2 + (size_t)n;
-    char *np = es_mem_realloc(b->p, cap);
-    if (!np) {
-      b->oom = 1;
-      return;
-    }
-    b->p = np;
-    b->cap = cap;
-  }
+static void head(es_strbuf *b, const char *name, const char *type, const char *help) {
+  es__sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void head(buf *b, const char *name, const char *type, const char *help) {
-  put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void hist(buf *b, const char *name, const char *model, const uint64_t *h, double sum,
+static void hist(es_strbuf *b, const char *name, const char *model, const uint64_t *h, double sum,
                  uint64_t count) {
   uint64_t cum = 0;
   for (int i = 0; i < SRV_BUCKETS; i++) {
     cum += h[i];
-    put(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model, srv_bucket_bounds[i],
+    es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model, srv_bucket_bounds[i],
         (unsigned long long)cum);
   }
   cum += h[SRV_BUCKETS];
-  put(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)cum);
-  put(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n", name, model, sum, name, model,
+  es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)cum);
+  es__sb_printf(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n", name, model, sum, name, model,
       (unsigned long long)count);
 }
 
@@ -67,9 +33,7 @@ static const char *const outcome_names[SRV_OUT_COUNT] = {"success", "refused", "
                                                          "error"};
 
 char *es_server_metrics_text(es_server *s, size_t *len) {
-  buf b = {es_mem_alloc(ES_MEM_SERVER, 16384), 0, 16384, 0};
-  if (!b.p)
-    return NULL;
+  es_strbuf b = es__sb_init(ES_MEM_SERVER);
   es_runtime_stats rs;
   es_runtime_stats_get(s->rt, &rs);
   es_admission_stats as;
@@ -82,7 +46,6 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   if (!snap || !ms) {
     es_mem_free(snap);
     es_mem_free(ms);
-    es_mem_free(b.p);
     return NULL;
   }
   pthread_mutex_lock(&s->mu);
@@ -93,13 +56,13 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   head(&b, "edgeserve_requests_total", "counter", "Inference requests by outcome.");
   for (int i = 0; i < n; i++)
     for (int o = 0; o < SRV_OUT_COUNT; o++)
-      put(&b, "edgeserve_requests_total{model=\"%s\",outcome=\"%s\"} %llu\n", snap[i].name,
+      es__sb_printf(&b, "edgeserve_requests_total{model=\"%s\",outcome=\"%s\"} %llu\n", snap[i].name,
           outcome_names[o], (unsigned long long)snap[i].outcomes[o]);
   head(&b, "edgeserve_refused_total", "counter",
        "Requests refused (429/503) by reason.");
   for (int i = 0; i < n; i++)
     for (int r = 1; r < ES_REFUSE_COUNT; r++)
-      put(&b, "edgeserve_refused_total{model=\"%s\",reason=\"%s\"} %llu\n", snap[i].name,
+      es__sb_printf(&b, "edgeserve_refused_total{model=\"%s\",reason=\"%s\"} %llu\n", snap[i].name,
           es_refusal_name(r), (unsigned long long)snap[i].refused_by[r]);
   head(&b, "edgeserve_queue_duration_seconds", "histogram",
        "Time from admission to the start of the run.");
@@ -114,7 +77,7 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
 
   head(&b, "edgeserve_model_loaded", "gauge", "1 when the model is loaded.");
   for (int i = 0; i < n; i++)
-    put(&b, "edgeserve_model_loaded{model=\"%s\"} %d\n", snap[i].name, snap[i].rt_id >= 0);
+    es__sb_printf(&b, "edgeserve_model_loaded{model=\"%s\"} %d\n", snap[i].name, snap[i].rt_id >= 0);
   head(&b, "edgeserve_model_inflight_requests", "gauge",
        "Admitted requests of the model not yet answered.");
   for (int i = 0; i < n; i++) {
@@ -122,7 +85,7 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
     memset(&am, 0, sizeof am);
     if (snap[i].rt_id >= 0)
       es_admission_model_stats_get(es_runtime_admission(s->rt), snap[i].rt_id, &am);
-    put(&b, "edgeserve_model_inflight_requests{model=\"%s\"} %u\n", snap[i].name, am.inflight);
+    es__sb_printf(&b, "edgeserve_model_inflight_requests{model=\"%s\"} %u\n", snap[i].name, am.inflight);
   }
   for (int i = 0; i < n; i++) {
     memset(&ms[i], 0, sizeof ms[i]);
@@ -132,7 +95,7 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
 #define MODEL_GAUGE(fam, help, field)                                                  \
   head(&b, fam, "gauge", help);                                                        \
   for (int i = 0; i < n; i++)                                                          \
-    put(&b, fam "{model=\"%s\"} %zu\n", snap[i].name, (size_t)ms[i].field);
+    es__sb_printf(&b, fam "{model=\"%s\"} %zu\n", snap[i].name, (size_t)ms[i].field);
   MODEL_GAUGE("edgeserve_arena_pool_bytes", "Bytes of the model's arena pool.", pool_bytes)
   MODEL_GAUGE("edgeserve_arena_pool_in_use", "Arenas of the model's pool in use.", pool_in_use)
   MODEL_GAUGE("edgeserve_arena_pool_high_water", "Most arenas of the pool in use at once.",
@@ -146,92 +109,87 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
 #undef MODEL_GAUGE
 
   head(&b, "edgeserve_inflight_requests", "gauge", "Admitted requests not yet answered.");
-  put(&b, "edgeserve_inflight_requests %zu\n", as.inflight);
+  es__sb_printf(&b, "edgeserve_inflight_requests %zu\n", as.inflight);
   head(&b, "edgeserve_queue_depth", "gauge", "Queued requests per priority level.");
   for (int l = 0; l < rs.priorities; l++)
-    put(&b, "edgeserve_queue_depth{priority=\"%d\"} %zu\n", l, rs.queued[l]);
+    es__sb_printf(&b, "edgeserve_queue_depth{priority=\"%d\"} %zu\n", l, rs.queued[l]);
   head(&b, "edgeserve_running_requests", "gauge", "Requests running on the workers.");
-  put(&b, "edgeserve_running_requests %zu\n", rs.running);
+  es__sb_printf(&b, "edgeserve_running_requests %zu\n", rs.running);
   head(&b, "edgeserve_admission_reserved_bytes", "gauge",
        "Arena and output bytes reserved by admitted requests.");
-  put(&b, "edgeserve_admission_reserved_bytes %zu\n", as.reserved_bytes);
+  es__sb_printf(&b, "edgeserve_admission_reserved_bytes %zu\n", as.reserved_bytes);
   head(&b, "edgeserve_admission_budget_bytes", "gauge", "The memory budget (0: none).");
-  put(&b, "edgeserve_admission_budget_bytes %zu\n", as.memory_budget_bytes);
+  es__sb_printf(&b, "edgeserve_admission_budget_bytes %zu\n", as.memory_budget_bytes);
   head(&b, "edgeserve_memory_pressure", "gauge", "0 none, 1 above soft, 2 above hard.");
-  put(&b, "edgeserve_memory_pressure %d\n", as.pressure);
+  es__sb_printf(&b, "edgeserve_memory_pressure %d\n", as.pressure);
 
   head(&b, "edgeserve_buddy_capacity_bytes", "gauge", "Buddy pool capacity.");
-  put(&b, "edgeserve_buddy_capacity_bytes %zu\n", rs.buddy_capacity);
+  es__sb_printf(&b, "edgeserve_buddy_capacity_bytes %zu\n", rs.buddy_capacity);
   head(&b, "edgeserve_buddy_in_use_bytes", "gauge", "Buddy pool bytes handed out.");
-  put(&b, "edgeserve_buddy_in_use_bytes %zu\n", rs.buddy_in_use);
+  es__sb_printf(&b, "edgeserve_buddy_in_use_bytes %zu\n", rs.buddy_in_use);
   head(&b, "edgeserve_buddy_peak_bytes", "gauge", "Buddy pool historic peak.");
-  put(&b, "edgeserve_buddy_peak_bytes %zu\n", rs.buddy_peak);
+  es__sb_printf(&b, "edgeserve_buddy_peak_bytes %zu\n", rs.buddy_peak);
   head(&b, "edgeserve_buddy_failures_total", "counter", "Buddy allocations that failed.");
-  put(&b, "edgeserve_buddy_failures_total %llu\n", (unsigned long long)rs.buddy_failures);
+  es__sb_printf(&b, "edgeserve_buddy_failures_total %llu\n", (unsigned long long)rs.buddy_failures);
   head(&b, "edgeserve_buddy_fragmentation_ratio", "gauge",
        "1 - largest free block / what free memory could form.");
-  put(&b, "edgeserve_buddy_fragmentation_ratio %.6f\n", rs.buddy_fragmentation);
+  es__sb_printf(&b, "edgeserve_buddy_fragmentation_ratio %.6f\n", rs.buddy_fragmentation);
   head(&b, "edgeserve_lane_scratch_bytes", "gauge", "Shared scratchpad of each lane.");
   for (int w = 0; w < rs.workers; w++) {
     es_lane_stats ls;
     if (es_runtime_lane_stats_get(s->rt, w, &ls) == 0)
-      put(&b, "edgeserve_lane_scratch_bytes{lane=\"%d\"} %zu\n", w, ls.scratch_bytes);
+      es__sb_printf(&b, "edgeserve_lane_scratch_bytes{lane=\"%d\"} %zu\n", w, ls.scratch_bytes);
   }
   head(&b, "edgeserve_weights_bytes", "gauge", "Distinct weight bytes of loaded models.");
-  put(&b, "edgeserve_weights_bytes %zu\n", rs.weights_bytes);
+  es__sb_printf(&b, "edgeserve_weights_bytes %zu\n", rs.weights_bytes);
 
   head(&b, "edgeserve_memory_tag_bytes", "gauge",
        "Bytes held per subsystem, from the counting layer.");
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
     es_mem_stats tag;
     if (es_mem_stats_get((es_mem_tag)t, &tag) == 0)
-      put(&b, "edgeserve_memory_tag_bytes{tag=\"%s\"} %zu\n", es_mem_tag_name((es_mem_tag)t),
+      es__sb_printf(&b, "edgeserve_memory_tag_bytes{tag=\"%s\"} %zu\n", es_mem_tag_name((es_mem_tag)t),
           tag.current);
   }
   size_t rss = 0;
   es_sys_rss(&rss);
   head(&b, "edgeserve_process_resident_bytes", "gauge", "Resident set size of the process.");
-  put(&b, "edgeserve_process_resident_bytes %zu\n", rss);
+  es__sb_printf(&b, "edgeserve_process_resident_bytes %zu\n", rss);
   es_memstat st;
   if (es_memstat_read(&st) == 0) {
     head(&b, "edgeserve_cgroup_version", "gauge", "Memory cgroup version found (0: none).");
-    put(&b, "edgeserve_cgroup_version %d\n", st.version);
+    es__sb_printf(&b, "edgeserve_cgroup_version %d\n", st.version);
     head(&b, "edgeserve_cgroup_memory_current_bytes", "gauge", "Bytes charged to the group.");
-    put(&b, "edgeserve_cgroup_memory_current_bytes %zu\n", st.current);
+    es__sb_printf(&b, "edgeserve_cgroup_memory_current_bytes %zu\n", st.current);
     head(&b, "edgeserve_cgroup_memory_high_bytes", "gauge", "Soft limit (-1: none).");
-    put(&b, "edgeserve_cgroup_memory_high_bytes %.0f\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_high_bytes %.0f\n",
         st.high == SIZE_MAX ? -1.0 : (double)st.high);
     head(&b, "edgeserve_cgroup_memory_max_bytes", "gauge", "Hard limit (-1: none).");
-    put(&b, "edgeserve_cgroup_memory_max_bytes %.0f\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_max_bytes %.0f\n",
         st.max == SIZE_MAX ? -1.0 : (double)st.max);
     head(&b, "edgeserve_cgroup_memory_events_total", "counter", "memory.events counters.");
-    put(&b, "edgeserve_cgroup_memory_events_total{event=\"high\"} %llu\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_events_total{event=\"high\"} %llu\n",
         (unsigned long long)st.events.high);
-    put(&b, "edgeserve_cgroup_memory_events_total{event=\"max\"} %llu\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_events_total{event=\"max\"} %llu\n",
         (unsigned long long)st.events.max);
-    put(&b, "edgeserve_cgroup_memory_events_total{event=\"oom\"} %llu\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_events_total{event=\"oom\"} %llu\n",
         (unsigned long long)st.events.oom);
-    put(&b, "edgeserve_cgroup_memory_events_total{event=\"oom_kill\"} %llu\n",
+    es__sb_printf(&b, "edgeserve_cgroup_memory_events_total{event=\"oom_kill\"} %llu\n",
         (unsigned long long)st.events.oom_kill);
   }
   head(&b, "edgeserve_http_responses_total", "counter", "HTTP responses sent.");
-  put(&b, "edgeserve_http_responses_total %llu\n", (unsigned long long)atomic_load(&s->served));
+  es__sb_printf(&b, "edgeserve_http_responses_total %llu\n", (unsigned long long)atomic_load(&s->served));
   head(&b, "edgeserve_http_rejected_total", "counter",
        "Requests answered before reaching a model: body too large (413), request bytes "
        "in flight over the limit (503), malformed headers (400).");
   static const char *const rej[SRV_REJECT_COUNT] = {"body_too_large", "buffered_limit",
                                                     "bad_header"};
   for (int i = 0; i < SRV_REJECT_COUNT; i++)
-    put(&b, "edgeserve_http_rejected_total{reason=\"%s\"} %llu\n", rej[i],
+    es__sb_printf(&b, "edgeserve_http_rejected_total{reason=\"%s\"} %llu\n", rej[i],
         (unsigned long long)atomic_load(&s->rejected[i]));
   head(&b, "edgeserve_http_buffered_bytes", "gauge", "Request body bytes held now.");
-  put(&b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
+  es__sb_printf(&b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
   es_mem_free(snap);
   es_mem_free(ms);
-  if (b.oom) {
-    es_mem_free(b.p);
-    return NULL;
-  }
-  *len = b.len;
-  return b.p;
+  return es__sb_take(&b, len);
 }

@@ -34,11 +34,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- per-connection state --------------------------------------------------- */
 
@@ -255,14 +250,14 @@ static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, sr
     srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
     return send_error(s, c, 400, 0, "input '%s': %s", x->name, es_last_error_detail());
   }
-  uint64_t deadline = q->has_timeout && q->timeout_us ? now_ns() + q->timeout_us * 1000ull : 0;
+  uint64_t deadline = q->has_timeout && q->timeout_us ? es__now_ns() + q->timeout_us * 1000ull : 0;
   int prio = level_of(s, sm, q);
   es_refusal why;
   memset(&why, 0, sizeof why);
   char *json = NULL;
   size_t jlen = 0;
   int rc, n = 0;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = es__now_ns();
   atomic_fetch_add(&sm->busy, 1); /* before the check: unload waits for busy */
   pthread_mutex_lock(&s->mu);
   int live = sm->rt_id >= 0;
@@ -282,7 +277,7 @@ static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, sr
     es_mem_free(lines);
   }
   atomic_fetch_sub(&sm->busy, 1);
-  uint64_t run_ns = now_ns() - t0;
+  uint64_t run_ns = es__now_ns() - t0;
   es_image_free(&img);
   if (rc == ES_EAGAIN) {
     srv_count(s, sm, SRV_OUT_REFUSED, why.reason);
@@ -434,7 +429,7 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
   es_submit sub = {.model = sm->rt_id, .inputs = in, .n_inputs = n_in,
                    .priority = level_of(s, sm, &q)};
   if (q.has_timeout && q.timeout_us)
-    sub.deadline_ns = now_ns() + q.timeout_us * 1000ull;
+    sub.deadline_ns = es__now_ns() + q.timeout_us * 1000ull;
   es_request *r = NULL;
   es_refusal ref;
   memset(&ref, 0, sizeof ref);
@@ -627,7 +622,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     k = es_mem_calloc(ES_MEM_SERVER, 1, sizeof *k);
     if (!k)
       return MHD_NO;
-    k->start_ns = now_ns();
+    k->start_ns = es__now_ns();
     *con_cls = k;
     atomic_fetch_add(&s->active, 1);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -728,7 +723,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   enum MHD_Result r = route(s, c, url, method, k);
   if (!s->cfg.quiet)
-    fprintf(stderr, "%s %s %.2f ms\n", method, url, (double)(now_ns() - k->start_ns) / 1e6);
+    fprintf(stderr, "%s %s %.2f ms\n", method, url, (double)(es__now_ns() - k->start_ns) / 1e6);
   return r;
 }
 
@@ -798,7 +793,7 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
       *report = s->report;
     return 0;
   }
-  uint64_t t0 = now_ns();
+  uint64_t t0 = es__now_ns();
   if (s->daemon)
     MHD_quiesce_daemon(s->daemon); /* no new connections */
   es_admission_set_draining(es_runtime_admission(s->rt), -1, 1);
@@ -806,13 +801,13 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
    * (on_completed), so none is cut off between its run and its answer. */
   rep.inflight_at_stop = atomic_load(&s->active);
   uint64_t until = t0 + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
-  while (atomic_load(&s->active) && now_ns() < until)
+  while (atomic_load(&s->active) && es__now_ns() < until)
     usleep(2000);
   rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
   /* Running ones finish (runs are not interrupted); their answers and the
    * 503s of the cancelled ones go out before the connections close. */
-  uint64_t last = now_ns() + 30ull * 1000000000ull;
-  while (atomic_load(&s->active) && now_ns() < last)
+  uint64_t last = es__now_ns() + 30ull * 1000000000ull;
+  while (atomic_load(&s->active) && es__now_ns() < last)
     usleep(2000);
   rep.finished_in_grace = rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
   if (s->daemon) {
@@ -820,7 +815,7 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
     s->daemon = NULL;
   }
   rep.served = atomic_load(&s->served);
-  rep.drain_ms = (double)(now_ns() - t0) / 1e6;
+  rep.drain_ms = (double)(es__now_ns() - t0) / 1e6;
   s->report = rep;
   if (report)
     *report = rep;
