@@ -18,28 +18,11 @@
 #include <stdint.h>
 
 #include "edgeserve/error.h"
+#include "edgeserve/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define ES_MAX_RANK 8
-
-/* Element types, numbered as ONNX's TensorProto.DataType. */
-typedef enum es_dtype {
-  ES_DTYPE_UNDEFINED = 0,
-  ES_DTYPE_FLOAT = 1,
-  ES_DTYPE_UINT8 = 2,
-  ES_DTYPE_INT8 = 3,
-  ES_DTYPE_INT32 = 6,
-  ES_DTYPE_INT64 = 7,
-  ES_DTYPE_BOOL = 9,
-} es_dtype;
-
-/* Bytes per element; 0 for an unsupported type. */
-size_t es_dtype_size(es_dtype t);
-/* "float32", "int64", ...; "undefined" otherwise. */
-const char *es_dtype_name(es_dtype t);
 
 typedef struct es_tensor_info {
   const char *name; /* owned by the model */
@@ -203,6 +186,16 @@ int es_plan_relayout_count(const es_plan *p);
  * (throughput mode: one request per core, no oversubscription when several
  * workers run at once); more for latency mode. ES_EINVAL outside 1..1024. */
 int es_engine_threads_set(int n);
+
+/* Process-wide switches for comparisons and debugging; thread-safe. The
+ * library reads no environment variables: the CLI maps ES_KERNELS=ref and
+ * ES_FUSE=0 to these.
+ * reference_kernels: plans made after the call run Conv, ConvTranspose and
+ * MatMul with the plain C reference kernels instead of oneDNN (default 0).
+ * fusion: models loaded after the call get the load-time fusion passes
+ * (activations into Conv, elementwise chains, LayerNorm; default 1). */
+void es_engine_reference_kernels_set(int on);
+void es_engine_fusion_set(int on);
 
 /* Profiling: while on, every run also times each node (two clock reads per
  * node) and adds the time to its plan. Off by default. Thread-safe. */

@@ -1,10 +1,10 @@
 /* The pipelines' answers as JSON, shared by the CLI and the server so both
  * print the same thing. A small growable buffer is enough: a few hundred
- * faces or text lines at most (common/strbuf.h). Text from the recogniser is UTF-8 taken from
+ * faces or text lines at most (memory/strbuf.h). Text from the recogniser is UTF-8 taken from
  * the keys file; control characters are escaped, everything else passes. */
 #include "edgeserve/apps.h"
 #include "common/internal.h"
-#include "common/strbuf.h"
+#include "memory/strbuf.h"
 
 #include <stdio.h>
 #include <string.h>

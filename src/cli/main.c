@@ -3,8 +3,10 @@
  * A thin dispatcher: each subcommand lives in its own cmd_*.c file and gets
  * argv from its own name on. Exit status: 0 success, 1 failure, 2 usage. */
 #include "cli/cli.h"
+#include "edgeserve/engine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const es_cli_cmd es_commands_[] = {
@@ -31,7 +33,17 @@ static void usage(FILE *f) {
   fprintf(f, "\nedgeserve <command> --help prints the command's options.\n");
 }
 
+/* The library reads no environment; the CLI maps its debugging switches. */
+static void apply_environment(void) {
+  const char *k = getenv("ES_KERNELS"), *f = getenv("ES_FUSE");
+  if (k && !strcmp(k, "ref"))
+    es_engine_reference_kernels_set(1);
+  if (f && !strcmp(f, "0"))
+    es_engine_fusion_set(0);
+}
+
 int main(int argc, char **argv) {
+  apply_environment();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -564,7 +564,9 @@ int es__esm_load(const char *path, es_model *m) {
     es_graph_prune(g);
     g->weights = w; /* the graph holds the mapping's reference */
     g->weight_bytes = h.weights_size;
-    rc = es_prep_store_create(&m->prep);
+    rc = es_graph_attrs_resolve(g);
+    if (rc == 0)
+      rc = es_prep_store_create(&m->prep);
   } else {
     /* constants point into the mapping, not at blocks of their own: the
      * graph must not free them */

@@ -18,6 +18,17 @@
 
 static int model_ok(const es_model *m) { return es__model_ok(m); }
 
+int es_graph_load_lowered(const void *data, size_t size, es_graph *g) {
+  int rc = es_onnx_load(data, size, g);
+  if (rc < 0)
+    return rc;
+  if ((rc = es_graph_fold(g)) == 0 && (rc = es_graph_fuse(g)) == 0)
+    rc = es_graph_seal(g);
+  if (rc < 0)
+    es_graph_fini(g);
+  return rc;
+}
+
 int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
   (void)opts;
   if (!data || !out)
@@ -25,7 +36,7 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
   es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
   if (!m)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
-  int rc = es_onnx_load(data, size, &m->g);
+  int rc = es_graph_load_lowered(data, size, &m->g);
   if (rc < 0) {
     es_mem_free(m);
     return rc;

@@ -50,6 +50,7 @@ typedef struct loc {
 } loc;
 
 typedef struct step {
+  const es_node *nd; /* the graph node (or a planner-made Relayout node) */
   es_kinst k;
   const es_kernel *kern;
   loc *in;
@@ -205,9 +206,12 @@ static step *step_new(planner *P) {
   return st;
 }
 
-/* Fill k for node nd with the planner's current descriptors. */
-static int kinst_bind(planner *P, es_kinst *k, const es_node *nd, int *all_static) {
+/* Fill st's kernel instance for node nd with the planner's current
+ * descriptors. */
+static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) {
   es_plan *p = P->p;
+  es_kinst *k = &st->k;
+  st->nd = nd;
   const es_tdesc **in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
   es_tdesc **out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
   const void **ins = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
@@ -228,7 +232,7 @@ static int kinst_bind(planner *P, es_kinst *k, const es_node *nd, int *all_stati
   }
   for (int o = 0; o < nd->n_out; o++)
     out[o] = nd->out[o] >= 0 ? &P->v[nd->out[o]].desc : NULL;
-  k->node = nd;
+  k->node = es__knode_of(nd);
   k->opset = P->g->opset;
   k->n_in = nd->n_in;
   k->n_out = nd->n_out;
@@ -238,14 +242,14 @@ static int kinst_bind(planner *P, es_kinst *k, const es_node *nd, int *all_stati
   k->inplace = -1;
   k->ctx = &p->ctx;
   k->prep = p->model->prep;
-  k->graph = P->g;
   return 0;
 }
 
 /* Runs a node whose inputs are all known now; its outputs become plan
  * constants. */
-static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
-  const es_node *nd = k->node;
+static int fold_step(planner *P, step *st, const es_kernel *kern) {
+  const es_node *nd = st->nd;
+  es_kinst *k = &st->k;
   void *outs[ES_PLAN_MAX_IO];
   for (int o = 0; o < nd->n_out; o++) {
     outs[o] = NULL;
@@ -274,7 +278,7 @@ static int fold_step(planner *P, es_kinst *k, const es_kernel *kern) {
 /* Records a runtime step: flops, producers, last uses. */
 static void step_commit(planner *P, step *st, const es_kernel *kern) {
   es_plan *p = P->p;
-  const es_node *nd = st->k.node;
+  const es_node *nd = st->nd;
   st->kern = kern;
   p->flops += st->k.flops;
   for (int i = 0; i < nd->n_in; i++)
@@ -332,11 +336,11 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   es_kinst *k = &st->k;
   snprintf(k->label, sizeof k->label, "relayout of '%.60s' to %s", P->v[v].name,
            lay == ES_LAYOUT_NHWC ? "NHWC" : "plain");
-  int all_static, rc = kinst_bind(P, k, nd, &all_static);
+  int all_static, rc = kinst_bind(P, st, nd, &all_static);
   if (rc == 0)
     rc = kern->infer(k);
   if (rc == 0 && all_static)
-    return fold_step(P, k, kern) < 0 ? ES_ENOMEM : c;
+    return fold_step(P, st, kern) < 0 ? ES_ENOMEM : c;
   if (rc < 0)
     return rc;
   p->relayouts++;
@@ -393,7 +397,7 @@ static int plan_nodes(planner *P) {
     memcpy(k->label, label, sizeof label);
     int all_static, rc;
     for (int attempt = 0;; attempt++) {
-      if ((rc = kinst_bind(P, k, nd, &all_static)) < 0)
+      if ((rc = kinst_bind(P, st, nd, &all_static)) < 0)
         return rc;
       k->want_plain = k->want_nhwc = 0;
       rc = kern->infer(k);
@@ -435,7 +439,7 @@ static int plan_nodes(planner *P) {
     if (nd->op == ES_OP_Shape)
       all_static = 1;
     if (all_static) {
-      rc = fold_step(P, k, kern);
+      rc = fold_step(P, st, kern);
       if (kern->release)
         kern->release(k);
       if (rc < 0)
@@ -493,7 +497,7 @@ static int plan_memory(planner *P) {
   int nb = 0;
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
-    const es_node *nd = st->k.node;
+    const es_node *nd = st->nd;
     for (int o = 0; o < nd->n_out; o++) {
       int v = nd->out[o];
       if (v < 0)
@@ -540,7 +544,7 @@ static int plan_memory(planner *P) {
   /* Resolve every step's tensor locations. */
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
-    const es_node *nd = st->k.node;
+    const es_node *nd = st->nd;
     st->in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(loc));
     st->out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(loc));
     if (!st->in || !st->out) {
@@ -683,6 +687,8 @@ int es_plan_relayout_count(const es_plan *p) { return plan_ok(p) ? p->relayouts 
 
 int es_engine_threads_set(int n) { return es_kernels_set_threads(n); }
 
+void es_engine_reference_kernels_set(int on) { es_kernels_use_reference(on); }
+
 void es_engine_profile_set(int on) { atomic_store(&es_profile_, on ? 1 : 0); }
 
 int es_plan_profile(const es_plan *p,
@@ -694,7 +700,7 @@ int es_plan_profile(const es_plan *p,
   double ns_of[ES_OP_COUNT] = {0};
   int nodes_of[ES_OP_COUNT] = {0};
   for (int s = 0; s < p->n_steps; s++) {
-    es_op op = p->steps[s].k.node->op;
+    es_op op = p->steps[s].k.node.op;
     ns_of[op] += (double)atomic_load(&p->step_ns[s]);
     nodes_of[op]++;
   }
@@ -789,7 +795,7 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
-    const es_node *nd = st->k.node;
+    const es_node *nd = st->nd;
     for (int i = 0; i < nd->n_in; i++)
       in[i] = loc_ptr(&st->in[i], base, inputs);
     for (int o = 0; o < nd->n_out; o++)

@@ -9,7 +9,7 @@
  *     kernel hundreds of times slower. When that layout is not the model's,
  *     the static weights are reordered once into a prepared copy shared by
  *     every plan of the model (keyed by node and layout).
- *   - reference (ES_KERNELS=ref or es_kernels_use_reference(1)): direct
+ *   - reference (es_engine_reference_kernels_set(1), ES_KERNELS=ref in the CLI): direct
  *     loops in plain C, correct for every attribute combination; used by
  *     tests, and as the fallback where oneDNN refuses: ConvTranspose with a
  *     negative begin pad or an end pad below -(stride - 1) (output_shape or
@@ -48,6 +48,7 @@
  * prepare its layout; the reference path follows the same rule so the two
  * accept the same models. */
 #include "kernels/dnnl_glue.h"
+#include "kernels/fused.h"
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -342,7 +343,7 @@ int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc
     return 0;
   char tag[64], key[160];
   dnnl_md_tag(p->wei_md, tag, sizeof tag);
-  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es_op_name(k->node->op), k->node->file_index,
+  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es_op_name(k->node.op), k->node.id,
            tag, (unsigned long long)dnnl_md_hash(p->wei_md));
   dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
   return es_kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
@@ -426,19 +427,6 @@ typedef enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID } conv_auto
 #define ES_CONV_MAX ((int64_t)1 << 40)
 #define ES_CONV_ATTR_MAX ((int64_t)1 << 20)
 
-/* Fused post-ops (attribute "_post", codes below, with two parameters
- * each in "_post_f"), written by the graph's fusion pass. */
-enum {
-  POST_RELU = 1,
-  POST_CLIP = 2,         /* min, max */
-  POST_HARDSIGMOID = 3,  /* alpha, beta: max(0, min(1, alpha x + beta)) */
-  POST_HARDSWISH = 4,    /* x max(0, min(1, x / 6 + 1 / 2)) */
-  POST_SIGMOID = 5,
-  POST_SWISH = 6,        /* x sigmoid(x) */
-  POST_ADD = 7,          /* + input 3, same shape as the output */
-  CONV_MAX_POST = 8
-};
-
 typedef struct conv_post {
   int code;
   float a, b;
@@ -462,7 +450,7 @@ typedef struct conv_params {
   int kxs;               /* ConvTranspose as one matmul (conv_kxs_setup) ... */
   const float *kxs_bias; /* ... with this bias, repeated per kernel column */
   int npost;             /* fused post-ops, applied after the bias in order */
-  conv_post post[CONV_MAX_POST];
+  conv_post post[ES_POST_MAX];
   int has_res;           /* a post-op adds input 3 (the residual) */
   es_dnnl_prim dnnl;
 } conv_params;
@@ -529,12 +517,12 @@ static int conv_post_parse(es_kinst *k, conv_params *p) {
   if (nf != 2 * n)
     return ES_KFAIL(k, ES_EMODEL, "_post_f has %zu values, expected %zu (two per _post code)",
                     nf, 2 * n);
-  if (n > CONV_MAX_POST)
+  if (n > ES_POST_MAX)
     return ES_KFAIL(k, ES_ENOTSUP, "%zu fused post-ops, at most %d are supported", n,
-                    CONV_MAX_POST);
+                    ES_POST_MAX);
   for (size_t i = 0; i < n; i++) {
     conv_post *q = &p->post[i];
-    if (c[i] < POST_RELU || c[i] > POST_ADD)
+    if (c[i] < ES_POST_RELU || c[i] > ES_POST_ADD)
       return ES_KFAIL(k, ES_EMODEL, "_post[%zu] is %lld, not a post-op code (1..7)", i,
                       (long long)c[i]);
     q->code = (int)c[i];
@@ -542,11 +530,11 @@ static int conv_post_parse(es_kinst *k, conv_params *p) {
     q->b = f[2 * i + 1];
     if (q->a != q->a || q->b != q->b)
       return ES_KFAIL(k, ES_EMODEL, "_post_f for _post[%zu] is NaN", i);
-    if (q->code == POST_CLIP && q->a > q->b)
+    if (q->code == ES_POST_CLIP && q->a > q->b)
       q->a = q->b; /* min(max(x, lo), hi) is hi everywhere */
-    if (q->code == POST_ADD && p->has_res)
+    if (q->code == ES_POST_ADD && p->has_res)
       return ES_KFAIL(k, ES_EMODEL, "_post adds the residual twice");
-    p->has_res |= q->code == POST_ADD;
+    p->has_res |= q->code == ES_POST_ADD;
   }
   p->npost = (int)n;
   return 0;
@@ -556,7 +544,7 @@ static int conv_post_parse(es_kinst *k, conv_params *p) {
  * channels and its spatial in/ker/str/dil (right-aligned). Sets *ap and the
  * raw pads (pads[0..nsp) begin, pads[nsp..2nsp) end). */
 static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int64_t *pads) {
-  const char *op = es_op_name(k->node->op);
+  const char *op = es_op_name(k->node.op);
   if (k->n_in < 2 || !k->in[0] || !k->in[1])
     return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
   if (k->n_in > 3 + p->has_res)
@@ -828,29 +816,29 @@ static dnnl_status_t conv_dnnl_post_ops(conv_params *p, const dnnl_memory_desc_t
   for (int i = 0; i < p->npost && st == dnnl_success; i++) {
     const conv_post *q = &p->post[i];
     switch (q->code) {
-    case POST_RELU:
+    case ES_POST_RELU:
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
       break;
-    case POST_CLIP:
+    case ES_POST_CLIP:
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, q->a, q->b);
       break;
-    case POST_HARDSIGMOID:
+    case ES_POST_HARDSIGMOID:
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, q->a, q->b);
       if (st == dnnl_success) {
         idx++;
         st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
       }
       break;
-    case POST_HARDSWISH: /* oneDNN 2.6: x relu6(x + 3) / 6, no parameters */
+    case ES_POST_HARDSWISH: /* oneDNN 2.6: x relu6(x + 3) / 6, no parameters */
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
       break;
-    case POST_SIGMOID:
+    case ES_POST_SIGMOID:
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
       break;
-    case POST_SWISH: /* x sigmoid(alpha x) */
+    case ES_POST_SWISH: /* x sigmoid(alpha x) */
       st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
       break;
-    case POST_ADD:
+    case ES_POST_ADD:
       st = dnnl_post_ops_append_binary(po, dnnl_binary_add, ymd);
       p->dnnl.bin_md = *ymd;
       p->dnnl.bin_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
@@ -932,7 +920,7 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
     return rc;
   char key[160];
   snprintf(key, sizeof key, "%s#%d:w:kxs-matmul-abcd:%lldx%lldx%lldx%lld%s",
-           es_op_name(k->node->op), k->node->file_index, (long long)kh, (long long)p->c,
+           es_op_name(k->node.op), k->node.id, (long long)kh, (long long)p->c,
            (long long)kw, (long long)p->m, p->has_bias ? "+b" : "");
   conv_kxs_job job = {p, k->in_static[1], p->has_bias ? k->in_static[2] : NULL};
   size_t wn = (size_t)(kh * p->c * n), bn = p->has_bias ? (size_t)n : 0;
@@ -1135,31 +1123,31 @@ static void conv_post_ref(const conv_params *p, float *y, const float *res, size
     const conv_post *q = &p->post[j];
     float a = q->a, b = q->b;
     switch (q->code) {
-    case POST_RELU:
+    case ES_POST_RELU:
       for (size_t i = 0; i < count; i++)
         y[i] = y[i] > 0.0f ? y[i] : 0.0f;
       break;
-    case POST_CLIP:
+    case ES_POST_CLIP:
       for (size_t i = 0; i < count; i++)
         y[i] = fminf(fmaxf(y[i], a), b);
       break;
-    case POST_HARDSIGMOID:
+    case ES_POST_HARDSIGMOID:
       for (size_t i = 0; i < count; i++)
         y[i] = fmaxf(0.0f, fminf(1.0f, a * y[i] + b));
       break;
-    case POST_HARDSWISH:
+    case ES_POST_HARDSWISH:
       for (size_t i = 0; i < count; i++)
         y[i] = y[i] * fmaxf(0.0f, fminf(1.0f, y[i] / 6.0f + 0.5f));
       break;
-    case POST_SIGMOID:
+    case ES_POST_SIGMOID:
       for (size_t i = 0; i < count; i++)
         y[i] = 1.0f / (1.0f + expf(-y[i]));
       break;
-    case POST_SWISH:
+    case ES_POST_SWISH:
       for (size_t i = 0; i < count; i++)
         y[i] = y[i] / (1.0f + expf(-y[i]));
       break;
-    case POST_ADD:
+    case ES_POST_ADD:
       for (size_t i = 0; i < count; i++)
         y[i] += res[i];
       break;

@@ -443,7 +443,7 @@ typedef struct ew_binary_plan {
 /* Input types -> run functions and output type. */
 static int ew_binary_select(es_kinst *k, const es_tdesc *a, const es_tdesc *b, ew_bin_fns *fns,
                             es_dtype *to) {
-  es_op op = k->node->op;
+  es_op op = k->node.op;
   int sa = ew_slot(a->dtype), sb = ew_slot(b->dtype);
   if (op == ES_OP_Pow) {
     if (sa != EW_F32 && sa != EW_I32 && sa != EW_I64)
@@ -615,7 +615,7 @@ static int ew_binary_infer(es_kinst *k) {
   p->esz_o = es_dtype_size(to);
   /* b is one element, so a has the output's shape and, in either layout,
    * its bytes order. */
-  if (k->node->op == ES_OP_Pow)
+  if (k->node.op == ES_OP_Pow)
     p->fast = ew_pow_fast(k);
   if (p->count && nhwc) {
     es_tdesc va, vb, vo;
@@ -904,7 +904,7 @@ static int ew_cast_infer(es_kinst *k) {
   int rc = ew_unary_begin(k, 1, &p);
   if (rc < 0)
     return rc;
-  if (!es_node_attr(k->node, "to"))
+  if (!es_kattr(k, "to"))
     return ES_KFAIL(k, ES_EMODEL, "attribute 'to' is required");
   int64_t to;
   rc = es_attr_int(k, "to", 0, &to);

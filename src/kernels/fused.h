@@ -1,4 +1,13 @@
-/* FusedElementwise: the program format.
+/* The formats the fusion pass (src/engine/fuse*.c) writes and the kernels
+ * read: Conv's fused post-ops, and FusedElementwise programs.
+ *
+ * ---- Conv / ConvTranspose post-ops ----------------------------------------
+ *
+ * Attribute "_post": INTS, one ES_POST_* code per post-op, applied after
+ * the bias in order; "_post_f": FLOATS, two parameters per post-op (0 where
+ * unused). At most ES_POST_MAX post-ops.
+ *
+ * ---- FusedElementwise: the program format ---------------------------------
  *
  * A chain of float32 elementwise operators whose intermediates have no other
  * reader runs as one internal node, so every element is read and written
@@ -44,6 +53,17 @@
  */
 #ifndef ES_KERNELS_FUSED_H
 #define ES_KERNELS_FUSED_H
+
+enum {
+  ES_POST_RELU = 1,
+  ES_POST_CLIP = 2,        /* min, max */
+  ES_POST_HARDSIGMOID = 3, /* alpha, beta: max(0, min(1, alpha x + beta)) */
+  ES_POST_HARDSWISH = 4,   /* x max(0, min(1, x / 6 + 1 / 2)) */
+  ES_POST_SIGMOID = 5,
+  ES_POST_SWISH = 6,       /* x sigmoid(x) */
+  ES_POST_ADD = 7,         /* + input 3, same shape as the output */
+};
+#define ES_POST_MAX 8 /* post-ops per node, at most */
 
 enum {
   ES_FE_ADD = 1,

@@ -28,8 +28,10 @@
 #include <stdint.h>
 
 #include "common/internal.h"
-#include "edgeserve/engine.h"
-#include "model/graph.h"
+#include "common/op.h"
+#include "edgeserve/memory.h"
+#include "edgeserve/types.h"
+#include "memory/ctx.h"
 
 /* Physical order of a tensor's elements. Shapes (dims) are always logical,
  * as ONNX defines them; a rank-4 tensor in ES_LAYOUT_NHWC holds logical
@@ -55,8 +57,18 @@ int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b);
 
 typedef struct es_prep_store es_prep_store;
 
+/* What a kernel sees of a node: its operator and resolved attributes
+ * (tensor attributes included, es_attr.t), never the graph around it. */
+typedef struct es_knode {
+  es_op op;
+  int id;                /* unique within the model (the node's position in its file) */
+  const char *name;      /* may be NULL or "" */
+  const es_attr *attrs;
+  int n_attr;
+} es_knode;
+
 typedef struct es_kinst {
-  const es_node *node;
+  es_knode node;
   int64_t opset;                /* the model's default-domain opset */
   int n_in, n_out;
   const es_tdesc *const *in;    /* [n_in]; NULL for an omitted optional input */
@@ -71,9 +83,6 @@ typedef struct es_kinst {
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
-  const es_graph *graph;        /* the node's graph, where tensor attributes live
-                                   (es_attr.tensor indexes graph->values); NULL
-                                   when evaluated without one */
   char label[120];              /* "node 'name' (#12 Conv)" */
 } es_kinst;
 
@@ -142,8 +151,8 @@ const es_kernel *es_kernels_fused(es_op op);
 const es_kernel *es_kernels_layernorm(es_op op);
 
 /* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
- * kernels instead of oneDNN, for plans made after the call. Also set by the
- * environment variable ES_KERNELS=ref. Thread-safe. */
+ * kernels instead of oneDNN, for plans made after the call (the public
+ * es_engine_reference_kernels_set). Thread-safe. */
 void es_kernels_use_reference(int on);
 int es_kernels_reference(void);
 
@@ -164,16 +173,16 @@ int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t 
 int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n);
 
 /* Evaluate one node outside a plan: infer, then run into fresh outputs.
- * Used for plan-time folding and by tests. out_data[i] is allocated with
- * es_mem_alloc(ES_MEM_ENGINE) and owned by the caller (free with es_mem_free);
- * ctx holds params and must outlive nothing but this call's use of them. */
-int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+ * Used for load-time folding and by tests. out_data[i] is allocated with
+ * es_mem_alloc(ES_MEM_ENGINE) and owned by the caller (free with
+ * es_mem_free). */
+int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
-/* The same with the node's graph (k->graph), for ops that read tensor
- * attributes (ConstantOfShape's value); es_kernel_eval passes NULL. */
-int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
-                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
-                         es_tdesc *out_desc, void **out_data);
+
+/* The node's attribute called name, or NULL. */
+static inline const es_attr *es_kattr(const es_kinst *k, const char *name) {
+  return es_attr_find(k->node.attrs, k->node.n_attr, name);
+}
 
 /* ---- helpers shared by kernels ------------------------------------------------ */
 

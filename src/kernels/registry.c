@@ -32,21 +32,11 @@ const es_kernel *es_kernel_for(es_op op) {
   return NULL;
 }
 
-static _Atomic int es_reference_ = -1; /* -1: not decided, read the environment */
+static _Atomic int es_reference_;
 
 void es_kernels_use_reference(int on) { atomic_store(&es_reference_, on ? 1 : 0); }
 
-int es_kernels_reference(void) {
-  int v = atomic_load(&es_reference_);
-  if (v < 0) {
-    const char *e = getenv("ES_KERNELS");
-    v = e && !strcmp(e, "ref");
-    int expect = -1;
-    atomic_compare_exchange_strong(&es_reference_, &expect, v);
-    v = atomic_load(&es_reference_);
-  }
-  return v;
-}
+int es_kernels_reference(void) { return atomic_load(&es_reference_); }
 
 /* oneDNN's CPU runtime here is OpenMP: a parallel region started by a thread
  * uses that thread's nthreads setting. Found at run time so the library does
@@ -331,7 +321,7 @@ int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_f
 
 static const es_attr *attr_typed(const es_kinst *k, const char *name, es_attr_type type,
                                  int *rc) {
-  const es_attr *a = es_node_attr(k->node, name);
+  const es_attr *a = es_kattr(k, name);
   *rc = 0;
   if (a && a->type != type) {
     *rc = es__kfail(k, ES_EMODEL, "attribute '%s' has type %d, expected %d", name, (int)a->type,
@@ -413,15 +403,8 @@ int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i) {
  * One node outside a plan
  * ======================================================================== */
 
-int es_kernel_eval(const es_node *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
-  return es_kernel_eval_graph(NULL, node, opset, n_in, in_desc, in_data, n_out, out_desc,
-                              out_data);
-}
-
-int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t opset, int n_in,
-                         const es_tdesc *const *in_desc, const void *const *in_data, int n_out,
-                         es_tdesc *out_desc, void **out_data) {
   const es_kernel *kern = es_kernel_for(node->op);
   if (!kern)
     return es__fail(ES_ENOTSUP, "no kernel for %s", es_op_name(node->op));
@@ -434,7 +417,7 @@ int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t ops
     outp[i] = &out_desc[i];
     out_data[i] = NULL;
   }
-  es_kinst k = {.node = node,
+  es_kinst k = {.node = *node,
                 .opset = opset,
                 .n_in = n_in,
                 .n_out = n_out,
@@ -442,9 +425,8 @@ int es_kernel_eval_graph(const es_graph *graph, const es_node *node, int64_t ops
                 .out = outp,
                 .in_static = in_data,
                 .inplace = -1,
-                .ctx = &ctx,
-                .graph = graph};
-  es_node_label(node, k.label, sizeof k.label);
+                .ctx = &ctx};
+  es_op_label(node->name, node->id, node->op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   void *scratch = NULL;
   if (rc == 0) { /* a valid pointer even for 0 bytes */

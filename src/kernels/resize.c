@@ -113,7 +113,7 @@ static int resize_attrs(es_kinst *k, resize_cfg *c, float *extrap) {
   }
   static const char *const later[] = {"antialias", "axes", "keep_aspect_ratio_policy"};
   for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
-    if (es_node_attr(k->node, later[i]))
+    if (es_kattr(k, later[i]))
       return ES_KFAIL(k, ES_ENOTSUP, "attribute '%s' (opset 18) not implemented", later[i]);
   return 0;
 }

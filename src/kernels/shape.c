@@ -105,7 +105,7 @@ static int attr_ints_copy(es_kinst *k, const char *name, size_t max, int64_t *v,
   int rc = es_attr_ints(k, name, &a, n);
   if (rc < 0)
     return rc;
-  *present = es_node_attr(k->node, name) != NULL;
+  *present = es_kattr(k, name) != NULL;
   if (*n > max)
     return ES_KFAIL(k, ES_EMODEL, "attribute '%s' has %zu values, expected at most %zu", name, *n,
                     max);
@@ -688,7 +688,7 @@ static int concat_infer(es_kinst *k) {
   int rc = io_check(k, k->n_in, k->n_in, 1, 1);
   if (rc < 0)
     return rc;
-  if (!es_node_attr(k->node, "axis"))
+  if (!es_kattr(k, "axis"))
     return ES_KFAIL(k, ES_EMODEL, "attribute 'axis' is required");
   const es_tdesc *x0 = k->in[0];
   int64_t axis_attr;
@@ -1282,19 +1282,14 @@ static int constant_of_shape_infer(es_kinst *k) {
   if (!p)
     return ES_ENOMEM;
   es_dtype dt = ES_DTYPE_FLOAT; /* without 'value': float32 zeros */
-  const es_attr *a = es_node_attr(k->node, "value");
+  const es_attr *a = es_kattr(k, "value");
   if (a) {
     if (a->type != ES_ATTR_TENSOR)
       return ES_KFAIL(k, ES_EMODEL, "attribute 'value' has type %d, expected a tensor (%d)",
                       (int)a->type, (int)ES_ATTR_TENSOR);
-    const es_graph *g = k->graph;
-    if (!g)
-      return ES_KFAIL(k, ES_ENOTSUP, "attribute 'value' needs the graph, and this node is "
-                      "evaluated without one");
-    if (a->tensor < 0 || a->tensor >= g->n_values || g->values[a->tensor].kind != ES_VALUE_CONST)
-      return ES_KFAIL(k, ES_EMODEL, "attribute 'value' refers to value %d, not a constant",
-                      a->tensor);
-    const es_value *v = &g->values[a->tensor];
+    const es_attr_tensor *v = a->t;
+    if (!v)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'value' refers to no constant");
     size_t esz = es_dtype_size(v->dtype);
     if (esz == 0)
       return ES_KFAIL(k, ES_ENOTSUP, "attribute 'value' is %s, which is not supported",

@@ -1,9 +1,5 @@
-/* Graph IR plumbing: the context allocator, the operator table, topological
- * ordering, dead-node removal and sealing the constants into the weights.
- *
- * The context allocator is a chunk list: IR objects are many, small and all
- * die with the model, so a bump per chunk is simpler and tighter than one
- * malloc each, and every byte is still counted (ES_MEM_MODEL). */
+/* Graph IR plumbing: node helpers, topological ordering, dead-node removal
+ * and sealing the constants into the weights. */
 #include "model/graph.h"
 #include "common/internal.h"
 
@@ -11,116 +7,15 @@
 #include <string.h>
 
 /* ==========================================================================
- * Context allocator
- * ======================================================================== */
-
-struct es_ctx_chunk {
-  es_ctx_chunk *next;
-  size_t size; /* usable bytes after the header */
-  size_t used;
-  max_align_t pad[]; /* payload */
-};
-
-#define ES_CTX_CHUNK 65536
-
-void *es_ctx_alloc(es_ctx *c, size_t size) {
-  size_t need = es__align_up(size ? size : 1, 16);
-  if (need == 0)
-    return NULL;
-  es_ctx_chunk *h = c->head;
-  if (!h || h->size - h->used < need) {
-    size_t payload = need > ES_CTX_CHUNK ? need : ES_CTX_CHUNK;
-    if (payload > SIZE_MAX - sizeof(es_ctx_chunk))
-      return NULL;
-    h = es_mem_alloc(ES_MEM_MODEL, sizeof(es_ctx_chunk) + payload);
-    if (!h)
-      return NULL;
-    h->size = payload;
-    h->used = 0;
-    /* A big one-off allocation goes behind the current chunk so the space
-     * left in the current one is not abandoned. */
-    if (c->head && payload > ES_CTX_CHUNK) {
-      h->next = c->head->next;
-      c->head->next = h;
-    } else {
-      h->next = c->head;
-      c->head = h;
-    }
-    c->bytes += sizeof(es_ctx_chunk) + payload;
-  }
-  void *p = (char *)h->pad + h->used;
-  h->used += need;
-  memset(p, 0, need);
-  return p;
-}
-
-char *es_ctx_strdup(es_ctx *c, const char *s) {
-  if (!s)
-    s = "";
-  size_t n = strlen(s) + 1;
-  char *d = es_ctx_alloc(c, n);
-  if (d)
-    memcpy(d, s, n);
-  return d;
-}
-
-void es_ctx_free_all(es_ctx *c) {
-  es_ctx_chunk *h = c->head;
-  while (h) {
-    es_ctx_chunk *next = h->next;
-    es_mem_free(h);
-    h = next;
-  }
-  c->head = NULL;
-  c->bytes = 0;
-}
-
-/* ==========================================================================
- * Operator table
- * ======================================================================== */
-
-static const struct {
-  const char *name;
-  int min_opset;
-} es_ops_[ES_OP_COUNT] = {
-    [ES_OP_UNKNOWN] = {"?", 0},
-#define ES_OP_ROW_(nm, minv) [ES_OP_##nm] = {#nm, minv},
-    ES_OP_MAP(ES_OP_ROW_)
-#undef ES_OP_ROW_
-};
-
-es_op es_op_from_name(const char *name) {
-  if (!name)
-    return ES_OP_UNKNOWN;
-  for (int i = 1; i < ES_OP_COUNT; i++)
-    if (es_ops_[i].min_opset != ES_OP_INTERNAL && !strcmp(es_ops_[i].name, name))
-      return (es_op)i;
-  return ES_OP_UNKNOWN;
-}
-
-const char *es_op_name(es_op op) {
-  return (unsigned)op < ES_OP_COUNT ? es_ops_[op].name : "?";
-}
-
-int es_op_min_opset(es_op op) { return (unsigned)op < ES_OP_COUNT ? es_ops_[op].min_opset : 0; }
-
-/* ==========================================================================
  * Node helpers
  * ======================================================================== */
 
 const es_attr *es_node_attr(const es_node *n, const char *name) {
-  for (int i = 0; i < n->n_attr; i++)
-    if (!strcmp(n->attrs[i].name, name))
-      return &n->attrs[i];
-  return NULL;
+  return es_attr_find(n->attrs, n->n_attr, name);
 }
 
 const char *es_node_label(const es_node *n, char *buf, size_t size) {
-  if (n->name && n->name[0])
-    snprintf(buf, size, "node '%s' (#%d %s)", n->name, n->file_index, es_op_name(n->op));
-  else
-    snprintf(buf, size, "node #%d (%s)", n->file_index, es_op_name(n->op));
-  return buf;
+  return es_op_label(n->name, n->file_index, n->op, buf, size);
 }
 
 /* ==========================================================================
@@ -384,10 +279,37 @@ int es_graph_seal(es_graph *g) {
   g->weights = w;
   g->weight_bytes = total;
   g->n_constants = count;
+  rc = es_graph_attrs_resolve(g);
 out:
   es_mem_free(live);
   es_mem_free(offset);
   return rc;
+}
+
+int es_graph_attrs_resolve(es_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    es_node *nd = &g->nodes[i];
+    for (int a = 0; a < nd->n_attr; a++) {
+      es_attr *at = &nd->attrs[a];
+      if (at->type != ES_ATTR_TENSOR || at->tensor < 0)
+        continue;
+      if (at->tensor >= g->n_values || g->values[at->tensor].kind != ES_VALUE_CONST)
+        return es__fail(ES_EMODEL, "attribute '%s' refers to value %d, not a constant", at->name,
+                        at->tensor);
+      const es_value *v = &g->values[at->tensor];
+      es_attr_tensor *t = (es_attr_tensor *)at->t;
+      if (!t && !(t = es_ctx_alloc(&g->ctx, sizeof *t)))
+        return es__fail(ES_ENOMEM, "out of memory resolving tensor attributes");
+      t->dtype = v->dtype;
+      t->rank = v->rank < 0 ? 0 : v->rank;
+      for (int d = 0; d < ES_MAX_RANK; d++)
+        t->dims[d] = d < t->rank ? v->dims[d] : 0;
+      t->data = v->data;
+      t->nbytes = v->nbytes;
+      at->t = t;
+    }
+  }
+  return 0;
 }
 
 void es_graph_fini(es_graph *g) {

@@ -24,19 +24,8 @@
 
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
-#include "model/ops.h"
-
-/* ---- context allocator: chunked bump, counted under ES_MEM_MODEL -------- */
-
-typedef struct es_ctx_chunk es_ctx_chunk;
-typedef struct es_ctx {
-  es_ctx_chunk *head;
-  size_t bytes; /* total chunk bytes held */
-} es_ctx;
-
-void *es_ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
-char *es_ctx_strdup(es_ctx *c, const char *s);
-void es_ctx_free_all(es_ctx *c);
+#include "memory/ctx.h"
+#include "common/op.h"
 
 /* ---- IR ------------------------------------------------------------------- */
 
@@ -60,27 +49,6 @@ typedef struct es_value {
                                 sealed for a constant nothing reads */
   size_t nbytes;             /* CONST: bytes of data */
 } es_value;
-
-typedef enum es_attr_type {
-  ES_ATTR_FLOAT = 1,
-  ES_ATTR_INT = 2,
-  ES_ATTR_STRING = 3,
-  ES_ATTR_TENSOR = 4,
-  ES_ATTR_FLOATS = 6,
-  ES_ATTR_INTS = 7,
-} es_attr_type;
-
-typedef struct es_attr {
-  const char *name;
-  es_attr_type type;
-  float f;
-  int64_t i;
-  const char *s;
-  size_t n;              /* elements of ints / floats */
-  const int64_t *ints;
-  const float *floats;
-  int tensor;            /* TENSOR: index of a CONST value */
-} es_attr;
 
 typedef struct es_node {
   const char *name;      /* "" when the file gives none */
@@ -109,20 +77,17 @@ typedef struct es_graph {
   es_weights *weights;   /* constant data, sealed read-only; NULL while staging */
   size_t weight_bytes;   /* bytes of the region in use (set by es_graph_seal) */
   size_t n_constants;    /* constants in the region (set by es_graph_seal) */
-  int folded_nodes;      /* nodes evaluated away at load (es_graph_fold) */
+  int folded_nodes;      /* nodes evaluated away at load (the engine's folding) */
   int folded_bn;         /* BatchNormalization nodes merged into a Conv */
 } es_graph;
 
-/* Parse and validate an ONNX model into g (zeroed by the caller), optimise
- * it (es_graph_fold) and seal its weights. On failure g is cleaned up and
- * the detail names the node and op. */
+/* Parse and validate an ONNX model into g (zeroed by the caller): nodes
+ * sorted, dead ones removed, constants still staged (the engine lowers the
+ * graph for its kernels, then seals it). On failure g is cleaned up and the
+ * detail names the node and op. */
 int es_onnx_load(const void *data, size_t size, es_graph *g);
 /* Frees the IR, the staging blocks (if not sealed) or the weight region. */
 void es_graph_fini(es_graph *g);
-/* Fusion passes at load (src/model/fuse.c): activations and residual Adds
- * into the Conv before them, elementwise chains into one node, the LayerNorm
- * pattern into one node. Runs after folding, before sealing. */
-int es_graph_fuse(es_graph *g);
 /* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's
  * dtype, rank, dims and nbytes; *data is es_mem_aligned_alloc'ed (64) and
  * owned by the caller. The name is not kept. */
@@ -135,12 +100,6 @@ void es_graph_prune(es_graph *g);
 /* Recomputes every value's producer and uses from the node list. */
 void es_graph_reindex(es_graph *g);
 
-/* Load-time optimisation passes (fold.c), on a sorted, pruned graph whose
- * constants are still staged: constant folding, then BatchNormalization
- * merged into the Conv / ConvTranspose before it. Counts what it did in
- * folded_nodes and folded_bn. ES_EMODEL (or ES_ENOMEM) naming the node when
- * evaluating a constant node fails other than with ES_ENOTSUP. */
-int es_graph_fold(es_graph *g);
 /* Appends a constant value that adopts the staging block data (es_mem; the
  * graph frees it from now on, whatever happens, failures included). Used by
  * the load-time passes before es_graph_seal. Index in *out. */
@@ -151,6 +110,12 @@ int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int ran
  * seals it and frees all staging blocks; sets weight_bytes and n_constants.
  * On failure the staging is left for es_graph_fini. */
 int es_graph_seal(es_graph *g);
+
+/* Points every tensor attribute's view (es_attr.t) at its constant's
+ * current data, dtype and shape. Constants move when sealed, so the seal
+ * calls it again; so does anything that builds a graph another way (a
+ * compiled file). ES_EMODEL for an attribute that names no constant. */
+int es_graph_attrs_resolve(es_graph *g);
 
 /* Attribute lookup; NULL when absent. */
 const es_attr *es_node_attr(const es_node *n, const char *name);

@@ -45,41 +45,6 @@ static void pb_free(void *user, void *p) {
  * Element types and shapes
  * ======================================================================== */
 
-size_t es_dtype_size(es_dtype t) {
-  switch (t) {
-  case ES_DTYPE_FLOAT:
-  case ES_DTYPE_INT32:
-    return 4;
-  case ES_DTYPE_INT64:
-    return 8;
-  case ES_DTYPE_UINT8:
-  case ES_DTYPE_INT8:
-  case ES_DTYPE_BOOL:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-const char *es_dtype_name(es_dtype t) {
-  switch (t) {
-  case ES_DTYPE_FLOAT:
-    return "float32";
-  case ES_DTYPE_UINT8:
-    return "uint8";
-  case ES_DTYPE_INT8:
-    return "int8";
-  case ES_DTYPE_INT32:
-    return "int32";
-  case ES_DTYPE_INT64:
-    return "int64";
-  case ES_DTYPE_BOOL:
-    return "bool";
-  default:
-    return "undefined";
-  }
-}
-
 static const char *onnx_type_name(int32_t t) {
   static const char *const names[] = {"undefined", "float", "uint8",  "int8",      "uint16",
                                       "int16",     "int32", "int64",  "string",    "bool",
@@ -684,11 +649,7 @@ int es_onnx_load(const void *data, size_t size, es_graph *g) {
   if (rc == 0)
     es_graph_prune(g);
   if (rc == 0)
-    rc = es_graph_fold(g);
-  if (rc == 0)
-    rc = es_graph_fuse(g);
-  if (rc == 0)
-    rc = es_graph_seal(g);
+    rc = es_graph_attrs_resolve(g);
   if (rc < 0)
     es_graph_fini(g);
   return rc;

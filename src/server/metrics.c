@@ -5,7 +5,7 @@
  * from what the code actually holds; the server itself only keeps the
  * per-model request outcomes and duration histograms. */
 #include "common/internal.h"
-#include "common/strbuf.h"
+#include "memory/strbuf.h"
 #include "server/server_internal.h"
 
 #include <stdio.h>

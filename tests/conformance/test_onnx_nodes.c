@@ -14,6 +14,7 @@
  *   ES_NODE_VERBOSE=1                      prints passes too */
 #include "common/internal.h"
 #include "kernels/kernel.h"
+#include "engine/engine_internal.h"
 #include "model/graph.h"
 
 #include <dirent.h>
@@ -144,7 +145,8 @@ static result run_set(const es_graph *g, const char *setdir) {
       ind[k] = v >= 0 ? &desc[v] : NULL;
       inp[k] = v >= 0 ? data[v] : NULL;
     }
-    int rc = es_kernel_eval_graph(g, nd, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
+    es_knode kn = es__knode_of(nd);
+    int rc = es_kernel_eval(&kn, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
     if (rc < 0) {
       snprintf(why_, sizeof why_, "%s", es_last_error_detail());
       res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
@@ -212,7 +214,7 @@ static result run_test(const char *dir) {
   }
   es_graph g;
   memset(&g, 0, sizeof g);
-  int rc = es_onnx_load(buf, size, &g);
+  int rc = es_graph_load_lowered(buf, size, &g);
   es_mem_free(buf);
   if (rc < 0) {
     snprintf(why_, sizeof why_, "%s", es_last_error_detail());

@@ -32,18 +32,13 @@ static uint64_t seed_;
  * ======================================================================== */
 
 typedef struct tnode {
-  es_node node;
+  es_knode node;
   es_attr attrs[12];
-  int ins[4], outs[1];
 } tnode;
 
-static void node_init(tnode *t, es_op op, int n_in) {
+static void node_init(tnode *t, es_op op) {
   memset(t, 0, sizeof *t);
-  for (int i = 0; i < 4; i++)
-    t->ins[i] = i;
-  t->outs[0] = 4;
-  t->node = (es_node){.name = "t", .op = op, .n_in = n_in, .n_out = 1, .in = t->ins,
-                      .out = t->outs, .attrs = t->attrs, .file_index = 7};
+  t->node = (es_knode){.name = "t", .op = op, .attrs = t->attrs, .id = 7};
 }
 
 static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
@@ -138,7 +133,7 @@ static void test_conv_known(void **state) {
   const es_tdesc *in[2] = {&xt, &wt};
   const void *data[2] = {x, w};
   tnode t;
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "pads", pads, 4);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
@@ -163,7 +158,7 @@ static void test_convtranspose_known(void **state) {
   const es_tdesc *in[3] = {&xt, &wt, &bt};
   const void *data[3] = {x, w, b};
   tnode t;
-  node_init(&t, ES_OP_ConvTranspose, 3);
+  node_init(&t, ES_OP_ConvTranspose);
   attr_ints(&t, "strides", sd, 2);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
@@ -187,7 +182,7 @@ static void test_matmul_known(void **state) {
   float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, v[2] = {1, -1};
   es_tdesc at = td(ES_DTYPE_FLOAT, 2, d2), vt = td(ES_DTYPE_FLOAT, 1, d1), od;
   tnode t;
-  node_init(&t, ES_OP_MatMul, 2);
+  node_init(&t, ES_OP_MatMul);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
     void *o;
@@ -246,7 +241,7 @@ static void run_conf(const cconf *cf) {
   const es_tdesc *in[3] = {&xt, &wt, &bt};
   const void *data[3] = {x, w, b};
   tnode t;
-  node_init(&t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv, cf->bias ? 3 : 2);
+  node_init(&t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
   int64_t ones[3] = {1, 1, 1};
   attr_ints(&t, "strides", cf->st[0] ? cf->st : ones, (size_t)nsp);
   attr_ints(&t, "dilations", cf->dl[0] ? cf->dl : ones, (size_t)nsp);
@@ -325,7 +320,7 @@ static void matmul_case(const char *what, int ra, const int64_t *da, int rb, con
   const es_tdesc *in[2] = {&at, &bt};
   const void *data[2] = {a, b};
   tnode t;
-  node_init(&t, ES_OP_MatMul, 2);
+  node_init(&t, ES_OP_MatMul);
   eval_both(what, &t, 2, in, data, &want);
   es_mem_free(a);
   es_mem_free(b);
@@ -398,7 +393,7 @@ static void test_conv_errors(void **state) {
   (void)state;
   int64_t x4[4] = {1, 8, 8, 8}, w4[4] = {16, 8, 3, 3};
   tnode t;
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, 0);
   /* Channel mismatch: W expects 4 input channels, X has 8. */
   int64_t w_c4[4] = {16, 4, 3, 3};
@@ -408,7 +403,7 @@ static void test_conv_errors(void **state) {
   attr_int(&t, "group", 4);
   conv_expect(&t, 4, x6, 4, w6, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Group dividing C but not M. */
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_int(&t, "group", 2);
   int64_t w_m3[4] = {3, 4, 3, 3};
   conv_expect(&t, 4, x4, 4, w_m3, 1, ES_DTYPE_FLOAT, ES_EMODEL);
@@ -416,7 +411,7 @@ static void test_conv_errors(void **state) {
   t.attrs[0].i = 0;
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Kernel larger than the padded input. */
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   int64_t x_small[4] = {1, 8, 3, 3}, w5[4] = {8, 8, 5, 5};
   conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   int64_t pads1[4] = {1, 1, 1, 1};
@@ -427,7 +422,7 @@ static void test_conv_errors(void **state) {
   attr_ints(&t, "dilations", dil, 2);
   conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Wrong ranks. */
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   int64_t x2[2] = {1, 8};
   conv_expect(&t, 2, x2, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   int64_t w3[3] = {16, 8, 3};
@@ -440,28 +435,28 @@ static void test_conv_errors(void **state) {
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_INT32, ES_EMODEL);
   /* Bad attributes. */
   int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5}, three[3] = {1, 1, 1};
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "strides", zero2, 2);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "dilations", zero2, 2);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "pads", neg4, 4);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "pads", three, 3);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "strides", three, 3);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "kernel_shape", k5, 2);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_str(&t, "auto_pad", "SAME");
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_str(&t, "group", "2"); /* wrong attribute type */
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
 
@@ -474,7 +469,7 @@ static void test_conv_errors(void **state) {
     const es_tdesc *in[3] = {&xt, &wt, &bt};
     const void *data[3] = {x, w, b};
     void *o;
-    node_init(&t, ES_OP_Conv, 3);
+    node_init(&t, ES_OP_Conv);
     ES_EXPECT_RC(eval(&t, 3, in, data, &od, &o), ES_EMODEL);
     /* Missing W. */
     in[1] = NULL;
@@ -485,7 +480,7 @@ static void test_conv_errors(void **state) {
   }
 
   /* ConvTranspose: W's first dimension must be X's channels. */
-  node_init(&t, ES_OP_ConvTranspose, 2);
+  node_init(&t, ES_OP_ConvTranspose);
   int64_t wt_bad[4] = {4, 8, 2, 2}, wt_ok[4] = {8, 4, 2, 2};
   conv_expect(&t, 4, x4, 4, wt_bad, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, 0);
@@ -495,11 +490,11 @@ static void test_conv_errors(void **state) {
   t.attrs[0].ints = os_neg;
   t.attrs[0].n = 2;
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_ConvTranspose, 2);
+  node_init(&t, ES_OP_ConvTranspose);
   attr_ints(&t, "output_padding", outpad_neg, 2);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Pads that leave no output. */
-  node_init(&t, ES_OP_ConvTranspose, 2);
+  node_init(&t, ES_OP_ConvTranspose);
   int64_t big_pads[4] = {8, 0, 9, 0};
   attr_ints(&t, "pads", big_pads, 4);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
@@ -508,7 +503,7 @@ static void test_conv_errors(void **state) {
 static void test_matmul_errors(void **state) {
   (void)state;
   tnode t;
-  node_init(&t, ES_OP_MatMul, 2);
+  node_init(&t, ES_OP_MatMul);
   struct {
     int ra, rb;
     int64_t da[4], db[4];
@@ -539,7 +534,7 @@ static void test_matmul_errors(void **state) {
   const es_tdesc *in[1] = {&at};
   const void *data[1] = {a};
   void *o;
-  node_init(&t, ES_OP_MatMul, 1);
+  node_init(&t, ES_OP_MatMul);
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_EMODEL);
 }
 
@@ -581,7 +576,7 @@ typedef struct hinst {
   unsigned relayouts; /* bit i: input i changed layout on the kernel's request */
 } hinst;
 
-static int hinst_try(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
+static int hinst_try(hinst *h, const es_knode *nd, int n_in, const es_tdesc *const *in,
                      const void *const *data, es_prep_store *store) {
   memset(h, 0, sizeof *h);
   h->outp[0] = &h->out;
@@ -595,7 +590,7 @@ static int hinst_try(hinst *h, const es_node *nd, int n_in, const es_tdesc *cons
     h->stat[i] = i == 0 || i == 3 ? NULL : data[i];
   }
   for (int attempt = 0;; attempt++) {
-    h->k = (es_kinst){.node = nd,
+    h->k = (es_kinst){.node = *nd,
                       .opset = 13,
                       .n_in = n_in,
                       .n_out = 1,
@@ -605,7 +600,7 @@ static int hinst_try(hinst *h, const es_node *nd, int n_in, const es_tdesc *cons
                       .inplace = -1,
                       .ctx = &h->ctx,
                       .prep = store};
-    es_node_label(nd, h->k.label, sizeof h->k.label);
+    es_op_label(nd->name, nd->id, nd->op, h->k.label, sizeof h->k.label);
     int rc = h->kern->infer(&h->k);
     if (rc != ES_KRELAYOUT)
       return rc;
@@ -625,7 +620,7 @@ static int hinst_try(hinst *h, const es_node *nd, int n_in, const es_tdesc *cons
   }
 }
 
-static void hinst_infer(hinst *h, const es_node *nd, int n_in, const es_tdesc *const *in,
+static void hinst_infer(hinst *h, const es_knode *nd, int n_in, const es_tdesc *const *in,
                         const void *const *data, es_prep_store *store) {
   ES_CHECK_RC(hinst_try(h, nd, n_in, in, data, store));
 }
@@ -733,7 +728,7 @@ static void test_prepared_shared(void **state) {
     const es_tdesc *in[2] = {&at, &bt};
     const void *data[2] = {NULL, b};
     tnode t;
-    node_init(&t, ES_OP_MatMul, 2);
+    node_init(&t, ES_OP_MatMul);
     size_t bytes = prep_twice(&t, 2, &at, a1, a2, in, data);
     assert_true(bytes >= 64 * 48 * sizeof(float));
     es_mem_free(b);
@@ -748,7 +743,7 @@ static void test_prepared_shared(void **state) {
     const es_tdesc *in[3] = {&xt, &wt, &bt};
     const void *data[3] = {NULL, w, b};
     tnode t;
-    node_init(&t, ES_OP_Conv, 3);
+    node_init(&t, ES_OP_Conv);
     attr_ints(&t, "pads", pads, 4);
     size_t bytes = prep_twice(&t, 3, &xt, x1, x2, in, data);
     assert_true(bytes >= 32 * 16 * 9 * sizeof(float));
@@ -792,7 +787,7 @@ static void test_threads_share_plan(void **state) {
   const es_tdesc *in[2] = {&xt, &wt};
   const void *data[2] = {x, w};
   tnode t;
-  node_init(&t, ES_OP_Conv, 2);
+  node_init(&t, ES_OP_Conv);
   attr_ints(&t, "pads", pads, 4);
   hinst h;
   hinst_infer(&h, &t.node, 2, in, data, NULL);
@@ -854,7 +849,7 @@ static void cnode_init(cnode *c, const cconf *cf) {
   c->b = rand_floats(c->bt.count);
   c->in[0] = &c->xt, c->in[1] = &c->wt, c->in[2] = &c->bt;
   c->data[0] = c->x, c->data[1] = c->w, c->data[2] = c->b;
-  node_init(&c->t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv, 3);
+  node_init(&c->t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
   if (cf->st[0])
     attr_ints(&c->t, "strides", cf->st, (size_t)nsp);
   attr_ints(&c->t, "pads", cf->pads, 2 * (size_t)nsp);
@@ -870,7 +865,6 @@ static void cnode_residual(cnode *c, const es_tdesc *out) {
   c->r = rand_floats(c->rt.count);
   c->in[3] = &c->rt;
   c->data[3] = c->r;
-  c->t.node.n_in = 4;
 }
 
 static void cnode_fini(cnode *c) {
@@ -1154,7 +1148,7 @@ static void test_conv_post_nhwc(void **state) {
 
 static void post_expect(cnode *c, int n_in, const int64_t *codes, size_t n, const float *f,
                         size_t nf, int want) {
-  node_init(&c->t, ES_OP_Conv, n_in);
+  node_init(&c->t, ES_OP_Conv);
   int64_t pads[4] = {1, 1, 1, 1};
   attr_ints(&c->t, "pads", pads, 4);
   if (codes)

@@ -24,15 +24,9 @@
  * Helpers
  * ======================================================================== */
 
-static int dummy_io_[8];
-
-static es_node node_make(es_op op, int n_in, es_attr *attrs, int n_attr) {
-  es_node n = {.name = "t",
+static es_knode node_make(es_op op, es_attr *attrs, int n_attr) {
+  es_knode n = {.name = "t",
                .op = op,
-               .n_in = n_in,
-               .n_out = 1,
-               .in = dummy_io_,
-               .out = dummy_io_,
                .n_attr = n_attr,
                .attrs = attrs};
   return n;
@@ -49,7 +43,7 @@ static es_tdesc desc_make(es_dtype t, int rank, const int64_t *dims) {
 /* Evaluate op with inputs (desc, data); one output. */
 static int eval_op(es_op op, int64_t opset, es_attr *attrs, int n_attr, int n_in,
                    const es_tdesc *const *d, const void *const *data, es_tdesc *od, void **out) {
-  es_node n = node_make(op, n_in, attrs, n_attr);
+  es_knode n = node_make(op, attrs, n_attr);
   return es_kernel_eval(&n, opset, n_in, d, data, 1, od, out);
 }
 
@@ -92,18 +86,18 @@ typedef struct hand_run {
   es_kinst k;
   es_tdesc out;
   es_tdesc *outp[1];
-  es_node node;
+  es_knode node;
   const es_kernel *kern;
 } hand_run;
 
 static int hand_infer(hand_run *h, es_op op, int64_t opset, es_attr *attrs, int n_attr, int n_in,
                       const es_tdesc *const *d, const void *const *in_static) {
   memset(h, 0, sizeof *h);
-  h->node = node_make(op, n_in, attrs, n_attr);
+  h->node = node_make(op, attrs, n_attr);
   h->kern = es_kernel_for(op);
   assert_non_null(h->kern);
   h->outp[0] = &h->out;
-  h->k = (es_kinst){.node = &h->node,
+  h->k = (es_kinst){.node = h->node,
                     .opset = opset,
                     .n_in = n_in,
                     .n_out = 1,
@@ -112,7 +106,7 @@ static int hand_infer(hand_run *h, es_op op, int64_t opset, es_attr *attrs, int 
                     .in_static = in_static,
                     .inplace = -1,
                     .ctx = &h->ctx};
-  es_node_label(&h->node, h->k.label, sizeof h->k.label);
+  es_op_label(h->node.name, h->node.id, h->node.op, h->k.label, sizeof h->k.label);
   return h->kern->infer(&h->k);
 }
 

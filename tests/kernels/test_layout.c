@@ -10,9 +10,7 @@
 static int relayout(const es_tdesc *in, const void *data, es_layout to, es_tdesc *od,
                     void **out) {
   es_attr at = {.name = "to", .type = ES_ATTR_INT, .i = to, .tensor = -1};
-  int io[2] = {0, 1};
-  es_node nd = {.name = "t", .op = ES_OP_Relayout, .n_in = 1, .n_out = 1, .in = io,
-                .out = io + 1, .n_attr = 1, .attrs = &at, .file_index = 0};
+  es_knode nd = {.name = "t", .op = ES_OP_Relayout, .n_attr = 1, .attrs = &at, .id = 0};
   const es_tdesc *ins[1] = {in};
   const void *dat[1] = {data};
   return es_kernel_eval(&nd, 13, 1, ins, dat, 1, od, out);

@@ -50,17 +50,8 @@ static es_tdesc tdesc(es_dtype t, int rank, const int64_t *dims) {
 static int eval_ex(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
                    const es_tdesc *const *in, const void *const *data, unsigned dyn,
                    int inplace, int n_out, es_tdesc *out, void **outd) {
-  int in_idx[8], out_idx[8];
-  for (int i = 0; i < n_in; i++)
-    in_idx[i] = in[i] ? i : -1;
-  for (int i = 0; i < n_out; i++)
-    out_idx[i] = i;
-  es_node node = {.name = "t",
+  es_knode node = {.name = "t",
                   .op = op,
-                  .n_in = n_in,
-                  .n_out = n_out,
-                  .in = in_idx,
-                  .out = out_idx,
                   .n_attr = n_attr,
                   .attrs = (es_attr *)attrs};
   if (!dyn && !inplace)
@@ -80,7 +71,7 @@ static int eval_ex(es_op op, int64_t opset, const es_attr *attrs, int n_attr, in
     outp[i] = &out[i];
     outd[i] = NULL;
   }
-  es_kinst k = {.node = &node,
+  es_kinst k = {.node = node,
                 .opset = opset,
                 .n_in = n_in,
                 .n_out = n_out,
@@ -89,7 +80,7 @@ static int eval_ex(es_op op, int64_t opset, const es_attr *attrs, int n_attr, in
                 .in_static = stat,
                 .inplace = -1,
                 .ctx = &ctx};
-  es_node_label(&node, k.label, sizeof k.label);
+  es_op_label(node.name, node.id, node.op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   void *scratch = NULL;
   if (rc == 0) {
@@ -989,13 +980,7 @@ static void test_batchnorm_errors(void **state) {
 static int eval_nhwc(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
                      const es_tdesc *const *in, const void *const *data, int inplace, int n_out,
                      es_tdesc *out, void **outd, uint32_t *want_plain, uint32_t *want_nhwc) {
-  int in_idx[8], out_idx[4];
-  for (int i = 0; i < n_in; i++)
-    in_idx[i] = in[i] ? i : -1;
-  for (int i = 0; i < n_out; i++)
-    out_idx[i] = i;
-  es_node node = {.name = "t", .op = op, .n_in = n_in, .n_out = n_out, .in = in_idx,
-                  .out = out_idx, .n_attr = n_attr, .attrs = (es_attr *)attrs};
+  es_knode node = {.name = "t", .op = op, .n_attr = n_attr, .attrs = (es_attr *)attrs};
   const es_kernel *kern = es_kernel_for(op);
   assert_non_null(kern);
   assert_true(kern->layout_aware);
@@ -1011,9 +996,9 @@ static int eval_nhwc(es_op op, int64_t opset, const es_attr *attrs, int n_attr, 
     outp[i] = &out[i];
     outd[i] = NULL;
   }
-  es_kinst k = {.node = &node, .opset = opset, .n_in = n_in, .n_out = n_out, .in = in,
+  es_kinst k = {.node = node, .opset = opset, .n_in = n_in, .n_out = n_out, .in = in,
                 .out = outp, .in_static = stat, .inplace = -1, .ctx = &ctx};
-  es_node_label(&node, k.label, sizeof k.label);
+  es_op_label(node.name, node.id, node.op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   *want_plain = k.want_plain;
   *want_nhwc = k.want_nhwc;

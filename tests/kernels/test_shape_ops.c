@@ -21,17 +21,16 @@
  * ======================================================================== */
 
 typedef struct tnode {
-  es_node node;
+  es_knode node;
   es_attr attrs[8];
   int ins[16], outs[16];
 } tnode;
 
-static void node_init(tnode *t, es_op op, int n_in, int n_out) {
+static void node_init(tnode *t, es_op op) {
   memset(t, 0, sizeof *t);
   for (int i = 0; i < 16; i++)
     t->ins[i] = i, t->outs[i] = 16 + i;
-  t->node = (es_node){.name = "t", .op = op, .n_in = n_in, .n_out = n_out, .in = t->ins,
-                      .out = t->outs, .attrs = t->attrs};
+  t->node = (es_knode){.name = "t", .op = op, .attrs = t->attrs};
 }
 
 static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
@@ -89,7 +88,7 @@ static void test_shape(void **state) {
   es_tdesc x = td(ES_DTYPE_FLOAT, 4, dims), od;
   void *o;
   tnode t;
-  node_init(&t, ES_OP_Shape, 1, 1);
+  node_init(&t, ES_OP_Shape);
   ES_CHECK_RC(eval1(&t, 13, &x, NULL, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_INT64);
   assert_int_equal(od.dims[0], 4);
@@ -114,7 +113,7 @@ static void test_shape(void **state) {
 
   /* A scalar has an empty shape. */
   es_tdesc s = td(ES_DTYPE_INT64, 0, NULL);
-  node_init(&t, ES_OP_Shape, 1, 1);
+  node_init(&t, ES_OP_Shape);
   int64_t sv = 7;
   ES_CHECK_RC(eval1(&t, 13, &s, &sv, &od, &o));
   assert_int_equal(od.rank, 1);
@@ -122,7 +121,7 @@ static void test_shape(void **state) {
   es_mem_free(o);
 
   /* Two inputs are one too many. */
-  node_init(&t, ES_OP_Shape, 2, 1);
+  node_init(&t, ES_OP_Shape);
   const es_tdesc *in[2] = {&x, &x};
   const void *data[2] = {NULL, NULL};
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
@@ -135,7 +134,7 @@ static void test_shape(void **state) {
 static int reshape(const es_tdesc *x, const void *xd, const int64_t *shape, size_t n,
                    int64_t allowzero, es_tdesc *od, void **o) {
   tnode t;
-  node_init(&t, ES_OP_Reshape, 2, 1);
+  node_init(&t, ES_OP_Reshape);
   if (allowzero >= 0)
     attr_int(&t, "allowzero", allowzero);
   es_tdesc s = td1(ES_DTYPE_INT64, (int64_t)n);
@@ -194,7 +193,7 @@ static void test_reshape(void **state) {
   ES_EXPECT_RC(reshape(&x, v, NULL, 3, -1, &od, &o), ES_ENOTSUP);
   /* A float shape. */
   tnode t;
-  node_init(&t, ES_OP_Reshape, 2, 1);
+  node_init(&t, ES_OP_Reshape);
   es_tdesc fs = td1(ES_DTYPE_FLOAT, 1);
   float fv = 24;
   const es_tdesc *in[2] = {&x, &fs};
@@ -209,7 +208,7 @@ static int run_inplace(tnode *t, int n_in, const es_tdesc *const *in, const void
   es_tdesc od;
   es_tdesc *outp[1] = {&od};
   es_ctx ctx = {0};
-  es_kinst k = {.node = &t->node, .opset = 13, .n_in = n_in, .n_out = 1, .in = in,
+  es_kinst k = {.node = t->node, .opset = 13, .n_in = n_in, .n_out = 1, .in = in,
                 .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx};
   const es_kernel *kern = es_kernel_for(t->node.op);
   assert_non_null(kern);
@@ -234,17 +233,17 @@ static void test_inplace(void **state) {
   es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), s = td1(ES_DTYPE_INT64, 1);
   const es_tdesc *in[4] = {&x, &s, &s, &s};
   tnode t;
-  node_init(&t, ES_OP_Reshape, 2, 1);
+  node_init(&t, ES_OP_Reshape);
   const void *st[4] = {NULL, shape};
   assert_int_equal(run_inplace(&t, 2, in, st, v), 0);
   assert_true(v[0] == 1 && v[5] == 6);
 
-  node_init(&t, ES_OP_Squeeze, 1, 1);
+  node_init(&t, ES_OP_Squeeze);
   assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
 
   /* Moving a unit dim keeps the byte order; swapping 2 and 3 does not. */
   int64_t keep[3] = {1, 0, 2}, swap[3] = {2, 1, 0};
-  node_init(&t, ES_OP_Transpose, 1, 1);
+  node_init(&t, ES_OP_Transpose);
   attr_ints(&t, "perm", keep, 3);
   assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
   assert_true(v[0] == 1 && v[5] == 6);
@@ -254,7 +253,7 @@ static void test_inplace(void **state) {
   /* A slice of a leading part is a view (the bytes are already in place),
    * one starting further on is not. */
   int64_t zero[1] = {0}, all[1] = {INT64_MAX}, one[1] = {1};
-  node_init(&t, ES_OP_Slice, 3, 1);
+  node_init(&t, ES_OP_Slice);
   const void *sst[3] = {NULL, zero, all};
   assert_int_equal(run_inplace(&t, 3, in, sst, v), 0);
   sst[2] = one;
@@ -279,7 +278,7 @@ static void test_squeeze(void **state) {
   tnode t;
 
   /* No axes: every 1 goes. */
-  node_init(&t, ES_OP_Squeeze, 1, 1);
+  node_init(&t, ES_OP_Squeeze);
   ES_CHECK_RC(eval1(&t, 13, &x, v, &od, &o));
   check_dims(&od, 2, (int64_t[]){3, 2});
   assert_memory_equal(o, v, sizeof v);
@@ -293,7 +292,7 @@ static void test_squeeze(void **state) {
   es_mem_free(o);
 
   /* Opset 13 input. */
-  node_init(&t, ES_OP_Squeeze, 2, 1);
+  node_init(&t, ES_OP_Squeeze);
   es_tdesc a = td1(ES_DTYPE_INT64, 1);
   int64_t ax0[1] = {0};
   const es_tdesc *in[2] = {&x, &a};
@@ -333,7 +332,7 @@ static void test_concat(void **state) {
   es_tdesc a = td(ES_DTYPE_INT64, 3, da), b = td(ES_DTYPE_INT64, 3, db), od;
   void *o;
   tnode t;
-  node_init(&t, ES_OP_Concat, 3, 1);
+  node_init(&t, ES_OP_Concat);
   attr_int(&t, "axis", -2);
   const es_tdesc *in[3] = {&a, &b, &a};
   const void *data[3] = {va, vb, va};
@@ -385,7 +384,7 @@ static int slice13(const es_tdesc *x, const void *xd, size_t n, const int64_t *s
                    void **o) {
   tnode t;
   int n_in = steps ? 5 : axes ? 4 : 3;
-  node_init(&t, ES_OP_Slice, n_in, 1);
+  node_init(&t, ES_OP_Slice);
   es_tdesc v = td1(ES_DTYPE_INT64, (int64_t)n);
   const es_tdesc *in[5] = {x, &v, &v, axes ? &v : NULL, &v};
   const void *data[5] = {xd, starts, ends, axes, steps};
@@ -423,7 +422,7 @@ static void test_slice(void **state) {
 
   /* Opset 9 attributes. */
   tnode t;
-  node_init(&t, ES_OP_Slice, 1, 1);
+  node_init(&t, ES_OP_Slice);
   int64_t as[1] = {1}, ae[1] = {3}, aa[1] = {-1};
   attr_ints(&t, "starts", as, 1);
   attr_ints(&t, "ends", ae, 1);
@@ -448,7 +447,7 @@ static void test_slice(void **state) {
   ES_EXPECT_RC(slice13(&x, v, 3, st3, en3, NULL, NULL, &od, &o), ES_EMODEL);
   ES_EXPECT_RC(slice13(&x, v, 2, NULL, en, ax, sp, &od, &o), ES_ENOTSUP);
   {
-    node_init(&t, ES_OP_Slice, 3, 1);
+    node_init(&t, ES_OP_Slice);
     es_tdesc v2 = td1(ES_DTYPE_INT64, 2), v1 = td1(ES_DTYPE_INT64, 1);
     const es_tdesc *in[3] = {&x, &v2, &v1};
     const void *data[3] = {v, st, en};
@@ -470,7 +469,7 @@ static void test_split(void **state) {
   tnode t;
 
   /* Equal parts along the last axis. */
-  node_init(&t, ES_OP_Split, 1, 3);
+  node_init(&t, ES_OP_Split);
   attr_int(&t, "axis", -1);
   const es_tdesc *in[2] = {&x, NULL};
   const void *data[2] = {v, NULL};
@@ -483,7 +482,7 @@ static void test_split(void **state) {
   }
 
   /* Opset 13 sizes input, with an empty part. */
-  node_init(&t, ES_OP_Split, 2, 3);
+  node_init(&t, ES_OP_Split);
   attr_int(&t, "axis", 1);
   int64_t sizes[3] = {1, 0, 5};
   es_tdesc s = td1(ES_DTYPE_INT64, 3);
@@ -500,7 +499,7 @@ static void test_split(void **state) {
     es_mem_free(o[i]);
 
   /* Opset 11 attribute along axis 0. */
-  node_init(&t, ES_OP_Split, 1, 2);
+  node_init(&t, ES_OP_Split);
   int64_t asz[2] = {1, 1};
   attr_ints(&t, "split", asz, 2);
   ES_CHECK_RC(es_kernel_eval(&t.node, 11, 1, in, data, 2, od, o));
@@ -510,7 +509,7 @@ static void test_split(void **state) {
 
   /* Errors: sizes not summing to the dim, negative, wrong count, unequal
    * default split before opset 18, sizes not known when planning. */
-  node_init(&t, ES_OP_Split, 2, 3);
+  node_init(&t, ES_OP_Split);
   attr_int(&t, "axis", 1);
   int64_t bad[3] = {1, 1, 1};
   data[1] = bad;
@@ -524,7 +523,7 @@ static void test_split(void **state) {
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_ENOTSUP);
   es_tdesc od4[4];
   void *o4[4];
-  node_init(&t, ES_OP_Split, 1, 4);
+  node_init(&t, ES_OP_Split);
   attr_int(&t, "axis", 1);
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
   /* Opset 18: 6 into 4 parts -> 2, 2, 2, 0. */
@@ -593,7 +592,7 @@ static void test_transpose_random(void **state) {
     es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
     void *xd = tensor_fill(esz, x.count), *o;
     tnode t;
-    node_init(&t, ES_OP_Transpose, 1, 1);
+    node_init(&t, ES_OP_Transpose);
     bool dflt = iter % 10 == 0;
     if (dflt)
       for (int d = 0; d < rank; d++)
@@ -626,7 +625,7 @@ static void test_transpose_errors(void **state) {
   es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), od;
   void *o;
   tnode t;
-  node_init(&t, ES_OP_Transpose, 1, 1);
+  node_init(&t, ES_OP_Transpose);
   int64_t short_perm[2] = {1, 0}, dup[3] = {0, 0, 1}, neg[3] = {-1, 0, 1}, big[3] = {0, 1, 3};
   attr_ints(&t, "perm", short_perm, 2);
   ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
@@ -768,7 +767,7 @@ static void test_pad_random(void **state) {
     if (attr_form)
       memcpy(cval, &fval, 4);
     tnode t;
-    node_init(&t, ES_OP_Pad, attr_form ? 1 : 3, 1);
+    node_init(&t, ES_OP_Pad);
     attr_add(&t, "mode", ES_ATTR_STRING)->s = modes[mode];
     int rc;
     if (attr_form) {
@@ -811,7 +810,7 @@ static void test_pad_errors(void **state) {
   es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od;
   void *o;
   tnode t;
-  node_init(&t, ES_OP_Pad, 3, 1);
+  node_init(&t, ES_OP_Pad);
   es_attr *mode = attr_add(&t, "mode", ES_ATTR_STRING);
   mode->s = "constant";
   int64_t pads[4] = {0, 1, 0, 1};
@@ -864,7 +863,6 @@ static void test_pad_errors(void **state) {
   es_tdesc p2 = td1(ES_DTYPE_INT64, 2), a1 = td1(ES_DTYPE_INT64, 1);
   const es_tdesc *in4[4] = {&x, &p2, NULL, &a1};
   const void *data4[4] = {(float[]){1, 2, 3, 4, 5, 6}, pads2, NULL, axes};
-  t.node.n_in = 4;
   ES_CHECK_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o));
   check_dims(&od, 2, (int64_t[]){2, 4});
   float want[8] = {0, 0, 1, 2, 0, 0, 4, 5};
@@ -875,7 +873,7 @@ static void test_pad_errors(void **state) {
   in4[1] = &p;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o), ES_EMODEL);
   /* Opset 2 without pads. */
-  node_init(&t, ES_OP_Pad, 1, 1);
+  node_init(&t, ES_OP_Pad);
   ES_EXPECT_RC(eval1(&t, 2, &x, v, &od, &o), ES_EMODEL);
 }
 
@@ -889,7 +887,7 @@ static void test_constant_of_shape(void **state) {
   es_tdesc s = td1(ES_DTYPE_INT64, 2), od;
   void *o;
   tnode t;
-  node_init(&t, ES_OP_ConstantOfShape, 1, 1);
+  node_init(&t, ES_OP_ConstantOfShape);
   ES_CHECK_RC(eval1(&t, 9, &s, shape, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_FLOAT);
   check_dims(&od, 2, shape);
@@ -897,38 +895,30 @@ static void test_constant_of_shape(void **state) {
   assert_memory_equal(o, zeros, sizeof zeros);
   es_mem_free(o);
 
-  /* An int64 value through the graph's constant. */
+  /* An int64 value from the resolved tensor attribute. */
   int64_t seven = 7;
-  es_value vals[2] = {{.name = "v", .dtype = ES_DTYPE_INT64, .rank = 1, .dims = {1},
-                       .kind = ES_VALUE_CONST, .producer = -1, .data = &seven, .nbytes = 8},
-                      {.name = "in", .dtype = ES_DTYPE_INT64, .rank = 1, .dims = {2},
-                       .kind = ES_VALUE_INPUT, .producer = -1}};
-  es_graph g;
-  memset(&g, 0, sizeof g);
-  g.values = vals;
-  g.n_values = 2;
-  attr_add(&t, "value", ES_ATTR_TENSOR)->tensor = 0;
+  es_attr_tensor val = {.dtype = ES_DTYPE_INT64, .rank = 1, .dims = {1}, .data = &seven,
+                        .nbytes = 8};
+  es_attr *va = attr_add(&t, "value", ES_ATTR_TENSOR);
+  va->tensor = 0;
+  va->t = &val;
   const es_tdesc *in[1] = {&s};
   const void *data[1] = {shape};
-  ES_CHECK_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o));
+  ES_CHECK_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_INT64);
   for (int i = 0; i < 6; i++)
     assert_int_equal(((int64_t *)o)[i], 7);
   es_mem_free(o);
 
-  /* Without the graph the value cannot be read; a non-constant or
-   * multi-element value is invalid. */
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_ENOTSUP);
-  t.attrs[0].tensor = 1;
-  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
-  t.attrs[0].tensor = 5;
-  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
-  t.attrs[0].tensor = 0;
-  vals[0].nbytes = 16;
-  ES_EXPECT_RC(es_kernel_eval_graph(&g, &t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  /* An unresolved or multi-element value is invalid. */
+  t.attrs[0].t = NULL;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  t.attrs[0].t = &val;
+  val.nbytes = 16;
+  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
 
   /* A scalar output from an empty shape; negative dims; unknown shape. */
-  node_init(&t, ES_OP_ConstantOfShape, 1, 1);
+  node_init(&t, ES_OP_ConstantOfShape);
   es_tdesc s0 = td1(ES_DTYPE_INT64, 0);
   ES_CHECK_RC(eval1(&t, 9, &s0, shape, &od, &o));
   assert_int_equal(od.rank, 0);
@@ -966,9 +956,9 @@ static int eval_lay(tnode *t, int n_in, const es_tdesc *const *in, const void *c
     outp[i] = &od[i];
     o[i] = NULL;
   }
-  es_kinst k = {.node = &t->node, .opset = 13, .n_in = n_in, .n_out = n_out, .in = in,
+  es_kinst k = {.node = t->node, .opset = 13, .n_in = n_in, .n_out = n_out, .in = in,
                 .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx, .prep = store};
-  es_node_label(&t->node, k.label, sizeof k.label);
+  es_op_label(t->node.name, t->node.id, t->node.op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   if (rc == 0) {
     for (int i = 0; i < n_out; i++)
@@ -1032,7 +1022,7 @@ static void test_concat_nhwc(void **state) {
       inn[i] = &xn[i];
     }
     tnode t;
-    node_init(&t, ES_OP_Concat, n, 1);
+    node_init(&t, ES_OP_Concat);
     attr_int(&t, "axis", axis - (iter % 2 ? 4 : 0));
     es_kinst k;
     ES_CHECK_RC(es_kernel_eval(&t.node, 13, n, in, (const void *const *)xd, 1, &od, &o));
@@ -1068,7 +1058,7 @@ static void test_concat_nhwc(void **state) {
       inn[i] = &xn[i];
     }
     tnode t;
-    node_init(&t, ES_OP_Concat, 3, 1);
+    node_init(&t, ES_OP_Concat);
     attr_int(&t, "axis", 1);
     es_kinst k;
     ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, (const void *const *)xd, 1, &od, &o));
@@ -1092,7 +1082,7 @@ static void test_concat_nhwc(void **state) {
   void *ad = tensor_fill(4, a.count), *bd = tensor_fill(4, b.count), *cd = tensor_fill(4, c.count);
   void *and_ = reorder4(ad, &a, true), *bnd = reorder4(bd, &b, true), *o, *on;
   tnode t;
-  node_init(&t, ES_OP_Concat, 3, 1);
+  node_init(&t, ES_OP_Concat);
   attr_int(&t, "axis", 1);
   es_kinst k;
   const es_tdesc *mixed[3] = {&an, &b, &c};
@@ -1141,7 +1131,7 @@ static void test_split_nhwc(void **state) {
     es_tdesc od[3], odn[3];
     void *xd = tensor_fill(esz, x.count), *xnd = reorder4(xd, &x, true), *o[3], *on[3];
     tnode t;
-    node_init(&t, ES_OP_Split, 2, n);
+    node_init(&t, ES_OP_Split);
     attr_int(&t, "axis", axis);
     const es_tdesc *in[2] = {&x, &s}, *inn[2] = {&xn, &s};
     const void *data[2] = {xd, sizes}, *datan[2] = {xnd, sizes};
@@ -1177,7 +1167,7 @@ static void test_transpose_nhwc(void **state) {
   const es_tdesc *in[1] = {&x};
   const void *data[1] = {xd};
   tnode t;
-  node_init(&t, ES_OP_Transpose, 1, 1);
+  node_init(&t, ES_OP_Transpose);
   attr_ints(&t, "perm", to_nchw, 4);
   es_kinst k;
   /* In a plan: an NHWC output holding the input's bytes, aliasable. */
@@ -1221,7 +1211,7 @@ static void test_transpose_nhwc(void **state) {
     }
     es_tdesc xp = td(dtype_of_size(esz), 4, dims), xq = as_nhwc(xp), op, oq;
     void *xpd = tensor_fill(esz, xp.count), *xqd = reorder4(xpd, &xp, true), *opd, *oqd;
-    node_init(&t, ES_OP_Transpose, 1, 1);
+    node_init(&t, ES_OP_Transpose);
     attr_ints(&t, "perm", perm, 4);
     ES_CHECK_RC(eval1(&t, 13, &xp, xpd, &op, &opd));
     in[0] = &xq;

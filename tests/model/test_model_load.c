@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "edgeserve/engine.h"
+#include "engine/engine_internal.h"
 #include "model/graph.h"
 #include "onnx.pb-c.h"
 
@@ -202,7 +203,7 @@ static void test_weights_are_read_only(void **state) {
   uint8_t *buf = mb_pack(&b, &size);
   es_graph g;
   memset(&g, 0, sizeof g);
-  ES_CHECK_RC(es_onnx_load(buf, size, &g));
+  ES_CHECK_RC(es_graph_load_lowered(buf, size, &g));
   free(buf);
   assert_true(es_weights_is_sealed(g.weights));
   for (int v = 0; v < g.n_values; v++)
@@ -987,9 +988,9 @@ static void test_real_models(void **state) {
 
 int main(void) {
   /* These tests check the loader, folding and pruning node by node; the
-   * fusion passes (tests/model/test_fuse.c) would merge the small graphs
+   * fusion passes (tests/engine/test_fuse.c) would merge the small graphs
    * they build, so they run without them. */
-  setenv("ES_FUSE", "0", 1);
+  es_engine_fusion_set(0);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_model),
       cmocka_unit_test(test_weights_are_read_only),

@@ -1,11 +1,21 @@
-/* The operators the engine knows, as one X-macro table: the loader maps an
+/* Operators and their attributes: the vocabulary the model layer reads from
+ * files and the kernels run. It sits in common because both use it and
+ * neither may include the other.
+ *
+ * The operators the engine knows, as one X-macro table: the loader maps an
  * ONNX op_type to an es_op, inspect prints names, kernels dispatch on it.
  * XX(name, min_opset) : the oldest default-domain opset whose semantics the
  * engine implements for that operator. ES_OP_INTERNAL marks operators only
  * the planner creates (never read from a model file). */
+#ifndef ES_COMMON_OP_H
+#define ES_COMMON_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeserve/types.h"
+
 #define ES_OP_INTERNAL 1000000
-#ifndef ES_MODEL_OPS_H
-#define ES_MODEL_OPS_H
 
 #define ES_OP_MAP(XX)                                                          \
   XX(Add, 7)                                                                   \
@@ -56,5 +66,48 @@ typedef enum es_op {
 es_op es_op_from_name(const char *name);
 const char *es_op_name(es_op op);
 int es_op_min_opset(es_op op);
+
+/* "node 'name' (#3 Conv)" (or "node #3 (Conv)" without a name) in buf, for
+ * error messages; index is the node's position in its file. */
+const char *es_op_label(const char *name, int index, es_op op, char *buf, size_t size);
+
+/* ---- attributes ------------------------------------------------------------ */
+
+typedef enum es_attr_type {
+  ES_ATTR_FLOAT = 1,
+  ES_ATTR_INT = 2,
+  ES_ATTR_STRING = 3,
+  ES_ATTR_TENSOR = 4,
+  ES_ATTR_FLOATS = 6,
+  ES_ATTR_INTS = 7,
+} es_attr_type;
+
+/* A tensor attribute's value, as a kernel reads it (ConstantOfShape's
+ * value). */
+typedef struct es_attr_tensor {
+  es_dtype dtype;
+  int rank;
+  int64_t dims[ES_MAX_RANK];
+  const void *data; /* read-only */
+  size_t nbytes;
+} es_attr_tensor;
+
+typedef struct es_attr {
+  const char *name;
+  es_attr_type type;
+  float f;
+  int64_t i;
+  const char *s;
+  size_t n;              /* elements of ints / floats */
+  const int64_t *ints;
+  const float *floats;
+  int tensor;            /* TENSOR: the graph's constant value holding it (the
+                            model layer's index), or -1 */
+  const es_attr_tensor *t; /* TENSOR: its value, resolved by the model layer
+                              (es_graph_attrs_resolve); NULL until then */
+} es_attr;
+
+/* The attribute called name in attrs[0..n), or NULL. */
+const es_attr *es_attr_find(const es_attr *attrs, int n, const char *name);
 
 #endif

@@ -2,8 +2,8 @@
  * printf-style appends into memory counted under the buffer's tag. The
  * first failure sticks, so a long sequence of appends needs one check at
  * the end (es__sb_take returns NULL). Not thread-safe; one per builder. */
-#ifndef ES_COMMON_STRBUF_H
-#define ES_COMMON_STRBUF_H
+#ifndef ES_MEMORY_STRBUF_H
+#define ES_MEMORY_STRBUF_H
 
 #include <stddef.h>
 

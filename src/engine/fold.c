@@ -11,7 +11,7 @@
  *
  * Constant folding. One sweep in topological order: a node whose inputs are
  * all constants (initializers, Constant nodes, outputs of nodes folded
- * earlier in the sweep) is evaluated with its kernel (es_kernel_eval_graph);
+ * earlier in the sweep) is evaluated with its kernel (es_kernel_eval);
  * its outputs become constants and the node goes. Only shape-independent
  * work folds here: a chain that starts from a graph input's shape (Shape ->
  * Slice -> Concat) waits for the planner, which knows the shape. A kernel
@@ -40,8 +40,7 @@
  * them. The convolution takes over the BatchNormalization's output value, so
  * its consumers and graph outputs see the same name. */
 #include "common/internal.h"
-#include "kernels/kernel.h"
-#include "model/graph.h"
+#include "engine/engine_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -83,7 +82,7 @@ static int inputs_constant(const es_graph *g, const es_node *nd) {
 }
 
 /* The failure of a fold, naming the node: kernel errors (ES_KFAIL) already
- * start with its label, es_kernel_eval_graph's own (out of memory) do not. */
+ * start with its label, es_kernel_eval's own (out of memory) do not. */
 static int fold_fail(const es_node *nd, int rc) {
   char label[120]; /* the size es_kinst uses, so the labels compare equal */
   es_node_label(nd, label, sizeof label);
@@ -110,8 +109,9 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
     a->in_desc[k] = &a->desc[k];
     a->in_data[k] = val->data;
   }
-  int rc = es_kernel_eval_graph(g, nd, g->opset, nd->n_in, a->in_desc, a->in_data, nd->n_out,
-                                a->out_desc, a->out_data);
+  es_knode kn = es__knode_of(nd);
+  int rc = es_kernel_eval(&kn, g->opset, nd->n_in, a->in_desc, a->in_data, nd->n_out, a->out_desc,
+                          a->out_data);
   if (rc < 0)
     return rc;
   for (int o = 0; o < nd->n_out; o++)
@@ -135,7 +135,7 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
     val->dtype = d->dtype;
     val->rank = d->rank;
     memcpy(val->dims, d->dims, sizeof val->dims);
-    val->data = a->out_data[o]; /* es_kernel_eval_graph's block, now staging */
+    val->data = a->out_data[o]; /* es_kernel_eval's block, now staging */
     val->nbytes = d->nbytes;
   }
   return 0;

@@ -1,6 +1,6 @@
 /* es_strbuf: see strbuf.h. Grows by doubling plus what the failed append
  * needed, so an append is formatted at most twice. */
-#include "common/strbuf.h"
+#include "memory/strbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

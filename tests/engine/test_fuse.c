@@ -2,7 +2,7 @@
  * should (checked on the loaded graph: operators, post-op codes), the fused
  * model computes what the unfused one does, and what must not fuse stays.
  *
- * The reference is the same model loaded with ES_FUSE=0, which skips the
+ * The reference is the same model loaded with es_engine_fusion_set(0), which skips the
  * passes: every operator then runs its own kernel, which the kernel and
  * conformance tests check against ONNX. Models are built here with
  * protobuf-c's structs. */
@@ -16,6 +16,7 @@
 #include "edgeserve/engine.h"
 #include "kernels/fused.h"
 #include "kernels/kernel.h"
+#include "engine/engine_internal.h"
 #include "model/graph.h"
 #include "onnx.pb-c.h"
 
@@ -220,7 +221,7 @@ static int mb_conv(mb *b, const char *x, const char *w, const char *bias, const 
  * Loading and running
  * ======================================================================== */
 
-static void fuse_set(int on) { setenv("ES_FUSE", on ? "1" : "0", 1); }
+static void fuse_set(int on) { es_engine_fusion_set(on); }
 
 static es_model *mb_load(const mb *b, int fuse) {
   size_t size;
@@ -239,7 +240,7 @@ static void mb_graph(const mb *b, es_graph *g) {
   uint8_t *buf = mb_pack(b, &size);
   memset(g, 0, sizeof *g);
   fuse_set(1);
-  ES_CHECK_RC(es_onnx_load(buf, size, g));
+  ES_CHECK_RC(es_graph_load_lowered(buf, size, g));
   free(buf);
 }
 
@@ -836,11 +837,9 @@ static void test_layernorm_not_fused(void **state) {
 static int ln_eval(int64_t axis, const int64_t *gd, const float *x, const float *gamma,
                    const float *beta, float *y) {
   static const int64_t xd[2] = {3, 37};
-  int in[3] = {0, 1, 2}, out[1] = {3};
   es_attr attrs[2] = {{.name = "epsilon", .type = ES_ATTR_FLOAT, .f = 1e-3f},
                       {.name = "axis", .type = ES_ATTR_INT, .i = axis}};
-  es_node nd = {.name = "ln", .op = ES_OP_LayerNorm, .n_in = 3, .n_out = 1, .in = in,
-                .out = out, .n_attr = 2, .attrs = attrs};
+  es_knode nd = {.name = "ln", .op = ES_OP_LayerNorm, .n_attr = 2, .attrs = attrs};
   es_tdesc d[3];
   ES_CHECK_RC(es_tdesc_set(&d[0], ES_DTYPE_FLOAT, 2, xd));
   ES_CHECK_RC(es_tdesc_set(&d[1], ES_DTYPE_FLOAT, 1, gd));

@@ -58,29 +58,19 @@
  * blocks a fusion. The same pass tracks element types, which the loader
  * leaves unknown for activations: only float32 chains become programs.
  *
- * ES_FUSE=0 in the environment skips every pass (to compare fused and
- * unfused graphs on the same build). */
+ * es_engine_fusion_set(0) skips every pass (to compare fused and unfused
+ * graphs on the same build; the CLI maps ES_FUSE=0 to it). */
 #include "common/internal.h"
 #include "kernels/fused.h"
-#include "model/graph.h"
+#include "engine/engine_internal.h"
 
 #include <float.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Post-op codes of conv.c's "_post" attribute. */
-enum {
-  POST_RELU = 1,
-  POST_CLIP = 2,
-  POST_HARDSIGMOID = 3,
-  POST_HARDSWISH = 4,
-  POST_SIGMOID = 5,
-  POST_SWISH = 6,
-  POST_ADD = 7,
-  POST_MAX = 8 /* conv.c's limit */
-};
 
 /* ==========================================================================
  * Symbolic shapes
@@ -1251,10 +1241,10 @@ static int fuse_pre_affine(fuser *f, int n) {
 
 typedef struct post_chain {
   int codes;
-  int64_t code[POST_MAX];
-  float par[2 * POST_MAX];
+  int64_t code[ES_POST_MAX];
+  float par[2 * ES_POST_MAX];
   int residual;           /* value appended as input 3, or -1 */
-  int nodes[4 * POST_MAX]; /* swallowed nodes */
+  int nodes[4 * ES_POST_MAX]; /* swallowed nodes */
   int n_nodes;
   int tip;                /* the value the chain ends with */
 } post_chain;
@@ -1363,12 +1353,12 @@ static int match_swish(const es_graph *g, int y, int *out) {
 static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
   const es_graph *g = f->g;
   int y = pc->tip, found[4];
-  if (pc->codes >= POST_MAX || pc->n_nodes + 4 > 4 * POST_MAX)
+  if (pc->codes >= ES_POST_MAX || pc->n_nodes + 4 > 4 * ES_POST_MAX)
     return 0;
   if (inner(g, y, 2)) {
     int z = match_swish(g, y, found);
     if (z >= 0) {
-      chain_add(pc, POST_SWISH, 0, 0);
+      chain_add(pc, ES_POST_SWISH, 0, 0);
       pc->nodes[pc->n_nodes++] = found[0];
       pc->nodes[pc->n_nodes++] = found[1];
       pc->tip = z;
@@ -1376,7 +1366,7 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
     }
     z = match_hardswish(f, y, found);
     if (z >= 0) {
-      chain_add(pc, POST_HARDSWISH, 0, 0);
+      chain_add(pc, ES_POST_HARDSWISH, 0, 0);
       for (int i = 0; i < 4; i++)
         pc->nodes[pc->n_nodes++] = found[i];
       pc->tip = z;
@@ -1395,22 +1385,22 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
   case ES_OP_Relu:
     if (nd->n_in != 1)
       return 0;
-    chain_add(pc, POST_RELU, 0, 0);
+    chain_add(pc, ES_POST_RELU, 0, 0);
     break;
   case ES_OP_Sigmoid:
     if (nd->n_in != 1)
       return 0;
-    chain_add(pc, POST_SIGMOID, 0, 0);
+    chain_add(pc, ES_POST_SIGMOID, 0, 0);
     break;
   case ES_OP_HardSigmoid:
     if (nd->n_in != 1 || !attr_float(nd, "alpha", 0.2f, &a) || !attr_float(nd, "beta", 0.5f, &b))
       return 0;
-    chain_add(pc, POST_HARDSIGMOID, a, b);
+    chain_add(pc, ES_POST_HARDSIGMOID, a, b);
     break;
   case ES_OP_Clip:
     if (nd->in[0] != y || !clip_bounds(g, nd, FLT_MAX, &a, &b))
       return 0;
-    chain_add(pc, POST_CLIP, a, b);
+    chain_add(pc, ES_POST_CLIP, a, b);
     break;
   case ES_OP_Add: {
     int r = other_input(nd, y);
@@ -1419,7 +1409,7 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
     if (pc->residual >= 0 || r < 0 || r == y || is_const(g, r) || !shape_same(&rs, yshape))
       return 0;
     pc->residual = r;
-    chain_add(pc, POST_ADD, 0, 0);
+    chain_add(pc, ES_POST_ADD, 0, 0);
     break;
   }
   default:
@@ -1486,7 +1476,7 @@ static int fuse_conv_after(fuser *f, int n) {
   post_chain pc = {.residual = -1, .tip = ci.node->out[0]};
   affine a = {0};
   int rc = affine_alloc(&a, ci.m), folded = 0;
-  while (rc == 0 && inner(g, pc.tip, 1) && pc.n_nodes < 4 * POST_MAX) {
+  while (rc == 0 && inner(g, pc.tip, 1) && pc.n_nodes < 4 * ES_POST_MAX) {
     int c = consumer(g, pc.tip);
     if (affine_step(f, &g->nodes[c], ci.rank, 1, &a) != pc.tip)
       break;
@@ -1987,11 +1977,14 @@ static int fuse_elementwise(fuser *f) {
  * Entry point
  * ======================================================================== */
 
+static _Atomic int fusion_on_ = 1;
+
+void es_engine_fusion_set(int on) { atomic_store(&fusion_on_, on ? 1 : 0); }
+
 int es_graph_fuse(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "nodes can only be fused before the weights are sealed");
-  const char *env = getenv("ES_FUSE");
-  if (env && !strcmp(env, "0"))
+  if (!atomic_load(&fusion_on_))
     return 0;
   es_graph_reindex(g);
   fuser f = {.g = g};

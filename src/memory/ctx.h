@@ -1,0 +1,20 @@
+/* The context allocator: chunked bump allocation, counted under
+ * ES_MEM_MODEL, freed in one go. Holds tier-3 memory (BRIEF §2): a graph's
+ * IR, a plan's kernel parameters. Not thread-safe; one owner. A zeroed
+ * es_ctx is empty and ready. */
+#ifndef ES_MEMORY_CTX_H
+#define ES_MEMORY_CTX_H
+
+#include <stddef.h>
+
+typedef struct es_ctx_chunk es_ctx_chunk;
+typedef struct es_ctx {
+  es_ctx_chunk *head;
+  size_t bytes; /* total chunk bytes held */
+} es_ctx;
+
+void *es_ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
+char *es_ctx_strdup(es_ctx *c, const char *s);
+void es_ctx_free_all(es_ctx *c);
+
+#endif
