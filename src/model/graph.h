@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "edgeserve/engine.h"
+#include "edgeserve/types.h"
 #include "edgeserve/memory.h"
 #include "memory/ctx.h"
 #include "common/op.h"
