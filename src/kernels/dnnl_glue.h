@@ -17,8 +17,7 @@
  *   if ((rc = es_dnnl_weights_prepare(k, p, &plain_w_md, w)) < 0) return rc;
  *   ...
  *   es_dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, bin, scratch);
- *
- * The functions live in conv.c until dnnl_glue.c joins the build. */
+ */
 #ifndef ES_KERNELS_DNNL_GLUE_H
 #define ES_KERNELS_DNNL_GLUE_H
 

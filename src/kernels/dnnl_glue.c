@@ -1,0 +1,364 @@
+/* oneDNN glue shared by the heavy kernels (declared and explained in
+ * dnnl_glue.h): the process's CPU engine, each thread's stream and its
+ * table of memory objects, primitive creation with a user scratchpad,
+ * weights reordered once into the model's prepared store, and execution. */
+#include "kernels/dnnl_glue.h"
+
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static pthread_once_t es_dnnl_once_ = PTHREAD_ONCE_INIT;
+static dnnl_engine_t es_dnnl_engine_;
+static dnnl_status_t es_dnnl_engine_status_;
+static pthread_key_t es_dnnl_thread_key_;
+static int es_dnnl_key_ok_;
+static _Atomic uint64_t es_dnnl_next_id_;
+
+/* Per-thread state: the stream, and the memory objects that wrap the
+ * pointers of a primitive's last run on this thread. oneDNN has no
+ * pointer-based execute, and making a memory object per argument per run
+ * costs heap allocations on every run; instead each primitive (by its
+ * unique id, never reused, so a slot left by a destroyed primitive is
+ * simply stale) gets a slot in a small direct-mapped table, and later runs
+ * only swap the data handles. A slot holds copies of the descriptors, never
+ * a reference to the primitive. The table is thread-local storage, not
+ * heap: like the stream and primitives (oneDNN's own allocations) it is
+ * infrastructure that outlives any model, so it stays out of the counted
+ * heap whose total the tests expect back at its level after a model goes.
+ * A thread's objects are destroyed when the thread exits. */
+enum { DNNL_SLOTS = 128, DNNL_MAX_ARGS = 6 };
+
+typedef struct dnnl_slot {
+  uint64_t id; /* the primitive these objects were made for; 0: empty */
+  int n;
+  dnnl_memory_t mem[DNNL_MAX_ARGS];
+  const void *ptr[DNNL_MAX_ARGS]; /* their current data handles */
+} dnnl_slot;
+
+typedef struct dnnl_thread {
+  dnnl_stream_t stream; /* NULL until the thread's first run */
+  dnnl_slot slot[DNNL_SLOTS];
+} dnnl_thread;
+
+static _Thread_local dnnl_thread es_dnnl_thread_;
+
+static void dnnl_slot_clear(dnnl_slot *s) {
+  for (int i = 0; i < s->n; i++)
+    dnnl_memory_destroy(s->mem[i]);
+  s->n = 0;
+  s->id = 0;
+}
+
+/* The key's destructor, at thread exit (the thread's storage is still
+ * there then). */
+static void dnnl_thread_free(void *arg) {
+  dnnl_thread *t = arg;
+  for (int i = 0; i < DNNL_SLOTS; i++)
+    dnnl_slot_clear(&t->slot[i]);
+  if (t->stream)
+    dnnl_stream_destroy(t->stream);
+  t->stream = NULL;
+}
+
+static void dnnl_init_once(void) {
+  es_dnnl_engine_status_ = dnnl_engine_create(&es_dnnl_engine_, dnnl_cpu, 0);
+  /* The key's destructor frees a thread's state when the thread exits. */
+  es_dnnl_key_ok_ = pthread_key_create(&es_dnnl_thread_key_, dnnl_thread_free) == 0;
+}
+
+static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
+  pthread_once(&es_dnnl_once_, dnnl_init_once);
+  if (es_dnnl_engine_status_ != dnnl_success)
+    return es_dnnl_fail(k, es_dnnl_engine_status_, "creating the CPU engine");
+  *out = es_dnnl_engine_;
+  return 0;
+}
+
+/* The calling thread's state; its stream is made on first use. */
+static int dnnl_thread_get(const es_kinst *k, dnnl_thread **out) {
+  dnnl_thread *t = &es_dnnl_thread_;
+  if (t->stream) {
+    *out = t;
+    return 0;
+  }
+  dnnl_engine_t eng = NULL;
+  int rc = dnnl_engine_get(k, &eng);
+  if (rc < 0)
+    return rc;
+  dnnl_status_t st = dnnl_stream_create(&t->stream, eng, dnnl_stream_default_flags);
+  if (st != dnnl_success) {
+    t->stream = NULL;
+    return es_dnnl_fail(k, st, "creating this thread's stream");
+  }
+  if (es_dnnl_key_ok_)
+    pthread_setspecific(es_dnnl_thread_key_, t);
+  *out = t;
+  return 0;
+}
+
+static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
+  dnnl_thread *t;
+  int rc = dnnl_thread_get(k, &t);
+  if (rc == 0)
+    *out = t->stream;
+  return rc;
+}
+
+int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
+  int err = st == dnnl_out_of_memory   ? ES_ENOMEM
+            : st == dnnl_unimplemented ? ES_ENOTSUP
+                                       : ES_EINVAL;
+  return ES_KFAIL(k, err, "oneDNN failed %s: %s", what, dnnl_status2str(st));
+}
+
+dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+  dnnl_dims_t d = {0}, strides = {0};
+  int64_t s = 1;
+  for (int i = ndims - 1; i >= 0; i--) {
+    d[i] = dims[i];
+    strides[i] = s;
+    s *= dims[i] > 0 ? dims[i] : 1;
+  }
+  return dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
+}
+
+int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+                        es_dnnl_prim *p) {
+  dnnl_engine_t eng = NULL;
+  int rc = dnnl_engine_get(k, &eng);
+  if (rc < 0)
+    return rc;
+  dnnl_primitive_attr_t attr;
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st != dnnl_success)
+    return es_dnnl_fail(k, st, "creating primitive attributes");
+  /* A user scratchpad keeps the primitive stateless: run passes the plan's
+   * scratch, so threads can share one primitive. */
+  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && post)
+    st = dnnl_primitive_attr_set_post_ops(attr, post);
+  if (st == dnnl_success)
+    st = dnnl_primitive_desc_create(&p->pd, op_desc, attr, eng, NULL);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) {
+    p->pd = NULL;
+    return es_dnnl_fail(k, st, "creating the primitive descriptor");
+  }
+  st = dnnl_primitive_create(&p->prim, p->pd);
+  if (st != dnnl_success) {
+    p->prim = NULL;
+    return es_dnnl_fail(k, st, "creating the primitive");
+  }
+  p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  p->wei_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
+  p->bias_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 1);
+  p->dst_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_dst_md, 0);
+  p->scratch_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+  if (p->bias_md && p->bias_md->ndims == 0)
+    p->bias_md = NULL;
+  size_t sb = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
+  if (sb == 0)
+    p->scratch_md = NULL;
+  k->scratch_bytes = sb;
+  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
+  return 0;
+}
+
+void es_dnnl_prim_destroy(es_dnnl_prim *p) {
+  if (p->prim)
+    dnnl_primitive_destroy(p->prim);
+  if (p->pd)
+    dnnl_primitive_desc_destroy(p->pd);
+  memset(p, 0, sizeof *p);
+}
+
+/* A readable name of a blocked layout, in oneDNN's tag style: outer
+ * dimensions from the largest stride, upper case when also blocked, then
+ * the inner blocks ("ABcd16b16a"). */
+static void dnnl_md_tag(const dnnl_memory_desc_t *md, char *buf, size_t size) {
+  if (md->format_kind != dnnl_blocked || md->ndims > 12) {
+    snprintf(buf, size, "%s", dnnl_fmt_kind2str(md->format_kind));
+    return;
+  }
+  const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+  int order[12], n = md->ndims, used = 0;
+  for (int i = 0; i < n; i++)
+    order[i] = i;
+  for (int i = 1; i < n; i++) /* insertion sort, stable: largest stride first */
+    for (int j = i; j > 0 && b->strides[order[j]] > b->strides[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+  for (int i = 0; i < n && used + 1 < (int)size; i++) {
+    int d = order[i], blocked = 0;
+    for (int j = 0; j < b->inner_nblks; j++)
+      blocked |= b->inner_idxs[j] == d;
+    buf[used++] = (char)((blocked ? 'A' : 'a') + d);
+  }
+  buf[used] = '\0';
+  for (int j = 0; j < b->inner_nblks && used + 1 < (int)size; j++)
+    used += snprintf(buf + used, size - (size_t)used, "%lld%c", (long long)b->inner_blks[j],
+                     (char)('a' + b->inner_idxs[j]));
+}
+
+/* FNV-1a over the fields that define a layout, so two layouts that print
+ * alike (different paddings) still get different keys. */
+static uint64_t dnnl_md_hash(const dnnl_memory_desc_t *md) {
+  uint64_t h = 0xcbf29ce484222325ull;
+#define ES_MIX_(v)                                                                              \
+  do {                                                                                          \
+    uint64_t v_ = (uint64_t)(v);                                                                \
+    for (int i_ = 0; i_ < 8; i_++) {                                                            \
+      h ^= (v_ >> (8 * i_)) & 0xff;                                                             \
+      h *= 0x100000001b3ull;                                                                    \
+    }                                                                                           \
+  } while (0)
+  int n = md->ndims > 12 ? 12 : md->ndims;
+  ES_MIX_(md->ndims);
+  ES_MIX_(md->data_type);
+  ES_MIX_(md->format_kind);
+  ES_MIX_(md->extra.flags);
+  for (int i = 0; i < n; i++) {
+    ES_MIX_(md->dims[i]);
+    ES_MIX_(md->padded_dims[i]);
+  }
+  if (md->format_kind == dnnl_blocked) {
+    const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+    for (int i = 0; i < n; i++)
+      ES_MIX_(b->strides[i]);
+    ES_MIX_(b->inner_nblks);
+    for (int i = 0; i < b->inner_nblks && i < 12; i++) {
+      ES_MIX_(b->inner_blks[i]);
+      ES_MIX_(b->inner_idxs[i]);
+    }
+  }
+#undef ES_MIX_
+  return h;
+}
+
+typedef struct dnnl_reorder_job {
+  const es_kinst *k;
+  const dnnl_memory_desc_t *src_md, *dst_md;
+  const void *src;
+} dnnl_reorder_job;
+
+/* es_prep_fill_fn: reorder the model's weights into oneDNN's layout. */
+static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
+  const dnnl_reorder_job *j = user;
+  (void)bytes;
+  dnnl_engine_t eng = NULL;
+  dnnl_stream_t s = NULL;
+  int rc = dnnl_engine_get(j->k, &eng);
+  if (rc == 0)
+    rc = dnnl_stream_get(j->k, &s);
+  if (rc < 0)
+    return rc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  dnnl_memory_t ms = NULL, md = NULL;
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, j->src_md, eng, j->dst_md, eng, NULL);
+  if (st == dnnl_success)
+    st = dnnl_primitive_create(&prim, pd);
+  if (st == dnnl_success)
+    st = dnnl_memory_create(&ms, j->src_md, eng, (void *)j->src);
+  if (st == dnnl_success)
+    st = dnnl_memory_create(&md, j->dst_md, eng, dst);
+  if (st == dnnl_success) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+    st = dnnl_primitive_execute(prim, s, 2, args);
+  }
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(s);
+  if (md)
+    dnnl_memory_destroy(md);
+  if (ms)
+    dnnl_memory_destroy(ms);
+  if (prim)
+    dnnl_primitive_destroy(prim);
+  if (pd)
+    dnnl_primitive_desc_destroy(pd);
+  return st == dnnl_success ? 0 : es_dnnl_fail(j->k, st, "reordering the weights");
+}
+
+int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
+                            const void *user_data) {
+  p->weights = NULL;
+  if (dnnl_memory_desc_equal(user_md, p->wei_md))
+    return 0;
+  char tag[64], key[160];
+  dnnl_md_tag(p->wei_md, tag, sizeof tag);
+  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es_op_name(k->node.op), k->node.id,
+           tag, (unsigned long long)dnnl_md_hash(p->wei_md));
+  dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
+  return es_kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
+                           &p->weights);
+}
+
+int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
+                     const void *weights, const void *bias, void *dst, const void *bin,
+                     void *scratch) {
+  dnnl_thread *t;
+  int rc = dnnl_thread_get(k, &t);
+  if (rc < 0)
+    return rc;
+  const struct {
+    int arg;
+    const dnnl_memory_desc_t *md;
+    const void *ptr;
+  } want[DNNL_MAX_ARGS] = {{DNNL_ARG_SRC, p->src_md, src},
+                           {DNNL_ARG_WEIGHTS, p->wei_md, weights},
+                           {DNNL_ARG_BIAS, p->bias_md, bias},
+                           {DNNL_ARG_DST, p->dst_md, dst},
+                           {p->bin_arg, p->bin_arg ? &p->bin_md : NULL, bin},
+                           {DNNL_ARG_SCRATCHPAD, p->scratch_md, scratch}};
+  dnnl_exec_arg_t args[DNNL_MAX_ARGS];
+  dnnl_slot *sl = &t->slot[p->id % DNNL_SLOTS];
+  dnnl_status_t st = dnnl_success;
+  int n = 0;
+  if (sl->id != p->id) {
+    /* First run of p on this thread (or its slot was taken since). */
+    dnnl_slot_clear(sl);
+    for (int i = 0; i < DNNL_MAX_ARGS && st == dnnl_success; i++) {
+      if (!want[i].md)
+        continue;
+      st = dnnl_memory_create(&sl->mem[sl->n], want[i].md, es_dnnl_engine_,
+                              (void *)want[i].ptr);
+      if (st == dnnl_success)
+        sl->ptr[sl->n++] = want[i].ptr;
+    }
+    if (st != dnnl_success) {
+      dnnl_slot_clear(sl);
+      return es_dnnl_fail(k, st, "wrapping the arguments");
+    }
+    sl->id = p->id;
+  }
+  /* The slot holds exactly the arguments with a descriptor, in want's
+   * order; only handles that changed (another arena, or a MatMul's runtime
+   * B) are set again. Setting a handle zero-fills the layout's padding:
+   * plain and nhwc tensors and the scratchpad have none, and prepared
+   * weights (blocked, maybe padded, read-only) keep one pointer. */
+  for (int i = 0; i < DNNL_MAX_ARGS && st == dnnl_success; i++) {
+    if (!want[i].md)
+      continue;
+    if (sl->ptr[n] != want[i].ptr) {
+      st = dnnl_memory_set_data_handle(sl->mem[n], (void *)want[i].ptr);
+      sl->ptr[n] = want[i].ptr;
+    }
+    args[n].arg = want[i].arg;
+    args[n].memory = sl->mem[n];
+    n++;
+  }
+  if (st == dnnl_success)
+    st = dnnl_primitive_execute(p->prim, t->stream, n, args);
+  if (st == dnnl_success)
+    st = dnnl_stream_wait(t->stream);
+  if (st != dnnl_success) {
+    dnnl_slot_clear(sl);
+    return es_dnnl_fail(k, st, "executing the primitive");
+  }
+  return 0;
+}
