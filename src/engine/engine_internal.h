@@ -43,6 +43,13 @@ int es_graph_fuse(es_graph *g);
  * seal its weights: the graph a model holds. On failure g is cleaned up. */
 int es_graph_load_lowered(const void *data, size_t size, es_graph *g);
 
+/* es_model_plan, and with value_descs (one per graph value) the shape each
+ * value got while planning (dtype ES_DTYPE_UNDEFINED for values the plan
+ * never computed): how a test compares the fusion passes' symbolic shapes
+ * with the kernels' own shape inference. */
+int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **out,
+                  es_tdesc *value_descs);
+
 /* Compiled model files (esm.c). */
 int es__esm_is(const void *data, size_t size);
 int es__esm_load(const char *path, es_model *m);

@@ -578,6 +578,11 @@ out:
 }
 
 int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out) {
+  return es__plan_make(m, shapes, n, out, NULL);
+}
+
+int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **out,
+                  es_tdesc *value_descs) {
   if (!es__model_ok(m) || !out || (n > 0 && !shapes))
     return es__fail(ES_EINVAL, "es_model_plan: bad argument");
   const es_graph *g = &m->g;
@@ -645,6 +650,9 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     if (!p->step_ns)
       rc = es__fail(ES_ENOMEM, "out of memory planning");
   }
+  if (rc == 0 && value_descs)
+    for (int v = 0; v < g->n_values; v++)
+      value_descs[v] = P.v[v].desc;
   es_mem_free(P.v);
   if (rc < 0) {
     es_plan_release(p);

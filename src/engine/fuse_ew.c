@@ -1,0 +1,322 @@
+/* Fusion pass 4 (see fuse.c): chains of float32 elementwise operators
+ * become FusedElementwise nodes running a register program (format in
+ * kernels/fused.h). */
+#include "engine/fuse.h"
+
+#include "common/internal.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Pass 4: elementwise chains
+ * ======================================================================== */
+
+/* A group of elementwise nodes that becomes one FusedElementwise node. */
+typedef struct ew_group {
+  int sink;              /* its last node: the group's one output */
+  int n;
+  int nodes[ES_FE_MAX_INSNS];
+} ew_group;
+
+/* nd may join a group: a listed operator over float32 operands, with the
+ * operands the program can take. */
+static int ew_eligible(const fuser *f, const es_node *nd) {
+  const es_graph *g = f->g;
+  int arity;
+  switch (nd->op) {
+  case ES_OP_Add:
+  case ES_OP_Sub:
+  case ES_OP_Mul:
+  case ES_OP_Div:
+  case ES_OP_Pow:
+    arity = 2;
+    break;
+  case ES_OP_Relu:
+  case ES_OP_Sigmoid:
+  case ES_OP_Sqrt:
+  case ES_OP_HardSigmoid:
+    arity = 1;
+    break;
+  case ES_OP_Clip: {
+    float lo, hi;
+    if (!es__fz_clip_bounds(g, nd, INFINITY, &lo, &hi))
+      return 0;
+    arity = 1;
+    break;
+  }
+  default:
+    return 0;
+  }
+  if (nd->n_out != 1 || nd->out[0] < 0 || nd->n_in < arity || (arity == 2 && nd->n_in != 2))
+    return 0;
+  sshape s;
+  es__fz_shape_of(f, nd->out[0], &s);
+  if (s.dt != ES_DTYPE_FLOAT)
+    return 0;
+  for (int k = 0; k < arity; k++) {
+    es__fz_shape_of(f, nd->in[k], &s);
+    if (nd->in[k] < 0 || s.dt != ES_DTYPE_FLOAT)
+      return 0;
+  }
+  return 1;
+}
+
+static int in_group(const ew_group *gr, int node) {
+  for (int i = 0; i < gr->n; i++)
+    if (gr->nodes[i] == node)
+      return 1;
+  return 0;
+}
+
+/* v (read by the group) can be computed inside it: its producer is an
+ * eligible node of no other group and every reader of v is in the group. */
+static int ew_absorbable(const fuser *f, const ew_group *gr, const int *owner, int v) {
+  const es_graph *g = f->g;
+  if (v < 0 || g->values[v].kind != ES_VALUE_ACT || g->values[v].is_output)
+    return -1;
+  int p = g->values[v].producer;
+  if (p < 0 || owner[p] >= 0 || in_group(gr, p) || !ew_eligible(f, &g->nodes[p]))
+    return -1;
+  for (int i = p + 1; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == v && !in_group(gr, i))
+        return -1;
+  return p;
+}
+
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+/* Grows the group ending at sink backwards to a fixpoint. */
+static void ew_grow(const fuser *f, ew_group *gr, const int *owner) {
+  int changed = 1;
+  while (changed) {
+    changed = 0;
+    for (int i = 0; i < gr->n && gr->n < ES_FE_MAX_INSNS / 2; i++) {
+      const es_node *nd = &f->g->nodes[gr->nodes[i]];
+      for (int k = 0; k < nd->n_in && gr->n < ES_FE_MAX_INSNS / 2; k++) {
+        int p = ew_absorbable(f, gr, owner, nd->in[k]);
+        if (p >= 0) {
+          gr->nodes[gr->n++] = p;
+          changed = 1;
+        }
+      }
+    }
+  }
+  qsort(gr->nodes, (size_t)gr->n, sizeof gr->nodes[0], cmp_int);
+}
+
+typedef struct ew_prog {
+  int64_t code[ES_FE_MAX_INSNS * ES_FE_WORDS];
+  int n_code;
+  float imm[2 * ES_FE_MAX_INSNS];
+  int n_imm;
+  int in[ES_FE_MAX_REGS]; /* the node's inputs (registers 0 .. n_in-1) */
+  int n_in;
+} ew_prog;
+
+static int64_t ew_imm(ew_prog *p, float a) {
+  p->imm[p->n_imm] = a;
+  return ES_FE_IMM(p->n_imm++);
+}
+
+static int64_t ew_imm2(ew_prog *p, float a, float b) {
+  int64_t op = ew_imm(p, a);
+  ew_imm(p, b);
+  return op;
+}
+
+static int ew_arity(es_op op) {
+  return op == ES_OP_Add || op == ES_OP_Sub || op == ES_OP_Mul || op == ES_OP_Div ||
+                 op == ES_OP_Pow
+             ? 2
+             : 1;
+}
+
+static int ew_index(const int *v, int n, int x) {
+  for (int i = 0; i < n; i++)
+    if (v[i] == x)
+      return i;
+  return -1;
+}
+
+/* Operand v of a group node is an immediate: a one-element constant whose
+ * rank is no more than the broadcast shape of the node's inputs already
+ * has (the kernel's output shape comes from its inputs alone). */
+static int ew_is_imm(const es_graph *g, int v, int max_rank, float *c) {
+  return es__fz_const_scalar(g, v, c) && g->values[v].rank <= max_rank;
+}
+
+/* Writes the program of gr. 0 when it does not fit the format's limits. */
+static int ew_program(const fuser *f, const ew_group *gr, ew_prog *p) {
+  const es_graph *g = f->g;
+  int out[ES_FE_MAX_INSNS];      /* each node's output value */
+  int reg_of[ES_FE_MAX_INSNS];   /* the temporary holding it */
+  int last_use[ES_FE_MAX_INSNS]; /* its last reader in the group */
+  float c;
+  memset(p, 0, sizeof *p);
+  for (int i = 0; i < gr->n; i++)
+    out[i] = g->nodes[gr->nodes[i]].out[0];
+  /* Inputs: every operand from outside the group but one-element
+   * constants, which become immediates when the inputs' rank allows. */
+  int max_rank = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < gr->n; i++) {
+      const es_node *nd = &g->nodes[gr->nodes[i]];
+      for (int k = 0; k < ew_arity(nd->op); k++) {
+        int v = nd->in[k];
+        if (ew_index(out, gr->n, v) >= 0 || ew_index(p->in, p->n_in, v) >= 0)
+          continue;
+        if (pass == 0 ? es__fz_const_scalar(g, v, &c) : ew_is_imm(g, v, max_rank, &c))
+          continue;
+        if (p->n_in == ES_FE_MAX_REGS)
+          return 0;
+        p->in[p->n_in++] = v;
+        sshape s;
+        es__fz_shape_of(f, v, &s);
+        if (s.rank > max_rank)
+          max_rank = s.rank;
+      }
+    }
+  if (p->n_in == 0)
+    return 0;
+  for (int i = 0; i < gr->n; i++) {
+    last_use[i] = i;
+    for (int j = i + 1; j < gr->n; j++) {
+      const es_node *nd = &g->nodes[gr->nodes[j]];
+      for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] == out[i])
+          last_use[i] = j;
+    }
+  }
+  int holder[ES_FE_MAX_REGS]; /* per temporary: the node whose value it holds, or -1 */
+  for (int r = 0; r < ES_FE_MAX_REGS; r++)
+    holder[r] = -1;
+  for (int i = 0; i < gr->n; i++) {
+    const es_node *nd = &g->nodes[gr->nodes[i]];
+    int64_t opnd[2] = {0, 0};
+    for (int k = 0; k < ew_arity(nd->op); k++) {
+      int v = nd->in[k], j = ew_index(out, i, v);
+      if (j >= 0)
+        opnd[k] = reg_of[j];
+      else if ((j = ew_index(p->in, p->n_in, v)) >= 0)
+        opnd[k] = j;
+      else if (ew_is_imm(g, v, max_rank, &c))
+        opnd[k] = ew_imm(p, c);
+      else
+        return 0;
+    }
+    int64_t op;
+    float a, b;
+    switch (nd->op) {
+    case ES_OP_Add: op = ES_FE_ADD; break;
+    case ES_OP_Sub: op = ES_FE_SUB; break;
+    case ES_OP_Mul: op = ES_FE_MUL; break;
+    case ES_OP_Div: op = ES_FE_DIV; break;
+    case ES_OP_Pow: op = ES_FE_POW; break;
+    case ES_OP_Relu: op = ES_FE_RELU; break;
+    case ES_OP_Sigmoid: op = ES_FE_SIGMOID; break;
+    case ES_OP_Sqrt: op = ES_FE_SQRT; break;
+    case ES_OP_HardSigmoid:
+      op = ES_FE_HARDSIGMOID;
+      if (!es__fz_attr_float(nd, "alpha", 0.2f, &a) || !es__fz_attr_float(nd, "beta", 0.5f, &b))
+        return 0;
+      opnd[1] = ew_imm2(p, a, b);
+      break;
+    default: /* Clip */
+      op = ES_FE_CLIP;
+      if (!es__fz_clip_bounds(g, nd, INFINITY, &a, &b))
+        return 0;
+      opnd[1] = ew_imm2(p, a, b);
+      break;
+    }
+    /* Temporaries whose last reader is this instruction are free for its
+     * result (the kernel allows dst == operand); take the lowest free. */
+    int dst = -1;
+    for (int r = p->n_in; r < ES_FE_MAX_REGS; r++) {
+      if (holder[r] >= 0 && last_use[holder[r]] <= i)
+        holder[r] = -1;
+      if (holder[r] < 0 && dst < 0)
+        dst = r;
+    }
+    if (dst < 0)
+      return 0;
+    holder[dst] = i;
+    reg_of[i] = dst;
+    int64_t *w = &p->code[p->n_code];
+    w[0] = op;
+    w[1] = opnd[0];
+    w[2] = opnd[1];
+    w[3] = dst;
+    p->n_code += ES_FE_WORDS;
+  }
+  return 1;
+}
+
+/* Replaces gr's sink by the FusedElementwise node and marks the rest gone. */
+static int ew_rewrite(fuser *f, const ew_group *gr, const ew_prog *p) {
+  es_graph *g = f->g;
+  es_node nd = g->nodes[gr->sink];
+  char label[120];
+  int *in = es_ctx_alloc(&g->ctx, (size_t)p->n_in * sizeof *in);
+  int64_t *code = es_ctx_alloc(&g->ctx, (size_t)p->n_code * sizeof *code);
+  float *imm = p->n_imm ? es_ctx_alloc(&g->ctx, (size_t)p->n_imm * sizeof *imm) : NULL;
+  es_attr *attrs = es_ctx_alloc(&g->ctx, 2 * sizeof *attrs);
+  char *n1 = es_ctx_strdup(&g->ctx, "_prog"), *n2 = es_ctx_strdup(&g->ctx, "_prog_f");
+  if (!in || !code || (p->n_imm && !imm) || !attrs || !n1 || !n2)
+    return es__fail(ES_ENOMEM, "%s: out of memory fusing an elementwise chain",
+                    es_node_label(&nd, label, sizeof label));
+  memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
+  memcpy(code, p->code, (size_t)p->n_code * sizeof *code);
+  if (p->n_imm)
+    memcpy(imm, p->imm, (size_t)p->n_imm * sizeof *imm);
+  attrs[0] = (es_attr){.name = n1, .type = ES_ATTR_INTS, .n = (size_t)p->n_code, .ints = code};
+  attrs[1] = (es_attr){.name = n2, .type = ES_ATTR_FLOATS, .n = (size_t)p->n_imm, .floats = imm};
+  nd.op = ES_OP_FusedElementwise;
+  nd.in = in;
+  nd.n_in = p->n_in;
+  nd.attrs = attrs;
+  nd.n_attr = p->n_imm ? 2 : 1;
+  for (int i = 0; i < gr->n; i++)
+    f->gone[gr->nodes[i]] = 1;
+  f->gone[gr->sink] = 0;
+  g->nodes[gr->sink] = nd;
+  return 0;
+}
+
+int es__fuse_elementwise(fuser *f) {
+  es_graph *g = f->g;
+  int *owner = es_mem_alloc(ES_MEM_MODEL, ((size_t)g->n_nodes + 1) * sizeof *owner);
+  ew_prog *prog = es_mem_alloc(ES_MEM_MODEL, sizeof *prog);
+  int rc = 0, fused = 0;
+  if (!owner || !prog)
+    rc = es__fail(ES_ENOMEM, "out of memory fusing elementwise chains");
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++)
+    owner[i] = -1;
+  /* Sinks from the last node back: a node whose output leaves every group
+   * is the end of its own. Groups are disjoint and rewritten in place; the
+   * graph is compacted once at the end. */
+  for (int n = g->n_nodes - 1; rc == 0 && n >= 0; n--) {
+    if (owner[n] >= 0 || !ew_eligible(f, &g->nodes[n]))
+      continue;
+    ew_group gr = {.sink = n, .n = 1, .nodes = {n}};
+    ew_grow(f, &gr, owner);
+    if (gr.n < 2 || !ew_program(f, &gr, prog))
+      continue;
+    for (int i = 0; i < gr.n; i++)
+      owner[gr.nodes[i]] = n;
+    rc = ew_rewrite(f, &gr, prog);
+    fused++;
+  }
+  if (rc == 0 && fused)
+    es__fz_nodes_compact(f);
+  es_mem_free(owner);
+  es_mem_free(prog);
+  return rc;
+}

@@ -1,0 +1,124 @@
+/* The fusion passes' symbolic shapes (src/engine/fuse_shapes.c) against the
+ * kernels' own shape inference: on the target models loaded without fusion,
+ * every value's symbolic shape is compared with the shape the planner gave
+ * it at concrete input sizes. A known rank, dimension or element type must
+ * match; and one symbol must stand for one extent, since fusion treats two
+ * equal symbols as proof that two shapes are equal (a residual Add becomes
+ * a post-op on that proof). Two input sizes per model, so a coincidence at
+ * one size does not hide a wrong rule. */
+#include "es_test.h"
+
+#include <string.h>
+
+#include "edgeserve/engine.h"
+#include "engine/engine_internal.h"
+#include "engine/fuse.h"
+
+typedef struct case_ {
+  const char *file;
+  int rank;
+  int64_t dims[2][4]; /* two input shapes */
+} case_;
+
+typedef struct tally {
+  long dims, symbolic, values;
+} tally;
+
+/* Symbol number -> the extent it stood for at this size (-1: not seen). */
+static void check_size(es_model *m, const fuser *f, const es_tensor_info *in, tally *t) {
+  const es_graph *g = &m->g;
+  es_tdesc *vd = es_mem_calloc(ES_MEM_ENGINE, (size_t)g->n_values + 1, sizeof *vd);
+  int64_t *sym_val = es_mem_calloc(ES_MEM_ENGINE, (size_t)f->n_syms + 64, sizeof *sym_val);
+  assert_non_null(vd);
+  assert_non_null(sym_val);
+  for (int i = 0; i < f->n_syms + 64; i++)
+    sym_val[i] = -1;
+  es_plan *p;
+  ES_CHECK_RC(es__plan_make(m, in, 1, &p, vd));
+  for (int v = 0; v < f->n_shape; v++) {
+    const sshape *s = &f->shape[v];
+    const es_tdesc *d = &vd[v];
+    if (d->dtype == ES_DTYPE_UNDEFINED)
+      continue;
+    t->values++;
+    if (s->dt != ES_DTYPE_UNDEFINED && s->dt != d->dtype)
+      fail_msg("value '%s': symbolic type %s, planned %s", g->values[v].name,
+               es_dtype_name(s->dt), es_dtype_name(d->dtype));
+    if (s->rank < 0)
+      continue;
+    if (s->rank != d->rank)
+      fail_msg("value '%s': symbolic rank %d, planned %d", g->values[v].name, s->rank, d->rank);
+    for (int i = 0; i < s->rank; i++) {
+      t->dims++;
+      if (s->d[i] >= 0) {
+        if (s->d[i] != d->dims[i])
+          fail_msg("value '%s' dim %d: symbolic %lld, planned %lld", g->values[v].name, i,
+                   (long long)s->d[i], (long long)d->dims[i]);
+        continue;
+      }
+      int64_t sn = -1 - s->d[i];
+      t->symbolic++;
+      if (sn >= f->n_syms) /* fresh and never stored: equal only to itself */
+        continue;
+      if (sym_val[sn] < 0)
+        sym_val[sn] = d->dims[i];
+      else if (sym_val[sn] != d->dims[i])
+        fail_msg("value '%s' dim %d: symbol %lld stands for %lld here and %lld elsewhere",
+                 g->values[v].name, i, (long long)sn, (long long)d->dims[i],
+                 (long long)sym_val[sn]);
+    }
+  }
+  es_plan_release(p);
+  es_mem_free(vd);
+  es_mem_free(sym_val);
+}
+
+static void test_target_models(void **state) {
+  (void)state;
+  static const case_ cases[] = {
+      {"blazeface_front_128.onnx", 4, {{1, 128, 128, 3}, {1, 128, 128, 3}}},
+      {"blazeface_back_256.onnx", 4, {{1, 256, 256, 3}, {1, 256, 256, 3}}},
+      {"ppocr_cls.onnx", 4, {{1, 3, 48, 192}, {3, 3, 48, 97}}},
+      {"ppocr_rec.onnx", 4, {{1, 3, 48, 320}, {2, 3, 48, 97}}},
+      {"ppocr_det.onnx", 4, {{1, 3, 320, 320}, {1, 3, 352, 224}}},
+  };
+  es_engine_fusion_set(0); /* the graph the passes see: folded, not fused */
+  int found = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/.cache/models/%s", ES_SOURCE_DIR, cases[c].file);
+    es_model *m;
+    int rc = es_model_load(path, NULL, &m);
+    if (rc == ES_ENOENT)
+      continue;
+    ES_CHECK_RC(rc);
+    found++;
+    es_graph_reindex(&m->g);
+    fuser f = {.g = &m->g};
+    ES_CHECK_RC(es__fuse_shapes(&f));
+    tally t = {0};
+    for (int s = 0; s < 2; s++) {
+      es_tensor_info in;
+      ES_CHECK_RC(es_model_input_info(m, 0, &in));
+      in.rank = cases[c].rank;
+      memcpy(in.dims, cases[c].dims[s], sizeof cases[c].dims[s]);
+      check_size(m, &f, &in, &t);
+    }
+    printf("# %-26s %ld values, %ld dims checked (%ld symbolic)\n", cases[c].file, t.values,
+           t.dims, t.symbolic);
+    assert_true(t.dims > 0);
+    es_mem_free(f.shape);
+    es_mem_free(f.syms);
+    es_model_release(m);
+  }
+  es_engine_fusion_set(1);
+  if (!found)
+    skip(); /* models not fetched: scripts/fetch-models.sh */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_target_models),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
