@@ -31,6 +31,7 @@
  * the end. */
 #include "cli/cli.h"
 #include "cli/inputs.h"
+#include "cli/spec.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 #include "edgeserve/runtime.h"
@@ -54,7 +55,6 @@
 typedef struct bl_model {
   const char *arg;                 /* the MODEL[:SHAPES] argument */
   char path[PATH_MAX];
-  char *spec;                      /* copy of SHAPES, commas turned into NULs */
   char name[ES_RT_NAME_MAX];       /* registry name: the file's base name */
   es_cli_inputs ci;
   int n_in;
@@ -99,7 +99,9 @@ static void bench_lane_usage(FILE *f) {
           "completion. N frames (default 100) after K warm-up frames (default 3).\n"
           "  MODEL:SHAPES  the shape each input is configured for (a lane needs one);\n"
           "                inputs not named keep the model's fixed shape. Without a\n"
-          "                file the input gets random data of that shape.\n"
+          "                file the input gets random data of that shape. MODEL is\n"
+          "                the whole argument when that is an existing file, else\n"
+          "                the text before the first ':' that leaves one.\n"
           "  --input       data for input NAME of model INDEX (0 = the first MODEL);\n"
           "                its shape is the file's\n"
           "  --private     each model its own arena (lane -1, one-arena pool) instead\n"
@@ -121,73 +123,20 @@ static double pct(double *v, int n, double q) {
   return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-static int is_file(const char *p) {
-  struct stat st;
-  return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* "1x3x640x640": digits separated by single x's. */
-static int dims_ok(const char *s) {
-  if (*s < '0' || *s > '9')
-    return 0;
-  for (; *s; s++)
-    if (*s == 'x' ? !(s[1] >= '0' && s[1] <= '9') : (*s < '0' || *s > '9'))
-      return 0;
-  return 1;
-}
-
-/* MODEL[:NAME=DxD[,NAME=DxD]]. Input names may hold ':' ("input:0") and so
- * may paths, so the split is the first ':' whose left side is an existing
- * file (the whole argument first). -1 with a message on error. */
+/* MODEL[:NAME=DxD[,NAME=DxD]] by the rules of spec.h; the shapes go to the
+ * model's inputs (random data of that shape unless --input gives a file).
+ * -1 with a message on error. */
 static int parse_model_arg(bl_model *bm) {
-  const char *arg = bm->arg, *spec = NULL;
-  size_t n = strlen(arg);
-  if (n < sizeof bm->path && is_file(arg)) {
-    memcpy(bm->path, arg, n + 1);
-  } else {
-    for (const char *c = strchr(arg, ':'); c; c = strchr(c + 1, ':')) {
-      size_t k = (size_t)(c - arg);
-      if (k == 0 || k >= sizeof bm->path)
-        continue;
-      memcpy(bm->path, arg, k);
-      bm->path[k] = '\0';
-      if (is_file(bm->path)) {
-        spec = c + 1;
-        break;
-      }
-    }
-    if (!spec) {
-      fprintf(stderr, "edgeserve bench-lane: no model file in '%s' (expected "
-                      "FILE[:NAME=DxDxD[,NAME=DxDxD]] naming an existing file)\n", arg);
-      return -1;
-    }
-  }
-  if (!spec)
-    return 0;
-  bm->spec = es_mem_strdup(ES_MEM_CLI, spec);
-  if (!bm->spec) {
-    fprintf(stderr, "edgeserve bench-lane: out of memory\n");
+  cli_model_arg ma;
+  char why[CLI_WHY_MAX];
+  if (cli_model_arg_parse(bm->arg, &ma, why) < 0 ||
+      (ma.specs &&
+       cli_shapes_parse(ma.specs, bm->ci.shapes, ES_CLI_MAX_INPUTS, &bm->ci.n_shapes, why) < 0)) {
+    fprintf(stderr, "edgeserve bench-lane: '%s': wants FILE[:NAME=DxDxD[,NAME=DxDxD]], %s\n",
+            bm->arg, why);
     return -1;
   }
-  for (char *p = bm->spec;;) {
-    char *comma = strchr(p, ',');
-    if (comma)
-      *comma = '\0';
-    char *eq = strrchr(p, '=');
-    if (!eq || eq == p || !dims_ok(eq + 1)) {
-      fprintf(stderr, "edgeserve bench-lane: '%s': wants NAME=DxDxD after the file, got "
-                      "'%s'\n", arg, p);
-      return -1;
-    }
-    if (bm->ci.n_shapes == ES_CLI_MAX_INPUTS) {
-      fprintf(stderr, "edgeserve bench-lane: '%s': too many shapes\n", arg);
-      return -1;
-    }
-    bm->ci.shapes[bm->ci.n_shapes++] = p;
-    if (!comma)
-      break;
-    p = comma + 1;
-  }
+  memcpy(bm->path, ma.path, sizeof bm->path);
   return 0;
 }
 
@@ -209,9 +158,55 @@ static void model_name(bl_model *models, int i) {
     }
 }
 
-static int spec_names(const char *spec, const char *name) {
+/* "NAME=FILE.npy" names input `name` (the name ends at the first '='). */
+static int file_names(const char *spec, const char *name) {
   const char *eq = strchr(spec, '=');
   return eq && strlen(name) == (size_t)(eq - spec) && !strncmp(spec, name, (size_t)(eq - spec));
+}
+
+/* A shape or file for an input the model does not have, or an input with
+ * free dimensions and neither: said with this command's syntax
+ * (es_cli_inputs_load would name its own options). 0, or 2 (printed). */
+static int check_inputs(const bl_model *bm, es_model *m, int index) {
+  es_tensor_info infos[ES_RT_MAX_IO];
+  char have[256];
+  size_t used = 0;
+  have[0] = '\0';
+  for (int i = 0; i < bm->n_in; i++) {
+    es_model_input_info(m, i, &infos[i]);
+    if (used < sizeof have) {
+      int w = snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", infos[i].name);
+      used += w > 0 ? (size_t)w : 0;
+    }
+  }
+  for (int k = 0; k < bm->ci.n_named + bm->ci.n_shapes; k++) {
+    int found = 0;
+    const char *name = k < bm->ci.n_named ? bm->ci.named[k] : bm->ci.shapes[k - bm->ci.n_named].name;
+    int len = k < bm->ci.n_named ? (int)(strchr(name, '=') - name)
+                                 : (int)bm->ci.shapes[k - bm->ci.n_named].name_len;
+    for (int i = 0; i < bm->n_in; i++)
+      found |= k < bm->ci.n_named ? file_names(name, infos[i].name)
+                                  : cli_shape_is(&bm->ci.shapes[k - bm->ci.n_named], infos[i].name);
+    if (!found) {
+      fprintf(stderr, "edgeserve bench-lane: %s has no input named '%.*s' (inputs: %s)\n",
+              bm->path, len, name, have);
+      return 2;
+    }
+  }
+  for (int i = 0; i < bm->n_in; i++) {
+    int given = i < bm->ci.n_pos;
+    for (int k = 0; k < bm->ci.n_named; k++)
+      given |= file_names(bm->ci.named[k], infos[i].name);
+    for (int k = 0; k < bm->ci.n_shapes; k++)
+      given |= cli_shape_is(&bm->ci.shapes[k], infos[i].name);
+    if (cli_shape_open(&infos[i]) && !given) {
+      fprintf(stderr, "edgeserve bench-lane: %s: input '%s' has free dimensions: give its "
+                      "shape (%s:%s=DxDxD) or data (--input %d:%s=FILE.npy)\n",
+              bm->path, infos[i].name, bm->path, infos[i].name, index, infos[i].name);
+      return 2;
+    }
+  }
+  return 0;
 }
 
 /* Open the model file once to learn its inputs and make their data and
@@ -230,50 +225,8 @@ static int probe_model(bl_model *bm, int index) {
     status = 1;
     goto out;
   }
-  /* A shape or file for an input the model does not have, or an input with
-   * free dimensions and neither: say so with this command's syntax
-   * (es_cli_inputs_load would name its own options). */
-  for (int k = 0; k < bm->ci.n_named + bm->ci.n_shapes; k++) {
-    const char *spec = k < bm->ci.n_named ? bm->ci.named[k] : bm->ci.shapes[k - bm->ci.n_named];
-    int found = 0;
-    char have[256];
-    size_t used = 0;
-    have[0] = '\0';
-    for (int i = 0; i < bm->n_in; i++) {
-      es_tensor_info info;
-      es_model_input_info(m, i, &info);
-      found |= spec_names(spec, info.name);
-      if (used < sizeof have) {
-        int w = snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", info.name);
-        used += w > 0 ? (size_t)w : 0;
-      }
-    }
-    if (!found) {
-      fprintf(stderr, "edgeserve bench-lane: %s has no input named '%.*s' (inputs: %s)\n",
-              bm->path, (int)(strchr(spec, '=') - spec), spec, have);
-      status = 2;
-      goto out;
-    }
-  }
-  for (int i = 0; i < bm->n_in; i++) {
-    es_tensor_info info;
-    es_model_input_info(m, i, &info);
-    int given = i < bm->ci.n_pos;
-    for (int k = 0; k < bm->ci.n_named; k++)
-      given |= spec_names(bm->ci.named[k], info.name);
-    for (int k = 0; k < bm->ci.n_shapes; k++)
-      given |= spec_names(bm->ci.shapes[k], info.name);
-    int open = info.rank < 0;
-    for (int d = 0; d < info.rank; d++)
-      open |= info.dims[d] < 0;
-    if (open && !given) {
-      fprintf(stderr, "edgeserve bench-lane: %s: input '%s' has free dimensions: give its "
-                      "shape (%s:%s=DxDxD) or data (--input %d:%s=FILE.npy)\n",
-              bm->path, info.name, bm->path, info.name, index, info.name);
-      status = 2;
-      goto out;
-    }
-  }
+  if ((status = check_inputs(bm, m, index)) != 0)
+    goto out;
   char label[PATH_MAX + 16];
   snprintf(label, sizeof label, "bench-lane: %s", bm->path);
   if ((status = es_cli_inputs_load(m, &bm->ci, label, bm->in, bm->shapes)) != 0)
@@ -708,7 +661,6 @@ out:
     es_cli_inputs_free(models[i].in, ES_CLI_MAX_INPUTS);
     for (int k = 0; k < ES_CLI_MAX_INPUTS; k++)
       es_mem_free(models[i].in_names[k]);
-    es_mem_free(models[i].spec);
     es_mem_free(models[i].run_ms);
     es_mem_free(models[i].switch_ns);
   }

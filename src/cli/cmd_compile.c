@@ -59,29 +59,22 @@ int es_cmd_compile(int argc, char **argv) {
   int n = es_model_input_count(m);
   es_tensor_info shapes[ES_CLI_MAX_INPUTS];
   int ok = n <= ES_CLI_MAX_INPUTS;
-  for (int i = 0; ok && i < n; i++) {
+  for (int i = 0; ok && i < n; i++)
     es_model_input_info(m, i, &shapes[i]);
+  for (int k = 0; ok && k < ci.n_shapes; k++)
+    if (cli_shape_find(&ci.shapes[k], shapes, n) < 0) {
+      fprintf(stderr, "edgeserve compile: --shape: the model has no input named '%.*s'\n",
+              (int)ci.shapes[k].name_len, ci.shapes[k].name);
+      es_model_release(m);
+      return 2;
+    }
+  for (int i = 0; ok && i < n; i++) {
     for (int d = 0; d < shapes[i].rank; d++)
       if (shapes[i].dims[d] < 0)
         shapes[i].dims[d] = d == 0 ? 1 : 64;
-    for (int k = 0; k < ci.n_shapes; k++) {
-      const char *eq = strchr(ci.shapes[k], '=');
-      if ((size_t)(eq - ci.shapes[k]) != strlen(shapes[i].name) ||
-          strncmp(ci.shapes[k], shapes[i].name, (size_t)(eq - ci.shapes[k])))
-        continue;
-      int rank = 0;
-      const char *s = eq + 1;
-      while (*s && rank < ES_MAX_RANK) {
-        char *end;
-        shapes[i].dims[rank++] = strtoll(s, &end, 10);
-        s = *end == 'x' ? end + 1 : end;
-        if (end == s && *s) {
-          ok = 0;
-          break;
-        }
-      }
-      shapes[i].rank = rank;
-    }
+    for (int k = 0; k < ci.n_shapes; k++)
+      if (cli_shape_is(&ci.shapes[k], shapes[i].name))
+        cli_shape_apply(&ci.shapes[k], &shapes[i]);
   }
   es_plan *p = NULL;
   if (ok && es_model_plan(m, shapes, n, &p) < 0)

@@ -21,6 +21,7 @@
  * admission gate would refuse it. The numbers are an upper bound: the margin
  * stands for fragmentation and peaks, the real threshold is set by load test. */
 #include "cli/cli.h"
+#include "cli/spec.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/error.h"
 #include "edgeserve/memory.h"
@@ -45,7 +46,8 @@ typedef struct plan_file {
 typedef struct plan_item {
   const char *arg;         /* the --model value */
   char path[PATH_MAX];     /* FILE part */
-  const char *spec;        /* NAME=SHAPE[,...] part; NULL when none */
+  cli_shape specs[PLAN_MAX_INPUTS]; /* the NAME=SHAPE[,...] part */
+  int n_specs;
   int file;                /* index into files[] */
   es_tensor_info shapes[PLAN_MAX_INPUTS];
   int n_inputs;
@@ -66,6 +68,9 @@ static void plan_usage(FILE *f) {
           "came from, and the maximum safe concurrency per model:\n"
           "  N = floor((budget - reserve - fixed) / ceil(arena x margin))\n"
           "alone (all free memory to that model) and in a round-robin mix of all.\n"
+          "FILE is the whole argument when that is an existing file, else the text\n"
+          "before the first ':' that leaves an existing file (paths and input names\n"
+          "may hold ':'). Dimensions are 0..2^32, at most 8.\n"
           "  --memory   budget in bytes (suffix K, M, G, T: powers of 1024), or auto\n"
           "             (default): the cgroup limit min(memory.high, memory.max), else\n"
           "             MemAvailable + this process's RSS\n"
@@ -78,70 +83,16 @@ static void plan_usage(FILE *f) {
 
 /* ---- parsing ---------------------------------------------------------------- */
 
-/* "FILE[:NAME=SHAPE[,NAME=SHAPE]]": the last ':' separates the shapes (a
- * shape never holds one). -1 when malformed, the reason in *why. */
-static int parse_model_arg(plan_item *it, const char **why) {
-  const char *colon = strrchr(it->arg, ':');
-  size_t n = colon ? (size_t)(colon - it->arg) : strlen(it->arg);
-  if (n == 0) {
-    *why = "no file name";
+/* "FILE[:NAME=SHAPE[,NAME=SHAPE]]" by the rules of spec.h, checked before
+ * any model is loaded so that a malformed spec is a usage error however the
+ * files are. -1 with the reason in why. */
+static int parse_model_arg(plan_item *it, char why[CLI_WHY_MAX]) {
+  cli_model_arg ma;
+  if (cli_model_arg_parse(it->arg, &ma, why) < 0)
     return -1;
-  }
-  if (n >= sizeof it->path) {
-    *why = "file name too long";
-    return -1;
-  }
-  memcpy(it->path, it->arg, n);
-  it->path[n] = '\0';
-  it->spec = colon ? colon + 1 : NULL;
-  if (colon && !strchr(it->spec, '=')) {
-    *why = "expected NAME=SHAPE after ':'";
-    return -1;
-  }
-  return 0;
-}
-
-/* One "NAME=DxDxD" of length len at s: name length and dims. -1 if malformed. */
-static int parse_one_shape(const char *s, size_t len, size_t *name_len, es_tensor_info *t) {
-  const char *eq = memchr(s, '=', len);
-  if (!eq || eq == s || eq + 1 == s + len)
-    return -1;
-  *name_len = (size_t)(eq - s);
-  t->rank = 0;
-  const char *p = eq + 1, *stop = s + len;
-  while (p < stop) {
-    char *end;
-    if (*p < '0' || *p > '9')
-      return -1;
-    long long v = strtoll(p, &end, 10);
-    if (end > stop || v > (1ll << 32) || t->rank == ES_MAX_RANK)
-      return -1;
-    t->dims[t->rank++] = v;
-    if (end < stop && *end == 'x' && end + 1 < stop)
-      end++;
-    else if (end != stop)
-      return -1;
-    p = end;
-  }
-  return 0;
-}
-
-/* Checks the shape syntax of every item before any model is loaded, so a
- * malformed spec is a usage error however the files are. */
-static int check_spec_syntax(const plan_item *it) {
-  if (!it->spec)
-    return 0;
-  const char *s = it->spec;
-  for (;;) {
-    const char *comma = strchr(s, ',');
-    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
-    es_tensor_info t;
-    if (parse_one_shape(s, len, &nl, &t) < 0)
-      return -1;
-    if (!comma)
-      return 0;
-    s = comma + 1;
-  }
+  memcpy(it->path, ma.path, sizeof it->path);
+  it->n_specs = 0;
+  return ma.specs ? cli_shapes_parse(ma.specs, it->specs, PLAN_MAX_INPUTS, &it->n_specs, why) : 0;
 }
 
 /* Appends sep, name and dim (when >= 0) to buf at o; truncates, never
@@ -167,31 +118,21 @@ static int resolve_shapes(plan_item *it, es_model *m) {
   it->n_inputs = n;
   for (int i = 0; i < n; i++)
     es_model_input_info(m, i, &it->shapes[i]);
-  for (const char *s = it->spec; s;) {
-    const char *comma = strchr(s, ',');
-    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
-    es_tensor_info t;
-    parse_one_shape(s, len, &nl, &t); /* syntax checked already */
-    int found = -1;
-    for (int i = 0; i < n; i++)
-      if (strlen(it->shapes[i].name) == nl && !strncmp(it->shapes[i].name, s, nl))
-        found = i;
+  for (int k = 0; k < it->n_specs; k++) {
+    const cli_shape *sp = &it->specs[k];
+    int found = cli_shape_find(sp, it->shapes, n);
     if (found < 0) {
-      fprintf(stderr, "edgeserve plan: %s has no input named '%.*s'\n", it->path, (int)nl, s);
+      fprintf(stderr, "edgeserve plan: %s has no input named '%.*s'\n", it->path,
+              (int)sp->name_len, sp->name);
       return 2;
     }
-    it->shapes[found].rank = t.rank;
-    memcpy(it->shapes[found].dims, t.dims, sizeof t.dims);
-    s = comma ? comma + 1 : NULL;
+    cli_shape_apply(sp, &it->shapes[found]);
   }
   size_t o = 0;
   it->shape_str[0] = '\0';
   for (int i = 0; i < n; i++) {
     const es_tensor_info *t = &it->shapes[i];
-    int open = t->rank < 0;
-    for (int d = 0; d < t->rank; d++)
-      open |= t->dims[d] < 0;
-    if (open) {
+    if (cli_shape_open(t)) {
       fprintf(stderr, "edgeserve plan: input '%s' of %s has open dimensions: give %s:%s=SHAPE\n",
               t->name, it->path, it->path, t->name);
       return 2;
@@ -250,8 +191,8 @@ int es_cmd_plan(int argc, char **argv) {
       plan_item *it = &items[n_items++];
       memset(it, 0, sizeof *it);
       it->arg = argv[++i];
-      const char *why = "bad shape: want NAME=DxDxD[,NAME=DxD...]";
-      if (parse_model_arg(it, &why) < 0 || check_spec_syntax(it) < 0) {
+      char why[CLI_WHY_MAX];
+      if (parse_model_arg(it, why) < 0) {
         fprintf(stderr,
                 "edgeserve plan: --model wants FILE[:NAME=SHAPE[,NAME=SHAPE]], got '%s' (%s)\n",
                 it->arg, why);

@@ -17,20 +17,25 @@ int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv,
     return 2;
   }
   const char *v = argv[++*i];
-  const char *eq = strchr(v, '=');
-  if (!eq || eq == v) {
-    fprintf(stderr, "edgeserve %s: %s wants NAME=%s, got '%s'\n", cmd, a,
-            is_input ? "FILE.npy" : "DxDxD", v);
-    return 2;
-  }
   if ((is_input ? ci->n_named : ci->n_shapes) == ES_CLI_MAX_INPUTS) {
     fprintf(stderr, "edgeserve %s: too many %s options\n", cmd, a);
     return 2;
   }
-  if (is_input)
-    ci->named[ci->n_named++] = v;
-  else
-    ci->shapes[ci->n_shapes++] = v;
+  if (is_shape) {
+    char why[CLI_WHY_MAX];
+    if (cli_shape_parse(v, strlen(v), &ci->shapes[ci->n_shapes], why) < 0) {
+      fprintf(stderr, "edgeserve %s: --shape: %s\n", cmd, why);
+      return 2;
+    }
+    ci->n_shapes++;
+    return 1;
+  }
+  const char *eq = strchr(v, '=');
+  if (!eq || eq == v) {
+    fprintf(stderr, "edgeserve %s: --input wants NAME=FILE.npy, got '%s'\n", cmd, v);
+    return 2;
+  }
+  ci->named[ci->n_named++] = v;
   return 1;
 }
 
@@ -51,28 +56,21 @@ int es_cli_inputs_positional(es_cli_inputs *ci, const char *cmd, const char *arg
   return 0;
 }
 
+/* "NAME=FILE.npy": the name ends at the first '=' (a path may hold more). */
 static int name_is(const char *spec, const char *name) {
   const char *eq = strchr(spec, '=');
   size_t len = (size_t)(eq - spec);
   return strlen(name) == len && !strncmp(spec, name, len);
 }
 
-/* "1x3x640x640" -> dims; -1 when malformed. */
-static int parse_dims(const char *s, es_tensor_info *t) {
-  t->rank = 0;
-  while (*s) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v < 0 || v > (1ll << 32) || t->rank == ES_MAX_RANK)
-      return -1;
-    t->dims[t->rank++] = v;
-    if (*end == 'x')
-      end++;
-    else if (*end)
-      return -1;
-    s = end;
+static int has_input(es_model *m, const char *name, size_t len) {
+  for (int i = 0; i < es_model_input_count(m); i++) {
+    es_tensor_info info;
+    es_model_input_info(m, i, &info);
+    if (strlen(info.name) == len && !strncmp(info.name, name, len))
+      return 1;
   }
-  return t->rank > 0 ? 0 : -1;
+  return 0;
 }
 
 static int random_tensor(es_tensor *t, const es_tensor_info *info, uint64_t seed) {
@@ -123,29 +121,26 @@ int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es
     return 2;
   }
   for (int k = 0; k < ci->n_named + ci->n_shapes; k++) {
-    const char *spec = k < ci->n_named ? ci->named[k] : ci->shapes[k - ci->n_named];
-    int found = 0;
-    for (int i = 0; i < nin; i++) {
-      es_tensor_info info;
-      es_model_input_info(m, i, &info);
-      found |= name_is(spec, info.name);
-    }
-    if (!found) {
-      fprintf(stderr, "edgeserve %s: the model has no input named '%.*s'\n", cmd,
-              (int)(strchr(spec, '=') - spec), spec);
+    const char *name = k < ci->n_named ? ci->named[k] : ci->shapes[k - ci->n_named].name;
+    size_t len = k < ci->n_named ? (size_t)(strchr(name, '=') - name)
+                                 : ci->shapes[k - ci->n_named].name_len;
+    if (!has_input(m, name, len)) {
+      fprintf(stderr, "edgeserve %s: the model has no input named '%.*s'\n", cmd, (int)len,
+              name);
       return 2;
     }
   }
   for (int i = 0; i < nin; i++) {
     es_tensor_info info;
     es_model_input_info(m, i, &info);
-    const char *file = i < ci->n_pos ? ci->positional[i] : NULL, *shape = NULL;
+    const char *file = i < ci->n_pos ? ci->positional[i] : NULL;
+    const cli_shape *shape = NULL;
     for (int k = 0; k < ci->n_named; k++)
       if (name_is(ci->named[k], info.name))
         file = strchr(ci->named[k], '=') + 1;
     for (int k = 0; k < ci->n_shapes; k++)
-      if (name_is(ci->shapes[k], info.name))
-        shape = strchr(ci->shapes[k], '=') + 1;
+      if (cli_shape_is(&ci->shapes[k], info.name))
+        shape = &ci->shapes[k];
     if (file) {
       if (es_npy_read(file, &in[i]) < 0) {
         fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
@@ -153,14 +148,9 @@ int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es
       }
     } else {
       es_tensor_info want = info;
-      if (shape && parse_dims(shape, &want) < 0) {
-        fprintf(stderr, "edgeserve %s: --shape wants NAME=DxDxD, got '%s'\n", cmd, shape);
-        return 2;
-      }
-      int open = want.rank < 0;
-      for (int d = 0; d < want.rank; d++)
-        open |= want.dims[d] < 0;
-      if (open) {
+      if (shape)
+        cli_shape_apply(shape, &want);
+      if (cli_shape_open(&want)) {
         fprintf(stderr, "edgeserve %s: no data for input '%s' (--input %s=FILE.npy or --shape "
                         "%s=DxDxD)\n", cmd, info.name, info.name, info.name);
         return 2;

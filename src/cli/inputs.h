@@ -4,20 +4,22 @@
 #ifndef ES_CLI_INPUTS_H
 #define ES_CLI_INPUTS_H
 
+#include "cli/spec.h"
 #include "edgeserve/engine.h"
 
-#define ES_CLI_MAX_INPUTS 32
+#define ES_CLI_MAX_INPUTS CLI_SHAPES_MAX
 
 typedef struct es_cli_inputs {
   const char *named[ES_CLI_MAX_INPUTS]; /* "NAME=FILE.npy" */
   int n_named;
   const char *positional[ES_CLI_MAX_INPUTS];
   int n_pos;
-  const char *shapes[ES_CLI_MAX_INPUTS]; /* "NAME=1x3x640x640": random data */
+  cli_shape shapes[ES_CLI_MAX_INPUTS]; /* --shape NAME=1x3x640x640: random data */
   int n_shapes;
 } es_cli_inputs;
 
-/* Consumes argv[*i] (and its value) if it is --input or --shape. Returns 1
+/* Consumes argv[*i] (and its value) if it is --input or --shape (parsed by
+ * cli_shape_parse, so a malformed shape is a usage error here). Returns 1
  * when consumed, 0 when not ours, 2 on a usage error (printed). Positional
  * files are the caller's to add to ci->positional. */
 int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv, int *i);
