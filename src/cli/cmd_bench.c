@@ -26,6 +26,7 @@
  * capacity planner promised. */
 #include "cli/cli.h"
 #include "cli/inputs.h"
+#include "cli/measure.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 #include "edgeserve/runtime.h"
@@ -37,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 static void bench_usage(FILE *f) {
@@ -82,13 +82,6 @@ static void bench_usage(FILE *f) {
           "random data.\n");
 }
 
-
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                        .tv_nsec = (long)(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
 
 static void print_profile(void *user, const char *op, int nodes, double ms) {
   (void)user;
@@ -179,9 +172,8 @@ static int bench_inproc(const bench_args *ba) {
     if (r >= 0)
       lat[r] = dt;
   }
-  qsort(lat, (size_t)iters, sizeof *lat, es_cli_cmp_double);
-  double med = lat[iters / 2];
-  double p99 = lat[(size_t)ceil(0.99 * (double)iters) - 1];
+  cli_sort(lat, (size_t)iters);
+  double med = cli_median(lat, (size_t)iters), p99 = cli_pct(lat, (size_t)iters, 0.99);
   double gflop = (double)es_plan_flops(plan) / 1e9;
   size_t peak = 0;
   es_sys_peak_rss(&peak);
@@ -255,20 +247,8 @@ static void series_free(bench_series *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* Nearest-rank percentile of a sorted series (as bench_streams.js); NAN
- * when empty. */
-static double series_pct(const bench_series *s, double q) {
-  if (s->n == 0)
-    return NAN;
-  double r = ceil(q * (double)s->n) - 1;
-  size_t i = r < 0 ? 0 : (size_t)r;
-  return s->v[i < s->n ? i : s->n - 1];
-}
-
-static void series_sort(bench_series *s) {
-  if (s->n)
-    qsort(s->v, s->n, sizeof *s->v, es_cli_cmp_double);
-}
+/* Nearest-rank percentile of a sorted series (as bench_streams.js). */
+static double series_pct(const bench_series *s, double q) { return cli_pct(s->v, s->n, q); }
 
 /* What one recording thread saw. The same record serves a stream of the
  * closed loop, the open loop's submitter (admissions and refusals) and its
@@ -426,7 +406,7 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
       rec_refusal(rec, &why, t1 - t0);
     uint64_t wait = (uint64_t)why.retry_after_ms * 1000000ull;
     uint64_t cap = until ? (until > t1 ? until - t1 : 0) : 1000000000ull;
-    sleep_ns(wait < cap ? wait : cap);
+    cli_sleep_ns(wait < cap ? wait : cap);
     return 0;
   }
   if (rc < 0) {
@@ -457,48 +437,13 @@ static void *stream_main(void *arg) {
    * for a stream that will not come. */
   atomic_fetch_add(&b->warmed, 1);
   while (!atomic_load(&b->go))
-    sleep_ns(200 * 1000ull);
+    cli_sleep_ns(200 * 1000ull);
   uint64_t deadline = b->deadline_ns;
   while (!atomic_load(&b->failed) && es_cli_now_ns() < deadline)
     if (stream_one(s, &sub, &s->rec, deadline) < 0)
       break;
   s->end_ns = es_cli_now_ns();
   return NULL;
-}
-
-/* ---- RSS sampler -------------------------------------------------------------- */
-
-/* VmHWM is what the kernel remembers, but memory given back with madvise
- * can peak between its updates; 50 ms samples catch the timed phase's own
- * peak. */
-typedef struct rss_sampler {
-  pthread_t thread;
-  int started;
-  atomic_int stop;
-  size_t max;
-  unsigned long samples;
-} rss_sampler;
-
-static void *sampler_main(void *arg) {
-  rss_sampler *s = arg;
-  while (!atomic_load(&s->stop)) {
-    size_t v;
-    if (es_sys_rss(&v) == 0) {
-      if (v > s->max)
-        s->max = v;
-      s->samples++;
-    }
-    sleep_ns(50 * 1000000ull);
-  }
-  return NULL;
-}
-
-static double cpu_seconds(void) {
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) != 0)
-    return 0;
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /* ---- open loop ---------------------------------------------------------------- */
@@ -631,15 +576,10 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
 /* ,"key":value with 3 decimals, or null for a missing value (NAN). */
 static void json_real(const char *key, double v) {
   printf(",\"%s\":", key);
-  if (isnan(v) || isinf(v))
-    printf("null");
-  else
-    printf("%.3f", v);
+  es_cli_json_real(stdout, v, 3);
 }
 
 static void json_size(const char *key, size_t v) { printf(",\"%s\":%zu", key, v); }
-
-static double mib(size_t b) { return (double)b / 1048576.0; }
 
 typedef struct bench_result {
   const char *model; /* basename */
@@ -769,46 +709,34 @@ static void report_text(const bench_rt *b, const bench_result *r) {
   }
   printf("memory: weights %.2f MiB (%ld cop%s), planned arena %.2f MiB, arena pools %.2f MiB, "
          "lane scratch %.2f MiB, buddy peak %.2f MiB\n",
-         mib(r->weights), a->no_share ? a->concurrency : 1L,
-         a->no_share && a->concurrency > 1 ? "ies" : "y", mib(r->planned), mib(r->pool),
-         mib(r->scratch), mib(r->buddy_peak));
+         cli_mib(r->weights), a->no_share ? a->concurrency : 1L,
+         a->no_share && a->concurrency > 1 ? "ies" : "y", cli_mib(r->planned), cli_mib(r->pool),
+         cli_mib(r->scratch), cli_mib(r->buddy_peak));
   if (a->rate > 0)
     printf("  formula: weights + %s = %.2f MiB\n",
-           r->budget ? "budget" : "peak bytes admitted", mib(r->formula));
+           r->budget ? "budget" : "peak bytes admitted", cli_mib(r->formula));
   else
     printf("  formula: weights + %ld x planned arena = %.2f MiB\n", a->concurrency,
-           mib(r->formula));
+           cli_mib(r->formula));
   printf("  RSS: baseline %.2f MiB, peak %.2f MiB%s (timed phase %.2f MiB over %lu samples), "
          "end %.2f MiB; PSS %.2f MiB\n",
-         mib(r->baseline_rss), mib(r->peak_rss),
+         cli_mib(r->baseline_rss), cli_mib(r->peak_rss),
          r->peak_reset_ok ? " (model loads included)" : " (whole process)",
-         mib(r->timed_peak_rss), r->rss_samples, mib(r->rss), mib(r->pss));
+         cli_mib(r->timed_peak_rss), r->rss_samples, cli_mib(r->rss), cli_mib(r->pss));
   printf("  mapped or allocated by edgeserve (its counters; not all resident): %.2f MiB:",
-         mib(r->counted));
+         cli_mib(r->counted));
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++)
     if (r->counted_by[t] >= 64 * 1024)
-      printf(" %s %.2f", es_mem_tag_name((es_mem_tag)t), mib(r->counted_by[t]));
+      printf(" %s %.2f", es_mem_tag_name((es_mem_tag)t), cli_mib(r->counted_by[t]));
   printf("\n");
   if (r->budget || a->queue)
     printf("  admission: budget %.2f MiB, queue %u, peak in flight %zu, peak reserved %.2f MiB\n",
-           mib(r->budget), r->queue_capacity, r->peak_inflight, mib(r->peak_reserved));
+           cli_mib(r->budget), r->queue_capacity, r->peak_inflight, cli_mib(r->peak_reserved));
   if (rec->oom)
     printf("warning: out of memory for some samples; percentiles are over fewer requests\n");
 }
 
 /* ---- the runtime mode's driver --------------------------------------------------- */
-
-static void sampler_start(rss_sampler *smp) {
-  atomic_store(&smp->stop, 0);
-  smp->started = pthread_create(&smp->thread, NULL, sampler_main, smp) == 0;
-}
-
-static void sampler_stop(rss_sampler *smp) {
-  atomic_store(&smp->stop, 1);
-  if (smp->started)
-    pthread_join(smp->thread, NULL);
-  smp->started = 0;
-}
 
 /* Wait until every open-loop request has called back (each holds a handle
  * and admission bytes until then). 0, or -1 after `limit_ms`. */
@@ -816,7 +744,7 @@ static int open_drain(bench_rt *b, uint64_t admitted, int limit_ms) {
   for (int waited = 0; atomic_load(&b->finished) < admitted; waited++) {
     if (waited >= limit_ms)
       return -1;
-    sleep_ns(1000000ull);
+    cli_sleep_ns(1000000ull);
   }
   return 0;
 }
@@ -838,7 +766,7 @@ static int bench_runtime(const bench_args *a) {
   bench_stream *streams = NULL;
   int n_streams = 0;
   int handles_out = 0; /* open-loop requests never called back: keep the runtime */
-  rss_sampler smp;
+  cli_rss_sampler smp;
   memset(&smp, 0, sizeof smp);
   bench_result res;
   memset(&res, 0, sizeof res);
@@ -985,9 +913,9 @@ static int bench_runtime(const bench_args *a) {
       started++;
     }
     while (atomic_load(&b->warmed) < started)
-      sleep_ns(1000000ull);
-    cpu0 = cpu_seconds();
-    sampler_start(&smp);
+      cli_sleep_ns(1000000ull);
+    cpu0 = cli_cpu_seconds();
+    cli_rss_sampler_start(&smp, 0);
     b->t0_ns = es_cli_now_ns();
     b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
     atomic_store(&b->go, 1);
@@ -998,15 +926,15 @@ static int bench_runtime(const bench_args *a) {
         if (streams[i].end_ns > t_end)
           t_end = streams[i].end_ns;
       }
-    sampler_stop(&smp);
+    cli_rss_sampler_stop(&smp);
     for (int i = 0; i < n_streams; i++)
       rec_merge(&res.rec, &streams[i].rec);
   } else {
     /* Open loop: warm every worker, then the submitter runs in this thread
      * and completions are recorded by the callback. */
     if (open_warmup(b) == 0) {
-      cpu0 = cpu_seconds();
-      sampler_start(&smp);
+      cpu0 = cli_cpu_seconds();
+      cli_rss_sampler_start(&smp, 0);
       b->t0_ns = es_cli_now_ns();
       b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
       open_submit(b, &sub_rec, &res.lag_max_ms, &res.offered);
@@ -1017,7 +945,7 @@ static int bench_runtime(const bench_args *a) {
         bench_fail(b, ES_ETIMEDOUT, "requests still unfinished 10 minutes after the end");
         handles_out = 1;
       }
-      sampler_stop(&smp);
+      cli_rss_sampler_stop(&smp);
       pthread_mutex_lock(&b->lock);
       /* The phase lasts the whole duration even when the last arrival came
        * early, and until the last admitted request is done. */
@@ -1034,9 +962,9 @@ static int bench_runtime(const bench_args *a) {
     goto out;
   }
   res.seconds = (double)(t_end - b->t0_ns) / 1e9;
-  res.cpu_cores = res.seconds > 0 ? (cpu_seconds() - cpu0) / res.seconds : 0;
-  res.timed_peak_rss = smp.max;
-  res.rss_samples = smp.samples;
+  res.cpu_cores = res.seconds > 0 ? (cli_cpu_seconds() - cpu0) / res.seconds : 0;
+  res.timed_peak_rss = atomic_load(&smp.max);
+  res.rss_samples = atomic_load(&smp.samples);
 
   /* Memory, before anything is torn down. */
   es_runtime_stats_get(b->rt, &rs);
@@ -1058,7 +986,7 @@ static int bench_runtime(const bench_args *a) {
   es_sys_peak_rss(&hwm);
   res.peak_rss = hwm > res.timed_peak_rss ? hwm : res.timed_peak_rss;
   es_sys_rss(&res.rss);
-  res.pss = es_cli_pss();
+  res.pss = cli_pss();
   /* What edgeserve itself holds, by subsystem: the part of the RSS it can
    * account for (the rest is code, the C library's heap, oneDNN). */
   res.counted = es_mem_total();
@@ -1072,10 +1000,10 @@ static int bench_runtime(const bench_args *a) {
   else
     res.formula = res.weights + (size_t)a->concurrency * res.planned;
 
-  series_sort(&res.rec.lat_ms);
-  series_sort(&res.rec.run_ms);
-  series_sort(&res.rec.queue_ms);
-  series_sort(&res.rec.refusal_us);
+  cli_sort(res.rec.lat_ms.v, res.rec.lat_ms.n);
+  cli_sort(res.rec.run_ms.v, res.rec.run_ms.n);
+  cli_sort(res.rec.queue_ms.v, res.rec.queue_ms.n);
+  cli_sort(res.rec.refusal_us.v, res.rec.refusal_us.n);
   if (a->json)
     report_json(b, &res);
   else
@@ -1091,13 +1019,13 @@ out:
     for (int i = 0; i < n_streams; i++)
       rec_free(&streams[i].rec);
   }
-  sampler_stop(&smp);
+  cli_rss_sampler_stop(&smp);
   if (b->rt && !handles_out) {
     /* Handles freed by a callback are released just after it returns:
      * destroy says busy until then. */
     int drc, tries = 0;
     while ((drc = es_runtime_destroy(b->rt)) == ES_EBUSY && tries++ < 10000)
-      sleep_ns(1000000ull);
+      cli_sleep_ns(1000000ull);
     if (drc < 0) {
       fprintf(stderr, "edgeserve bench: shutting the runtime down: %s\n",
               es_last_error_detail());

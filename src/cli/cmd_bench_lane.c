@@ -31,6 +31,7 @@
  * the end. */
 #include "cli/cli.h"
 #include "cli/inputs.h"
+#include "cli/measure.h"
 #include "cli/spec.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
@@ -50,7 +51,6 @@
 
 #define BL_MAX_MODELS 16
 #define BL_MAX_FILES 64 /* --input options */
-#define BL_SAMPLE_MS 50
 
 typedef struct bl_model {
   const char *arg;                 /* the MODEL[:SHAPES] argument */
@@ -83,11 +83,6 @@ typedef struct bl_sync {
   uint64_t last_ns;
 } bl_sync;
 
-typedef struct bl_sampler {
-  atomic_int stop;
-  atomic_size_t max_rss;
-} bl_sampler;
-
 static void bench_lane_usage(FILE *f) {
   fprintf(f,
           "usage: edgeserve bench-lane MODEL[:NAME=DxDxD[,NAME=DxDxD]]...\n"
@@ -113,14 +108,11 @@ static void bench_lane_usage(FILE *f) {
 }
 
 
-/* Nearest-rank percentile; sorts v in place. NAN for no values. The ONNX
- * Runtime script uses the same rank so the columns compare. */
+/* Nearest-rank percentile (as the ONNX Runtime script takes it, so the
+ * columns compare); sorts v in place. NAN for no values. */
 static double pct(double *v, int n, double q) {
-  if (n <= 0)
-    return NAN;
-  qsort(v, (size_t)n, sizeof *v, es_cli_cmp_double);
-  long k = (long)ceil(q * n) - 1;
-  return v[k < 0 ? 0 : k >= n ? n - 1 : k];
+  cli_sort(v, (size_t)(n > 0 ? n : 0));
+  return cli_pct(v, (size_t)(n > 0 ? n : 0), q);
 }
 
 /* MODEL[:NAME=DxD[,NAME=DxD]] by the rules of spec.h; the shapes go to the
@@ -258,30 +250,10 @@ static void on_done(void *user, es_request *r) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* VmHWM is refreshed lazily by the kernel (memory given back with madvise
- * can leave a peak it never saw), so RSS is also sampled, as the ONNX
- * Runtime script does. */
-static void *sampler_main(void *arg) {
-  bl_sampler *s = arg;
-  const struct timespec period = {0, BL_SAMPLE_MS * 1000000L};
-  while (!atomic_load(&s->stop)) {
-    size_t v = 0;
-    if (es_sys_rss(&v) == 0 && v > atomic_load(&s->max_rss))
-      atomic_store(&s->max_rss, v);
-    nanosleep(&period, NULL);
-  }
-  return NULL;
-}
-
-static void json_num(double v, int decimals) {
-  if (isnan(v))
-    printf("null");
-  else
-    printf("%.*f", decimals, v);
-}
+static void json_num(double v, int decimals) { es_cli_json_real(stdout, v, decimals); }
 
 static const char *mib(size_t b, char *buf, size_t n) {
-  snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+  snprintf(buf, n, "%.1f MiB", cli_mib(b));
   return buf;
 }
 
@@ -296,11 +268,8 @@ int es_cmd_bench_lane(int argc, char **argv) {
   }
   es_runtime *rt = NULL;
   double *frame_ms = NULL;
-  bl_sampler smp;
-  atomic_init(&smp.stop, 0);
-  atomic_init(&smp.max_rss, 0);
-  pthread_t smp_thread;
-  int smp_started = 0;
+  cli_rss_sampler smp;
+  memset(&smp, 0, sizeof smp);
   bl_sync sync;
   pthread_mutex_init(&sync.mu, NULL);
   pthread_cond_init(&sync.cv, NULL);
@@ -397,9 +366,7 @@ int es_cmd_bench_lane(int argc, char **argv) {
   int peak_reset = es_sys_peak_rss_reset() == 0;
   size_t baseline_rss = 0;
   es_sys_rss(&baseline_rss);
-  atomic_store(&smp.max_rss, baseline_rss);
-  if (pthread_create(&smp_thread, NULL, sampler_main, &smp) == 0)
-    smp_started = 1;
+  cli_rss_sampler_start(&smp, baseline_rss);
 
   /* ---- the runtime: one worker = one lane ---- */
   es_runtime_config rc;
@@ -489,15 +456,12 @@ int es_cmd_bench_lane(int argc, char **argv) {
   }
 
   /* ---- numbers ---- */
-  atomic_store(&smp.stop, 1);
-  if (smp_started)
-    pthread_join(smp_thread, NULL);
-  smp_started = 0;
-  size_t peak = 0, rss = 0, pss = es_cli_pss();
+  cli_rss_sampler_stop(&smp);
+  size_t peak = 0, rss = 0, pss = cli_pss();
   es_sys_rss(&rss);
   es_sys_peak_rss(&peak);
-  if (atomic_load(&smp.max_rss) > peak)
-    peak = atomic_load(&smp.max_rss);
+  if (atomic_load(&smp.max) > peak)
+    peak = atomic_load(&smp.max);
   if (rss > peak) /* read a moment apart: the peak is never below the end */
     peak = rss;
   es_runtime_stats rs;
@@ -651,10 +615,7 @@ oom:
   fprintf(stderr, "edgeserve bench-lane: out of memory\n");
   status = 1;
 out:
-  if (smp_started) {
-    atomic_store(&smp.stop, 1);
-    pthread_join(smp_thread, NULL);
-  }
+  cli_rss_sampler_stop(&smp);
   if (rt && es_runtime_destroy(rt) < 0)
     fprintf(stderr, "edgeserve bench-lane: %s\n", es_last_error_detail());
   for (int i = 0; i < n_models; i++) {

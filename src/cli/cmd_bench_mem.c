@@ -30,6 +30,7 @@
  * Finally the parent measures the request arena's bump allocation in batches
  * (a single alloc is shorter than the clock's resolution). */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "edgeserve/memory.h"
 
 #include <dlfcn.h>
@@ -481,8 +482,6 @@ static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint
   return got_result || !a->available ? 0 : -1;
 }
 
-static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
-
 /* Arena bump allocation, in batches: the clock cannot time one call. */
 static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   es_arena *a;
@@ -621,7 +620,7 @@ int es_cmd_bench_mem(int argc, char **argv) {
          " memory operations (every page written), %d interleaved rounds, seed %" PRIu64 "\n"
          "  tensors 64 KiB-64 MiB (float32 CxHxW), live set <= %.0f MiB, buddy pool %.0f MiB\n",
          per_round * (uint64_t)o.rounds, rss_per_round * (uint64_t)o.rounds, o.rounds, o.seed,
-         mib(o.live_max), mib(o.pool_bytes));
+         cli_mib(o.live_max), cli_mib(o.pool_bytes));
   fflush(stdout);
   for (int r = 0; r < o.rounds; r++) {
     for (int pass = 0; pass < 2; pass++) {
@@ -661,11 +660,11 @@ int es_cmd_bench_mem(int argc, char **argv) {
            " | %9.1f %9.1f %9.2f\n",
            backends_[b].name, hist_pct(&a->alloc, .5), hist_pct(&a->alloc, .99), a->alloc.max,
            hist_pct(&a->free, .5), hist_pct(&a->free, .99), a->free.max, a->failures,
-           mib(m->peak_rss), mib(m->rss_end), (double)m->wall_ns / 1e9);
+           cli_mib(m->peak_rss), cli_mib(m->rss_end), (double)m->wall_ns / 1e9);
   }
   printf("(latency from the latency runs; RSS and wall time from the memory runs, above each\n"
          " worker's start; the live set peaked at %.1f MiB)\n",
-         mib(mem[0].available ? mem[0].live_peak : mem[1].live_peak));
+         cli_mib(mem[0].available ? mem[0].live_peak : mem[1].live_peak));
 
   printf("\nfragmentation over time (latency run, round 1): live MiB / fragmentation\n");
   printf("  buddy: 1 - largest free block / free bytes; glibc: free bytes held in its heap / heap\n");
@@ -675,7 +674,7 @@ int es_cmd_bench_mem(int argc, char **argv) {
       continue;
     printf("  %-9s", backends_[b].name);
     for (int i = 0; i < a->nsamples; i += (a->nsamples + 5) / 6)
-      printf(" | %.0f/%.2f", mib(a->s_live[i]), a->s_frag[i]);
+      printf(" | %.0f/%.2f", cli_mib(a->s_live[i]), a->s_frag[i]);
     printf("\n");
   }
   printf("resident memory over time (memory run, round 1): live MiB / RSS MiB\n");
@@ -685,7 +684,7 @@ int es_cmd_bench_mem(int argc, char **argv) {
       continue;
     printf("  %-9s", backends_[b].name);
     for (int i = 0; i < m->nsamples; i += (m->nsamples + 5) / 6)
-      printf(" | %.0f/%.0f", mib(m->s_live[i]), mib(m->s_rss[i]));
+      printf(" | %.0f/%.0f", cli_mib(m->s_live[i]), cli_mib(m->s_rss[i]));
     printf("\n");
   }
 
@@ -715,15 +714,15 @@ int es_cmd_bench_mem(int argc, char **argv) {
     printf("\n");
     printf("  buddy fragmentation after everything is freed: %.4f (largest free %.0f MiB; "
            "capacity %.0f MiB after growth from %.0f MiB; goal 0)\n",
-           bd->frag_end, mib(bd->largest_end), mib(bd->capacity), mib(o.pool_bytes));
+           bd->frag_end, cli_mib(bd->largest_end), cli_mib(bd->capacity), cli_mib(o.pool_bytes));
     printf("  buddy failed allocations: %" PRIu64 " of %" PRIu64 "\n", bd->failures,
            bd->allocs + bd->failures);
     if (g->available && gm->available && bm->available) {
-      printf("  peak RSS: buddy %.1f MiB vs glibc %.1f MiB: ratio %.3f\n", mib(bm->peak_rss),
-             mib(gm->peak_rss), (double)bm->peak_rss / (double)(gm->peak_rss ? gm->peak_rss : 1));
+      printf("  peak RSS: buddy %.1f MiB vs glibc %.1f MiB: ratio %.3f\n", cli_mib(bm->peak_rss),
+             cli_mib(gm->peak_rss), (double)bm->peak_rss / (double)(gm->peak_rss ? gm->peak_rss : 1));
       printf("  RSS after everything is freed: buddy %.1f MiB (kept for reuse, bounded by the "
              "pool) vs glibc %.1f MiB\n",
-             mib(bm->rss_end), mib(gm->rss_end));
+             cli_mib(bm->rss_end), cli_mib(gm->rss_end));
       printf("  memory-run wall time (page faults included): buddy %.2f s vs glibc %.2f s: ratio "
              "%.3f\n",
              (double)bm->wall_ns / 1e9, (double)gm->wall_ns / 1e9,
@@ -734,7 +733,7 @@ int es_cmd_bench_mem(int argc, char **argv) {
         double p99 = hist_pct(&aggs[b].alloc, .99) + hist_pct(&aggs[b].free, .99);
         printf("  vs %s: alloc+free p99 %.0f ns (ratio %.3f), peak RSS %.1f MiB (ratio %.3f), "
                "memory-run wall %.2f s (ratio %.3f)\n",
-               backends_[b].name, p99, bp99 / p99, mib(mem[b].peak_rss),
+               backends_[b].name, p99, bp99 / p99, cli_mib(mem[b].peak_rss),
                (double)bm->peak_rss / (double)(mem[b].peak_rss ? mem[b].peak_rss : 1),
                (double)mem[b].wall_ns / 1e9,
                (double)bm->wall_ns / (double)(mem[b].wall_ns ? mem[b].wall_ns : 1));

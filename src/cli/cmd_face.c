@@ -8,6 +8,7 @@
  * es_face_detect (resize, run, decode, suppression), the median over
  * --repeat runs; model loading and image decoding are not in it. */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "edgeserve/apps.h"
 #include "edgeserve/runtime.h"
 
@@ -154,8 +155,8 @@ int es_cmd_face(int argc, char **argv) {
       goto out;
     }
   }
-  qsort(times, (size_t)repeat, sizeof *times, es_cli_cmp_double);
-  print_json(image, &img, faces, n, times[repeat / 2]);
+  cli_sort(times, (size_t)repeat);
+  print_json(image, &img, faces, n, cli_median(times, (size_t)repeat));
   status = 0;
 out:
   free(times);

@@ -12,6 +12,7 @@
  * its shapes (the runtime caches the plans), so --repeat shows the steady
  * state and "first_ms" the cold one. */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "edgeserve/apps.h"
 #include "edgeserve/memory.h"
 #include "edgeserve/runtime.h"
@@ -165,8 +166,8 @@ int es_cmd_ocr(int argc, char **argv) {
     }
   }
   double first = times[0];
-  qsort(times, (size_t)repeat, sizeof *times, es_cli_cmp_double);
-  print_json(image, &img, lines, n, times[repeat / 2], first);
+  cli_sort(times, (size_t)repeat);
+  print_json(image, &img, lines, n, cli_median(times, (size_t)repeat), first);
   status = 0;
 out:
   es_mem_free(times);

@@ -4,6 +4,7 @@
  * arena of exactly the planned size, run (optionally several times, resetting
  * the arena between runs as a request would), write the outputs. */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "cli/inputs.h"
 #include "cli/npy.h"
 #include "edgeserve/engine.h"
@@ -132,7 +133,7 @@ int es_cmd_run(int argc, char **argv) {
       goto out;
     }
   }
-  qsort(lat, (size_t)repeat, sizeof *lat, es_cli_cmp_double);
+  cli_sort(lat, (size_t)repeat);
   if (out_dir && make_dirs(out_dir) < 0) {
     fprintf(stderr, "edgeserve run: cannot create the output folder '%s'\n", out_dir);
     es_mem_free(outs);
@@ -156,7 +157,7 @@ int es_cmd_run(int argc, char **argv) {
   }
   printf("planned arena bytes: %zu\n", arena_bytes);
   printf("arena peak bytes: %zu\n", es_arena_peak(arena));
-  printf("latency ms: median %.3f over %ld run%s\n", lat[repeat / 2], repeat,
+  printf("latency ms: median %.3f over %ld run%s\n", cli_median(lat, (size_t)repeat), repeat,
          repeat > 1 ? "s" : "");
   es_mem_free(outs);
   status = 0;
