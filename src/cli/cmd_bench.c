@@ -328,6 +328,15 @@ struct bench_rt {
   bench_rec done;       /* open loop: completions, under lock */
   uint64_t last_done_ns; /* open loop, under lock */
   atomic_ulong finished; /* open loop: callbacks that have run */
+  /* the driver's own (bench_runtime and its steps) */
+  es_tensor in_store[ES_CLI_MAX_INPUTS];
+  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
+  char *names[ES_CLI_MAX_INPUTS]; /* the inputs' names: the probe model goes away */
+  bench_stream *streams;
+  int n_streams;
+  int handles_out; /* open-loop requests never called back: keep the runtime */
+  cli_rss_sampler smp;
+  bench_rec sub_rec; /* open loop: the submitter's */
 };
 
 /* Remember the first failure and stop everyone. */
@@ -749,36 +758,10 @@ static int open_drain(bench_rt *b, uint64_t admitted, int limit_ms) {
   return 0;
 }
 
-static int bench_runtime(const bench_args *a) {
-  int status = 1;
-  bench_rt *b = es_mem_calloc(ES_MEM_CLI, 1, sizeof *b);
-  if (!b) {
-    fprintf(stderr, "edgeserve bench: out of memory\n");
-    return 1;
-  }
-  b->a = a;
-  pthread_mutex_init(&b->lock, NULL);
-  es_tensor in[ES_CLI_MAX_INPUTS];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  char *names[ES_CLI_MAX_INPUTS];
-  memset(in, 0, sizeof in);
-  memset(names, 0, sizeof names);
-  bench_stream *streams = NULL;
-  int n_streams = 0;
-  int handles_out = 0; /* open-loop requests never called back: keep the runtime */
-  cli_rss_sampler smp;
-  memset(&smp, 0, sizeof smp);
-  bench_result res;
-  memset(&res, 0, sizeof res);
-  bench_rec sub_rec;
-  memset(&sub_rec, 0, sizeof sub_rec);
-  const char *slash = strrchr(a->model_path, '/');
-  res.model = slash ? slash + 1 : a->model_path;
-
-  es_sys_rss(&res.baseline_rss);
-  /* From here the peak is the runtime's own: loads, warm-up, timed phase. */
-  res.peak_reset_ok = es_sys_peak_rss_reset() == 0;
-
+/* The runtime: pinned workers, the admission budget and queue asked for,
+ * room for every no-share copy. 0, or -1 (printed). */
+static int create_runtime(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
   es_runtime_config rc;
   es_runtime_config_default(&rc);
   rc.workers = (int)a->workers;
@@ -792,75 +775,70 @@ static int bench_runtime(const bench_args *a) {
     rc.max_models = copies + 1;
   if (es_runtime_create(&rc, &b->rt) < 0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
+    return -1;
   }
   es_runtime_stats rs;
   es_runtime_stats_get(b->rt, &rs);
   b->n_workers = rs.workers;
-  res.queue_capacity = rc.queue_capacity;
-  res.budget = a->memory;
+  res->queue_capacity = rc.queue_capacity;
+  res->budget = a->memory;
   b->worker_runs = es_mem_calloc(ES_MEM_CLI, (size_t)b->n_workers, sizeof *b->worker_runs);
   if (!b->worker_runs) {
     fprintf(stderr, "edgeserve bench: out of memory\n");
-    goto out;
+    return -1;
   }
+  return 0;
+}
 
-  /* The runtime plans on the caller's thread, and oneDNN fixes a
-   * primitive's thread count when it is created, from the creating thread's
-   * OpenMP setting (all cores by default). Unset, every run on a worker
-   * would start a team of all cores, and since the team inherits the pinned
-   * worker's one-core affinity its threads would take turns on that core
-   * (runs about twice as slow). So this thread plans with the workers'
-   * setting. */
-  es_engine_threads_set((int)a->threads);
-
-  /* The inputs are read against the model's inputs, and the configured
-   * shape comes from the inputs: so an entry without a shape is loaded
-   * first, only to read them. The shared entry loaded next takes the same
-   * es_model (the file is parsed once, as a server would); no-share copies
-   * are private anyway, so the probe goes before they load. */
-  double t_load = es_cli_now_ms();
-  int probe_id = -1;
+/* The inputs are read against the model's inputs, and the configured
+ * shape comes from the inputs: so an entry without a shape is loaded
+ * first, only to read them. The shared entry loaded next takes the same
+ * es_model (the file is parsed once, as a server would); no-share copies
+ * are private anyway, so the probe goes before they load. Its id (-1 when
+ * already unloaded) in *probe_id; 0, or the exit status (printed). */
+static int probe_inputs(bench_rt *b, int *probe_id) {
+  const bench_args *a = b->a;
   es_model_config pc;
   es_model_config_default(&pc);
   pc.name = "probe";
   pc.path = a->model_path;
   pc.arenas = 1;
-  if (es_runtime_model_load(b->rt, &pc, &probe_id) < 0) {
+  if (es_runtime_model_load(b->rt, &pc, probe_id) < 0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
+    return 1;
   }
   es_model *pm = NULL;
-  int irc = es_runtime_model_get(b->rt, probe_id, &pm) < 0 ? 1 : 0;
+  int irc = es_runtime_model_get(b->rt, *probe_id, &pm) < 0 ? 1 : 0;
   if (irc) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
   } else {
     b->nin = es_model_input_count(pm);
-    irc = es_cli_inputs_load(pm, &a->ci, "bench", in, shapes);
+    irc = es_cli_inputs_load(pm, &a->ci, "bench", b->in_store, b->shapes);
   }
   /* The names belong to the model: copied, as the probe goes away. */
   for (int i = 0; irc == 0 && i < b->nin; i++) {
-    names[i] = es_mem_strdup(ES_MEM_CLI, shapes[i].name ? shapes[i].name : "");
-    if (!names[i]) {
+    b->names[i] = es_mem_strdup(ES_MEM_CLI, b->shapes[i].name ? b->shapes[i].name : "");
+    if (!b->names[i]) {
       fprintf(stderr, "edgeserve bench: out of memory\n");
       irc = 1;
     }
-    shapes[i].name = names[i];
+    b->shapes[i].name = b->names[i];
   }
   es_model_release(pm);
   if (irc != 0 || a->no_share) {
-    es_runtime_model_unload(b->rt, probe_id, -1);
-    probe_id = -1;
+    es_runtime_model_unload(b->rt, *probe_id, -1);
+    *probe_id = -1;
   }
-  if (irc != 0) {
-    status = irc;
-    goto out;
-  }
-  b->in = in;
+  b->in = b->in_store;
+  return irc;
+}
 
-  /* Shared: one registry entry whose arena pool has one arena per worker;
-   * every stream submits to it. No-share: N entries with share 0, one arena
-   * and one request in flight each, stream i to entry i. */
+/* Shared: one registry entry whose arena pool has one arena per worker;
+ * every stream submits to it. No-share: N entries with share 0, one arena
+ * and one request in flight each, stream i to entry i. 0, or -1 (printed). */
+static int load_copies(bench_rt *b) {
+  const bench_args *a = b->a;
+  int copies = a->no_share ? (int)a->concurrency : 1;
   for (int k = 0; k < copies; k++) {
     char name[ES_RT_NAME_MAX];
     if (a->no_share)
@@ -871,7 +849,7 @@ static int bench_runtime(const bench_args *a) {
     es_model_config_default(&mc);
     mc.name = name;
     mc.path = a->model_path;
-    mc.shapes = shapes;
+    mc.shapes = b->shapes;
     mc.n_shapes = b->nin;
     mc.lane = -1;
     mc.share = a->no_share ? 0 : 1;
@@ -882,91 +860,93 @@ static int bench_runtime(const bench_args *a) {
     if (es_runtime_model_load(b->rt, &mc, &b->ids[k]) < 0) {
       fprintf(stderr, "edgeserve bench: loading %s: %s\n", a->model_path,
               es_last_error_detail());
-      goto out;
+      return -1;
     }
     b->n_ids++;
   }
-  if (probe_id >= 0)
-    es_runtime_model_unload(b->rt, probe_id, -1);
-  res.load_ms = es_cli_now_ms() - t_load;
+  return 0;
+}
 
-  double cpu0 = 0;
-  uint64_t t_end = 0;
-  if (a->rate <= 0) {
-    /* Closed loop: streams warm up, then start the timed phase together. */
-    n_streams = (int)a->concurrency;
-    streams = es_mem_calloc(ES_MEM_CLI, (size_t)n_streams, sizeof *streams);
-    if (!streams) {
-      fprintf(stderr, "edgeserve bench: out of memory\n");
-      goto out;
-    }
-    int started = 0;
-    for (int i = 0; i < n_streams; i++) {
-      streams[i].b = b;
-      streams[i].index = i;
-      streams[i].model = b->ids[a->no_share ? i : 0];
-      if (pthread_create(&streams[i].thread, NULL, stream_main, &streams[i]) != 0) {
-        bench_fail(b, ES_ENOMEM, "cannot start a stream thread");
-        break;
-      }
-      streams[i].started = 1;
-      started++;
-    }
-    while (atomic_load(&b->warmed) < started)
-      cli_sleep_ns(1000000ull);
-    cpu0 = cli_cpu_seconds();
-    cli_rss_sampler_start(&smp, 0);
-    b->t0_ns = es_cli_now_ns();
-    b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
-    atomic_store(&b->go, 1);
-    for (int i = 0; i < n_streams; i++)
-      if (streams[i].started) {
-        pthread_join(streams[i].thread, NULL);
-        streams[i].started = 0;
-        if (streams[i].end_ns > t_end)
-          t_end = streams[i].end_ns;
-      }
-    cli_rss_sampler_stop(&smp);
-    for (int i = 0; i < n_streams; i++)
-      rec_merge(&res.rec, &streams[i].rec);
-  } else {
-    /* Open loop: warm every worker, then the submitter runs in this thread
-     * and completions are recorded by the callback. */
-    if (open_warmup(b) == 0) {
-      cpu0 = cli_cpu_seconds();
-      cli_rss_sampler_start(&smp, 0);
-      b->t0_ns = es_cli_now_ns();
-      b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
-      open_submit(b, &sub_rec, &res.lag_max_ms, &res.offered);
-      uint64_t t_sub = es_cli_now_ns();
-      /* Everything admitted finishes before anything is reported: the
-       * queue is bounded, so this is at most a few runs per worker. */
-      if (open_drain(b, sub_rec.admitted, 600 * 1000) < 0) {
-        bench_fail(b, ES_ETIMEDOUT, "requests still unfinished 10 minutes after the end");
-        handles_out = 1;
-      }
-      cli_rss_sampler_stop(&smp);
-      pthread_mutex_lock(&b->lock);
-      /* The phase lasts the whole duration even when the last arrival came
-       * early, and until the last admitted request is done. */
-      t_end = b->last_done_ns > t_sub ? b->last_done_ns : t_sub;
-      if (t_end < b->deadline_ns)
-        t_end = b->deadline_ns;
-      rec_merge(&res.rec, &sub_rec);
-      rec_merge(&res.rec, &b->done);
-      pthread_mutex_unlock(&b->lock);
-    }
-  }
-  if (atomic_load(&b->failed)) {
-    fprintf(stderr, "edgeserve bench: %s\n", b->err);
-    goto out;
-  }
-  res.seconds = (double)(t_end - b->t0_ns) / 1e9;
-  res.cpu_cores = res.seconds > 0 ? (cli_cpu_seconds() - cpu0) / res.seconds : 0;
-  res.timed_peak_rss = atomic_load(&smp.max);
-  res.rss_samples = atomic_load(&smp.samples);
+/* Starts the timed phase: CPU time, the RSS sampler, the deadline. */
+static double start_timed(bench_rt *b) {
+  double cpu0 = cli_cpu_seconds();
+  cli_rss_sampler_start(&b->smp, 0);
+  b->t0_ns = es_cli_now_ns();
+  b->deadline_ns = b->t0_ns + (uint64_t)(b->a->duration * 1e9);
+  return cpu0;
+}
 
-  /* Memory, before anything is torn down. */
+/* Closed loop: streams warm up, then start the timed phase together. The
+ * end of the phase in *t_end; returns the CPU seconds at its start, or -1
+ * (printed). */
+static double run_closed(bench_rt *b, bench_result *res, uint64_t *t_end) {
+  b->n_streams = (int)b->a->concurrency;
+  b->streams = es_mem_calloc(ES_MEM_CLI, (size_t)b->n_streams, sizeof *b->streams);
+  if (!b->streams) {
+    fprintf(stderr, "edgeserve bench: out of memory\n");
+    return -1;
+  }
+  int started = 0;
+  for (int i = 0; i < b->n_streams; i++) {
+    bench_stream *st = &b->streams[i];
+    st->b = b;
+    st->index = i;
+    st->model = b->ids[b->a->no_share ? i : 0];
+    if (pthread_create(&st->thread, NULL, stream_main, st) != 0) {
+      bench_fail(b, ES_ENOMEM, "cannot start a stream thread");
+      break;
+    }
+    st->started = 1;
+    started++;
+  }
+  while (atomic_load(&b->warmed) < started)
+    cli_sleep_ns(1000000ull);
+  double cpu0 = start_timed(b);
+  atomic_store(&b->go, 1);
+  for (int i = 0; i < b->n_streams; i++)
+    if (b->streams[i].started) {
+      pthread_join(b->streams[i].thread, NULL);
+      b->streams[i].started = 0;
+      if (b->streams[i].end_ns > *t_end)
+        *t_end = b->streams[i].end_ns;
+    }
+  cli_rss_sampler_stop(&b->smp);
+  for (int i = 0; i < b->n_streams; i++)
+    rec_merge(&res->rec, &b->streams[i].rec);
+  return cpu0;
+}
+
+/* Open loop: warm every worker, then the submitter runs in this thread and
+ * completions are recorded by the callback. As run_closed. */
+static double run_open(bench_rt *b, bench_result *res, uint64_t *t_end) {
+  if (open_warmup(b) != 0)
+    return -1;
+  double cpu0 = start_timed(b);
+  open_submit(b, &b->sub_rec, &res->lag_max_ms, &res->offered);
+  uint64_t t_sub = es_cli_now_ns();
+  /* Everything admitted finishes before anything is reported: the queue is
+   * bounded, so this is at most a few runs per worker. */
+  if (open_drain(b, b->sub_rec.admitted, 600 * 1000) < 0) {
+    bench_fail(b, ES_ETIMEDOUT, "requests still unfinished 10 minutes after the end");
+    b->handles_out = 1;
+  }
+  cli_rss_sampler_stop(&b->smp);
+  pthread_mutex_lock(&b->lock);
+  /* The phase lasts the whole duration even when the last arrival came
+   * early, and until the last admitted request is done. */
+  *t_end = b->last_done_ns > t_sub ? b->last_done_ns : t_sub;
+  if (*t_end < b->deadline_ns)
+    *t_end = b->deadline_ns;
+  rec_merge(&res->rec, &b->sub_rec);
+  rec_merge(&res->rec, &b->done);
+  pthread_mutex_unlock(&b->lock);
+  return cpu0;
+}
+
+/* Memory, before anything is torn down. */
+static void collect_memory(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
+  es_runtime_stats rs;
   es_runtime_stats_get(b->rt, &rs);
   es_runtime_model_stats ms;
   memset(&ms, 0, sizeof ms);
@@ -974,53 +954,95 @@ static int bench_runtime(const bench_args *a) {
   es_admission_stats as;
   memset(&as, 0, sizeof as);
   es_admission_stats_get(es_runtime_admission(b->rt), &as);
-  res.planned = ms.planned_bytes;
-  res.weights_one = ms.weights_bytes;
-  res.weights = rs.weights_bytes;
-  res.pool = rs.pool_bytes;
-  res.scratch = rs.scratch_bytes;
-  res.buddy_peak = rs.buddy_peak;
-  res.peak_inflight = as.peak_inflight;
-  res.peak_reserved = as.peak_reserved_bytes;
+  res->planned = ms.planned_bytes;
+  res->weights_one = ms.weights_bytes;
+  res->weights = rs.weights_bytes;
+  res->pool = rs.pool_bytes;
+  res->scratch = rs.scratch_bytes;
+  res->buddy_peak = rs.buddy_peak;
+  res->peak_inflight = as.peak_inflight;
+  res->peak_reserved = as.peak_reserved_bytes;
   size_t hwm = 0;
   es_sys_peak_rss(&hwm);
-  res.peak_rss = hwm > res.timed_peak_rss ? hwm : res.timed_peak_rss;
-  es_sys_rss(&res.rss);
-  res.pss = cli_pss();
+  res->peak_rss = hwm > res->timed_peak_rss ? hwm : res->timed_peak_rss;
+  es_sys_rss(&res->rss);
+  res->pss = cli_pss();
   /* What edgeserve itself holds, by subsystem: the part of the RSS it can
    * account for (the rest is code, the C library's heap, oneDNN). */
-  res.counted = es_mem_total();
+  res->counted = es_mem_total();
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
     es_mem_stats st;
     if (es_mem_stats_get((es_mem_tag)t, &st) == 0)
-      res.counted_by[t] = st.current + st.file_mapped;
+      res->counted_by[t] = st.current + st.file_mapped;
   }
   if (a->rate > 0)
-    res.formula = res.weights + (a->memory ? a->memory : res.peak_reserved);
+    res->formula = res->weights + (a->memory ? a->memory : res->peak_reserved);
   else
-    res.formula = res.weights + (size_t)a->concurrency * res.planned;
+    res->formula = res->weights + (size_t)a->concurrency * res->planned;
+}
 
-  cli_sort(res.rec.lat_ms.v, res.rec.lat_ms.n);
-  cli_sort(res.rec.run_ms.v, res.rec.run_ms.n);
-  cli_sort(res.rec.queue_ms.v, res.rec.queue_ms.n);
-  cli_sort(res.rec.refusal_us.v, res.rec.refusal_us.n);
-  if (a->json)
-    report_json(b, &res);
-  else
-    report_text(b, &res);
-  fflush(stdout);
-  status = 0;
-out:
-  if (streams) { /* only after an early failure are threads still running */
-    atomic_store(&b->go, 1);
-    for (int i = 0; i < n_streams; i++)
-      if (streams[i].started)
-        pthread_join(streams[i].thread, NULL);
-    for (int i = 0; i < n_streams; i++)
-      rec_free(&streams[i].rec);
+/* Loads, runs the timed phase and measures; the report is printed by the
+ * caller. 0, or the exit status (printed). */
+static int bench_runtime_run(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
+  es_sys_rss(&res->baseline_rss);
+  /* From here the peak is the runtime's own: loads, warm-up, timed phase. */
+  res->peak_reset_ok = es_sys_peak_rss_reset() == 0;
+  if (create_runtime(b, res) < 0)
+    return 1;
+  /* The runtime plans on the caller's thread, and oneDNN fixes a
+   * primitive's thread count when it is created, from the creating thread's
+   * OpenMP setting (all cores by default). Unset, every run on a worker
+   * would start a team of all cores, and since the team inherits the pinned
+   * worker's one-core affinity its threads would take turns on that core
+   * (runs about twice as slow). So this thread plans with the workers'
+   * setting. */
+  es_engine_threads_set((int)a->threads);
+  double t_load = es_cli_now_ms();
+  int probe_id = -1;
+  int irc = probe_inputs(b, &probe_id);
+  if (irc != 0)
+    return irc;
+  if (load_copies(b) < 0)
+    return 1;
+  if (probe_id >= 0)
+    es_runtime_model_unload(b->rt, probe_id, -1);
+  res->load_ms = es_cli_now_ms() - t_load;
+
+  uint64_t t_end = 0;
+  double cpu0 = a->rate <= 0 ? run_closed(b, res, &t_end) : run_open(b, res, &t_end);
+  if (atomic_load(&b->failed)) {
+    fprintf(stderr, "edgeserve bench: %s\n", b->err);
+    return 1;
   }
-  cli_rss_sampler_stop(&smp);
-  if (b->rt && !handles_out) {
+  if (cpu0 < 0)
+    return 1;
+  res->seconds = (double)(t_end - b->t0_ns) / 1e9;
+  res->cpu_cores = res->seconds > 0 ? (cli_cpu_seconds() - cpu0) / res->seconds : 0;
+  res->timed_peak_rss = atomic_load(&b->smp.max);
+  res->rss_samples = atomic_load(&b->smp.samples);
+  collect_memory(b, res);
+  cli_sort(res->rec.lat_ms.v, res->rec.lat_ms.n);
+  cli_sort(res->rec.run_ms.v, res->rec.run_ms.n);
+  cli_sort(res->rec.queue_ms.v, res->rec.queue_ms.n);
+  cli_sort(res->rec.refusal_us.v, res->rec.refusal_us.n);
+  return 0;
+}
+
+/* Stops what still runs, shuts the runtime down and frees; a runtime with
+ * open-loop requests never called back is left alone (they may still read
+ * the inputs). Returns status, or 1 when the shutdown failed. */
+static int bench_runtime_end(bench_rt *b, bench_result *res, int status) {
+  if (b->streams) { /* only after an early failure are threads still running */
+    atomic_store(&b->go, 1);
+    for (int i = 0; i < b->n_streams; i++)
+      if (b->streams[i].started)
+        pthread_join(b->streams[i].thread, NULL);
+    for (int i = 0; i < b->n_streams; i++)
+      rec_free(&b->streams[i].rec);
+  }
+  cli_rss_sampler_stop(&b->smp);
+  if (b->rt && !b->handles_out) {
     /* Handles freed by a callback are released just after it returns:
      * destroy says busy until then. */
     int drc, tries = 0;
@@ -1032,20 +1054,42 @@ out:
       status = 1;
     }
   }
-  rec_free(&res.rec);
-  rec_free(&sub_rec);
+  rec_free(&res->rec);
+  rec_free(&b->sub_rec);
   rec_free(&b->done);
   for (int i = 0; i < ES_CLI_MAX_INPUTS; i++)
-    es_mem_free(names[i]);
-  if (!handles_out) /* queued requests may still read them */
-    es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
-  es_mem_free(streams);
-  if (!handles_out) {
+    es_mem_free(b->names[i]);
+  es_mem_free(b->streams);
+  if (!b->handles_out) {
+    es_cli_inputs_free(b->in_store, ES_CLI_MAX_INPUTS);
     es_mem_free(b->worker_runs);
     pthread_mutex_destroy(&b->lock);
     es_mem_free(b);
   }
   return status;
+}
+
+static int bench_runtime(const bench_args *a) {
+  bench_rt *b = es_mem_calloc(ES_MEM_CLI, 1, sizeof *b);
+  if (!b) {
+    fprintf(stderr, "edgeserve bench: out of memory\n");
+    return 1;
+  }
+  b->a = a;
+  pthread_mutex_init(&b->lock, NULL);
+  bench_result res;
+  memset(&res, 0, sizeof res);
+  const char *slash = strrchr(a->model_path, '/');
+  res.model = slash ? slash + 1 : a->model_path;
+  int status = bench_runtime_run(b, &res);
+  if (status == 0) {
+    if (a->json)
+      report_json(b, &res);
+    else
+      report_text(b, &res);
+    fflush(stdout);
+  }
+  return bench_runtime_end(b, &res, status);
 }
 
 /* ===========================================================================
