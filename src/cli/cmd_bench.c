@@ -119,94 +119,76 @@ typedef struct bench_args {
  * In-process mode: one plan, one arena.
  * ========================================================================= */
 
-static int bench_inproc(const bench_args *ba) {
-  const char *model_path = ba->model_path;
-  long threads = ba->threads, iters = ba->iters, warmup = ba->warmup;
-  int json = ba->json, profile = ba->profile;
-  es_engine_threads_set((int)threads);
-  es_model *m = NULL;
-  es_plan *plan = NULL;
-  es_arena *arena = NULL;
-  es_tensor in[ES_CLI_MAX_INPUTS], out[64];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  memset(in, 0, sizeof in);
-  double *lat = NULL;
-  int status = 1;
-  double t_load = es_cli_now_ms();
-  if (es_model_load(model_path, NULL, &m) < 0) {
-    fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    return 1;
-  }
-  t_load = es_cli_now_ms() - t_load;
-  int nin = es_model_input_count(m);
-  if ((status = es_cli_inputs_load(m, &ba->ci, "bench", in, shapes)) != 0)
-    goto out;
-  status = 1;
-  double t_plan = es_cli_now_ms();
-  if (es_model_plan(m, shapes, nin, &plan) < 0 ||
-      es_arena_create(es_plan_arena_bytes(plan) ? es_plan_arena_bytes(plan) : 64, 64, &arena) <
-          0) {
-    fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
-  }
-  t_plan = es_cli_now_ms() - t_plan;
-  int nout = es_plan_output_count(plan);
+/* warmup + iters runs of the session's plan; the timed ones in lat[], the
+ * first warm-up run in *first. 0, or -1 (printed). */
+static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *first) {
+  es_tensor out[64];
+  int nout = es_plan_output_count(s->plan);
   if (nout > 64)
     nout = 64;
-  lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
-  if (!lat)
-    goto out;
-  double first = 0;
-  for (long r = -warmup; r < iters; r++) {
-    if (r == 0 && profile)
+  for (long r = -ba->warmup; r < ba->iters; r++) {
+    if (r == 0 && ba->profile)
       es_engine_profile_set(1);
-    es_arena_reset(arena);
+    es_arena_reset(s->arena);
     double t0 = es_cli_now_ms();
-    if (es_plan_run(plan, in, nin, arena, out, nout) < 0) {
+    if (es_plan_run(s->plan, s->in, s->nin, s->arena, out, nout) < 0) {
       fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-      goto out;
+      return -1;
     }
     double dt = es_cli_now_ms() - t0;
-    if (r == -warmup)
-      first = dt;
+    if (r == -ba->warmup)
+      *first = dt;
     if (r >= 0)
       lat[r] = dt;
   }
+  return 0;
+}
+
+static int bench_inproc(const bench_args *ba) {
+  const char *model_path = ba->model_path;
+  long threads = ba->threads, iters = ba->iters, warmup = ba->warmup;
+  es_engine_threads_set((int)threads);
+  cli_session s;
+  double *lat = NULL, first = 0;
+  int status = cli_session_open(&s, model_path, &ba->ci, "bench");
+  if (status)
+    goto out;
+  status = 1;
+  lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
+  if (!lat || time_runs(&s, ba, lat, &first) < 0)
+    goto out;
   cli_sort(lat, (size_t)iters);
   double med = cli_median(lat, (size_t)iters), p99 = cli_pct(lat, (size_t)iters, 0.99);
-  double gflop = (double)es_plan_flops(plan) / 1e9;
-  size_t peak = 0;
+  double gflop = (double)es_plan_flops(s.plan) / 1e9;
+  size_t peak = 0, arena = es_plan_arena_bytes(s.plan);
   es_sys_peak_rss(&peak);
   es_model_stats ms;
-  es_model_stats_get(m, &ms);
-  if (json) {
+  es_model_stats_get(s.model, &ms);
+  if (ba->json) {
     printf("{\"model\": \"%s\", \"threads\": %ld, \"iters\": %ld, \"median_ms\": %.4f, "
            "\"p99_ms\": %.4f, \"first_ms\": %.4f, \"load_ms\": %.3f, \"plan_ms\": %.3f, "
            "\"gflop\": %.4f, \"gflops\": %.2f, \"peak_rss_bytes\": %zu, "
            "\"arena_bytes\": %zu, \"weight_bytes\": %zu}\n",
-           model_path, threads, iters, med, p99, first, t_load, t_plan, gflop,
-           med > 0 ? gflop / (med / 1e3) : 0.0, peak, es_plan_arena_bytes(plan), ms.weight_bytes);
+           model_path, threads, iters, med, p99, first, s.load_ms, s.plan_ms, gflop,
+           med > 0 ? gflop / (med / 1e3) : 0.0, peak, arena, ms.weight_bytes);
   } else {
     printf("model: %s (%ld thread%s, %ld runs after %ld warm-up)\n", model_path, threads,
            threads > 1 ? "s" : "", iters, warmup);
     printf("latency ms: median %.3f  p99 %.3f  first run %.3f\n", med, p99, first);
-    printf("load ms: %.1f  plan ms: %.1f\n", t_load, t_plan);
+    printf("load ms: %.1f  plan ms: %.1f\n", s.load_ms, s.plan_ms);
     printf("compute: %.3f GFLOP per run, %.1f GFLOP/s\n", gflop,
            med > 0 ? gflop / (med / 1e3) : 0.0);
-    printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n",
-           es_plan_arena_bytes(plan), ms.weight_bytes, peak);
+    printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n", arena, ms.weight_bytes,
+           peak);
   }
-  if (profile && !json) {
+  if (ba->profile && !ba->json) {
     printf("profile (ms per run, by operator; timing adds a little to each node):\n");
-    es_plan_profile(plan, print_profile, NULL);
+    es_plan_profile(s.plan, print_profile, NULL);
   }
   status = 0;
 out:
   es_mem_free(lat);
-  es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
-  es_arena_destroy(arena);
-  es_plan_release(plan);
-  es_model_release(m);
+  cli_session_close(&s);
   return status;
 }
 

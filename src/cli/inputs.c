@@ -1,5 +1,6 @@
 /* Model inputs for the CLI: files, positions, random tensors of a shape. */
 #include "cli/inputs.h"
+#include "cli/cli.h"
 #include "cli/npy.h"
 #include "edgeserve/memory.h"
 
@@ -173,4 +174,38 @@ void es_cli_inputs_free(es_tensor *in, int n) {
     es_mem_free(in[i].data);
     in[i].data = NULL;
   }
+}
+
+int cli_session_open(cli_session *s, const char *path, const es_cli_inputs *ci, const char *cmd) {
+  memset(s, 0, sizeof *s);
+  double t0 = es_cli_now_ms();
+  if (es_model_load(path, NULL, &s->model) < 0) {
+    fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
+    return 1;
+  }
+  s->load_ms = es_cli_now_ms() - t0;
+  s->nin = es_model_input_count(s->model);
+  int status = es_cli_inputs_load(s->model, ci, cmd, s->in, s->shapes);
+  if (status)
+    return status;
+  t0 = es_cli_now_ms();
+  if (es_model_plan(s->model, s->shapes, s->nin, &s->plan) < 0) {
+    fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
+    return 1;
+  }
+  size_t bytes = es_plan_arena_bytes(s->plan);
+  if (es_arena_create(bytes ? bytes : 64, 64, &s->arena) < 0) {
+    fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
+    return 1;
+  }
+  s->plan_ms = es_cli_now_ms() - t0;
+  return 0;
+}
+
+void cli_session_close(cli_session *s) {
+  es_cli_inputs_free(s->in, ES_CLI_MAX_INPUTS);
+  es_arena_destroy(s->arena);
+  es_plan_release(s->plan);
+  es_model_release(s->model);
+  memset(s, 0, sizeof *s);
 }

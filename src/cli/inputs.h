@@ -6,6 +6,7 @@
 
 #include "cli/spec.h"
 #include "edgeserve/engine.h"
+#include "edgeserve/memory.h"
 
 #define ES_CLI_MAX_INPUTS CLI_SHAPES_MAX
 
@@ -38,5 +39,24 @@ int es_cli_inputs_positional(es_cli_inputs *ci, const char *cmd, const char *arg
 int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es_tensor *in,
                        es_tensor_info *shapes);
 void es_cli_inputs_free(es_tensor *in, int n);
+
+/* The request path in miniature, for run and bench: the model, its inputs
+ * (as es_cli_inputs_load makes them), one plan for their shapes and one
+ * arena of exactly the planned size. */
+typedef struct cli_session {
+  es_model *model;
+  es_plan *plan;
+  es_arena *arena;
+  es_tensor in[ES_CLI_MAX_INPUTS];
+  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
+  int nin;
+  double load_ms; /* es_model_load */
+  double plan_ms; /* es_model_plan and the arena */
+} cli_session;
+
+/* Opens s for the model at path; 0, 1 (model or runtime error) or 2
+ * (usage), having printed the reason. Close s whatever it returns. */
+int cli_session_open(cli_session *s, const char *path, const es_cli_inputs *ci, const char *cmd);
+void cli_session_close(cli_session *s);
 
 #endif
