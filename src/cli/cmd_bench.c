@@ -1078,6 +1078,81 @@ static int bench_runtime(const bench_args *a) {
  * Arguments.
  * ========================================================================= */
 
+/* The options into a. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(bench_args *a, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    int r;
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      bench_usage(stdout);
+      return 0;
+    } else if ((r = es_cli_inputs_arg(&a->ci, "bench", argc, argv, &i)) != 0) {
+      if (r == 2)
+        return 2;
+    } else if (!strcmp(arg, "--json")) {
+      a->json = 1;
+    } else if (!strcmp(arg, "--profile")) {
+      a->profile = 1;
+    } else if (!strcmp(arg, "--no-share")) {
+      a->no_share = 1;
+      a->runtime_opt_name = arg;
+    } else if ((!strcmp(arg, "--threads") || !strcmp(arg, "--iters") ||
+                !strcmp(arg, "--warmup")) &&
+               i + 1 < argc) {
+      long *dst = !strcmp(arg, "--threads") ? &a->threads
+                  : !strcmp(arg, "--iters")   ? &a->iters
+                                              : &a->warmup;
+      long lo = dst == &a->warmup ? 0 : 1, hi = dst == &a->threads ? 1024 : 1000000;
+      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
+        return 2;
+      }
+      *(dst == &a->threads ? &a->threads_set
+        : dst == &a->iters ? &a->iters_set
+                           : &a->warmup_set) = 1;
+    } else if ((!strcmp(arg, "--concurrency") || !strcmp(arg, "--workers") ||
+                !strcmp(arg, "--queue")) &&
+               i + 1 < argc) {
+      int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
+      long *dst = conc ? &a->concurrency : work ? &a->workers : &a->queue;
+      long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
+      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
+        return 2;
+      }
+      if (!conc)
+        a->runtime_opt_name = arg;
+    } else if (!strcmp(arg, "--paced")) {
+      a->paced = 1;
+    } else if ((!strcmp(arg, "--duration") || !strcmp(arg, "--rate")) && i + 1 < argc) {
+      int dur = !strcmp(arg, "--duration");
+      double hi = dur ? 86400 : 1e6;
+      if (parse_real(argv[++i], 0, hi, dur ? &a->duration : &a->rate) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants a number in (0, %g], got '%s'\n", arg, hi,
+                argv[i]);
+        return 2;
+      }
+      if (dur)
+        a->runtime_opt_name = arg;
+    } else if (!strcmp(arg, "--memory") && i + 1 < argc) {
+      if (es_cli_parse_bytes(argv[++i], &a->memory) < 0 || a->memory == 0) {
+        fprintf(stderr, "edgeserve bench: --memory wants BYTES (K/M/G suffix), got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+      a->runtime_opt_name = arg;
+    } else if (es_cli_inputs_positional(&a->ci, "bench", arg, &a->model_path) != 0) {
+      bench_usage(stderr);
+      return 2;
+    }
+  }
+  if (!a->model_path) {
+    bench_usage(stderr);
+    return 2;
+  }
+  return -1;
+}
+
 int es_cmd_bench(int argc, char **argv) {
   bench_args a;
   memset(&a, 0, sizeof a);
@@ -1085,73 +1160,9 @@ int es_cmd_bench(int argc, char **argv) {
   a.iters = 50;
   a.warmup = 5;
   a.duration = 10;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    int r;
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      bench_usage(stdout);
-      return 0;
-    } else if ((r = es_cli_inputs_arg(&a.ci, "bench", argc, argv, &i)) != 0) {
-      if (r == 2)
-        return 2;
-    } else if (!strcmp(arg, "--json")) {
-      a.json = 1;
-    } else if (!strcmp(arg, "--profile")) {
-      a.profile = 1;
-    } else if (!strcmp(arg, "--no-share")) {
-      a.no_share = 1;
-      a.runtime_opt_name = arg;
-    } else if ((!strcmp(arg, "--threads") || !strcmp(arg, "--iters") ||
-                !strcmp(arg, "--warmup")) &&
-               i + 1 < argc) {
-      long *dst = !strcmp(arg, "--threads") ? &a.threads : !strcmp(arg, "--iters") ? &a.iters
-                                                                                   : &a.warmup;
-      long lo = dst == &a.warmup ? 0 : 1, hi = dst == &a.threads ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
-        return 2;
-      }
-      *(dst == &a.threads ? &a.threads_set : dst == &a.iters ? &a.iters_set : &a.warmup_set) = 1;
-    } else if ((!strcmp(arg, "--concurrency") || !strcmp(arg, "--workers") ||
-                !strcmp(arg, "--queue")) &&
-               i + 1 < argc) {
-      int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
-      long *dst = conc ? &a.concurrency : work ? &a.workers : &a.queue;
-      long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
-        return 2;
-      }
-      if (!conc)
-        a.runtime_opt_name = arg;
-    } else if (!strcmp(arg, "--paced")) {
-      a.paced = 1;
-    } else if ((!strcmp(arg, "--duration") || !strcmp(arg, "--rate")) && i + 1 < argc) {
-      int dur = !strcmp(arg, "--duration");
-      double hi = dur ? 86400 : 1e6;
-      if (parse_real(argv[++i], 0, hi, dur ? &a.duration : &a.rate) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants a number in (0, %g], got '%s'\n", arg, hi,
-                argv[i]);
-        return 2;
-      }
-      if (dur)
-        a.runtime_opt_name = arg;
-    } else if (!strcmp(arg, "--memory") && i + 1 < argc) {
-      if (es_cli_parse_bytes(argv[++i], &a.memory) < 0 || a.memory == 0) {
-        fprintf(stderr, "edgeserve bench: --memory wants BYTES (K/M/G suffix), got '%s'\n",
-                argv[i]);
-        return 2;
-      }
-      a.runtime_opt_name = arg;
-    } else if (es_cli_inputs_positional(&a.ci, "bench", arg, &a.model_path) != 0) {
-      bench_usage(stderr);
-      return 2;
-    }
-  }
-  if (!a.model_path) {
-    bench_usage(stderr);
-    return 2;
-  }
+  int status = parse_args(&a, argc, argv);
+  if (status >= 0)
+    return status;
   if (!a.concurrency && a.rate <= 0) {
     if (a.runtime_opt_name) {
       fprintf(stderr, "edgeserve bench: %s needs --concurrency N or --rate R\n",

@@ -173,12 +173,11 @@ static int check_inputs(const bl_model *bm, es_model *m, int index) {
   }
   for (int k = 0; k < bm->ci.n_named + bm->ci.n_shapes; k++) {
     int found = 0;
-    const char *name = k < bm->ci.n_named ? bm->ci.named[k] : bm->ci.shapes[k - bm->ci.n_named].name;
-    int len = k < bm->ci.n_named ? (int)(strchr(name, '=') - name)
-                                 : (int)bm->ci.shapes[k - bm->ci.n_named].name_len;
+    const cli_shape *sp = k < bm->ci.n_named ? NULL : &bm->ci.shapes[k - bm->ci.n_named];
+    const char *name = sp ? sp->name : bm->ci.named[k];
+    int len = sp ? (int)sp->name_len : (int)(strchr(name, '=') - name);
     for (int i = 0; i < bm->n_in; i++)
-      found |= k < bm->ci.n_named ? file_names(name, infos[i].name)
-                                  : cli_shape_is(&bm->ci.shapes[k - bm->ci.n_named], infos[i].name);
+      found |= sp ? cli_shape_is(sp, infos[i].name) : file_names(name, infos[i].name);
     if (!found) {
       fprintf(stderr, "edgeserve bench-lane: %s has no input named '%.*s' (inputs: %s)\n",
               bm->path, len, name, have);

@@ -715,7 +715,8 @@ static void print_buddy_claims(const bench_opts *o, const int *use, const agg *a
   printf("\n");
   printf("  buddy max alloc latency %" PRIu64 " ns", bd->alloc.max);
   if (g->available)
-    printf(" vs glibc %" PRIu64 " ns: ratio %.3f", g->alloc.max, ratio(bd->alloc.max, g->alloc.max));
+    printf(" vs glibc %" PRIu64 " ns: ratio %.3f", g->alloc.max,
+           ratio(bd->alloc.max, g->alloc.max));
   printf("\n");
   printf("  buddy fragmentation after everything is freed: %.4f (largest free %.0f MiB; "
          "capacity %.0f MiB after growth from %.0f MiB; goal 0)\n",
