@@ -433,6 +433,37 @@ static void parse_hist(char *line, hist *h) {
   }
 }
 
+/* A worker's "result" line, folded into a (sums, and the largest of the
+ * peaks). 0, or -1 when malformed. */
+static int parse_result(const char *line, agg *a) {
+  unsigned long long ops_, allocs_, fail_, wall_;
+  size_t base_, peak_, end_, lp_, le_, capa_;
+  double fe_;
+  if (sscanf(line,
+             "result ops=%llu allocs=%llu failures=%llu wall_ns=%llu rss_base=%zu "
+             "peak_rss=%zu rss_end=%zu live_peak=%zu frag_end=%lf largest_end=%zu "
+             "capacity=%zu",
+             &ops_, &allocs_, &fail_, &wall_, &base_, &peak_, &end_, &lp_, &fe_, &le_,
+             &capa_) != 11)
+    return -1;
+  a->available = 1;
+  a->ops += ops_;
+  a->allocs += allocs_;
+  a->failures += fail_;
+  a->wall_ns += wall_;
+  if (peak_ > a->peak_rss)
+    a->peak_rss = peak_;
+  if (end_ > a->rss_end)
+    a->rss_end = end_;
+  if (lp_ > a->live_peak)
+    a->live_peak = lp_;
+  if (fe_ > a->frag_end)
+    a->frag_end = fe_;
+  a->largest_end = le_;
+  a->capacity = capa_;
+  return 0;
+}
+
 static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint64_t seed, agg *a,
                       int first_round) {
   int fd[2];
@@ -467,32 +498,7 @@ static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint
       a->available = 0;
       a->why = "library not installed or not preloadable";
     } else if (!strncmp(line, "result ", 7)) {
-      unsigned long long ops_, allocs_, fail_, wall_;
-      size_t base_, peak_, end_, lp_, le_, capa_;
-      double fe_;
-      if (sscanf(line,
-                 "result ops=%llu allocs=%llu failures=%llu wall_ns=%llu rss_base=%zu "
-                 "peak_rss=%zu rss_end=%zu live_peak=%zu frag_end=%lf largest_end=%zu "
-                 "capacity=%zu",
-                 &ops_, &allocs_, &fail_, &wall_, &base_, &peak_, &end_, &lp_, &fe_, &le_,
-                 &capa_) == 11) {
-        got_result = 1;
-        a->available = 1;
-        a->ops += ops_;
-        a->allocs += allocs_;
-        a->failures += fail_;
-        a->wall_ns += wall_;
-        if (peak_ > a->peak_rss)
-          a->peak_rss = peak_;
-        if (end_ > a->rss_end)
-          a->rss_end = end_;
-        if (lp_ > a->live_peak)
-          a->live_peak = lp_;
-        if (fe_ > a->frag_end)
-          a->frag_end = fe_;
-        a->largest_end = le_;
-        a->capacity = capa_;
-      }
+      got_result |= parse_result(line, a) == 0;
     } else if (!strncmp(line, "hist alloc ", 11)) {
       parse_hist(line + 11, &a->alloc);
     } else if (!strncmp(line, "hist free ", 10)) {
