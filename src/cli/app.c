@@ -15,7 +15,7 @@ int cli_app_arg(cli_app_opts *o, const char *cmd, int argc, char **argv, int *i)
     return 1; /* the only output format */
   if (!strcmp(a, "--repeat") && *i + 1 < argc) {
     const char *v = argv[++*i];
-    if (es_cli_parse_count(v, 1, 100000, &o->repeat) < 0) {
+    if (cli_parse_count(v, 1, 100000, &o->repeat) < 0) {
       fprintf(stderr, "edgeserve %s: --repeat wants 1..100000, got '%s'\n", cmd, v);
       return 2;
     }
@@ -44,9 +44,9 @@ int cli_app_time(const char *cmd, long n, int (*once)(void *ctx), void *ctx, dou
     return ES_ENOMEM;
   }
   for (long r = 0; r < n; r++) {
-    double t0 = es_cli_now_ms();
+    double t0 = cli_now_ms();
     int err = once(ctx);
-    times[r] = es_cli_now_ms() - t0;
+    times[r] = cli_now_ms() - t0;
     if (err < 0) {
       fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
       es_mem_free(times);

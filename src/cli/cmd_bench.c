@@ -99,7 +99,7 @@ static int parse_real(const char *s, double lo, double hi, double *out) {
 
 typedef struct bench_args {
   const char *model_path;
-  es_cli_inputs ci;
+  cli_inputs ci;
   long threads, iters, warmup;
   int json, profile;
   int threads_set, iters_set, warmup_set;
@@ -130,12 +130,12 @@ static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *
     if (r == 0 && ba->profile)
       es_engine_profile_set(1);
     es_arena_reset(s->arena);
-    double t0 = es_cli_now_ms();
+    double t0 = cli_now_ms();
     if (es_plan_run(s->plan, s->in, s->nin, s->arena, out, nout) < 0) {
       fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
       return -1;
     }
-    double dt = es_cli_now_ms() - t0;
+    double dt = cli_now_ms() - t0;
     if (r == -ba->warmup)
       *first = dt;
     if (r >= 0)
@@ -311,9 +311,9 @@ struct bench_rt {
   uint64_t last_done_ns; /* open loop, under lock */
   atomic_ulong finished; /* open loop: callbacks that have run */
   /* the driver's own (bench_runtime and its steps) */
-  es_tensor in_store[ES_CLI_MAX_INPUTS];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  char *names[ES_CLI_MAX_INPUTS]; /* the inputs' names: the probe model goes away */
+  es_tensor in_store[CLI_MAX_INPUTS];
+  es_tensor_info shapes[CLI_MAX_INPUTS];
+  char *names[CLI_MAX_INPUTS]; /* the inputs' names: the probe model goes away */
   bench_stream *streams;
   int n_streams;
   int handles_out; /* open-loop requests never called back: keep the runtime */
@@ -389,9 +389,9 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   bench_rt *b = s->b;
   es_request *r = NULL;
   es_refusal why;
-  uint64_t t0 = es_cli_now_ns();
+  uint64_t t0 = cli_now_ns();
   int rc = es_runtime_submit(b->rt, sub, &r, &why);
-  uint64_t t1 = es_cli_now_ns();
+  uint64_t t1 = cli_now_ns();
   if (rc == ES_EAGAIN) {
     if (rec)
       rec_refusal(rec, &why, t1 - t0);
@@ -407,7 +407,7 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   if (rec)
     rec->admitted++;
   int st = es_request_wait(r, -1);
-  uint64_t t2 = es_cli_now_ns();
+  uint64_t t2 = cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   es_request_info_get(r, &info);
@@ -430,10 +430,10 @@ static void *stream_main(void *arg) {
   while (!atomic_load(&b->go))
     cli_sleep_ns(200 * 1000ull);
   uint64_t deadline = b->deadline_ns;
-  while (!atomic_load(&b->failed) && es_cli_now_ns() < deadline)
+  while (!atomic_load(&b->failed) && cli_now_ns() < deadline)
     if (stream_one(s, &sub, &s->rec, deadline) < 0)
       break;
-  s->end_ns = es_cli_now_ns();
+  s->end_ns = cli_now_ns();
   return NULL;
 }
 
@@ -450,7 +450,7 @@ typedef struct open_tag {
 static void open_done(void *user, es_request *r) {
   open_tag *t = user;
   bench_rt *b = t->b;
-  uint64_t t1 = es_cli_now_ns();
+  uint64_t t1 = cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   int st = es_request_info_get(r, &info) == 0 ? info.status : ES_ECORRUPT;
@@ -523,7 +523,7 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
     next += (b->a->paced ? 1.0 : -log1p(-u)) / b->a->rate * 1e9;
     if (next >= (double)b->deadline_ns || atomic_load(&b->failed))
       break;
-    uint64_t at = (uint64_t)next, t = es_cli_now_ns();
+    uint64_t at = (uint64_t)next, t = cli_now_ns();
     if (at > t) {
       struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
                             .tv_nsec = (long)(at % 1000000000ull)};
@@ -541,11 +541,11 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
                      .n_inputs = b->nin, .on_done = open_done, .user = tag};
     es_request *r = NULL;
     es_refusal why;
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     tag->b = b;
     tag->submit_ns = t0;
     int rc = es_runtime_submit(b->rt, &sub, &r, &why);
-    uint64_t t1 = es_cli_now_ns();
+    uint64_t t1 = cli_now_ns();
     (*arrivals)++;
     if (rc == 0) {
       /* r and tag belong to the callback now (it may even have run). */
@@ -567,7 +567,7 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
 /* ,"key":value with 3 decimals, or null for a missing value (NAN). */
 static void json_real(const char *key, double v) {
   printf(",\"%s\":", key);
-  es_cli_json_real(stdout, v, 3);
+  cli_json_real(stdout, v, 3);
 }
 
 static void json_size(const char *key, size_t v) { printf(",\"%s\":%zu", key, v); }
@@ -592,7 +592,7 @@ static void report_json(const bench_rt *b, const bench_result *r) {
   const bench_rec *rec = &r->rec;
   printf("{\"engine\":\"edgeserve\",\"mode\":\"%s\",\"loop\":\"%s\",\"model\":",
          a->no_share ? "no-share" : "shared", a->rate > 0 ? "open" : "closed");
-  es_cli_json_string(stdout, r->model);
+  cli_json_string(stdout, r->model);
   printf(",\"concurrency\":%ld,\"workers\":%d,\"threads\":%ld,\"rate\":%g", a->concurrency,
          b->n_workers, a->threads, a->rate);
   printf(",\"arrivals\":\"%s\"", a->rate > 0 ? (a->paced ? "paced" : "poisson") : "closed");
@@ -795,7 +795,7 @@ static int probe_inputs(bench_rt *b, int *probe_id) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
   } else {
     b->nin = es_model_input_count(pm);
-    irc = es_cli_inputs_load(pm, &a->ci, "bench", b->in_store, b->shapes);
+    irc = cli_inputs_load(pm, &a->ci, "bench", b->in_store, b->shapes);
   }
   /* The names belong to the model: copied, as the probe goes away. */
   for (int i = 0; irc == 0 && i < b->nin; i++) {
@@ -853,7 +853,7 @@ static int load_copies(bench_rt *b) {
 static double start_timed(bench_rt *b) {
   double cpu0 = cli_cpu_seconds();
   cli_rss_sampler_start(&b->smp, 0);
-  b->t0_ns = es_cli_now_ns();
+  b->t0_ns = cli_now_ns();
   b->deadline_ns = b->t0_ns + (uint64_t)(b->a->duration * 1e9);
   return cpu0;
 }
@@ -905,7 +905,7 @@ static double run_open(bench_rt *b, bench_result *res, uint64_t *t_end) {
     return -1;
   double cpu0 = start_timed(b);
   open_submit(b, &b->sub_rec, &res->lag_max_ms, &res->offered);
-  uint64_t t_sub = es_cli_now_ns();
+  uint64_t t_sub = cli_now_ns();
   /* Everything admitted finishes before anything is reported: the queue is
    * bounded, so this is at most a few runs per worker. */
   if (open_drain(b, b->sub_rec.admitted, 600 * 1000) < 0) {
@@ -980,7 +980,7 @@ static int bench_runtime_run(bench_rt *b, bench_result *res) {
    * (runs about twice as slow). So this thread plans with the workers'
    * setting. */
   es_engine_threads_set((int)a->threads);
-  double t_load = es_cli_now_ms();
+  double t_load = cli_now_ms();
   int probe_id = -1;
   int irc = probe_inputs(b, &probe_id);
   if (irc != 0)
@@ -989,7 +989,7 @@ static int bench_runtime_run(bench_rt *b, bench_result *res) {
     return 1;
   if (probe_id >= 0)
     es_runtime_model_unload(b->rt, probe_id, -1);
-  res->load_ms = es_cli_now_ms() - t_load;
+  res->load_ms = cli_now_ms() - t_load;
 
   uint64_t t_end = 0;
   double cpu0 = a->rate <= 0 ? run_closed(b, res, &t_end) : run_open(b, res, &t_end);
@@ -1039,11 +1039,11 @@ static int bench_runtime_end(bench_rt *b, bench_result *res, int status) {
   rec_free(&res->rec);
   rec_free(&b->sub_rec);
   rec_free(&b->done);
-  for (int i = 0; i < ES_CLI_MAX_INPUTS; i++)
+  for (int i = 0; i < CLI_MAX_INPUTS; i++)
     es_mem_free(b->names[i]);
   es_mem_free(b->streams);
   if (!b->handles_out) {
-    es_cli_inputs_free(b->in_store, ES_CLI_MAX_INPUTS);
+    cli_inputs_free(b->in_store, CLI_MAX_INPUTS);
     es_mem_free(b->worker_runs);
     pthread_mutex_destroy(&b->lock);
     es_mem_free(b);
@@ -1086,7 +1086,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
     if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
       bench_usage(stdout);
       return 0;
-    } else if ((r = es_cli_inputs_arg(&a->ci, "bench", argc, argv, &i)) != 0) {
+    } else if ((r = cli_inputs_arg(&a->ci, "bench", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
     } else if (!strcmp(arg, "--json")) {
@@ -1103,7 +1103,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
                   : !strcmp(arg, "--iters")   ? &a->iters
                                               : &a->warmup;
       long lo = dst == &a->warmup ? 0 : 1, hi = dst == &a->threads ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+      if (cli_parse_count(argv[++i], lo, hi, dst) < 0) {
         fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
         return 2;
       }
@@ -1116,7 +1116,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
       int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
       long *dst = conc ? &a->concurrency : work ? &a->workers : &a->queue;
       long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+      if (cli_parse_count(argv[++i], lo, hi, dst) < 0) {
         fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
         return 2;
       }
@@ -1141,7 +1141,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
         return 2;
       }
       a->runtime_opt_name = arg;
-    } else if (es_cli_inputs_positional(&a->ci, "bench", arg, &a->model_path) != 0) {
+    } else if (cli_inputs_positional(&a->ci, "bench", arg, &a->model_path) != 0) {
       bench_usage(stderr);
       return 2;
     }

@@ -56,11 +56,11 @@ typedef struct bl_model {
   const char *arg;                 /* the MODEL[:SHAPES] argument */
   char path[PATH_MAX];
   char name[ES_RT_NAME_MAX];       /* registry name: the file's base name */
-  es_cli_inputs ci;
+  cli_inputs ci;
   int n_in;
-  es_tensor in[ES_CLI_MAX_INPUTS];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  char *in_names[ES_CLI_MAX_INPUTS]; /* own copies: the probe model is released */
+  es_tensor in[CLI_MAX_INPUTS];
+  es_tensor_info shapes[CLI_MAX_INPUTS];
+  char *in_names[CLI_MAX_INPUTS]; /* own copies: the probe model is released */
   int id;                          /* registry id; -1 until loaded */
   size_t planned;                  /* es_runtime_model_stats */
   size_t pool;
@@ -123,7 +123,7 @@ static int parse_model_arg(bl_model *bm) {
   char why[CLI_WHY_MAX];
   if (cli_model_arg_parse(bm->arg, &ma, why) < 0 ||
       (ma.specs &&
-       cli_shapes_parse(ma.specs, bm->ci.shapes, ES_CLI_MAX_INPUTS, &bm->ci.n_shapes, why) < 0)) {
+       cli_shapes_parse(ma.specs, bm->ci.shapes, CLI_MAX_INPUTS, &bm->ci.n_shapes, why) < 0)) {
     fprintf(stderr, "edgeserve bench-lane: '%s': wants FILE[:NAME=DxDxD[,NAME=DxDxD]], %s\n",
             bm->arg, why);
     return -1;
@@ -158,7 +158,7 @@ static int file_names(const char *spec, const char *name) {
 
 /* A shape or file for an input the model does not have, or an input with
  * free dimensions and neither: said with this command's syntax
- * (es_cli_inputs_load would name its own options). 0, or 2 (printed). */
+ * (cli_inputs_load would name its own options). 0, or 2 (printed). */
 static int check_inputs(const bl_model *bm, es_model *m, int index) {
   es_tensor_info infos[ES_RT_MAX_IO];
   char have[256];
@@ -201,7 +201,7 @@ static int check_inputs(const bl_model *bm, es_model *m, int index) {
 }
 
 /* Open the model file once to learn its inputs and make their data and
- * shapes (es_cli_inputs_load: files, shapes, random data). 0, 1 or 2. */
+ * shapes (cli_inputs_load: files, shapes, random data). 0, 1 or 2. */
 static int probe_model(bl_model *bm, int index) {
   es_model *m = NULL;
   if (es_model_load(bm->path, NULL, &m) < 0) {
@@ -220,7 +220,7 @@ static int probe_model(bl_model *bm, int index) {
     goto out;
   char label[PATH_MAX + 16];
   snprintf(label, sizeof label, "bench-lane: %s", bm->path);
-  if ((status = es_cli_inputs_load(m, &bm->ci, label, bm->in, bm->shapes)) != 0)
+  if ((status = cli_inputs_load(m, &bm->ci, label, bm->in, bm->shapes)) != 0)
     goto out;
   for (int i = 0; i < bm->n_in; i++) {
     bm->in_names[i] = es_mem_strdup(ES_MEM_CLI, bm->shapes[i].name ? bm->shapes[i].name : "");
@@ -240,7 +240,7 @@ out:
 static void on_done(void *user, es_request *r) {
   (void)r;
   bl_sync *s = user;
-  uint64_t t = es_cli_now_ns();
+  uint64_t t = cli_now_ns();
   pthread_mutex_lock(&s->mu);
   if (t > s->last_ns)
     s->last_ns = t;
@@ -249,7 +249,7 @@ static void on_done(void *user, es_request *r) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static void json_num(double v, int decimals) { es_cli_json_real(stdout, v, decimals); }
+static void json_num(double v, int decimals) { cli_json_real(stdout, v, decimals); }
 
 static const char *mib(size_t b, char *buf, size_t n) {
   snprintf(buf, n, "%.1f MiB", cli_mib(b));
@@ -294,7 +294,7 @@ static int parse_args(bl_run *b, int argc, char **argv) {
     } else if (!strcmp(a, "--frames") || !strcmp(a, "--warmup")) {
       long *dst = !strcmp(a, "--frames") ? &b->frames : &b->warmup;
       long lo = dst == &b->frames ? 1 : 0;
-      if (i + 1 >= argc || es_cli_parse_count(argv[++i], lo, 1000000, dst) < 0) {
+      if (i + 1 >= argc || cli_parse_count(argv[++i], lo, 1000000, dst) < 0) {
         fprintf(stderr, "edgeserve bench-lane: %s wants %ld..1000000\n", a, lo);
         return 2;
       }
@@ -347,9 +347,9 @@ static int assign_files(bl_run *b) {
               f->model, f->value, f->model, b->n_models - 1);
       return 2;
     }
-    es_cli_inputs *ci = &b->models[f->model].ci;
+    cli_inputs *ci = &b->models[f->model].ci;
     int named = strchr(f->value, '=') != NULL;
-    if ((named ? ci->n_named : ci->n_pos) == ES_CLI_MAX_INPUTS) {
+    if ((named ? ci->n_named : ci->n_pos) == CLI_MAX_INPUTS) {
       fprintf(stderr, "edgeserve bench-lane: too many --input options for model %ld\n",
               f->model);
       return 2;
@@ -399,7 +399,7 @@ static int start_runtime(bl_run *b) {
             es_last_error_detail());
     return 1;
   }
-  uint64_t t_load = es_cli_now_ns();
+  uint64_t t_load = cli_now_ns();
   for (int i = 0; i < b->n_models; i++) {
     bl_model *bm = &b->models[i];
     es_model_config mc;
@@ -416,7 +416,7 @@ static int start_runtime(bl_run *b) {
       return 1;
     }
   }
-  b->load_ms = (double)(es_cli_now_ns() - t_load) / 1e6;
+  b->load_ms = (double)(cli_now_ns() - t_load) / 1e6;
   return 0;
 }
 
@@ -451,7 +451,7 @@ static int run_frame(bl_run *b, long f) {
   b->sync.left = b->n_models;
   b->sync.last_ns = 0;
   pthread_mutex_unlock(&b->sync.mu);
-  uint64_t t0 = es_cli_now_ns();
+  uint64_t t0 = cli_now_ns();
   int submitted = submit_frame(b, req, &failed);
   /* Wait for what was submitted; a failed submit has no callback coming. */
   pthread_mutex_lock(&b->sync.mu);
@@ -546,7 +546,7 @@ static void json_per_model(const bl_run *b, void (*value)(const bl_run *, int)) 
   for (int i = 0; i < b->n_models; i++) {
     if (i)
       putchar(',');
-    es_cli_json_string(stdout, b->models[i].name);
+    cli_json_string(stdout, b->models[i].name);
     putchar(':');
     value(b, i);
   }
@@ -562,7 +562,7 @@ static void print_json(const bl_run *b) {
   for (int i = 0; i < b->n_models; i++) {
     if (i)
       putchar(',');
-    es_cli_json_string(stdout, b->models[i].name);
+    cli_json_string(stdout, b->models[i].name);
   }
   printf("],\"frames\":%ld,\"warmup\":%ld,\"frame_p50_ms\":", b->frames, b->warmup);
   json_num(b->f50, 3);
@@ -697,8 +697,8 @@ int es_cmd_bench_lane(int argc, char **argv) {
   if (b.rt && es_runtime_destroy(b.rt) < 0)
     fprintf(stderr, "edgeserve bench-lane: %s\n", es_last_error_detail());
   for (int i = 0; i < b.n_models; i++) {
-    es_cli_inputs_free(b.models[i].in, ES_CLI_MAX_INPUTS);
-    for (int k = 0; k < ES_CLI_MAX_INPUTS; k++)
+    cli_inputs_free(b.models[i].in, CLI_MAX_INPUTS);
+    for (int k = 0; k < CLI_MAX_INPUTS; k++)
       es_mem_free(b.models[i].in_names[k]);
     es_mem_free(b.models[i].run_ms);
     es_mem_free(b.models[i].switch_ns);

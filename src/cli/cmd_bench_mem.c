@@ -220,26 +220,26 @@ typedef struct alloc_worker {
 } alloc_worker;
 
 static void w_free(alloc_worker *w, slot *s) {
-  uint64_t t0 = es_cli_now_ns();
+  uint64_t t0 = cli_now_ns();
   if (w->is_buddy)
     es_buddy_free(w->pool, s->p);
   else
     free(s->p);
-  hist_add(w->hf, es_cli_now_ns() - t0);
+  hist_add(w->hf, cli_now_ns() - t0);
   w->live -= s->size;
   s->p = NULL;
 }
 
 static void w_alloc(alloc_worker *w, slot *s, size_t want) {
   void *p = NULL;
-  uint64_t t0 = es_cli_now_ns();
+  uint64_t t0 = cli_now_ns();
   if (w->is_buddy) {
     if (es_buddy_alloc(w->pool, want, &p) < 0)
       p = NULL;
   } else {
     p = malloc(want);
   }
-  hist_add(w->ha, es_cli_now_ns() - t0);
+  hist_add(w->ha, cli_now_ns() - t0);
   if (!p) {
     w->failures++;
     return;
@@ -380,7 +380,7 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
   int can_reset_peak = es_sys_peak_rss_reset() == 0;
   uint64_t rng = seed;
   uint64_t sample_every = ops / (uint64_t)o->samples + 1;
-  uint64_t t_start = es_cli_now_ns();
+  uint64_t t_start = cli_now_ns();
   for (uint64_t op = 0; op < ops; op++) {
     int k = (int)(rng_next(&rng) % (uint64_t)o->slots);
     size_t want = tensor_size(&rng);
@@ -388,7 +388,7 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
     if (op % sample_every == 0 || op + 1 == ops)
       w_sample(&w, op + 1);
   }
-  uint64_t wall = es_cli_now_ns() - t_start;
+  uint64_t wall = cli_now_ns() - t_start;
   size_t peak = 0;
   if (can_reset_peak)
     es_sys_peak_rss(&peak);
@@ -539,13 +539,13 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   uint64_t best = UINT64_MAX;
   void *sink = NULL;
   for (int b = 0; b < BATCHES; b++) {
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     for (int i = 0; i < BATCH; i++) {
       void *p;
       if (es_arena_alloc(a, sizes[i], &p) == 0)
         sink = p;
     }
-    uint64_t dt = es_cli_now_ns() - t0;
+    uint64_t dt = cli_now_ns() - t0;
     if (dt < best)
       best = dt;
     hist_add(&per, dt);
@@ -558,12 +558,12 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   memset(&per, 0, sizeof per);
   void *ptrs[BATCH];
   for (int b = 0; b < BATCHES / 4; b++) {
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     for (int i = 0; i < BATCH; i++)
       ptrs[i] = malloc(sizes[i]);
     for (int i = 0; i < BATCH; i++)
       free(ptrs[i]);
-    hist_add(&per, es_cli_now_ns() - t0);
+    hist_add(&per, cli_now_ns() - t0);
   }
   *malloc_ns_per_pair = hist_pct(&per, 0.5) / BATCH;
   (void)sink;
@@ -702,7 +702,8 @@ static void print_table(const int *use, const agg *aggs, const agg *mem) {
 
 static void print_over_time(const int *use, const agg *aggs, const agg *mem) {
   printf("\nfragmentation over time (latency run, round 1): live MiB / fragmentation\n");
-  printf("  buddy: 1 - largest free block / free bytes; glibc: free bytes held in its heap / heap\n");
+  printf("  buddy: 1 - largest free block / free bytes; glibc: free bytes held in its heap / "
+         "heap\n");
   for (int b = 0; b < NBACKENDS; b++) {
     const agg *a = &aggs[b];
     if (!use[b] || !a->available || !a->nsamples || a->s_frag[0] < 0)

@@ -24,7 +24,7 @@ static void compile_usage(FILE *f) {
 
 int es_cmd_compile(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
-  es_cli_inputs ci;
+  cli_inputs ci;
   memset(&ci, 0, sizeof ci);
   for (int i = 1; i < argc; i++) {
     int r;
@@ -33,7 +33,7 @@ int es_cmd_compile(int argc, char **argv) {
       return 0;
     } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
       dst = argv[++i];
-    } else if ((r = es_cli_inputs_arg(&ci, "compile", argc, argv, &i)) != 0) {
+    } else if ((r = cli_inputs_arg(&ci, "compile", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
     } else if (argv[i][0] == '-') {
@@ -57,8 +57,8 @@ int es_cmd_compile(int argc, char **argv) {
   }
   /* Shapes: given ones, else the model's, open dims defaulted. */
   int n = es_model_input_count(m);
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  int ok = n <= ES_CLI_MAX_INPUTS;
+  es_tensor_info shapes[CLI_MAX_INPUTS];
+  int ok = n <= CLI_MAX_INPUTS;
   for (int i = 0; ok && i < n; i++)
     es_model_input_info(m, i, &shapes[i]);
   for (int k = 0; ok && k < ci.n_shapes; k++)

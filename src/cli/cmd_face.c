@@ -36,7 +36,7 @@ static void face_usage(FILE *f) {
 static void print_json(const char *path, const es_image *img, const es_face *faces, int n,
                        double ms) {
   printf("{\"image\":");
-  es_cli_json_string(stdout, path);
+  cli_json_string(stdout, path);
   printf(",\"width\":%d,\"height\":%d,\"faces\":[", img->width, img->height);
   for (int i = 0; i < n; i++) {
     const es_face *f = &faces[i];

@@ -41,12 +41,12 @@ static void ocr_usage(FILE *f) {
 static void print_json(const char *path, const es_image *img, const es_ocr_line *lines, int n,
                        double ms, double first_ms) {
   printf("{\"image\":");
-  es_cli_json_string(stdout, path);
+  cli_json_string(stdout, path);
   printf(",\"width\":%d,\"height\":%d,\"lines\":[", img->width, img->height);
   for (int i = 0; i < n; i++) {
     const es_ocr_line *l = &lines[i];
     printf("%s{\"text\":", i ? "," : "");
-    es_cli_json_string(stdout, l->text);
+    cli_json_string(stdout, l->text);
     printf(",\"confidence\":%.4f,\"box_score\":%.4f,\"box\":[", (double)l->confidence,
            (double)l->box_score);
     for (int k = 0; k < 4; k++)
@@ -97,7 +97,7 @@ static int parse_args(int argc, char **argv, cli_app_opts *o, int *use_cls, long
     } else if (!strcmp(a, "--no-cls")) {
       *use_cls = 0;
     } else if (!strcmp(a, "--limit-side") && i + 1 < argc) {
-      if (es_cli_parse_count(argv[++i], 32, 8192, limit) < 0) {
+      if (cli_parse_count(argv[++i], 32, 8192, limit) < 0) {
         fprintf(stderr, "edgeserve ocr: --limit-side wants 32..8192, got '%s'\n", argv[i]);
         return 2;
       }

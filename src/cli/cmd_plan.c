@@ -395,11 +395,11 @@ static void concurrency(plan_run *pr) {
 static void print_json(const plan_run *pr) {
   const es_memstat *ms = &pr->ms;
   printf("{\"budget\": {\"bytes\": %zu, \"source\": ", pr->budget);
-  es_cli_json_string(stdout, pr->source);
+  cli_json_string(stdout, pr->source);
   printf(", \"cgroup\": ");
   if (pr->have_ms && ms->version) {
     printf("{\"version\": %d, \"path\": ", ms->version);
-    es_cli_json_string(stdout, ms->path);
+    cli_json_string(stdout, ms->path);
     printf(", \"current\": %zu, \"high\": ", ms->current);
     json_lim(ms->high);
     printf(", \"max\": ");
@@ -418,7 +418,7 @@ static void print_json(const plan_run *pr) {
   for (int j = 0; j < pr->n_files; j++) {
     const plan_file *f = &pr->files[j];
     printf("%s{\"path\": ", j ? ", " : "");
-    es_cli_json_string(stdout, f->path);
+    cli_json_string(stdout, f->path);
     printf(", \"weight_bytes\": %zu, \"prepared_bytes\": %zu, \"context_bytes\": %zu, "
            "\"compiled\": %s}",
            f->st.weight_bytes, f->st.prepared_bytes, f->st.context_bytes,
@@ -433,9 +433,9 @@ static void print_json(const plan_run *pr) {
   for (int k = 0; k < pr->n_items; k++) {
     const plan_item *it = &pr->items[k];
     printf("%s{\"file\": ", k ? ", " : "");
-    es_cli_json_string(stdout, it->path);
+    cli_json_string(stdout, it->path);
     printf(", \"shape\": ");
-    es_cli_json_string(stdout, it->shape_str);
+    cli_json_string(stdout, it->shape_str);
     printf(", \"arena_bytes\": %zu, \"per_request_bytes\": %zu, \"plan_context_bytes\": %zu, "
            "\"max_concurrency\": %zu, \"mix_concurrency\": %zu}",
            it->arena, it->per_request, it->context, it->alone, it->mix);

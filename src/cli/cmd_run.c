@@ -57,7 +57,7 @@ static void sanitize(const char *in, char *out, size_t size) {
 }
 
 /* The options. -1 to go on, else the exit status (0 after --help). */
-static int parse_args(int argc, char **argv, es_cli_inputs *ci, const char **model_path,
+static int parse_args(int argc, char **argv, cli_inputs *ci, const char **model_path,
                       const char **out_dir, long *repeat) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -65,17 +65,17 @@ static int parse_args(int argc, char **argv, es_cli_inputs *ci, const char **mod
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       run_usage(stdout);
       return 0;
-    } else if ((r = es_cli_inputs_arg(ci, "run", argc, argv, &i)) != 0) {
+    } else if ((r = cli_inputs_arg(ci, "run", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
     } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
       *out_dir = argv[++i];
     } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-      if (es_cli_parse_count(argv[++i], 1, 1000000, repeat) < 0) {
+      if (cli_parse_count(argv[++i], 1, 1000000, repeat) < 0) {
         fprintf(stderr, "edgeserve run: --repeat wants 1..1000000, got '%s'\n", argv[i]);
         return 2;
       }
-    } else if (es_cli_inputs_positional(ci, "run", a, model_path) != 0) {
+    } else if (cli_inputs_positional(ci, "run", a, model_path) != 0) {
       run_usage(stderr);
       return 2;
     }
@@ -103,7 +103,7 @@ static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
       char name[256], path[1024];
       sanitize(outs[o].name, name, sizeof name);
       snprintf(path, sizeof path, "%s/%s.npy", out_dir, name);
-      if (es_npy_write(path, &outs[o]) < 0) {
+      if (cli_npy_write(path, &outs[o]) < 0) {
         fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
         return -1;
       }
@@ -114,7 +114,7 @@ static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
 
 int es_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
-  es_cli_inputs ci;
+  cli_inputs ci;
   memset(&ci, 0, sizeof ci);
   long repeat = 1;
   int status = parse_args(argc, argv, &ci, &model_path, &out_dir, &repeat);
@@ -136,9 +136,9 @@ int es_cmd_run(int argc, char **argv) {
   }
   for (long r = 0; r < repeat; r++) {
     es_arena_reset(s.arena);
-    double t0 = es_cli_now_ms();
+    double t0 = cli_now_ms();
     int rc = es_plan_run(s.plan, s.in, s.nin, s.arena, outs, nout);
-    lat[r] = es_cli_now_ms() - t0;
+    lat[r] = cli_now_ms() - t0;
     if (rc < 0) {
       fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
       goto out;

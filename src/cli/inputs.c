@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv, int *i) {
+int cli_inputs_arg(cli_inputs *ci, const char *cmd, int argc, char **argv, int *i) {
   const char *a = argv[*i];
   int is_input = !strcmp(a, "--input"), is_shape = !strcmp(a, "--shape");
   if (!is_input && !is_shape)
@@ -18,7 +18,7 @@ int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv,
     return 2;
   }
   const char *v = argv[++*i];
-  if ((is_input ? ci->n_named : ci->n_shapes) == ES_CLI_MAX_INPUTS) {
+  if ((is_input ? ci->n_named : ci->n_shapes) == CLI_MAX_INPUTS) {
     fprintf(stderr, "edgeserve %s: too many %s options\n", cmd, a);
     return 2;
   }
@@ -40,15 +40,15 @@ int es_cli_inputs_arg(es_cli_inputs *ci, const char *cmd, int argc, char **argv,
   return 1;
 }
 
-int es_cli_inputs_positional(es_cli_inputs *ci, const char *cmd, const char *arg,
-                             const char **model_path) {
+int cli_inputs_positional(cli_inputs *ci, const char *cmd, const char *arg,
+                          const char **model_path) {
   if (arg[0] == '-') {
     fprintf(stderr, "edgeserve %s: unknown or incomplete option '%s'\n", cmd, arg);
     return 2;
   }
   if (!*model_path) {
     *model_path = arg;
-  } else if (ci->n_pos < ES_CLI_MAX_INPUTS) {
+  } else if (ci->n_pos < CLI_MAX_INPUTS) {
     ci->positional[ci->n_pos++] = arg;
   } else {
     fprintf(stderr, "edgeserve %s: too many inputs\n", cmd);
@@ -109,12 +109,12 @@ static int random_tensor(es_tensor *t, const es_tensor_info *info, uint64_t seed
   return 0;
 }
 
-int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es_tensor *in,
-                       es_tensor_info *shapes) {
+int cli_inputs_load(es_model *m, const cli_inputs *ci, const char *cmd, es_tensor *in,
+                    es_tensor_info *shapes) {
   int nin = es_model_input_count(m);
   memset(in, 0, sizeof *in * (size_t)(nin > 0 ? nin : 1));
-  if (nin > ES_CLI_MAX_INPUTS) {
-    fprintf(stderr, "edgeserve %s: the model has more than %d inputs\n", cmd, ES_CLI_MAX_INPUTS);
+  if (nin > CLI_MAX_INPUTS) {
+    fprintf(stderr, "edgeserve %s: the model has more than %d inputs\n", cmd, CLI_MAX_INPUTS);
     return 1;
   }
   if (ci->n_pos > nin) {
@@ -143,7 +143,7 @@ int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es
       if (cli_shape_is(&ci->shapes[k], info.name))
         shape = &ci->shapes[k];
     if (file) {
-      if (es_npy_read(file, &in[i]) < 0) {
+      if (cli_npy_read(file, &in[i]) < 0) {
         fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
         return 1;
       }
@@ -169,26 +169,26 @@ int es_cli_inputs_load(es_model *m, const es_cli_inputs *ci, const char *cmd, es
   return 0;
 }
 
-void es_cli_inputs_free(es_tensor *in, int n) {
+void cli_inputs_free(es_tensor *in, int n) {
   for (int i = 0; i < n; i++) {
     es_mem_free(in[i].data);
     in[i].data = NULL;
   }
 }
 
-int cli_session_open(cli_session *s, const char *path, const es_cli_inputs *ci, const char *cmd) {
+int cli_session_open(cli_session *s, const char *path, const cli_inputs *ci, const char *cmd) {
   memset(s, 0, sizeof *s);
-  double t0 = es_cli_now_ms();
+  double t0 = cli_now_ms();
   if (es_model_load(path, NULL, &s->model) < 0) {
     fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
     return 1;
   }
-  s->load_ms = es_cli_now_ms() - t0;
+  s->load_ms = cli_now_ms() - t0;
   s->nin = es_model_input_count(s->model);
-  int status = es_cli_inputs_load(s->model, ci, cmd, s->in, s->shapes);
+  int status = cli_inputs_load(s->model, ci, cmd, s->in, s->shapes);
   if (status)
     return status;
-  t0 = es_cli_now_ms();
+  t0 = cli_now_ms();
   if (es_model_plan(s->model, s->shapes, s->nin, &s->plan) < 0) {
     fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
     return 1;
@@ -198,12 +198,12 @@ int cli_session_open(cli_session *s, const char *path, const es_cli_inputs *ci, 
     fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
     return 1;
   }
-  s->plan_ms = es_cli_now_ms() - t0;
+  s->plan_ms = cli_now_ms() - t0;
   return 0;
 }
 
 void cli_session_close(cli_session *s) {
-  es_cli_inputs_free(s->in, ES_CLI_MAX_INPUTS);
+  cli_inputs_free(s->in, CLI_MAX_INPUTS);
   es_arena_destroy(s->arena);
   es_plan_release(s->plan);
   es_model_release(s->model);

@@ -8,15 +8,15 @@
 #include <stdlib.h>
 #include <time.h>
 
-double es_cli_now_ms(void) { return (double)es_cli_now_ns() / 1e6; }
+double cli_now_ms(void) { return (double)cli_now_ns() / 1e6; }
 
-uint64_t es_cli_now_ns(void) {
+uint64_t cli_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int es_cli_parse_count(const char *s, long lo, long hi, long *out) {
+int cli_parse_count(const char *s, long lo, long hi, long *out) {
   char *end;
   long v = strtol(s, &end, 10);
   if (end == s || *end || v < lo || v > hi)
@@ -48,7 +48,7 @@ int es_cli_parse_bytes(const char *s, size_t *out) {
   return 0;
 }
 
-void es_cli_json_string(FILE *f, const char *s) {
+void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -62,7 +62,7 @@ void es_cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-void es_cli_json_real(FILE *f, double v, int decimals) {
+void cli_json_real(FILE *f, double v, int decimals) {
   if (isnan(v) || isinf(v))
     fputs("null", f);
   else
