@@ -73,7 +73,7 @@ static void bench_usage(FILE *f) {
           "request arena. Prints latency p50/p99/max, peak RSS, RSS after free,\n"
           "fragmentation over time and one line per claim with its ratio.\n"
           "\n"
-          "  --quick       30k + 160 operations, 2 rounds, live set 128 MiB, buddy\n"
+          "  --quick       20k + 120 operations, 2 rounds, live set 128 MiB, buddy\n"
           "                pool 256 MiB (a demo, well under a minute; other options\n"
           "                still apply)\n"
           "  --ops N       latency-run operations per allocator (default 10000000)\n"
@@ -586,13 +586,12 @@ static int parse_u64(const char *s, uint64_t *out) {
  * turn. The live set and the pool are halved together, so that the short
  * memory runs reach the cap and the pool keeps the full run's headroom.
  * The memory runs' page faults are most of the time, so they are the
- * fewest: 80 a run, by which a third of the slots hold a block and the
- * live set is near its cap. */
+ * fewest: 60 a run (the live set reaches the cap in about 20). */
 static void quick_opts(bench_opts *o, int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (!strcmp(argv[i], "--quick")) {
-      o->ops = 30000;
-      o->rss_ops = 160;
+      o->ops = 20000;
+      o->rss_ops = 120;
       o->rounds = 2;
       o->live_max = (size_t)128 << 20;
       o->pool_bytes = (size_t)256 << 20;
