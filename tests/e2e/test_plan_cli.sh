@@ -105,6 +105,13 @@ ln -s "$models/ppocr_det.onnx" "$work/a:det.onnx"
 "$es" plan --model "$work/a:det.onnx:x=1x3x640x640" --memory 2G >"$work/colon.txt" 2>&1 ||
   { bad "--model with ':' in the path failed"; cat "$work/colon.txt"; }
 grep -q '^formula a:det.onnx x=1x3x640x640:' "$work/colon.txt" || bad "':' in the path: det not named"
+# ... and an input name holding ':' (BlazeFace's is "input:0") stays whole.
+if [ -f "$models/blazeface_front_128.onnx" ]; then
+  "$es" plan --model "$models/blazeface_front_128.onnx:input:0=1x128x128x3" --memory 2G \
+    >"$work/name.txt" 2>&1 || { bad "--model with ':' in the input name failed"; cat "$work/name.txt"; }
+  grep -q '^formula blazeface_front_128.onnx input:0=1x128x128x3:' "$work/name.txt" ||
+    bad "':' in the input name: not planned at its shape"
+fi
 
 # JSON: parses, and holds the same numbers as the text.
 "$es" plan --model "$det" --model "$rec" --memory 2G --json >"$work/plan.json" 2>&1 ||
