@@ -24,19 +24,21 @@ int es_cmd_serve(int argc, char **argv);
 int es_cmd_face(int argc, char **argv);
 int es_cmd_ocr(int argc, char **argv);
 
-/* Helpers shared by the subcommands (util.c). */
-uint64_t es_cli_now_ns(void);                          /* CLOCK_MONOTONIC */
-double es_cli_now_ms(void);
-int es_cli_cmp_double(const void *a, const void *b);   /* for qsort */
+/* Helpers shared by the subcommands (util.c). Cross-file helpers of the
+ * CLI are named cli_*; es_cli_cmd and es_cli_parse_bytes keep their old
+ * names while main.c and cmd_serve.c use them. */
+uint64_t cli_now_ns(void); /* CLOCK_MONOTONIC */
+double cli_now_ms(void);
 /* A decimal integer in [lo, hi] and nothing else; -1 otherwise. */
-int es_cli_parse_count(const char *s, long lo, long hi, long *out);
+int cli_parse_count(const char *s, long lo, long hi, long *out);
 /* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes (powers of 1024);
  * -1 when malformed. */
 int es_cli_parse_bytes(const char *s, size_t *out);
 /* A JSON string: quotes, backslashes and control characters escaped, other
  * bytes (UTF-8) as they are. */
-void es_cli_json_string(FILE *f, const char *s);
-/* PSS of the whole process (smaps_rollup), bytes; 0 when unreadable. */
-size_t es_cli_pss(void);
+void cli_json_string(FILE *f, const char *s);
+/* A JSON number with that many decimals; null for NAN or infinity (a value
+ * not measured). */
+void cli_json_real(FILE *f, double v, int decimals);
 
 #endif

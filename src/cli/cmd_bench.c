@@ -26,6 +26,7 @@
  * capacity planner promised. */
 #include "cli/cli.h"
 #include "cli/inputs.h"
+#include "cli/measure.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 #include "edgeserve/runtime.h"
@@ -37,7 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 static void bench_usage(FILE *f) {
@@ -83,13 +83,6 @@ static void bench_usage(FILE *f) {
 }
 
 
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
-                        .tv_nsec = (long)(ns % 1000000000ull)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
 static void print_profile(void *user, const char *op, int nodes, double ms) {
   (void)user;
   printf("  %-20s %4d nodes %9.3f ms\n", op, nodes, ms);
@@ -106,7 +99,7 @@ static int parse_real(const char *s, double lo, double hi, double *out) {
 
 typedef struct bench_args {
   const char *model_path;
-  es_cli_inputs ci;
+  cli_inputs ci;
   long threads, iters, warmup;
   int json, profile;
   int threads_set, iters_set, warmup_set;
@@ -126,95 +119,76 @@ typedef struct bench_args {
  * In-process mode: one plan, one arena.
  * ========================================================================= */
 
-static int bench_inproc(const bench_args *ba) {
-  const char *model_path = ba->model_path;
-  long threads = ba->threads, iters = ba->iters, warmup = ba->warmup;
-  int json = ba->json, profile = ba->profile;
-  es_engine_threads_set((int)threads);
-  es_model *m = NULL;
-  es_plan *plan = NULL;
-  es_arena *arena = NULL;
-  es_tensor in[ES_CLI_MAX_INPUTS], out[64];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  memset(in, 0, sizeof in);
-  double *lat = NULL;
-  int status = 1;
-  double t_load = es_cli_now_ms();
-  if (es_model_load(model_path, NULL, &m) < 0) {
-    fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    return 1;
-  }
-  t_load = es_cli_now_ms() - t_load;
-  int nin = es_model_input_count(m);
-  if ((status = es_cli_inputs_load(m, &ba->ci, "bench", in, shapes)) != 0)
-    goto out;
-  status = 1;
-  double t_plan = es_cli_now_ms();
-  if (es_model_plan(m, shapes, nin, &plan) < 0 ||
-      es_arena_create(es_plan_arena_bytes(plan) ? es_plan_arena_bytes(plan) : 64, 64, &arena) <
-          0) {
-    fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
-  }
-  t_plan = es_cli_now_ms() - t_plan;
-  int nout = es_plan_output_count(plan);
+/* warmup + iters runs of the session's plan; the timed ones in lat[], the
+ * first warm-up run in *first. 0, or -1 (printed). */
+static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *first) {
+  es_tensor out[64];
+  int nout = es_plan_output_count(s->plan);
   if (nout > 64)
     nout = 64;
-  lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
-  if (!lat)
-    goto out;
-  double first = 0;
-  for (long r = -warmup; r < iters; r++) {
-    if (r == 0 && profile)
+  for (long r = -ba->warmup; r < ba->iters; r++) {
+    if (r == 0 && ba->profile)
       es_engine_profile_set(1);
-    es_arena_reset(arena);
-    double t0 = es_cli_now_ms();
-    if (es_plan_run(plan, in, nin, arena, out, nout) < 0) {
+    es_arena_reset(s->arena);
+    double t0 = cli_now_ms();
+    if (es_plan_run(s->plan, s->in, s->nin, s->arena, out, nout) < 0) {
       fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-      goto out;
+      return -1;
     }
-    double dt = es_cli_now_ms() - t0;
-    if (r == -warmup)
-      first = dt;
+    double dt = cli_now_ms() - t0;
+    if (r == -ba->warmup)
+      *first = dt;
     if (r >= 0)
       lat[r] = dt;
   }
-  qsort(lat, (size_t)iters, sizeof *lat, es_cli_cmp_double);
-  double med = lat[iters / 2];
-  double p99 = lat[(size_t)ceil(0.99 * (double)iters) - 1];
-  double gflop = (double)es_plan_flops(plan) / 1e9;
-  size_t peak = 0;
+  return 0;
+}
+
+static int bench_inproc(const bench_args *ba) {
+  const char *model_path = ba->model_path;
+  long threads = ba->threads, iters = ba->iters, warmup = ba->warmup;
+  es_engine_threads_set((int)threads);
+  cli_session s;
+  double *lat = NULL, first = 0;
+  int status = cli_session_open(&s, model_path, &ba->ci, "bench");
+  if (status)
+    goto out;
+  status = 1;
+  lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
+  if (!lat || time_runs(&s, ba, lat, &first) < 0)
+    goto out;
+  cli_sort(lat, (size_t)iters);
+  double med = cli_median(lat, (size_t)iters), p99 = cli_pct(lat, (size_t)iters, 0.99);
+  double gflop = (double)es_plan_flops(s.plan) / 1e9;
+  size_t peak = 0, arena = es_plan_arena_bytes(s.plan);
   es_sys_peak_rss(&peak);
   es_model_stats ms;
-  es_model_stats_get(m, &ms);
-  if (json) {
+  es_model_stats_get(s.model, &ms);
+  if (ba->json) {
     printf("{\"model\": \"%s\", \"threads\": %ld, \"iters\": %ld, \"median_ms\": %.4f, "
            "\"p99_ms\": %.4f, \"first_ms\": %.4f, \"load_ms\": %.3f, \"plan_ms\": %.3f, "
            "\"gflop\": %.4f, \"gflops\": %.2f, \"peak_rss_bytes\": %zu, "
            "\"arena_bytes\": %zu, \"weight_bytes\": %zu}\n",
-           model_path, threads, iters, med, p99, first, t_load, t_plan, gflop,
-           med > 0 ? gflop / (med / 1e3) : 0.0, peak, es_plan_arena_bytes(plan), ms.weight_bytes);
+           model_path, threads, iters, med, p99, first, s.load_ms, s.plan_ms, gflop,
+           med > 0 ? gflop / (med / 1e3) : 0.0, peak, arena, ms.weight_bytes);
   } else {
     printf("model: %s (%ld thread%s, %ld runs after %ld warm-up)\n", model_path, threads,
            threads > 1 ? "s" : "", iters, warmup);
     printf("latency ms: median %.3f  p99 %.3f  first run %.3f\n", med, p99, first);
-    printf("load ms: %.1f  plan ms: %.1f\n", t_load, t_plan);
+    printf("load ms: %.1f  plan ms: %.1f\n", s.load_ms, s.plan_ms);
     printf("compute: %.3f GFLOP per run, %.1f GFLOP/s\n", gflop,
            med > 0 ? gflop / (med / 1e3) : 0.0);
-    printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n",
-           es_plan_arena_bytes(plan), ms.weight_bytes, peak);
+    printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n", arena, ms.weight_bytes,
+           peak);
   }
-  if (profile && !json) {
+  if (ba->profile && !ba->json) {
     printf("profile (ms per run, by operator; timing adds a little to each node):\n");
-    es_plan_profile(plan, print_profile, NULL);
+    es_plan_profile(s.plan, print_profile, NULL);
   }
   status = 0;
 out:
   es_mem_free(lat);
-  es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
-  es_arena_destroy(arena);
-  es_plan_release(plan);
-  es_model_release(m);
+  cli_session_close(&s);
   return status;
 }
 
@@ -255,20 +229,8 @@ static void series_free(bench_series *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* Nearest-rank percentile of a sorted series (as bench_streams.js); NAN
- * when empty. */
-static double series_pct(const bench_series *s, double q) {
-  if (s->n == 0)
-    return NAN;
-  double r = ceil(q * (double)s->n) - 1;
-  size_t i = r < 0 ? 0 : (size_t)r;
-  return s->v[i < s->n ? i : s->n - 1];
-}
-
-static void series_sort(bench_series *s) {
-  if (s->n)
-    qsort(s->v, s->n, sizeof *s->v, es_cli_cmp_double);
-}
+/* Nearest-rank percentile of a sorted series (as bench_streams.js). */
+static double series_pct(const bench_series *s, double q) { return cli_pct(s->v, s->n, q); }
 
 /* What one recording thread saw. The same record serves a stream of the
  * closed loop, the open loop's submitter (admissions and refusals) and its
@@ -348,6 +310,15 @@ struct bench_rt {
   bench_rec done;       /* open loop: completions, under lock */
   uint64_t last_done_ns; /* open loop, under lock */
   atomic_ulong finished; /* open loop: callbacks that have run */
+  /* the driver's own (bench_runtime and its steps) */
+  es_tensor in_store[CLI_MAX_INPUTS];
+  es_tensor_info shapes[CLI_MAX_INPUTS];
+  char *names[CLI_MAX_INPUTS]; /* the inputs' names: the probe model goes away */
+  bench_stream *streams;
+  int n_streams;
+  int handles_out; /* open-loop requests never called back: keep the runtime */
+  cli_rss_sampler smp;
+  bench_rec sub_rec; /* open loop: the submitter's */
 };
 
 /* Remember the first failure and stop everyone. */
@@ -418,15 +389,15 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   bench_rt *b = s->b;
   es_request *r = NULL;
   es_refusal why;
-  uint64_t t0 = es_cli_now_ns();
+  uint64_t t0 = cli_now_ns();
   int rc = es_runtime_submit(b->rt, sub, &r, &why);
-  uint64_t t1 = es_cli_now_ns();
+  uint64_t t1 = cli_now_ns();
   if (rc == ES_EAGAIN) {
     if (rec)
       rec_refusal(rec, &why, t1 - t0);
     uint64_t wait = (uint64_t)why.retry_after_ms * 1000000ull;
     uint64_t cap = until ? (until > t1 ? until - t1 : 0) : 1000000000ull;
-    sleep_ns(wait < cap ? wait : cap);
+    cli_sleep_ns(wait < cap ? wait : cap);
     return 0;
   }
   if (rc < 0) {
@@ -436,7 +407,7 @@ static int stream_one(bench_stream *s, const es_submit *sub, bench_rec *rec, uin
   if (rec)
     rec->admitted++;
   int st = es_request_wait(r, -1);
-  uint64_t t2 = es_cli_now_ns();
+  uint64_t t2 = cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   es_request_info_get(r, &info);
@@ -457,48 +428,13 @@ static void *stream_main(void *arg) {
    * for a stream that will not come. */
   atomic_fetch_add(&b->warmed, 1);
   while (!atomic_load(&b->go))
-    sleep_ns(200 * 1000ull);
+    cli_sleep_ns(200 * 1000ull);
   uint64_t deadline = b->deadline_ns;
-  while (!atomic_load(&b->failed) && es_cli_now_ns() < deadline)
+  while (!atomic_load(&b->failed) && cli_now_ns() < deadline)
     if (stream_one(s, &sub, &s->rec, deadline) < 0)
       break;
-  s->end_ns = es_cli_now_ns();
+  s->end_ns = cli_now_ns();
   return NULL;
-}
-
-/* ---- RSS sampler -------------------------------------------------------------- */
-
-/* VmHWM is what the kernel remembers, but memory given back with madvise
- * can peak between its updates; 50 ms samples catch the timed phase's own
- * peak. */
-typedef struct rss_sampler {
-  pthread_t thread;
-  int started;
-  atomic_int stop;
-  size_t max;
-  unsigned long samples;
-} rss_sampler;
-
-static void *sampler_main(void *arg) {
-  rss_sampler *s = arg;
-  while (!atomic_load(&s->stop)) {
-    size_t v;
-    if (es_sys_rss(&v) == 0) {
-      if (v > s->max)
-        s->max = v;
-      s->samples++;
-    }
-    sleep_ns(50 * 1000000ull);
-  }
-  return NULL;
-}
-
-static double cpu_seconds(void) {
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) != 0)
-    return 0;
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /* ---- open loop ---------------------------------------------------------------- */
@@ -514,7 +450,7 @@ typedef struct open_tag {
 static void open_done(void *user, es_request *r) {
   open_tag *t = user;
   bench_rt *b = t->b;
-  uint64_t t1 = es_cli_now_ns();
+  uint64_t t1 = cli_now_ns();
   es_request_info info;
   memset(&info, 0, sizeof info);
   int st = es_request_info_get(r, &info) == 0 ? info.status : ES_ECORRUPT;
@@ -587,7 +523,7 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
     next += (b->a->paced ? 1.0 : -log1p(-u)) / b->a->rate * 1e9;
     if (next >= (double)b->deadline_ns || atomic_load(&b->failed))
       break;
-    uint64_t at = (uint64_t)next, t = es_cli_now_ns();
+    uint64_t at = (uint64_t)next, t = cli_now_ns();
     if (at > t) {
       struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
                             .tv_nsec = (long)(at % 1000000000ull)};
@@ -605,11 +541,11 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
                      .n_inputs = b->nin, .on_done = open_done, .user = tag};
     es_request *r = NULL;
     es_refusal why;
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     tag->b = b;
     tag->submit_ns = t0;
     int rc = es_runtime_submit(b->rt, &sub, &r, &why);
-    uint64_t t1 = es_cli_now_ns();
+    uint64_t t1 = cli_now_ns();
     (*arrivals)++;
     if (rc == 0) {
       /* r and tag belong to the callback now (it may even have run). */
@@ -631,15 +567,10 @@ static void open_submit(bench_rt *b, bench_rec *rec, double *lag_max_ms, uint64_
 /* ,"key":value with 3 decimals, or null for a missing value (NAN). */
 static void json_real(const char *key, double v) {
   printf(",\"%s\":", key);
-  if (isnan(v) || isinf(v))
-    printf("null");
-  else
-    printf("%.3f", v);
+  cli_json_real(stdout, v, 3);
 }
 
 static void json_size(const char *key, size_t v) { printf(",\"%s\":%zu", key, v); }
-
-static double mib(size_t b) { return (double)b / 1048576.0; }
 
 typedef struct bench_result {
   const char *model; /* basename */
@@ -661,7 +592,7 @@ static void report_json(const bench_rt *b, const bench_result *r) {
   const bench_rec *rec = &r->rec;
   printf("{\"engine\":\"edgeserve\",\"mode\":\"%s\",\"loop\":\"%s\",\"model\":",
          a->no_share ? "no-share" : "shared", a->rate > 0 ? "open" : "closed");
-  es_cli_json_string(stdout, r->model);
+  cli_json_string(stdout, r->model);
   printf(",\"concurrency\":%ld,\"workers\":%d,\"threads\":%ld,\"rate\":%g", a->concurrency,
          b->n_workers, a->threads, a->rate);
   printf(",\"arrivals\":\"%s\"", a->rate > 0 ? (a->paced ? "paced" : "poisson") : "closed");
@@ -769,46 +700,34 @@ static void report_text(const bench_rt *b, const bench_result *r) {
   }
   printf("memory: weights %.2f MiB (%ld cop%s), planned arena %.2f MiB, arena pools %.2f MiB, "
          "lane scratch %.2f MiB, buddy peak %.2f MiB\n",
-         mib(r->weights), a->no_share ? a->concurrency : 1L,
-         a->no_share && a->concurrency > 1 ? "ies" : "y", mib(r->planned), mib(r->pool),
-         mib(r->scratch), mib(r->buddy_peak));
+         cli_mib(r->weights), a->no_share ? a->concurrency : 1L,
+         a->no_share && a->concurrency > 1 ? "ies" : "y", cli_mib(r->planned), cli_mib(r->pool),
+         cli_mib(r->scratch), cli_mib(r->buddy_peak));
   if (a->rate > 0)
     printf("  formula: weights + %s = %.2f MiB\n",
-           r->budget ? "budget" : "peak bytes admitted", mib(r->formula));
+           r->budget ? "budget" : "peak bytes admitted", cli_mib(r->formula));
   else
     printf("  formula: weights + %ld x planned arena = %.2f MiB\n", a->concurrency,
-           mib(r->formula));
+           cli_mib(r->formula));
   printf("  RSS: baseline %.2f MiB, peak %.2f MiB%s (timed phase %.2f MiB over %lu samples), "
          "end %.2f MiB; PSS %.2f MiB\n",
-         mib(r->baseline_rss), mib(r->peak_rss),
+         cli_mib(r->baseline_rss), cli_mib(r->peak_rss),
          r->peak_reset_ok ? " (model loads included)" : " (whole process)",
-         mib(r->timed_peak_rss), r->rss_samples, mib(r->rss), mib(r->pss));
+         cli_mib(r->timed_peak_rss), r->rss_samples, cli_mib(r->rss), cli_mib(r->pss));
   printf("  mapped or allocated by edgeserve (its counters; not all resident): %.2f MiB:",
-         mib(r->counted));
+         cli_mib(r->counted));
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++)
     if (r->counted_by[t] >= 64 * 1024)
-      printf(" %s %.2f", es_mem_tag_name((es_mem_tag)t), mib(r->counted_by[t]));
+      printf(" %s %.2f", es_mem_tag_name((es_mem_tag)t), cli_mib(r->counted_by[t]));
   printf("\n");
   if (r->budget || a->queue)
     printf("  admission: budget %.2f MiB, queue %u, peak in flight %zu, peak reserved %.2f MiB\n",
-           mib(r->budget), r->queue_capacity, r->peak_inflight, mib(r->peak_reserved));
+           cli_mib(r->budget), r->queue_capacity, r->peak_inflight, cli_mib(r->peak_reserved));
   if (rec->oom)
     printf("warning: out of memory for some samples; percentiles are over fewer requests\n");
 }
 
 /* ---- the runtime mode's driver --------------------------------------------------- */
-
-static void sampler_start(rss_sampler *smp) {
-  atomic_store(&smp->stop, 0);
-  smp->started = pthread_create(&smp->thread, NULL, sampler_main, smp) == 0;
-}
-
-static void sampler_stop(rss_sampler *smp) {
-  atomic_store(&smp->stop, 1);
-  if (smp->started)
-    pthread_join(smp->thread, NULL);
-  smp->started = 0;
-}
 
 /* Wait until every open-loop request has called back (each holds a handle
  * and admission bytes until then). 0, or -1 after `limit_ms`. */
@@ -816,41 +735,15 @@ static int open_drain(bench_rt *b, uint64_t admitted, int limit_ms) {
   for (int waited = 0; atomic_load(&b->finished) < admitted; waited++) {
     if (waited >= limit_ms)
       return -1;
-    sleep_ns(1000000ull);
+    cli_sleep_ns(1000000ull);
   }
   return 0;
 }
 
-static int bench_runtime(const bench_args *a) {
-  int status = 1;
-  bench_rt *b = es_mem_calloc(ES_MEM_CLI, 1, sizeof *b);
-  if (!b) {
-    fprintf(stderr, "edgeserve bench: out of memory\n");
-    return 1;
-  }
-  b->a = a;
-  pthread_mutex_init(&b->lock, NULL);
-  es_tensor in[ES_CLI_MAX_INPUTS];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  char *names[ES_CLI_MAX_INPUTS];
-  memset(in, 0, sizeof in);
-  memset(names, 0, sizeof names);
-  bench_stream *streams = NULL;
-  int n_streams = 0;
-  int handles_out = 0; /* open-loop requests never called back: keep the runtime */
-  rss_sampler smp;
-  memset(&smp, 0, sizeof smp);
-  bench_result res;
-  memset(&res, 0, sizeof res);
-  bench_rec sub_rec;
-  memset(&sub_rec, 0, sizeof sub_rec);
-  const char *slash = strrchr(a->model_path, '/');
-  res.model = slash ? slash + 1 : a->model_path;
-
-  es_sys_rss(&res.baseline_rss);
-  /* From here the peak is the runtime's own: loads, warm-up, timed phase. */
-  res.peak_reset_ok = es_sys_peak_rss_reset() == 0;
-
+/* The runtime: pinned workers, the admission budget and queue asked for,
+ * room for every no-share copy. 0, or -1 (printed). */
+static int create_runtime(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
   es_runtime_config rc;
   es_runtime_config_default(&rc);
   rc.workers = (int)a->workers;
@@ -864,75 +757,70 @@ static int bench_runtime(const bench_args *a) {
     rc.max_models = copies + 1;
   if (es_runtime_create(&rc, &b->rt) < 0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
+    return -1;
   }
   es_runtime_stats rs;
   es_runtime_stats_get(b->rt, &rs);
   b->n_workers = rs.workers;
-  res.queue_capacity = rc.queue_capacity;
-  res.budget = a->memory;
+  res->queue_capacity = rc.queue_capacity;
+  res->budget = a->memory;
   b->worker_runs = es_mem_calloc(ES_MEM_CLI, (size_t)b->n_workers, sizeof *b->worker_runs);
   if (!b->worker_runs) {
     fprintf(stderr, "edgeserve bench: out of memory\n");
-    goto out;
+    return -1;
   }
+  return 0;
+}
 
-  /* The runtime plans on the caller's thread, and oneDNN fixes a
-   * primitive's thread count when it is created, from the creating thread's
-   * OpenMP setting (all cores by default). Unset, every run on a worker
-   * would start a team of all cores, and since the team inherits the pinned
-   * worker's one-core affinity its threads would take turns on that core
-   * (runs about twice as slow). So this thread plans with the workers'
-   * setting. */
-  es_engine_threads_set((int)a->threads);
-
-  /* The inputs are read against the model's inputs, and the configured
-   * shape comes from the inputs: so an entry without a shape is loaded
-   * first, only to read them. The shared entry loaded next takes the same
-   * es_model (the file is parsed once, as a server would); no-share copies
-   * are private anyway, so the probe goes before they load. */
-  double t_load = es_cli_now_ms();
-  int probe_id = -1;
+/* The inputs are read against the model's inputs, and the configured
+ * shape comes from the inputs: so an entry without a shape is loaded
+ * first, only to read them. The shared entry loaded next takes the same
+ * es_model (the file is parsed once, as a server would); no-share copies
+ * are private anyway, so the probe goes before they load. Its id (-1 when
+ * already unloaded) in *probe_id; 0, or the exit status (printed). */
+static int probe_inputs(bench_rt *b, int *probe_id) {
+  const bench_args *a = b->a;
   es_model_config pc;
   es_model_config_default(&pc);
   pc.name = "probe";
   pc.path = a->model_path;
   pc.arenas = 1;
-  if (es_runtime_model_load(b->rt, &pc, &probe_id) < 0) {
+  if (es_runtime_model_load(b->rt, &pc, probe_id) < 0) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
-    goto out;
+    return 1;
   }
   es_model *pm = NULL;
-  int irc = es_runtime_model_get(b->rt, probe_id, &pm) < 0 ? 1 : 0;
+  int irc = es_runtime_model_get(b->rt, *probe_id, &pm) < 0 ? 1 : 0;
   if (irc) {
     fprintf(stderr, "edgeserve bench: %s\n", es_last_error_detail());
   } else {
     b->nin = es_model_input_count(pm);
-    irc = es_cli_inputs_load(pm, &a->ci, "bench", in, shapes);
+    irc = cli_inputs_load(pm, &a->ci, "bench", b->in_store, b->shapes);
   }
   /* The names belong to the model: copied, as the probe goes away. */
   for (int i = 0; irc == 0 && i < b->nin; i++) {
-    names[i] = es_mem_strdup(ES_MEM_CLI, shapes[i].name ? shapes[i].name : "");
-    if (!names[i]) {
+    b->names[i] = es_mem_strdup(ES_MEM_CLI, b->shapes[i].name ? b->shapes[i].name : "");
+    if (!b->names[i]) {
       fprintf(stderr, "edgeserve bench: out of memory\n");
       irc = 1;
     }
-    shapes[i].name = names[i];
+    b->shapes[i].name = b->names[i];
   }
   es_model_release(pm);
   if (irc != 0 || a->no_share) {
-    es_runtime_model_unload(b->rt, probe_id, -1);
-    probe_id = -1;
+    es_runtime_model_unload(b->rt, *probe_id, -1);
+    *probe_id = -1;
   }
-  if (irc != 0) {
-    status = irc;
-    goto out;
-  }
-  b->in = in;
+  b->in = b->in_store;
+  return irc;
+}
 
-  /* Shared: one registry entry whose arena pool has one arena per worker;
-   * every stream submits to it. No-share: N entries with share 0, one arena
-   * and one request in flight each, stream i to entry i. */
+/* Shared: one registry entry whose arena pool has one arena per worker;
+ * every stream submits to it. No-share: N entries with share 0, one arena
+ * and one request in flight each, stream i to entry i. 0, or -1 (printed). */
+static int load_copies(bench_rt *b) {
+  const bench_args *a = b->a;
+  int copies = a->no_share ? (int)a->concurrency : 1;
   for (int k = 0; k < copies; k++) {
     char name[ES_RT_NAME_MAX];
     if (a->no_share)
@@ -943,7 +831,7 @@ static int bench_runtime(const bench_args *a) {
     es_model_config_default(&mc);
     mc.name = name;
     mc.path = a->model_path;
-    mc.shapes = shapes;
+    mc.shapes = b->shapes;
     mc.n_shapes = b->nin;
     mc.lane = -1;
     mc.share = a->no_share ? 0 : 1;
@@ -954,91 +842,93 @@ static int bench_runtime(const bench_args *a) {
     if (es_runtime_model_load(b->rt, &mc, &b->ids[k]) < 0) {
       fprintf(stderr, "edgeserve bench: loading %s: %s\n", a->model_path,
               es_last_error_detail());
-      goto out;
+      return -1;
     }
     b->n_ids++;
   }
-  if (probe_id >= 0)
-    es_runtime_model_unload(b->rt, probe_id, -1);
-  res.load_ms = es_cli_now_ms() - t_load;
+  return 0;
+}
 
-  double cpu0 = 0;
-  uint64_t t_end = 0;
-  if (a->rate <= 0) {
-    /* Closed loop: streams warm up, then start the timed phase together. */
-    n_streams = (int)a->concurrency;
-    streams = es_mem_calloc(ES_MEM_CLI, (size_t)n_streams, sizeof *streams);
-    if (!streams) {
-      fprintf(stderr, "edgeserve bench: out of memory\n");
-      goto out;
-    }
-    int started = 0;
-    for (int i = 0; i < n_streams; i++) {
-      streams[i].b = b;
-      streams[i].index = i;
-      streams[i].model = b->ids[a->no_share ? i : 0];
-      if (pthread_create(&streams[i].thread, NULL, stream_main, &streams[i]) != 0) {
-        bench_fail(b, ES_ENOMEM, "cannot start a stream thread");
-        break;
-      }
-      streams[i].started = 1;
-      started++;
-    }
-    while (atomic_load(&b->warmed) < started)
-      sleep_ns(1000000ull);
-    cpu0 = cpu_seconds();
-    sampler_start(&smp);
-    b->t0_ns = es_cli_now_ns();
-    b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
-    atomic_store(&b->go, 1);
-    for (int i = 0; i < n_streams; i++)
-      if (streams[i].started) {
-        pthread_join(streams[i].thread, NULL);
-        streams[i].started = 0;
-        if (streams[i].end_ns > t_end)
-          t_end = streams[i].end_ns;
-      }
-    sampler_stop(&smp);
-    for (int i = 0; i < n_streams; i++)
-      rec_merge(&res.rec, &streams[i].rec);
-  } else {
-    /* Open loop: warm every worker, then the submitter runs in this thread
-     * and completions are recorded by the callback. */
-    if (open_warmup(b) == 0) {
-      cpu0 = cpu_seconds();
-      sampler_start(&smp);
-      b->t0_ns = es_cli_now_ns();
-      b->deadline_ns = b->t0_ns + (uint64_t)(a->duration * 1e9);
-      open_submit(b, &sub_rec, &res.lag_max_ms, &res.offered);
-      uint64_t t_sub = es_cli_now_ns();
-      /* Everything admitted finishes before anything is reported: the
-       * queue is bounded, so this is at most a few runs per worker. */
-      if (open_drain(b, sub_rec.admitted, 600 * 1000) < 0) {
-        bench_fail(b, ES_ETIMEDOUT, "requests still unfinished 10 minutes after the end");
-        handles_out = 1;
-      }
-      sampler_stop(&smp);
-      pthread_mutex_lock(&b->lock);
-      /* The phase lasts the whole duration even when the last arrival came
-       * early, and until the last admitted request is done. */
-      t_end = b->last_done_ns > t_sub ? b->last_done_ns : t_sub;
-      if (t_end < b->deadline_ns)
-        t_end = b->deadline_ns;
-      rec_merge(&res.rec, &sub_rec);
-      rec_merge(&res.rec, &b->done);
-      pthread_mutex_unlock(&b->lock);
-    }
-  }
-  if (atomic_load(&b->failed)) {
-    fprintf(stderr, "edgeserve bench: %s\n", b->err);
-    goto out;
-  }
-  res.seconds = (double)(t_end - b->t0_ns) / 1e9;
-  res.cpu_cores = res.seconds > 0 ? (cpu_seconds() - cpu0) / res.seconds : 0;
-  res.timed_peak_rss = smp.max;
-  res.rss_samples = smp.samples;
+/* Starts the timed phase: CPU time, the RSS sampler, the deadline. */
+static double start_timed(bench_rt *b) {
+  double cpu0 = cli_cpu_seconds();
+  cli_rss_sampler_start(&b->smp, 0);
+  b->t0_ns = cli_now_ns();
+  b->deadline_ns = b->t0_ns + (uint64_t)(b->a->duration * 1e9);
+  return cpu0;
+}
 
-  /* Memory, before anything is torn down. */
+/* Closed loop: streams warm up, then start the timed phase together. The
+ * end of the phase in *t_end; returns the CPU seconds at its start, or -1
+ * (printed). */
+static double run_closed(bench_rt *b, bench_result *res, uint64_t *t_end) {
+  b->n_streams = (int)b->a->concurrency;
+  b->streams = es_mem_calloc(ES_MEM_CLI, (size_t)b->n_streams, sizeof *b->streams);
+  if (!b->streams) {
+    fprintf(stderr, "edgeserve bench: out of memory\n");
+    return -1;
+  }
+  int started = 0;
+  for (int i = 0; i < b->n_streams; i++) {
+    bench_stream *st = &b->streams[i];
+    st->b = b;
+    st->index = i;
+    st->model = b->ids[b->a->no_share ? i : 0];
+    if (pthread_create(&st->thread, NULL, stream_main, st) != 0) {
+      bench_fail(b, ES_ENOMEM, "cannot start a stream thread");
+      break;
+    }
+    st->started = 1;
+    started++;
+  }
+  while (atomic_load(&b->warmed) < started)
+    cli_sleep_ns(1000000ull);
+  double cpu0 = start_timed(b);
+  atomic_store(&b->go, 1);
+  for (int i = 0; i < b->n_streams; i++)
+    if (b->streams[i].started) {
+      pthread_join(b->streams[i].thread, NULL);
+      b->streams[i].started = 0;
+      if (b->streams[i].end_ns > *t_end)
+        *t_end = b->streams[i].end_ns;
+    }
+  cli_rss_sampler_stop(&b->smp);
+  for (int i = 0; i < b->n_streams; i++)
+    rec_merge(&res->rec, &b->streams[i].rec);
+  return cpu0;
+}
+
+/* Open loop: warm every worker, then the submitter runs in this thread and
+ * completions are recorded by the callback. As run_closed. */
+static double run_open(bench_rt *b, bench_result *res, uint64_t *t_end) {
+  if (open_warmup(b) != 0)
+    return -1;
+  double cpu0 = start_timed(b);
+  open_submit(b, &b->sub_rec, &res->lag_max_ms, &res->offered);
+  uint64_t t_sub = cli_now_ns();
+  /* Everything admitted finishes before anything is reported: the queue is
+   * bounded, so this is at most a few runs per worker. */
+  if (open_drain(b, b->sub_rec.admitted, 600 * 1000) < 0) {
+    bench_fail(b, ES_ETIMEDOUT, "requests still unfinished 10 minutes after the end");
+    b->handles_out = 1;
+  }
+  cli_rss_sampler_stop(&b->smp);
+  pthread_mutex_lock(&b->lock);
+  /* The phase lasts the whole duration even when the last arrival came
+   * early, and until the last admitted request is done. */
+  *t_end = b->last_done_ns > t_sub ? b->last_done_ns : t_sub;
+  if (*t_end < b->deadline_ns)
+    *t_end = b->deadline_ns;
+  rec_merge(&res->rec, &b->sub_rec);
+  rec_merge(&res->rec, &b->done);
+  pthread_mutex_unlock(&b->lock);
+  return cpu0;
+}
+
+/* Memory, before anything is torn down. */
+static void collect_memory(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
+  es_runtime_stats rs;
   es_runtime_stats_get(b->rt, &rs);
   es_runtime_model_stats ms;
   memset(&ms, 0, sizeof ms);
@@ -1046,73 +936,114 @@ static int bench_runtime(const bench_args *a) {
   es_admission_stats as;
   memset(&as, 0, sizeof as);
   es_admission_stats_get(es_runtime_admission(b->rt), &as);
-  res.planned = ms.planned_bytes;
-  res.weights_one = ms.weights_bytes;
-  res.weights = rs.weights_bytes;
-  res.pool = rs.pool_bytes;
-  res.scratch = rs.scratch_bytes;
-  res.buddy_peak = rs.buddy_peak;
-  res.peak_inflight = as.peak_inflight;
-  res.peak_reserved = as.peak_reserved_bytes;
+  res->planned = ms.planned_bytes;
+  res->weights_one = ms.weights_bytes;
+  res->weights = rs.weights_bytes;
+  res->pool = rs.pool_bytes;
+  res->scratch = rs.scratch_bytes;
+  res->buddy_peak = rs.buddy_peak;
+  res->peak_inflight = as.peak_inflight;
+  res->peak_reserved = as.peak_reserved_bytes;
   size_t hwm = 0;
   es_sys_peak_rss(&hwm);
-  res.peak_rss = hwm > res.timed_peak_rss ? hwm : res.timed_peak_rss;
-  es_sys_rss(&res.rss);
-  res.pss = es_cli_pss();
+  res->peak_rss = hwm > res->timed_peak_rss ? hwm : res->timed_peak_rss;
+  es_sys_rss(&res->rss);
+  res->pss = cli_pss();
   /* What edgeserve itself holds, by subsystem: the part of the RSS it can
    * account for (the rest is code, the C library's heap, oneDNN). */
-  res.counted = es_mem_total();
+  res->counted = es_mem_total();
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
     es_mem_stats st;
     if (es_mem_stats_get((es_mem_tag)t, &st) == 0)
-      res.counted_by[t] = st.current + st.file_mapped;
+      res->counted_by[t] = st.current + st.file_mapped;
   }
   if (a->rate > 0)
-    res.formula = res.weights + (a->memory ? a->memory : res.peak_reserved);
+    res->formula = res->weights + (a->memory ? a->memory : res->peak_reserved);
   else
-    res.formula = res.weights + (size_t)a->concurrency * res.planned;
+    res->formula = res->weights + (size_t)a->concurrency * res->planned;
+}
 
-  series_sort(&res.rec.lat_ms);
-  series_sort(&res.rec.run_ms);
-  series_sort(&res.rec.queue_ms);
-  series_sort(&res.rec.refusal_us);
-  if (a->json)
-    report_json(b, &res);
-  else
-    report_text(b, &res);
-  fflush(stdout);
-  status = 0;
-out:
-  if (streams) { /* only after an early failure are threads still running */
-    atomic_store(&b->go, 1);
-    for (int i = 0; i < n_streams; i++)
-      if (streams[i].started)
-        pthread_join(streams[i].thread, NULL);
-    for (int i = 0; i < n_streams; i++)
-      rec_free(&streams[i].rec);
+/* Loads, runs the timed phase and measures; the report is printed by the
+ * caller. 0, or the exit status (printed). */
+static int bench_runtime_run(bench_rt *b, bench_result *res) {
+  const bench_args *a = b->a;
+  es_sys_rss(&res->baseline_rss);
+  /* From here the peak is the runtime's own: loads, warm-up, timed phase. */
+  res->peak_reset_ok = es_sys_peak_rss_reset() == 0;
+  if (create_runtime(b, res) < 0)
+    return 1;
+  /* The runtime plans on the caller's thread, and oneDNN fixes a
+   * primitive's thread count when it is created, from the creating thread's
+   * OpenMP setting (all cores by default). Unset, every run on a worker
+   * would start a team of all cores, and since the team inherits the pinned
+   * worker's one-core affinity its threads would take turns on that core
+   * (runs about twice as slow). So this thread plans with the workers'
+   * setting. */
+  es_engine_threads_set((int)a->threads);
+  double t_load = cli_now_ms();
+  int probe_id = -1;
+  int irc = probe_inputs(b, &probe_id);
+  if (irc != 0)
+    return irc;
+  if (load_copies(b) < 0)
+    return 1;
+  if (probe_id >= 0)
+    es_runtime_model_unload(b->rt, probe_id, -1);
+  res->load_ms = cli_now_ms() - t_load;
+
+  uint64_t t_end = 0;
+  double cpu0 = a->rate <= 0 ? run_closed(b, res, &t_end) : run_open(b, res, &t_end);
+  if (atomic_load(&b->failed)) {
+    fprintf(stderr, "edgeserve bench: %s\n", b->err);
+    return 1;
   }
-  sampler_stop(&smp);
-  if (b->rt && !handles_out) {
+  if (cpu0 < 0)
+    return 1;
+  res->seconds = (double)(t_end - b->t0_ns) / 1e9;
+  res->cpu_cores = res->seconds > 0 ? (cli_cpu_seconds() - cpu0) / res->seconds : 0;
+  res->timed_peak_rss = atomic_load(&b->smp.max);
+  res->rss_samples = atomic_load(&b->smp.samples);
+  collect_memory(b, res);
+  cli_sort(res->rec.lat_ms.v, res->rec.lat_ms.n);
+  cli_sort(res->rec.run_ms.v, res->rec.run_ms.n);
+  cli_sort(res->rec.queue_ms.v, res->rec.queue_ms.n);
+  cli_sort(res->rec.refusal_us.v, res->rec.refusal_us.n);
+  return 0;
+}
+
+/* Stops what still runs, shuts the runtime down and frees; a runtime with
+ * open-loop requests never called back is left alone (they may still read
+ * the inputs). Returns status, or 1 when the shutdown failed. */
+static int bench_runtime_end(bench_rt *b, bench_result *res, int status) {
+  if (b->streams) { /* only after an early failure are threads still running */
+    atomic_store(&b->go, 1);
+    for (int i = 0; i < b->n_streams; i++)
+      if (b->streams[i].started)
+        pthread_join(b->streams[i].thread, NULL);
+    for (int i = 0; i < b->n_streams; i++)
+      rec_free(&b->streams[i].rec);
+  }
+  cli_rss_sampler_stop(&b->smp);
+  if (b->rt && !b->handles_out) {
     /* Handles freed by a callback are released just after it returns:
      * destroy says busy until then. */
     int drc, tries = 0;
     while ((drc = es_runtime_destroy(b->rt)) == ES_EBUSY && tries++ < 10000)
-      sleep_ns(1000000ull);
+      cli_sleep_ns(1000000ull);
     if (drc < 0) {
       fprintf(stderr, "edgeserve bench: shutting the runtime down: %s\n",
               es_last_error_detail());
       status = 1;
     }
   }
-  rec_free(&res.rec);
-  rec_free(&sub_rec);
+  rec_free(&res->rec);
+  rec_free(&b->sub_rec);
   rec_free(&b->done);
-  for (int i = 0; i < ES_CLI_MAX_INPUTS; i++)
-    es_mem_free(names[i]);
-  if (!handles_out) /* queued requests may still read them */
-    es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
-  es_mem_free(streams);
-  if (!handles_out) {
+  for (int i = 0; i < CLI_MAX_INPUTS; i++)
+    es_mem_free(b->names[i]);
+  es_mem_free(b->streams);
+  if (!b->handles_out) {
+    cli_inputs_free(b->in_store, CLI_MAX_INPUTS);
     es_mem_free(b->worker_runs);
     pthread_mutex_destroy(&b->lock);
     es_mem_free(b);
@@ -1120,9 +1051,107 @@ out:
   return status;
 }
 
+static int bench_runtime(const bench_args *a) {
+  bench_rt *b = es_mem_calloc(ES_MEM_CLI, 1, sizeof *b);
+  if (!b) {
+    fprintf(stderr, "edgeserve bench: out of memory\n");
+    return 1;
+  }
+  b->a = a;
+  pthread_mutex_init(&b->lock, NULL);
+  bench_result res;
+  memset(&res, 0, sizeof res);
+  const char *slash = strrchr(a->model_path, '/');
+  res.model = slash ? slash + 1 : a->model_path;
+  int status = bench_runtime_run(b, &res);
+  if (status == 0) {
+    if (a->json)
+      report_json(b, &res);
+    else
+      report_text(b, &res);
+    fflush(stdout);
+  }
+  return bench_runtime_end(b, &res, status);
+}
+
 /* ===========================================================================
  * Arguments.
  * ========================================================================= */
+
+/* The options into a. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(bench_args *a, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    int r;
+    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      bench_usage(stdout);
+      return 0;
+    } else if ((r = cli_inputs_arg(&a->ci, "bench", argc, argv, &i)) != 0) {
+      if (r == 2)
+        return 2;
+    } else if (!strcmp(arg, "--json")) {
+      a->json = 1;
+    } else if (!strcmp(arg, "--profile")) {
+      a->profile = 1;
+    } else if (!strcmp(arg, "--no-share")) {
+      a->no_share = 1;
+      a->runtime_opt_name = arg;
+    } else if ((!strcmp(arg, "--threads") || !strcmp(arg, "--iters") ||
+                !strcmp(arg, "--warmup")) &&
+               i + 1 < argc) {
+      long *dst = !strcmp(arg, "--threads") ? &a->threads
+                  : !strcmp(arg, "--iters")   ? &a->iters
+                                              : &a->warmup;
+      long lo = dst == &a->warmup ? 0 : 1, hi = dst == &a->threads ? 1024 : 1000000;
+      if (cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
+        return 2;
+      }
+      *(dst == &a->threads ? &a->threads_set
+        : dst == &a->iters ? &a->iters_set
+                           : &a->warmup_set) = 1;
+    } else if ((!strcmp(arg, "--concurrency") || !strcmp(arg, "--workers") ||
+                !strcmp(arg, "--queue")) &&
+               i + 1 < argc) {
+      int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
+      long *dst = conc ? &a->concurrency : work ? &a->workers : &a->queue;
+      long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
+      if (cli_parse_count(argv[++i], lo, hi, dst) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
+        return 2;
+      }
+      if (!conc)
+        a->runtime_opt_name = arg;
+    } else if (!strcmp(arg, "--paced")) {
+      a->paced = 1;
+    } else if ((!strcmp(arg, "--duration") || !strcmp(arg, "--rate")) && i + 1 < argc) {
+      int dur = !strcmp(arg, "--duration");
+      double hi = dur ? 86400 : 1e6;
+      if (parse_real(argv[++i], 0, hi, dur ? &a->duration : &a->rate) < 0) {
+        fprintf(stderr, "edgeserve bench: %s wants a number in (0, %g], got '%s'\n", arg, hi,
+                argv[i]);
+        return 2;
+      }
+      if (dur)
+        a->runtime_opt_name = arg;
+    } else if (!strcmp(arg, "--memory") && i + 1 < argc) {
+      if (es_cli_parse_bytes(argv[++i], &a->memory) < 0 || a->memory == 0) {
+        fprintf(stderr, "edgeserve bench: --memory wants BYTES (K/M/G suffix), got '%s'\n",
+                argv[i]);
+        return 2;
+      }
+      a->runtime_opt_name = arg;
+    } else if (cli_inputs_positional(&a->ci, "bench", arg, &a->model_path) != 0) {
+      bench_usage(stderr);
+      return 2;
+    }
+  }
+  if (!a->model_path) {
+    bench_usage(stderr);
+    return 2;
+  }
+  return -1;
+}
 
 int es_cmd_bench(int argc, char **argv) {
   bench_args a;
@@ -1131,73 +1160,9 @@ int es_cmd_bench(int argc, char **argv) {
   a.iters = 50;
   a.warmup = 5;
   a.duration = 10;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    int r;
-    if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-      bench_usage(stdout);
-      return 0;
-    } else if ((r = es_cli_inputs_arg(&a.ci, "bench", argc, argv, &i)) != 0) {
-      if (r == 2)
-        return 2;
-    } else if (!strcmp(arg, "--json")) {
-      a.json = 1;
-    } else if (!strcmp(arg, "--profile")) {
-      a.profile = 1;
-    } else if (!strcmp(arg, "--no-share")) {
-      a.no_share = 1;
-      a.runtime_opt_name = arg;
-    } else if ((!strcmp(arg, "--threads") || !strcmp(arg, "--iters") ||
-                !strcmp(arg, "--warmup")) &&
-               i + 1 < argc) {
-      long *dst = !strcmp(arg, "--threads") ? &a.threads : !strcmp(arg, "--iters") ? &a.iters
-                                                                                   : &a.warmup;
-      long lo = dst == &a.warmup ? 0 : 1, hi = dst == &a.threads ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
-        return 2;
-      }
-      *(dst == &a.threads ? &a.threads_set : dst == &a.iters ? &a.iters_set : &a.warmup_set) = 1;
-    } else if ((!strcmp(arg, "--concurrency") || !strcmp(arg, "--workers") ||
-                !strcmp(arg, "--queue")) &&
-               i + 1 < argc) {
-      int conc = !strcmp(arg, "--concurrency"), work = !strcmp(arg, "--workers");
-      long *dst = conc ? &a.concurrency : work ? &a.workers : &a.queue;
-      long lo = work ? 0 : 1, hi = conc ? 1000 : work ? 1024 : 1000000;
-      if (es_cli_parse_count(argv[++i], lo, hi, dst) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants %ld..%ld, got '%s'\n", arg, lo, hi, argv[i]);
-        return 2;
-      }
-      if (!conc)
-        a.runtime_opt_name = arg;
-    } else if (!strcmp(arg, "--paced")) {
-      a.paced = 1;
-    } else if ((!strcmp(arg, "--duration") || !strcmp(arg, "--rate")) && i + 1 < argc) {
-      int dur = !strcmp(arg, "--duration");
-      double hi = dur ? 86400 : 1e6;
-      if (parse_real(argv[++i], 0, hi, dur ? &a.duration : &a.rate) < 0) {
-        fprintf(stderr, "edgeserve bench: %s wants a number in (0, %g], got '%s'\n", arg, hi,
-                argv[i]);
-        return 2;
-      }
-      if (dur)
-        a.runtime_opt_name = arg;
-    } else if (!strcmp(arg, "--memory") && i + 1 < argc) {
-      if (es_cli_parse_bytes(argv[++i], &a.memory) < 0 || a.memory == 0) {
-        fprintf(stderr, "edgeserve bench: --memory wants BYTES (K/M/G suffix), got '%s'\n",
-                argv[i]);
-        return 2;
-      }
-      a.runtime_opt_name = arg;
-    } else if (es_cli_inputs_positional(&a.ci, "bench", arg, &a.model_path) != 0) {
-      bench_usage(stderr);
-      return 2;
-    }
-  }
-  if (!a.model_path) {
-    bench_usage(stderr);
-    return 2;
-  }
+  int status = parse_args(&a, argc, argv);
+  if (status >= 0)
+    return status;
   if (!a.concurrency && a.rate <= 0) {
     if (a.runtime_opt_name) {
       fprintf(stderr, "edgeserve bench: %s needs --concurrency N or --rate R\n",

@@ -30,6 +30,7 @@
  * Finally the parent measures the request arena's bump allocation in batches
  * (a single alloc is shorter than the clock's resolution). */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "edgeserve/memory.h"
 
 #include <dlfcn.h>
@@ -72,7 +73,9 @@ static void bench_usage(FILE *f) {
           "request arena. Prints latency p50/p99/max, peak RSS, RSS after free,\n"
           "fragmentation over time and one line per claim with its ratio.\n"
           "\n"
-          "  --quick       300k + 6k operations, 3 rounds (a demo, under a minute)\n"
+          "  --quick       20k + 120 operations, 2 rounds, live set 128 MiB, buddy\n"
+          "                pool 256 MiB (a demo, well under a minute; other options\n"
+          "                still apply)\n"
           "  --ops N       latency-run operations per allocator (default 10000000)\n"
           "  --rss-ops N   memory-run operations per allocator, every page written\n"
           "                (default 30000)\n"
@@ -204,23 +207,112 @@ static void print_hist(const char *what, const hist *h) {
   printf("\n");
 }
 
-static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint64_t seed) {
-  int is_buddy = !strcmp(name, "buddy");
-  const backend *be = NULL;
+/* One worker's state: its allocator, the live set and what it measured. */
+typedef struct alloc_worker {
+  const bench_opts *o;
+  const backend *be;
+  int is_buddy;
+  es_buddy *pool;
+  slot *slots;
+  hist *ha, *hf;
+  size_t rss0, live, live_peak;
+  uint64_t failures, allocs;
+} alloc_worker;
+
+static void w_free(alloc_worker *w, slot *s) {
+  uint64_t t0 = cli_now_ns();
+  if (w->is_buddy)
+    es_buddy_free(w->pool, s->p);
+  else
+    free(s->p);
+  hist_add(w->hf, cli_now_ns() - t0);
+  w->live -= s->size;
+  s->p = NULL;
+}
+
+static void w_alloc(alloc_worker *w, slot *s, size_t want) {
+  void *p = NULL;
+  uint64_t t0 = cli_now_ns();
+  if (w->is_buddy) {
+    if (es_buddy_alloc(w->pool, want, &p) < 0)
+      p = NULL;
+  } else {
+    p = malloc(want);
+  }
+  hist_add(w->ha, cli_now_ns() - t0);
+  if (!p) {
+    w->failures++;
+    return;
+  }
+  w->allocs++;
+  if (w->o->touch_all)
+    touch_pages(p, want);
+  else
+    ((volatile unsigned char *)p)[0] = ((volatile unsigned char *)p)[want - 1] = 1;
+  s->p = p;
+  s->size = want;
+  w->live += want;
+  if (w->live > w->live_peak)
+    w->live_peak = w->live;
+}
+
+/* One operation of the workload on slot k: free when the slot is taken,
+ * else allocate; when the new block would push the live set over its cap,
+ * the slot's neighbours are freed first until it fits. */
+static void w_step(alloc_worker *w, int k, size_t want) {
+  const bench_opts *o = w->o;
+  slot *s = &w->slots[k];
+  if (!s->p && w->live + want > o->live_max)
+    for (int j = 1; j < o->slots && w->live + want > o->live_max; j++) {
+      slot *v = &w->slots[(k + j) % o->slots];
+      if (v->p)
+        w_free(w, v);
+    }
+  if (s->p)
+    w_free(w, s);
+  else
+    w_alloc(w, s, want);
+}
+
+/* A "sample" line: operations so far, live bytes, RSS above the start and
+ * the allocator's fragmentation where it can say. */
+static void w_sample(const alloc_worker *w, uint64_t done) {
+  size_t rss = 0;
+  es_sys_rss(&rss);
+  double frag = -1, largest = -1;
+  if (w->is_buddy) {
+    es_buddy_stats st;
+    es_buddy_stats_get(w->pool, &st);
+    frag = st.fragmentation;
+    largest = (double)st.largest_free;
+  } else if (!w->be->preload) {
+    struct mallinfo2 mi = mallinfo2();
+    /* glibc: bytes free inside the heap that the kernel still backs */
+    double held = (double)mi.arena + (double)mi.hblkhd;
+    frag = held > 0 ? (double)mi.fordblks / held : 0;
+  }
+  printf("sample %" PRIu64 " %zu %zu %.4f %.0f\n", done, w->live, rss > w->rss0 ? rss - w->rss0 : 0,
+         frag, largest);
+}
+
+/* The allocator named, with a buddy pool when it is "buddy". 0 and *be
+ * set; 1 on an error (printed); 2 when a preloaded library is missing
+ * ("unavailable" printed for the parent). */
+static int w_open(alloc_worker *w, const char *name) {
+  const bench_opts *o = w->o;
   for (int i = 0; i < NBACKENDS; i++)
     if (!strcmp(backends_[i].name, name))
-      be = &backends_[i];
-  if (!be) {
+      w->be = &backends_[i];
+  if (!w->be) {
     fprintf(stderr, "bench-mem: unknown allocator %s\n", name);
     return 1;
   }
-  if (be->probe && !dlsym(RTLD_DEFAULT, be->probe)) {
-    printf("unavailable %s not preloaded\n", be->preload);
-    return 0;
+  if (w->be->probe && !dlsym(RTLD_DEFAULT, w->be->probe)) {
+    printf("unavailable %s not preloaded\n", w->be->preload);
+    return 2;
   }
-
-  es_buddy *pool = NULL;
-  if (is_buddy) {
+  w->is_buddy = !strcmp(name, "buddy");
+  if (w->is_buddy) {
     es_buddy_config cfg;
     es_buddy_config_default(&cfg);
     cfg.capacity = o->pool_bytes;
@@ -228,136 +320,80 @@ static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint6
      * rather than fail; power-of-two rounding needs the headroom. */
     cfg.grow = 1;
     cfg.grow_max = 2 * o->pool_bytes;
-    int rc = es_buddy_create(&cfg, &pool);
+    int rc = es_buddy_create(&cfg, &w->pool);
     if (rc < 0) {
       fprintf(stderr, "bench-mem: buddy pool: %s: %s\n", es_strerror(rc), es_last_error_detail());
       return 1;
     }
   }
+  w->slots = es_mem_calloc(ES_MEM_CLI, (size_t)o->slots, sizeof *w->slots);
+  w->ha = es_mem_calloc(ES_MEM_CLI, 1, sizeof *w->ha);
+  w->hf = es_mem_calloc(ES_MEM_CLI, 1, sizeof *w->hf);
+  return w->slots && w->ha && w->hf ? 0 : 1;
+}
 
-  slot *slots = es_mem_calloc(ES_MEM_CLI, (size_t)o->slots, sizeof *slots);
-  hist *ha = es_mem_calloc(ES_MEM_CLI, 1, sizeof *ha), *hf = es_mem_calloc(ES_MEM_CLI, 1, sizeof *hf);
-  if (!slots || !ha || !hf)
-    return 1;
-
-  size_t rss0 = 0, rss = 0, peak = 0;
-  es_sys_rss(&rss0);
-  int can_reset_peak = es_sys_peak_rss_reset() == 0;
-
-  uint64_t rng = seed, failures = 0, allocs = 0;
-  size_t live = 0, live_peak = 0;
-  uint64_t sample_every = ops / (uint64_t)o->samples + 1;
-  uint64_t t_start = es_cli_now_ns();
-
-  for (uint64_t op = 0; op < ops; op++) {
-    int k = (int)(rng_next(&rng) % (uint64_t)o->slots);
-    size_t want = tensor_size(&rng);
-    slot *s = &slots[k];
-    /* Free when the slot is taken, or when the new block would push the live
-     * set over its cap (then free this slot's neighbours until it fits). */
-    if (!s->p && live + want > o->live_max) {
-      for (int j = 1; j < o->slots && live + want > o->live_max; j++) {
-        slot *v = &slots[(k + j) % o->slots];
-        if (v->p) {
-          uint64_t t0 = es_cli_now_ns();
-          if (is_buddy)
-            es_buddy_free(pool, v->p);
-          else
-            free(v->p);
-          hist_add(hf, es_cli_now_ns() - t0);
-          live -= v->size;
-          v->p = NULL;
-        }
-      }
-    }
-    if (s->p) {
-      uint64_t t0 = es_cli_now_ns();
-      if (is_buddy)
-        es_buddy_free(pool, s->p);
+/* Frees everything, then prints the "result" line with what each
+ * allocator still holds, and the histograms. */
+static void w_finish(alloc_worker *w, uint64_t ops, uint64_t wall, size_t peak) {
+  for (int k = 0; k < w->o->slots; k++)
+    if (w->slots[k].p) {
+      if (w->is_buddy)
+        es_buddy_free(w->pool, w->slots[k].p);
       else
-        free(s->p);
-      hist_add(hf, es_cli_now_ns() - t0);
-      live -= s->size;
-      s->p = NULL;
-    } else {
-      void *p = NULL;
-      uint64_t t0 = es_cli_now_ns();
-      if (is_buddy) {
-        if (es_buddy_alloc(pool, want, &p) < 0)
-          p = NULL;
-      } else {
-        p = malloc(want);
-      }
-      hist_add(ha, es_cli_now_ns() - t0);
-      if (!p) {
-        failures++;
-      } else {
-        allocs++;
-        if (o->touch_all)
-          touch_pages(p, want);
-        else
-          ((volatile unsigned char *)p)[0] = ((volatile unsigned char *)p)[want - 1] = 1;
-        s->p = p;
-        s->size = want;
-        live += want;
-        if (live > live_peak)
-          live_peak = live;
-      }
-    }
-    if (op % sample_every == 0 || op + 1 == ops) {
-      es_sys_rss(&rss);
-      double frag = -1, largest = -1;
-      if (is_buddy) {
-        es_buddy_stats st;
-        es_buddy_stats_get(pool, &st);
-        frag = st.fragmentation;
-        largest = (double)st.largest_free;
-      } else if (!be->preload) {
-        struct mallinfo2 mi = mallinfo2();
-        /* glibc: bytes free inside the heap that the kernel still backs */
-        double held = (double)mi.arena + (double)mi.hblkhd;
-        frag = held > 0 ? (double)mi.fordblks / held : 0;
-      }
-      printf("sample %" PRIu64 " %zu %zu %.4f %.0f\n", op + 1, live, rss > rss0 ? rss - rss0 : 0,
-             frag, largest);
-    }
-  }
-  uint64_t wall = es_cli_now_ns() - t_start;
-  if (can_reset_peak)
-    es_sys_peak_rss(&peak);
-
-  /* Free everything, then see what each allocator still holds. */
-  for (int k = 0; k < o->slots; k++)
-    if (slots[k].p) {
-      if (is_buddy)
-        es_buddy_free(pool, slots[k].p);
-      else
-        free(slots[k].p);
+        free(w->slots[k].p);
     }
   size_t rss_end = 0;
   es_sys_rss(&rss_end);
-  double frag_end = 0;
-  size_t largest_end = 0, capacity = 0;
-  if (is_buddy) {
-    es_buddy_stats st;
-    es_buddy_stats_get(pool, &st);
-    frag_end = st.fragmentation;
-    largest_end = st.largest_free;
-    capacity = st.capacity;
-  }
-
+  es_buddy_stats st;
+  memset(&st, 0, sizeof st);
+  if (w->is_buddy)
+    es_buddy_stats_get(w->pool, &st);
+  size_t rss0 = w->rss0;
   printf("result ops=%" PRIu64 " allocs=%" PRIu64 " failures=%" PRIu64 " wall_ns=%" PRIu64
          " rss_base=%zu peak_rss=%zu rss_end=%zu live_peak=%zu frag_end=%.6f largest_end=%zu"
          " capacity=%zu\n",
-         ops, allocs, failures, wall, rss0, peak > rss0 ? peak - rss0 : 0,
-         rss_end > rss0 ? rss_end - rss0 : 0, live_peak, frag_end, largest_end, capacity);
-  print_hist("alloc", ha);
-  print_hist("free", hf);
+         ops, w->allocs, w->failures, wall, rss0, peak > rss0 ? peak - rss0 : 0,
+         rss_end > rss0 ? rss_end - rss0 : 0, w->live_peak, w->is_buddy ? st.fragmentation : 0.0,
+         w->is_buddy ? st.largest_free : 0, w->is_buddy ? st.capacity : 0);
+  print_hist("alloc", w->ha);
+  print_hist("free", w->hf);
   fflush(stdout);
-  es_buddy_destroy(pool);
-  es_mem_free(slots);
-  es_mem_free(ha);
-  es_mem_free(hf);
+}
+
+static void w_close(alloc_worker *w) {
+  es_buddy_destroy(w->pool);
+  es_mem_free(w->slots);
+  es_mem_free(w->ha);
+  es_mem_free(w->hf);
+}
+
+static int worker_run(const bench_opts *o, const char *name, uint64_t ops, uint64_t seed) {
+  alloc_worker w;
+  memset(&w, 0, sizeof w);
+  w.o = o;
+  int rc = w_open(&w, name);
+  if (rc) {
+    w_close(&w);
+    return rc == 2 ? 0 : 1;
+  }
+  es_sys_rss(&w.rss0);
+  int can_reset_peak = es_sys_peak_rss_reset() == 0;
+  uint64_t rng = seed;
+  uint64_t sample_every = ops / (uint64_t)o->samples + 1;
+  uint64_t t_start = cli_now_ns();
+  for (uint64_t op = 0; op < ops; op++) {
+    int k = (int)(rng_next(&rng) % (uint64_t)o->slots);
+    size_t want = tensor_size(&rng);
+    w_step(&w, k, want);
+    if (op % sample_every == 0 || op + 1 == ops)
+      w_sample(&w, op + 1);
+  }
+  uint64_t wall = cli_now_ns() - t_start;
+  size_t peak = 0;
+  if (can_reset_peak)
+    es_sys_peak_rss(&peak);
+  w_finish(&w, ops, wall, peak);
+  w_close(&w);
   return 0;
 }
 
@@ -397,6 +433,37 @@ static void parse_hist(char *line, hist *h) {
   }
 }
 
+/* A worker's "result" line, folded into a (sums, and the largest of the
+ * peaks). 0, or -1 when malformed. */
+static int parse_result(const char *line, agg *a) {
+  unsigned long long ops_, allocs_, fail_, wall_;
+  size_t base_, peak_, end_, lp_, le_, capa_;
+  double fe_;
+  if (sscanf(line,
+             "result ops=%llu allocs=%llu failures=%llu wall_ns=%llu rss_base=%zu "
+             "peak_rss=%zu rss_end=%zu live_peak=%zu frag_end=%lf largest_end=%zu "
+             "capacity=%zu",
+             &ops_, &allocs_, &fail_, &wall_, &base_, &peak_, &end_, &lp_, &fe_, &le_,
+             &capa_) != 11)
+    return -1;
+  a->available = 1;
+  a->ops += ops_;
+  a->allocs += allocs_;
+  a->failures += fail_;
+  a->wall_ns += wall_;
+  if (peak_ > a->peak_rss)
+    a->peak_rss = peak_;
+  if (end_ > a->rss_end)
+    a->rss_end = end_;
+  if (lp_ > a->live_peak)
+    a->live_peak = lp_;
+  if (fe_ > a->frag_end)
+    a->frag_end = fe_;
+  a->largest_end = le_;
+  a->capacity = capa_;
+  return 0;
+}
+
 static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint64_t seed, agg *a,
                       int first_round) {
   int fd[2];
@@ -431,32 +498,7 @@ static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint
       a->available = 0;
       a->why = "library not installed or not preloadable";
     } else if (!strncmp(line, "result ", 7)) {
-      unsigned long long ops_, allocs_, fail_, wall_;
-      size_t base_, peak_, end_, lp_, le_, capa_;
-      double fe_;
-      if (sscanf(line,
-                 "result ops=%llu allocs=%llu failures=%llu wall_ns=%llu rss_base=%zu "
-                 "peak_rss=%zu rss_end=%zu live_peak=%zu frag_end=%lf largest_end=%zu "
-                 "capacity=%zu",
-                 &ops_, &allocs_, &fail_, &wall_, &base_, &peak_, &end_, &lp_, &fe_, &le_,
-                 &capa_) == 11) {
-        got_result = 1;
-        a->available = 1;
-        a->ops += ops_;
-        a->allocs += allocs_;
-        a->failures += fail_;
-        a->wall_ns += wall_;
-        if (peak_ > a->peak_rss)
-          a->peak_rss = peak_;
-        if (end_ > a->rss_end)
-          a->rss_end = end_;
-        if (lp_ > a->live_peak)
-          a->live_peak = lp_;
-        if (fe_ > a->frag_end)
-          a->frag_end = fe_;
-        a->largest_end = le_;
-        a->capacity = capa_;
-      }
+      got_result |= parse_result(line, a) == 0;
     } else if (!strncmp(line, "hist alloc ", 11)) {
       parse_hist(line + 11, &a->alloc);
     } else if (!strncmp(line, "hist free ", 10)) {
@@ -481,8 +523,6 @@ static int run_worker(const bench_opts *o, const backend *be, uint64_t ops, uint
   return got_result || !a->available ? 0 : -1;
 }
 
-static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
-
 /* Arena bump allocation, in batches: the clock cannot time one call. */
 static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   es_arena *a;
@@ -499,13 +539,13 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   uint64_t best = UINT64_MAX;
   void *sink = NULL;
   for (int b = 0; b < BATCHES; b++) {
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     for (int i = 0; i < BATCH; i++) {
       void *p;
       if (es_arena_alloc(a, sizes[i], &p) == 0)
         sink = p;
     }
-    uint64_t dt = es_cli_now_ns() - t0;
+    uint64_t dt = cli_now_ns() - t0;
     if (dt < best)
       best = dt;
     hist_add(&per, dt);
@@ -518,12 +558,12 @@ static int arena_bench(double *ns_per_alloc, double *malloc_ns_per_pair) {
   memset(&per, 0, sizeof per);
   void *ptrs[BATCH];
   for (int b = 0; b < BATCHES / 4; b++) {
-    uint64_t t0 = es_cli_now_ns();
+    uint64_t t0 = cli_now_ns();
     for (int i = 0; i < BATCH; i++)
       ptrs[i] = malloc(sizes[i]);
     for (int i = 0; i < BATCH; i++)
       free(ptrs[i]);
-    hist_add(&per, es_cli_now_ns() - t0);
+    hist_add(&per, cli_now_ns() - t0);
   }
   *malloc_ns_per_pair = hist_pct(&per, 0.5) / BATCH;
   (void)sink;
@@ -541,6 +581,207 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
+/* --quick: the same workload, short. Every claim keeps a measurement
+ * behind it: all four allocators, latency and memory runs, two rounds in
+ * turn. The live set and the pool are halved together, so that the short
+ * memory runs reach the cap and the pool keeps the full run's headroom.
+ * The memory runs' page faults are most of the time, so they are the
+ * fewest: 60 a run (the live set reaches the cap in about 20). */
+static void quick_opts(bench_opts *o, int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--quick")) {
+      o->ops = 20000;
+      o->rss_ops = 120;
+      o->rounds = 2;
+      o->live_max = (size_t)128 << 20;
+      o->pool_bytes = (size_t)256 << 20;
+    }
+}
+
+/* The options into o (and the worker's allocator when this process is
+ * one). -1 to go on, else the exit status (0 after --help). */
+static int parse_opts(bench_opts *o, const char **worker, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    uint64_t v = 0;
+    int has_val = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      bench_usage(stdout);
+      return 0;
+    } else if (!strcmp(a, "--quick")) {
+      /* applied before the loop (quick_opts), so that other options win */
+    } else if (!strcmp(a, "--touch") && has_val) {
+      o->touch_all = !strcmp(argv[++i], "all");
+    } else if (!strcmp(a, "--worker") && has_val) {
+      *worker = argv[++i];
+    } else if (!strcmp(a, "--only") && has_val) {
+      o->only = argv[++i];
+    } else if (has_val && (!strcmp(a, "--ops") || !strcmp(a, "--rss-ops") ||
+                           !strcmp(a, "--rounds") || !strcmp(a, "--seed") ||
+                           !strcmp(a, "--pool-mib") || !strcmp(a, "--live-mib"))) {
+      if (parse_u64(argv[++i], &v) < 0 || (strcmp(a, "--seed") && v == 0)) {
+        fprintf(stderr, "bench-mem: %s wants a positive integer, got '%s'\n", a, argv[i]);
+        return 2;
+      }
+      if (!strcmp(a, "--ops"))
+        o->ops = v;
+      else if (!strcmp(a, "--rss-ops"))
+        o->rss_ops = v;
+      else if (!strcmp(a, "--rounds"))
+        o->rounds = v > 100 ? 100 : (int)v;
+      else if (!strcmp(a, "--seed"))
+        o->seed = v;
+      else if (!strcmp(a, "--pool-mib"))
+        o->pool_bytes = (size_t)v << 20;
+      else
+        o->live_max = (size_t)v << 20;
+    } else {
+      fprintf(stderr, "bench-mem: unknown or incomplete option '%s'\n\n", a);
+      bench_usage(stderr);
+      return 2;
+    }
+  }
+  if (o->live_max < ((size_t)64 << 20)) {
+    fprintf(stderr, "bench-mem: --live-mib must be at least 64 (the largest tensor)\n");
+    return 2;
+  }
+  return -1;
+}
+
+/* Every round: the latency runs, then the memory runs, of each allocator
+ * in turn (the order rotated each round). 0, or 1 (printed). */
+static int run_rounds(const bench_opts *o, const int *use, agg *aggs, agg *mem,
+                      uint64_t per_round, uint64_t rss_per_round) {
+  for (int r = 0; r < o->rounds; r++) {
+    for (int pass = 0; pass < 2; pass++) {
+      bench_opts wo = *o;
+      wo.touch_all = pass == 1;
+      agg *dst = pass ? mem : aggs;
+      for (int k = 0; k < NBACKENDS; k++) {
+        int b = (k + r) % NBACKENDS;
+        if (!use[b] || !dst[b].available)
+          continue;
+        if (run_worker(&wo, &backends_[b], pass ? rss_per_round : per_round,
+                       o->seed + (uint64_t)r, &dst[b], r == 0) < 0) {
+          fprintf(stderr, "bench-mem: worker for %s failed\n", backends_[b].name);
+          return 1;
+        }
+      }
+    }
+    printf("  round %d/%d done\n", r + 1, o->rounds);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+static void print_table(const int *use, const agg *aggs, const agg *mem) {
+  printf("\n%-9s %9s %9s %10s %9s %9s %10s %8s | %9s %9s %9s\n", "allocator", "alloc p50",
+         "alloc p99", "alloc max", "free p50", "free p99", "free max", "failed", "peak RSS",
+         "RSS end", "wall s");
+  printf("%-9s %9s %9s %10s %9s %9s %10s %8s | %9s %9s %9s\n", "", "ns", "ns", "ns", "ns", "ns",
+         "ns", "", "MiB", "MiB", "");
+  for (int b = 0; b < NBACKENDS; b++) {
+    const agg *a = &aggs[b], *m = &mem[b];
+    if (!use[b])
+      continue;
+    if (!a->available) {
+      printf("%-9s (skipped: %s)\n", backends_[b].name, a->why ? a->why : "not run");
+      continue;
+    }
+    printf("%-9s %9.0f %9.0f %10" PRIu64 " %9.0f %9.0f %10" PRIu64 " %8" PRIu64
+           " | %9.1f %9.1f %9.2f\n",
+           backends_[b].name, hist_pct(&a->alloc, .5), hist_pct(&a->alloc, .99), a->alloc.max,
+           hist_pct(&a->free, .5), hist_pct(&a->free, .99), a->free.max, a->failures,
+           cli_mib(m->peak_rss), cli_mib(m->rss_end), (double)m->wall_ns / 1e9);
+  }
+  printf("(latency from the latency runs; RSS and wall time from the memory runs, above each\n"
+         " worker's start; the live set peaked at %.1f MiB)\n",
+         cli_mib(mem[0].available ? mem[0].live_peak : mem[1].live_peak));
+}
+
+static void print_over_time(const int *use, const agg *aggs, const agg *mem) {
+  printf("\nfragmentation over time (latency run, round 1): live MiB / fragmentation\n");
+  printf("  buddy: 1 - largest free block / free bytes; glibc: free bytes held in its heap / "
+         "heap\n");
+  for (int b = 0; b < NBACKENDS; b++) {
+    const agg *a = &aggs[b];
+    if (!use[b] || !a->available || !a->nsamples || a->s_frag[0] < 0)
+      continue;
+    printf("  %-9s", backends_[b].name);
+    for (int i = 0; i < a->nsamples; i += (a->nsamples + 5) / 6)
+      printf(" | %.0f/%.2f", cli_mib(a->s_live[i]), a->s_frag[i]);
+    printf("\n");
+  }
+  printf("resident memory over time (memory run, round 1): live MiB / RSS MiB\n");
+  for (int b = 0; b < NBACKENDS; b++) {
+    const agg *m = &mem[b];
+    if (!use[b] || !m->available || !m->nsamples)
+      continue;
+    printf("  %-9s", backends_[b].name);
+    for (int i = 0; i < m->nsamples; i += (m->nsamples + 5) / 6)
+      printf(" | %.0f/%.0f", cli_mib(m->s_live[i]), cli_mib(m->s_rss[i]));
+    printf("\n");
+  }
+}
+
+static double ratio(uint64_t a, uint64_t b) { return (double)a / (double)(b ? b : 1); }
+
+/* The buddy pool's claims against glibc and the preloaded peers. */
+static void print_buddy_claims(const bench_opts *o, const int *use, const agg *aggs,
+                               const agg *mem) {
+  const agg *g = &aggs[0], *bd = &aggs[1], *gm = &mem[0], *bm = &mem[1];
+  double bp99 = hist_pct(&bd->alloc, .99) + hist_pct(&bd->free, .99);
+  printf("  buddy alloc+free p99: %.0f ns (goal < 1000 ns)", bp99);
+  if (g->available) {
+    double gp99 = hist_pct(&g->alloc, .99) + hist_pct(&g->free, .99);
+    printf("; glibc %.0f ns: ratio %.3f", gp99, bp99 / gp99);
+  }
+  printf("\n");
+  printf("  buddy max alloc latency %" PRIu64 " ns", bd->alloc.max);
+  if (g->available)
+    printf(" vs glibc %" PRIu64 " ns: ratio %.3f", g->alloc.max,
+           ratio(bd->alloc.max, g->alloc.max));
+  printf("\n");
+  printf("  buddy fragmentation after everything is freed: %.4f (largest free %.0f MiB; "
+         "capacity %.0f MiB after growth from %.0f MiB; goal 0)\n",
+         bd->frag_end, cli_mib(bd->largest_end), cli_mib(bd->capacity), cli_mib(o->pool_bytes));
+  printf("  buddy failed allocations: %" PRIu64 " of %" PRIu64 "\n", bd->failures,
+         bd->allocs + bd->failures);
+  if (g->available && gm->available && bm->available) {
+    printf("  peak RSS: buddy %.1f MiB vs glibc %.1f MiB: ratio %.3f\n", cli_mib(bm->peak_rss),
+           cli_mib(gm->peak_rss), ratio(bm->peak_rss, gm->peak_rss));
+    printf("  RSS after everything is freed: buddy %.1f MiB (kept for reuse, bounded by the "
+           "pool) vs glibc %.1f MiB\n",
+           cli_mib(bm->rss_end), cli_mib(gm->rss_end));
+    printf("  memory-run wall time (page faults included): buddy %.2f s vs glibc %.2f s: ratio "
+           "%.3f\n",
+           (double)bm->wall_ns / 1e9, (double)gm->wall_ns / 1e9, ratio(bm->wall_ns, gm->wall_ns));
+  }
+  for (int b = 2; b < NBACKENDS; b++)
+    if (use[b] && aggs[b].available && mem[b].available) {
+      double p99 = hist_pct(&aggs[b].alloc, .99) + hist_pct(&aggs[b].free, .99);
+      printf("  vs %s: alloc+free p99 %.0f ns (ratio %.3f), peak RSS %.1f MiB (ratio %.3f), "
+             "memory-run wall %.2f s (ratio %.3f)\n",
+             backends_[b].name, p99, bp99 / p99, cli_mib(mem[b].peak_rss),
+             ratio(bm->peak_rss, mem[b].peak_rss), (double)mem[b].wall_ns / 1e9,
+             ratio(bm->wall_ns, mem[b].wall_ns));
+    }
+}
+
+static void print_claims(const bench_opts *o, const int *use, const agg *aggs, const agg *mem) {
+  double arena_ns = 0, malloc_pair_ns = 0;
+  int arc = arena_bench(&arena_ns, &malloc_pair_ns);
+  printf("\nclaims (measured in this run):\n");
+  if (arc == 0)
+    printf("  arena alloc: %.2f ns per allocation (goal < 10 ns); glibc malloc+free of the same "
+           "sizes %.1f ns: ratio %.3f\n",
+           arena_ns, malloc_pair_ns, arena_ns / malloc_pair_ns);
+  else
+    printf("  arena alloc: not measured (%s)\n", es_strerror(arc));
+  if (aggs[1].available)
+    print_buddy_claims(o, use, aggs, mem);
+}
+
 int es_cmd_bench_mem(int argc, char **argv) {
   bench_opts o = {.ops = 10000000,
                   .rss_ops = 30000,
@@ -552,52 +793,10 @@ int es_cmd_bench_mem(int argc, char **argv) {
                   .samples = 12,
                   .only = NULL};
   const char *worker = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    uint64_t v = 0;
-    int has_val = i + 1 < argc;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      bench_usage(stdout);
-      return 0;
-    } else if (!strcmp(a, "--quick")) {
-      o.ops = 300000;
-      o.rss_ops = 6000;
-      o.rounds = 3;
-    } else if (!strcmp(a, "--touch") && has_val) {
-      o.touch_all = !strcmp(argv[++i], "all");
-    } else if (!strcmp(a, "--worker") && has_val) {
-      worker = argv[++i];
-    } else if (!strcmp(a, "--only") && has_val) {
-      o.only = argv[++i];
-    } else if (has_val && (!strcmp(a, "--ops") || !strcmp(a, "--rss-ops") ||
-                           !strcmp(a, "--rounds") || !strcmp(a, "--seed") ||
-                           !strcmp(a, "--pool-mib") || !strcmp(a, "--live-mib"))) {
-      if (parse_u64(argv[++i], &v) < 0 || (strcmp(a, "--seed") && v == 0)) {
-        fprintf(stderr, "bench-mem: %s wants a positive integer, got '%s'\n", a, argv[i]);
-        return 2;
-      }
-      if (!strcmp(a, "--ops"))
-        o.ops = v;
-      else if (!strcmp(a, "--rss-ops"))
-        o.rss_ops = v;
-      else if (!strcmp(a, "--rounds"))
-        o.rounds = v > 100 ? 100 : (int)v;
-      else if (!strcmp(a, "--seed"))
-        o.seed = v;
-      else if (!strcmp(a, "--pool-mib"))
-        o.pool_bytes = (size_t)v << 20;
-      else
-        o.live_max = (size_t)v << 20;
-    } else {
-      fprintf(stderr, "bench-mem: unknown or incomplete option '%s'\n\n", a);
-      bench_usage(stderr);
-      return 2;
-    }
-  }
-  if (o.live_max < ((size_t)64 << 20)) {
-    fprintf(stderr, "bench-mem: --live-mib must be at least 64 (the largest tensor)\n");
-    return 2;
-  }
+  quick_opts(&o, argc, argv);
+  int status = parse_opts(&o, &worker, argc, argv);
+  if (status >= 0)
+    return status;
   if (worker)
     return worker_run(&o, worker, o.ops, o.seed);
 
@@ -621,125 +820,14 @@ int es_cmd_bench_mem(int argc, char **argv) {
          " memory operations (every page written), %d interleaved rounds, seed %" PRIu64 "\n"
          "  tensors 64 KiB-64 MiB (float32 CxHxW), live set <= %.0f MiB, buddy pool %.0f MiB\n",
          per_round * (uint64_t)o.rounds, rss_per_round * (uint64_t)o.rounds, o.rounds, o.seed,
-         mib(o.live_max), mib(o.pool_bytes));
+         cli_mib(o.live_max), cli_mib(o.pool_bytes));
   fflush(stdout);
-  for (int r = 0; r < o.rounds; r++) {
-    for (int pass = 0; pass < 2; pass++) {
-      bench_opts wo = o;
-      wo.touch_all = pass == 1;
-      agg *dst = pass ? mem : aggs;
-      for (int k = 0; k < NBACKENDS; k++) {
-        int b = (k + r) % NBACKENDS; /* rotate the order each round */
-        if (!use[b] || !dst[b].available)
-          continue;
-        if (run_worker(&wo, &backends_[b], pass ? rss_per_round : per_round,
-                       o.seed + (uint64_t)r, &dst[b], r == 0) < 0) {
-          fprintf(stderr, "bench-mem: worker for %s failed\n", backends_[b].name);
-          es_mem_free(aggs);
-          return 1;
-        }
-      }
-    }
-    printf("  round %d/%d done\n", r + 1, o.rounds);
-    fflush(stdout);
-  }
-
-  printf("\n%-9s %9s %9s %10s %9s %9s %10s %8s | %9s %9s %9s\n", "allocator", "alloc p50",
-         "alloc p99", "alloc max", "free p50", "free p99", "free max", "failed", "peak RSS",
-         "RSS end", "wall s");
-  printf("%-9s %9s %9s %10s %9s %9s %10s %8s | %9s %9s %9s\n", "", "ns", "ns", "ns", "ns", "ns",
-         "ns", "", "MiB", "MiB", "");
-  for (int b = 0; b < NBACKENDS; b++) {
-    agg *a = &aggs[b], *m = &mem[b];
-    if (!use[b])
-      continue;
-    if (!a->available) {
-      printf("%-9s (skipped: %s)\n", backends_[b].name, a->why ? a->why : "not run");
-      continue;
-    }
-    printf("%-9s %9.0f %9.0f %10" PRIu64 " %9.0f %9.0f %10" PRIu64 " %8" PRIu64
-           " | %9.1f %9.1f %9.2f\n",
-           backends_[b].name, hist_pct(&a->alloc, .5), hist_pct(&a->alloc, .99), a->alloc.max,
-           hist_pct(&a->free, .5), hist_pct(&a->free, .99), a->free.max, a->failures,
-           mib(m->peak_rss), mib(m->rss_end), (double)m->wall_ns / 1e9);
-  }
-  printf("(latency from the latency runs; RSS and wall time from the memory runs, above each\n"
-         " worker's start; the live set peaked at %.1f MiB)\n",
-         mib(mem[0].available ? mem[0].live_peak : mem[1].live_peak));
-
-  printf("\nfragmentation over time (latency run, round 1): live MiB / fragmentation\n");
-  printf("  buddy: 1 - largest free block / free bytes; glibc: free bytes held in its heap / heap\n");
-  for (int b = 0; b < NBACKENDS; b++) {
-    agg *a = &aggs[b];
-    if (!use[b] || !a->available || !a->nsamples || a->s_frag[0] < 0)
-      continue;
-    printf("  %-9s", backends_[b].name);
-    for (int i = 0; i < a->nsamples; i += (a->nsamples + 5) / 6)
-      printf(" | %.0f/%.2f", mib(a->s_live[i]), a->s_frag[i]);
-    printf("\n");
-  }
-  printf("resident memory over time (memory run, round 1): live MiB / RSS MiB\n");
-  for (int b = 0; b < NBACKENDS; b++) {
-    agg *m = &mem[b];
-    if (!use[b] || !m->available || !m->nsamples)
-      continue;
-    printf("  %-9s", backends_[b].name);
-    for (int i = 0; i < m->nsamples; i += (m->nsamples + 5) / 6)
-      printf(" | %.0f/%.0f", mib(m->s_live[i]), mib(m->s_rss[i]));
-    printf("\n");
-  }
-
-  double arena_ns = 0, malloc_pair_ns = 0;
-  int arc = arena_bench(&arena_ns, &malloc_pair_ns);
-
-  printf("\nclaims (measured in this run):\n");
-  agg *g = &aggs[0], *bd = &aggs[1], *gm = &mem[0], *bm = &mem[1];
-  if (arc == 0)
-    printf("  arena alloc: %.2f ns per allocation (goal < 10 ns); glibc malloc+free of the same "
-           "sizes %.1f ns: ratio %.3f\n",
-           arena_ns, malloc_pair_ns, arena_ns / malloc_pair_ns);
-  else
-    printf("  arena alloc: not measured (%s)\n", es_strerror(arc));
-  if (bd->available) {
-    double bp99 = hist_pct(&bd->alloc, .99) + hist_pct(&bd->free, .99);
-    printf("  buddy alloc+free p99: %.0f ns (goal < 1000 ns)", bp99);
-    if (g->available) {
-      double gp99 = hist_pct(&g->alloc, .99) + hist_pct(&g->free, .99);
-      printf("; glibc %.0f ns: ratio %.3f", gp99, bp99 / gp99);
-    }
-    printf("\n");
-    printf("  buddy max alloc latency %" PRIu64 " ns", bd->alloc.max);
-    if (g->available)
-      printf(" vs glibc %" PRIu64 " ns: ratio %.3f", g->alloc.max,
-             (double)bd->alloc.max / (double)(g->alloc.max ? g->alloc.max : 1));
-    printf("\n");
-    printf("  buddy fragmentation after everything is freed: %.4f (largest free %.0f MiB; "
-           "capacity %.0f MiB after growth from %.0f MiB; goal 0)\n",
-           bd->frag_end, mib(bd->largest_end), mib(bd->capacity), mib(o.pool_bytes));
-    printf("  buddy failed allocations: %" PRIu64 " of %" PRIu64 "\n", bd->failures,
-           bd->allocs + bd->failures);
-    if (g->available && gm->available && bm->available) {
-      printf("  peak RSS: buddy %.1f MiB vs glibc %.1f MiB: ratio %.3f\n", mib(bm->peak_rss),
-             mib(gm->peak_rss), (double)bm->peak_rss / (double)(gm->peak_rss ? gm->peak_rss : 1));
-      printf("  RSS after everything is freed: buddy %.1f MiB (kept for reuse, bounded by the "
-             "pool) vs glibc %.1f MiB\n",
-             mib(bm->rss_end), mib(gm->rss_end));
-      printf("  memory-run wall time (page faults included): buddy %.2f s vs glibc %.2f s: ratio "
-             "%.3f\n",
-             (double)bm->wall_ns / 1e9, (double)gm->wall_ns / 1e9,
-             (double)bm->wall_ns / (double)(gm->wall_ns ? gm->wall_ns : 1));
-    }
-    for (int b = 2; b < NBACKENDS; b++)
-      if (use[b] && aggs[b].available && mem[b].available) {
-        double p99 = hist_pct(&aggs[b].alloc, .99) + hist_pct(&aggs[b].free, .99);
-        printf("  vs %s: alloc+free p99 %.0f ns (ratio %.3f), peak RSS %.1f MiB (ratio %.3f), "
-               "memory-run wall %.2f s (ratio %.3f)\n",
-               backends_[b].name, p99, bp99 / p99, mib(mem[b].peak_rss),
-               (double)bm->peak_rss / (double)(mem[b].peak_rss ? mem[b].peak_rss : 1),
-               (double)mem[b].wall_ns / 1e9,
-               (double)bm->wall_ns / (double)(mem[b].wall_ns ? mem[b].wall_ns : 1));
-      }
+  status = run_rounds(&o, use, aggs, mem, per_round, rss_per_round);
+  if (status == 0) {
+    print_table(use, aggs, mem);
+    print_over_time(use, aggs, mem);
+    print_claims(&o, use, aggs, mem);
   }
   es_mem_free(aggs);
-  return 0;
+  return status;
 }

@@ -24,7 +24,7 @@ static void compile_usage(FILE *f) {
 
 int es_cmd_compile(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
-  es_cli_inputs ci;
+  cli_inputs ci;
   memset(&ci, 0, sizeof ci);
   for (int i = 1; i < argc; i++) {
     int r;
@@ -33,7 +33,7 @@ int es_cmd_compile(int argc, char **argv) {
       return 0;
     } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && i + 1 < argc) {
       dst = argv[++i];
-    } else if ((r = es_cli_inputs_arg(&ci, "compile", argc, argv, &i)) != 0) {
+    } else if ((r = cli_inputs_arg(&ci, "compile", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
     } else if (argv[i][0] == '-') {
@@ -57,31 +57,24 @@ int es_cmd_compile(int argc, char **argv) {
   }
   /* Shapes: given ones, else the model's, open dims defaulted. */
   int n = es_model_input_count(m);
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  int ok = n <= ES_CLI_MAX_INPUTS;
-  for (int i = 0; ok && i < n; i++) {
+  es_tensor_info shapes[CLI_MAX_INPUTS];
+  int ok = n <= CLI_MAX_INPUTS;
+  for (int i = 0; ok && i < n; i++)
     es_model_input_info(m, i, &shapes[i]);
+  for (int k = 0; ok && k < ci.n_shapes; k++)
+    if (cli_shape_find(&ci.shapes[k], shapes, n) < 0) {
+      fprintf(stderr, "edgeserve compile: --shape: the model has no input named '%.*s'\n",
+              (int)ci.shapes[k].name_len, ci.shapes[k].name);
+      es_model_release(m);
+      return 2;
+    }
+  for (int i = 0; ok && i < n; i++) {
     for (int d = 0; d < shapes[i].rank; d++)
       if (shapes[i].dims[d] < 0)
         shapes[i].dims[d] = d == 0 ? 1 : 64;
-    for (int k = 0; k < ci.n_shapes; k++) {
-      const char *eq = strchr(ci.shapes[k], '=');
-      if ((size_t)(eq - ci.shapes[k]) != strlen(shapes[i].name) ||
-          strncmp(ci.shapes[k], shapes[i].name, (size_t)(eq - ci.shapes[k])))
-        continue;
-      int rank = 0;
-      const char *s = eq + 1;
-      while (*s && rank < ES_MAX_RANK) {
-        char *end;
-        shapes[i].dims[rank++] = strtoll(s, &end, 10);
-        s = *end == 'x' ? end + 1 : end;
-        if (end == s && *s) {
-          ok = 0;
-          break;
-        }
-      }
-      shapes[i].rank = rank;
-    }
+    for (int k = 0; k < ci.n_shapes; k++)
+      if (cli_shape_is(&ci.shapes[k], shapes[i].name))
+        cli_shape_apply(&ci.shapes[k], &shapes[i]);
   }
   es_plan *p = NULL;
   if (ok && es_model_plan(m, shapes, n, &p) < 0)

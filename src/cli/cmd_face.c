@@ -7,6 +7,7 @@
  * for symmetry with other tools but changes nothing. "ms" is the time of
  * es_face_detect (resize, run, decode, suppression), the median over
  * --repeat runs; model loading and image decoding are not in it. */
+#include "cli/app.h"
 #include "cli/cli.h"
 #include "edgeserve/apps.h"
 #include "edgeserve/runtime.h"
@@ -35,7 +36,7 @@ static void face_usage(FILE *f) {
 static void print_json(const char *path, const es_image *img, const es_face *faces, int n,
                        double ms) {
   printf("{\"image\":");
-  es_cli_json_string(stdout, path);
+  cli_json_string(stdout, path);
   printf(",\"width\":%d,\"height\":%d,\"faces\":[", img->width, img->height);
   for (int i = 0; i < n; i++) {
     const es_face *f = &faces[i];
@@ -49,53 +50,65 @@ static void print_json(const char *path, const es_image *img, const es_face *fac
   printf("],\"ms\":%.3f}\n", ms);
 }
 
-int es_cmd_face(int argc, char **argv) {
-  const char *image = NULL, *model = "front";
-  double min_score = 0.5;
-  long repeat = 1;
+typedef struct face_run {
+  es_face_detector *fd;
+  const es_image *img;
+  float min_score;
+  es_face faces[FACE_MAX];
+  int n;
+} face_run;
+
+static int detect_once(void *ctx) {
+  face_run *f = ctx;
+  es_refusal why;
+  return es_face_detect(f->fd, f->img, f->min_score, 0, 0, f->faces, FACE_MAX, &f->n, &why);
+}
+
+/* The options. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, cli_app_opts *o, const char **model,
+                      double *min_score) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    char *end;
+    int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       face_usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--json")) {
-      /* the only output format */
+    } else if ((r = cli_app_arg(o, "face", argc, argv, &i)) != 0) {
+      if (r == 2)
+        return 2;
     } else if (!strcmp(a, "--model") && i + 1 < argc) {
-      model = argv[++i];
+      *model = argv[++i];
     } else if (!strcmp(a, "--min-score") && i + 1 < argc) {
-      min_score = strtod(argv[++i], &end);
-      if (*end || end == argv[i] || !(min_score > 0 && min_score <= 1)) {
+      char *end;
+      *min_score = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(*min_score > 0 && *min_score <= 1)) {
         fprintf(stderr, "edgeserve face: --min-score wants a number in (0, 1], got '%s'\n",
                 argv[i]);
         return 2;
       }
-    } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-      repeat = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || repeat < 1 || repeat > 100000) {
-        fprintf(stderr, "edgeserve face: --repeat wants 1..100000, got '%s'\n", argv[i]);
-        return 2;
-      }
-    } else if (a[0] == '-' && a[1]) {
+    } else {
       fprintf(stderr, "edgeserve face: unknown or incomplete option '%s'\n\n", a);
       face_usage(stderr);
       return 2;
-    } else if (!image) {
-      image = a;
-    } else {
-      fprintf(stderr, "edgeserve face: one image at a time ('%s' and '%s')\n", image, a);
-      return 2;
     }
   }
-  if (!image) {
+  if (!o->image) {
     face_usage(stderr);
     return 2;
   }
+  return -1;
+}
+
+int es_cmd_face(int argc, char **argv) {
+  cli_app_opts o = {.image = NULL, .repeat = 1};
+  const char *model = "front";
+  double min_score = 0.5;
+  int status = parse_args(argc, argv, &o, &model, &min_score);
+  if (status >= 0)
+    return status;
 
   char path[4096];
-  const char *dir = getenv("ES_MODEL_DIR");
-  if (!dir || !*dir)
-    dir = ".cache/models";
+  const char *dir = cli_model_dir();
   if (!strcmp(model, "front"))
     snprintf(path, sizeof path, "%s/blazeface_front_128.onnx", dir);
   else if (!strcmp(model, "back"))
@@ -104,15 +117,14 @@ int es_cmd_face(int argc, char **argv) {
     snprintf(path, sizeof path, "%s", model);
 
   es_image img;
-  if (es_image_load(image, &img) < 0) {
+  if (es_image_load(o.image, &img) < 0) {
     fprintf(stderr, "edgeserve face: %s\n", es_last_error_detail());
     return 1;
   }
 
-  int status = 1;
+  status = 1;
   es_runtime *rt = NULL;
-  es_face_detector *fd = NULL;
-  double *times = NULL;
+  face_run f = {.fd = NULL, .img = &img, .min_score = (float)min_score, .n = 0};
   es_runtime_config rc;
   es_runtime_config_default(&rc);
   rc.workers = 1; /* one image, one request at a time */
@@ -133,33 +145,17 @@ int es_cmd_face(int argc, char **argv) {
       fprintf(stderr, "edgeserve face: fetch the models with scripts/fetch-models.sh\n");
     goto out;
   }
-  if (es_face_detector_create(rt, id, &fd) < 0) {
+  if (es_face_detector_create(rt, id, &f.fd) < 0) {
     fprintf(stderr, "edgeserve face: %s: %s\n", path, es_last_error_detail());
     goto out;
   }
-  times = malloc((size_t)repeat * sizeof *times);
-  if (!times) {
-    fprintf(stderr, "edgeserve face: no memory\n");
+  double median, first;
+  if (cli_app_time("face", o.repeat, detect_once, &f, &median, &first) < 0)
     goto out;
-  }
-  es_face faces[FACE_MAX];
-  int n = 0;
-  for (long r = 0; r < repeat; r++) {
-    es_refusal why;
-    double t0 = es_cli_now_ms();
-    int err = es_face_detect(fd, &img, (float)min_score, 0, 0, faces, FACE_MAX, &n, &why);
-    times[r] = es_cli_now_ms() - t0;
-    if (err < 0) {
-      fprintf(stderr, "edgeserve face: %s\n", es_last_error_detail());
-      goto out;
-    }
-  }
-  qsort(times, (size_t)repeat, sizeof *times, es_cli_cmp_double);
-  print_json(image, &img, faces, n, times[repeat / 2]);
+  print_json(o.image, &img, f.faces, f.n, median);
   status = 0;
 out:
-  free(times);
-  es_face_detector_destroy(fd);
+  es_face_detector_destroy(f.fd);
   if (rt && es_runtime_destroy(rt) < 0)
     fprintf(stderr, "edgeserve face: runtime shutdown: %s\n", es_last_error_detail());
   es_image_free(&img);

@@ -1,5 +1,6 @@
 /* edgeserve inspect: what a model file holds, as the engine sees it. */
 #include "cli/cli.h"
+#include "cli/spec.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 
@@ -29,11 +30,9 @@ static void print_op(void *user, const char *op, int count) {
 
 #define MAX_SHAPES 16
 
-static int parse_shape(const char *spec, es_tensor_info *t, size_t *name_len);
-
 /* Plans for the given shapes (inputs without one keep the model's dims) and
  * prints the arena bytes. 0 when nothing to do or done, 1 or 2 on error. */
-static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
+static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
   int n = es_model_input_count(m);
   if (n > MAX_SHAPES) {
     fprintf(stderr, "edgeserve inspect: more than %d inputs\n", MAX_SHAPES);
@@ -43,29 +42,16 @@ static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
   for (int i = 0; i < n; i++)
     es_model_input_info(m, i, &shapes[i]);
   for (int k = 0; k < n_specs; k++) {
-    es_tensor_info t;
-    size_t len;
-    if (parse_shape(specs[k], &t, &len) < 0) {
-      fprintf(stderr, "edgeserve inspect: --shape wants NAME=DxDxD, got '%s'\n", specs[k]);
-      return 2;
-    }
-    int found = -1;
-    for (int i = 0; i < n; i++)
-      if (strlen(shapes[i].name) == len && !strncmp(shapes[i].name, specs[k], len))
-        found = i;
+    int found = cli_shape_find(&specs[k], shapes, n);
     if (found < 0) {
-      fprintf(stderr, "edgeserve inspect: the model has no input named '%.*s'\n", (int)len,
-              specs[k]);
+      fprintf(stderr, "edgeserve inspect: the model has no input named '%.*s'\n",
+              (int)specs[k].name_len, specs[k].name);
       return 2;
     }
-    shapes[found].rank = t.rank;
-    memcpy(shapes[found].dims, t.dims, sizeof t.dims);
+    cli_shape_apply(&specs[k], &shapes[found]);
   }
   for (int i = 0; i < n; i++) {
-    int open = shapes[i].rank < 0;
-    for (int d = 0; d < shapes[i].rank; d++)
-      open |= shapes[i].dims[d] < 0;
-    if (open) {
+    if (cli_shape_open(&shapes[i])) {
       if (n_specs == 0)
         return 0; /* nothing asked, and the model's shape is not concrete */
       fprintf(stderr, "edgeserve inspect: input '%s' needs --shape %s=...\n", shapes[i].name,
@@ -107,32 +93,9 @@ static int plan_shapes(es_model *m, const char *const *specs, int n_specs) {
   return 0;
 }
 
-/* "NAME=1x3x640x640" -> name length and dims; -1 on a malformed spec. */
-static int parse_shape(const char *spec, es_tensor_info *t, size_t *name_len) {
-  const char *eq = strrchr(spec, '=');
-  if (!eq || eq == spec)
-    return -1;
-  *name_len = (size_t)(eq - spec);
-  t->rank = 0;
-  const char *s = eq + 1;
-  while (*s) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || v < 0 || v > (1ll << 32) || t->rank == ES_MAX_RANK)
-      return -1;
-    t->dims[t->rank++] = v;
-    if (*end == 'x')
-      end++;
-    else if (*end)
-      return -1;
-    s = end;
-  }
-  return t->rank > 0 ? 0 : -1;
-}
-
 int es_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
-  const char *specs[MAX_SHAPES];
+  cli_shape specs[MAX_SHAPES];
   int n_specs = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -147,7 +110,13 @@ int es_cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "edgeserve inspect: at most %d --shape options\n", MAX_SHAPES);
         return 2;
       }
-      specs[n_specs++] = argv[++i];
+      const char *v = argv[++i];
+      char why[CLI_WHY_MAX];
+      if (cli_shape_parse(v, strlen(v), &specs[n_specs], why) < 0) {
+        fprintf(stderr, "edgeserve inspect: --shape: %s\n", why);
+        return 2;
+      }
+      n_specs++;
     } else if (argv[i][0] == '-') {
       fprintf(stderr, "edgeserve inspect: unknown or incomplete option '%s'\n", argv[i]);
       return 2;

@@ -11,6 +11,7 @@
  * not in it. The first read of a new image size also plans the models for
  * its shapes (the runtime caches the plans), so --repeat shows the steady
  * state and "first_ms" the cold one. */
+#include "cli/app.h"
 #include "cli/cli.h"
 #include "edgeserve/apps.h"
 #include "edgeserve/memory.h"
@@ -40,12 +41,12 @@ static void ocr_usage(FILE *f) {
 static void print_json(const char *path, const es_image *img, const es_ocr_line *lines, int n,
                        double ms, double first_ms) {
   printf("{\"image\":");
-  es_cli_json_string(stdout, path);
+  cli_json_string(stdout, path);
   printf(",\"width\":%d,\"height\":%d,\"lines\":[", img->width, img->height);
   for (int i = 0; i < n; i++) {
     const es_ocr_line *l = &lines[i];
     printf("%s{\"text\":", i ? "," : "");
-    es_cli_json_string(stdout, l->text);
+    cli_json_string(stdout, l->text);
     printf(",\"confidence\":%.4f,\"box_score\":%.4f,\"box\":[", (double)l->confidence,
            (double)l->box_score);
     for (int k = 0; k < 4; k++)
@@ -69,62 +70,68 @@ static int load_model(es_runtime *rt, const char *dir, const char *file, int *id
   return 0;
 }
 
-int es_cmd_ocr(int argc, char **argv) {
-  const char *image = NULL;
-  int use_cls = 1;
-  long repeat = 1, limit = 960;
+typedef struct ocr_run {
+  es_ocr *ocr;
+  const es_image *img;
+  es_ocr_line *lines;
+  int n;
+} ocr_run;
+
+static int read_once(void *ctx) {
+  ocr_run *r = ctx;
+  es_refusal why;
+  return es_ocr_read(r->ocr, r->img, 0, 0, r->lines, OCR_CLI_MAX_LINES, &r->n, &why);
+}
+
+/* The options. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, cli_app_opts *o, int *use_cls, long *limit) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    char *end;
+    int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       ocr_usage(stdout);
       return 0;
-    } else if (!strcmp(a, "--json")) {
-      /* the only output format */
+    } else if ((r = cli_app_arg(o, "ocr", argc, argv, &i)) != 0) {
+      if (r == 2)
+        return 2;
     } else if (!strcmp(a, "--no-cls")) {
-      use_cls = 0;
+      *use_cls = 0;
     } else if (!strcmp(a, "--limit-side") && i + 1 < argc) {
-      limit = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || limit < 32 || limit > 8192) {
+      if (cli_parse_count(argv[++i], 32, 8192, limit) < 0) {
         fprintf(stderr, "edgeserve ocr: --limit-side wants 32..8192, got '%s'\n", argv[i]);
         return 2;
       }
-    } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-      repeat = strtol(argv[++i], &end, 10);
-      if (*end || end == argv[i] || repeat < 1 || repeat > 100000) {
-        fprintf(stderr, "edgeserve ocr: --repeat wants 1..100000, got '%s'\n", argv[i]);
-        return 2;
-      }
-    } else if (a[0] == '-' && a[1]) {
+    } else {
       fprintf(stderr, "edgeserve ocr: unknown or incomplete option '%s'\n\n", a);
       ocr_usage(stderr);
       return 2;
-    } else if (!image) {
-      image = a;
-    } else {
-      fprintf(stderr, "edgeserve ocr: one image at a time ('%s' and '%s')\n", image, a);
-      return 2;
     }
   }
-  if (!image) {
+  if (!o->image) {
     ocr_usage(stderr);
     return 2;
   }
-  const char *dir = getenv("ES_MODEL_DIR");
-  if (!dir || !*dir)
-    dir = ".cache/models";
+  return -1;
+}
+
+int es_cmd_ocr(int argc, char **argv) {
+  cli_app_opts o = {.image = NULL, .repeat = 1};
+  int use_cls = 1;
+  long limit = 960;
+  int status = parse_args(argc, argv, &o, &use_cls, &limit);
+  if (status >= 0)
+    return status;
+  const char *dir = cli_model_dir();
 
   es_image img;
-  if (es_image_load(image, &img) < 0) {
+  if (es_image_load(o.image, &img) < 0) {
     fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
     return 1;
   }
 
-  int status = 1;
+  status = 1;
   es_runtime *rt = NULL;
-  es_ocr *ocr = NULL;
-  double *times = NULL;
-  es_ocr_line *lines = NULL;
+  ocr_run run = {.ocr = NULL, .img = &img, .lines = NULL, .n = 0};
   es_runtime_config rc;
   es_runtime_config_default(&rc);
   rc.pin = 0;
@@ -143,35 +150,23 @@ int es_cmd_ocr(int argc, char **argv) {
       load_model(rt, dir, "ppocr_rec.onnx", &oc.rec_model) < 0 ||
       (use_cls && load_model(rt, dir, "ppocr_cls.onnx", &oc.cls_model) < 0))
     goto out;
-  if (es_ocr_create(rt, &oc, &ocr) < 0) {
+  if (es_ocr_create(rt, &oc, &run.ocr) < 0) {
     fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
     goto out;
   }
-  times = es_mem_calloc(ES_MEM_CLI, (size_t)repeat, sizeof *times);
-  lines = es_mem_calloc(ES_MEM_CLI, OCR_CLI_MAX_LINES, sizeof *lines);
-  if (!times || !lines) {
+  run.lines = es_mem_calloc(ES_MEM_CLI, OCR_CLI_MAX_LINES, sizeof *run.lines);
+  if (!run.lines) {
     fprintf(stderr, "edgeserve ocr: out of memory\n");
     goto out;
   }
-  int n = 0;
-  for (long r = 0; r < repeat; r++) {
-    es_refusal why;
-    double t0 = es_cli_now_ms();
-    int err = es_ocr_read(ocr, &img, 0, 0, lines, OCR_CLI_MAX_LINES, &n, &why);
-    times[r] = es_cli_now_ms() - t0;
-    if (err < 0) {
-      fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());
-      goto out;
-    }
-  }
-  double first = times[0];
-  qsort(times, (size_t)repeat, sizeof *times, es_cli_cmp_double);
-  print_json(image, &img, lines, n, times[repeat / 2], first);
+  double median, first;
+  if (cli_app_time("ocr", o.repeat, read_once, &run, &median, &first) < 0)
+    goto out;
+  print_json(o.image, &img, run.lines, run.n, median, first);
   status = 0;
 out:
-  es_mem_free(times);
-  es_mem_free(lines);
-  es_ocr_destroy(ocr);
+  es_mem_free(run.lines);
+  es_ocr_destroy(run.ocr);
   if (rt && es_runtime_destroy(rt) < 0)
     fprintf(stderr, "edgeserve ocr: runtime: %s\n", es_last_error_detail());
   es_image_free(&img);

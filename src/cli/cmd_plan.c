@@ -21,6 +21,7 @@
  * admission gate would refuse it. The numbers are an upper bound: the margin
  * stands for fragmentation and peaks, the real threshold is set by load test. */
 #include "cli/cli.h"
+#include "cli/spec.h"
 #include "edgeserve/engine.h"
 #include "edgeserve/error.h"
 #include "edgeserve/memory.h"
@@ -45,7 +46,8 @@ typedef struct plan_file {
 typedef struct plan_item {
   const char *arg;         /* the --model value */
   char path[PATH_MAX];     /* FILE part */
-  const char *spec;        /* NAME=SHAPE[,...] part; NULL when none */
+  cli_shape specs[PLAN_MAX_INPUTS]; /* the NAME=SHAPE[,...] part */
+  int n_specs;
   int file;                /* index into files[] */
   es_tensor_info shapes[PLAN_MAX_INPUTS];
   int n_inputs;
@@ -54,6 +56,28 @@ typedef struct plan_item {
   size_t arena, context, per_request;
   size_t alone, mix;
 } plan_item;
+
+/* One run of the planner: the options, what was loaded and planned, and
+ * every term of the formula, filled in by the steps of es_cmd_plan. */
+typedef struct plan_run {
+  plan_item *items;        /* PLAN_MAX_MODELS */
+  plan_file files[PLAN_MAX_MODELS];
+  int n_items, n_files, json;
+  const char *memory, *reserve_arg;
+  double margin;
+  /* the runtime overhead */
+  size_t rss_before, rss_after, counted, mapped, uncounted, runtime;
+  /* the fixed costs */
+  size_t weights, prepared, model_ctx, plan_ctx, fixed;
+  /* the budget */
+  es_memstat ms;
+  int have_ms;
+  size_t budget, reserve, avail, free_b;
+  const char *source, *reserve_why;
+  char source_buf[ES_MEMSTAT_PATH_MAX + 64];
+  /* the mix */
+  size_t left, mix_total;
+} plan_run;
 
 static void plan_usage(FILE *f) {
   fprintf(f,
@@ -66,6 +90,9 @@ static void plan_usage(FILE *f) {
           "came from, and the maximum safe concurrency per model:\n"
           "  N = floor((budget - reserve - fixed) / ceil(arena x margin))\n"
           "alone (all free memory to that model) and in a round-robin mix of all.\n"
+          "FILE is the whole argument when that is an existing file, else the text\n"
+          "before the first ':' that leaves an existing file (paths and input names\n"
+          "may hold ':'). Dimensions are 0..2^32, at most 8.\n"
           "  --memory   budget in bytes (suffix K, M, G, T: powers of 1024), or auto\n"
           "             (default): the cgroup limit min(memory.high, memory.max), else\n"
           "             MemAvailable + this process's RSS\n"
@@ -78,70 +105,16 @@ static void plan_usage(FILE *f) {
 
 /* ---- parsing ---------------------------------------------------------------- */
 
-/* "FILE[:NAME=SHAPE[,NAME=SHAPE]]": the last ':' separates the shapes (a
- * shape never holds one). -1 when malformed, the reason in *why. */
-static int parse_model_arg(plan_item *it, const char **why) {
-  const char *colon = strrchr(it->arg, ':');
-  size_t n = colon ? (size_t)(colon - it->arg) : strlen(it->arg);
-  if (n == 0) {
-    *why = "no file name";
+/* "FILE[:NAME=SHAPE[,NAME=SHAPE]]" by the rules of spec.h, checked before
+ * any model is loaded so that a malformed spec is a usage error however the
+ * files are. -1 with the reason in why. */
+static int parse_model_arg(plan_item *it, char why[CLI_WHY_MAX]) {
+  cli_model_arg ma;
+  if (cli_model_arg_parse(it->arg, &ma, why) < 0)
     return -1;
-  }
-  if (n >= sizeof it->path) {
-    *why = "file name too long";
-    return -1;
-  }
-  memcpy(it->path, it->arg, n);
-  it->path[n] = '\0';
-  it->spec = colon ? colon + 1 : NULL;
-  if (colon && !strchr(it->spec, '=')) {
-    *why = "expected NAME=SHAPE after ':'";
-    return -1;
-  }
-  return 0;
-}
-
-/* One "NAME=DxDxD" of length len at s: name length and dims. -1 if malformed. */
-static int parse_one_shape(const char *s, size_t len, size_t *name_len, es_tensor_info *t) {
-  const char *eq = memchr(s, '=', len);
-  if (!eq || eq == s || eq + 1 == s + len)
-    return -1;
-  *name_len = (size_t)(eq - s);
-  t->rank = 0;
-  const char *p = eq + 1, *stop = s + len;
-  while (p < stop) {
-    char *end;
-    if (*p < '0' || *p > '9')
-      return -1;
-    long long v = strtoll(p, &end, 10);
-    if (end > stop || v > (1ll << 32) || t->rank == ES_MAX_RANK)
-      return -1;
-    t->dims[t->rank++] = v;
-    if (end < stop && *end == 'x' && end + 1 < stop)
-      end++;
-    else if (end != stop)
-      return -1;
-    p = end;
-  }
-  return 0;
-}
-
-/* Checks the shape syntax of every item before any model is loaded, so a
- * malformed spec is a usage error however the files are. */
-static int check_spec_syntax(const plan_item *it) {
-  if (!it->spec)
-    return 0;
-  const char *s = it->spec;
-  for (;;) {
-    const char *comma = strchr(s, ',');
-    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
-    es_tensor_info t;
-    if (parse_one_shape(s, len, &nl, &t) < 0)
-      return -1;
-    if (!comma)
-      return 0;
-    s = comma + 1;
-  }
+  memcpy(it->path, ma.path, sizeof it->path);
+  it->n_specs = 0;
+  return ma.specs ? cli_shapes_parse(ma.specs, it->specs, PLAN_MAX_INPUTS, &it->n_specs, why) : 0;
 }
 
 /* Appends sep, name and dim (when >= 0) to buf at o; truncates, never
@@ -167,31 +140,21 @@ static int resolve_shapes(plan_item *it, es_model *m) {
   it->n_inputs = n;
   for (int i = 0; i < n; i++)
     es_model_input_info(m, i, &it->shapes[i]);
-  for (const char *s = it->spec; s;) {
-    const char *comma = strchr(s, ',');
-    size_t len = comma ? (size_t)(comma - s) : strlen(s), nl;
-    es_tensor_info t;
-    parse_one_shape(s, len, &nl, &t); /* syntax checked already */
-    int found = -1;
-    for (int i = 0; i < n; i++)
-      if (strlen(it->shapes[i].name) == nl && !strncmp(it->shapes[i].name, s, nl))
-        found = i;
+  for (int k = 0; k < it->n_specs; k++) {
+    const cli_shape *sp = &it->specs[k];
+    int found = cli_shape_find(sp, it->shapes, n);
     if (found < 0) {
-      fprintf(stderr, "edgeserve plan: %s has no input named '%.*s'\n", it->path, (int)nl, s);
+      fprintf(stderr, "edgeserve plan: %s has no input named '%.*s'\n", it->path,
+              (int)sp->name_len, sp->name);
       return 2;
     }
-    it->shapes[found].rank = t.rank;
-    memcpy(it->shapes[found].dims, t.dims, sizeof t.dims);
-    s = comma ? comma + 1 : NULL;
+    cli_shape_apply(sp, &it->shapes[found]);
   }
   size_t o = 0;
   it->shape_str[0] = '\0';
   for (int i = 0; i < n; i++) {
     const es_tensor_info *t = &it->shapes[i];
-    int open = t->rank < 0;
-    for (int d = 0; d < t->rank; d++)
-      open |= t->dims[d] < 0;
-    if (open) {
+    if (cli_shape_open(t)) {
       fprintf(stderr, "edgeserve plan: input '%s' of %s has open dimensions: give %s:%s=SHAPE\n",
               t->name, it->path, it->path, t->name);
       return 2;
@@ -226,45 +189,40 @@ static const char *base_name(const char *p) {
   return s ? s + 1 : p;
 }
 
-/* ---- the command ------------------------------------------------------------ */
+/* ---- the steps ------------------------------------------------------------- */
 
-int es_cmd_plan(int argc, char **argv) {
-  static plan_item items[PLAN_MAX_MODELS];
-  plan_file files[PLAN_MAX_MODELS];
-  int n_items = 0, n_files = 0, json = 0, status = 0;
-  const char *memory = "auto", *reserve_arg = NULL;
-  double margin = 1.2;
-
+/* The options into pr. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(plan_run *pr, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       plan_usage(stdout);
       return 0;
     } else if (!strcmp(a, "--json")) {
-      json = 1;
+      pr->json = 1;
     } else if (!strcmp(a, "--model") && i + 1 < argc) {
-      if (n_items == PLAN_MAX_MODELS) {
+      if (pr->n_items == PLAN_MAX_MODELS) {
         fprintf(stderr, "edgeserve plan: at most %d --model options\n", PLAN_MAX_MODELS);
         return 2;
       }
-      plan_item *it = &items[n_items++];
+      plan_item *it = &pr->items[pr->n_items++];
       memset(it, 0, sizeof *it);
       it->arg = argv[++i];
-      const char *why = "bad shape: want NAME=DxDxD[,NAME=DxD...]";
-      if (parse_model_arg(it, &why) < 0 || check_spec_syntax(it) < 0) {
+      char why[CLI_WHY_MAX];
+      if (parse_model_arg(it, why) < 0) {
         fprintf(stderr,
                 "edgeserve plan: --model wants FILE[:NAME=SHAPE[,NAME=SHAPE]], got '%s' (%s)\n",
                 it->arg, why);
         return 2;
       }
     } else if (!strcmp(a, "--memory") && i + 1 < argc) {
-      memory = argv[++i];
+      pr->memory = argv[++i];
     } else if (!strcmp(a, "--reserve") && i + 1 < argc) {
-      reserve_arg = argv[++i];
+      pr->reserve_arg = argv[++i];
     } else if (!strcmp(a, "--margin") && i + 1 < argc) {
       char *end;
-      margin = strtod(argv[++i], &end);
-      if (*end || end == argv[i] || !(margin >= 1.0 && margin <= 100.0)) {
+      pr->margin = strtod(argv[++i], &end);
+      if (*end || end == argv[i] || !(pr->margin >= 1.0 && pr->margin <= 100.0)) {
         fprintf(stderr, "edgeserve plan: --margin wants a ratio in [1, 100], got '%s'\n",
                 argv[i]);
         return 2;
@@ -275,264 +233,315 @@ int es_cmd_plan(int argc, char **argv) {
       return 2;
     }
   }
-  if (n_items == 0) {
+  if (pr->n_items == 0) {
     fprintf(stderr, "edgeserve plan: at least one --model FILE[:NAME=SHAPE] is needed\n");
     plan_usage(stderr);
     return 2;
   }
-  size_t budget = 0, reserve = 0;
-  int budget_auto = !strcmp(memory, "auto");
-  if (!budget_auto && (es_cli_parse_bytes(memory, &budget) < 0 || budget == 0)) {
+  if (strcmp(pr->memory, "auto") && (es_cli_parse_bytes(pr->memory, &pr->budget) < 0 ||
+                                     pr->budget == 0)) {
     fprintf(stderr, "edgeserve plan: --memory wants BYTES (K/M/G/T suffix) or auto, got '%s'\n",
-            memory);
+            pr->memory);
     return 2;
   }
-  if (reserve_arg && es_cli_parse_bytes(reserve_arg, &reserve) < 0) {
+  if (pr->reserve_arg && es_cli_parse_bytes(pr->reserve_arg, &pr->reserve) < 0) {
     fprintf(stderr, "edgeserve plan: --reserve wants BYTES (K/M/G/T suffix), got '%s'\n",
-            reserve_arg);
+            pr->reserve_arg);
     return 2;
   }
+  return -1;
+}
 
-  /* The runtime overhead, part 1: RSS before any model is loaded, i.e. the
-   * executable, libc, libm and whatever the library set up at start. */
-  size_t rss_before = 0, rss_after = 0;
-  if (es_sys_rss(&rss_before) < 0) {
-    fprintf(stderr, "edgeserve plan: cannot read the process RSS: %s\n", es_last_error_detail());
-    return 1;
+/* The file of item k: one already loaded (same realpath, or same string),
+ * else loaded now. Its index, or -1 (printed). */
+static int load_file(plan_run *pr, const plan_item *it) {
+  char *real = realpath(it->path, NULL);
+  for (int j = 0; j < pr->n_files; j++) {
+    const plan_file *f = &pr->files[j];
+    if (real && f->real ? !strcmp(real, f->real) : !strcmp(it->path, f->path)) {
+      free(real);
+      return j;
+    }
   }
+  plan_file *pf = &pr->files[pr->n_files];
+  memset(pf, 0, sizeof *pf);
+  pf->path = it->path;
+  pf->real = real ? es_mem_strdup(ES_MEM_CLI, real) : NULL;
+  free(real);
+  if (es_model_load(it->path, NULL, &pf->model) < 0) {
+    fprintf(stderr, "edgeserve plan: %s: %s\n", it->path, es_last_error_detail());
+    es_mem_free(pf->real);
+    return -1;
+  }
+  return pr->n_files++;
+}
 
-  /* Load each distinct file once (same realpath, or same string). */
-  for (int k = 0; k < n_items; k++) {
-    plan_item *it = &items[k];
-    char *real = realpath(it->path, NULL);
-    int f = -1;
-    for (int j = 0; j < n_files && f < 0; j++)
-      if (real && files[j].real ? !strcmp(real, files[j].real) : !strcmp(it->path, files[j].path))
-        f = j;
-    if (f >= 0) {
-      free(real);
-    } else {
-      f = n_files;
-      plan_file *pf = &files[n_files];
-      memset(pf, 0, sizeof *pf);
-      pf->path = it->path;
-      pf->real = real ? es_mem_strdup(ES_MEM_CLI, real) : NULL;
-      free(real);
-      if (es_model_load(it->path, NULL, &pf->model) < 0) {
-        fprintf(stderr, "edgeserve plan: %s: %s\n", it->path, es_last_error_detail());
-        es_mem_free(pf->real);
-        status = 1;
-        goto done;
-      }
-      n_files++;
-    }
-    it->file = f;
-    int rc = resolve_shapes(it, files[f].model);
-    if (rc) {
-      status = rc;
-      goto done;
-    }
-    if (es_model_plan(files[f].model, it->shapes, it->n_inputs, &it->plan) < 0) {
+/* Loads each distinct file once and plans each item at its shape. 0, or
+ * the exit status (printed). */
+static int load_and_plan(plan_run *pr) {
+  for (int k = 0; k < pr->n_items; k++) {
+    plan_item *it = &pr->items[k];
+    if ((it->file = load_file(pr, it)) < 0)
+      return 1;
+    es_model *m = pr->files[it->file].model;
+    int rc = resolve_shapes(it, m);
+    if (rc)
+      return rc;
+    if (es_model_plan(m, it->shapes, it->n_inputs, &it->plan) < 0) {
       fprintf(stderr, "edgeserve plan: %s at %s: %s\n", it->path, it->shape_str,
               es_last_error_detail());
-      status = 1;
-      goto done;
+      return 1;
     }
     it->arena = es_plan_arena_bytes(it->plan);
     it->context = es_plan_context_bytes(it->plan);
-    double pr = ceil((double)it->arena * margin);
-    it->per_request = pr < 1 ? 1 : (size_t)pr;
+    double per = ceil((double)it->arena * pr->margin);
+    it->per_request = per < 1 ? 1 : (size_t)per;
   }
+  return 0;
+}
 
-  /* Model stats after every plan: planning may reorder weights (prepared). */
-  size_t weights = 0, prepared = 0, model_ctx = 0, plan_ctx = 0;
-  for (int j = 0; j < n_files; j++) {
-    es_model_stats_get(files[j].model, &files[j].st);
-    weights += files[j].st.weight_bytes;
-    prepared += files[j].st.prepared_bytes;
-    model_ctx += files[j].st.context_bytes;
+/* The fixed costs. Model stats are read after every plan: planning may
+ * reorder weights (prepared).
+ *
+ * The runtime overhead, part 2 (part 1 is the RSS before any load: the
+ * executable, libc, libm and whatever the library set up at start): RSS
+ * now minus what the counting layer attributes to the library (weights,
+ * prepared weights, graphs, plans: es_mem_total) and minus mapped model
+ * files (.esm, counted as file_mapped, at most that much of it resident).
+ * What is left is memory no counter names: code, libc's heap slack after
+ * load-time parsing, thread stacks. The overhead used is the larger of the
+ * two measures, so that neither a start-up footprint nor load-time slack
+ * is planned away. */
+static void measure_fixed(plan_run *pr) {
+  for (int j = 0; j < pr->n_files; j++) {
+    es_model_stats_get(pr->files[j].model, &pr->files[j].st);
+    pr->weights += pr->files[j].st.weight_bytes;
+    pr->prepared += pr->files[j].st.prepared_bytes;
+    pr->model_ctx += pr->files[j].st.context_bytes;
   }
-  for (int k = 0; k < n_items; k++)
-    plan_ctx += items[k].context;
-
-  /* The runtime overhead, part 2: RSS now minus what the counting layer
-   * attributes to the library (weights, prepared weights, graphs, plans:
-   * es_mem_total) and minus mapped model files (.esm, counted as file_mapped,
-   * at most that much of it resident). What is left is memory no counter
-   * names: code, libc's heap slack after load-time parsing, thread stacks.
-   * The overhead used is the larger of the two measures, so that neither
-   * a start-up footprint nor load-time slack is planned away. */
-  es_sys_rss(&rss_after);
-  size_t counted = es_mem_total(), mapped = 0;
+  for (int k = 0; k < pr->n_items; k++)
+    pr->plan_ctx += pr->items[k].context;
+  es_sys_rss(&pr->rss_after);
+  pr->counted = es_mem_total();
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
-    es_mem_stats ms;
-    if (es_mem_stats_get((es_mem_tag)t, &ms) == 0)
-      mapped += ms.file_mapped;
+    es_mem_stats st;
+    if (es_mem_stats_get((es_mem_tag)t, &st) == 0)
+      pr->mapped += st.file_mapped;
   }
-  size_t uncounted = rss_after > counted + mapped ? rss_after - counted - mapped : 0;
-  size_t runtime = rss_before > uncounted ? rss_before : uncounted;
+  size_t named = pr->counted + pr->mapped;
+  pr->uncounted = pr->rss_after > named ? pr->rss_after - named : 0;
+  pr->runtime = pr->rss_before > pr->uncounted ? pr->rss_before : pr->uncounted;
+  pr->fixed = pr->weights + pr->prepared + pr->model_ctx + pr->plan_ctx + pr->runtime;
+}
 
-  /* The budget. */
-  es_memstat ms;
-  int have_ms = es_memstat_read(&ms) == 0;
+/* The budget and the reserve, and where they came from. 0, or 1 when
+ * "auto" has nothing to read (printed). */
+static int find_budget(plan_run *pr) {
+  pr->have_ms = es_memstat_read(&pr->ms) == 0;
+  const es_memstat *ms = &pr->ms;
   size_t limit = SIZE_MAX;
-  if (have_ms && ms.version)
-    limit = ms.high < ms.max ? ms.high : ms.max;
-  const char *source, *reserve_why;
-  char source_buf[ES_MEMSTAT_PATH_MAX + 64];
-  if (!budget_auto) {
-    source = "--memory";
-    if (!reserve_arg)
-      reserve = budget / 10;
-    reserve_why = reserve_arg ? "--reserve" : "10% of --memory";
+  if (pr->have_ms && ms->version)
+    limit = ms->high < ms->max ? ms->high : ms->max;
+  int given = pr->reserve_arg != NULL;
+  if (strcmp(pr->memory, "auto")) {
+    pr->source = "--memory";
+    if (!given)
+      pr->reserve = pr->budget / 10;
+    pr->reserve_why = given ? "--reserve" : "10% of --memory";
   } else if (limit != SIZE_MAX) {
-    budget = limit;
-    snprintf(source_buf, sizeof source_buf, "cgroup v%d %s (min of high and max)", ms.version,
-             ms.path);
-    source = source_buf;
-    reserve_why = reserve_arg ? "--reserve" : "none: the cgroup limit already bounds the process";
-  } else if (have_ms) {
+    pr->budget = limit;
+    snprintf(pr->source_buf, sizeof pr->source_buf, "cgroup v%d %s (min of high and max)",
+             ms->version, ms->path);
+    pr->source = pr->source_buf;
+    pr->reserve_why = given ? "--reserve" : "none: the cgroup limit already bounds the process";
+  } else if (pr->have_ms) {
     /* What the machine can still give, plus what this process already holds. */
-    budget = ms.mem_available + rss_after;
-    source = "meminfo (MemAvailable + this process's RSS; no cgroup limit)";
-    if (!reserve_arg)
-      reserve = ms.mem_total / 10;
-    reserve_why = reserve_arg ? "--reserve" : "10% of MemTotal";
+    pr->budget = ms->mem_available + pr->rss_after;
+    pr->source = "meminfo (MemAvailable + this process's RSS; no cgroup limit)";
+    if (!given)
+      pr->reserve = ms->mem_total / 10;
+    pr->reserve_why = given ? "--reserve" : "10% of MemTotal";
   } else {
     fprintf(stderr, "edgeserve plan: cannot read the memory limits (%s); give --memory BYTES\n",
             es_last_error_detail());
-    status = 1;
-    goto done;
+    return 1;
   }
+  pr->avail = pr->budget > pr->reserve ? pr->budget - pr->reserve : 0;
+  pr->free_b = pr->avail > pr->fixed ? pr->avail - pr->fixed : 0;
+  return 0;
+}
 
-  size_t fixed = weights + prepared + model_ctx + plan_ctx + runtime;
-  size_t avail = budget > reserve ? budget - reserve : 0;
-  size_t free_b = avail > fixed ? avail - fixed : 0;
-  for (int k = 0; k < n_items; k++)
-    items[k].alone = free_b / items[k].per_request;
-  /* Round robin: one request of each model-at-shape in turn, until the next
-   * one in the rotation does not fit. */
+/* N alone for each item, and the round-robin mix: one request of each
+ * model-at-shape in turn, until the next one in the rotation does not fit. */
+static void concurrency(plan_run *pr) {
   size_t round = 0;
-  for (int k = 0; k < n_items; k++)
-    round += items[k].per_request;
-  size_t rounds = free_b / round, left = free_b - rounds * round;
-  for (int k = 0; k < n_items; k++)
-    items[k].mix = rounds;
-  for (int k = 0; k < n_items && items[k].per_request <= left; k++) {
-    left -= items[k].per_request;
-    items[k].mix++;
+  for (int k = 0; k < pr->n_items; k++) {
+    pr->items[k].alone = pr->free_b / pr->items[k].per_request;
+    round += pr->items[k].per_request;
   }
-  size_t mix_total = 0;
-  for (int k = 0; k < n_items; k++)
-    mix_total += items[k].mix;
+  size_t rounds = pr->free_b / round;
+  pr->left = pr->free_b - rounds * round;
+  for (int k = 0; k < pr->n_items; k++)
+    pr->items[k].mix = rounds;
+  for (int k = 0; k < pr->n_items && pr->items[k].per_request <= pr->left; k++) {
+    pr->left -= pr->items[k].per_request;
+    pr->items[k].mix++;
+  }
+  pr->mix_total = 0;
+  for (int k = 0; k < pr->n_items; k++)
+    pr->mix_total += pr->items[k].mix;
+}
 
+static void print_json(const plan_run *pr) {
+  const es_memstat *ms = &pr->ms;
+  printf("{\"budget\": {\"bytes\": %zu, \"source\": ", pr->budget);
+  cli_json_string(stdout, pr->source);
+  printf(", \"cgroup\": ");
+  if (pr->have_ms && ms->version) {
+    printf("{\"version\": %d, \"path\": ", ms->version);
+    cli_json_string(stdout, ms->path);
+    printf(", \"current\": %zu, \"high\": ", ms->current);
+    json_lim(ms->high);
+    printf(", \"max\": ");
+    json_lim(ms->max);
+    printf("}");
+  } else {
+    printf("null");
+  }
+  printf(", \"mem_total\": %zu, \"mem_available\": %zu}", pr->have_ms ? ms->mem_total : 0,
+         pr->have_ms ? ms->mem_available : 0);
+  printf(", \"reserve_bytes\": %zu, \"margin\": %.4g", pr->reserve, pr->margin);
+  printf(", \"runtime\": {\"bytes\": %zu, \"rss_before_load\": %zu, \"rss_after\": %zu, "
+         "\"counted\": %zu, \"file_mapped\": %zu, \"uncounted\": %zu}",
+         pr->runtime, pr->rss_before, pr->rss_after, pr->counted, pr->mapped, pr->uncounted);
+  printf(", \"files\": [");
+  for (int j = 0; j < pr->n_files; j++) {
+    const plan_file *f = &pr->files[j];
+    printf("%s{\"path\": ", j ? ", " : "");
+    cli_json_string(stdout, f->path);
+    printf(", \"weight_bytes\": %zu, \"prepared_bytes\": %zu, \"context_bytes\": %zu, "
+           "\"compiled\": %s}",
+           f->st.weight_bytes, f->st.prepared_bytes, f->st.context_bytes,
+           f->st.compiled ? "true" : "false");
+  }
+  printf("], \"fixed\": {\"weight_bytes\": %zu, \"prepared_bytes\": %zu, "
+         "\"model_context_bytes\": %zu, \"plan_context_bytes\": %zu, \"runtime_bytes\": %zu, "
+         "\"total\": %zu}, \"free_bytes\": %zu",
+         pr->weights, pr->prepared, pr->model_ctx, pr->plan_ctx, pr->runtime, pr->fixed,
+         pr->free_b);
+  printf(", \"models\": [");
+  for (int k = 0; k < pr->n_items; k++) {
+    const plan_item *it = &pr->items[k];
+    printf("%s{\"file\": ", k ? ", " : "");
+    cli_json_string(stdout, it->path);
+    printf(", \"shape\": ");
+    cli_json_string(stdout, it->shape_str);
+    printf(", \"arena_bytes\": %zu, \"per_request_bytes\": %zu, \"plan_context_bytes\": %zu, "
+           "\"max_concurrency\": %zu, \"mix_concurrency\": %zu}",
+           it->arena, it->per_request, it->context, it->alone, it->mix);
+  }
+  printf("], \"mix_total\": %zu, \"fits\": %s}\n", pr->mix_total,
+         pr->free_b ? "true" : "false");
+}
+
+/* The budget, the reserve, the margin, the runtime overhead and the files. */
+static void print_inputs(const plan_run *pr) {
+  const es_memstat *ms = &pr->ms;
   char b1[48], b2[48];
-  if (json) {
-    printf("{\"budget\": {\"bytes\": %zu, \"source\": ", budget);
-    es_cli_json_string(stdout, source);
-    printf(", \"cgroup\": ");
-    if (have_ms && ms.version) {
-      printf("{\"version\": %d, \"path\": ", ms.version);
-      es_cli_json_string(stdout, ms.path);
-      printf(", \"current\": %zu, \"high\": ", ms.current);
-      json_lim(ms.high);
-      printf(", \"max\": ");
-      json_lim(ms.max);
-      printf("}");
-    } else {
-      printf("null");
-    }
-    printf(", \"mem_total\": %zu, \"mem_available\": %zu}", have_ms ? ms.mem_total : 0,
-           have_ms ? ms.mem_available : 0);
-    printf(", \"reserve_bytes\": %zu, \"margin\": %.4g", reserve, margin);
-    printf(", \"runtime\": {\"bytes\": %zu, \"rss_before_load\": %zu, \"rss_after\": %zu, "
-           "\"counted\": %zu, \"file_mapped\": %zu, \"uncounted\": %zu}",
-           runtime, rss_before, rss_after, counted, mapped, uncounted);
-    printf(", \"files\": [");
-    for (int j = 0; j < n_files; j++) {
-      printf("%s{\"path\": ", j ? ", " : "");
-      es_cli_json_string(stdout, files[j].path);
-      printf(", \"weight_bytes\": %zu, \"prepared_bytes\": %zu, \"context_bytes\": %zu, "
-             "\"compiled\": %s}",
-             files[j].st.weight_bytes, files[j].st.prepared_bytes, files[j].st.context_bytes,
-             files[j].st.compiled ? "true" : "false");
-    }
-    printf("], \"fixed\": {\"weight_bytes\": %zu, \"prepared_bytes\": %zu, "
-           "\"model_context_bytes\": %zu, \"plan_context_bytes\": %zu, \"runtime_bytes\": %zu, "
-           "\"total\": %zu}, \"free_bytes\": %zu",
-           weights, prepared, model_ctx, plan_ctx, runtime, fixed, free_b);
-    printf(", \"models\": [");
-    for (int k = 0; k < n_items; k++) {
-      const plan_item *it = &items[k];
-      printf("%s{\"file\": ", k ? ", " : "");
-      es_cli_json_string(stdout, it->path);
-      printf(", \"shape\": ");
-      es_cli_json_string(stdout, it->shape_str);
-      printf(", \"arena_bytes\": %zu, \"per_request_bytes\": %zu, \"plan_context_bytes\": %zu, "
-             "\"max_concurrency\": %zu, \"mix_concurrency\": %zu}",
-             it->arena, it->per_request, it->context, it->alone, it->mix);
-    }
-    printf("], \"mix_total\": %zu, \"fits\": %s}\n", mix_total, free_b ? "true" : "false");
-    goto done;
-  }
-
-  printf("budget: %zu B from %s\n", budget, source);
-  if (have_ms && ms.version)
-    printf("  cgroup v%d %s: current %zu B, high %s, max %s\n", ms.version, ms.path, ms.current,
-           lim_str(ms.high, b1, sizeof b1), lim_str(ms.max, b2, sizeof b2));
+  printf("budget: %zu B from %s\n", pr->budget, pr->source);
+  if (pr->have_ms && ms->version)
+    printf("  cgroup v%d %s: current %zu B, high %s, max %s\n", ms->version, ms->path,
+           ms->current, lim_str(ms->high, b1, sizeof b1), lim_str(ms->max, b2, sizeof b2));
   else
     printf("  cgroup: no memory cgroup found\n");
-  if (have_ms && ms.mem_total)
-    printf("  meminfo: MemTotal %zu B, MemAvailable %zu B\n", ms.mem_total, ms.mem_available);
-  printf("reserve: %zu B (%s)\n", reserve, reserve_why);
-  printf("margin: %.2f on per-request bytes (fragmentation and peaks)\n", margin);
+  if (pr->have_ms && ms->mem_total)
+    printf("  meminfo: MemTotal %zu B, MemAvailable %zu B\n", ms->mem_total, ms->mem_available);
+  printf("reserve: %zu B (%s)\n", pr->reserve, pr->reserve_why);
+  printf("margin: %.2f on per-request bytes (fragmentation and peaks)\n", pr->margin);
   printf("runtime: %zu B (the larger of: RSS before loading any model %zu B; RSS after "
          "loading and planning %zu B - counted %zu B - mapped files %zu B = %zu B)\n",
-         runtime, rss_before, rss_after, counted, mapped, uncounted);
+         pr->runtime, pr->rss_before, pr->rss_after, pr->counted, pr->mapped, pr->uncounted);
   printf("\nfiles (loaded once each; weights read-only and shared by every request):\n");
   printf("  %14s %14s %14s  %s\n", "weights B", "prepared B", "context B", "file");
-  for (int j = 0; j < n_files; j++)
-    printf("  %14zu %14zu %14zu  %s%s\n", files[j].st.weight_bytes, files[j].st.prepared_bytes,
-           files[j].st.context_bytes, files[j].path, files[j].st.compiled ? " (compiled)" : "");
+  for (int j = 0; j < pr->n_files; j++) {
+    const plan_file *f = &pr->files[j];
+    printf("  %14zu %14zu %14zu  %s%s\n", f->st.weight_bytes, f->st.prepared_bytes,
+           f->st.context_bytes, f->path, f->st.compiled ? " (compiled)" : "");
+  }
+}
+
+/* The models at their shapes, the fixed costs and the formula per model. */
+static void print_results(const plan_run *pr) {
   printf("\nmodels at shapes:\n");
   printf("  %-20s %-24s %14s %14s %12s %8s %6s\n", "model", "shape", "arena B", "per-request B",
          "plan ctx B", "alone", "mix");
-  for (int k = 0; k < n_items; k++) {
-    const plan_item *it = &items[k];
+  for (int k = 0; k < pr->n_items; k++) {
+    const plan_item *it = &pr->items[k];
     printf("  %-20s %-24s %14zu %14zu %12zu %8zu %6zu\n", base_name(it->path), it->shape_str,
            it->arena, it->per_request, it->context, it->alone, it->mix);
   }
   printf("\nfixed: weights %zu + prepared %zu + model contexts %zu + plan contexts %zu + "
          "runtime %zu = %zu B\n",
-         weights, prepared, model_ctx, plan_ctx, runtime, fixed);
-  if (!free_b)
+         pr->weights, pr->prepared, pr->model_ctx, pr->plan_ctx, pr->runtime, pr->fixed);
+  if (!pr->free_b)
     printf("does not fit: budget %zu - reserve %zu = %zu B is not more than the fixed %zu B "
            "(short by %zu B); no request can be admitted, concurrency 0\n",
-           budget, reserve, avail, fixed, fixed - avail);
+           pr->budget, pr->reserve, pr->avail, pr->fixed, pr->fixed - pr->avail);
   else
-    printf("free for requests: budget %zu - reserve %zu - fixed %zu = %zu B\n", budget, reserve,
-           fixed, free_b);
-  for (int k = 0; k < n_items; k++) {
-    const plan_item *it = &items[k];
+    printf("free for requests: budget %zu - reserve %zu - fixed %zu = %zu B\n", pr->budget,
+           pr->reserve, pr->fixed, pr->free_b);
+  for (int k = 0; k < pr->n_items; k++) {
+    const plan_item *it = &pr->items[k];
     printf("formula %s %s: N = floor((budget %zu - reserve %zu - fixed %zu) / ceil(arena %zu "
            "x margin %.2f)) = floor(%zu / %zu) = %zu\n",
-           base_name(it->path), it->shape_str, budget, reserve, fixed, it->arena, margin, free_b,
-           it->per_request, it->alone);
+           base_name(it->path), it->shape_str, pr->budget, pr->reserve, pr->fixed, it->arena,
+           pr->margin, pr->free_b, it->per_request, it->alone);
   }
   printf("mix (round robin, one request of each model in turn until the next does not fit): "
          "%zu requests:",
-         mix_total);
-  for (int k = 0; k < n_items; k++)
-    printf("%s %s %s x %zu", k ? "," : "", base_name(items[k].path), items[k].shape_str,
-           items[k].mix);
-  printf("; %zu B left\n", left);
+         pr->mix_total);
+  for (int k = 0; k < pr->n_items; k++)
+    printf("%s %s %s x %zu", k ? "," : "", base_name(pr->items[k].path),
+           pr->items[k].shape_str, pr->items[k].mix);
+  printf("; %zu B left\n", pr->left);
+}
 
-done:
-  for (int k = 0; k < n_items; k++)
+/* ---- the command ------------------------------------------------------------ */
+
+int es_cmd_plan(int argc, char **argv) {
+  static plan_item items[PLAN_MAX_MODELS];
+  static plan_run pr;
+  memset(&pr, 0, sizeof pr);
+  pr.items = items;
+  pr.memory = "auto";
+  pr.margin = 1.2;
+  int status = parse_args(&pr, argc, argv);
+  if (status >= 0)
+    return status;
+  /* The runtime overhead, part 1: RSS before any model is loaded. */
+  if (es_sys_rss(&pr.rss_before) < 0) {
+    fprintf(stderr, "edgeserve plan: cannot read the process RSS: %s\n", es_last_error_detail());
+    return 1;
+  }
+  status = load_and_plan(&pr);
+  if (status == 0) {
+    measure_fixed(&pr);
+    status = find_budget(&pr);
+  }
+  if (status == 0) {
+    concurrency(&pr);
+    if (pr.json) {
+      print_json(&pr);
+    } else {
+      print_inputs(&pr);
+      print_results(&pr);
+    }
+  }
+  for (int k = 0; k < pr.n_items; k++)
     es_plan_release(items[k].plan);
-  for (int j = 0; j < n_files; j++) {
-    es_model_release(files[j].model);
-    es_mem_free(files[j].real);
+  for (int j = 0; j < pr.n_files; j++) {
+    es_model_release(pr.files[j].model);
+    es_mem_free(pr.files[j].real);
   }
   return status;
 }

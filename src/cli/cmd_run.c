@@ -4,6 +4,7 @@
  * arena of exactly the planned size, run (optionally several times, resetting
  * the arena between runs as a request would), write the outputs. */
 #include "cli/cli.h"
+#include "cli/measure.h"
 #include "cli/inputs.h"
 #include "cli/npy.h"
 #include "edgeserve/engine.h"
@@ -55,88 +56,43 @@ static void sanitize(const char *in, char *out, size_t size) {
   out[i] = '\0';
 }
 
-int es_cmd_run(int argc, char **argv) {
-  const char *model_path = NULL, *out_dir = NULL;
-  es_cli_inputs ci;
-  memset(&ci, 0, sizeof ci);
-  long repeat = 1;
+/* The options. -1 to go on, else the exit status (0 after --help). */
+static int parse_args(int argc, char **argv, cli_inputs *ci, const char **model_path,
+                      const char **out_dir, long *repeat) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       run_usage(stdout);
       return 0;
-    } else if ((r = es_cli_inputs_arg(&ci, "run", argc, argv, &i)) != 0) {
+    } else if ((r = cli_inputs_arg(ci, "run", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
     } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
-      out_dir = argv[++i];
+      *out_dir = argv[++i];
     } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
-      char *end;
-      repeat = strtol(argv[++i], &end, 10);
-      if (*end || repeat < 1 || repeat > 1000000) {
+      if (cli_parse_count(argv[++i], 1, 1000000, repeat) < 0) {
         fprintf(stderr, "edgeserve run: --repeat wants 1..1000000, got '%s'\n", argv[i]);
         return 2;
       }
-    } else if (es_cli_inputs_positional(&ci, "run", a, &model_path) != 0) {
+    } else if (cli_inputs_positional(ci, "run", a, model_path) != 0) {
       run_usage(stderr);
       return 2;
     }
   }
-  if (!model_path) {
+  if (!*model_path) {
     run_usage(stderr);
     return 2;
   }
+  return -1;
+}
 
-  es_model *m = NULL;
-  es_plan *plan = NULL;
-  es_arena *arena = NULL;
-  es_tensor in[ES_CLI_MAX_INPUTS];
-  es_tensor_info shapes[ES_CLI_MAX_INPUTS];
-  memset(in, 0, sizeof in);
-  double *lat = NULL;
-  int status = 1, rc;
-  if ((rc = es_model_load(model_path, NULL, &m)) < 0) {
-    fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-    return 1;
-  }
-  int nin = es_model_input_count(m);
-  if ((status = es_cli_inputs_load(m, &ci, "run", in, shapes)) != 0)
-    goto out;
-  status = 1;
-  if ((rc = es_model_plan(m, shapes, nin, &plan)) < 0) {
-    fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-    goto out;
-  }
-  size_t arena_bytes = es_plan_arena_bytes(plan);
-  if ((rc = es_arena_create(arena_bytes ? arena_bytes : 64, 64, &arena)) < 0) {
-    fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-    goto out;
-  }
-  int nout = es_plan_output_count(plan);
-  es_tensor *outs = es_mem_calloc(ES_MEM_CLI, (size_t)nout + 1, sizeof *outs);
-  lat = es_mem_calloc(ES_MEM_CLI, (size_t)repeat, sizeof *lat);
-  if (!outs || !lat) {
-    es_mem_free(outs);
-    fprintf(stderr, "edgeserve run: out of memory\n");
-    goto out;
-  }
-  for (long r = 0; r < repeat; r++) {
-    es_arena_reset(arena);
-    double t0 = es_cli_now_ms();
-    rc = es_plan_run(plan, in, nin, arena, outs, nout);
-    lat[r] = es_cli_now_ms() - t0;
-    if (rc < 0) {
-      fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-      es_mem_free(outs);
-      goto out;
-    }
-  }
-  qsort(lat, (size_t)repeat, sizeof *lat, es_cli_cmp_double);
+/* Prints each output's shape and writes it to out_dir/NAME.npy (when
+ * out_dir). 0, or -1 (printed). */
+static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
   if (out_dir && make_dirs(out_dir) < 0) {
     fprintf(stderr, "edgeserve run: cannot create the output folder '%s'\n", out_dir);
-    es_mem_free(outs);
-    goto out;
+    return -1;
   }
   for (int o = 0; o < nout; o++) {
     printf("output %-24s %-8s [", outs[o].name, es_dtype_name(outs[o].dtype));
@@ -147,24 +103,58 @@ int es_cmd_run(int argc, char **argv) {
       char name[256], path[1024];
       sanitize(outs[o].name, name, sizeof name);
       snprintf(path, sizeof path, "%s/%s.npy", out_dir, name);
-      if (es_npy_write(path, &outs[o]) < 0) {
+      if (cli_npy_write(path, &outs[o]) < 0) {
         fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
-        es_mem_free(outs);
-        goto out;
+        return -1;
       }
     }
   }
-  printf("planned arena bytes: %zu\n", arena_bytes);
-  printf("arena peak bytes: %zu\n", es_arena_peak(arena));
-  printf("latency ms: median %.3f over %ld run%s\n", lat[repeat / 2], repeat,
+  return 0;
+}
+
+int es_cmd_run(int argc, char **argv) {
+  const char *model_path = NULL, *out_dir = NULL;
+  cli_inputs ci;
+  memset(&ci, 0, sizeof ci);
+  long repeat = 1;
+  int status = parse_args(argc, argv, &ci, &model_path, &out_dir, &repeat);
+  if (status >= 0)
+    return status;
+  cli_session s;
+  es_tensor *outs = NULL;
+  double *lat = NULL;
+  status = cli_session_open(&s, model_path, &ci, "run");
+  if (status)
+    goto out;
+  status = 1;
+  int nout = es_plan_output_count(s.plan);
+  outs = es_mem_calloc(ES_MEM_CLI, (size_t)nout + 1, sizeof *outs);
+  lat = es_mem_calloc(ES_MEM_CLI, (size_t)repeat, sizeof *lat);
+  if (!outs || !lat) {
+    fprintf(stderr, "edgeserve run: out of memory\n");
+    goto out;
+  }
+  for (long r = 0; r < repeat; r++) {
+    es_arena_reset(s.arena);
+    double t0 = cli_now_ms();
+    int rc = es_plan_run(s.plan, s.in, s.nin, s.arena, outs, nout);
+    lat[r] = cli_now_ms() - t0;
+    if (rc < 0) {
+      fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
+      goto out;
+    }
+  }
+  cli_sort(lat, (size_t)repeat);
+  if (write_outputs(outs, nout, out_dir) < 0)
+    goto out;
+  printf("planned arena bytes: %zu\n", es_plan_arena_bytes(s.plan));
+  printf("arena peak bytes: %zu\n", es_arena_peak(s.arena));
+  printf("latency ms: median %.3f over %ld run%s\n", cli_median(lat, (size_t)repeat), repeat,
          repeat > 1 ? "s" : "");
-  es_mem_free(outs);
   status = 0;
 out:
+  es_mem_free(outs);
   es_mem_free(lat);
-  es_cli_inputs_free(in, ES_CLI_MAX_INPUTS);
-  es_arena_destroy(arena);
-  es_plan_release(plan);
-  es_model_release(m);
+  cli_session_close(&s);
   return status;
 }

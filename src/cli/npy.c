@@ -79,9 +79,9 @@ static int parse_header(const char *path, const char *h, es_tensor *t) {
   return 0;
 }
 
-int es_npy_read(const char *path, es_tensor *t) {
+int cli_npy_read(const char *path, es_tensor *t) {
   if (!path || !t)
-    return es__fail(ES_EINVAL, "es_npy_read: NULL argument");
+    return es__fail(ES_EINVAL, "cli_npy_read: NULL argument");
   memset(t, 0, sizeof *t);
   FILE *f = fopen(path, "rb");
   if (!f)
@@ -135,9 +135,9 @@ out:
   return rc;
 }
 
-int es_npy_write(const char *path, const es_tensor *t) {
+int cli_npy_write(const char *path, const es_tensor *t) {
   if (!path || !t)
-    return es__fail(ES_EINVAL, "es_npy_write: NULL argument");
+    return es__fail(ES_EINVAL, "cli_npy_write: NULL argument");
   const char *descr = NULL;
   for (size_t i = 0; i < sizeof npy_types_ / sizeof npy_types_[0]; i++)
     if (npy_types_[i].dtype == t->dtype)

@@ -8,8 +8,8 @@
 /* Reads path into t (dtype, rank, dims, nbytes) and *data (es_mem_alloc'ed,
  * owned by the caller; t->data points to it). ES_EINVAL with a detail for a
  * file that is not a supported .npy. */
-int es_npy_read(const char *path, es_tensor *t);
+int cli_npy_read(const char *path, es_tensor *t);
 /* Writes t (dtype, rank, dims, data) to path. */
-int es_npy_write(const char *path, const es_tensor *t);
+int cli_npy_write(const char *path, const es_tensor *t);
 
 #endif

@@ -1,27 +1,22 @@
-/* Small helpers every subcommand needs the same way: a monotonic clock in
- * milliseconds, sorting for percentiles, strict number parsing, JSON string
- * output and the process's PSS. One definition each, so that the commands
- * print and measure alike. */
+/* Small helpers every subcommand needs the same way: a monotonic clock,
+ * strict number parsing and JSON output. One definition each, so that the
+ * commands parse and print alike (measurements: measure.c). */
 #include "cli/cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-double es_cli_now_ms(void) { return (double)es_cli_now_ns() / 1e6; }
+double cli_now_ms(void) { return (double)cli_now_ns() / 1e6; }
 
-uint64_t es_cli_now_ns(void) {
+uint64_t cli_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int es_cli_cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-int es_cli_parse_count(const char *s, long lo, long hi, long *out) {
+int cli_parse_count(const char *s, long lo, long hi, long *out) {
   char *end;
   long v = strtol(s, &end, 10);
   if (end == s || *end || v < lo || v > hi)
@@ -53,7 +48,7 @@ int es_cli_parse_bytes(const char *s, size_t *out) {
   return 0;
 }
 
-void es_cli_json_string(FILE *f, const char *s) {
+void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -67,15 +62,9 @@ void es_cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-size_t es_cli_pss(void) {
-  FILE *f = fopen("/proc/self/smaps_rollup", "re");
-  if (!f)
-    return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "Pss: %llu kB", &kb) == 1)
-      break;
-  fclose(f);
-  return (size_t)kb * 1024;
+void cli_json_real(FILE *f, double v, int decimals) {
+  if (isnan(v) || isinf(v))
+    fputs("null", f);
+  else
+    fprintf(f, "%.*f", decimals, v);
 }

@@ -5,7 +5,8 @@
 # `inspect --shape` plans, that every concurrency is a positive integer equal
 # to the printed formula recomputed here, that a budget too small for the
 # fixed costs gives 0 with a reason (not a crash), that a malformed --model is
-# a usage error (exit 2), and that --json is one valid JSON object.
+# a usage error (exit 2), that a path holding ':' is split after the file,
+# and that --json is one valid JSON object.
 #   test_plan_cli.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
 es=$1
@@ -90,13 +91,27 @@ grep -q '^formula ppocr_rec.onnx .* = 0$' "$work/small.txt" || bad "--memory 1M:
 
 # Malformed --model specs: usage errors with one line.
 for spec in "$models/ppocr_det.onnx:x=1xAx640" "$models/ppocr_det.onnx:" ":x=1x3x640x640" \
-            "$models/ppocr_det.onnx:x=1x3x640x640,"; do
+            "$models/ppocr_det.onnx:x=1x3x640x640," "$models/ppocr_det.onnx:x=1x-3x640x640" \
+            "$models/ppocr_det.onnx:x=1x3x640x640x1x1x1x1x1" "$models/ppocr_det.onnx:x=1x3x640x"; do
   "$es" plan --model "$spec" --memory 2G >"$work/bad.txt" 2>&1
   rc=$?
   [ $rc -eq 2 ] || bad "--model '$spec' exited $rc, want 2"
   [ "$(wc -l <"$work/bad.txt")" -eq 1 ] ||
     { bad "--model '$spec': not one line"; cat "$work/bad.txt"; }
 done
+
+# A model path holding ':' splits after the file, as spec.h says.
+ln -s "$models/ppocr_det.onnx" "$work/a:det.onnx"
+"$es" plan --model "$work/a:det.onnx:x=1x3x640x640" --memory 2G >"$work/colon.txt" 2>&1 ||
+  { bad "--model with ':' in the path failed"; cat "$work/colon.txt"; }
+grep -q '^formula a:det.onnx x=1x3x640x640:' "$work/colon.txt" || bad "':' in the path: det not named"
+# ... and an input name holding ':' (BlazeFace's is "input:0") stays whole.
+if [ -f "$models/blazeface_front_128.onnx" ]; then
+  "$es" plan --model "$models/blazeface_front_128.onnx:input:0=1x128x128x3" --memory 2G \
+    >"$work/name.txt" 2>&1 || { bad "--model with ':' in the input name failed"; cat "$work/name.txt"; }
+  grep -q '^formula blazeface_front_128.onnx input:0=1x128x128x3:' "$work/name.txt" ||
+    bad "':' in the input name: not planned at its shape"
+fi
 
 # JSON: parses, and holds the same numbers as the text.
 "$es" plan --model "$det" --model "$rec" --memory 2G --json >"$work/plan.json" 2>&1 ||
