@@ -888,6 +888,9 @@ static int wait_one(ocr_stage *s, ocr_slot *sl, es_refusal *why) {
     rc = es__fail(ES_EAGAIN, "ocr: the %s run was refused (%s), retry after %u ms", s->what,
                   es_refusal_name(why->reason), why->retry_after_ms);
   } else if (rc == ES_ETIMEDOUT) {
+    es_request_info info;
+    if (es_request_info_get(sl->r, &info) == 0)
+      *why = info.refusal; /* the admission's estimate, for Retry-After */
     rc = es__fail(ES_ETIMEDOUT, "ocr: the deadline passed before the %s run", s->what);
   } else {
     rc = es__fail(rc, "ocr: the %s run failed: %s", s->what, es_err_name(rc));

@@ -32,7 +32,10 @@ static void hist(es_strbuf *b, const char *name, const char *model, const uint64
 static const char *const outcome_names[SRV_OUT_COUNT] = {"success", "refused", "bad_request",
                                                          "error"};
 
-char *es_server_metrics_text(es_server *s, size_t *len) {
+int es_server_metrics_text(es_server *s, char **text, size_t *len) {
+  if (!s || !text)
+    return es__fail(ES_EINVAL, "es_server_metrics_text: NULL argument");
+  *text = NULL;
   es_strbuf b = es__sb_init(ES_MEM_SERVER);
   es_runtime_stats rs;
   es_runtime_stats_get(s->rt, &rs);
@@ -46,7 +49,7 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   if (!snap || !ms) {
     es_mem_free(snap);
     es_mem_free(ms);
-    return NULL;
+    return es__fail(ES_ENOMEM, "metrics: no memory for a snapshot of %d models", SRV_MAX_MODELS);
   }
   pthread_mutex_lock(&s->mu);
   int n = s->n_models;
@@ -191,5 +194,6 @@ char *es_server_metrics_text(es_server *s, size_t *len) {
   es__sb_printf(&b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
   es_mem_free(snap);
   es_mem_free(ms);
-  return es__sb_take(&b, len);
+  *text = es__sb_take(&b, len);
+  return *text ? 0 : es__fail(ES_ENOMEM, "metrics: no memory for the text");
 }
