@@ -1005,16 +1005,32 @@ static rt_model *live_model(es_runtime *rt, int id) {
   return m->state == SLOT_LIVE ? m : NULL;
 }
 
-int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
-  int rc = rt_check(rt, "es_runtime_model_unload");
-  if (rc < 0)
-    return rc;
+/* The preamble of the calls on one model: a live runtime, an out pointer
+ * where the call has one (want_out), and the model, found under the lock.
+ * Returns the model with rt->lock held, or NULL with *rc set and the lock
+ * not held. */
+static rt_model *lock_live_model(es_runtime *rt, int id, int want_out, const void *out,
+                                 const char *fn, int *rc) {
+  if ((*rc = rt_check(rt, fn)) < 0)
+    return NULL;
+  if (want_out && !out) {
+    *rc = es__fail(ES_EINVAL, "%s: NULL out", fn);
+    return NULL;
+  }
   pthread_mutex_lock(&rt->lock);
   rt_model *m = live_model(rt, id);
   if (!m) {
     pthread_mutex_unlock(&rt->lock);
-    return es__fail(ES_ENOENT, "es_runtime_model_unload: no model with id %d", id);
+    *rc = es__fail(ES_ENOENT, "%s: no model with id %d", fn, id);
   }
+  return m;
+}
+
+int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 0, NULL, "es_runtime_model_unload", &rc);
+  if (!m)
+    return rc;
   m->draining = 1;
   es_admission_set_draining(rt->adm, id, 1);
   struct timespec ts;
@@ -1039,17 +1055,14 @@ int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
 }
 
 int es_runtime_model_resume(es_runtime *rt, int id) {
-  int rc = rt_check(rt, "es_runtime_model_resume");
-  if (rc < 0)
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 0, NULL, "es_runtime_model_resume", &rc);
+  if (!m)
     return rc;
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  if (m) {
-    m->draining = 0;
-    es_admission_set_draining(rt->adm, id, 0);
-  }
+  m->draining = 0;
+  es_admission_set_draining(rt->adm, id, 0);
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "es_runtime_model_resume: no model with id %d", id);
+  return 0;
 }
 
 int es_runtime_model_find(es_runtime *rt, const char *name) {
@@ -1068,16 +1081,15 @@ int es_runtime_model_find(es_runtime *rt, const char *name) {
 }
 
 int es_runtime_model_get(es_runtime *rt, int id, es_model **out) {
-  int rc = rt_check(rt, "es_runtime_model_get");
-  if (rc < 0)
+  if (out)
+    *out = NULL;
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 1, out, "es_runtime_model_get", &rc);
+  if (!m)
     return rc;
-  if (!out)
-    return es__fail(ES_EINVAL, "es_runtime_model_get: NULL out");
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  *out = m ? es_model_retain(m->model) : NULL;
+  *out = es_model_retain(m->model);
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+  return 0;
 }
 
 /* ---- submit ---------------------------------------------------------------- */
@@ -1450,41 +1462,36 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
 }
 
 int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out) {
-  int rc = rt_check(rt, "es_runtime_model_stats_get");
-  if (rc < 0)
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 1, out, "es_runtime_model_stats_get", &rc);
+  if (!m)
     return rc;
-  if (!out)
-    return es__fail(ES_EINVAL, "es_runtime_model_stats_get: NULL out");
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  if (m) {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", m->name);
-    out->lane = m->lane;
-    out->home_worker = m->home;
-    for (int j = 0; j < rt->max_models; j++)
-      if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
-        out->shared = 1;
-    es_model_stats ms;
-    if (es_model_stats_get(m->model, &ms) == 0) {
-      out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
-      out->weights_resident = ms.weights_resident;
-    }
-    out->planned_bytes = m->planned;
-    out->pool_bytes = m->pool_bytes;
-    es_arena_pool_stats ps;
-    if (m->pool && es_arena_pool_stats_get(m->pool, &ps) == 0) {
-      out->pool_in_use = ps.in_use;
-      out->pool_high_water = ps.high_water;
-    }
-    out->completed = m->completed;
-    out->failed = m->failed;
-    out->mean_run_ns = m->mean_run_ns;
-    out->pending = m->pending;
-    out->draining = m->draining;
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", m->name);
+  out->lane = m->lane;
+  out->home_worker = m->home;
+  for (int j = 0; j < rt->max_models; j++)
+    if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
+      out->shared = 1;
+  es_model_stats ms;
+  if (es_model_stats_get(m->model, &ms) == 0) {
+    out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
+    out->weights_resident = ms.weights_resident;
   }
+  out->planned_bytes = m->planned;
+  out->pool_bytes = m->pool_bytes;
+  es_arena_pool_stats ps;
+  if (m->pool && es_arena_pool_stats_get(m->pool, &ps) == 0) {
+    out->pool_in_use = ps.in_use;
+    out->pool_high_water = ps.high_water;
+  }
+  out->completed = m->completed;
+  out->failed = m->failed;
+  out->mean_run_ns = m->mean_run_ns;
+  out->pending = m->pending;
+  out->draining = m->draining;
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+  return 0;
 }
 
 int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out) {

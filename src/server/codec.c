@@ -1331,8 +1331,9 @@ typedef struct es_v2_ctx {
   es_v2_err *e;
 } es_v2_ctx;
 
-/* Everything about inputs[i] but its data: checked, sized, planned. */
-static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r, es_v2_plan *pl) {
+/* inputs[i]'s name (unique among the inputs) and datatype. */
+static int plan_name_type(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
+                          es_v2_plan *pl, const es_v2_type **type) {
   es_v2_err *e = cx->e;
   es_v2_input *in = &r->inputs[i];
   int rc;
@@ -1347,7 +1348,6 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
                      in->name, j, i);
   snprintf(pl->who, sizeof pl->who, "input '%s'", in->name);
   const char *who = pl->who;
-
   const json_t *dt = json_object_get(jin, "datatype");
   if (!json_is_string(dt))
     return v2_fail(e, ES_EINVAL, "%s has no \"datatype\" (a string such as \"FP32\")", who);
@@ -1360,7 +1360,15 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
                    ES_V2_SUPPORTED);
   in->dtype = ty->dtype;
   in->is_bytes = ty->is_bytes;
+  *type = ty;
+  return 0;
+}
 
+/* The shape, its element count (pl->count) and the bytes it needs. */
+static int plan_shape(es_v2_ctx *cx, const json_t *jin, es_v2_input *in, es_v2_plan *pl,
+                      size_t *need) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
   const json_t *sh = json_object_get(jin, "shape");
   if (!json_is_array(sh))
     return v2_fail(e, ES_EINVAL, "%s has no \"shape\" (an array of integers)", who);
@@ -1400,57 +1408,56 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
   size_t esize = in->is_bytes ? 0 : es_dtype_size(in->dtype);
   if (esize && pl->count > SIZE_MAX / esize)
     return v2_fail(e, ES_EINVAL, "%s: shape %s is too large", who, pl->shape);
-  size_t need = (size_t)pl->count * esize;
+  *need = (size_t)pl->count * esize;
+  return 0;
+}
 
-  const json_t *params = json_object_get(jin, "parameters");
-  const json_t *bds = NULL;
-  if (params) {
-    if (!json_is_object(params))
-      return v2_fail(e, ES_EINVAL, "%s: \"parameters\" is not an object", who);
-    bds = json_object_get(params, "binary_data_size");
-  }
-  const json_t *data = json_object_get(jin, "data");
-  if (data && bds)
+/* Data in the binary part: the next binary_data_size bytes after the JSON. */
+static int plan_binary(es_v2_ctx *cx, const json_t *bds, const es_v2_input *in,
+                       const es_v2_type *ty, size_t need, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
+  uint64_t sz;
+  if (get_uint(bds, &sz))
+    return v2_fail(e, ES_EINVAL, "%s: parameters.binary_data_size is not a non-negative integer",
+                   who);
+  if (!cx->has_header)
     return v2_fail(e, ES_EINVAL,
-                   "%s has both \"data\" and parameters.binary_data_size; give one of them", who);
-  if (!data && !bds)
-    return v2_fail(e, ES_EINVAL, "%s has neither \"data\" nor parameters.binary_data_size", who);
+                   "%s: parameters.binary_data_size is set but the request has no binary part "
+                   "(no Inference-Header-Content-Length)",
+                   who);
+  if (!in->is_bytes && sz != need)
+    return v2_fail(e, ES_EINVAL, "%s: shape %s needs %zu bytes of %s, got %llu", who, pl->shape,
+                   need, ty->name, (unsigned long long)sz);
+  if (sz > cx->bin_left)
+    return v2_fail(e, ES_EINVAL,
+                   "%s: binary_data_size %llu goes past the end of the body: %zu bytes of "
+                   "binary data are left for it (truncated body, or wrong sizes)",
+                   who, (unsigned long long)sz, cx->bin_left);
+  pl->kind = DATA_BINARY;
+  pl->text = cx->bin;
+  pl->text_len = (size_t)sz;
+  pl->text_off = (size_t)(cx->bin - cx->body);
+  cx->bin += sz;
+  cx->bin_left -= (size_t)sz;
+  pl->nbytes = (size_t)sz;
+  const unsigned char *u = (const unsigned char *)pl->text;
+  if (in->is_bytes)
+    return bytes_layout_check(u, pl->nbytes, pl->count, who, pl->shape, e);
+  if (in->dtype == ES_DTYPE_BOOL)
+    for (size_t k = 0; k < pl->nbytes; k++)
+      if (u[k] > 1)
+        return v2_fail(e, ES_EINVAL, "%s: BOOL element %zu is 0x%02x, not 0 or 1", who, k, u[k]);
+  return 0;
+}
 
-  if (bds) {
-    uint64_t sz;
-    if (get_uint(bds, &sz))
-      return v2_fail(e, ES_EINVAL, "%s: parameters.binary_data_size is not a non-negative integer",
-                     who);
-    if (!cx->has_header)
-      return v2_fail(e, ES_EINVAL,
-                     "%s: parameters.binary_data_size is set but the request has no binary part "
-                     "(no Inference-Header-Content-Length)",
-                     who);
-    if (!in->is_bytes && sz != need)
-      return v2_fail(e, ES_EINVAL, "%s: shape %s needs %zu bytes of %s, got %llu", who, pl->shape,
-                     need, ty->name, (unsigned long long)sz);
-    if (sz > cx->bin_left)
-      return v2_fail(e, ES_EINVAL,
-                     "%s: binary_data_size %llu goes past the end of the body: %zu bytes of "
-                     "binary data are left for it (truncated body, or wrong sizes)",
-                     who, (unsigned long long)sz, cx->bin_left);
-    pl->kind = DATA_BINARY;
-    pl->text = cx->bin;
-    pl->text_len = (size_t)sz;
-    pl->text_off = (size_t)(cx->bin - cx->body);
-    cx->bin += sz;
-    cx->bin_left -= (size_t)sz;
-    pl->nbytes = (size_t)sz;
-    const unsigned char *u = (const unsigned char *)pl->text;
-    if (in->is_bytes)
-      return bytes_layout_check(u, pl->nbytes, pl->count, who, pl->shape, e);
-    if (in->dtype == ES_DTYPE_BOOL)
-      for (size_t k = 0; k < pl->nbytes; k++)
-        if (u[k] > 1)
-          return v2_fail(e, ES_EINVAL, "%s: BOOL element %zu is 0x%02x, not 0 or 1", who, k, u[k]);
-    return 0;
-  }
-
+/* Data as JSON: a numeric array the skim found (decoded later from the
+ * text), or a tree jansson parsed (strings of a BYTES input). */
+static int plan_json_data(es_v2_ctx *cx, int i, const json_t *data, es_v2_input *in,
+                          const es_v2_type *ty, size_t need, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
+  int rc;
   if (cx->sk->has[i]) {
     /* The skim's array: jansson must see its placeholder right here. */
     if (!json_is_integer(data) || json_integer_value(data) != 0)
@@ -1487,6 +1494,35 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
     return v2_fail(e, ES_EINVAL, "%s: %s data must be numbers", who, ty->name);
   pl->nbytes = pos;
   return 0;
+}
+
+/* Everything about inputs[i] but its data: checked, sized, planned. */
+static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  es_v2_input *in = &r->inputs[i];
+  const es_v2_type *ty = NULL;
+  size_t need = 0;
+  int rc;
+  if ((rc = plan_name_type(cx, jin, i, r, pl, &ty)) != 0 ||
+      (rc = plan_shape(cx, jin, in, pl, &need)) != 0)
+    return rc;
+  const char *who = pl->who;
+  const json_t *params = json_object_get(jin, "parameters");
+  const json_t *bds = NULL;
+  if (params) {
+    if (!json_is_object(params))
+      return v2_fail(e, ES_EINVAL, "%s: \"parameters\" is not an object", who);
+    bds = json_object_get(params, "binary_data_size");
+  }
+  const json_t *data = json_object_get(jin, "data");
+  if (data && bds)
+    return v2_fail(e, ES_EINVAL,
+                   "%s has both \"data\" and parameters.binary_data_size; give one of them", who);
+  if (!data && !bds)
+    return v2_fail(e, ES_EINVAL, "%s has neither \"data\" nor parameters.binary_data_size", who);
+  if (bds)
+    return plan_binary(cx, bds, in, ty, need, pl);
+  return plan_json_data(cx, i, data, in, ty, need, pl);
 }
 
 static int parse_top(const json_t *root, es_v2_request *r, es_v2_err *e) {
