@@ -1325,8 +1325,7 @@ int es_request_cancel(es_request *r) {
 }
 
 int es_request_output_count(es_request *r) {
-  int rc = rq_check(r, "es_request_output_count");
-  return rc < 0 ? rc : r->n_out;
+  return rq_check(r, "es_request_output_count") < 0 ? 0 : r->n_out;
 }
 
 int es_request_output(es_request *r, int i, es_tensor *out) {
