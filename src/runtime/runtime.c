@@ -1124,6 +1124,66 @@ static int check_inputs(const rt_model *m, const es_submit *s, es_tensor_info *s
   return 0;
 }
 
+/* The request's plan for its input shapes, and the arena and output bytes
+ * admission reserves for it. */
+static int plan_request(es_runtime *rt, const rt_model *m, const es_submit *s, es_request *r) {
+  es_tensor_info shapes[ES_RT_MAX_IO];
+  int rc = check_inputs(m, s, shapes);
+  if (rc < 0)
+    return rc;
+  if (rt->cfg.intra_threads > 1)
+    es_engine_threads_set(rt->cfg.intra_threads);
+  rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
+  if (rc < 0) { /* name the model: the engine's detail names the node */
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    return es__fail(rc, "%s: %s", m->name, detail);
+  }
+  if (m->n_in)
+    memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
+  /* A bucketed plan would want padded inputs; this cache has no buckets,
+   * so the plan's shapes are the inputs'. */
+  r->n_out = es_plan_output_count(r->plan);
+  r->arena_bytes = es_plan_arena_bytes(r->plan);
+  for (int i = 0; i < r->n_out; i++) {
+    es_tensor_info oi;
+    es_plan_output_info(r->plan, i, &oi);
+    size_t n = es_dtype_size(oi.dtype);
+    for (int d = 0; d < oi.rank; d++)
+      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
+    r->out_bytes += es__align_up(n, RT_ALIGN);
+  }
+  return 0;
+}
+
+/* The scheduler's own refusals, after admission: draining, a full queue,
+ * or a deadline the queue ahead makes unreachable. ES_REFUSE_* (0: none)
+ * and the backlog that decided it. */
+static int queue_refusal_locked(const es_runtime *rt, const rt_model *m, const es_submit *s,
+                                uint64_t now, size_t *backlog) {
+  const rt_queue *q = &rt->q[s->priority];
+  if (rt->stopping)
+    return ES_REFUSE_DRAINING;
+  if (q->count >= rt->cfg.queue_capacity) {
+    *backlog = q->count;
+    return ES_REFUSE_QUEUE_FULL;
+  }
+  if (s->deadline_ns && m->mean_run_ns > 0) {
+    /* Expected finish: the work queued at this level or above, and what is
+     * running, spread over the workers that may take it, plus its own run. */
+    size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
+    for (int l = 0; l <= s->priority; l++)
+      ahead += rt->q[l].count;
+    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
+    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
+    if ((double)now + wait > (double)s->deadline_ns) {
+      *backlog = ahead;
+      return ES_REFUSE_DEADLINE;
+    }
+  }
+  return 0;
+}
+
 int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why) {
   int rc = rt_check(rt, "es_runtime_submit");
   if (rc < 0)
@@ -1166,34 +1226,9 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
     goto undo_pending;
   }
 
-  es_tensor_info shapes[ES_RT_MAX_IO];
-  rc = check_inputs(m, s, shapes);
-  if (rc == 0 && rt->cfg.intra_threads > 1)
-    es_engine_threads_set(rt->cfg.intra_threads);
-  if (rc == 0) {
-    rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
-    if (rc < 0) { /* name the model: the engine's detail names the node */
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
-      rc = es__fail(rc, "%s: %s", m->name, detail);
-    }
-  }
+  rc = plan_request(rt, m, s, r);
   if (rc < 0)
     goto fail;
-  if (m->n_in)
-    memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
-  /* A bucketed plan would want padded inputs; this cache has no buckets,
-   * so the plan's shapes are the inputs'. */
-  r->n_out = es_plan_output_count(r->plan);
-  r->arena_bytes = es_plan_arena_bytes(r->plan);
-  for (int i = 0; i < r->n_out; i++) {
-    es_tensor_info oi;
-    es_plan_output_info(r->plan, i, &oi);
-    size_t n = es_dtype_size(oi.dtype);
-    for (int d = 0; d < oi.rank; d++)
-      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
-    r->out_bytes += es__align_up(n, RT_ALIGN);
-  }
 
   if (s->deadline_ns && r->submit_ns >= s->deadline_ns) {
     es_admission_refuse(rt->adm, s->model, ES_REFUSE_DEADLINE, 0, why);
@@ -1208,26 +1243,8 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
 
   pthread_mutex_lock(&rt->lock);
   rt_queue *q = &rt->q[s->priority];
-  int reason = 0;
   size_t backlog = 0;
-  if (rt->stopping) {
-    reason = ES_REFUSE_DRAINING;
-  } else if (q->count >= rt->cfg.queue_capacity) {
-    reason = ES_REFUSE_QUEUE_FULL;
-    backlog = q->count;
-  } else if (s->deadline_ns && m->mean_run_ns > 0) {
-    /* Expected finish: the work queued at this level or above, and what is
-     * running, spread over the workers that may take it, plus its own run. */
-    size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
-    for (int l = 0; l <= s->priority; l++)
-      ahead += rt->q[l].count;
-    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
-    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
-    if ((double)r->submit_ns + wait > (double)s->deadline_ns) {
-      reason = ES_REFUSE_DEADLINE;
-      backlog = ahead;
-    }
-  }
+  int reason = queue_refusal_locked(rt, m, s, r->submit_ns, &backlog);
   if (reason) {
     pthread_mutex_unlock(&rt->lock);
     es_admission_cancel(rt->adm, &r->ticket);

@@ -28,7 +28,7 @@
  * size and a shape of [1000000,1000000,1000000] costs nothing. That block
  * comes from es_mem_aligned_alloc(ES_MEM_SERVER), as does the transient
  * compacted header and every response body. jansson's own tree (small, and
- * freed before es_v2_request_parse returns) uses malloc: its allocator hooks
+ * freed before es__v2_request_parse returns) uses malloc: its allocator hooks
  * are process-global, other code in the process may use jansson, and taking
  * them over from here would break whoever allocated first.
  *
@@ -117,7 +117,7 @@ static const es_v2_type *type_find(const char *name) {
 
 /* ES_DTYPE_UNDEFINED is BYTES (the only protocol type without an engine
  * dtype); a value outside the enum gives "INVALID" so printing it is safe. */
-const char *es_v2_dtype_name(es_dtype t) {
+const char *es__v2_dtype_name(es_dtype t) {
   switch (t) {
   case ES_DTYPE_BOOL:
     return "BOOL";
@@ -137,7 +137,7 @@ const char *es_v2_dtype_name(es_dtype t) {
   return "INVALID";
 }
 
-int es_v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes) {
+int es__v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes) {
   const es_v2_type *t = name ? type_find(name) : NULL;
   if (!t || !t->supported)
     return -1;
@@ -1099,7 +1099,7 @@ static int get_uint(const json_t *v, uint64_t *out) {
 static int put_value(const es_v2_input *in, es_v2_nest *n, const char **pp, const char *end,
                      void *dst, uint64_t idx, size_t off, es_v2_err *e) {
   const char *p = *pp, *who = n->who;
-  const char *tname = es_v2_dtype_name(in->is_bytes ? ES_DTYPE_UNDEFINED : in->dtype);
+  const char *tname = es__v2_dtype_name(in->is_bytes ? ES_DTYPE_UNDEFINED : in->dtype);
   char c = *p;
   if (c == 't' || c == 'f' || c == 'n') {
     int lit = end - p >= 4 && memcmp(p, "true", 4) == 0    ? 1
@@ -1274,7 +1274,7 @@ static int walk_tree(const json_t *a, int level, es_v2_nest *n, const es_v2_inpu
         continue; /* fine; the wrong one comes later */
       return v2_fail(e, ES_EINVAL, "%s: element %llu is %s; %s data must be numbers", n->who,
                      (unsigned long long)(n->total - 1), json_kind(v),
-                     es_v2_dtype_name(in->dtype));
+                     es__v2_dtype_name(in->dtype));
     }
     if (!json_is_string(v))
       return v2_fail(e, ES_EINVAL, "%s: element %llu is %s; BYTES data must be strings", n->who,
@@ -1695,7 +1695,7 @@ static int parse_request(const json_t *root, es_v2_ctx *cx, es_v2_request *r) {
   return 0;
 }
 
-int es_v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
+int es__v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
                         es_v2_request *out, char *err, size_t errlen) {
   es_v2_err e = {err, errlen};
   if (err && errlen)
@@ -1736,13 +1736,13 @@ int es_v2_request_parse(const char *body, size_t len, long long header_len, size
   rc = parse_request(root, &cx, out);
   json_decref(root);
   if (rc) {
-    es_v2_request_free(out);
+    es__v2_request_free(out);
     memset(out, 0, sizeof *out);
   }
   return rc;
 }
 
-void es_v2_request_free(es_v2_request *r) {
+void es__v2_request_free(es_v2_request *r) {
   if (!r)
     return;
   es_mem_free(r->storage);
@@ -1792,7 +1792,7 @@ static int output_check(const es_v2_output *o, int i, uint64_t *count) {
       return rc;
   } else if (n > SIZE_MAX / esize || n * esize != o->nbytes) {
     return v2_fail(&e, ES_EINVAL, "output '%s': shape %s needs %llu elements of %s, has %zu bytes",
-                   nm, shape, (unsigned long long)n, es_v2_dtype_name(o->dtype), o->nbytes);
+                   nm, shape, (unsigned long long)n, es__v2_dtype_name(o->dtype), o->nbytes);
   }
   *count = n;
   return 0;
@@ -1876,7 +1876,7 @@ static int put_output(es_v2_buf *b, const es_v2_output *o, uint64_t count, int f
   char num[24];
   if (buf_puts(b, first ? "{\"name\":" : ",{\"name\":") ||
       buf_str(b, o->name, strlen(o->name), 1) || buf_puts(b, ",\"datatype\":\"") ||
-      buf_puts(b, es_v2_dtype_name(o->dtype)) || buf_puts(b, "\",\"shape\":["))
+      buf_puts(b, es__v2_dtype_name(o->dtype)) || buf_puts(b, "\",\"shape\":["))
     return ES_ENOMEM;
   for (int d = 0; d < o->rank; d++) {
     char *w = num;
@@ -1901,11 +1901,11 @@ static int put_output(es_v2_buf *b, const es_v2_output *o, uint64_t count, int f
   return buf_puts(b, "]}") ? ES_ENOMEM : 0;
 }
 
-int es_v2_response_encode(const char *model, const char *version, const char *id,
+int es__v2_response_encode(const char *model, const char *version, const char *id,
                           const es_v2_output *outs, int n, char **body, size_t *len,
                           size_t *header_len) {
   if (!body || !len || !header_len || !model || n < 0 || (n > 0 && !outs))
-    return es__fail(ES_EINVAL, "es_v2_response_encode: NULL argument or negative count");
+    return es__fail(ES_EINVAL, "es__v2_response_encode: NULL argument or negative count");
   *body = NULL;
   *len = 0;
   *header_len = 0;
@@ -1962,7 +1962,7 @@ fail:
   return rc;
 }
 
-char *es_v2_error_body(const char *msg, size_t *len) {
+char *es__v2_error_body(const char *msg, size_t *len) {
   es_v2_buf b = {NULL, 0, 0};
   if (!msg)
     msg = "";

@@ -20,7 +20,7 @@ static void hist(es_strbuf *b, const char *name, const char *model, const uint64
   uint64_t cum = 0;
   for (int i = 0; i < SRV_BUCKETS; i++) {
     cum += h[i];
-    es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model, srv_bucket_bounds[i],
+    es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model, es__srv_bucket_bounds[i],
         (unsigned long long)cum);
   }
   cum += h[SRV_BUCKETS];

@@ -312,7 +312,7 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
 }
 
 static int add_model(es_server *s, const srv_model *sm) {
-  if (srv_find(s, sm->name))
+  if (es__srv_find(s, sm->name))
     return es__fail(ES_EBUSY, "model '%s' is configured twice", sm->name);
   if (s->n_models >= SRV_MAX_MODELS)
     return es__fail(ES_ENOSPC, "more than %d models", SRV_MAX_MODELS);
@@ -420,7 +420,7 @@ static const char default_models[] =
 
 /* ---- load / unload ------------------------------------------------------------------- */
 
-srv_model *srv_find(es_server *s, const char *name) {
+srv_model *es__srv_find(es_server *s, const char *name) {
   for (int i = 0; i < s->n_models; i++)
     if (!strcmp(s->models[i].name, name))
       return &s->models[i];
@@ -435,11 +435,11 @@ static int pipeline_load(es_server *s, srv_model *sm) {
   for (int i = 0; i < 3; i++) {
     if (!sm->member[i][0])
       continue;
-    srv_model *mm = srv_find(s, sm->member[i]);
+    srv_model *mm = es__srv_find(s, sm->member[i]);
     int rc = !mm ? es__fail(ES_ENOENT, "pipeline '%s': no model '%s'", sm->name, sm->member[i])
              : mm->pipeline ? es__fail(ES_EINVAL, "pipeline '%s': '%s' is itself a pipeline",
                                        sm->name, sm->member[i])
-                            : srv_model_load(s, mm);
+                            : es__srv_model_load(s, mm);
     if (rc < 0)
       return rc;
     ids[i] = mm->rt_id;
@@ -461,7 +461,7 @@ static int pipeline_load(es_server *s, srv_model *sm) {
   return rc;
 }
 
-int srv_model_load(es_server *s, srv_model *sm) {
+int es__srv_model_load(es_server *s, srv_model *sm) {
   pthread_mutex_lock(&s->mu);
   int loaded = sm->rt_id >= 0;
   pthread_mutex_unlock(&s->mu);
@@ -503,7 +503,7 @@ int srv_model_load(es_server *s, srv_model *sm) {
   return 0;
 }
 
-int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
+int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
   pthread_mutex_lock(&s->mu);
   int id = sm->rt_id;
   pthread_mutex_unlock(&s->mu);
@@ -533,7 +533,7 @@ int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
     srv_model *p = &s->models[i];
     for (int k = 0; p->pipeline && k < 3; k++)
       if (!strcmp(p->member[k], sm->name) && p->rt_id >= 0) {
-        int rc = srv_model_unload(s, p, timeout_ms);
+        int rc = es__srv_model_unload(s, p, timeout_ms);
         if (rc < 0)
           return rc;
       }
@@ -553,10 +553,10 @@ int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
 /* ---- counters ----------------------------------------------------------------------- */
 
 /* Seconds, as Prometheus histograms expect. */
-const double srv_bucket_bounds[SRV_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+const double es__srv_bucket_bounds[SRV_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-void srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
+void es__srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
   if (!sm || outcome < 0 || outcome >= SRV_OUT_COUNT)
     return;
   pthread_mutex_lock(&s->mu);
@@ -568,12 +568,12 @@ void srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
 
 static void hist_add(uint64_t *h, double v) {
   int b = 0;
-  while (b < SRV_BUCKETS && v > srv_bucket_bounds[b])
+  while (b < SRV_BUCKETS && v > es__srv_bucket_bounds[b])
     b++;
   h[b]++;
 }
 
-void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns) {
+void es__srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns) {
   double q = (double)queue_ns / 1e9, r = (double)run_ns / 1e9;
   pthread_mutex_lock(&s->mu);
   hist_add(sm->queue_hist, q);
@@ -584,7 +584,7 @@ void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns
   pthread_mutex_unlock(&s->mu);
 }
 
-void srv_track(es_server *s, es_request *r, int on) {
+void es__srv_track(es_server *s, es_request *r, int on) {
   pthread_mutex_lock(&s->mu);
   if (on) {
     if (s->n_tracked < sizeof s->tracked / sizeof s->tracked[0])
@@ -599,7 +599,7 @@ void srv_track(es_server *s, es_request *r, int on) {
   pthread_mutex_unlock(&s->mu);
 }
 
-size_t srv_tracked(es_server *s) {
+size_t es__srv_tracked(es_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = s->n_tracked;
   pthread_mutex_unlock(&s->mu);
@@ -609,7 +609,7 @@ size_t srv_tracked(es_server *s) {
 /* Cancel what is still queued; running requests finish (runs are not
  * interrupted). Returns how many were cancelled. The handles stay owned by
  * their connection threads, which answer 503. */
-size_t srv_cancel_tracked(es_server *s) {
+size_t es__srv_cancel_tracked(es_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = 0;
   for (size_t i = 0; i < s->n_tracked; i++)
@@ -652,10 +652,10 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     return rc;
   }
   for (int i = 0; i < s->n_models; i++)
-    if (s->models[i].load_at_start && srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
+    if (s->models[i].load_at_start && es__srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
       fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
               s->models[i].reason);
-  rc = es_server_start_http(s);
+  rc = es__srv_start_http(s);
   if (rc < 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", es_last_error_detail());

@@ -131,11 +131,11 @@ static enum MHD_Result send_error(es_server *s, struct MHD_Connection *c, unsign
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   size_t len;
-  char *body = es_v2_error_body(msg, &len);
+  char *body = es__v2_error_body(msg, &len);
   if (!body)
     return MHD_NO;
   if (retry_after_ms == 0)
-    retry_after_ms = srv_retry_after_ms(status, 0, 0);
+    retry_after_ms = es__srv_retry_after_ms(status, 0, 0);
   return send_body(s, c, status, body, len, "application/json", 0, retry_after_ms);
 }
 
@@ -146,7 +146,7 @@ static enum MHD_Result send_method_error(es_server *s, struct MHD_Connection *c,
   char msg[600];
   snprintf(msg, sizeof msg, "%s is not allowed on %.500s (allowed: %s)", method, url, allow);
   size_t len;
-  char *body = es_v2_error_body(msg, &len);
+  char *body = es__v2_error_body(msg, &len);
   if (!body)
     return MHD_NO;
   struct MHD_Response *r =
@@ -179,7 +179,7 @@ static json_t *tensor_meta(const es_tensor_info *ti) {
   for (int d = 0; d < ti->rank; d++)
     json_array_append_new(shape, json_integer(ti->dims[d]));
   return json_pack("{s:s, s:s, s:o}", "name", ti->name, "datatype",
-                   es_v2_dtype_name(ti->dtype), "shape", shape);
+                   es__v2_dtype_name(ti->dtype), "shape", shape);
 }
 
 static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, srv_model *sm) {
@@ -224,7 +224,7 @@ static uint64_t deadline_of(const es_v2_request *q) {
   return q->has_timeout && q->timeout_us ? es__now_ns() + q->timeout_us * 1000ull : 0;
 }
 
-/* The answer for a failed request, by srv_status_of's one rule: status,
+/* The answer for a failed request, by es__srv_status_of's one rule: status,
  * Retry-After and the model's counters (sm NULL: none). */
 static enum MHD_Result send_status(es_server *s, struct MHD_Connection *c, srv_model *sm, int rc,
                                    const es_refusal *why, const char *fmt, ...)
@@ -236,8 +236,8 @@ static enum MHD_Result send_status(es_server *s, struct MHD_Connection *c, srv_m
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  srv_status st = srv_status_of(rc, why);
-  srv_count(s, sm, st.outcome, st.reason);
+  srv_status st = es__srv_status_of(rc, why);
+  es__srv_count(s, sm, st.outcome, st.reason);
   return send_error(s, c, st.http, st.retry_after_ms, "%s", msg);
 }
 
@@ -247,10 +247,10 @@ static enum MHD_Result send_outputs(es_server *s, struct MHD_Connection *c, srv_
                                     uint64_t queue_ns, uint64_t run_ns) {
   char *body;
   size_t len, hlen;
-  if (es_v2_response_encode(sm->name, "1", q->id, outs, n, &body, &len, &hlen) < 0)
+  if (es__v2_response_encode(sm->name, "1", q->id, outs, n, &body, &len, &hlen) < 0)
     return send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
-  srv_count(s, sm, SRV_OUT_SUCCESS, 0);
-  srv_observe(s, sm, queue_ns, run_ns);
+  es__srv_count(s, sm, SRV_OUT_SUCCESS, 0);
+  es__srv_observe(s, sm, queue_ns, run_ns);
   return send_body(s, c, 200, body, len, hlen ? "application/octet-stream" : "application/json",
                    hlen, 0);
 }
@@ -368,7 +368,8 @@ static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, sr
  * 0, or ES_EINVAL with the reason in err. */
 static int read_request(es_server *s, struct MHD_Connection *c, const conn *k, es_v2_request *q,
                         char *err, size_t errlen) {
-  const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  const char *hl =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
   long long header_len = -1;
   if (hl) {
     char *end;
@@ -380,7 +381,7 @@ static int read_request(es_server *s, struct MHD_Connection *c, const conn *k, e
       return ES_EINVAL;
     }
   }
-  if (es_v2_request_parse(k->body ? k->body : "", k->len, header_len, s->cfg.max_elements, q, err,
+  if (es__v2_request_parse(k->body ? k->body : "", k->len, header_len, s->cfg.max_elements, q, err,
                           errlen) < 0)
     return ES_EINVAL;
   return 0;
@@ -420,8 +421,8 @@ static int bind_inputs(const srv_model *sm, es_model *m, const es_v2_request *q,
       return ES_EINVAL;
     }
     if (x->is_bytes || x->dtype != ti.dtype) {
-      snprintf(why, whylen, "input '%s' must be %s, got %s", ti.name, es_v2_dtype_name(ti.dtype),
-               x->is_bytes ? "BYTES" : es_v2_dtype_name(x->dtype));
+      snprintf(why, whylen, "input '%s' must be %s, got %s", ti.name, es__v2_dtype_name(ti.dtype),
+               x->is_bytes ? "BYTES" : es__v2_dtype_name(x->dtype));
       return ES_EINVAL;
     }
     memset(&in[i], 0, sizeof in[i]);
@@ -476,9 +477,9 @@ static enum MHD_Result run_and_answer(es_server *s, struct MHD_Connection *c, sr
                        es_refusal_name(ref.reason), sm->name);
   if (rc < 0)
     return send_status(s, c, sm, rc, &ref, "%s", es_last_error_detail());
-  srv_track(s, r, 1);
+  es__srv_track(s, r, 1);
   rc = es_request_wait(r, -1);
-  srv_track(s, r, 0);
+  es__srv_track(s, r, 0);
   es_request_info info;
   es_request_info_get(r, &info);
   enum MHD_Result res;
@@ -515,7 +516,7 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
   else
     res = run_and_answer(s, c, sm, &q, in, es_model_input_count(m));
   es_model_release(m);
-  es_v2_request_free(&q);
+  es__v2_request_free(&q);
   return res;
 }
 
@@ -536,7 +537,7 @@ static enum MHD_Result repository_index(es_server *s, struct MHD_Connection *c) 
 
 static enum MHD_Result repository_load(es_server *s, struct MHD_Connection *c, srv_model *sm,
                                        int load) {
-  int rc = load ? srv_model_load(s, sm) : srv_model_unload(s, sm, 10000);
+  int rc = load ? es__srv_model_load(s, sm) : es__srv_model_unload(s, sm, 10000);
   if (rc < 0)
     return send_status(s, c, NULL, rc, NULL, "%s '%s': %s", load ? "load" : "unload", sm->name,
                        es_last_error_detail());
@@ -581,7 +582,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
       return repository_index(s, c);
     if (n == 5 && !strcmp(seg[2], "models") && post &&
         (!strcmp(seg[4], "load") || !strcmp(seg[4], "unload"))) {
-      srv_model *sm = srv_find(s, seg[3]);
+      srv_model *sm = es__srv_find(s, seg[3]);
       if (!sm)
         return send_error(s, c, 404, 0, "unknown model '%s'", seg[3]);
       return repository_load(s, c, sm, !strcmp(seg[4], "load"));
@@ -589,7 +590,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
     return send_method_error(s, c, method, url, "POST");
   }
   if (n >= 3 && !strcmp(seg[1], "models")) {
-    srv_model *sm = srv_find(s, seg[2]);
+    srv_model *sm = es__srv_find(s, seg[2]);
     if (!sm)
       return send_error(s, c, 404, 0, "unknown model '%s'", seg[2]);
     int rest = 3;
@@ -741,7 +742,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- lifecycle ------------------------------------------------------------------ */
 
-int es_server_start_http(es_server *s) {
+int es__srv_start_http(es_server *s) {
   struct sockaddr_in addr;
   memset(&addr, 0, sizeof addr);
   addr.sin_family = AF_INET;
@@ -787,7 +788,7 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   uint64_t until = t0 + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
   while (atomic_load(&s->active) && es__now_ns() < until)
     usleep(2000);
-  rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
+  rep.cut_off = es__srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
   /* Running ones finish (runs are not interrupted); their answers and the
    * 503s of the cancelled ones go out before the connections close. */
   uint64_t last = es__now_ns() + 30ull * 1000000000ull;

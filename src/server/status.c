@@ -1,7 +1,7 @@
 /* One mapping from a library return code to what the HTTP answer carries.
  *
  * Every route that turns an ES_E* code into a response goes through
- * srv_status_of, so a code means the same status, Retry-After and counter
+ * es__srv_status_of, so a code means the same status, Retry-After and counter
  * wherever it comes from (a model, a pipeline, the repository API). The rule
  * for each code:
  *
@@ -30,7 +30,7 @@
 #define RETRY_NO_ESTIMATE_MS 1000u
 #define RETRY_NEVER_FITS_MS 60000u
 
-uint32_t srv_retry_after_ms(unsigned http, int rc, uint32_t estimate_ms) {
+uint32_t es__srv_retry_after_ms(unsigned http, int rc, uint32_t estimate_ms) {
   if (http != 429 && http != 503)
     return 0;
   if (estimate_ms)
@@ -38,7 +38,7 @@ uint32_t srv_retry_after_ms(unsigned http, int rc, uint32_t estimate_ms) {
   return rc == ES_ENOSPC ? RETRY_NEVER_FITS_MS : RETRY_NO_ESTIMATE_MS;
 }
 
-srv_status srv_status_of(int rc, const es_refusal *why) {
+srv_status es__srv_status_of(int rc, const es_refusal *why) {
   srv_status st = {500, 0, SRV_OUT_ERROR, ES_REFUSE_NONE};
   int reason = why ? why->reason : ES_REFUSE_NONE;
   switch (rc) {
@@ -74,6 +74,6 @@ srv_status srv_status_of(int rc, const es_refusal *why) {
   default:
     break;
   }
-  st.retry_after_ms = srv_retry_after_ms(st.http, rc, why ? why->retry_after_ms : 0);
+  st.retry_after_ms = es__srv_retry_after_ms(st.http, rc, why ? why->retry_after_ms : 0);
   return st;
 }

@@ -160,7 +160,7 @@ static void test_null_handles(void **state) {
 
 static void expect_status(int rc, const es_refusal *why, unsigned http, uint32_t retry,
                           int outcome, int reason) {
-  srv_status st = srv_status_of(rc, why);
+  srv_status st = es__srv_status_of(rc, why);
   if (st.http != http || st.retry_after_ms != retry || st.outcome != outcome ||
       st.reason != reason)
     fail_msg("%s (reason %d, estimate %u): got %u retry %u outcome %d reason %d, want %u retry "
@@ -216,11 +216,11 @@ static void test_status_rule(void **state) {
   expect_status(ES_ECORRUPT, NULL, 500, 0, SRV_OUT_ERROR, ES_REFUSE_NONE);
 
   /* Statuses decided before any library call (body limits, draining). */
-  assert_int_equal(srv_retry_after_ms(503, 0, 0), 1000);
-  assert_int_equal(srv_retry_after_ms(429, 0, 0), 1000);
-  assert_int_equal(srv_retry_after_ms(503, 0, 4000), 4000);
-  assert_int_equal(srv_retry_after_ms(413, 0, 4000), 0);
-  assert_int_equal(srv_retry_after_ms(200, 0, 0), 0);
+  assert_int_equal(es__srv_retry_after_ms(503, 0, 0), 1000);
+  assert_int_equal(es__srv_retry_after_ms(429, 0, 0), 1000);
+  assert_int_equal(es__srv_retry_after_ms(503, 0, 4000), 4000);
+  assert_int_equal(es__srv_retry_after_ms(413, 0, 4000), 0);
+  assert_int_equal(es__srv_retry_after_ms(200, 0, 0), 0);
 }
 
 int main(void) {
