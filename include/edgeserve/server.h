@@ -16,11 +16,13 @@
  * SIGTERM/SIGINT, reads $ES_MODEL_DIR and caps glibc's heaps).
  *
  * The server owns a runtime (include/edgeserve/runtime.h) and maps HTTP onto
- * it: routes and codec here, scheduling and memory there. Statuses follow
- * the refusal reasons: 429 for queue full and concurrency limits, 503 for
- * memory, deadlines and draining, both with Retry-After; 400 for a request
+ * it: routes and codec here, scheduling and memory there. One rule maps
+ * each return code to a status, wherever it comes from: 429 for queue full
+ * and concurrency limits, 503 for memory, deadlines and draining, both with
+ * Retry-After (the admission's measured estimate when it made one, else
+ * 1 s; 60 s for a request larger than the whole budget); 400 for a request
  * the model cannot take (the message names the input), 404 for an unknown
- * model, 413 for a body over the limit.
+ * or unloaded model, 413 for a body over the limit.
  *
  * Model repository: a folder per model holding its .onnx (or .esm) file and
  * an optional config.json:
@@ -111,7 +113,9 @@ int es_server_config_load(es_server_config *cfg, const char *path);
 void es_server_config_fini(es_server_config *cfg);
 
 /* Thread safety: es_server_config_* work on caller-owned memory (one
- * thread per config). es_server_port, es_server_runtime and
+ * thread per config). es_server_create may be called from any thread, and
+ * several servers may live in one process: they share nothing but the
+ * memory counters (memory.h). es_server_port, es_server_runtime and
  * es_server_metrics_text may be called from any thread while the server
  * exists; es_server_shutdown from any one thread, also concurrently with
  * those; es_server_destroy last, with no other call on the server running or
