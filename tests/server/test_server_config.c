@@ -35,6 +35,14 @@ static void write_config(const char *path, const char *a, const char *b) {
   fclose(f);
 }
 
+/* one.json names alpha and beta, two.json gamma and delta. */
+static void write_configs(char one[128], char two[128]) {
+  snprintf(one, 128, "%s/one.json", dir_);
+  snprintf(two, 128, "%s/two.json", dir_);
+  write_config(one, "alpha", "beta");
+  write_config(two, "gamma", "delta");
+}
+
 static int knows(es_server *s, const char *model) {
   char *txt;
   size_t len;
@@ -68,10 +76,7 @@ static void test_two_servers(void **state) {
   (void)state;
   size_t before = server_bytes();
   char one[128], two[128];
-  snprintf(one, sizeof one, "%s/one.json", dir_);
-  snprintf(two, sizeof two, "%s/two.json", dir_);
-  write_config(one, "alpha", "beta");
-  write_config(two, "gamma", "delta");
+  write_configs(one, two);
 
   es_server_config c1, c2;
   es_server_config_default(&c1);
@@ -117,10 +122,7 @@ static void test_reload_replaces(void **state) {
   (void)state;
   size_t before = server_bytes();
   char one[128], two[128];
-  snprintf(one, sizeof one, "%s/one.json", dir_);
-  snprintf(two, sizeof two, "%s/two.json", dir_);
-  write_config(one, "alpha", "beta");
-  write_config(two, "gamma", "delta");
+  write_configs(one, two);
   es_server_config c;
   es_server_config_default(&c);
   ES_CHECK_RC(es_server_config_load(&c, one));
