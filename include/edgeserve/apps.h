@@ -59,7 +59,9 @@ int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out
 void es_face_detector_destroy(es_face_detector *fd);
 /* Detect faces with score >= min_score (0: the default 0.5). Writes up to
  * max faces, highest score first, *n the count. priority and deadline as
- * es_submit. ES_EAGAIN: refused (why filled when not NULL). */
+ * es_submit. ES_EAGAIN: refused; ES_ETIMEDOUT: the deadline passed before
+ * the run; both fill why (when not NULL) with the reason and the
+ * admission's retry-after estimate. NULL fd: no-op for destroy. */
 int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why);
 
@@ -88,7 +90,9 @@ typedef struct es_ocr_config {
 void es_ocr_config_default(es_ocr_config *cfg);
 int es_ocr_create(es_runtime *rt, const es_ocr_config *cfg, es_ocr **out);
 void es_ocr_destroy(es_ocr *o);
-/* Read the text lines of an image, top to bottom. Writes up to max lines. */
+/* Read the text lines of an image, top to bottom. Writes up to max lines.
+ * ES_EAGAIN and ES_ETIMEDOUT fill why as es_face_detect. NULL o: no-op for
+ * destroy. */
 int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
 

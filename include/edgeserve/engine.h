@@ -59,6 +59,8 @@ int es_model_load(const char *path, const void *opts, es_model **out);
 /* Same from a buffer the caller keeps ownership of (may be freed after). */
 int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
 
+/* One more reference; returns m, or NULL (no reference taken) for NULL or a
+ * handle that is not a live model. Thread-safe. */
 es_model *es_model_retain(es_model *m);
 /* Drop a reference; the last one frees the graph and unmaps the weights.
  * NULL is a no-op. */
@@ -122,7 +124,9 @@ typedef struct es_tensor {
  * cannot run with these shapes. Thread-safe; the plan is immutable and may
  * be run by any number of threads at once. */
 int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
-/* Plans are reference-counted: es_model_plan returns one reference. */
+/* Plans are reference-counted: es_model_plan returns one reference. One
+ * more; returns p, or NULL (no reference taken) for NULL or a handle that is
+ * not a live plan. Thread-safe. */
 es_plan *es_plan_retain(es_plan *p);
 /* Drop a reference; the last one frees the plan. NULL is a no-op. */
 void es_plan_release(es_plan *p);

@@ -362,7 +362,8 @@ int es_weights_open(const char *path, int flags, es_weights **out);
 /* Lock pages in RAM. ES_EMEMLOCK names RLIMIT_MEMLOCK and the sizes. */
 int es_weights_lock(es_weights *w);
 
-/* One more reference; returns w. */
+/* One more reference; returns w, or NULL (no reference taken) for NULL or
+ * a handle that is not live. */
 es_weights *es_weights_retain(es_weights *w);
 /* Drop a reference; the last one unmaps. NULL is a no-op. */
 void es_weights_release(es_weights *w);

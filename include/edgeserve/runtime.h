@@ -29,6 +29,25 @@
  *
  * The gate is pure bookkeeping: no threads, no locks on the admit path
  * (compare-and-swap on counters), nothing allocated after create.
+ *
+ * Conventions of the public API (every include/edgeserve header):
+ *   - A call that can fail returns int: 0, or a negative ES_E* code with the
+ *     detail in es_last_error_detail(); values come back through out
+ *     parameters. A lookup may return its value when it cannot be negative
+ *     (es_runtime_model_find: an id >= 0, or a code).
+ *   - Plain getters that only a bad handle could make fail (a count, a
+ *     size, a name, a borrowed pointer) return the value itself, and the
+ *     empty value (0, NULL) for a NULL or dead handle.
+ *   - retain returns its argument, or NULL (no reference taken) for a NULL
+ *     or dead handle.
+ *   - destroy, fini, and the release or free of a handle, return void and
+ *     accept NULL, except the three that hand out handles which must come
+ *     back first: es_runtime_destroy, es_admission_destroy and
+ *     es_arena_pool_destroy return ES_EBUSY (nothing freed; give the handles
+ *     back and call again) while such handles are held, and 0 for NULL.
+ *     Giving a block back to its allocator (es_buddy_free,
+ *     es_arena_pool_release) returns int: it catches double and foreign
+ *     frees.
  */
 #ifndef EDGESERVE_RUNTIME_H
 #define EDGESERVE_RUNTIME_H
@@ -515,6 +534,8 @@ int es_request_cancel(es_request *r);
 /* Output i of a completed request (data in the runtime's buddy pool, valid
  * until es_request_free). ES_ESTATE before completion or after a failure. */
 int es_request_output(es_request *r, int i, es_tensor *out);
+/* How many outputs the request's model has; 0 for a NULL or freed
+ * handle. */
 int es_request_output_count(es_request *r);
 int es_request_info_get(es_request *r, es_request_info *out);
 /* Release the handle: its outputs, its admission slot and bytes. A request
@@ -531,7 +552,8 @@ int es_runtime_watch_now(es_runtime *rt);
 int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out);
 int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out);
 int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out);
-/* The admission gate (for its stats and limits). Owned by the runtime. */
+/* The admission gate (for its stats and limits). Owned by the runtime;
+ * NULL for a NULL or dead runtime. */
 es_admission *es_runtime_admission(es_runtime *rt);
 
 #ifdef __cplusplus

@@ -4,17 +4,25 @@
  *   es_server_config_default(&sc);             // 127.0.0.1:8000
  *   es_server *s;
  *   es_server_create(&sc, &s);                 // runtime, models, HTTP
- *   ... es_server_wait_signal(s) or your own loop ...
+ *   es_server_config_fini(&sc);                // the server kept a copy
+ *   ... wait for a signal, or your own loop ...
  *   es_server_report r;
  *   es_server_shutdown(s, 10000, &r);          // stop accepting, drain
  *   es_server_destroy(s);
  *
+ * The library touches no process-wide state: it installs no signal
+ * handlers, reads no environment variable and leaves malloc's settings
+ * alone; the program embedding it decides those (the edgeserve CLI takes
+ * SIGTERM/SIGINT, reads $ES_MODEL_DIR and caps glibc's heaps).
+ *
  * The server owns a runtime (include/edgeserve/runtime.h) and maps HTTP onto
- * it: routes and codec here, scheduling and memory there. Statuses follow
- * the refusal reasons: 429 for queue full and concurrency limits, 503 for
- * memory, deadlines and draining, both with Retry-After; 400 for a request
+ * it: routes and codec here, scheduling and memory there. One rule maps
+ * each return code to a status, wherever it comes from: 429 for queue full
+ * and concurrency limits, 503 for memory, deadlines and draining, both with
+ * Retry-After (the admission's measured estimate when it made one, else
+ * 1 s; 60 s for a request larger than the whole budget); 400 for a request
  * the model cannot take (the message names the input), 404 for an unknown
- * model, 413 for a body over the limit.
+ * or unloaded model, 413 for a body over the limit.
  *
  * Model repository: a folder per model holding its .onnx (or .esm) file and
  * an optional config.json:
@@ -58,8 +66,9 @@ typedef struct es_server_config {
   int port;                   /* default 8000; 0 picks a free port */
   char repository[1024];      /* model repository folder; "" none */
   char model_dir[1024];       /* where the embedded default finds the
-                                 models; default $ES_MODEL_DIR or
-                                 ".cache/models" */
+                                 models (default ".cache/models"; the
+                                 library reads no environment: the CLI
+                                 fills it from $ES_MODEL_DIR) */
   int use_default_models;     /* 1: serve the embedded default set when no
                                  repository and no config models (default 1) */
   es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */
@@ -73,6 +82,12 @@ typedef struct es_server_config {
   unsigned connection_timeout_s; /* idle connection timeout (default 30) */
   size_t max_elements;        /* per input tensor (default 64 M) */
   int quiet;                  /* no access log on stderr */
+  char *models_json;          /* a config file's "models" object as JSON
+                                 text, owned by this config (set by
+                                 es_server_config_load, freed by
+                                 es_server_config_fini); NULL: none */
+  char models_base[1024];     /* folder the relative paths in models_json
+                                 are taken from (the config file's) */
 } es_server_config;
 
 typedef struct es_server_report {
@@ -83,31 +98,51 @@ typedef struct es_server_report {
   double drain_ms;
 } es_server_report;
 
+/* A config is caller-owned memory (_init/_fini style): default it, load
+ * files into it, pass it to es_server_create (which copies what it needs and
+ * keeps no pointer into it), then es_server_config_fini it. A struct copy
+ * shares models_json: fini only one of them. */
 void es_server_config_default(es_server_config *cfg);
 /* Parse a JSON server config file into cfg (fields not given keep their
- * values) and load its "models" later at create. ES_EINVAL with a detail
- * naming the file and field. */
+ * values); its "models" are kept in cfg->models_json (replacing earlier
+ * ones) and added at create. ES_EINVAL with a detail naming the file and
+ * field, ES_ENOMEM. */
 int es_server_config_load(es_server_config *cfg, const char *path);
+/* Free what es_server_config_load allocated in cfg. NULL: no-op; calling it
+ * twice is harmless. */
+void es_server_config_fini(es_server_config *cfg);
+
+/* Thread safety: es_server_config_* work on caller-owned memory (one
+ * thread per config). es_server_create may be called from any thread, and
+ * several servers may live in one process: they share nothing but the
+ * memory counters (memory.h). es_server_port, es_server_runtime and
+ * es_server_metrics_text may be called from any thread while the server
+ * exists; es_server_shutdown from any one thread, also concurrently with
+ * those; es_server_destroy last, with no other call on the server running or
+ * to come. */
 
 /* Create the runtime, load the models (repository, config, or the default
  * set), start listening. ES_EIO when the address cannot be bound (the
- * detail says why), model errors as es_runtime_model_load. */
+ * detail says why), model errors as es_runtime_model_load. cfg is copied:
+ * it may be finished (es_server_config_fini) right after. */
 int es_server_create(const es_server_config *cfg, es_server **out);
-/* The port actually bound (useful with port 0). */
-int es_server_port(const es_server *s);
+/* The port actually bound (useful with port 0). ES_EINVAL for NULL. */
+int es_server_port(const es_server *s, int *port);
+/* The server's runtime (owned by the server, valid until
+ * es_server_destroy); NULL for a NULL server. */
 es_runtime *es_server_runtime(es_server *s);
-/* Block until SIGTERM or SIGINT (installed here) and return the signal. */
-int es_server_wait_signal(es_server *s);
 /* Stop accepting connections, refuse new requests (503 draining), give
  * queued and running ones up to grace_ms to finish, then cancel what is
- * still queued. report may be NULL. */
+ * still queued. report may be NULL. A second call only copies the first
+ * call's report. ES_EINVAL for NULL. */
 int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report);
 /* Shut down (if not yet) with no grace and free everything. NULL: no-op. */
 void es_server_destroy(es_server *s);
 
 /* Prometheus text exposition of the server and runtime state, as served on
- * GET /metrics; es_mem_free the result. */
-char *es_server_metrics_text(es_server *s, size_t *len);
+ * GET /metrics, in *text (es_mem_free it) of *len bytes (len may be NULL).
+ * ES_EINVAL, ES_ENOMEM. */
+int es_server_metrics_text(es_server *s, char **text, size_t *len);
 
 #ifdef __cplusplus
 }

@@ -545,8 +545,10 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
   es_mem_free(input); /* the request has completed: the runtime is done with it */
   if (rc < 0) {
     es_request_info info;
-    if (rc == ES_EAGAIN && es_request_info_get(r, &info) == 0)
-      *w = info.refusal; /* left the queue under memory pressure */
+    /* Left the queue under memory pressure, or at its deadline: the
+     * refusal carries the admission's estimate for Retry-After. */
+    if ((rc == ES_EAGAIN || rc == ES_ETIMEDOUT) && es_request_info_get(r, &info) == 0)
+      *w = info.refusal;
     es_request_free(r);
     if (rc == ES_EAGAIN)
       return es__fail(rc, "face detector: request removed from the queue (%s), retry after "

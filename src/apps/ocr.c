@@ -584,6 +584,116 @@ static void order_clockwise(ocr_pt p[4]) {
 
 static float dist(ocr_pt a, ocr_pt b) { return hypotf(a.x - b.x, a.y - b.y); }
 
+/* Flood the 8-connected blob at seed (mask 1 -> 2) and give its rows'
+ * extreme pixels in (y, x) order, for the hull; returns how many. rmin and
+ * rmax (per row) come in and go out empty. */
+static int flood_blob(uint8_t *mask, int32_t *stack, int32_t *rmin, int32_t *rmax, int mw,
+                      int mh, size_t seed, ocr_pt *pts) {
+  int top = 0, ylo = mh, yhi = -1;
+  stack[top++] = (int32_t)seed;
+  mask[seed] = 2;
+  while (top) {
+    int32_t i = stack[--top];
+    int y = i / mw, x = i % mw;
+    if (x < rmin[y])
+      rmin[y] = x;
+    if (x > rmax[y])
+      rmax[y] = x;
+    ylo = y < ylo ? y : ylo;
+    yhi = y > yhi ? y : yhi;
+    for (int dy = -1; dy <= 1; dy++) {
+      int yy = y + dy;
+      if (yy < 0 || yy >= mh)
+        continue;
+      for (int dx = -1; dx <= 1; dx++) {
+        int xx = x + dx;
+        if (xx < 0 || xx >= mw)
+          continue;
+        size_t j = (size_t)yy * mw + xx;
+        if (mask[j] == 1) {
+          mask[j] = 2;
+          stack[top++] = (int32_t)j;
+        }
+      }
+    }
+  }
+  /* Blob rows are contiguous. */
+  int np = 0;
+  for (int y = ylo; y <= yhi; y++) {
+    pts[np++] = (ocr_pt){(float)rmin[y], (float)y};
+    if (rmax[y] != rmin[y])
+      pts[np++] = (ocr_pt){(float)rmax[y], (float)y};
+    rmin[y] = INT32_MAX;
+    rmax[y] = -1;
+  }
+  return np;
+}
+
+/* The box of a blob (its row extremes pts, np of them, with room for the
+ * hull after them) in image pixels, unclipped and clockwise; 0 when it is
+ * too small or scores below the threshold. */
+static int blob_box(const es_ocr *o, const float *prob, int mw, int mh, int iw, int ih,
+                    ocr_pt *pts, int np, ocr_box *box) {
+  float sx = (float)iw / mw, sy = (float)ih / mh;
+  int nh = hull(pts, np, pts + np);
+  ocr_rect r = min_area_rect(pts + np, nh);
+  if (fminf(r.w, r.h) < OCR_MIN_SIZE)
+    return 0;
+  ocr_pt q[4];
+  rect_corners(&r, q);
+  float score = box_score(prob, mw, mh, q);
+  if (score < o->box_thresh)
+    return 0;
+  /* Unclip: offset by area * ratio / perimeter on every side. */
+  float d = r.w * r.h * o->unclip / (2 * (r.w + r.h));
+  r.w += 2 * d;
+  r.h += 2 * d;
+  if (fminf(r.w, r.h) < OCR_MIN_SIZE + 2)
+    return 0;
+  rect_corners(&r, q);
+  for (int i = 0; i < 4; i++) {
+    q[i].x = clampf(roundf(q[i].x * sx), 0, (float)iw);
+    q[i].y = clampf(roundf(q[i].y * sy), 0, (float)ih);
+  }
+  order_clockwise(q);
+  for (int i = 0; i < 4; i++) {
+    q[i].x = clampf(q[i].x, 0, (float)(iw - 1));
+    q[i].y = clampf(q[i].y, 0, (float)(ih - 1));
+  }
+  if ((int)dist(q[0], q[1]) <= 3 || (int)dist(q[0], q[3]) <= 3)
+    return 0;
+  memcpy(box->p, q, sizeof q);
+  box->score = score;
+  return 1;
+}
+
+/* Top to bottom by the top-left corner, then left to right within a line
+ * (corners less than 10 px apart vertically), as sorted_boxes. */
+static void sort_boxes(ocr_box *boxes, int nb) {
+  for (int i = 1; i < nb; i++)
+    for (int j = i; j > 0; j--) {
+      ocr_pt a = boxes[j - 1].p[0], b = boxes[j].p[0];
+      if (a.y > b.y || (a.y == b.y && a.x > b.x)) {
+        ocr_box t = boxes[j];
+        boxes[j] = boxes[j - 1];
+        boxes[j - 1] = t;
+      } else {
+        break;
+      }
+    }
+  for (int i = 0; i < nb - 1; i++)
+    for (int j = i; j >= 0; j--) {
+      ocr_pt a = boxes[j].p[0], b = boxes[j + 1].p[0];
+      if (fabsf(b.y - a.y) < 10 && b.x < a.x) {
+        ocr_box t = boxes[j];
+        boxes[j] = boxes[j + 1];
+        boxes[j + 1] = t;
+      } else {
+        break;
+      }
+    }
+}
+
 /* Boxes of the probability map (mw x mh) in image pixels (iw x ih). *out
  * is allocated (ES_MEM_APPS) when *n > 0. */
 static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, int ih,
@@ -610,76 +720,14 @@ static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, 
     rmin[y] = INT32_MAX;
     rmax[y] = -1;
   }
-  float sx = (float)iw / mw, sy = (float)ih / mh;
   int candidates = 0;
   for (size_t seed = 0; seed < npix && candidates < OCR_MAX_CANDIDATES; seed++) {
     if (mask[seed] != 1)
       continue;
     candidates++;
-    /* Flood the 8-connected blob; keep each row's extreme pixels. */
-    int top = 0, ylo = mh, yhi = -1;
-    stack[top++] = (int32_t)seed;
-    mask[seed] = 2;
-    while (top) {
-      int32_t i = stack[--top];
-      int y = i / mw, x = i % mw;
-      if (x < rmin[y])
-        rmin[y] = x;
-      if (x > rmax[y])
-        rmax[y] = x;
-      ylo = y < ylo ? y : ylo;
-      yhi = y > yhi ? y : yhi;
-      for (int dy = -1; dy <= 1; dy++) {
-        int yy = y + dy;
-        if (yy < 0 || yy >= mh)
-          continue;
-        for (int dx = -1; dx <= 1; dx++) {
-          int xx = x + dx;
-          if (xx < 0 || xx >= mw)
-            continue;
-          size_t j = (size_t)yy * mw + xx;
-          if (mask[j] == 1) {
-            mask[j] = 2;
-            stack[top++] = (int32_t)j;
-          }
-        }
-      }
-    }
-    /* Blob rows are contiguous; extremes in (y, x) order for the hull. */
-    int np = 0;
-    for (int y = ylo; y <= yhi; y++) {
-      pts[np++] = (ocr_pt){(float)rmin[y], (float)y};
-      if (rmax[y] != rmin[y])
-        pts[np++] = (ocr_pt){(float)rmax[y], (float)y};
-      rmin[y] = INT32_MAX;
-      rmax[y] = -1;
-    }
-    int nh = hull(pts, np, pts + np);
-    ocr_rect r = min_area_rect(pts + np, nh);
-    if (fminf(r.w, r.h) < OCR_MIN_SIZE)
-      continue;
-    ocr_pt q[4];
-    rect_corners(&r, q);
-    float score = box_score(prob, mw, mh, q);
-    if (score < o->box_thresh)
-      continue;
-    /* Unclip: offset by area * ratio / perimeter on every side. */
-    float d = r.w * r.h * o->unclip / (2 * (r.w + r.h));
-    r.w += 2 * d;
-    r.h += 2 * d;
-    if (fminf(r.w, r.h) < OCR_MIN_SIZE + 2)
-      continue;
-    rect_corners(&r, q);
-    for (int i = 0; i < 4; i++) {
-      q[i].x = clampf(roundf(q[i].x * sx), 0, (float)iw);
-      q[i].y = clampf(roundf(q[i].y * sy), 0, (float)ih);
-    }
-    order_clockwise(q);
-    for (int i = 0; i < 4; i++) {
-      q[i].x = clampf(q[i].x, 0, (float)(iw - 1));
-      q[i].y = clampf(q[i].y, 0, (float)(ih - 1));
-    }
-    if ((int)dist(q[0], q[1]) <= 3 || (int)dist(q[0], q[3]) <= 3)
+    int np = flood_blob(mask, stack, rmin, rmax, mw, mh, seed, pts);
+    ocr_box box;
+    if (!blob_box(o, prob, mw, mh, iw, ih, pts, np, &box))
       continue;
     if (nb == cap) {
       int ncap = cap ? cap * 2 : 16;
@@ -694,34 +742,9 @@ static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, 
       boxes = nbx;
       cap = ncap;
     }
-    memcpy(boxes[nb].p, q, sizeof q);
-    boxes[nb].score = score;
-    nb++;
+    boxes[nb++] = box;
   }
-  /* Top to bottom by the top-left corner, then left to right within a
-   * line (corners less than 10 px apart vertically), as sorted_boxes. */
-  for (int i = 1; i < nb; i++)
-    for (int j = i; j > 0; j--) {
-      ocr_pt a = boxes[j - 1].p[0], b = boxes[j].p[0];
-      if (a.y > b.y || (a.y == b.y && a.x > b.x)) {
-        ocr_box t = boxes[j];
-        boxes[j] = boxes[j - 1];
-        boxes[j - 1] = t;
-      } else {
-        break;
-      }
-    }
-  for (int i = 0; i < nb - 1; i++)
-    for (int j = i; j >= 0; j--) {
-      ocr_pt a = boxes[j].p[0], b = boxes[j + 1].p[0];
-      if (fabsf(b.y - a.y) < 10 && b.x < a.x) {
-        ocr_box t = boxes[j];
-        boxes[j] = boxes[j + 1];
-        boxes[j + 1] = t;
-      } else {
-        break;
-      }
-    }
+  sort_boxes(boxes, nb);
 out:
   es_mem_free(mask);
   es_mem_free(stack);
@@ -888,6 +911,9 @@ static int wait_one(ocr_stage *s, ocr_slot *sl, es_refusal *why) {
     rc = es__fail(ES_EAGAIN, "ocr: the %s run was refused (%s), retry after %u ms", s->what,
                   es_refusal_name(why->reason), why->retry_after_ms);
   } else if (rc == ES_ETIMEDOUT) {
+    es_request_info info;
+    if (es_request_info_get(sl->r, &info) == 0)
+      *why = info.refusal; /* the admission's estimate, for Retry-After */
     rc = es__fail(ES_ETIMEDOUT, "ocr: the deadline passed before the %s run", s->what);
   } else {
     rc = es__fail(rc, "ocr: the %s run failed: %s", s->what, es_err_name(rc));

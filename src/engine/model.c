@@ -166,8 +166,9 @@ static int model_load_onnx(const char *path, const void *opts, es_model **out) {
 }
 
 es_model *es_model_retain(es_model *m) {
-  if (model_ok(m))
-    atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+  if (!model_ok(m))
+    return NULL;
+  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
   return m;
 }
 

@@ -663,8 +663,9 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
 }
 
 es_plan *es_plan_retain(es_plan *p) {
-  if (plan_ok(p))
-    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  if (!plan_ok(p))
+    return NULL;
+  atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
   return p;
 }
 

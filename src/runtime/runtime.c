@@ -1005,16 +1005,32 @@ static rt_model *live_model(es_runtime *rt, int id) {
   return m->state == SLOT_LIVE ? m : NULL;
 }
 
-int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
-  int rc = rt_check(rt, "es_runtime_model_unload");
-  if (rc < 0)
-    return rc;
+/* The preamble of the calls on one model: a live runtime, an out pointer
+ * where the call has one (want_out), and the model, found under the lock.
+ * Returns the model with rt->lock held, or NULL with *rc set and the lock
+ * not held. */
+static rt_model *lock_live_model(es_runtime *rt, int id, int want_out, const void *out,
+                                 const char *fn, int *rc) {
+  if ((*rc = rt_check(rt, fn)) < 0)
+    return NULL;
+  if (want_out && !out) {
+    *rc = es__fail(ES_EINVAL, "%s: NULL out", fn);
+    return NULL;
+  }
   pthread_mutex_lock(&rt->lock);
   rt_model *m = live_model(rt, id);
   if (!m) {
     pthread_mutex_unlock(&rt->lock);
-    return es__fail(ES_ENOENT, "es_runtime_model_unload: no model with id %d", id);
+    *rc = es__fail(ES_ENOENT, "%s: no model with id %d", fn, id);
   }
+  return m;
+}
+
+int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 0, NULL, "es_runtime_model_unload", &rc);
+  if (!m)
+    return rc;
   m->draining = 1;
   es_admission_set_draining(rt->adm, id, 1);
   struct timespec ts;
@@ -1039,17 +1055,14 @@ int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms) {
 }
 
 int es_runtime_model_resume(es_runtime *rt, int id) {
-  int rc = rt_check(rt, "es_runtime_model_resume");
-  if (rc < 0)
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 0, NULL, "es_runtime_model_resume", &rc);
+  if (!m)
     return rc;
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  if (m) {
-    m->draining = 0;
-    es_admission_set_draining(rt->adm, id, 0);
-  }
+  m->draining = 0;
+  es_admission_set_draining(rt->adm, id, 0);
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "es_runtime_model_resume: no model with id %d", id);
+  return 0;
 }
 
 int es_runtime_model_find(es_runtime *rt, const char *name) {
@@ -1068,16 +1081,15 @@ int es_runtime_model_find(es_runtime *rt, const char *name) {
 }
 
 int es_runtime_model_get(es_runtime *rt, int id, es_model **out) {
-  int rc = rt_check(rt, "es_runtime_model_get");
-  if (rc < 0)
+  if (out)
+    *out = NULL;
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 1, out, "es_runtime_model_get", &rc);
+  if (!m)
     return rc;
-  if (!out)
-    return es__fail(ES_EINVAL, "es_runtime_model_get: NULL out");
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  *out = m ? es_model_retain(m->model) : NULL;
+  *out = es_model_retain(m->model);
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+  return 0;
 }
 
 /* ---- submit ---------------------------------------------------------------- */
@@ -1108,6 +1120,66 @@ static int check_inputs(const rt_model *m, const es_submit *s, es_tensor_info *s
     shapes[i] = ti;
     shapes[i].rank = t->rank;
     memcpy(shapes[i].dims, t->dims, sizeof t->dims);
+  }
+  return 0;
+}
+
+/* The request's plan for its input shapes, and the arena and output bytes
+ * admission reserves for it. */
+static int plan_request(es_runtime *rt, const rt_model *m, const es_submit *s, es_request *r) {
+  es_tensor_info shapes[ES_RT_MAX_IO];
+  int rc = check_inputs(m, s, shapes);
+  if (rc < 0)
+    return rc;
+  if (rt->cfg.intra_threads > 1)
+    es_engine_threads_set(rt->cfg.intra_threads);
+  rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
+  if (rc < 0) { /* name the model: the engine's detail names the node */
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    return es__fail(rc, "%s: %s", m->name, detail);
+  }
+  if (m->n_in)
+    memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
+  /* A bucketed plan would want padded inputs; this cache has no buckets,
+   * so the plan's shapes are the inputs'. */
+  r->n_out = es_plan_output_count(r->plan);
+  r->arena_bytes = es_plan_arena_bytes(r->plan);
+  for (int i = 0; i < r->n_out; i++) {
+    es_tensor_info oi;
+    es_plan_output_info(r->plan, i, &oi);
+    size_t n = es_dtype_size(oi.dtype);
+    for (int d = 0; d < oi.rank; d++)
+      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
+    r->out_bytes += es__align_up(n, RT_ALIGN);
+  }
+  return 0;
+}
+
+/* The scheduler's own refusals, after admission: draining, a full queue,
+ * or a deadline the queue ahead makes unreachable. ES_REFUSE_* (0: none)
+ * and the backlog that decided it. */
+static int queue_refusal_locked(const es_runtime *rt, const rt_model *m, const es_submit *s,
+                                uint64_t now, size_t *backlog) {
+  const rt_queue *q = &rt->q[s->priority];
+  if (rt->stopping)
+    return ES_REFUSE_DRAINING;
+  if (q->count >= rt->cfg.queue_capacity) {
+    *backlog = q->count;
+    return ES_REFUSE_QUEUE_FULL;
+  }
+  if (s->deadline_ns && m->mean_run_ns > 0) {
+    /* Expected finish: the work queued at this level or above, and what is
+     * running, spread over the workers that may take it, plus its own run. */
+    size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
+    for (int l = 0; l <= s->priority; l++)
+      ahead += rt->q[l].count;
+    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
+    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
+    if ((double)now + wait > (double)s->deadline_ns) {
+      *backlog = ahead;
+      return ES_REFUSE_DEADLINE;
+    }
   }
   return 0;
 }
@@ -1154,34 +1226,9 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
     goto undo_pending;
   }
 
-  es_tensor_info shapes[ES_RT_MAX_IO];
-  rc = check_inputs(m, s, shapes);
-  if (rc == 0 && rt->cfg.intra_threads > 1)
-    es_engine_threads_set(rt->cfg.intra_threads);
-  if (rc == 0) {
-    rc = es_plan_cache_get(m->cache, shapes, m->n_in, &r->plan);
-    if (rc < 0) { /* name the model: the engine's detail names the node */
-      char detail[512];
-      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
-      rc = es__fail(rc, "%s: %s", m->name, detail);
-    }
-  }
+  rc = plan_request(rt, m, s, r);
   if (rc < 0)
     goto fail;
-  if (m->n_in)
-    memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
-  /* A bucketed plan would want padded inputs; this cache has no buckets,
-   * so the plan's shapes are the inputs'. */
-  r->n_out = es_plan_output_count(r->plan);
-  r->arena_bytes = es_plan_arena_bytes(r->plan);
-  for (int i = 0; i < r->n_out; i++) {
-    es_tensor_info oi;
-    es_plan_output_info(r->plan, i, &oi);
-    size_t n = es_dtype_size(oi.dtype);
-    for (int d = 0; d < oi.rank; d++)
-      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
-    r->out_bytes += es__align_up(n, RT_ALIGN);
-  }
 
   if (s->deadline_ns && r->submit_ns >= s->deadline_ns) {
     es_admission_refuse(rt->adm, s->model, ES_REFUSE_DEADLINE, 0, why);
@@ -1196,26 +1243,8 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
 
   pthread_mutex_lock(&rt->lock);
   rt_queue *q = &rt->q[s->priority];
-  int reason = 0;
   size_t backlog = 0;
-  if (rt->stopping) {
-    reason = ES_REFUSE_DRAINING;
-  } else if (q->count >= rt->cfg.queue_capacity) {
-    reason = ES_REFUSE_QUEUE_FULL;
-    backlog = q->count;
-  } else if (s->deadline_ns && m->mean_run_ns > 0) {
-    /* Expected finish: the work queued at this level or above, and what is
-     * running, spread over the workers that may take it, plus its own run. */
-    size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
-    for (int l = 0; l <= s->priority; l++)
-      ahead += rt->q[l].count;
-    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
-    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
-    if ((double)r->submit_ns + wait > (double)s->deadline_ns) {
-      reason = ES_REFUSE_DEADLINE;
-      backlog = ahead;
-    }
-  }
+  int reason = queue_refusal_locked(rt, m, s, r->submit_ns, &backlog);
   if (reason) {
     pthread_mutex_unlock(&rt->lock);
     es_admission_cancel(rt->adm, &r->ticket);
@@ -1313,8 +1342,7 @@ int es_request_cancel(es_request *r) {
 }
 
 int es_request_output_count(es_request *r) {
-  int rc = rq_check(r, "es_request_output_count");
-  return rc < 0 ? rc : r->n_out;
+  return rq_check(r, "es_request_output_count") < 0 ? 0 : r->n_out;
 }
 
 int es_request_output(es_request *r, int i, es_tensor *out) {
@@ -1450,41 +1478,36 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
 }
 
 int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out) {
-  int rc = rt_check(rt, "es_runtime_model_stats_get");
-  if (rc < 0)
+  int rc;
+  rt_model *m = lock_live_model(rt, id, 1, out, "es_runtime_model_stats_get", &rc);
+  if (!m)
     return rc;
-  if (!out)
-    return es__fail(ES_EINVAL, "es_runtime_model_stats_get: NULL out");
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, id);
-  if (m) {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", m->name);
-    out->lane = m->lane;
-    out->home_worker = m->home;
-    for (int j = 0; j < rt->max_models; j++)
-      if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
-        out->shared = 1;
-    es_model_stats ms;
-    if (es_model_stats_get(m->model, &ms) == 0) {
-      out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
-      out->weights_resident = ms.weights_resident;
-    }
-    out->planned_bytes = m->planned;
-    out->pool_bytes = m->pool_bytes;
-    es_arena_pool_stats ps;
-    if (m->pool && es_arena_pool_stats_get(m->pool, &ps) == 0) {
-      out->pool_in_use = ps.in_use;
-      out->pool_high_water = ps.high_water;
-    }
-    out->completed = m->completed;
-    out->failed = m->failed;
-    out->mean_run_ns = m->mean_run_ns;
-    out->pending = m->pending;
-    out->draining = m->draining;
+  memset(out, 0, sizeof *out);
+  snprintf(out->name, sizeof out->name, "%s", m->name);
+  out->lane = m->lane;
+  out->home_worker = m->home;
+  for (int j = 0; j < rt->max_models; j++)
+    if (j != id && rt->models[j].state == SLOT_LIVE && rt->models[j].model == m->model)
+      out->shared = 1;
+  es_model_stats ms;
+  if (es_model_stats_get(m->model, &ms) == 0) {
+    out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
+    out->weights_resident = ms.weights_resident;
   }
+  out->planned_bytes = m->planned;
+  out->pool_bytes = m->pool_bytes;
+  es_arena_pool_stats ps;
+  if (m->pool && es_arena_pool_stats_get(m->pool, &ps) == 0) {
+    out->pool_in_use = ps.in_use;
+    out->pool_high_water = ps.high_water;
+  }
+  out->completed = m->completed;
+  out->failed = m->failed;
+  out->mean_run_ns = m->mean_run_ns;
+  out->pending = m->pending;
+  out->draining = m->draining;
   pthread_mutex_unlock(&rt->lock);
-  return m ? 0 : es__fail(ES_ENOENT, "no model with id %d", id);
+  return 0;
 }
 
 int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out) {

@@ -28,7 +28,7 @@
  * size and a shape of [1000000,1000000,1000000] costs nothing. That block
  * comes from es_mem_aligned_alloc(ES_MEM_SERVER), as does the transient
  * compacted header and every response body. jansson's own tree (small, and
- * freed before es_v2_request_parse returns) uses malloc: its allocator hooks
+ * freed before es__v2_request_parse returns) uses malloc: its allocator hooks
  * are process-global, other code in the process may use jansson, and taking
  * them over from here would break whoever allocated first.
  *
@@ -117,7 +117,7 @@ static const es_v2_type *type_find(const char *name) {
 
 /* ES_DTYPE_UNDEFINED is BYTES (the only protocol type without an engine
  * dtype); a value outside the enum gives "INVALID" so printing it is safe. */
-const char *es_v2_dtype_name(es_dtype t) {
+const char *es__v2_dtype_name(es_dtype t) {
   switch (t) {
   case ES_DTYPE_BOOL:
     return "BOOL";
@@ -137,7 +137,7 @@ const char *es_v2_dtype_name(es_dtype t) {
   return "INVALID";
 }
 
-int es_v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes) {
+int es__v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes) {
   const es_v2_type *t = name ? type_find(name) : NULL;
   if (!t || !t->supported)
     return -1;
@@ -1099,7 +1099,7 @@ static int get_uint(const json_t *v, uint64_t *out) {
 static int put_value(const es_v2_input *in, es_v2_nest *n, const char **pp, const char *end,
                      void *dst, uint64_t idx, size_t off, es_v2_err *e) {
   const char *p = *pp, *who = n->who;
-  const char *tname = es_v2_dtype_name(in->is_bytes ? ES_DTYPE_UNDEFINED : in->dtype);
+  const char *tname = es__v2_dtype_name(in->is_bytes ? ES_DTYPE_UNDEFINED : in->dtype);
   char c = *p;
   if (c == 't' || c == 'f' || c == 'n') {
     int lit = end - p >= 4 && memcmp(p, "true", 4) == 0    ? 1
@@ -1274,7 +1274,7 @@ static int walk_tree(const json_t *a, int level, es_v2_nest *n, const es_v2_inpu
         continue; /* fine; the wrong one comes later */
       return v2_fail(e, ES_EINVAL, "%s: element %llu is %s; %s data must be numbers", n->who,
                      (unsigned long long)(n->total - 1), json_kind(v),
-                     es_v2_dtype_name(in->dtype));
+                     es__v2_dtype_name(in->dtype));
     }
     if (!json_is_string(v))
       return v2_fail(e, ES_EINVAL, "%s: element %llu is %s; BYTES data must be strings", n->who,
@@ -1331,8 +1331,9 @@ typedef struct es_v2_ctx {
   es_v2_err *e;
 } es_v2_ctx;
 
-/* Everything about inputs[i] but its data: checked, sized, planned. */
-static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r, es_v2_plan *pl) {
+/* inputs[i]'s name (unique among the inputs) and datatype. */
+static int plan_name_type(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
+                          es_v2_plan *pl, const es_v2_type **type) {
   es_v2_err *e = cx->e;
   es_v2_input *in = &r->inputs[i];
   int rc;
@@ -1347,7 +1348,6 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
                      in->name, j, i);
   snprintf(pl->who, sizeof pl->who, "input '%s'", in->name);
   const char *who = pl->who;
-
   const json_t *dt = json_object_get(jin, "datatype");
   if (!json_is_string(dt))
     return v2_fail(e, ES_EINVAL, "%s has no \"datatype\" (a string such as \"FP32\")", who);
@@ -1360,7 +1360,15 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
                    ES_V2_SUPPORTED);
   in->dtype = ty->dtype;
   in->is_bytes = ty->is_bytes;
+  *type = ty;
+  return 0;
+}
 
+/* The shape, its element count (pl->count) and the bytes it needs. */
+static int plan_shape(es_v2_ctx *cx, const json_t *jin, es_v2_input *in, es_v2_plan *pl,
+                      size_t *need) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
   const json_t *sh = json_object_get(jin, "shape");
   if (!json_is_array(sh))
     return v2_fail(e, ES_EINVAL, "%s has no \"shape\" (an array of integers)", who);
@@ -1400,57 +1408,56 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
   size_t esize = in->is_bytes ? 0 : es_dtype_size(in->dtype);
   if (esize && pl->count > SIZE_MAX / esize)
     return v2_fail(e, ES_EINVAL, "%s: shape %s is too large", who, pl->shape);
-  size_t need = (size_t)pl->count * esize;
+  *need = (size_t)pl->count * esize;
+  return 0;
+}
 
-  const json_t *params = json_object_get(jin, "parameters");
-  const json_t *bds = NULL;
-  if (params) {
-    if (!json_is_object(params))
-      return v2_fail(e, ES_EINVAL, "%s: \"parameters\" is not an object", who);
-    bds = json_object_get(params, "binary_data_size");
-  }
-  const json_t *data = json_object_get(jin, "data");
-  if (data && bds)
+/* Data in the binary part: the next binary_data_size bytes after the JSON. */
+static int plan_binary(es_v2_ctx *cx, const json_t *bds, const es_v2_input *in,
+                       const es_v2_type *ty, size_t need, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
+  uint64_t sz;
+  if (get_uint(bds, &sz))
+    return v2_fail(e, ES_EINVAL, "%s: parameters.binary_data_size is not a non-negative integer",
+                   who);
+  if (!cx->has_header)
     return v2_fail(e, ES_EINVAL,
-                   "%s has both \"data\" and parameters.binary_data_size; give one of them", who);
-  if (!data && !bds)
-    return v2_fail(e, ES_EINVAL, "%s has neither \"data\" nor parameters.binary_data_size", who);
+                   "%s: parameters.binary_data_size is set but the request has no binary part "
+                   "(no Inference-Header-Content-Length)",
+                   who);
+  if (!in->is_bytes && sz != need)
+    return v2_fail(e, ES_EINVAL, "%s: shape %s needs %zu bytes of %s, got %llu", who, pl->shape,
+                   need, ty->name, (unsigned long long)sz);
+  if (sz > cx->bin_left)
+    return v2_fail(e, ES_EINVAL,
+                   "%s: binary_data_size %llu goes past the end of the body: %zu bytes of "
+                   "binary data are left for it (truncated body, or wrong sizes)",
+                   who, (unsigned long long)sz, cx->bin_left);
+  pl->kind = DATA_BINARY;
+  pl->text = cx->bin;
+  pl->text_len = (size_t)sz;
+  pl->text_off = (size_t)(cx->bin - cx->body);
+  cx->bin += sz;
+  cx->bin_left -= (size_t)sz;
+  pl->nbytes = (size_t)sz;
+  const unsigned char *u = (const unsigned char *)pl->text;
+  if (in->is_bytes)
+    return bytes_layout_check(u, pl->nbytes, pl->count, who, pl->shape, e);
+  if (in->dtype == ES_DTYPE_BOOL)
+    for (size_t k = 0; k < pl->nbytes; k++)
+      if (u[k] > 1)
+        return v2_fail(e, ES_EINVAL, "%s: BOOL element %zu is 0x%02x, not 0 or 1", who, k, u[k]);
+  return 0;
+}
 
-  if (bds) {
-    uint64_t sz;
-    if (get_uint(bds, &sz))
-      return v2_fail(e, ES_EINVAL, "%s: parameters.binary_data_size is not a non-negative integer",
-                     who);
-    if (!cx->has_header)
-      return v2_fail(e, ES_EINVAL,
-                     "%s: parameters.binary_data_size is set but the request has no binary part "
-                     "(no Inference-Header-Content-Length)",
-                     who);
-    if (!in->is_bytes && sz != need)
-      return v2_fail(e, ES_EINVAL, "%s: shape %s needs %zu bytes of %s, got %llu", who, pl->shape,
-                     need, ty->name, (unsigned long long)sz);
-    if (sz > cx->bin_left)
-      return v2_fail(e, ES_EINVAL,
-                     "%s: binary_data_size %llu goes past the end of the body: %zu bytes of "
-                     "binary data are left for it (truncated body, or wrong sizes)",
-                     who, (unsigned long long)sz, cx->bin_left);
-    pl->kind = DATA_BINARY;
-    pl->text = cx->bin;
-    pl->text_len = (size_t)sz;
-    pl->text_off = (size_t)(cx->bin - cx->body);
-    cx->bin += sz;
-    cx->bin_left -= (size_t)sz;
-    pl->nbytes = (size_t)sz;
-    const unsigned char *u = (const unsigned char *)pl->text;
-    if (in->is_bytes)
-      return bytes_layout_check(u, pl->nbytes, pl->count, who, pl->shape, e);
-    if (in->dtype == ES_DTYPE_BOOL)
-      for (size_t k = 0; k < pl->nbytes; k++)
-        if (u[k] > 1)
-          return v2_fail(e, ES_EINVAL, "%s: BOOL element %zu is 0x%02x, not 0 or 1", who, k, u[k]);
-    return 0;
-  }
-
+/* Data as JSON: a numeric array the skim found (decoded later from the
+ * text), or a tree jansson parsed (strings of a BYTES input). */
+static int plan_json_data(es_v2_ctx *cx, int i, const json_t *data, es_v2_input *in,
+                          const es_v2_type *ty, size_t need, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  const char *who = pl->who;
+  int rc;
   if (cx->sk->has[i]) {
     /* The skim's array: jansson must see its placeholder right here. */
     if (!json_is_integer(data) || json_integer_value(data) != 0)
@@ -1487,6 +1494,35 @@ static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r,
     return v2_fail(e, ES_EINVAL, "%s: %s data must be numbers", who, ty->name);
   pl->nbytes = pos;
   return 0;
+}
+
+/* Everything about inputs[i] but its data: checked, sized, planned. */
+static int plan_input(es_v2_ctx *cx, const json_t *jin, int i, es_v2_request *r, es_v2_plan *pl) {
+  es_v2_err *e = cx->e;
+  es_v2_input *in = &r->inputs[i];
+  const es_v2_type *ty = NULL;
+  size_t need = 0;
+  int rc;
+  if ((rc = plan_name_type(cx, jin, i, r, pl, &ty)) != 0 ||
+      (rc = plan_shape(cx, jin, in, pl, &need)) != 0)
+    return rc;
+  const char *who = pl->who;
+  const json_t *params = json_object_get(jin, "parameters");
+  const json_t *bds = NULL;
+  if (params) {
+    if (!json_is_object(params))
+      return v2_fail(e, ES_EINVAL, "%s: \"parameters\" is not an object", who);
+    bds = json_object_get(params, "binary_data_size");
+  }
+  const json_t *data = json_object_get(jin, "data");
+  if (data && bds)
+    return v2_fail(e, ES_EINVAL,
+                   "%s has both \"data\" and parameters.binary_data_size; give one of them", who);
+  if (!data && !bds)
+    return v2_fail(e, ES_EINVAL, "%s has neither \"data\" nor parameters.binary_data_size", who);
+  if (bds)
+    return plan_binary(cx, bds, in, ty, need, pl);
+  return plan_json_data(cx, i, data, in, ty, need, pl);
 }
 
 static int parse_top(const json_t *root, es_v2_request *r, es_v2_err *e) {
@@ -1659,7 +1695,7 @@ static int parse_request(const json_t *root, es_v2_ctx *cx, es_v2_request *r) {
   return 0;
 }
 
-int es_v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
+int es__v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
                         es_v2_request *out, char *err, size_t errlen) {
   es_v2_err e = {err, errlen};
   if (err && errlen)
@@ -1700,13 +1736,13 @@ int es_v2_request_parse(const char *body, size_t len, long long header_len, size
   rc = parse_request(root, &cx, out);
   json_decref(root);
   if (rc) {
-    es_v2_request_free(out);
+    es__v2_request_free(out);
     memset(out, 0, sizeof *out);
   }
   return rc;
 }
 
-void es_v2_request_free(es_v2_request *r) {
+void es__v2_request_free(es_v2_request *r) {
   if (!r)
     return;
   es_mem_free(r->storage);
@@ -1756,7 +1792,7 @@ static int output_check(const es_v2_output *o, int i, uint64_t *count) {
       return rc;
   } else if (n > SIZE_MAX / esize || n * esize != o->nbytes) {
     return v2_fail(&e, ES_EINVAL, "output '%s': shape %s needs %llu elements of %s, has %zu bytes",
-                   nm, shape, (unsigned long long)n, es_v2_dtype_name(o->dtype), o->nbytes);
+                   nm, shape, (unsigned long long)n, es__v2_dtype_name(o->dtype), o->nbytes);
   }
   *count = n;
   return 0;
@@ -1840,7 +1876,7 @@ static int put_output(es_v2_buf *b, const es_v2_output *o, uint64_t count, int f
   char num[24];
   if (buf_puts(b, first ? "{\"name\":" : ",{\"name\":") ||
       buf_str(b, o->name, strlen(o->name), 1) || buf_puts(b, ",\"datatype\":\"") ||
-      buf_puts(b, es_v2_dtype_name(o->dtype)) || buf_puts(b, "\",\"shape\":["))
+      buf_puts(b, es__v2_dtype_name(o->dtype)) || buf_puts(b, "\",\"shape\":["))
     return ES_ENOMEM;
   for (int d = 0; d < o->rank; d++) {
     char *w = num;
@@ -1865,11 +1901,11 @@ static int put_output(es_v2_buf *b, const es_v2_output *o, uint64_t count, int f
   return buf_puts(b, "]}") ? ES_ENOMEM : 0;
 }
 
-int es_v2_response_encode(const char *model, const char *version, const char *id,
+int es__v2_response_encode(const char *model, const char *version, const char *id,
                           const es_v2_output *outs, int n, char **body, size_t *len,
                           size_t *header_len) {
   if (!body || !len || !header_len || !model || n < 0 || (n > 0 && !outs))
-    return es__fail(ES_EINVAL, "es_v2_response_encode: NULL argument or negative count");
+    return es__fail(ES_EINVAL, "es__v2_response_encode: NULL argument or negative count");
   *body = NULL;
   *len = 0;
   *header_len = 0;
@@ -1926,7 +1962,7 @@ fail:
   return rc;
 }
 
-char *es_v2_error_body(const char *msg, size_t *len) {
+char *es__v2_error_body(const char *msg, size_t *len) {
   es_v2_buf b = {NULL, 0, 0};
   if (!msg)
     msg = "";

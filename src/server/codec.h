@@ -2,8 +2,8 @@
  *
  * Pure functions over byte buffers, no HTTP and no runtime: the HTTP layer
  * hands the body (and the Inference-Header-Content-Length value when the
- * binary tensor extension is used) to es_v2_request_parse and gets tensors
- * ready for es_runtime_submit; es_v2_response_encode turns outputs back
+ * binary tensor extension is used) to es__v2_request_parse and gets tensors
+ * ready for es_runtime_submit; es__v2_response_encode turns outputs back
  * into a JSON body or a JSON header followed by binary tensors.
  *
  * Hostile input is the normal case here: every length, count, dimension and
@@ -23,9 +23,9 @@
 
 /* Datatype names of the protocol ("FP32", "INT64", ...). BYTES is carried as
  * ES_DTYPE_UNDEFINED with is_bytes set. */
-const char *es_v2_dtype_name(es_dtype t);
+const char *es__v2_dtype_name(es_dtype t);
 /* 0 and *out set, or -1 for an unknown or unsupported name. */
-int es_v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes);
+int es__v2_dtype_parse(const char *name, es_dtype *out, int *is_bytes);
 
 typedef struct es_v2_input {
   char name[ES_V2_NAME_MAX];
@@ -60,7 +60,7 @@ typedef struct es_v2_request {
   es_v2_input inputs[ES_V2_MAX_IO];
   int n_outputs;               /* 0: all outputs */
   es_v2_output_req outputs[ES_V2_MAX_IO];
-  void *storage;               /* owned: tensor data, freed by es_v2_request_free */
+  void *storage;               /* owned: tensor data, freed by es__v2_request_free */
   size_t storage_bytes;
 } es_v2_request;
 
@@ -74,9 +74,9 @@ typedef struct es_v2_request {
  * Returns 0, or ES_EINVAL with a message in err naming what is wrong
  * ("input 'x': shape [1,3,640,640] needs 4915200 bytes of FP32, got 100"),
  * ES_ENOMEM. On failure out holds nothing to free. */
-int es_v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
+int es__v2_request_parse(const char *body, size_t len, long long header_len, size_t max_elements,
                         es_v2_request *out, char *err, size_t errlen);
-void es_v2_request_free(es_v2_request *r);
+void es__v2_request_free(es_v2_request *r);
 
 typedef struct es_v2_output {
   const char *name;
@@ -95,11 +95,11 @@ typedef struct es_v2_output {
  * *header_len the JSON's length (for Inference-Header-Content-Length);
  * otherwise *header_len is 0. *body is allocated with es_mem_alloc
  * (ES_MEM_SERVER); free it with es_mem_free. ES_ENOMEM, ES_EINVAL. */
-int es_v2_response_encode(const char *model, const char *version, const char *id,
+int es__v2_response_encode(const char *model, const char *version, const char *id,
                           const es_v2_output *outs, int n, char **body, size_t *len,
                           size_t *header_len);
 
 /* {"error": "<msg>"} with the message JSON-escaped; es_mem_free it. */
-char *es_v2_error_body(const char *msg, size_t *len);
+char *es__v2_error_body(const char *msg, size_t *len);
 
 #endif

@@ -16,7 +16,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +29,7 @@ void es_server_config_default(es_server_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
   cfg->port = 8000;
-  const char *md = getenv("ES_MODEL_DIR");
-  snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", md && *md ? md : ".cache/models");
+  snprintf(cfg->model_dir, sizeof cfg->model_dir, ".cache/models");
   cfg->use_default_models = 1;
   es_runtime_config_default(&cfg->runtime);
   cfg->max_body_bytes = (size_t)64 << 20;
@@ -42,9 +40,12 @@ void es_server_config_default(es_server_config *cfg) {
   cfg->max_elements = (size_t)64 << 20;
 }
 
-/* Models named by a config file, kept until es_server_create reads them. */
-static json_t *pending_models_;
-static char pending_base_[1024];
+void es_server_config_fini(es_server_config *cfg) {
+  if (!cfg)
+    return;
+  es_mem_free(cfg->models_json);
+  cfg->models_json = NULL;
+}
 
 /* 123, "123", "64K", "512M", "2G". */
 static int size_of(json_t *v, size_t *out) {
@@ -154,10 +155,19 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
         rc = es__fail(ES_EINVAL, "%s: \"models\" must be an object of name: config", path);
         break;
       }
-      json_decref(pending_models_);
-      pending_models_ = json_incref(v);
+      /* Kept as text, so the config stays a plain struct its caller owns
+       * (freed by es_server_config_fini) and two configs never share it. */
+      char *txt = json_dumps(v, JSON_COMPACT);
+      char *own = txt ? es_mem_strdup(ES_MEM_SERVER, txt) : NULL;
+      free(txt);
+      if (!own) {
+        rc = es__fail(ES_ENOMEM, "%s: no memory for \"models\"", path);
+        break;
+      }
+      es_mem_free(cfg->models_json);
+      cfg->models_json = own;
       const char *slash = strrchr(path, '/');
-      snprintf(pending_base_, sizeof pending_base_, "%.*s",
+      snprintf(cfg->models_base, sizeof cfg->models_base, "%.*s",
                slash ? (int)(slash - path) : 1, slash ? path : ".");
     }
     INT_FIELD("port", 0, 65535, cfg->port)
@@ -302,7 +312,7 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
 }
 
 static int add_model(es_server *s, const srv_model *sm) {
-  if (srv_find(s, sm->name))
+  if (es__srv_find(s, sm->name))
     return es__fail(ES_EBUSY, "model '%s' is configured twice", sm->name);
   if (s->n_models >= SRV_MAX_MODELS)
     return es__fail(ES_ENOSPC, "more than %d models", SRV_MAX_MODELS);
@@ -368,30 +378,22 @@ static int scan_repository(es_server *s, const char *root) {
   return rc;
 }
 
-/* The embedded default: the target models, configured for the shapes the
- * gateway scenario serves. */
-static int add_defaults(es_server *s) {
-  static const char *const text =
-      "{\"blazeface_front\": {\"file\": \"blazeface_front_128.onnx\", \"priority\": 1},"
-      " \"blazeface_back\": {\"file\": \"blazeface_back_256.onnx\", \"priority\": 1},"
-      " \"ppocr_det\": {\"file\": \"ppocr_det.onnx\", \"priority\": 1,"
-      "                 \"shape\": {\"x\": [1, 3, 640, 640]}},"
-      " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2, \"plans\": 96,"
-      "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
-      " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
-      "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
-      " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_front\", \"priority\": 1},"
-      " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
-      "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
+/* A JSON object of name: model config (a config file's "models", or the
+ * embedded default); relative paths are taken from base. */
+static int add_models(es_server *s, const char *text, const char *base, const char *src) {
   json_error_t je;
   json_t *o = json_loads(text, 0, &je);
-  ES_ASSERT(o);
+  if (!json_is_object(o)) {
+    json_decref(o);
+    return es__fail(ES_EINVAL, "%s: \"models\" must be an object of name: config", src);
+  }
   const char *name;
   json_t *v;
   int rc = 0;
   json_object_foreach(o, name, v) {
     srv_model sm;
-    rc = model_from_json(&sm, name, v, s->cfg.model_dir, "default config");
+    rc = json_is_object(v) ? model_from_json(&sm, name, v, base, src)
+                           : es__fail(ES_EINVAL, "%s: model '%s' must be an object", src, name);
     if (rc == 0)
       rc = add_model(s, &sm);
     if (rc < 0)
@@ -401,9 +403,24 @@ static int add_defaults(es_server *s) {
   return rc;
 }
 
+/* The embedded default: the target models, configured for the shapes the
+ * gateway scenario serves. */
+static const char default_models[] =
+    "{\"blazeface_front\": {\"file\": \"blazeface_front_128.onnx\", \"priority\": 1},"
+    " \"blazeface_back\": {\"file\": \"blazeface_back_256.onnx\", \"priority\": 1},"
+    " \"ppocr_det\": {\"file\": \"ppocr_det.onnx\", \"priority\": 1,"
+    "                 \"shape\": {\"x\": [1, 3, 640, 640]}},"
+    " \"ppocr_rec\": {\"file\": \"ppocr_rec.onnx\", \"priority\": 2, \"plans\": 96,"
+    "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
+    " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
+    "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
+    " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_front\", \"priority\": 1},"
+    " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
+    "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
+
 /* ---- load / unload ------------------------------------------------------------------- */
 
-srv_model *srv_find(es_server *s, const char *name) {
+srv_model *es__srv_find(es_server *s, const char *name) {
   for (int i = 0; i < s->n_models; i++)
     if (!strcmp(s->models[i].name, name))
       return &s->models[i];
@@ -418,11 +435,11 @@ static int pipeline_load(es_server *s, srv_model *sm) {
   for (int i = 0; i < 3; i++) {
     if (!sm->member[i][0])
       continue;
-    srv_model *mm = srv_find(s, sm->member[i]);
+    srv_model *mm = es__srv_find(s, sm->member[i]);
     int rc = !mm ? es__fail(ES_ENOENT, "pipeline '%s': no model '%s'", sm->name, sm->member[i])
              : mm->pipeline ? es__fail(ES_EINVAL, "pipeline '%s': '%s' is itself a pipeline",
                                        sm->name, sm->member[i])
-                            : srv_model_load(s, mm);
+                            : es__srv_model_load(s, mm);
     if (rc < 0)
       return rc;
     ids[i] = mm->rt_id;
@@ -444,7 +461,7 @@ static int pipeline_load(es_server *s, srv_model *sm) {
   return rc;
 }
 
-int srv_model_load(es_server *s, srv_model *sm) {
+int es__srv_model_load(es_server *s, srv_model *sm) {
   pthread_mutex_lock(&s->mu);
   int loaded = sm->rt_id >= 0;
   pthread_mutex_unlock(&s->mu);
@@ -486,7 +503,7 @@ int srv_model_load(es_server *s, srv_model *sm) {
   return 0;
 }
 
-int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
+int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
   pthread_mutex_lock(&s->mu);
   int id = sm->rt_id;
   pthread_mutex_unlock(&s->mu);
@@ -516,7 +533,7 @@ int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
     srv_model *p = &s->models[i];
     for (int k = 0; p->pipeline && k < 3; k++)
       if (!strcmp(p->member[k], sm->name) && p->rt_id >= 0) {
-        int rc = srv_model_unload(s, p, timeout_ms);
+        int rc = es__srv_model_unload(s, p, timeout_ms);
         if (rc < 0)
           return rc;
       }
@@ -536,10 +553,12 @@ int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
 /* ---- counters ----------------------------------------------------------------------- */
 
 /* Seconds, as Prometheus histograms expect. */
-const double srv_bucket_bounds[SRV_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+const double es__srv_bucket_bounds[SRV_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
-void srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
+void es__srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
+  if (!sm || outcome < 0 || outcome >= SRV_OUT_COUNT)
+    return;
   pthread_mutex_lock(&s->mu);
   sm->outcomes[outcome]++;
   if (outcome == SRV_OUT_REFUSED && reason > 0 && reason < ES_REFUSE_COUNT)
@@ -549,12 +568,12 @@ void srv_count(es_server *s, srv_model *sm, int outcome, int reason) {
 
 static void hist_add(uint64_t *h, double v) {
   int b = 0;
-  while (b < SRV_BUCKETS && v > srv_bucket_bounds[b])
+  while (b < SRV_BUCKETS && v > es__srv_bucket_bounds[b])
     b++;
   h[b]++;
 }
 
-void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns) {
+void es__srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns) {
   double q = (double)queue_ns / 1e9, r = (double)run_ns / 1e9;
   pthread_mutex_lock(&s->mu);
   hist_add(sm->queue_hist, q);
@@ -565,7 +584,7 @@ void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns
   pthread_mutex_unlock(&s->mu);
 }
 
-void srv_track(es_server *s, es_request *r, int on) {
+void es__srv_track(es_server *s, es_request *r, int on) {
   pthread_mutex_lock(&s->mu);
   if (on) {
     if (s->n_tracked < sizeof s->tracked / sizeof s->tracked[0])
@@ -580,7 +599,7 @@ void srv_track(es_server *s, es_request *r, int on) {
   pthread_mutex_unlock(&s->mu);
 }
 
-size_t srv_tracked(es_server *s) {
+size_t es__srv_tracked(es_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = s->n_tracked;
   pthread_mutex_unlock(&s->mu);
@@ -590,7 +609,7 @@ size_t srv_tracked(es_server *s) {
 /* Cancel what is still queued; running requests finish (runs are not
  * interrupted). Returns how many were cancelled. The handles stay owned by
  * their connection threads, which answer 503. */
-size_t srv_cancel_tracked(es_server *s) {
+size_t es__srv_cancel_tracked(es_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = 0;
   for (size_t i = 0; i < s->n_tracked; i++)
@@ -609,15 +628,6 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   if (!s)
     return es__fail(ES_ENOMEM, "es_server_create: no memory");
   s->cfg = *cfg;
-  /* Request bodies, tensor copies and responses are megabytes each and come
-   * and go on connection threads. glibc would give each thread its own heap
-   * and keep every heap's high-water mark resident after an overload; two
-   * heaps bound that to about twice the peak in flight (itself bounded by
-   * max_buffered_bytes), while keeping the freed blocks for the next
-   * request (mapping each buffer afresh instead cost ~2,800 page faults and
-   * ~6 ms of CPU per det request). Under memory pressure the runtime's
-   * monitor gives the free memory back (malloc_trim). */
-  mallopt(M_ARENA_MAX, 2);
   /* Bodies are not part of the admission budget; keep their bound below it
    * so the two together stay what the operator planned for. */
   if (cfg->runtime.memory_budget_bytes && s->cfg.max_buffered_bytes > cfg->runtime.memory_budget_bytes)
@@ -629,21 +639,11 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   int rc = 0;
   if (cfg->repository[0])
     rc = scan_repository(s, cfg->repository);
-  if (rc == 0 && pending_models_) {
-    const char *name;
-    json_t *v;
-    json_object_foreach(pending_models_, name, v) {
-      srv_model sm;
-      rc = json_is_object(v) ? model_from_json(&sm, name, v, pending_base_, "config")
-                             : es__fail(ES_EINVAL, "config: model '%s' must be an object", name);
-      if (rc == 0)
-        rc = add_model(s, &sm);
-      if (rc < 0)
-        break;
-    }
-  }
+  if (rc == 0 && cfg->models_json)
+    rc = add_models(s, cfg->models_json, cfg->models_base[0] ? cfg->models_base : ".", "config");
   if (rc == 0 && s->n_models == 0 && cfg->use_default_models)
-    rc = add_defaults(s);
+    rc = add_models(s, default_models, cfg->model_dir, "default config");
+  s->cfg.models_json = NULL; /* the caller's config owns it; read only here */
   if (rc == 0)
     rc = es_runtime_create(&cfg->runtime, &s->rt);
   if (rc < 0) {
@@ -652,10 +652,10 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     return rc;
   }
   for (int i = 0; i < s->n_models; i++)
-    if (s->models[i].load_at_start && srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
+    if (s->models[i].load_at_start && es__srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
       fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
               s->models[i].reason);
-  rc = es_server_start_http(s);
+  rc = es__srv_start_http(s);
   if (rc < 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", es_last_error_detail());

@@ -14,9 +14,9 @@
  * to the runtime's arenas; outputs come back in the runtime's buddy pool and
  * are encoded straight into the response buffer.
  *
- * Statuses come from the runtime's refusal reasons (runtime.h): 429 for
+ * Statuses come from one rule for each return code (status.c): 429 for
  * queue full and concurrency, 503 for memory, deadline, draining; both with
- * Retry-After in whole seconds, rounded up. */
+ * Retry-After in whole seconds, rounded up, from the admission's estimate. */
 #include "edgeserve/server.h"
 #include "common/internal.h"
 #include "server/codec.h"
@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,11 +131,11 @@ static enum MHD_Result send_error(es_server *s, struct MHD_Connection *c, unsign
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   size_t len;
-  char *body = es_v2_error_body(msg, &len);
+  char *body = es__v2_error_body(msg, &len);
   if (!body)
     return MHD_NO;
-  if (retry_after_ms == 0 && (status == 429 || status == 503))
-    retry_after_ms = 1000;
+  if (retry_after_ms == 0)
+    retry_after_ms = es__srv_retry_after_ms(status, 0, 0);
   return send_body(s, c, status, body, len, "application/json", 0, retry_after_ms);
 }
 
@@ -147,7 +146,7 @@ static enum MHD_Result send_method_error(es_server *s, struct MHD_Connection *c,
   char msg[600];
   snprintf(msg, sizeof msg, "%s is not allowed on %.500s (allowed: %s)", method, url, allow);
   size_t len;
-  char *body = es_v2_error_body(msg, &len);
+  char *body = es__v2_error_body(msg, &len);
   if (!body)
     return MHD_NO;
   struct MHD_Response *r =
@@ -180,7 +179,7 @@ static json_t *tensor_meta(const es_tensor_info *ti) {
   for (int d = 0; d < ti->rank; d++)
     json_array_append_new(shape, json_integer(ti->dims[d]));
   return json_pack("{s:s, s:s, s:o}", "name", ti->name, "datatype",
-                   es_v2_dtype_name(ti->dtype), "shape", shape);
+                   es__v2_dtype_name(ti->dtype), "shape", shape);
 }
 
 static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, srv_model *sm) {
@@ -211,10 +210,6 @@ static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, sr
   return send_json_obj(s, c, 200, o);
 }
 
-static unsigned refusal_status(int reason) {
-  return reason == ES_REFUSE_QUEUE_FULL || reason == ES_REFUSE_OVER_CONCURRENCY ? 429 : 503;
-}
-
 /* Triton's priority parameter: 1 is the highest level, 0 (or none) means
  * the model's default. Levels past the runtime's last clamp to it. */
 static int level_of(const es_server *s, const srv_model *sm, const es_v2_request *q) {
@@ -225,81 +220,134 @@ static int level_of(const es_server *s, const srv_model *sm, const es_v2_request
   return (int)(l > last ? last : l);
 }
 
-/* A pipeline model: one BYTES input holding an encoded JPEG or PNG, one
- * BYTES output "result" holding the answer as a JSON string. The models it
- * runs go through the runtime like any request, so admission refusals come
- * back as 429/503 here too. */
-static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, srv_model *sm,
-                                      const es_v2_request *q) {
+static uint64_t deadline_of(const es_v2_request *q) {
+  return q->has_timeout && q->timeout_us ? es__now_ns() + q->timeout_us * 1000ull : 0;
+}
+
+/* The answer for a failed request, by es__srv_status_of's one rule: status,
+ * Retry-After and the model's counters (sm NULL: none). */
+static enum MHD_Result send_status(es_server *s, struct MHD_Connection *c, srv_model *sm, int rc,
+                                   const es_refusal *why, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static enum MHD_Result send_status(es_server *s, struct MHD_Connection *c, srv_model *sm, int rc,
+                                   const es_refusal *why, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  srv_status st = es__srv_status_of(rc, why);
+  es__srv_count(s, sm, st.outcome, st.reason);
+  return send_error(s, c, st.http, st.retry_after_ms, "%s", msg);
+}
+
+/* A 200 with the encoded outputs; counted with the request's timings. */
+static enum MHD_Result send_outputs(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                    const es_v2_request *q, const es_v2_output *outs, int n,
+                                    uint64_t queue_ns, uint64_t run_ns) {
+  char *body;
+  size_t len, hlen;
+  if (es__v2_response_encode(sm->name, "1", q->id, outs, n, &body, &len, &hlen) < 0)
+    return send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
+  es__srv_count(s, sm, SRV_OUT_SUCCESS, 0);
+  es__srv_observe(s, sm, queue_ns, run_ns);
+  return send_body(s, c, 200, body, len, hlen ? "application/octet-stream" : "application/json",
+                   hlen, 0);
+}
+
+/* Whether output `name` is sent, and in binary: the request's outputs list
+ * (none listed: all, in the request-wide binary mode). */
+static int output_wanted(const es_v2_request *q, const char *name, int *binary) {
+  int want = q->n_outputs == 0;
+  *binary = q->binary_output;
+  for (int j = 0; j < q->n_outputs; j++)
+    if (!strcmp(q->outputs[j].name, name)) {
+      want = 1;
+      if (q->outputs[j].binary >= 0)
+        *binary = q->outputs[j].binary;
+    }
+  return want;
+}
+
+/* The image of a pipeline request: one BYTES element holding a JPEG or
+ * PNG. 0, or ES_EINVAL with the reason in why. */
+static int pipeline_image(const srv_model *sm, const es_v2_request *q, es_image *img, char *why,
+                          size_t whylen) {
   const es_v2_input *x = q->n_inputs == 1 ? &q->inputs[0] : NULL;
   if (!x || !x->is_bytes) {
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "pipeline '%s' takes one BYTES input (an encoded JPEG "
-                      "or PNG image)%s", sm->name, x ? ", got another datatype" : "");
+    snprintf(why, whylen, "pipeline '%s' takes one BYTES input (an encoded JPEG or PNG image)%s",
+             sm->name, x ? ", got another datatype" : "");
+    return ES_EINVAL;
   }
   const unsigned char *d = x->data;
   uint32_t len = 0;
   if (x->nbytes >= 4)
     len = (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
   if (x->nbytes < 4 || (size_t)len > x->nbytes - 4) {
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "input '%s': no image in the BYTES element", x->name);
+    snprintf(why, whylen, "input '%s': no image in the BYTES element", x->name);
+    return ES_EINVAL;
   }
-  es_image img;
-  if (es_image_decode(d + 4, len, &img) < 0) {
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "input '%s': %s", x->name, es_last_error_detail());
+  if (es_image_decode(d + 4, len, img) < 0) {
+    snprintf(why, whylen, "input '%s': %s", x->name, es_last_error_detail());
+    return ES_EINVAL;
   }
-  uint64_t deadline = q->has_timeout && q->timeout_us ? es__now_ns() + q->timeout_us * 1000ull : 0;
-  int prio = level_of(s, sm, q);
-  es_refusal why;
-  memset(&why, 0, sizeof why);
-  char *json = NULL;
-  size_t jlen = 0;
+  return 0;
+}
+
+/* Run the pipeline's detector or reader; its answer as JSON text. ES_ENOENT
+ * when the pipeline was unloaded meanwhile. */
+static int pipeline_run(es_server *s, srv_model *sm, const es_image *img, int prio,
+                        uint64_t deadline, char **json, size_t *jlen, es_refusal *why) {
   int rc, n = 0;
-  uint64_t t0 = es__now_ns();
   atomic_fetch_add(&sm->busy, 1); /* before the check: unload waits for busy */
   pthread_mutex_lock(&s->mu);
   int live = sm->rt_id >= 0;
   pthread_mutex_unlock(&s->mu);
   if (!live) {
-    rc = ES_ENOENT;
+    rc = es__fail(ES_ENOENT, "pipeline '%s' is not loaded", sm->name);
   } else if (sm->pipeline == SRV_PIPE_FACE) {
     es_face faces[64];
-    rc = es_face_detect(sm->fd, &img, 0, prio, deadline, faces, 64, &n, &why);
-    if (rc == 0 && !(json = es_faces_json(faces, n, &jlen)))
-      rc = ES_ENOMEM;
+    rc = es_face_detect(sm->fd, img, 0, prio, deadline, faces, 64, &n, why);
+    if (rc == 0 && !(*json = es_faces_json(faces, n, jlen)))
+      rc = es__fail(ES_ENOMEM, "no memory for the answer");
   } else {
     es_ocr_line *lines = es_mem_alloc(ES_MEM_SERVER, 64 * sizeof *lines);
-    rc = lines ? es_ocr_read(sm->ocr, &img, prio, deadline, lines, 64, &n, &why) : ES_ENOMEM;
-    if (rc == 0 && !(json = es_ocr_json(lines, n, &jlen)))
-      rc = ES_ENOMEM;
+    rc = lines ? es_ocr_read(sm->ocr, img, prio, deadline, lines, 64, &n, why)
+               : es__fail(ES_ENOMEM, "no memory for the answer");
+    if (rc == 0 && !(*json = es_ocr_json(lines, n, jlen)))
+      rc = es__fail(ES_ENOMEM, "no memory for the answer");
     es_mem_free(lines);
   }
   atomic_fetch_sub(&sm->busy, 1);
+  return rc;
+}
+
+/* A pipeline model: one BYTES input holding an encoded JPEG or PNG, one
+ * BYTES output "result" holding the answer as a JSON string. The models it
+ * runs go through the runtime like any request, so admission refusals come
+ * back as 429/503 here too. */
+static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                      const es_v2_request *q) {
+  es_image img;
+  char bad[600];
+  if (pipeline_image(sm, q, &img, bad, sizeof bad) < 0)
+    return send_status(s, c, sm, ES_EINVAL, NULL, "%s", bad);
+  es_refusal why;
+  memset(&why, 0, sizeof why);
+  char *json = NULL;
+  size_t jlen = 0;
+  uint64_t t0 = es__now_ns();
+  int rc = pipeline_run(s, sm, &img, level_of(s, sm, q), deadline_of(q), &json, &jlen, &why);
   uint64_t run_ns = es__now_ns() - t0;
   es_image_free(&img);
-  if (rc == ES_EAGAIN) {
-    srv_count(s, sm, SRV_OUT_REFUSED, why.reason);
-    return send_error(s, c, refusal_status(why.reason), why.retry_after_ms,
-                      "refused: %s (pipeline '%s')", es_refusal_name(why.reason), sm->name);
-  }
-  if (rc == ES_ENOENT)
-    return send_error(s, c, 404, 0, "pipeline '%s' is not loaded", sm->name);
-  if (rc == ES_ETIMEDOUT) {
-    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DEADLINE);
-    return send_error(s, c, 503, 1000, "deadline passed in pipeline '%s'", sm->name);
-  }
-  if (rc < 0) {
-    srv_count(s, sm, SRV_OUT_ERROR, 0);
-    return send_error(s, c, 500, 0, "pipeline '%s' failed: %s", sm->name,
-                      es_last_error_detail());
-  }
+  if (rc < 0)
+    return send_status(s, c, sm, rc, &why, "pipeline '%s': %s", sm->name,
+                       es_last_error_detail());
   /* One BYTES element: 4-byte little-endian length, then the JSON. */
   char *elem = es_mem_alloc(ES_MEM_SERVER, jlen + 4);
   if (!elem) {
     es_mem_free(json);
-    return send_error(s, c, 503, 1000, "no memory for the answer");
+    return send_status(s, c, NULL, ES_ENOMEM, NULL, "no memory for the answer");
   }
   elem[0] = (char)(jlen & 0xff);
   elem[1] = (char)(jlen >> 8 & 0xff);
@@ -307,93 +355,75 @@ static enum MHD_Result pipeline_infer(es_server *s, struct MHD_Connection *c, sr
   elem[3] = (char)(jlen >> 24 & 0xff);
   memcpy(elem + 4, json, jlen);
   es_mem_free(json);
-  int binary = q->binary_output;
-  for (int j = 0; j < q->n_outputs; j++)
-    if (!strcmp(q->outputs[j].name, "result") && q->outputs[j].binary >= 0)
-      binary = q->outputs[j].binary;
+  int binary;
+  output_wanted(q, "result", &binary);
   int64_t one = 1;
   es_v2_output out = {"result", ES_DTYPE_UNDEFINED, 1, &one, elem, jlen + 4, binary};
-  char *body;
-  size_t blen, hlen;
-  rc = es_v2_response_encode(sm->name, "1", q->id, &out, 1, &body, &blen, &hlen);
+  enum MHD_Result res = send_outputs(s, c, sm, q, &out, 1, 0, run_ns);
   es_mem_free(elem);
-  if (rc < 0)
-    return send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
-  srv_count(s, sm, SRV_OUT_SUCCESS, 0);
-  srv_observe(s, sm, 0, run_ns);
-  return send_body(s, c, 200, body, blen, hlen ? "application/octet-stream" : "application/json",
-                   hlen, 0);
+  return res;
 }
 
-static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *sm, conn *k) {
-  const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+/* The request's body parsed, with the binary extension's header length.
+ * 0, or ES_EINVAL with the reason in err. */
+static int read_request(es_server *s, struct MHD_Connection *c, const conn *k, es_v2_request *q,
+                        char *err, size_t errlen) {
+  const char *hl =
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
   long long header_len = -1;
   if (hl) {
     char *end;
     errno = 0;
     header_len = strtoll(hl, &end, 10);
     if (errno || end == hl || *end || header_len < 0) {
-      srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-      return send_error(s, c, 400, 0, "Inference-Header-Content-Length '%.40s' is not a "
-                        "non-negative integer", hl);
+      snprintf(err, errlen, "Inference-Header-Content-Length '%.40s' is not a non-negative "
+               "integer", hl);
+      return ES_EINVAL;
     }
   }
-  es_v2_request q;
-  char err[512];
-  if (es_v2_request_parse(k->body ? k->body : "", k->len, header_len, s->cfg.max_elements, &q,
-                          err, sizeof err) < 0) {
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "%s", err);
-  }
-  if (sm->pipeline) {
-    enum MHD_Result r = pipeline_infer(s, c, sm, &q);
-    es_v2_request_free(&q);
-    return r;
-  }
-  es_model *m = NULL;
-  int rc = es_runtime_model_get(s->rt, sm->rt_id, &m);
-  if (rc < 0) {
-    es_v2_request_free(&q);
-    return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
-  }
-  /* Inputs by name, in the model's order. */
+  if (es__v2_request_parse(k->body ? k->body : "", k->len, header_len, s->cfg.max_elements, q, err,
+                          errlen) < 0)
+    return ES_EINVAL;
+  return 0;
+}
+
+/* The request's inputs bound to the model's, in the model's order, and its
+ * requested outputs checked. 0, or ES_EINVAL with the reason in why. The
+ * tensors point into q. */
+static int bind_inputs(const srv_model *sm, es_model *m, const es_v2_request *q, es_tensor *in,
+                       char *why, size_t whylen) {
   int n_in = es_model_input_count(m);
-  es_tensor in[ES_RT_MAX_IO];
-  const char *bad = NULL;
-  char why[512] = "";
-  for (int j = 0; j < q.n_inputs && !why[0]; j++) {
+  es_tensor_info ti;
+  for (int j = 0; j < q->n_inputs; j++) {
     int known = 0;
-    for (int i = 0; i < n_in && !known; i++) {
-      es_tensor_info ti;
-      es_model_input_info(m, i, &ti);
-      known = !strcmp(ti.name, q.inputs[j].name);
-    }
+    for (int i = 0; i < n_in && !known; i++)
+      known = es_model_input_info(m, i, &ti) == 0 && !strcmp(ti.name, q->inputs[j].name);
     if (!known) {
-      es_tensor_info t0;
-      es_model_input_info(m, 0, &t0);
-      snprintf(why, sizeof why, "model '%s' has no input '%s' (its first input is '%s')",
-               sm->name, q.inputs[j].name, t0.name);
+      es_model_input_info(m, 0, &ti);
+      snprintf(why, whylen, "model '%s' has no input '%s' (its first input is '%s')", sm->name,
+               q->inputs[j].name, ti.name);
+      return ES_EINVAL;
     }
   }
-  if (!why[0] && q.n_inputs != n_in)
-    snprintf(why, sizeof why, "model '%s' takes %d inputs, the request has %d", sm->name, n_in,
-             q.n_inputs);
-  for (int i = 0; i < n_in && !why[0]; i++) {
-    es_tensor_info ti;
+  if (q->n_inputs != n_in) {
+    snprintf(why, whylen, "model '%s' takes %d inputs, the request has %d", sm->name, n_in,
+             q->n_inputs);
+    return ES_EINVAL;
+  }
+  for (int i = 0; i < n_in; i++) {
     es_model_input_info(m, i, &ti);
     const es_v2_input *x = NULL;
-    for (int j = 0; j < q.n_inputs; j++)
-      if (!strcmp(q.inputs[j].name, ti.name))
-        x = &q.inputs[j];
+    for (int j = 0; j < q->n_inputs; j++)
+      if (!strcmp(q->inputs[j].name, ti.name))
+        x = &q->inputs[j];
     if (!x) {
-      bad = ti.name;
-      snprintf(why, sizeof why, "input '%s' is missing", bad);
-      break;
+      snprintf(why, whylen, "input '%s' is missing", ti.name);
+      return ES_EINVAL;
     }
     if (x->is_bytes || x->dtype != ti.dtype) {
-      snprintf(why, sizeof why, "input '%s' must be %s, got %s", ti.name,
-               es_v2_dtype_name(ti.dtype), x->is_bytes ? "BYTES" : es_v2_dtype_name(x->dtype));
-      break;
+      snprintf(why, whylen, "input '%s' must be %s, got %s", ti.name, es__v2_dtype_name(ti.dtype),
+               x->is_bytes ? "BYTES" : es__v2_dtype_name(x->dtype));
+      return ES_EINVAL;
     }
     memset(&in[i], 0, sizeof in[i]);
     in[i].name = ti.name;
@@ -403,106 +433,90 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
     in[i].data = (void *)x->data;
     in[i].nbytes = x->nbytes;
   }
-  if (why[0]) {
-    es_model_release(m);
-    es_v2_request_free(&q);
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "%s", why);
-  }
-
-  for (int j = 0; j < q.n_outputs && !why[0]; j++) {
+  for (int j = 0; j < q->n_outputs; j++) {
     int known = 0;
-    for (int i = 0; i < es_model_output_count(m) && !known; i++) {
-      es_tensor_info ti;
-      es_model_output_info(m, i, &ti);
-      known = !strcmp(ti.name, q.outputs[j].name);
+    for (int i = 0; i < es_model_output_count(m) && !known; i++)
+      known = es_model_output_info(m, i, &ti) == 0 && !strcmp(ti.name, q->outputs[j].name);
+    if (!known) {
+      snprintf(why, whylen, "model '%s' has no output '%s'", sm->name, q->outputs[j].name);
+      return ES_EINVAL;
     }
-    if (!known)
-      snprintf(why, sizeof why, "model '%s' has no output '%s'", sm->name, q.outputs[j].name);
   }
-  if (why[0]) {
-    es_model_release(m);
-    es_v2_request_free(&q);
-    srv_count(s, sm, SRV_OUT_BAD_REQUEST, 0);
-    return send_error(s, c, 400, 0, "%s", why);
+  return 0;
+}
+
+/* The completed request's outputs, those the request asked for. */
+static enum MHD_Result answer_outputs(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                      const es_v2_request *q, es_request *r,
+                                      const es_request_info *info) {
+  int n_out = es_request_output_count(r);
+  es_v2_output outs[ES_RT_MAX_IO];
+  es_tensor keep[ES_RT_MAX_IO]; /* outs[] points at their dims */
+  int n = 0;
+  for (int i = 0; i < n_out; i++) {
+    es_tensor *t = &keep[n];
+    es_request_output(r, i, t);
+    int binary;
+    if (output_wanted(q, t->name, &binary))
+      outs[n++] = (es_v2_output){t->name, t->dtype, t->rank, t->dims, t->data, t->nbytes, binary};
   }
+  return send_outputs(s, c, sm, q, outs, n, info->queue_ns, info->run_ns);
+}
+
+/* Submit, wait (tracked, so shutdown can cancel it while queued), answer. */
+static enum MHD_Result run_and_answer(es_server *s, struct MHD_Connection *c, srv_model *sm,
+                                      const es_v2_request *q, es_tensor *in, int n_in) {
   es_submit sub = {.model = sm->rt_id, .inputs = in, .n_inputs = n_in,
-                   .priority = level_of(s, sm, &q)};
-  if (q.has_timeout && q.timeout_us)
-    sub.deadline_ns = es__now_ns() + q.timeout_us * 1000ull;
+                   .priority = level_of(s, sm, q), .deadline_ns = deadline_of(q)};
   es_request *r = NULL;
   es_refusal ref;
   memset(&ref, 0, sizeof ref);
-  rc = es_runtime_submit(s->rt, &sub, &r, &ref);
-  if (rc == ES_EAGAIN) {
-    es_model_release(m);
-    es_v2_request_free(&q);
-    srv_count(s, sm, SRV_OUT_REFUSED, ref.reason);
-    return send_error(s, c, refusal_status(ref.reason), ref.retry_after_ms,
-                      "refused: %s (model '%s')", es_refusal_name(ref.reason), sm->name);
-  }
-  if (rc < 0) {
-    char detail[512];
-    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
-    es_model_release(m);
-    es_v2_request_free(&q);
-    unsigned st = rc == ES_ENOSPC ? 503 : (rc == ES_EINVAL || rc == ES_EMODEL || rc == ES_ENOTSUP) ? 400 : 500;
-    srv_count(s, sm, st == 400 ? SRV_OUT_BAD_REQUEST : SRV_OUT_ERROR, 0);
-    return send_error(s, c, st, st == 503 ? 60000 : 0, "%s", detail);
-  }
-  srv_track(s, r, 1);
+  int rc = es_runtime_submit(s->rt, &sub, &r, &ref);
+  if (rc == ES_EAGAIN)
+    return send_status(s, c, sm, rc, &ref, "refused: %s (model '%s')",
+                       es_refusal_name(ref.reason), sm->name);
+  if (rc < 0)
+    return send_status(s, c, sm, rc, &ref, "%s", es_last_error_detail());
+  es__srv_track(s, r, 1);
   rc = es_request_wait(r, -1);
-  srv_track(s, r, 0);
+  es__srv_track(s, r, 0);
   es_request_info info;
   es_request_info_get(r, &info);
   enum MHD_Result res;
-  if (rc == 0) {
-    int n_out = es_request_output_count(r);
-    es_v2_output outs[ES_RT_MAX_IO];
-    es_tensor keep[ES_RT_MAX_IO]; /* outs[] points at their dims */
-    int n = 0;
-    for (int i = 0; i < n_out; i++) {
-      es_tensor *t = &keep[n];
-      es_request_output(r, i, t);
-      int want = q.n_outputs == 0, binary = q.binary_output;
-      for (int j = 0; j < q.n_outputs; j++)
-        if (!strcmp(q.outputs[j].name, t->name)) {
-          want = 1;
-          if (q.outputs[j].binary >= 0)
-            binary = q.outputs[j].binary;
-        }
-      if (want)
-        outs[n++] = (es_v2_output){t->name, t->dtype, t->rank, t->dims, t->data, t->nbytes,
-                                   binary};
-    }
-    char *body;
-    size_t len, hlen;
-    if (es_v2_response_encode(sm->name, "1", q.id, outs, n, &body, &len, &hlen) < 0) {
-      res = send_error(s, c, 500, 0, "cannot encode the response: %s", es_last_error_detail());
-    } else {
-      srv_count(s, sm, SRV_OUT_SUCCESS, 0);
-      srv_observe(s, sm, info.queue_ns, info.run_ns);
-      res = send_body(s, c, 200, body, len,
-                      hlen ? "application/octet-stream" : "application/json", hlen, 0);
-    }
-  } else if (rc == ES_ETIMEDOUT) {
-    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DEADLINE);
-    res = send_error(s, c, 503, info.refusal.retry_after_ms,
-                     "deadline passed before '%s' could run", sm->name);
-  } else if (rc == ES_EAGAIN) {
-    srv_count(s, sm, SRV_OUT_REFUSED, info.refusal.reason);
-    res = send_error(s, c, 503, info.refusal.retry_after_ms, "removed from the queue: %s",
-                     es_refusal_name(info.refusal.reason));
-  } else if (rc == ES_ECANCELED) {
-    srv_count(s, sm, SRV_OUT_REFUSED, ES_REFUSE_DRAINING);
-    res = send_error(s, c, 503, 1000, "cancelled: the server is shutting down");
-  } else {
-    srv_count(s, sm, SRV_OUT_ERROR, 0);
-    res = send_error(s, c, 500, 0, "'%s' failed: %s", sm->name, es_strerror(rc));
-  }
+  if (rc == 0)
+    res = answer_outputs(s, c, sm, q, r, &info);
+  else if (rc == ES_ETIMEDOUT)
+    res = send_status(s, c, sm, rc, &info.refusal, "deadline passed before '%s' could run",
+                      sm->name);
+  else if (rc == ES_EAGAIN)
+    res = send_status(s, c, sm, rc, &info.refusal, "removed from the queue: %s",
+                      es_refusal_name(info.refusal.reason));
+  else if (rc == ES_ECANCELED)
+    res = send_status(s, c, sm, rc, &info.refusal, "cancelled: the server is shutting down");
+  else
+    res = send_status(s, c, sm, rc, &info.refusal, "'%s' failed: %s", sm->name, es_strerror(rc));
   es_request_free(r);
+  return res;
+}
+
+static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *sm, conn *k) {
+  es_v2_request q;
+  char why[512];
+  if (read_request(s, c, k, &q, why, sizeof why) < 0)
+    return send_status(s, c, sm, ES_EINVAL, NULL, "%s", why);
+  enum MHD_Result res;
+  es_model *m = NULL;
+  es_tensor in[ES_RT_MAX_IO];
+  if (sm->pipeline)
+    res = pipeline_infer(s, c, sm, &q);
+  else if (es_runtime_model_get(s->rt, sm->rt_id, &m) < 0)
+    res = send_status(s, c, NULL, ES_ENOENT, NULL, "model '%s' is not loaded", sm->name);
+  else if (bind_inputs(sm, m, &q, in, why, sizeof why) < 0)
+    res = send_status(s, c, sm, ES_EINVAL, NULL, "%s", why);
+  else
+    res = run_and_answer(s, c, sm, &q, in, es_model_input_count(m));
   es_model_release(m);
-  es_v2_request_free(&q);
+  es__v2_request_free(&q);
   return res;
 }
 
@@ -523,11 +537,10 @@ static enum MHD_Result repository_index(es_server *s, struct MHD_Connection *c) 
 
 static enum MHD_Result repository_load(es_server *s, struct MHD_Connection *c, srv_model *sm,
                                        int load) {
-  int rc = load ? srv_model_load(s, sm) : srv_model_unload(s, sm, 10000);
+  int rc = load ? es__srv_model_load(s, sm) : es__srv_model_unload(s, sm, 10000);
   if (rc < 0)
-    return send_error(s, c, rc == ES_ETIMEDOUT ? 503 : 400, rc == ES_ETIMEDOUT ? 1000 : 0,
-                      "%s '%s': %s", load ? "load" : "unload", sm->name,
-                      es_last_error_detail());
+    return send_status(s, c, NULL, rc, NULL, "%s '%s': %s", load ? "load" : "unload", sm->name,
+                       es_last_error_detail());
   return send_text(s, c, 200, "application/json", "{}", 2);
 }
 
@@ -537,9 +550,9 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
   int post = !strcmp(method, "POST");
   if (!strcmp(url, "/metrics") && get) {
     size_t len;
-    char *txt = es_server_metrics_text(s, &len);
-    if (!txt)
-      return send_error(s, c, 500, 0, "metrics unavailable");
+    char *txt;
+    if (es_server_metrics_text(s, &txt, &len) < 0)
+      return send_error(s, c, 500, 0, "metrics unavailable: %s", es_last_error_detail());
     return send_body(s, c, 200, txt, len, "text/plain; version=0.0.4; charset=utf-8", 0, 0);
   }
   char path[512];
@@ -569,7 +582,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
       return repository_index(s, c);
     if (n == 5 && !strcmp(seg[2], "models") && post &&
         (!strcmp(seg[4], "load") || !strcmp(seg[4], "unload"))) {
-      srv_model *sm = srv_find(s, seg[3]);
+      srv_model *sm = es__srv_find(s, seg[3]);
       if (!sm)
         return send_error(s, c, 404, 0, "unknown model '%s'", seg[3]);
       return repository_load(s, c, sm, !strcmp(seg[4], "load"));
@@ -577,7 +590,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
     return send_method_error(s, c, method, url, "POST");
   }
   if (n >= 3 && !strcmp(seg[1], "models")) {
-    srv_model *sm = srv_find(s, seg[2]);
+    srv_model *sm = es__srv_find(s, seg[2]);
     if (!sm)
       return send_error(s, c, 404, 0, "unknown model '%s'", seg[2]);
     int rest = 3;
@@ -599,7 +612,7 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
     }
     if (n == rest + 1 && !strcmp(seg[rest], "infer") && post) {
       if (atomic_load(&s->stopping))
-        return send_error(s, c, 503, 1000, "the server is shutting down");
+        return send_status(s, c, NULL, ES_ECANCELED, NULL, "the server is shutting down");
       if (sm->rt_id < 0)
         return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
       return infer(s, c, sm, k);
@@ -718,7 +731,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   : k->reject == 503 ? SRV_REJECT_BUFFERED
                                                      : SRV_REJECT_BAD],
                      1);
-    return send_error(s, c, (unsigned)k->reject, k->reject == 503 ? 1000 : 0, "%s",
+    return send_error(s, c, (unsigned)k->reject, 0, "%s",
                       k->reject_msg);
   }
   enum MHD_Result r = route(s, c, url, method, k);
@@ -729,35 +742,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 /* ---- lifecycle ------------------------------------------------------------------ */
 
-static int sig_pipe_[2] = {-1, -1};
-
-static void on_signal(int sig) {
-  unsigned char b = (unsigned char)sig;
-  ssize_t w = write(sig_pipe_[1], &b, 1);
-  (void)w;
-}
-
-int es_server_wait_signal(es_server *s) {
-  (void)s;
-  if (sig_pipe_[0] < 0 && pipe(sig_pipe_) != 0)
-    return es__fail(ES_EIO, "es_server_wait_signal: pipe: %s", strerror(errno));
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, NULL);
-  sigaction(SIGINT, &sa, NULL);
-  unsigned char b = 0;
-  for (;;) {
-    ssize_t n = read(sig_pipe_[0], &b, 1);
-    if (n == 1)
-      return b;
-    if (n < 0 && errno != EINTR)
-      return es__fail(ES_EIO, "es_server_wait_signal: read: %s", strerror(errno));
-  }
-}
-
-int es_server_start_http(es_server *s) {
+int es__srv_start_http(es_server *s) {
   struct sockaddr_in addr;
   memset(&addr, 0, sizeof addr);
   addr.sin_family = AF_INET;
@@ -803,7 +788,7 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   uint64_t until = t0 + (uint64_t)(grace_ms > 0 ? grace_ms : 0) * 1000000ull;
   while (atomic_load(&s->active) && es__now_ns() < until)
     usleep(2000);
-  rep.cut_off = srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
+  rep.cut_off = es__srv_cancel_tracked(s); /* queued ones leave now, answered 503 */
   /* Running ones finish (runs are not interrupted); their answers and the
    * 503s of the cancelled ones go out before the connections close. */
   uint64_t last = es__now_ns() + 30ull * 1000000000ull;
@@ -822,5 +807,11 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   return 0;
 }
 
-int es_server_port(const es_server *s) { return s ? s->port : -1; }
+int es_server_port(const es_server *s, int *port) {
+  if (!s || !port)
+    return es__fail(ES_EINVAL, "es_server_port: NULL argument");
+  *port = s->port;
+  return 0;
+}
+
 es_runtime *es_server_runtime(es_server *s) { return s ? s->rt : NULL; }

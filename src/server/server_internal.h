@@ -12,7 +12,16 @@
 #define SRV_BUCKETS 14
 
 enum { SRV_PIPE_NONE = 0, SRV_PIPE_FACE, SRV_PIPE_OCR };
-enum { SRV_OUT_SUCCESS = 0, SRV_OUT_REFUSED, SRV_OUT_BAD_REQUEST, SRV_OUT_ERROR, SRV_OUT_COUNT };
+/* SRV_OUT_NONE: answered but not counted against the model (it is not
+ * loaded, so it did not take the request). */
+enum {
+  SRV_OUT_NONE = -1,
+  SRV_OUT_SUCCESS = 0,
+  SRV_OUT_REFUSED,
+  SRV_OUT_BAD_REQUEST,
+  SRV_OUT_ERROR,
+  SRV_OUT_COUNT
+};
 /* Requests answered before routing (no model known yet). */
 enum { SRV_REJECT_TOO_LARGE = 0, SRV_REJECT_BUFFERED, SRV_REJECT_BAD, SRV_REJECT_COUNT };
 
@@ -71,17 +80,35 @@ struct es_server {
   uint64_t started_ns;
 };
 
-extern const double srv_bucket_bounds[SRV_BUCKETS];
+extern const double es__srv_bucket_bounds[SRV_BUCKETS];
 
-srv_model *srv_find(es_server *s, const char *name);
-void srv_count(es_server *s, srv_model *sm, int outcome, int reason);
-void srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns);
+srv_model *es__srv_find(es_server *s, const char *name);
+void es__srv_count(es_server *s, srv_model *sm, int outcome, int reason);
+void es__srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t run_ns);
 /* Requests in the runtime, so shutdown can tell and cancel what is left. */
-void srv_track(es_server *s, es_request *r, int on);
-size_t srv_tracked(es_server *s);
-size_t srv_cancel_tracked(es_server *s);
-int srv_model_load(es_server *s, srv_model *sm);
-int srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
-int es_server_start_http(es_server *s);
+void es__srv_track(es_server *s, es_request *r, int on);
+size_t es__srv_tracked(es_server *s);
+size_t es__srv_cancel_tracked(es_server *s);
+int es__srv_model_load(es_server *s, srv_model *sm);
+int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
+int es__srv_start_http(es_server *s);
+
+/* What an answer carries for a library return code (status.c states the
+ * rule for each code). */
+typedef struct srv_status {
+  unsigned http;           /* HTTP status */
+  uint32_t retry_after_ms; /* Retry-After (sent in whole seconds, rounded
+                              up); 0 for statuses other than 429 and 503 */
+  int outcome;             /* SRV_OUT_* for the model's counters */
+  int reason;              /* es_refusal_reason, for SRV_OUT_REFUSED */
+} srv_status;
+
+/* rc: 0 or an ES_E* code; why: the refusal that came with it (the
+ * admission's retry estimate), or NULL. Pure, thread-safe. */
+srv_status es__srv_status_of(int rc, const es_refusal *why);
+/* Retry-After for an answer with this status decided without a return code
+ * of the library (rc 0) or with one: the estimate when there is one, else
+ * the rule's default; 0 for statuses other than 429 and 503. */
+uint32_t es__srv_retry_after_ms(unsigned http, int rc, uint32_t estimate_ms);
 
 #endif

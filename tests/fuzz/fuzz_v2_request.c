@@ -8,7 +8,7 @@
  *
  * Beyond "no crash" the target checks what the unit tests check, on every
  * input the fuzzer finds: a refusal says why, in a message that
- * es_v2_error_body turns into valid JSON; a parse gives 64-byte aligned
+ * es__v2_error_body turns into valid JSON; a parse gives 64-byte aligned
  * tensors inside the one storage block (or, binary ones already aligned, in
  * the body itself); and the parsed inputs, encoded as a
  * response and parsed again (a response's "outputs" read as a request's
@@ -40,7 +40,7 @@ static size_t server_bytes(void) {
 
 static void check_error_body(const char *msg) {
   size_t len;
-  char *b = es_v2_error_body(msg, &len);
+  char *b = es__v2_error_body(msg, &len);
   if (!b)
     abort();
   json_t *j = json_loadb(b, len, 0, NULL);
@@ -75,7 +75,7 @@ static void round_trip(const es_v2_request *r) {
   }
   char *body;
   size_t len, hl;
-  int rc = es_v2_response_encode("m", "1", r->id, outs, r->n_inputs, &body, &len, &hl);
+  int rc = es__v2_response_encode("m", "1", r->id, outs, r->n_inputs, &body, &len, &hl);
   if (rc) {
     if (rc != ES_EINVAL || !lossy)
       abort();
@@ -94,7 +94,7 @@ static void round_trip(const es_v2_request *r) {
   memcpy(k, "\"inputs\" :[", 11);
   es_v2_request back;
   char err[256];
-  rc = es_v2_request_parse(copy, len, hl ? (long long)hl : -1, FZ_MAX_ELEMENTS, &back, err,
+  rc = es__v2_request_parse(copy, len, hl ? (long long)hl : -1, FZ_MAX_ELEMENTS, &back, err,
                            sizeof err);
   if (rc) {
     if (!lossy)
@@ -109,7 +109,7 @@ static void round_trip(const es_v2_request *r) {
           a->nbytes != b->nbytes || (a->nbytes && memcmp(a->data, b->data, a->nbytes) != 0))
         abort();
     }
-    es_v2_request_free(&back);
+    es__v2_request_free(&back);
   }
   free(copy);
   es_mem_free(body);
@@ -127,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t before = server_bytes();
   es_v2_request r;
   char err[256];
-  int rc = es_v2_request_parse(body, len, hl, FZ_MAX_ELEMENTS, &r, err, sizeof err);
+  int rc = es__v2_request_parse(body, len, hl, FZ_MAX_ELEMENTS, &r, err, sizeof err);
   if (rc) {
     if ((rc != ES_EINVAL && rc != ES_ENOMEM) || err[0] == '\0' || r.storage || r.n_inputs)
       abort();
@@ -144,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     }
     round_trip(&r);
-    es_v2_request_free(&r);
+    es__v2_request_free(&r);
   }
   if (server_bytes() != before)
     abort();

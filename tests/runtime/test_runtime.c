@@ -758,10 +758,46 @@ static void test_storm(void **state) {
   free(in.data);
 }
 
+/* The API's conventions on NULL and dead handles: retain takes no reference
+ * and says NULL, plain getters give the empty value, calls that can fail
+ * give a code, destroy and free accept NULL. */
+static void test_bad_handles(void **state) {
+  (void)state;
+  assert_null(es_model_retain(NULL));
+  assert_null(es_plan_retain(NULL));
+  assert_null(es_weights_retain(NULL));
+  static uint64_t junk[4096]; /* zeros: no live magic anywhere in it */
+  assert_null(es_model_retain((es_model *)junk));
+  assert_null(es_plan_retain((es_plan *)junk));
+  assert_int_equal(es_request_output_count(NULL), 0);
+  assert_int_equal(es_request_output_count((es_request *)junk), 0);
+  assert_null(es_runtime_admission(NULL));
+  es_model *m = (es_model *)junk;
+  ES_EXPECT_RC(es_runtime_model_get(NULL, 0, &m), ES_EINVAL);
+  es_runtime_stats st;
+  ES_EXPECT_RC(es_runtime_stats_get(NULL, &st), ES_EINVAL);
+  ES_EXPECT_RC(es_runtime_destroy(NULL), 0);
+  es_request_free(NULL);
+  es_model_release(NULL);
+  es_plan_release(NULL);
+
+  es_runtime *rt = runtime_new(1, NULL);
+  ES_EXPECT_RC(es_runtime_model_get(rt, 3, &m), ES_ENOENT);
+  assert_null(m);
+  ES_EXPECT_RC(es_runtime_model_get(rt, 0, NULL), ES_EINVAL);
+  es_runtime_model_stats ms;
+  ES_EXPECT_RC(es_runtime_model_stats_get(rt, 3, &ms), ES_ENOENT);
+  ES_EXPECT_RC(es_runtime_model_stats_get(rt, 0, NULL), ES_EINVAL);
+  ES_EXPECT_RC(es_runtime_model_resume(rt, -1), ES_ENOENT);
+  ES_EXPECT_RC(es_runtime_model_unload(rt, 5, 0), ES_ENOENT);
+  ES_CHECK_RC(es_runtime_destroy(rt));
+}
+
 int main(void) {
   const char *d = getenv("ES_MODEL_DIR");
   snprintf(dir_, sizeof dir_, "%s", d ? d : ES_SOURCE_DIR "/.cache/models");
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_handles),
       cmocka_unit_test(test_concurrent_one_copy),
       cmocka_unit_test(test_weights_write_protected),
       cmocka_unit_test(test_priority_order),

@@ -50,7 +50,7 @@ static int teardown(void **state) {
 
 static void parse_ok_(const char *body, size_t len, long long hl, es_v2_request *r, int line) {
   char err[512];
-  int rc = es_v2_request_parse(body, len, hl, MAXEL, r, err, sizeof err);
+  int rc = es__v2_request_parse(body, len, hl, MAXEL, r, err, sizeof err);
   if (rc != 0)
     fail_msg("line %d: parse -> %s: %s\nbody: %.300s", line, es_err_name(rc), err, body);
 }
@@ -62,7 +62,7 @@ static void expect_fail_(const char *body, size_t len, long long hl, size_t max_
   es_v2_request r;
   char err[512] = "untouched";
   size_t before = server_bytes();
-  int rc = es_v2_request_parse(body, len, hl, max_el, &r, err, sizeof err);
+  int rc = es__v2_request_parse(body, len, hl, max_el, &r, err, sizeof err);
   if (rc != ES_EINVAL)
     fail_msg("line %d: parse -> %s (%s), want ES_EINVAL\nbody: %.300s", line, es_err_name(rc), err,
              body);
@@ -106,13 +106,13 @@ static int reparse_response(const char *body, size_t len, size_t hl, es_v2_reque
   char *k = strstr(copy, "\"outputs\":[");
   assert_non_null(k);
   memcpy(k, "\"inputs\" :[", 11);
-  return es_v2_request_parse(copy, len, hl ? (long long)hl : -1, MAXEL, r, err, errlen);
+  return es__v2_request_parse(copy, len, hl ? (long long)hl : -1, MAXEL, r, err, errlen);
 }
 
 static void check_reparse(const es_v2_output *outs, int n, int line) {
   char *body;
   size_t len, hl;
-  int rc = es_v2_response_encode("m", "1", "rid", outs, n, &body, &len, &hl);
+  int rc = es__v2_response_encode("m", "1", "rid", outs, n, &body, &len, &hl);
   if (rc)
     fail_msg("line %d: encode -> %s: %s", line, es_err_name(rc), es_last_error_detail());
   es_v2_request r;
@@ -135,7 +135,7 @@ static void check_reparse(const es_v2_output *outs, int n, int line) {
     if (in->nbytes && memcmp(in->data, outs[i].data, in->nbytes) != 0)
       fail_msg("line %d: output '%s' changed in the round trip\n%.400s", line, outs[i].name, body);
   }
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free(copy);
   es_mem_free(body);
 }
@@ -388,7 +388,7 @@ static char *write_request(const ttensor *ts, int n, long long *hl, size_t *len,
       tb_put(&b, ",", 1);
     tb_put(&b, "{\"name\":", 8);
     tb_jstr(&b, (const unsigned char *)t->name, strlen(t->name));
-    tb_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", es_v2_dtype_name(t->dtype));
+    tb_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", es__v2_dtype_name(t->dtype));
     for (int d = 0; d < t->rank; d++)
       tb_printf(&b, d ? ", %lld" : "%lld", (long long)t->dims[d]);
     tb_put(&b, "],", 2);
@@ -437,7 +437,7 @@ static void check_same_in(const es_v2_request *r, const ttensor *ts, int n, cons
     if (in->nbytes && memcmp(in->data, ts[k].data, in->nbytes) != 0) {
       for (size_t i = 0; i < in->nbytes; i++)
         if (((const unsigned char *)in->data)[i] != ts[k].data[i])
-          fail_msg("input '%s' (%s): byte %zu differs", in->name, es_v2_dtype_name(in->dtype), i);
+          fail_msg("input '%s' (%s): byte %zu differs", in->name, es__v2_dtype_name(in->dtype), i);
     }
   }
 }
@@ -490,17 +490,17 @@ static void test_dtype_names(void **state) {
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     es_dtype t = (es_dtype)99;
     int b = -1;
-    assert_int_equal(es_v2_dtype_parse(ok[i].name, &t, &b), 0);
+    assert_int_equal(es__v2_dtype_parse(ok[i].name, &t, &b), 0);
     assert_int_equal(t, ok[i].t);
     assert_int_equal(b, ok[i].bytes);
-    assert_string_equal(es_v2_dtype_name(t), ok[i].name);
+    assert_string_equal(es__v2_dtype_name(t), ok[i].name);
   }
   const char *bad[] = {"FP64", "FP16", "BF16", "UINT16", "UINT32", "UINT64", "INT16",
                        "fp32", "FLOAT", "", " FP32"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-    assert_int_equal(es_v2_dtype_parse(bad[i], NULL, NULL), -1);
-  assert_int_equal(es_v2_dtype_parse(NULL, NULL, NULL), -1);
-  assert_string_equal(es_v2_dtype_name((es_dtype)42), "INVALID");
+    assert_int_equal(es__v2_dtype_parse(bad[i], NULL, NULL), -1);
+  assert_int_equal(es__v2_dtype_parse(NULL, NULL, NULL), -1);
+  assert_string_equal(es__v2_dtype_name((es_dtype)42), "INVALID");
 }
 
 static void test_json_every_dtype(void **state) {
@@ -552,8 +552,8 @@ static void test_json_every_dtype(void **state) {
     }
     check_reparse(outs, 7, __LINE__);
   }
-  es_v2_request_free(&r);
-  es_v2_request_free(&r); /* twice is harmless */
+  es__v2_request_free(&r);
+  es__v2_request_free(&r); /* twice is harmless */
 }
 
 static void test_binary_every_dtype(void **state) {
@@ -602,7 +602,7 @@ static void test_binary_every_dtype(void **state) {
   }
   char *resp;
   size_t rlen, hl;
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, NULL, outs, 6, &resp, &rlen, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, NULL, outs, 6, &resp, &rlen, &hl));
   assert_int_equal(rlen - hl, n);
   assert_memory_equal(resp + hl, bin, n);
   json_error_t je;
@@ -621,7 +621,7 @@ static void test_binary_every_dtype(void **state) {
   outs[4].binary = 1; /* NaN stays binary */
   outs[0].binary = outs[2].binary = 0;
   check_reparse(outs, 6, __LINE__);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free_binary(body);
 }
 
@@ -650,7 +650,7 @@ static void test_bytes(void **state) {
     }
     check_reparse(outs, 3, __LINE__);
   }
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
 
   /* Binary BYTES: any bytes, in the length-prefixed layout. */
   const unsigned char bin[] = {1, 0, 0, 0, 0xFF, 0, 0, 0, 0};
@@ -664,12 +664,12 @@ static void test_bytes(void **state) {
   char *resp;
   size_t rlen, hl;
   /* 0xFF is not UTF-8: refused as JSON rather than changed... */
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &resp, &rlen, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &resp, &rlen, &hl), ES_EINVAL);
   assert_non_null(strstr(es_last_error_detail(), "output 'raw'"));
   assert_non_null(strstr(es_last_error_detail(), "UTF-8"));
   o.binary = 1; /* ...and fine as binary */
   check_reparse(&o, 1, __LINE__);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free_binary(body);
 
   /* Broken binary layouts, each named. */
@@ -723,27 +723,27 @@ static void test_request_fields(void **state) {
   assert_int_equal(r.outputs[2].binary, 1);
   const int32_t x[] = {1, 2};
   assert_memory_equal(r.inputs[0].data, x, 8);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
 
   PARSE_OK("{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[5]}],"
            "\"outputs\":[]}",
            &r);
   assert_string_equal(r.id, "");
   assert_int_equal(r.has_priority + r.has_timeout + r.binary_output + r.n_outputs, 0);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
 
   /* Keys spelled with escapes are the same keys (the skim decodes them). */
   PARSE_OK("{\"in\\u0070uts\":[{\"name\":\"x\",\"shape\":[2],\"datatype\":\"FP32\","
            "\"d\\u0061ta\":[1.5,2]}]}",
            &r);
   assert_true(((const float *)r.inputs[0].data)[0] == 1.5f);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   /* A lone body with no header at all, with spaces everywhere. */
   PARSE_OK(" \n{ \"inputs\" : [ { \"name\" : \"x\" , \"shape\" : [ 2 , 1 ] , \"datatype\" : "
            "\"UINT8\" , \"data\" : [ [ 1 ] , [ 2 ] ] } ] }\n ",
            &r);
   assert_int_equal(((const uint8_t *)r.inputs[0].data)[1], 2);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
 }
 
 static void test_input_errors(void **state) {
@@ -843,7 +843,7 @@ static void test_input_errors(void **state) {
   es_v2_request r;
   PARSE_OK(big, &r);
   assert_int_equal(strlen(r.inputs[0].name), 127);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   EXPECT_FAIL("{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]},"
               "{\"name\":\"y\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]},"
               "{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}]}",
@@ -984,7 +984,7 @@ static void test_binary_framing(void **state) {
   assert_memory_equal(r.inputs[0].data, v, 8);
   assert_true(is_aligned(r.inputs[0].data)); /* the body was not */
   assert_int_equal(*(const int32_t *)r.inputs[1].data, 3);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   expect_fail_(body, jl + 12, (long long)jl, MAXEL, "4 bytes follow the binary data of input 'x'",
                NULL, __LINE__);
   expect_fail_(body, jl + 4, (long long)jl, MAXEL, "input 'x'", "past the end", __LINE__);
@@ -1004,7 +1004,7 @@ static void test_binary_framing(void **state) {
   snprintf(js2, sizeof js2, "%s  \n", json);
   body = with_binary(js2, v, 8, &len);
   parse_ok_(body, len, (long long)strlen(js2), &r, __LINE__);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free_binary(body);
   /* A header with no binary inputs, and bytes after it. */
   const char *j3 = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[3]}]}";
@@ -1012,7 +1012,7 @@ static void test_binary_framing(void **state) {
   expect_fail_(body, len, (long long)strlen(j3), MAXEL, "4 bytes follow the JSON header",
                "no input has", __LINE__);
   parse_ok_(body, strlen(j3), (long long)strlen(j3), &r, __LINE__);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free_binary(body);
   /* Sizes that do not match the shape. */
   const char *j4 = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3,640,640],\"datatype\":\"FP32\","
@@ -1038,7 +1038,7 @@ static void test_binary_framing(void **state) {
   parse_ok_(body, len, (long long)strlen(j6), &r, __LINE__);
   assert_memory_equal(r.inputs[0].data, &v[0], 4);
   assert_memory_equal(r.inputs[1].data, &v[1], 8);
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free_binary(body);
 }
 
@@ -1111,7 +1111,7 @@ static void test_fp32_parse_exact(void **state) {
     if (memcmp(&want, &got[i], 4) != 0)
       fail_msg("element %d \"%.60s\": got %.9g, strtof %.9g", i, tok, got[i], want);
   }
-  es_v2_request_free(&r);
+  es__v2_request_free(&r);
   free(list.p);
   free(body.p);
 }
@@ -1137,7 +1137,7 @@ static int sig_digits(const char *s) {
 static void encode_one(float *vals, const int64_t *n, char **body, size_t *len) {
   es_v2_output o = {"y", ES_DTYPE_FLOAT, 1, n, vals, (size_t)*n * 4, 0};
   size_t hl;
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, body, len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, body, len, &hl));
   assert_int_equal(hl, 0);
 }
 
@@ -1230,7 +1230,7 @@ static void test_response(void **state) {
                           {"b\"\n", ES_DTYPE_BOOL, 2, bdims, bo, 3, 0}};
   char *body;
   size_t len, hl;
-  ES_CHECK_RC(es_v2_response_encode("det", "1", "r", outs, 3, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("det", "1", "r", outs, 3, &body, &len, &hl));
   const char *want =
       "{\"model_name\":\"det\",\"model_version\":\"1\",\"id\":\"r\",\"outputs\":["
       "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2],\"data\":[0.1,-2.5]},"
@@ -1241,14 +1241,14 @@ static void test_response(void **state) {
   assert_memory_equal(body, want, len);
   es_mem_free(body);
   /* No version, empty id, no outputs. */
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, "", NULL, 0, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, "", NULL, 0, &body, &len, &hl));
   want = "{\"model_name\":\"m\",\"outputs\":[]}";
   assert_int_equal(len, strlen(want));
   assert_memory_equal(body, want, len);
   es_mem_free(body);
   /* Binary: the JSON's length is the header, then the bytes. */
   outs[0].binary = 1;
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, NULL, outs, 2, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, NULL, outs, 2, &body, &len, &hl));
   want = "{\"model_name\":\"m\",\"outputs\":[{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2],"
          "\"parameters\":{\"binary_data_size\":8}},"
          "{\"name\":\"z\",\"datatype\":\"INT64\",\"shape\":[],\"data\":[-7]}]}";
@@ -1261,11 +1261,11 @@ static void test_response(void **state) {
   float nf[4] = {NAN, INFINITY, -INFINITY, 1};
   int64_t nd = 4;
   es_v2_output o = {"n", ES_DTYPE_FLOAT, 1, &nd, nf, 16, 0};
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl));
   assert_non_null(memmem(body, len, "\"data\":[null,null,null,1]", 25));
   es_mem_free(body);
   /* Metadata that is not UTF-8 is replaced, so the body stays JSON. */
-  ES_CHECK_RC(es_v2_response_encode("m\xff", NULL, "id\xc3", &o, 1, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m\xff", NULL, "id\xc3", &o, 1, &body, &len, &hl));
   json_error_t je;
   json_t *j = json_loadb(body, len, 0, &je);
   assert_non_null(j);
@@ -1274,24 +1274,24 @@ static void test_response(void **state) {
   es_mem_free(body);
   /* Refused outputs, named. */
   o.nbytes = 12;
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
   assert_non_null(strstr(es_last_error_detail(), "output 'n'"));
   assert_non_null(strstr(es_last_error_detail(), "needs 4 elements of FP32, has 12 bytes"));
   o.nbytes = 16;
   nd = -1;
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
   assert_non_null(strstr(es_last_error_detail(), "negative"));
   nd = 4;
   o.rank = 9;
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
   o.rank = 1;
   o.dtype = (es_dtype)5;
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
   o.dtype = ES_DTYPE_FLOAT;
   o.name = NULL;
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
-  ES_EXPECT_RC(es_v2_response_encode(NULL, NULL, NULL, NULL, 0, &body, &len, &hl), ES_EINVAL);
-  ES_EXPECT_RC(es_v2_response_encode("m", NULL, NULL, NULL, -1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, &o, 1, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode(NULL, NULL, NULL, NULL, 0, &body, &len, &hl), ES_EINVAL);
+  ES_EXPECT_RC(es__v2_response_encode("m", NULL, NULL, NULL, -1, &body, &len, &hl), ES_EINVAL);
   /* Integers at their extremes. */
   int64_t l[2] = {INT64_MIN, INT64_MAX};
   int32_t i[2] = {INT32_MIN, INT32_MAX};
@@ -1302,7 +1302,7 @@ static void test_response(void **state) {
                           {"i", ES_DTYPE_INT32, 1, &two, i, 8, 0},
                           {"c", ES_DTYPE_INT8, 1, &two, c, 2, 0},
                           {"u", ES_DTYPE_UINT8, 1, &two, u, 2, 0}};
-  ES_CHECK_RC(es_v2_response_encode("m", NULL, NULL, ints, 4, &body, &len, &hl));
+  ES_CHECK_RC(es__v2_response_encode("m", NULL, NULL, ints, 4, &body, &len, &hl));
   assert_non_null(memmem(body, len, "[-9223372036854775808,9223372036854775807]", 42));
   assert_non_null(memmem(body, len, "[-2147483648,2147483647]", 24));
   assert_non_null(memmem(body, len, "[-128,127]", 10));
@@ -1314,7 +1314,7 @@ static void test_response(void **state) {
 static void test_error_body(void **state) {
   (void)state;
   size_t len;
-  char *b = es_v2_error_body("input 'x': bad \"q\"\\\n\x01\xff\xe2\x82\xac", &len);
+  char *b = es__v2_error_body("input 'x': bad \"q\"\\\n\x01\xff\xe2\x82\xac", &len);
   assert_non_null(b);
   const char *want = "{\"error\":\"input 'x': bad \\\"q\\\"\\\\\\n\\u0001\\ufffd\xe2\x82\xac\"}";
   assert_string_equal(b, want);
@@ -1324,7 +1324,7 @@ static void test_error_body(void **state) {
   assert_non_null(j);
   json_decref(j);
   es_mem_free(b);
-  b = es_v2_error_body(NULL, NULL);
+  b = es__v2_error_body(NULL, NULL);
   assert_string_equal(b, "{\"error\":\"\"}");
   es_mem_free(b);
 }
@@ -1342,7 +1342,7 @@ static void test_property_roundtrip(void **state) {
     char *body = write_request(ts, n, &hl, &len, &rng);
     es_v2_request r;
     char err[512];
-    int rc = es_v2_request_parse(body, len, hl, MAXEL, &r, err, sizeof err);
+    int rc = es__v2_request_parse(body, len, hl, MAXEL, &r, err, sizeof err);
     if (rc)
       fail_msg("iteration %d: %s: %s\n%.600s", iter, es_err_name(rc), err, body);
     check_same_in(&r, ts, n, body, len);
@@ -1353,11 +1353,11 @@ static void test_property_roundtrip(void **state) {
                                (int)(es_test_rand(&rng) % 2)};
     }
     check_reparse(outs, n, __LINE__);
-    es_v2_request_free(&r);
+    es__v2_request_free(&r);
     /* Every strict prefix of a JSON-only body is refused (never a crash). */
     if (hl < 0 && iter % 50 == 0)
       for (size_t cut = 0; cut < len; cut += 1 + len / 40) {
-        rc = es_v2_request_parse(body, cut, -1, MAXEL, &r, err, sizeof err);
+        rc = es__v2_request_parse(body, cut, -1, MAXEL, &r, err, sizeof err);
         if (rc != ES_EINVAL)
           fail_msg("prefix of %zu bytes: %s", cut, es_err_name(rc));
       }
