@@ -6,26 +6,26 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef struct es_cli_cmd {
+typedef struct cli_cmd {
   const char *name;
   const char *summary;
   int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
-} es_cli_cmd;
+} cli_cmd;
 
-int es_cmd_version(int argc, char **argv);
-int es_cmd_bench_mem(int argc, char **argv);
-int es_cmd_inspect(int argc, char **argv);
-int es_cmd_run(int argc, char **argv);
-int es_cmd_bench(int argc, char **argv);
-int es_cmd_bench_lane(int argc, char **argv);
-int es_cmd_compile(int argc, char **argv);
-int es_cmd_plan(int argc, char **argv);
-int es_cmd_serve(int argc, char **argv);
-int es_cmd_face(int argc, char **argv);
-int es_cmd_ocr(int argc, char **argv);
+int cli_cmd_version(int argc, char **argv);
+int cli_cmd_bench_mem(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
+int cli_cmd_bench_lane(int argc, char **argv);
+int cli_cmd_compile(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
+int cli_cmd_serve(int argc, char **argv);
+int cli_cmd_face(int argc, char **argv);
+int cli_cmd_ocr(int argc, char **argv);
 
 /* Helpers shared by the subcommands (util.c). Cross-file helpers of the
- * CLI are named cli_*; es_cli_cmd and es_cli_parse_bytes keep their old
+ * CLI are named cli_*; cli_cmd and cli_parse_bytes keep their old
  * names while main.c and cmd_serve.c use them. */
 uint64_t cli_now_ns(void); /* CLOCK_MONOTONIC */
 double cli_now_ms(void);
@@ -33,7 +33,7 @@ double cli_now_ms(void);
 int cli_parse_count(const char *s, long lo, long hi, long *out);
 /* "2G", "512M", "1.5G", "1048576", "64KiB" -> bytes (powers of 1024);
  * -1 when malformed. */
-int es_cli_parse_bytes(const char *s, size_t *out);
+int cli_parse_bytes(const char *s, size_t *out);
 /* A JSON string: quotes, backslashes and control characters escaped, other
  * bytes (UTF-8) as they are. */
 void cli_json_string(FILE *f, const char *s);

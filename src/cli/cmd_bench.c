@@ -1135,7 +1135,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
       if (dur)
         a->runtime_opt_name = arg;
     } else if (!strcmp(arg, "--memory") && i + 1 < argc) {
-      if (es_cli_parse_bytes(argv[++i], &a->memory) < 0 || a->memory == 0) {
+      if (cli_parse_bytes(argv[++i], &a->memory) < 0 || a->memory == 0) {
         fprintf(stderr, "edgeserve bench: --memory wants BYTES (K/M/G suffix), got '%s'\n",
                 argv[i]);
         return 2;
@@ -1153,7 +1153,7 @@ static int parse_args(bench_args *a, int argc, char **argv) {
   return -1;
 }
 
-int es_cmd_bench(int argc, char **argv) {
+int cli_cmd_bench(int argc, char **argv) {
   bench_args a;
   memset(&a, 0, sizeof a);
   a.threads = 1;

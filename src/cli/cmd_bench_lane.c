@@ -257,7 +257,7 @@ static const char *mib(size_t b, char *buf, size_t n) {
 }
 
 /* One run of the command: the options, the models, the runtime and what
- * was measured, filled in by the steps of es_cmd_bench_lane. */
+ * was measured, filled in by the steps of cli_cmd_bench_lane. */
 typedef struct bl_run {
   long frames, warmup;
   int json, private_mode, n_models, n_files;
@@ -672,7 +672,7 @@ static int bench(bl_run *b) {
   return collect(b);
 }
 
-int es_cmd_bench_lane(int argc, char **argv) {
+int cli_cmd_bench_lane(int argc, char **argv) {
   bl_run b;
   memset(&b, 0, sizeof b);
   b.frames = 100;

@@ -782,7 +782,7 @@ static void print_claims(const bench_opts *o, const int *use, const agg *aggs, c
     print_buddy_claims(o, use, aggs, mem);
 }
 
-int es_cmd_bench_mem(int argc, char **argv) {
+int cli_cmd_bench_mem(int argc, char **argv) {
   bench_opts o = {.ops = 10000000,
                   .rss_ops = 30000,
                   .rounds = 5,

@@ -22,7 +22,7 @@ static void compile_usage(FILE *f) {
              "default to 1 for the first dimension and 64 for the others).\n");
 }
 
-int es_cmd_compile(int argc, char **argv) {
+int cli_cmd_compile(int argc, char **argv) {
   const char *src = NULL, *dst = NULL;
   cli_inputs ci;
   memset(&ci, 0, sizeof ci);

@@ -99,7 +99,7 @@ static int parse_args(int argc, char **argv, cli_app_opts *o, const char **model
   return -1;
 }
 
-int es_cmd_face(int argc, char **argv) {
+int cli_cmd_face(int argc, char **argv) {
   cli_app_opts o = {.image = NULL, .repeat = 1};
   const char *model = "front";
   double min_score = 0.5;

@@ -93,7 +93,7 @@ static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
   return 0;
 }
 
-int es_cmd_inspect(int argc, char **argv) {
+int cli_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   cli_shape specs[MAX_SHAPES];
   int n_specs = 0;

@@ -114,7 +114,7 @@ static int parse_args(int argc, char **argv, cli_app_opts *o, int *use_cls, long
   return -1;
 }
 
-int es_cmd_ocr(int argc, char **argv) {
+int cli_cmd_ocr(int argc, char **argv) {
   cli_app_opts o = {.image = NULL, .repeat = 1};
   int use_cls = 1;
   long limit = 960;

@@ -58,7 +58,7 @@ typedef struct plan_item {
 } plan_item;
 
 /* One run of the planner: the options, what was loaded and planned, and
- * every term of the formula, filled in by the steps of es_cmd_plan. */
+ * every term of the formula, filled in by the steps of cli_cmd_plan. */
 typedef struct plan_run {
   plan_item *items;        /* PLAN_MAX_MODELS */
   plan_file files[PLAN_MAX_MODELS];
@@ -238,13 +238,13 @@ static int parse_args(plan_run *pr, int argc, char **argv) {
     plan_usage(stderr);
     return 2;
   }
-  if (strcmp(pr->memory, "auto") && (es_cli_parse_bytes(pr->memory, &pr->budget) < 0 ||
+  if (strcmp(pr->memory, "auto") && (cli_parse_bytes(pr->memory, &pr->budget) < 0 ||
                                      pr->budget == 0)) {
     fprintf(stderr, "edgeserve plan: --memory wants BYTES (K/M/G/T suffix) or auto, got '%s'\n",
             pr->memory);
     return 2;
   }
-  if (pr->reserve_arg && es_cli_parse_bytes(pr->reserve_arg, &pr->reserve) < 0) {
+  if (pr->reserve_arg && cli_parse_bytes(pr->reserve_arg, &pr->reserve) < 0) {
     fprintf(stderr, "edgeserve plan: --reserve wants BYTES (K/M/G/T suffix), got '%s'\n",
             pr->reserve_arg);
     return 2;
@@ -508,7 +508,7 @@ static void print_results(const plan_run *pr) {
 
 /* ---- the command ------------------------------------------------------------ */
 
-int es_cmd_plan(int argc, char **argv) {
+int cli_cmd_plan(int argc, char **argv) {
   static plan_item items[PLAN_MAX_MODELS];
   static plan_run pr;
   memset(&pr, 0, sizeof pr);

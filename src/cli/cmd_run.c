@@ -112,7 +112,7 @@ static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
   return 0;
 }
 
-int es_cmd_run(int argc, char **argv) {
+int cli_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
   cli_inputs ci;
   memset(&ci, 0, sizeof ci);

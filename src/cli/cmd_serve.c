@@ -107,7 +107,7 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
   }
   if (memory) {
     size_t b = 0;
-    if (!strcmp(memory, "auto") ? budget_auto(cfg, &b) < 0 : es_cli_parse_bytes(memory, &b) < 0) {
+    if (!strcmp(memory, "auto") ? budget_auto(cfg, &b) < 0 : cli_parse_bytes(memory, &b) < 0) {
       fprintf(stderr, "edgeserve serve: --memory wants BYTES (K/M/G) or auto (with memory "
                       "left below the soft watermark), got '%s'\n", memory);
       return 2;
@@ -126,7 +126,7 @@ static int wait_signal(const sigset_t *set) {
   return sig;
 }
 
-int es_cmd_serve(int argc, char **argv) {
+int cli_cmd_serve(int argc, char **argv) {
   es_server_config cfg;
   es_server_config_default(&cfg);
   const char *md = getenv("ES_MODEL_DIR");

@@ -7,7 +7,7 @@
 #define ES_VERSION_STRING "0.0.0"
 #endif
 
-int es_cmd_version(int argc, char **argv) {
+int cli_cmd_version(int argc, char **argv) {
   (void)argc;
   (void)argv;
   printf("edgeserve %s\n", ES_VERSION_STRING);

@@ -9,27 +9,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const es_cli_cmd es_commands_[] = {
-    {"version", "print the version and the build's configuration", es_cmd_version},
+static const cli_cmd cli_commands_[] = {
+    {"version", "print the version and the build's configuration", cli_cmd_version},
     {"bench-mem", "allocator benchmark: buddy pool and arena vs malloc, jemalloc, mimalloc",
-     es_cmd_bench_mem},
-    {"run", "run a model on .npy inputs, write .npy outputs", es_cmd_run},
-    {"bench", "time one model in-process (latency, GFLOP/s, memory)", es_cmd_bench},
-    {"bench-lane", "several models on one lane: shared scratchpad vs private arenas, per-frame latency, switch time", es_cmd_bench_lane},
+     cli_cmd_bench_mem},
+    {"run", "run a model on .npy inputs, write .npy outputs", cli_cmd_run},
+    {"bench", "time one model in-process (latency, GFLOP/s, memory)", cli_cmd_bench},
+    {"bench-lane", "several models on one lane: shared scratchpad vs private arenas, per-frame latency, switch time", cli_cmd_bench_lane},
     {"compile", "write a compiled model file (.esm): mapped read-only, shared by processes",
-     es_cmd_compile},
-    {"inspect", "describe a model: inputs, outputs, operators, weight bytes", es_cmd_inspect},
-    {"serve", "serve models over KServe v2 HTTP with Prometheus metrics", es_cmd_serve},
-    {"face", "detect faces in a JPEG/PNG image, print JSON", es_cmd_face},
-    {"ocr", "read text in a JPEG/PNG image (det -> cls -> rec), print JSON", es_cmd_ocr},
+     cli_cmd_compile},
+    {"inspect", "describe a model: inputs, outputs, operators, weight bytes", cli_cmd_inspect},
+    {"serve", "serve models over KServe v2 HTTP with Prometheus metrics", cli_cmd_serve},
+    {"face", "detect faces in a JPEG/PNG image, print JSON", cli_cmd_face},
+    {"ocr", "read text in a JPEG/PNG image (det -> cls -> rec), print JSON", cli_cmd_ocr},
     {"plan", "capacity planner: weights, per-request bytes and safe concurrency per model",
-     es_cmd_plan},
+     cli_cmd_plan},
 };
 
 static void usage(FILE *f) {
   fprintf(f, "usage: edgeserve <command> [options]\n\ncommands:\n");
-  for (size_t i = 0; i < sizeof es_commands_ / sizeof es_commands_[0]; i++)
-    fprintf(f, "  %-12s %s\n", es_commands_[i].name, es_commands_[i].summary);
+  for (size_t i = 0; i < sizeof cli_commands_ / sizeof cli_commands_[0]; i++)
+    fprintf(f, "  %-12s %s\n", cli_commands_[i].name, cli_commands_[i].summary);
   fprintf(f, "\nedgeserve <command> --help prints the command's options.\n");
 }
 
@@ -53,10 +53,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "--version"))
-    return es_cmd_version(argc - 1, argv + 1);
-  for (size_t i = 0; i < sizeof es_commands_ / sizeof es_commands_[0]; i++)
-    if (!strcmp(argv[1], es_commands_[i].name))
-      return es_commands_[i].run(argc - 1, argv + 1);
+    return cli_cmd_version(argc - 1, argv + 1);
+  for (size_t i = 0; i < sizeof cli_commands_ / sizeof cli_commands_[0]; i++)
+    if (!strcmp(argv[1], cli_commands_[i].name))
+      return cli_commands_[i].run(argc - 1, argv + 1);
   fprintf(stderr, "edgeserve: unknown command '%s'\n\n", argv[1]);
   usage(stderr);
   return 2;

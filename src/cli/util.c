@@ -25,7 +25,7 @@ int cli_parse_count(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
-int es_cli_parse_bytes(const char *s, size_t *out) {
+int cli_parse_bytes(const char *s, size_t *out) {
   char *end;
   double v = strtod(s, &end);
   if (end == s || !(v >= 0))
