@@ -1,12 +1,18 @@
-/* Float functions shared by the elementwise kernels (elementwise.c, fused.c),
- * so the Sigmoid node and a fused chain's SIGMOID give the same bits.
+/* Float helpers shared by the kernels: exp, sigmoid, and the sum and max of
+ * a row, each in one place so every kernel that uses one gives the same
+ * bits (the Sigmoid node and a fused chain's SIGMOID, ReduceMean and
+ * GlobalAveragePool's sums).
  *
  * libm's expf is a call per element and keeps every loop around it scalar
  * (about 4 ns an element here). es_ew_exp_neg is branch-free float and
  * 32-bit integer arithmetic that GCC vectorises inside the kernels' chunked
  * loops: Cephes' expf reduction and polynomial (within 2 ulp of expf),
  * with the scale 2^n applied as two powers of two so results down to the
- * subnormal range stay right. */
+ * subnormal range stay right.
+ *
+ * Sums and maxima keep eight partial results: a single running one is a
+ * dependency chain the vectoriser may not reorder (no reassociation flags),
+ * and eight partial sums are also more accurate. */
 #ifndef ES_KERNELS_EW_MATH_H
 #define ES_KERNELS_EW_MATH_H
 
@@ -58,12 +64,53 @@ static inline float es_ew_exp_neg(float x) {
   return p * es_ew_u2f(e1 << 23) * es_ew_u2f(e2 << 23);
 }
 
+/* e^x for x <= 0 with Softmax's floor: NaN and x below -87.34 give
+ * e^-87.34, about 2^-126, the smallest normal result. */
+static inline float es_ew_exp_neg_floor(float x) {
+  return es_ew_exp_neg(es_ew_select(x >= -87.33654f, x, -87.33654f));
+}
+
 /* 1 / (1 + e^-x) from e^-|x|, which never overflows; for x < 0, e / (1 + e)
  * avoids 1 - r cancellation. */
 static inline float es_ew_sigmoid(float x) {
   float e = es_ew_exp_neg(-fabsf(x));
   float r = 1.0f / (1.0f + e);
   return es_ew_select(x >= 0, r, e * r);
+}
+
+/* The eight partial results of a row, added in the one order every sum
+ * here uses. */
+static inline float es_ew_hsum8(const float acc[8]) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Sum of x[0..n): eight partial sums, then the tail in order. */
+static inline float es_ew_sum_f32(const float *restrict x, int64_t n) {
+  float acc[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int t = 0; t < 8; t++)
+      acc[t] += x[i + t];
+  float s = es_ew_hsum8(acc);
+  for (; i < n; i++)
+    s += x[i];
+  return s;
+}
+
+/* Max of x[0..n) (-inf when n is 0); NaN elements are skipped. */
+static inline float es_ew_max_f32(const float *restrict x, int64_t n) {
+  float acc[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int t = 0; t < 8; t++)
+      acc[t] = x[i + t] > acc[t] ? x[i + t] : acc[t];
+  float m = acc[0];
+  for (int t = 1; t < 8; t++)
+    m = acc[t] > m ? acc[t] : m;
+  for (; i < n; i++)
+    m = x[i] > m ? x[i] : m;
+  return m;
 }
 
 #endif
