@@ -32,7 +32,12 @@ static uint64_t seed_;
  * Node building
  * ======================================================================== */
 
-static float *rand_floats(size_t n) { return kh_rand_f32(&seed_, n, -1.0f, 1.0f); }
+static float *rand_floats(size_t n) {
+  float *v = es_mem_alloc(ES_MEM_OTHER, n ? n * sizeof *v : 1);
+  assert_non_null(v);
+  kh_rand_f32(&seed_, v, n, -1.0f, 1.0f);
+  return v;
+}
 
 static int eval(kh_node *t, int n_in, const es_tdesc *const *in, const void *const *data,
                 es_tdesc *od, void **o) {

@@ -87,13 +87,10 @@ void *kh_reorder4(const void *src, const es_tdesc *t, int to_nhwc) {
   return d;
 }
 
-float *kh_rand_f32(uint64_t *seed, size_t n, float lo, float hi) {
-  float *v = es_mem_alloc(ES_MEM_OTHER, (n ? n : 1) * sizeof *v);
-  assert_non_null(v);
+void kh_rand_f32(uint64_t *seed, float *v, size_t n, float lo, float hi) {
   double span = (double)hi - (double)lo;
   for (size_t i = 0; i < n; i++)
     v[i] = (float)((double)(es_test_rand(seed) >> 11) / 9007199254740992.0 * span + (double)lo);
-  return v;
 }
 
 /* ---- evaluating ----------------------------------------------------------- */

@@ -74,9 +74,9 @@ void kh_reorder4_into(void *dst, const void *src, const es_tdesc *t, int to_nhwc
 /* The same into a new buffer (t->nbytes + 1 bytes). */
 void *kh_reorder4(const void *src, const es_tdesc *t, int to_nhwc);
 
-/* n floats uniform in [lo, hi) from the splitmix stream at *seed
- * (es_test_rand); n may be 0. */
-float *kh_rand_f32(uint64_t *seed, size_t n, float lo, float hi);
+/* v[0..n) uniform in [lo, hi) from the splitmix stream at *seed
+ * (es_test_rand). */
+void kh_rand_f32(uint64_t *seed, float *v, size_t n, float lo, float hi);
 
 /* ---- evaluating ----------------------------------------------------------- */
 
