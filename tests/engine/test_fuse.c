@@ -125,33 +125,10 @@ static void feed_free(feed *f) {
 
 /* Plans and runs m on f; copies the n_out outputs into out[] (malloc'ed). */
 static void model_run(es_model *m, const feed *f, int n_out, float **out, size_t *count) {
-  es_tensor_info shapes[OB_IO];
   es_tensor in[OB_IO];
-  for (int i = 0; i < f->n; i++) {
-    shapes[i] = (es_tensor_info){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i]};
-    size_t bytes = sizeof(float);
-    for (int d = 0; d < f->rank[i]; d++) {
-      shapes[i].dims[d] = f->dims[i][d];
-      bytes *= (size_t)f->dims[i][d];
-    }
-    in[i] = (es_tensor){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i],
-                        .data = f->data[i], .nbytes = bytes};
-    memcpy(in[i].dims, shapes[i].dims, sizeof in[i].dims);
-  }
-  es_plan *p;
-  ES_CHECK_RC(es_model_plan(m, shapes, f->n, &p));
-  es_arena *a;
-  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  es_tensor outs[OB_IO];
-  ES_CHECK_RC(es_plan_run(p, in, f->n, a, outs, n_out));
-  for (int i = 0; i < n_out; i++) {
-    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
-    count[i] = outs[i].nbytes / sizeof(float);
-    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
-    memcpy(out[i], outs[i].data, outs[i].nbytes);
-  }
-  es_arena_destroy(a);
-  es_plan_release(p);
+  for (int i = 0; i < f->n; i++)
+    in[i] = ob_tensor_f32(f->name[i], f->rank[i], f->dims[i], f->data[i]);
+  ob_run(m, f->n, in, n_out, out, count);
 }
 
 /* Runs b fused and unfused on f and compares every output (absolute

@@ -306,29 +306,8 @@ static void graph_init(ob *b, int rank, const int64_t *dims) {
  * elements) into out[i]. */
 static void model_run(es_model *m, const float *x, int rank, const int64_t *dims, int n_out,
                       float **out, size_t *count) {
-  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank};
-  size_t bytes = sizeof(float);
-  for (int d = 0; d < rank; d++) {
-    shape.dims[d] = dims[d];
-    bytes *= (size_t)dims[d];
-  }
-  es_plan *p;
-  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
-  es_arena *a;
-  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  es_tensor in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank, .data = (void *)x,
-                  .nbytes = bytes};
-  memcpy(in.dims, shape.dims, sizeof in.dims);
-  es_tensor outs[2];
-  ES_CHECK_RC(es_plan_run(p, &in, 1, a, outs, n_out));
-  for (int i = 0; i < n_out; i++) {
-    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
-    count[i] = outs[i].nbytes / sizeof(float);
-    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
-    memcpy(out[i], outs[i].data, outs[i].nbytes);
-  }
-  es_arena_destroy(a);
-  es_plan_release(p);
+  es_tensor in = ob_tensor_f32("x", rank, dims, x);
+  ob_run(m, 1, &in, n_out, out, count);
 }
 
 static void fill_random(float *v, size_t n, float lo, float hi, uint64_t *seed) {

@@ -245,3 +245,40 @@ es_model *ob_load(const ob *b) {
   free(buf);
   return m;
 }
+
+/* ---- running --------------------------------------------------------------- */
+
+es_tensor ob_tensor_f32(const char *name, int rank, const int64_t *dims, const float *data) {
+  es_tensor t = {.name = name, .dtype = ES_DTYPE_FLOAT, .rank = rank, .data = (void *)data};
+  size_t bytes = sizeof(float);
+  for (int d = 0; d < rank; d++) {
+    t.dims[d] = dims[d];
+    bytes *= (size_t)dims[d];
+  }
+  t.nbytes = bytes;
+  return t;
+}
+
+void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, size_t *count) {
+  es_tensor_info shapes[OB_IO];
+  assert_true(n_in <= OB_IO && n_out <= OB_IO);
+  for (int i = 0; i < n_in; i++) {
+    shapes[i] = (es_tensor_info){.name = in[i].name, .dtype = in[i].dtype, .rank = in[i].rank};
+    memcpy(shapes[i].dims, in[i].dims, sizeof shapes[i].dims);
+  }
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, shapes, n_in, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  es_tensor outs[OB_IO];
+  ES_CHECK_RC(es_plan_run(p, in, n_in, a, outs, n_out));
+  for (int i = 0; i < n_out; i++) {
+    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
+    count[i] = outs[i].nbytes / sizeof(float);
+    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
+    assert_non_null(out[i]);
+    memcpy(out[i], outs[i].data, outs[i].nbytes);
+  }
+  es_arena_destroy(a);
+  es_plan_release(p);
+}

@@ -97,4 +97,11 @@ uint8_t *ob_pack(const ob *b, size_t *size);
 /* Packs and loads the model; the test fails if loading does. */
 es_model *ob_load(const ob *b);
 
+/* A float32 tensor over data (not copied). */
+es_tensor ob_tensor_f32(const char *name, int rank, const int64_t *dims, const float *data);
+/* Plans m for the inputs' shapes, runs it in an arena of the planned size
+ * and copies the n_out float outputs into out[i] (malloc'ed, count[i]
+ * elements). The test fails if a step does. */
+void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, size_t *count);
+
 #endif
