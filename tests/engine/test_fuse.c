@@ -202,6 +202,24 @@ static void expect_conv_post(const ob *b, const feed *f, int nodes, const char *
   assert_int_equal(check_same(b, f, 1e-4f), nodes);
 }
 
+/* Adds the output y, then expect_conv_post (one node) on the usual conv
+ * input, and frees b. */
+static void conv_post_done(ob *b, const char *codes) {
+  ob_output(b, "y");
+  feed f;
+  feed_conv(&f);
+  expect_conv_post(b, &f, 1, codes);
+  feed_free(&f);
+  free(b);
+}
+
+/* The scalars a hard-swish reads: three, zero and six. */
+static void hswish_consts(ob *b) {
+  ob_init_f32(b, "three", 0, NULL, &k3_);
+  ob_init_f32(b, "zero", 0, NULL, &k0_);
+  ob_init_f32(b, "six", 0, NULL, &k6_);
+}
+
 static void test_conv_relu_sigmoid_hardsigmoid(void **state) {
   (void)state;
   static const char *const ops[] = {"Relu", "Sigmoid", "HardSigmoid"};
@@ -213,12 +231,7 @@ static void test_conv_relu_sigmoid_hardsigmoid(void **state) {
       ob_attr_float(b, n, "alpha", 0.25f);
       ob_attr_float(b, n, "beta", 0.4f);
     }
-    ob_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, codes[i]);
-    feed_free(&f);
-    free(b);
+    conv_post_done(b, codes[i]);
   }
 }
 
@@ -263,9 +276,7 @@ static void test_conv_hardswish(void **state) {
   (void)state;
   for (int variant = 0; variant < 3; variant++) {
     ob *b = conv_model(11, 1);
-    ob_init_f32(b, "three", 0, NULL, &k3_);
-    ob_init_f32(b, "zero", 0, NULL, &k0_);
-    ob_init_f32(b, "six", 0, NULL, &k6_);
+    hswish_consts(b);
     ob_node(b, "Add", "a", 2, variant == 1 ? "three" : "c", variant == 1 ? "c" : "three");
     ob_node(b, "Clip", "cl", 3, "a", "zero", "six");
     if (variant < 2) {
@@ -275,12 +286,7 @@ static void test_conv_hardswish(void **state) {
       ob_node(b, "Div", "d", 2, "cl", "six");
       ob_node(b, "Mul", "y", 2, "c", "d");
     }
-    ob_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, "4");
-    feed_free(&f);
-    free(b);
+    conv_post_done(b, "4");
   }
 }
 
@@ -293,12 +299,7 @@ static void test_conv_swish(void **state) {
   ob_node(b, "Mul", "c1", 2, "c", "one");
   ob_node(b, "Sigmoid", "s", 1, "c1");
   ob_node(b, "Mul", "y", 2, "c", "s");
-  ob_output(b, "y");
-  feed f;
-  feed_conv(&f);
-  expect_conv_post(b, &f, 1, "6");
-  feed_free(&f);
-  free(b);
+  conv_post_done(b, "6");
 }
 
 /* Add of a second input of the conv's output shape, then Relu: codes 7, 1,
@@ -380,9 +381,7 @@ static void test_affine_after_conv(void **state) {
   for (int variant = 0; variant < 2; variant++) {
     /* 0: scalar Mul, Add; 1: per-channel Sub, Div */
     ob *b = conv_model(11, variant);
-    ob_init_f32(b, "three", 0, NULL, &k3_);
-    ob_init_f32(b, "zero", 0, NULL, &k0_);
-    ob_init_f32(b, "six", 0, NULL, &k6_);
+    hswish_consts(b);
     if (variant == 0) {
       ob_init_f32(b, "s", 1, one, &s_);
       ob_init_f32(b, "t", 1, one, &t_);
@@ -397,12 +396,7 @@ static void test_affine_after_conv(void **state) {
     ob_node(b, "Clip", "cl", 3, "a", "zero", "six");
     ob_node(b, "Mul", "m", 2, "p", "cl");
     ob_node(b, "Div", "y", 2, "m", "six");
-    ob_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, "4");
-    feed_free(&f);
-    free(b);
+    conv_post_done(b, "4");
   }
 }
 

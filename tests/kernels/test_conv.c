@@ -186,17 +186,23 @@ typedef struct cconf {
   const char *auto_pad;
 } cconf;
 
-static void run_conf(const cconf *cf) {
-  int nsp = cf->nsp;
-  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
+/* X's and W's dims for a configuration (rank 2 + nsp). */
+static void conf_dims(const cconf *cf, int64_t *xd, int64_t *wd) {
+  xd[0] = cf->n, xd[1] = cf->c;
   if (!cf->transpose)
     wd[0] = cf->m, wd[1] = cf->c / cf->group;
   else
     wd[0] = cf->c, wd[1] = cf->m / cf->group;
-  for (int i = 0; i < nsp; i++) {
+  for (int i = 0; i < cf->nsp; i++) {
     xd[2 + i] = cf->sp[i];
     wd[2 + i] = cf->k[i];
   }
+}
+
+static void run_conf(const cconf *cf) {
+  int nsp = cf->nsp;
+  int64_t xd[5], wd[5], bd[1] = {cf->m};
+  conf_dims(cf, xd, wd);
   es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, xd), wt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, wd),
            bt = kh_td(ES_DTYPE_FLOAT, 1, bd);
   float *x = rand_floats(xt.count), *w = rand_floats(wt.count), *b = rand_floats(bt.count);
@@ -395,32 +401,24 @@ static void test_conv_errors(void **state) {
   conv_expect(&t, 4, x4, 4, w4, 0, ES_DTYPE_FLOAT, ES_ENOTSUP);
   /* Integer input. */
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_INT32, ES_EMODEL);
-  /* Bad attributes. */
-  int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5}, three[3] = {1, 1, 1};
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "strides", zero2, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "dilations", zero2, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "pads", neg4, 4);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "pads", three, 3);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "strides", three, 3);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_ints(&t, "kernel_shape", k5, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_str(&t, "auto_pad", "SAME");
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  kh_node_init(&t, ES_OP_Conv);
-  kh_attr_str(&t, "group", "2"); /* wrong attribute type */
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Bad attributes, one per node. */
+  static const int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5},
+                       three[3] = {1, 1, 1};
+  const es_attr bad[] = {
+      {.name = "strides", .type = ES_ATTR_INTS, .ints = zero2, .n = 2},
+      {.name = "dilations", .type = ES_ATTR_INTS, .ints = zero2, .n = 2},
+      {.name = "pads", .type = ES_ATTR_INTS, .ints = neg4, .n = 4},
+      {.name = "pads", .type = ES_ATTR_INTS, .ints = three, .n = 3},
+      {.name = "strides", .type = ES_ATTR_INTS, .ints = three, .n = 3},
+      {.name = "kernel_shape", .type = ES_ATTR_INTS, .ints = k5, .n = 2},
+      KH_STR("auto_pad", "SAME"),
+      KH_STR("group", "2"), /* wrong attribute type */
+  };
+  for (int i = 0; i < KH_LEN(bad); i++) {
+    kh_node_init(&t, ES_OP_Conv);
+    *kh_attr_add(&t, bad[i].name, bad[i].type) = bad[i];
+    conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  }
 
   /* Bias of the wrong size. */
   {
@@ -683,15 +681,8 @@ typedef struct cnode {
 static void cnode_init(cnode *c, const cconf *cf) {
   memset(c, 0, sizeof *c);
   int nsp = cf->nsp;
-  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
-  if (!cf->transpose)
-    wd[0] = cf->m, wd[1] = cf->c / cf->group;
-  else
-    wd[0] = cf->c, wd[1] = cf->m / cf->group;
-  for (int i = 0; i < nsp; i++) {
-    xd[2 + i] = cf->sp[i];
-    wd[2 + i] = cf->k[i];
-  }
+  int64_t xd[5], wd[5], bd[1] = {cf->m};
+  conf_dims(cf, xd, wd);
   c->xt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, xd);
   c->wt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, wd);
   c->bt = kh_td(ES_DTYPE_FLOAT, 1, bd);
