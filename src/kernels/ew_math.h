@@ -39,15 +39,17 @@ static inline float es_ew_select(int c, float a, float b) {
   return es_ew_u2f((es_ew_f2u(a) & m) | (es_ew_f2u(b) & ~m));
 }
 
-/* e^x for x <= 0; NaN stays NaN. */
-static inline float es_ew_exp_neg(float x) {
-  /* e^-104 is below half the smallest subnormal: the result is 0 from here
-   * on, and the clamp keeps n within the two-step scale's range. */
-  x = es_ew_select(x < -104.0f, -104.0f, x);
-  /* n = round(x / ln 2): adding 1.5 * 2^23 leaves n in the low mantissa bits. */
-  const float magic = 12582912.0f;
-  float t = x * 1.44269504088896341f + magic;
-  float n = t - magic;
+/* e^x = p * 2^n for x in [-104, 0]: Cephes' reduction and polynomial. n =
+ * round(x / ln 2) sits in t's low mantissa bits (adding 1.5 * 2^23 puts it
+ * there): n = bits(t) - bits(ES_EW_MAGIC). */
+#define ES_EW_MAGIC 12582912.0f
+typedef struct es_ew_exp2n {
+  float p, t;
+} es_ew_exp2n;
+
+static inline es_ew_exp2n es_ew_exp_reduce(float x) {
+  float t = x * 1.44269504088896341f + ES_EW_MAGIC;
+  float n = t - ES_EW_MAGIC;
   float r = x - n * 0.693359375f; /* ln 2 in two parts: exact n * hi */
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -57,17 +59,28 @@ static inline float es_ew_exp_neg(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
+  return (es_ew_exp2n){p, t};
+}
+
+/* e^x for x <= 0; NaN stays NaN. */
+static inline float es_ew_exp_neg(float x) {
+  /* e^-104 is below half the smallest subnormal: the result is 0 from here
+   * on, and the clamp keeps n within the two-step scale's range. */
+  es_ew_exp2n e = es_ew_exp_reduce(es_ew_select(x < -104.0f, -104.0f, x));
   /* 2^n = 2^n1 * 2^n2 with n1, n2 >= -76, both normal. Unsigned
    * arithmetic: for NaN the bits are garbage but defined, and p is NaN. */
-  uint32_t m = es_ew_f2u(t) - es_ew_f2u(magic) + 152u; /* n + 152, in [2, 152] */
+  uint32_t m = es_ew_f2u(e.t) - es_ew_f2u(ES_EW_MAGIC) + 152u; /* n + 152, in [2, 152] */
   uint32_t e1 = (m >> 1) + 51u, e2 = m - (m >> 1) + 51u;
-  return p * es_ew_u2f(e1 << 23) * es_ew_u2f(e2 << 23);
+  return e.p * es_ew_u2f(e1 << 23) * es_ew_u2f(e2 << 23);
 }
 
 /* e^x for x <= 0 with Softmax's floor: NaN and x below -87.34 give
- * e^-87.34, about 2^-126, the smallest normal result. */
+ * e^-87.34, about 2^-126, the smallest normal result. Then n >= -126 and
+ * 2^n is one normal float: one scale instead of two. */
 static inline float es_ew_exp_neg_floor(float x) {
-  return es_ew_exp_neg(es_ew_select(x >= -87.33654f, x, -87.33654f));
+  es_ew_exp2n e = es_ew_exp_reduce(es_ew_select(x >= -87.33654f, x, -87.33654f));
+  uint32_t b = es_ew_f2u(e.t) - es_ew_f2u(ES_EW_MAGIC) + 127u; /* n + 127, in [1, 127] */
+  return e.p * es_ew_u2f(b << 23);
 }
 
 /* 1 / (1 + e^-x) from e^-|x|, which never overflows; for x < 0, e / (1 + e)
