@@ -363,7 +363,8 @@ static void test_pool_errors(void **state) {
   expect_rc1(ES_OP_MaxPool, 12, NULL, 0, x4, ES_EMODEL); /* no kernel_shape */
   expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_INT32, 1, 1, 4, 4), ES_EMODEL);
   expect_rc1(ES_OP_AveragePool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_UINT8, 1, 1, 4, 4), ES_EMODEL);
-  expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_FLOAT, 1, 1, 1, 1, 1, 1), ES_ENOTSUP);
+  expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_FLOAT, 1, 1, 1, 1, 1, 1),
+             ES_ENOTSUP);
   es_attr k1[] = {KH_INTS("kernel_shape", 2)};
   expect_rc1(ES_OP_MaxPool, 12, k1, KH_LEN(k1), x4, ES_EMODEL);
   es_attr k0[] = {KH_INTS("kernel_shape", 0, 2)};
@@ -1074,7 +1075,8 @@ static void test_resize_nhwc(void **state) {
   void *xnd = kh_reorder4(xd, &x, 1);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     int use_sizes = cases[c].sc[0] == 0;
-    es_tdesc roi = KH_TD(ES_DTYPE_FLOAT, 0), sd = KH_TD(ES_DTYPE_FLOAT, 4), zd = KH_TD(ES_DTYPE_INT64, 4);
+    es_tdesc roi = KH_TD(ES_DTYPE_FLOAT, 0), sd = KH_TD(ES_DTYPE_FLOAT, 4),
+             zd = KH_TD(ES_DTYPE_INT64, 4);
     if (use_sizes)
       sd = KH_TD(ES_DTYPE_FLOAT, 0);
     static const float none = 0;

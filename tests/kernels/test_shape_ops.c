@@ -768,7 +768,8 @@ static void test_pad_errors(void **state) {
   int64_t pads[4] = {0, 1, 0, 1};
   float cv = 1;
   int32_t ci = 1;
-  es_tdesc p = td1(ES_DTYPE_INT64, 4), p3 = td1(ES_DTYPE_INT64, 3), c = kh_td(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc p = td1(ES_DTYPE_INT64, 4), p3 = td1(ES_DTYPE_INT64, 3),
+           c = kh_td(ES_DTYPE_FLOAT, 0, NULL);
   es_tdesc ci_t = kh_td(ES_DTYPE_INT32, 0, NULL), c2 = td1(ES_DTYPE_FLOAT, 2);
   const es_tdesc *in[3] = {&x, &p, &c};
   const void *data[3] = {v, pads, &cv};
