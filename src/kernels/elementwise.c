@@ -44,6 +44,7 @@
 #include <string.h>
 
 #include "kernels/ew_math.h"
+#include "kernels/walk.h"
 
 /* ==========================================================================
  * Run functions
@@ -436,8 +437,8 @@ typedef struct ew_binary_plan {
   size_t outer, chans, inner;  /* ROWS: outer x inner; CHANNEL: outer x chans x inner */
   int rank;                    /* GENERAL: collapsed rank (>= 2) */
   int64_t dims[ES_MAX_RANK];   /* collapsed output dims */
-  int64_t sa[ES_MAX_RANK];     /* element strides of a per collapsed dim, 0 if broadcast */
-  int64_t sb[ES_MAX_RANK];
+  int64_t st[2 * ES_MAX_RANK]; /* element strides per collapsed dim d: a's at 2d, b's at
+                                  2d + 1 (es_walk_step's order); 0 if broadcast */
 } ew_binary_plan;
 
 /* Input types -> run functions and output type. */
@@ -512,8 +513,8 @@ static void ew_binary_layout(ew_binary_plan *p, const es_tdesc *a, const es_tdes
   }
   int64_t acc_a = 1, acc_b = 1;
   for (int i = r - 1; i >= 0; i--) {
-    p->sa[i] = full_a[i] ? acc_a : 0;
-    p->sb[i] = full_b[i] ? acc_b : 0;
+    p->st[2 * i] = full_a[i] ? acc_a : 0;
+    p->st[2 * i + 1] = full_b[i] ? acc_b : 0;
     acc_a *= full_a[i] ? p->dims[i] : 1;
     acc_b *= full_b[i] ? p->dims[i] : 1;
   }
@@ -638,26 +639,19 @@ static int ew_binary_infer(es_kinst *k) {
  * Binary ops: running
  * ======================================================================== */
 
-/* Innermost collapsed dim as one run; outer dims by an odometer over the
- * element strides. */
+/* Innermost collapsed dim as one run; outer dims by the stride walk. */
 static void ew_binary_general(const ew_binary_plan *p, const char *a, const char *b, char *o) {
   int r = p->rank;
   size_t inner = (size_t)p->dims[r - 1];
-  ew_bin_fn fn = p->sa[r - 1] && p->sb[r - 1] ? p->fns.vv : p->sa[r - 1] ? p->fns.vs : p->fns.sv;
+  const int64_t *sl = p->st + 2 * (r - 1);
+  ew_bin_fn fn = sl[0] && sl[1] ? p->fns.vv : sl[0] ? p->fns.vs : p->fns.sv;
   size_t outer = p->count / inner;
   int64_t idx[ES_MAX_RANK] = {0};
-  int64_t oa = 0, ob = 0;
+  int64_t off[2] = {0, 0};
   for (size_t t = 0; t < outer; t++) {
-    fn(a + (size_t)oa * p->esz_a, b + (size_t)ob * p->esz_b, o + t * inner * p->esz_o, inner);
-    for (int d = r - 2; d >= 0; d--) {
-      oa += p->sa[d];
-      ob += p->sb[d];
-      if (++idx[d] < p->dims[d])
-        break;
-      oa -= p->sa[d] * p->dims[d];
-      ob -= p->sb[d] * p->dims[d];
-      idx[d] = 0;
-    }
+    fn(a + (size_t)off[0] * p->esz_a, b + (size_t)off[1] * p->esz_b, o + t * inner * p->esz_o,
+       inner);
+    es_walk_step(r - 1, p->dims, idx, 2, off, p->st);
   }
 }
 

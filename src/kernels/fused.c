@@ -50,6 +50,7 @@
 
 #include "kernels/ew_math.h"
 #include "kernels/kernel.h"
+#include "kernels/walk.h"
 
 #define FE_BLOCK 256 /* elements per block: registers of 1 KiB */
 
@@ -621,16 +622,7 @@ static int fe_run(const es_kinst *k, const void *const *in, void *const *out, vo
       }
       fe_block(p, &R, scratch, o + j, n);
     }
-    for (int d = p->outer - 1; d >= 0; d--) {
-      const int64_t *st = p->strides + (size_t)d * (size_t)n_in;
-      for (int i = 0; i < n_in; i++)
-        off[i] += st[i];
-      if (++idx[d] < p->dims[d])
-        break;
-      for (int i = 0; i < n_in; i++)
-        off[i] -= st[i] * p->dims[d];
-      idx[d] = 0;
-    }
+    es_walk_step(p->outer, p->dims, idx, n_in, off, p->strides);
   }
   return 0;
 }

@@ -22,6 +22,8 @@
 
 #include <math.h>
 
+#include "kernels/ew_math.h"
+
 typedef struct ln_params {
   int64_t rows, d;
   int64_t gd, bd; /* gamma's and beta's lengths: d or 1 */
@@ -71,17 +73,11 @@ static int ln_infer(es_kinst *k) {
   return 0;
 }
 
-/* Sum of v[0..n) with eight partial sums. */
+/* Sum of v[0..n): the tail first, then the eight partial sums; another
+ * order would change LayerNorm's results in the last bit. */
 static float ln_sum(const float *restrict v, int64_t n) {
-  float acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; l++)
-      acc[l] += v[i + l];
-  float s = 0;
-  for (; i < n; i++)
-    s += v[i];
-  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  int64_t n8 = n & ~(int64_t)7;
+  return es_ew_sum_f32(v + n8, n - n8) + es_ew_sum_f32(v, n8);
 }
 
 /* Sum of (v[i] - m)^2. */
@@ -98,7 +94,7 @@ static float ln_sqdev(const float *restrict v, int64_t n, float m) {
     float t = v[i] - m;
     s += t * t;
   }
-  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  return s + es_ew_hsum8(acc);
 }
 
 static int ln_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {

@@ -42,6 +42,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/ew_math.h"
+
 /* ==========================================================================
  * Plan
  * ======================================================================== */
@@ -532,20 +534,6 @@ static int gap_infer(es_kinst *k) {
   return rc;
 }
 
-/* Sum with 8 independent partial sums: vectorisable without reassociation
- * flags, and more accurate than one running sum. */
-static float pool_sum_f32(const float *restrict x, int64_t n) {
-  float acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int t = 0; t < 8; t++)
-      acc[t] += x[i + t];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; i++)
-    s += x[i];
-  return s;
-}
-
 static int gap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   const gap_params *p = k->params;
   const float *x = in[0];
@@ -584,7 +572,7 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
     return 0;
   }
   for (int64_t c = 0; c < p->planes; c++)
-    y[c] = pool_sum_f32(x + c * p->size, p->size) * inv;
+    y[c] = es_ew_sum_f32(x + c * p->size, p->size) * inv;
   return 0;
 }
 

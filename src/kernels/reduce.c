@@ -15,13 +15,16 @@
  * [outer, n, inner]. inner = 1 (the usual last axis) runs row by row over
  * contiguous memory; inner > 1 runs across rows, keeping the running max and
  * sum for `inner` columns in scratch so every pass is contiguous. Both
- * subtract the max first so exp never overflows, and use a branch-free expf
- * (Cephes' polynomial, about 1 ulp) that the compiler can vectorise. Out
+ * subtract the max first so exp never overflows, and use ew_math.h's
+ * branch-free exp (Cephes' polynomial, about 1 ulp), which vectorises. Out
  * may alias in: every element is read before its output is written. */
 #include "kernels/kernel.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels/ew_math.h"
+#include "kernels/walk.h"
 
 /* ==========================================================================
  * Shared
@@ -36,20 +39,6 @@ static int reduce_input_f32(es_kinst *k) {
     return ES_KFAIL(k, ES_EMODEL, "input is %s, expected float32",
                     es_dtype_name(k->in[0]->dtype));
   return 0;
-}
-
-/* Sum with 8 independent partial sums: vectorisable without reassociation
- * flags, and more accurate than one running sum. */
-static float reduce_sum_f32(const float *restrict x, int64_t n) {
-  float acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int t = 0; t < 8; t++)
-      acc[t] += x[i + t];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; i++)
-    s += x[i];
-  return s;
 }
 
 /* ==========================================================================
@@ -173,7 +162,7 @@ static int rmean_run(const es_kinst *k, const void *const *in, void *const *out,
   /* fast path: only trailing axes reduced, one contiguous sum per output */
   if (p->red[last] && (p->ng == 1 || (p->ng == 2 && !p->red[0]))) {
     for (int64_t r = 0; r < p->out_count; r++)
-      y[r] = reduce_sum_f32(x + r * run, run) * inv;
+      y[r] = es_ew_sum_f32(x + r * run, run) * inv;
     return 0;
   }
 
@@ -184,19 +173,13 @@ static int rmean_run(const es_kinst *k, const void *const *in, void *const *out,
   int64_t steps = run > 0 ? p->in_count / run : 0;
   for (int64_t st = 0; st < steps; st++, x += run) {
     if (p->red[last]) {
-      y[off] += reduce_sum_f32(x, run);
+      y[off] += es_ew_sum_f32(x, run);
     } else {
       float *restrict o = y + off;
       for (int64_t j = 0; j < run; j++)
         o[j] += x[j];
     }
-    for (int g = last - 1; g >= 0; g--) {
-      off += p->ostr[g];
-      if (++idx[g] < p->ext[g])
-        break;
-      off -= p->ostr[g] * p->ext[g];
-      idx[g] = 0;
-    }
+    es_walk_step(last, p->ext, idx, 1, &off, p->ostr);
   }
   for (int64_t i = 0; i < p->out_count; i++)
     y[i] *= inv;
@@ -243,62 +226,14 @@ static int softmax_infer(es_kinst *k) {
   return 0;
 }
 
-/* expf for x <= 0 (after subtracting the max) and anything else in range:
- * e^x = 2^n * e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r by Cephes'
- * degree-5 polynomial. Branch-free so loops of it vectorise: the clamps are
- * bit selects (a float ?: stops GCC's vectoriser without SSE4.1), rounding
- * is the 1.5 * 2^23 trick. NaN and -inf clamp to the smallest result. */
-static inline float softmax_expf(float x) {
-  static const float lo = -87.33654f, hi = 88.37626f; /* results 2^-126 .. ~2^127 */
-  int32_t xb, lb, hb;
-  memcpy(&xb, &x, sizeof xb);
-  memcpy(&lb, &lo, sizeof lb);
-  memcpy(&hb, &hi, sizeof hb);
-  int32_t below = -(int32_t)!(x >= lo), above = -(int32_t)(x > hi);
-  xb = (xb & ~below) | (lb & below);
-  xb = (xb & ~above) | (hb & above);
-  memcpy(&x, &xb, sizeof x);
-  float fx = x * 1.44269504088896341f;
-  float n = (fx + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float r2 = r * r;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r2 + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) * (1 << 23);
-  float scale;
-  memcpy(&scale, &e, sizeof scale);
-  return y * scale;
-}
-
-/* Max with 8 partial maxima, vectorisable like reduce_sum_f32. */
-static float reduce_max_f32(const float *restrict x, int64_t n) {
-  float acc[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                  -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int t = 0; t < 8; t++)
-      acc[t] = x[i + t] > acc[t] ? x[i + t] : acc[t];
-  float m = acc[0];
-  for (int t = 1; t < 8; t++)
-    m = acc[t] > m ? acc[t] : m;
-  for (; i < n; i++)
-    m = x[i] > m ? x[i] : m;
-  return m;
-}
-
 /* Exp, sum and scale are separate loops: a running sum inside the exp loop
  * would be a float reduction, which the vectoriser may not reorder. */
 static void softmax_rows(const float *x, float *y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; r++, x += n, y += n) {
-    float m = reduce_max_f32(x, n);
+    float m = es_ew_max_f32(x, n);
     for (int64_t j = 0; j < n; j++)
-      y[j] = softmax_expf(x[j] - m);
-    float inv = 1.0f / reduce_sum_f32(y, n);
+      y[j] = es_ew_exp_neg_floor(x[j] - m);
+    float inv = 1.0f / es_ew_sum_f32(y, n);
     for (int64_t j = 0; j < n; j++)
       y[j] *= inv;
   }
@@ -320,7 +255,7 @@ static void softmax_cols(const float *x, float *y, int64_t outer, int64_t n, int
       const float *xr = x + j * inner;
       float *yr = y + j * inner;
       for (int64_t i = 0; i < inner; i++) {
-        float e = softmax_expf(xr[i] - m[i]);
+        float e = es_ew_exp_neg_floor(xr[i] - m[i]);
         yr[i] = e;
         s[i] += e;
       }

@@ -39,6 +39,7 @@
  *    output with the same bytes: both cost nothing (the planner aliases).
  */
 #include "kernels/kernel.h"
+#include "kernels/walk.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -334,6 +335,8 @@ typedef struct copy_plan {
   int64_t ss[ES_MAX_RANK]; /* source strides, elements; negative for reversed slices */
   int64_t ds[ES_MAX_RANK]; /* destination strides, elements */
   int64_t soff;            /* source element of the first element written */
+  int64_t wn[ES_MAX_RANK]; /* the walk outside a row or tile: n with the tile dim as 1 */
+  int64_t wst[2 * ES_MAX_RANK]; /* its strides: source 2d, destination 2d + 1 */
 } copy_plan;
 
 /* Plans out[i0..] = src[soff + sum i_d * ss[d]] over dims n, written to a
@@ -375,6 +378,11 @@ static void copy_plan_init(copy_plan *p, size_t esz, int rank, const int64_t *n,
     for (int i = 0; i < last; i++)
       if (p->ss[i] == 1 && p->n[i] >= 2)
         p->tile = i;
+  for (int i = 0; i < last; i++) {
+    p->wn[i] = i == p->tile ? 1 : p->n[i];
+    p->wst[2 * i] = p->ss[i];
+    p->wst[2 * i + 1] = p->ds[i];
+  }
 }
 
 /* 4-byte 2-D transpose d[i*dt + j] = s[i + j*sl], i < ni, j < nj: the
@@ -447,28 +455,14 @@ static void copy_run(const copy_plan *p, void *dst, const void *src) {
   char *d = dst;
   int last = p->rank - 1, tile = p->tile;
   int64_t idx[ES_MAX_RANK] = {0};
-  int64_t so = 0, dof = 0;
-  for (;;) {
+  int64_t off[2] = {0, 0}; /* source, destination */
+  do {
     if (tile >= 0)
-      copy_tiles(p, d + dof * esz, s + so * esz);
+      copy_tiles(p, d + off[1] * esz, s + off[0] * esz);
     else
-      elems_copy(d + dof * esz, s + so * esz, p->n[last], p->ss[last], p->ds[last], p->esz);
-    /* Odometer over the dims the row (or tile) does not cover. */
-    int i = last - 1;
-    for (; i >= 0; i--) {
-      if (i == tile)
-        continue;
-      so += p->ss[i];
-      dof += p->ds[i];
-      if (++idx[i] < p->n[i])
-        break;
-      so -= p->ss[i] * p->n[i];
-      dof -= p->ds[i] * p->n[i];
-      idx[i] = 0;
-    }
-    if (i < 0)
-      return;
-  }
+      elems_copy(d + off[1] * esz, s + off[0] * esz, p->n[last], p->ss[last], p->ds[last],
+                 p->esz);
+  } while (es_walk_step(last, p->wn, idx, 2, off, p->wst) >= 0);
 }
 
 static int gather_run(const es_kinst *k, const void *const *in, void *const *out,
@@ -1247,13 +1241,7 @@ static int pad_run(const es_kinst *k, const void *const *in, void *const *out, v
     }
     pad_row(p, d, inside ? s + off * (int64_t)esz : NULL);
     d += row;
-    int i = l - 1;
-    for (; i >= 0; i--) {
-      if (++idx[i] < p->out_dims[i])
-        break;
-      idx[i] = 0;
-    }
-    if (i < 0)
+    if (es_walk_step(l, p->out_dims, idx, 0, NULL, NULL) < 0)
       return 0;
   }
 }

@@ -92,6 +92,28 @@ static int compare(const es_tdesc *got, const void *gd, const es_value *want, co
   return 0;
 }
 
+/* Reads and parses SETDIR/FILE_I.pb; on failure why_ says why, naming the
+ * tensor as what. */
+static result read_tensor(const char *setdir, const char *file, const char *what, int i,
+                          es_value *tv, void **d) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/%s_%d.pb", setdir, file, i);
+  void *buf = NULL;
+  size_t size;
+  if (read_file(path, &buf, &size) < 0) {
+    snprintf(why_, sizeof why_, "missing %s", path);
+    es_mem_free(buf);
+    return R_FAIL;
+  }
+  int rc = es_onnx_tensor_parse(buf, size, tv, d);
+  es_mem_free(buf);
+  if (rc < 0) {
+    snprintf(why_, sizeof why_, "%s %d: %s", what, i, es_last_error_detail());
+    return rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
+  }
+  return R_PASS;
+}
+
 /* Run one data set through the graph, node by node. */
 static result run_set(const es_graph *g, const char *setdir) {
   int nv = g->n_values;
@@ -99,31 +121,16 @@ static result run_set(const es_graph *g, const char *setdir) {
   void **data = es_mem_calloc(ES_MEM_OTHER, (size_t)nv, sizeof *data);
   unsigned char *owned = es_mem_calloc(ES_MEM_OTHER, (size_t)nv, 1);
   result res = R_PASS;
-  char path[1200];
   for (int v = 0; v < nv; v++)
     if (g->values[v].kind == ES_VALUE_CONST) {
       tdesc_of(&g->values[v], &desc[v]);
       data[v] = (void *)g->values[v].data;
     }
   for (int i = 0; i < g->n_inputs; i++) {
-    snprintf(path, sizeof path, "%s/input_%d.pb", setdir, i);
-    void *buf;
-    size_t size;
-    if (read_file(path, &buf, &size) < 0) {
-      snprintf(why_, sizeof why_, "missing %s", path);
-      es_mem_free(buf);
-      res = R_FAIL;
-      goto out;
-    }
     es_value tv;
     void *d;
-    int rc = es_onnx_tensor_parse(buf, size, &tv, &d);
-    es_mem_free(buf);
-    if (rc < 0) {
-      snprintf(why_, sizeof why_, "input %d: %s", i, es_last_error_detail());
-      res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
+    if ((res = read_tensor(setdir, "input", "input", i, &tv, &d)) != R_PASS)
       goto out;
-    }
     int v = g->inputs[i];
     tdesc_of(&tv, &desc[v]);
     data[v] = d;
@@ -164,26 +171,12 @@ static result run_set(const es_graph *g, const char *setdir) {
     }
   }
   for (int i = 0; i < g->n_outputs; i++) {
-    snprintf(path, sizeof path, "%s/output_%d.pb", setdir, i);
-    void *buf;
-    size_t size;
-    if (read_file(path, &buf, &size) < 0) {
-      snprintf(why_, sizeof why_, "missing %s", path);
-      es_mem_free(buf);
-      res = R_FAIL;
-      goto out;
-    }
     es_value tv;
     void *d;
-    int rc = es_onnx_tensor_parse(buf, size, &tv, &d);
-    es_mem_free(buf);
-    if (rc < 0) {
-      snprintf(why_, sizeof why_, "expected output %d: %s", i, es_last_error_detail());
-      res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
+    if ((res = read_tensor(setdir, "output", "expected output", i, &tv, &d)) != R_PASS)
       goto out;
-    }
     int v = g->outputs[i];
-    rc = data[v] ? compare(&desc[v], data[v], &tv, d, g->values[v].name) : -1;
+    int rc = data[v] ? compare(&desc[v], data[v], &tv, d, g->values[v].name) : -1;
     if (!data[v])
       snprintf(why_, sizeof why_, "output '%s' was not computed", g->values[v].name);
     es_mem_free(d);

@@ -18,7 +18,7 @@
 #include "kernels/kernel.h"
 #include "engine/engine_internal.h"
 #include "model/graph.h"
-#include "onnx.pb-c.h"
+#include "support/onnx_builder.h"
 
 #ifndef ES_SOURCE_DIR
 #define ES_SOURCE_DIR "."
@@ -28,192 +28,14 @@
  * Building models
  * ======================================================================== */
 
-#define MB_NODES 24
-#define MB_INITS 16
-#define MB_IO 3
-#define MB_ATTRS 6
-
-typedef struct mb {
-  Onnx__ModelProto model;
-  Onnx__GraphProto graph;
-  Onnx__OperatorSetIdProto opset;
-  Onnx__OperatorSetIdProto *opsets[1];
-  Onnx__NodeProto nodes[MB_NODES];
-  Onnx__NodeProto *node_ptrs[MB_NODES];
-  char *node_in[MB_NODES][6];
-  char *node_out[MB_NODES][1];
-  Onnx__AttributeProto attrs[MB_NODES][MB_ATTRS];
-  Onnx__AttributeProto *attr_ptrs[MB_NODES][MB_ATTRS];
-  Onnx__TensorProto inits[MB_INITS];
-  Onnx__TensorProto *init_ptrs[MB_INITS];
-  int64_t init_dims[MB_INITS][4];
-  Onnx__ValueInfoProto in_vi[MB_IO], out_vi[MB_IO];
-  Onnx__ValueInfoProto *ins[MB_IO], *outs[MB_IO];
-  Onnx__TypeProto in_tp[MB_IO];
-  Onnx__TypeProto__Tensor in_tt[MB_IO];
-  Onnx__TensorShapeProto in_shape[MB_IO];
-  Onnx__TensorShapeProto__Dimension dims[MB_IO][4];
-  Onnx__TensorShapeProto__Dimension *dim_ptrs[MB_IO][4];
-  char dim_names[MB_IO][4][32];
-} mb;
-
-static mb *mb_new(int64_t opset) {
-  mb *b = calloc(1, sizeof *b);
-  assert_non_null(b);
-  onnx__model_proto__init(&b->model);
-  onnx__graph_proto__init(&b->graph);
-  onnx__operator_set_id_proto__init(&b->opset);
-  b->opset.domain = "";
-  b->opset.has_version = 1;
-  b->opset.version = opset;
-  b->opsets[0] = &b->opset;
-  b->model.has_ir_version = 1;
-  b->model.ir_version = 8;
-  b->model.n_opset_import = 1;
-  b->model.opset_import = b->opsets;
-  b->model.graph = &b->graph;
-  b->graph.node = b->node_ptrs;
-  b->graph.initializer = b->init_ptrs;
-  b->graph.input = b->ins;
-  b->graph.output = b->outs;
-  return b;
-}
-
-/* A float input; a dimension of -1 is symbolic (fixed only when planning). */
-static void mb_input(mb *b, const char *name, int rank, const int64_t *dims) {
-  size_t i = b->graph.n_input++;
-  assert_true(i < MB_IO && rank <= 4);
-  for (int d = 0; d < rank; d++) {
-    Onnx__TensorShapeProto__Dimension *dm = &b->dims[i][d];
-    onnx__tensor_shape_proto__dimension__init(dm);
-    if (dims[d] >= 0) {
-      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-      dm->dim_value = dims[d];
-    } else {
-      snprintf(b->dim_names[i][d], sizeof b->dim_names[i][d], "%s%d", name, d);
-      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
-      dm->dim_param = b->dim_names[i][d];
-    }
-    b->dim_ptrs[i][d] = dm;
-  }
-  onnx__tensor_shape_proto__init(&b->in_shape[i]);
-  b->in_shape[i].n_dim = (size_t)rank;
-  b->in_shape[i].dim = b->dim_ptrs[i];
-  onnx__type_proto__tensor__init(&b->in_tt[i]);
-  b->in_tt[i].has_elem_type = 1;
-  b->in_tt[i].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  b->in_tt[i].shape = &b->in_shape[i];
-  onnx__type_proto__init(&b->in_tp[i]);
-  b->in_tp[i].value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-  b->in_tp[i].tensor_type = &b->in_tt[i];
-  onnx__value_info_proto__init(&b->in_vi[i]);
-  b->in_vi[i].name = (char *)name;
-  b->in_vi[i].type = &b->in_tp[i];
-  b->ins[i] = &b->in_vi[i];
-}
-
-/* A float initializer; data must outlive packing. */
-static void mb_const(mb *b, const char *name, int rank, const int64_t *dims, const float *data) {
-  size_t i = b->graph.n_initializer++;
-  assert_true(i < MB_INITS && rank <= 4);
-  Onnx__TensorProto *t = &b->inits[i];
-  onnx__tensor_proto__init(t);
-  t->name = (char *)name;
-  t->has_data_type = 1;
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  size_t n = 1;
-  for (int d = 0; d < rank; d++) {
-    b->init_dims[i][d] = dims[d];
-    n *= (size_t)dims[d];
-  }
-  t->n_dims = (size_t)rank;
-  t->dims = b->init_dims[i];
-  t->n_float_data = n;
-  t->float_data = (float *)data;
-  b->init_ptrs[i] = t;
-}
-
-/* A float scalar initializer (rank 0) from a static slot. */
-static void mb_scalar(mb *b, const char *name, const float *v) { mb_const(b, name, 0, NULL, v); }
-
-/* Appends op(inputs...) -> out ("" for an omitted input); returns its index. */
-static int mb_node(mb *b, const char *op, const char *out, int n_in, ...) {
-  int i = (int)b->graph.n_node++;
-  assert_true(i < MB_NODES && n_in <= 6);
-  Onnx__NodeProto *n = &b->nodes[i];
-  onnx__node_proto__init(n);
-  n->op_type = (char *)op;
-  n->name = (char *)out;
-  va_list ap;
-  va_start(ap, n_in);
-  for (int k = 0; k < n_in; k++)
-    b->node_in[i][k] = va_arg(ap, char *);
-  va_end(ap);
-  b->node_out[i][0] = (char *)out;
-  n->n_input = (size_t)n_in;
-  n->input = b->node_in[i];
-  n->n_output = 1;
-  n->output = b->node_out[i];
-  n->attribute = b->attr_ptrs[i];
-  b->node_ptrs[i] = n;
-  return i;
-}
-
-static Onnx__AttributeProto *mb_attr(mb *b, int node, const char *name, int type) {
-  Onnx__NodeProto *n = &b->nodes[node];
-  size_t a = n->n_attribute++;
-  assert_true(a < MB_ATTRS);
-  Onnx__AttributeProto *at = &b->attrs[node][a];
-  onnx__attribute_proto__init(at);
-  at->name = (char *)name;
-  at->has_type = 1;
-  at->type = type;
-  b->attr_ptrs[node][a] = at;
-  return at;
-}
-
-static void mb_attr_int(mb *b, int node, const char *name, int64_t v) {
-  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
-  a->has_i = 1;
-  a->i = v;
-}
-
-static void mb_attr_float(mb *b, int node, const char *name, float v) {
-  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
-  a->has_f = 1;
-  a->f = v;
-}
-
-static void mb_attr_ints(mb *b, int node, const char *name, size_t n, const int64_t *v) {
-  Onnx__AttributeProto *a = mb_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
-  a->n_ints = n;
-  a->ints = (int64_t *)v;
-}
-
-static void mb_output(mb *b, const char *name) {
-  size_t i = b->graph.n_output++;
-  assert_true(i < MB_IO);
-  onnx__value_info_proto__init(&b->out_vi[i]);
-  b->out_vi[i].name = (char *)name;
-  b->outs[i] = &b->out_vi[i];
-}
-
-static uint8_t *mb_pack(const mb *b, size_t *size) {
-  *size = onnx__model_proto__get_packed_size(&b->model);
-  uint8_t *buf = malloc(*size);
-  assert_non_null(buf);
-  onnx__model_proto__pack(&b->model, buf);
-  return buf;
-}
-
 /* A 2-D Conv with square kernel k, symmetric pads, group 1. */
-static int mb_conv(mb *b, const char *x, const char *w, const char *bias, const char *out, int k,
-                   int pad) {
+static int add_conv(ob *b, const char *x, const char *w, const char *bias, const char *out, int k,
+                    int pad) {
   static const int64_t pads[4][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}};
   static const int64_t ks[8][2] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}, {7, 7}};
-  int n = bias ? mb_node(b, "Conv", out, 3, x, w, bias) : mb_node(b, "Conv", out, 2, x, w);
-  mb_attr_ints(b, n, "kernel_shape", 2, ks[k]);
-  mb_attr_ints(b, n, "pads", 4, pads[pad]);
+  int n = bias ? ob_node(b, "Conv", out, 3, x, w, bias) : ob_node(b, "Conv", out, 2, x, w);
+  ob_attr_ints(b, n, "kernel_shape", 2, ks[k]);
+  ob_attr_ints(b, n, "pads", 4, pads[pad]);
   return n;
 }
 
@@ -223,21 +45,17 @@ static int mb_conv(mb *b, const char *x, const char *w, const char *bias, const 
 
 static void fuse_set(int on) { es_engine_fusion_set(on); }
 
-static es_model *mb_load(const mb *b, int fuse) {
-  size_t size;
-  uint8_t *buf = mb_pack(b, &size);
+static es_model *load_model(const ob *b, int fuse) {
   fuse_set(fuse);
-  es_model *m;
-  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
+  es_model *m = ob_load(b);
   fuse_set(1);
-  free(buf);
   return m;
 }
 
 /* The fused graph itself, for its nodes and attributes. */
-static void mb_graph(const mb *b, es_graph *g) {
+static void lowered_graph(const ob *b, es_graph *g) {
   size_t size;
-  uint8_t *buf = mb_pack(b, &size);
+  uint8_t *buf = ob_pack(b, &size);
   memset(g, 0, sizeof *g);
   fuse_set(1);
   ES_CHECK_RC(es_graph_load_lowered(buf, size, g));
@@ -271,10 +89,10 @@ static const char *post_codes(const es_node *n, char *buf, size_t size) {
 /* Inputs of one run: names, shapes and data. */
 typedef struct feed {
   int n;
-  const char *name[MB_IO];
-  int rank[MB_IO];
-  int64_t dims[MB_IO][4];
-  float *data[MB_IO];
+  const char *name[OB_IO];
+  int rank[OB_IO];
+  int64_t dims[OB_IO][4];
+  float *data[OB_IO];
 } feed;
 
 static uint64_t seed_ = 0x5eedf05eull;
@@ -307,43 +125,20 @@ static void feed_free(feed *f) {
 
 /* Plans and runs m on f; copies the n_out outputs into out[] (malloc'ed). */
 static void model_run(es_model *m, const feed *f, int n_out, float **out, size_t *count) {
-  es_tensor_info shapes[MB_IO];
-  es_tensor in[MB_IO];
-  for (int i = 0; i < f->n; i++) {
-    shapes[i] = (es_tensor_info){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i]};
-    size_t bytes = sizeof(float);
-    for (int d = 0; d < f->rank[i]; d++) {
-      shapes[i].dims[d] = f->dims[i][d];
-      bytes *= (size_t)f->dims[i][d];
-    }
-    in[i] = (es_tensor){.name = f->name[i], .dtype = ES_DTYPE_FLOAT, .rank = f->rank[i],
-                        .data = f->data[i], .nbytes = bytes};
-    memcpy(in[i].dims, shapes[i].dims, sizeof in[i].dims);
-  }
-  es_plan *p;
-  ES_CHECK_RC(es_model_plan(m, shapes, f->n, &p));
-  es_arena *a;
-  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  es_tensor outs[MB_IO];
-  ES_CHECK_RC(es_plan_run(p, in, f->n, a, outs, n_out));
-  for (int i = 0; i < n_out; i++) {
-    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
-    count[i] = outs[i].nbytes / sizeof(float);
-    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
-    memcpy(out[i], outs[i].data, outs[i].nbytes);
-  }
-  es_arena_destroy(a);
-  es_plan_release(p);
+  es_tensor in[OB_IO];
+  for (int i = 0; i < f->n; i++)
+    in[i] = ob_tensor_f32(f->name[i], f->rank[i], f->dims[i], f->data[i]);
+  ob_run(m, f->n, in, n_out, out, count);
 }
 
 /* Runs b fused and unfused on f and compares every output (absolute
  * tolerance tol, relative for large values). Returns the fused model's
  * node count. */
-static int check_same(const mb *b, const feed *f, float tol) {
+static int check_same(const ob *b, const feed *f, float tol) {
   int n_out = (int)b->graph.n_output;
-  float *want[MB_IO], *got[MB_IO];
-  size_t nw[MB_IO], ng[MB_IO];
-  es_model *plain = mb_load(b, 0), *fused = mb_load(b, 1);
+  float *want[OB_IO], *got[OB_IO];
+  size_t nw[OB_IO], ng[OB_IO];
+  es_model *plain = load_model(b, 0), *fused = load_model(b, 1);
   model_run(plain, f, n_out, want, nw);
   model_run(fused, f, n_out, got, ng);
   for (int o = 0; o < n_out; o++) {
@@ -373,16 +168,16 @@ static int check_same(const mb *b, const feed *f, float tol) {
 static float conv_w_[6 * 4 * 3 * 3], conv_b_[6];
 static float k0_ = 0, k1_ = 1, k3_ = 3, k6_ = 6, k2_ = 2, kneg_ = -0.5f;
 
-static mb *conv_model(int64_t opset, int bias) {
+static ob *conv_model(int64_t opset, int bias) {
   static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {6, 4, 3, 3}, bd[1] = {6};
   fill_random(conv_w_, sizeof conv_w_ / sizeof conv_w_[0], -0.5f, 0.5f);
   fill_random(conv_b_, 6, -1, 1);
-  mb *b = mb_new(opset);
-  mb_input(b, "x", 4, xd);
-  mb_const(b, "W", 4, wd, conv_w_);
+  ob *b = ob_new(opset);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W", 4, wd, conv_w_);
   if (bias)
-    mb_const(b, "B", 1, bd, conv_b_);
-  mb_conv(b, "x", "W", bias ? "B" : NULL, "c", 3, 1);
+    ob_init_f32(b, "B", 1, bd, conv_b_);
+  add_conv(b, "x", "W", bias ? "B" : NULL, "c", 3, 1);
   return b;
 }
 
@@ -394,10 +189,10 @@ static void feed_conv(feed *f) {
 
 /* Loads b, expects one Conv node with the given codes (and the given node
  * count), and compares the fused run with the unfused one. */
-static void expect_conv_post(const mb *b, const feed *f, int nodes, const char *codes) {
+static void expect_conv_post(const ob *b, const feed *f, int nodes, const char *codes) {
   es_graph g;
   char buf[64];
-  mb_graph(b, &g);
+  lowered_graph(b, &g);
   const es_node *conv = graph_find(&g, ES_OP_Conv);
   assert_non_null(conv);
   if (g.n_nodes != nodes || strcmp(post_codes(conv, buf, sizeof buf), codes))
@@ -407,23 +202,36 @@ static void expect_conv_post(const mb *b, const feed *f, int nodes, const char *
   assert_int_equal(check_same(b, f, 1e-4f), nodes);
 }
 
+/* Adds the output y, then expect_conv_post (one node) on the usual conv
+ * input, and frees b. */
+static void conv_post_done(ob *b, const char *codes) {
+  ob_output(b, "y");
+  feed f;
+  feed_conv(&f);
+  expect_conv_post(b, &f, 1, codes);
+  feed_free(&f);
+  free(b);
+}
+
+/* The scalars a hard-swish reads: three, zero and six. */
+static void hswish_consts(ob *b) {
+  ob_init_f32(b, "three", 0, NULL, &k3_);
+  ob_init_f32(b, "zero", 0, NULL, &k0_);
+  ob_init_f32(b, "six", 0, NULL, &k6_);
+}
+
 static void test_conv_relu_sigmoid_hardsigmoid(void **state) {
   (void)state;
   static const char *const ops[] = {"Relu", "Sigmoid", "HardSigmoid"};
   static const char *const codes[] = {"1", "5", "3"};
   for (int i = 0; i < 3; i++) {
-    mb *b = conv_model(13, 1);
-    int n = mb_node(b, ops[i], "y", 1, "c");
+    ob *b = conv_model(13, 1);
+    int n = ob_node(b, ops[i], "y", 1, "c");
     if (i == 2) {
-      mb_attr_float(b, n, "alpha", 0.25f);
-      mb_attr_float(b, n, "beta", 0.4f);
+      ob_attr_float(b, n, "alpha", 0.25f);
+      ob_attr_float(b, n, "beta", 0.4f);
     }
-    mb_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, codes[i]);
-    feed_free(&f);
-    free(b);
+    conv_post_done(b, codes[i]);
   }
 }
 
@@ -431,26 +239,26 @@ static void test_conv_clip_forms(void **state) {
   (void)state;
   for (int form = 0; form < 3; form++) {
     /* 0: opset 9 attributes; 1: opset 13 inputs min and max; 2: min only */
-    mb *b = conv_model(form ? 13 : 9, 1);
+    ob *b = conv_model(form ? 13 : 9, 1);
     int n;
     if (form == 0) {
-      n = mb_node(b, "Clip", "y", 1, "c");
-      mb_attr_float(b, n, "min", -0.5f);
-      mb_attr_float(b, n, "max", 6);
+      n = ob_node(b, "Clip", "y", 1, "c");
+      ob_attr_float(b, n, "min", -0.5f);
+      ob_attr_float(b, n, "max", 6);
     } else {
-      mb_scalar(b, "lo", &kneg_);
-      mb_scalar(b, "hi", &k6_);
+      ob_init_f32(b, "lo", 0, NULL, &kneg_);
+      ob_init_f32(b, "hi", 0, NULL, &k6_);
       if (form == 1)
-        mb_node(b, "Clip", "y", 3, "c", "lo", "hi");
+        ob_node(b, "Clip", "y", 3, "c", "lo", "hi");
       else
-        mb_node(b, "Clip", "y", 2, "c", "lo");
+        ob_node(b, "Clip", "y", 2, "c", "lo");
     }
-    mb_output(b, "y");
+    ob_output(b, "y");
     feed f;
     feed_conv(&f);
     expect_conv_post(b, &f, 1, "2");
     es_graph g;
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     const es_attr *pf = es_node_attr(graph_find(&g, ES_OP_Conv), "_post_f");
     assert_non_null(pf);
     assert_int_equal(pf->n, 2);
@@ -467,25 +275,18 @@ static void test_conv_clip_forms(void **state) {
 static void test_conv_hardswish(void **state) {
   (void)state;
   for (int variant = 0; variant < 3; variant++) {
-    mb *b = conv_model(11, 1);
-    mb_scalar(b, "three", &k3_);
-    mb_scalar(b, "zero", &k0_);
-    mb_scalar(b, "six", &k6_);
-    mb_node(b, "Add", "a", 2, variant == 1 ? "three" : "c", variant == 1 ? "c" : "three");
-    mb_node(b, "Clip", "cl", 3, "a", "zero", "six");
+    ob *b = conv_model(11, 1);
+    hswish_consts(b);
+    ob_node(b, "Add", "a", 2, variant == 1 ? "three" : "c", variant == 1 ? "c" : "three");
+    ob_node(b, "Clip", "cl", 3, "a", "zero", "six");
     if (variant < 2) {
-      mb_node(b, "Mul", "m", 2, variant ? "cl" : "c", variant ? "c" : "cl");
-      mb_node(b, "Div", "y", 2, "m", "six");
+      ob_node(b, "Mul", "m", 2, variant ? "cl" : "c", variant ? "c" : "cl");
+      ob_node(b, "Div", "y", 2, "m", "six");
     } else {
-      mb_node(b, "Div", "d", 2, "cl", "six");
-      mb_node(b, "Mul", "y", 2, "c", "d");
+      ob_node(b, "Div", "d", 2, "cl", "six");
+      ob_node(b, "Mul", "y", 2, "c", "d");
     }
-    mb_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, "4");
-    feed_free(&f);
-    free(b);
+    conv_post_done(b, "4");
   }
 }
 
@@ -493,17 +294,12 @@ static void test_conv_hardswish(void **state) {
  * first, then Mul(c, Sigmoid(c)) is one post-op. */
 static void test_conv_swish(void **state) {
   (void)state;
-  mb *b = conv_model(9, 1);
-  mb_scalar(b, "one", &k1_);
-  mb_node(b, "Mul", "c1", 2, "c", "one");
-  mb_node(b, "Sigmoid", "s", 1, "c1");
-  mb_node(b, "Mul", "y", 2, "c", "s");
-  mb_output(b, "y");
-  feed f;
-  feed_conv(&f);
-  expect_conv_post(b, &f, 1, "6");
-  feed_free(&f);
-  free(b);
+  ob *b = conv_model(9, 1);
+  ob_init_f32(b, "one", 0, NULL, &k1_);
+  ob_node(b, "Mul", "c1", 2, "c", "one");
+  ob_node(b, "Sigmoid", "s", 1, "c1");
+  ob_node(b, "Mul", "y", 2, "c", "s");
+  conv_post_done(b, "6");
 }
 
 /* Add of a second input of the conv's output shape, then Relu: codes 7, 1,
@@ -512,17 +308,17 @@ static void test_conv_residual(void **state) {
   (void)state;
   static const int64_t rd[4] = {1, 6, 5, 5};
   for (int bias = 0; bias < 2; bias++) {
-    mb *b = conv_model(13, bias);
-    mb_input(b, "r", 4, rd);
-    mb_node(b, "Add", "a", 2, bias ? "r" : "c", bias ? "c" : "r");
-    mb_node(b, "Relu", "y", 1, "a");
-    mb_output(b, "y");
+    ob *b = conv_model(13, bias);
+    ob_input(b, "r", 4, rd);
+    ob_node(b, "Add", "a", 2, bias ? "r" : "c", bias ? "c" : "r");
+    ob_node(b, "Relu", "y", 1, "a");
+    ob_output(b, "y");
     feed f;
     feed_conv(&f);
     feed_add(&f, "r", 4, rd);
     expect_conv_post(b, &f, 1, "7,1");
     es_graph g;
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     const es_node *conv = graph_find(&g, ES_OP_Conv);
     assert_int_equal(conv->n_in, 4);
     assert_string_equal(g.values[conv->in[3]].name, "r");
@@ -544,20 +340,20 @@ static void test_conv_residual_symbolic(void **state) {
   fill_random(w2, 144, -0.3f, 0.3f);
   fill_random(b1, 4, -1, 1);
   fill_random(b2, 4, -1, 1);
-  mb *b = mb_new(13);
-  mb_input(b, "x", 4, xd);
-  mb_const(b, "W1", 4, wd, w1);
-  mb_const(b, "B1", 1, bd, b1);
-  mb_const(b, "W2", 4, wd, w2);
-  mb_const(b, "B2", 1, bd, b2);
-  mb_conv(b, "x", "W1", "B1", "c1", 3, 1);
-  mb_node(b, "Relu", "r1", 1, "c1");
-  mb_conv(b, "r1", "W2", "B2", "c2", 3, 1);
-  mb_node(b, "Add", "y", 2, "c2", "r1");
-  mb_output(b, "y");
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W1", 4, wd, w1);
+  ob_init_f32(b, "B1", 1, bd, b1);
+  ob_init_f32(b, "W2", 4, wd, w2);
+  ob_init_f32(b, "B2", 1, bd, b2);
+  add_conv(b, "x", "W1", "B1", "c1", 3, 1);
+  ob_node(b, "Relu", "r1", 1, "c1");
+  add_conv(b, "r1", "W2", "B2", "c2", 3, 1);
+  ob_node(b, "Add", "y", 2, "c2", "r1");
+  ob_output(b, "y");
   es_graph g;
   char buf[64];
-  mb_graph(b, &g);
+  lowered_graph(b, &g);
   assert_int_equal(g.n_nodes, 2);
   assert_string_equal(post_codes(&g.nodes[0], buf, sizeof buf), "1");
   assert_string_equal(post_codes(&g.nodes[1], buf, sizeof buf), "7");
@@ -584,30 +380,23 @@ static void test_affine_after_conv(void **state) {
   static float s_ = 1.7f, t_ = -0.3f, per[6] = {0.5f, -1, 2, 0.25f, 1.5f, -0.75f};
   for (int variant = 0; variant < 2; variant++) {
     /* 0: scalar Mul, Add; 1: per-channel Sub, Div */
-    mb *b = conv_model(11, variant);
-    mb_scalar(b, "three", &k3_);
-    mb_scalar(b, "zero", &k0_);
-    mb_scalar(b, "six", &k6_);
+    ob *b = conv_model(11, variant);
+    hswish_consts(b);
     if (variant == 0) {
-      mb_const(b, "s", 1, one, &s_);
-      mb_const(b, "t", 1, one, &t_);
-      mb_node(b, "Mul", "m0", 2, "s", "c");
-      mb_node(b, "Add", "p", 2, "m0", "t");
+      ob_init_f32(b, "s", 1, one, &s_);
+      ob_init_f32(b, "t", 1, one, &t_);
+      ob_node(b, "Mul", "m0", 2, "s", "c");
+      ob_node(b, "Add", "p", 2, "m0", "t");
     } else {
-      mb_const(b, "per", 3, chan, per);
-      mb_node(b, "Sub", "m0", 2, "per", "c");
-      mb_node(b, "Div", "p", 2, "m0", "per");
+      ob_init_f32(b, "per", 3, chan, per);
+      ob_node(b, "Sub", "m0", 2, "per", "c");
+      ob_node(b, "Div", "p", 2, "m0", "per");
     }
-    mb_node(b, "Add", "a", 2, "p", "three");
-    mb_node(b, "Clip", "cl", 3, "a", "zero", "six");
-    mb_node(b, "Mul", "m", 2, "p", "cl");
-    mb_node(b, "Div", "y", 2, "m", "six");
-    mb_output(b, "y");
-    feed f;
-    feed_conv(&f);
-    expect_conv_post(b, &f, 1, "4");
-    feed_free(&f);
-    free(b);
+    ob_node(b, "Add", "a", 2, "p", "three");
+    ob_node(b, "Clip", "cl", 3, "a", "zero", "six");
+    ob_node(b, "Mul", "m", 2, "p", "cl");
+    ob_node(b, "Div", "y", 2, "m", "six");
+    conv_post_done(b, "4");
   }
 }
 
@@ -621,22 +410,22 @@ static void test_affine_after_conv_transpose(void **state) {
                                   var[2] = {2, 0.5f};
   fill_random(w, 24, -1, 1);
   fill_random(bias, 2, -1, 1);
-  mb *b = mb_new(11);
-  mb_input(b, "x", 4, xd);
-  mb_const(b, "W", 4, wd, w);
-  mb_const(b, "b", 4, bd, bias);
-  mb_const(b, "sc", 1, pd, sc);
-  mb_const(b, "sh", 1, pd, sh);
-  mb_const(b, "mean", 1, pd, mean);
-  mb_const(b, "var", 1, pd, var);
-  int n = mb_node(b, "ConvTranspose", "ct", 2, "x", "W");
-  mb_attr_ints(b, n, "strides", 2, st);
-  mb_node(b, "Add", "a", 2, "ct", "b");
-  mb_node(b, "BatchNormalization", "bn", 5, "a", "sc", "sh", "mean", "var");
-  mb_node(b, "Relu", "y", 1, "bn");
-  mb_output(b, "y");
+  ob *b = ob_new(11);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W", 4, wd, w);
+  ob_init_f32(b, "b", 4, bd, bias);
+  ob_init_f32(b, "sc", 1, pd, sc);
+  ob_init_f32(b, "sh", 1, pd, sh);
+  ob_init_f32(b, "mean", 1, pd, mean);
+  ob_init_f32(b, "var", 1, pd, var);
+  int n = ob_node(b, "ConvTranspose", "ct", 2, "x", "W");
+  ob_attr_ints(b, n, "strides", 2, st);
+  ob_node(b, "Add", "a", 2, "ct", "b");
+  ob_node(b, "BatchNormalization", "bn", 5, "a", "sc", "sh", "mean", "var");
+  ob_node(b, "Relu", "y", 1, "bn");
+  ob_output(b, "y");
   es_graph g;
-  mb_graph(b, &g);
+  lowered_graph(b, &g);
   assert_int_equal(g.n_nodes, 2);
   assert_int_equal(graph_count(&g, ES_OP_ConvTranspose), 1);
   assert_int_equal(graph_count(&g, ES_OP_Relu), 1);
@@ -659,18 +448,18 @@ static void test_affine_before_conv(void **state) {
   fill_random(w1, 24, -1, 1);
   fill_random(w3, 216, -1, 1);
   for (int k = 1; k <= 3; k += 2) {
-    mb *b = mb_new(13);
-    mb_input(b, "x", 4, xd);
-    mb_const(b, "W", 4, k == 1 ? w1d : w3d, k == 1 ? w1 : w3);
-    mb_const(b, "s", 1, one, &s_);
-    mb_const(b, "t", 4, chan, per);
-    mb_node(b, "Relu", "r", 1, "x");
-    mb_node(b, "Mul", "m", 2, "r", "s");
-    mb_node(b, "Add", "a", 2, "t", "m");
-    mb_conv(b, "a", "W", NULL, "y", k, k / 2);
-    mb_output(b, "y");
+    ob *b = ob_new(13);
+    ob_input(b, "x", 4, xd);
+    ob_init_f32(b, "W", 4, k == 1 ? w1d : w3d, k == 1 ? w1 : w3);
+    ob_init_f32(b, "s", 1, one, &s_);
+    ob_init_f32(b, "t", 4, chan, per);
+    ob_node(b, "Relu", "r", 1, "x");
+    ob_node(b, "Mul", "m", 2, "r", "s");
+    ob_node(b, "Add", "a", 2, "t", "m");
+    add_conv(b, "a", "W", NULL, "y", k, k / 2);
+    ob_output(b, "y");
     es_graph g;
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     if (k == 1) {
       assert_int_equal(g.n_nodes, 2); /* Relu, Conv */
       assert_int_equal(graph_count(&g, ES_OP_Relu), 1);
@@ -697,46 +486,46 @@ static void test_conv_not_fused(void **state) {
   static float cfull[150];
   fill_random(cfull, 150, -1, 1);
   for (int c = 0; c < 5; c++) {
-    mb *b = conv_model(13, 1);
+    ob *b = conv_model(13, 1);
     feed f;
     feed_conv(&f);
     int want = 2;
     switch (c) {
     case 0: /* the conv's output is also a graph output */
-      mb_node(b, "Relu", "y", 1, "c");
-      mb_output(b, "y");
-      mb_output(b, "c");
+      ob_node(b, "Relu", "y", 1, "c");
+      ob_output(b, "y");
+      ob_output(b, "c");
       break;
     case 1: /* two readers outside any pattern */
-      mb_node(b, "Relu", "y", 1, "c");
-      mb_node(b, "Sigmoid", "z", 1, "c");
-      mb_output(b, "y");
-      mb_output(b, "z");
+      ob_node(b, "Relu", "y", 1, "c");
+      ob_node(b, "Sigmoid", "z", 1, "c");
+      ob_output(b, "y");
+      ob_output(b, "z");
       want = 3;
       break;
     case 2: /* Add of a runtime tensor that broadcasts */
-      mb_input(b, "r", 4, bc);
+      ob_input(b, "r", 4, bc);
       feed_add(&f, "r", 4, bc);
-      mb_node(b, "Add", "y", 2, "c", "r");
-      mb_output(b, "y");
+      ob_node(b, "Add", "y", 2, "c", "r");
+      ob_output(b, "y");
       break;
     case 3: /* Add of a constant that is not per channel */
-      mb_const(b, "k", 3, full, cfull);
-      mb_node(b, "Add", "y", 2, "c", "k");
-      mb_output(b, "y");
+      ob_init_f32(b, "k", 3, full, cfull);
+      ob_node(b, "Add", "y", 2, "c", "k");
+      ob_output(b, "y");
       break;
     default: { /* Add of an input whose shape is not proven equal */
       static const int64_t rd[4] = {1, 6, -1, -1}, rs[4] = {1, 6, 5, 5};
-      mb_input(b, "r", 4, rd);
+      ob_input(b, "r", 4, rd);
       feed_add(&f, "r", 4, rs);
-      mb_node(b, "Add", "y", 2, "c", "r");
-      mb_output(b, "y");
+      ob_node(b, "Add", "y", 2, "c", "r");
+      ob_output(b, "y");
       break;
     }
     }
     es_graph g;
     char buf[64];
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     if (g.n_nodes != want || strcmp(post_codes(graph_find(&g, ES_OP_Conv), buf, sizeof buf), ""))
       fail_msg("case %d: %d nodes, post-ops '%s'; want %d nodes and none", c, g.n_nodes, buf,
                want);
@@ -755,33 +544,33 @@ static float ln_gamma_[8], ln_beta_[8], ln_eps_ = 1e-5f;
 
 /* x [2,3,8] -> decomposed LayerNorm over the last axis -> y. axis: the
  * ReduceMeans' axis; leak: also output the Sub's result. */
-static mb *ln_model(int64_t axis, int leak) {
+static ob *ln_model(int64_t axis, int leak) {
   static const int64_t xd[3] = {2, 3, 8}, pd[1] = {8};
   static int64_t ax[1];
   ax[0] = axis;
   fill_random(ln_gamma_, 8, 0.5f, 2);
   fill_random(ln_beta_, 8, -1, 1);
-  mb *b = mb_new(9);
-  mb_input(b, "x", 3, xd);
-  mb_const(b, "gamma", 1, pd, ln_gamma_);
-  mb_const(b, "beta", 1, pd, ln_beta_);
-  mb_scalar(b, "two", &k2_);
-  mb_scalar(b, "eps", &ln_eps_);
-  int n = mb_node(b, "ReduceMean", "m", 1, "x");
-  mb_attr_ints(b, n, "axes", 1, ax);
-  mb_attr_int(b, n, "keepdims", 1);
-  mb_node(b, "Sub", "d", 2, "x", "m");
-  mb_node(b, "Pow", "p", 2, "d", "two");
-  n = mb_node(b, "ReduceMean", "v", 1, "p");
-  mb_attr_ints(b, n, "axes", 1, ax);
-  mb_node(b, "Add", "e", 2, "v", "eps");
-  mb_node(b, "Sqrt", "s", 1, "e");
-  mb_node(b, "Div", "nrm", 2, "d", "s");
-  mb_node(b, "Mul", "g", 2, "nrm", "gamma");
-  mb_node(b, "Add", "y", 2, "beta", "g");
-  mb_output(b, "y");
+  ob *b = ob_new(9);
+  ob_input(b, "x", 3, xd);
+  ob_init_f32(b, "gamma", 1, pd, ln_gamma_);
+  ob_init_f32(b, "beta", 1, pd, ln_beta_);
+  ob_init_f32(b, "two", 0, NULL, &k2_);
+  ob_init_f32(b, "eps", 0, NULL, &ln_eps_);
+  int n = ob_node(b, "ReduceMean", "m", 1, "x");
+  ob_attr_ints(b, n, "axes", 1, ax);
+  ob_attr_int(b, n, "keepdims", 1);
+  ob_node(b, "Sub", "d", 2, "x", "m");
+  ob_node(b, "Pow", "p", 2, "d", "two");
+  n = ob_node(b, "ReduceMean", "v", 1, "p");
+  ob_attr_ints(b, n, "axes", 1, ax);
+  ob_node(b, "Add", "e", 2, "v", "eps");
+  ob_node(b, "Sqrt", "s", 1, "e");
+  ob_node(b, "Div", "nrm", 2, "d", "s");
+  ob_node(b, "Mul", "g", 2, "nrm", "gamma");
+  ob_node(b, "Add", "y", 2, "beta", "g");
+  ob_output(b, "y");
   if (leak)
-    mb_output(b, "d");
+    ob_output(b, "d");
   return b;
 }
 
@@ -789,9 +578,9 @@ static void test_layernorm(void **state) {
   (void)state;
   static const int64_t xd[3] = {2, 3, 8};
   for (int axis = -1; axis <= 2; axis += 3) { /* -1 and 2 name the same axis */
-    mb *b = ln_model(axis, 0);
+    ob *b = ln_model(axis, 0);
     es_graph g;
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     assert_int_equal(g.n_nodes, 1);
     const es_node *ln = graph_find(&g, ES_OP_LayerNorm);
     assert_non_null(ln);
@@ -817,9 +606,9 @@ static void test_layernorm_not_fused(void **state) {
   static const int64_t xd[3] = {2, 3, 8};
   for (int c = 0; c < 2; c++) {
     /* 0: over axis 1, not the last; 1: the centred x is a graph output */
-    mb *b = c == 0 ? ln_model(1, 0) : ln_model(-1, 1);
+    ob *b = c == 0 ? ln_model(1, 0) : ln_model(-1, 1);
     es_graph g;
-    mb_graph(b, &g);
+    lowered_graph(b, &g);
     assert_int_equal(graph_count(&g, ES_OP_LayerNorm), 0);
     assert_int_equal(graph_count(&g, ES_OP_ReduceMean), 2);
     es_graph_fini(&g);
@@ -898,21 +687,21 @@ static void test_layernorm_kernel(void **state) {
 static void test_elementwise_chain(void **state) {
   (void)state;
   static const int64_t xd[4] = {1, 4, 3, 5}, gd[3] = {4, 1, 1};
-  mb *b = mb_new(13);
-  mb_input(b, "x", 4, xd);
-  mb_input(b, "g", 3, gd);
-  mb_scalar(b, "three", &k3_);
-  mb_scalar(b, "half", &kneg_);
-  mb_scalar(b, "two", &k2_);
-  mb_node(b, "Add", "a", 2, "x", "three");
-  mb_node(b, "Mul", "m", 2, "g", "a");
-  mb_node(b, "Add", "s", 2, "m", "half");
-  mb_node(b, "Sigmoid", "sg", 1, "s");
-  mb_node(b, "Pow", "p", 2, "sg", "two");
-  mb_node(b, "Relu", "y", 1, "p");
-  mb_output(b, "y");
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, xd);
+  ob_input(b, "g", 3, gd);
+  ob_init_f32(b, "three", 0, NULL, &k3_);
+  ob_init_f32(b, "half", 0, NULL, &kneg_);
+  ob_init_f32(b, "two", 0, NULL, &k2_);
+  ob_node(b, "Add", "a", 2, "x", "three");
+  ob_node(b, "Mul", "m", 2, "g", "a");
+  ob_node(b, "Add", "s", 2, "m", "half");
+  ob_node(b, "Sigmoid", "sg", 1, "s");
+  ob_node(b, "Pow", "p", 2, "sg", "two");
+  ob_node(b, "Relu", "y", 1, "p");
+  ob_output(b, "y");
   es_graph g;
-  mb_graph(b, &g);
+  lowered_graph(b, &g);
   assert_int_equal(g.n_nodes, 1);
   const es_node *fe = graph_find(&g, ES_OP_FusedElementwise);
   assert_non_null(fe);
@@ -934,19 +723,19 @@ static void test_elementwise_chain(void **state) {
 static void test_elementwise_boundaries(void **state) {
   (void)state;
   static const int64_t xd[2] = {3, 4};
-  mb *b = mb_new(13);
-  mb_input(b, "x", 2, xd);
-  mb_scalar(b, "three", &k3_);
-  mb_scalar(b, "two", &k2_);
-  mb_node(b, "Add", "a", 2, "x", "three");
-  mb_node(b, "Relu", "r", 1, "a");
-  mb_node(b, "Mul", "y", 2, "r", "two");
-  mb_node(b, "Sqrt", "z", 1, "x");
-  mb_output(b, "y");
-  mb_output(b, "a");
-  mb_output(b, "z");
+  ob *b = ob_new(13);
+  ob_input(b, "x", 2, xd);
+  ob_init_f32(b, "three", 0, NULL, &k3_);
+  ob_init_f32(b, "two", 0, NULL, &k2_);
+  ob_node(b, "Add", "a", 2, "x", "three");
+  ob_node(b, "Relu", "r", 1, "a");
+  ob_node(b, "Mul", "y", 2, "r", "two");
+  ob_node(b, "Sqrt", "z", 1, "x");
+  ob_output(b, "y");
+  ob_output(b, "a");
+  ob_output(b, "z");
   es_graph g;
-  mb_graph(b, &g);
+  lowered_graph(b, &g);
   assert_int_equal(g.n_nodes, 3);
   assert_int_equal(graph_count(&g, ES_OP_FusedElementwise), 1);
   assert_int_equal(graph_count(&g, ES_OP_Add), 1);
@@ -967,16 +756,16 @@ static void test_elementwise_rank_from_constant(void **state) {
   (void)state;
   static const int64_t xd[1] = {4}, kd[2] = {1, 1};
   static float k = 2.5f;
-  mb *b = mb_new(13);
-  mb_input(b, "x", 1, xd);
-  mb_const(b, "k", 2, kd, &k);
-  mb_node(b, "Add", "a", 2, "x", "k");
-  mb_node(b, "Relu", "y", 1, "a");
-  mb_output(b, "y");
+  ob *b = ob_new(13);
+  ob_input(b, "x", 1, xd);
+  ob_init_f32(b, "k", 2, kd, &k);
+  ob_node(b, "Add", "a", 2, "x", "k");
+  ob_node(b, "Relu", "y", 1, "a");
+  ob_output(b, "y");
   feed f = {0};
   feed_add(&f, "x", 1, xd);
   assert_int_equal(check_same(b, &f, 0), 1);
-  es_model *m = mb_load(b, 1);
+  es_model *m = load_model(b, 1);
   es_tensor_info info;
   es_plan *p;
   es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {4}};

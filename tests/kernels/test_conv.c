@@ -24,6 +24,7 @@
 
 #include "kernels/kernel.h"
 #include "model/graph.h"
+#include "support/kernel_harness.h"
 
 static uint64_t seed_;
 
@@ -31,60 +32,21 @@ static uint64_t seed_;
  * Node building
  * ======================================================================== */
 
-typedef struct tnode {
-  es_knode node;
-  es_attr attrs[12];
-} tnode;
-
-static void node_init(tnode *t, es_op op) {
-  memset(t, 0, sizeof *t);
-  t->node = (es_knode){.name = "t", .op = op, .attrs = t->attrs, .id = 7};
-}
-
-static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
-  es_attr *a = &t->attrs[t->node.n_attr++];
-  a->name = name;
-  a->type = type;
-  return a;
-}
-
-static void attr_int(tnode *t, const char *name, int64_t v) {
-  attr_add(t, name, ES_ATTR_INT)->i = v;
-}
-
-static void attr_ints(tnode *t, const char *name, const int64_t *v, size_t n) {
-  es_attr *a = attr_add(t, name, ES_ATTR_INTS);
-  a->ints = v;
-  a->n = n;
-}
-
-static void attr_str(tnode *t, const char *name, const char *s) {
-  attr_add(t, name, ES_ATTR_STRING)->s = s;
-}
-
-static es_tdesc td(es_dtype dt, int rank, const int64_t *dims) {
-  es_tdesc t;
-  memset(&t, 0, sizeof t);
-  ES_CHECK_RC(es_tdesc_set(&t, dt, rank, dims));
-  return t;
-}
-
 static float *rand_floats(size_t n) {
   float *v = es_mem_alloc(ES_MEM_OTHER, n ? n * sizeof *v : 1);
   assert_non_null(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = (float)((double)(es_test_rand(&seed_) >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+  kh_rand_f32(&seed_, v, n, -1.0f, 1.0f);
   return v;
 }
 
-static int eval(tnode *t, int n_in, const es_tdesc *const *in, const void *const *data,
+static int eval(kh_node *t, int n_in, const es_tdesc *const *in, const void *const *data,
                 es_tdesc *od, void **o) {
-  return es_kernel_eval(&t->node, 13, n_in, in, data, 1, od, o);
+  return kh_eval(&t->node, 13, n_in, in, data, od, o);
 }
 
 /* Evaluates through oneDNN and through the reference loops; both must
  * succeed and agree within 1e-4 of the reference output's range. */
-static void eval_both(const char *what, tnode *t, int n_in, const es_tdesc *const *in,
+static void eval_both(const char *what, kh_node *t, int n_in, const es_tdesc *const *in,
                       const void *const *data, es_tdesc *want_shape) {
   es_tdesc od[2];
   void *o[2];
@@ -129,12 +91,12 @@ static void test_conv_known(void **state) {
     x[i] = (float)i;
   for (int i = 0; i < 9; i++)
     w[i] = 1;
-  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd), od;
+  es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 4, xd), wt = kh_td(ES_DTYPE_FLOAT, 4, wd), od;
   const es_tdesc *in[2] = {&xt, &wt};
   const void *data[2] = {x, w};
-  tnode t;
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "pads", pads, 4);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Conv);
+  kh_attr_ints(&t, "pads", pads, 4);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
     void *o;
@@ -153,13 +115,13 @@ static void test_convtranspose_known(void **state) {
    * block scaled by the kernel; plus bias 0.5. */
   int64_t xd[4] = {1, 1, 2, 2}, wd[4] = {1, 1, 2, 2}, bd[1] = {1}, sd[2] = {2, 2};
   float x[4] = {1, 2, 3, 4}, w[4] = {1, 2, 3, 4}, b[1] = {0.5f};
-  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd),
-           bt = td(ES_DTYPE_FLOAT, 1, bd), od;
+  es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 4, xd), wt = kh_td(ES_DTYPE_FLOAT, 4, wd),
+           bt = kh_td(ES_DTYPE_FLOAT, 1, bd), od;
   const es_tdesc *in[3] = {&xt, &wt, &bt};
   const void *data[3] = {x, w, b};
-  tnode t;
-  node_init(&t, ES_OP_ConvTranspose);
-  attr_ints(&t, "strides", sd, 2);
+  kh_node t;
+  kh_node_init(&t, ES_OP_ConvTranspose);
+  kh_attr_ints(&t, "strides", sd, 2);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
     void *o;
@@ -180,9 +142,9 @@ static void test_matmul_known(void **state) {
   (void)state;
   int64_t d2[2] = {2, 2}, d1[1] = {2};
   float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, v[2] = {1, -1};
-  es_tdesc at = td(ES_DTYPE_FLOAT, 2, d2), vt = td(ES_DTYPE_FLOAT, 1, d1), od;
-  tnode t;
-  node_init(&t, ES_OP_MatMul);
+  es_tdesc at = kh_td(ES_DTYPE_FLOAT, 2, d2), vt = kh_td(ES_DTYPE_FLOAT, 1, d1), od;
+  kh_node t;
+  kh_node_init(&t, ES_OP_MatMul);
   for (int ref = 0; ref < 2; ref++) {
     es_kernels_use_reference(ref);
     void *o;
@@ -224,39 +186,45 @@ typedef struct cconf {
   const char *auto_pad;
 } cconf;
 
-static void run_conf(const cconf *cf) {
-  int nsp = cf->nsp;
-  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
+/* X's and W's dims for a configuration (rank 2 + nsp). */
+static void conf_dims(const cconf *cf, int64_t *xd, int64_t *wd) {
+  xd[0] = cf->n, xd[1] = cf->c;
   if (!cf->transpose)
     wd[0] = cf->m, wd[1] = cf->c / cf->group;
   else
     wd[0] = cf->c, wd[1] = cf->m / cf->group;
-  for (int i = 0; i < nsp; i++) {
+  for (int i = 0; i < cf->nsp; i++) {
     xd[2 + i] = cf->sp[i];
     wd[2 + i] = cf->k[i];
   }
-  es_tdesc xt = td(ES_DTYPE_FLOAT, 2 + nsp, xd), wt = td(ES_DTYPE_FLOAT, 2 + nsp, wd),
-           bt = td(ES_DTYPE_FLOAT, 1, bd);
+}
+
+static void run_conf(const cconf *cf) {
+  int nsp = cf->nsp;
+  int64_t xd[5], wd[5], bd[1] = {cf->m};
+  conf_dims(cf, xd, wd);
+  es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, xd), wt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, wd),
+           bt = kh_td(ES_DTYPE_FLOAT, 1, bd);
   float *x = rand_floats(xt.count), *w = rand_floats(wt.count), *b = rand_floats(bt.count);
   const es_tdesc *in[3] = {&xt, &wt, &bt};
   const void *data[3] = {x, w, b};
-  tnode t;
-  node_init(&t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
+  kh_node t;
+  kh_node_init(&t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
   int64_t ones[3] = {1, 1, 1};
-  attr_ints(&t, "strides", cf->st[0] ? cf->st : ones, (size_t)nsp);
-  attr_ints(&t, "dilations", cf->dl[0] ? cf->dl : ones, (size_t)nsp);
+  kh_attr_ints(&t, "strides", cf->st[0] ? cf->st : ones, (size_t)nsp);
+  kh_attr_ints(&t, "dilations", cf->dl[0] ? cf->dl : ones, (size_t)nsp);
   if (cf->auto_pad)
-    attr_str(&t, "auto_pad", cf->auto_pad);
+    kh_attr_str(&t, "auto_pad", cf->auto_pad);
   else
-    attr_ints(&t, "pads", cf->pads, 2 * (size_t)nsp);
+    kh_attr_ints(&t, "pads", cf->pads, 2 * (size_t)nsp);
   if (cf->group != 1)
-    attr_int(&t, "group", cf->group);
+    kh_attr_int(&t, "group", cf->group);
   if (cf->kernel_shape)
-    attr_ints(&t, "kernel_shape", cf->k, (size_t)nsp);
+    kh_attr_ints(&t, "kernel_shape", cf->k, (size_t)nsp);
   if (cf->outpad[0] || cf->outpad[1] || cf->outpad[2])
-    attr_ints(&t, "output_padding", cf->outpad, (size_t)nsp);
+    kh_attr_ints(&t, "output_padding", cf->outpad, (size_t)nsp);
   if (cf->outshape[0])
-    attr_ints(&t, "output_shape", cf->outshape, (size_t)nsp);
+    kh_attr_ints(&t, "output_shape", cf->outshape, (size_t)nsp);
   eval_both(cf->name, &t, cf->bias ? 3 : 2, in, data, NULL);
   es_mem_free(x);
   es_mem_free(w);
@@ -314,13 +282,13 @@ static void test_conv_grid(void **state) {
 
 static void matmul_case(const char *what, int ra, const int64_t *da, int rb, const int64_t *db,
                         int rw, const int64_t *dw) {
-  es_tdesc at = td(ES_DTYPE_FLOAT, ra, da), bt = td(ES_DTYPE_FLOAT, rb, db),
-           want = td(ES_DTYPE_FLOAT, rw, dw);
+  es_tdesc at = kh_td(ES_DTYPE_FLOAT, ra, da), bt = kh_td(ES_DTYPE_FLOAT, rb, db),
+           want = kh_td(ES_DTYPE_FLOAT, rw, dw);
   float *a = rand_floats(at.count), *b = rand_floats(bt.count);
   const es_tdesc *in[2] = {&at, &bt};
   const void *data[2] = {a, b};
-  tnode t;
-  node_init(&t, ES_OP_MatMul);
+  kh_node t;
+  kh_node_init(&t, ES_OP_MatMul);
   eval_both(what, &t, 2, in, data, &want);
   es_mem_free(a);
   es_mem_free(b);
@@ -371,9 +339,9 @@ static void test_matmul_grid(void **state) {
  * ======================================================================== */
 
 /* Conv with X [n, c, 8, 8] (or as given), W [m, wc, 3, 3]; expects rc. */
-static void conv_expect(tnode *t, int xrank, const int64_t *xd, int wrank, const int64_t *wd,
+static void conv_expect(kh_node *t, int xrank, const int64_t *xd, int wrank, const int64_t *wd,
                         int with_w_data, es_dtype xdt, int want) {
-  es_tdesc xt = td(xdt, xrank, xd), wt = td(ES_DTYPE_FLOAT, wrank, wd), od;
+  es_tdesc xt = kh_td(xdt, xrank, xd), wt = kh_td(ES_DTYPE_FLOAT, wrank, wd), od;
   float *x = rand_floats(xt.count * 2), *w = rand_floats(wt.count);
   const es_tdesc *in[2] = {&xt, &wt};
   const void *data[2] = {x, with_w_data ? w : NULL};
@@ -392,37 +360,37 @@ static void conv_expect(tnode *t, int xrank, const int64_t *xd, int wrank, const
 static void test_conv_errors(void **state) {
   (void)state;
   int64_t x4[4] = {1, 8, 8, 8}, w4[4] = {16, 8, 3, 3};
-  tnode t;
-  node_init(&t, ES_OP_Conv);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Conv);
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, 0);
   /* Channel mismatch: W expects 4 input channels, X has 8. */
   int64_t w_c4[4] = {16, 4, 3, 3};
   conv_expect(&t, 4, x4, 4, w_c4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Group not dividing C. */
   int64_t x6[4] = {1, 6, 8, 8}, w6[4] = {4, 1, 3, 3};
-  attr_int(&t, "group", 4);
+  kh_attr_int(&t, "group", 4);
   conv_expect(&t, 4, x6, 4, w6, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Group dividing C but not M. */
-  node_init(&t, ES_OP_Conv);
-  attr_int(&t, "group", 2);
+  kh_node_init(&t, ES_OP_Conv);
+  kh_attr_int(&t, "group", 2);
   int64_t w_m3[4] = {3, 4, 3, 3};
   conv_expect(&t, 4, x4, 4, w_m3, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Group 0. */
   t.attrs[0].i = 0;
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Kernel larger than the padded input. */
-  node_init(&t, ES_OP_Conv);
+  kh_node_init(&t, ES_OP_Conv);
   int64_t x_small[4] = {1, 8, 3, 3}, w5[4] = {8, 8, 5, 5};
   conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   int64_t pads1[4] = {1, 1, 1, 1};
-  attr_ints(&t, "pads", pads1, 4);
+  kh_attr_ints(&t, "pads", pads1, 4);
   conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, 0);
   /* Dilated kernel larger than the padded input. */
   int64_t dil[2] = {3, 3};
-  attr_ints(&t, "dilations", dil, 2);
+  kh_attr_ints(&t, "dilations", dil, 2);
   conv_expect(&t, 4, x_small, 4, w5, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Wrong ranks. */
-  node_init(&t, ES_OP_Conv);
+  kh_node_init(&t, ES_OP_Conv);
   int64_t x2[2] = {1, 8};
   conv_expect(&t, 2, x2, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   int64_t w3[3] = {16, 8, 3};
@@ -433,43 +401,35 @@ static void test_conv_errors(void **state) {
   conv_expect(&t, 4, x4, 4, w4, 0, ES_DTYPE_FLOAT, ES_ENOTSUP);
   /* Integer input. */
   conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_INT32, ES_EMODEL);
-  /* Bad attributes. */
-  int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5}, three[3] = {1, 1, 1};
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "strides", zero2, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "dilations", zero2, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "pads", neg4, 4);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "pads", three, 3);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "strides", three, 3);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "kernel_shape", k5, 2);
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_str(&t, "auto_pad", "SAME");
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_Conv);
-  attr_str(&t, "group", "2"); /* wrong attribute type */
-  conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  /* Bad attributes, one per node. */
+  static const int64_t zero2[2] = {0, 1}, neg4[4] = {0, -1, 0, 0}, k5[2] = {5, 5},
+                       three[3] = {1, 1, 1};
+  const es_attr bad[] = {
+      {.name = "strides", .type = ES_ATTR_INTS, .ints = zero2, .n = 2},
+      {.name = "dilations", .type = ES_ATTR_INTS, .ints = zero2, .n = 2},
+      {.name = "pads", .type = ES_ATTR_INTS, .ints = neg4, .n = 4},
+      {.name = "pads", .type = ES_ATTR_INTS, .ints = three, .n = 3},
+      {.name = "strides", .type = ES_ATTR_INTS, .ints = three, .n = 3},
+      {.name = "kernel_shape", .type = ES_ATTR_INTS, .ints = k5, .n = 2},
+      KH_STR("auto_pad", "SAME"),
+      KH_STR("group", "2"), /* wrong attribute type */
+  };
+  for (int i = 0; i < KH_LEN(bad); i++) {
+    kh_node_init(&t, ES_OP_Conv);
+    *kh_attr_add(&t, bad[i].name, bad[i].type) = bad[i];
+    conv_expect(&t, 4, x4, 4, w4, 1, ES_DTYPE_FLOAT, ES_EMODEL);
+  }
 
   /* Bias of the wrong size. */
   {
     int64_t bd[1] = {15};
-    es_tdesc xt = td(ES_DTYPE_FLOAT, 4, x4), wt = td(ES_DTYPE_FLOAT, 4, w4),
-             bt = td(ES_DTYPE_FLOAT, 1, bd), od;
+    es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 4, x4), wt = kh_td(ES_DTYPE_FLOAT, 4, w4),
+             bt = kh_td(ES_DTYPE_FLOAT, 1, bd), od;
     float *x = rand_floats(xt.count), *w = rand_floats(wt.count), *b = rand_floats(16);
     const es_tdesc *in[3] = {&xt, &wt, &bt};
     const void *data[3] = {x, w, b};
     void *o;
-    node_init(&t, ES_OP_Conv);
+    kh_node_init(&t, ES_OP_Conv);
     ES_EXPECT_RC(eval(&t, 3, in, data, &od, &o), ES_EMODEL);
     /* Missing W. */
     in[1] = NULL;
@@ -480,30 +440,30 @@ static void test_conv_errors(void **state) {
   }
 
   /* ConvTranspose: W's first dimension must be X's channels. */
-  node_init(&t, ES_OP_ConvTranspose);
+  kh_node_init(&t, ES_OP_ConvTranspose);
   int64_t wt_bad[4] = {4, 8, 2, 2}, wt_ok[4] = {8, 4, 2, 2};
   conv_expect(&t, 4, x4, 4, wt_bad, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, 0);
   int64_t os_bad[3] = {5, 5, 5}, os_neg[2] = {0, 9}, outpad_neg[2] = {-1, 0};
-  attr_ints(&t, "output_shape", os_bad, 3);
+  kh_attr_ints(&t, "output_shape", os_bad, 3);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   t.attrs[0].ints = os_neg;
   t.attrs[0].n = 2;
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
-  node_init(&t, ES_OP_ConvTranspose);
-  attr_ints(&t, "output_padding", outpad_neg, 2);
+  kh_node_init(&t, ES_OP_ConvTranspose);
+  kh_attr_ints(&t, "output_padding", outpad_neg, 2);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
   /* Pads that leave no output. */
-  node_init(&t, ES_OP_ConvTranspose);
+  kh_node_init(&t, ES_OP_ConvTranspose);
   int64_t big_pads[4] = {8, 0, 9, 0};
-  attr_ints(&t, "pads", big_pads, 4);
+  kh_attr_ints(&t, "pads", big_pads, 4);
   conv_expect(&t, 4, x4, 4, wt_ok, 1, ES_DTYPE_FLOAT, ES_EMODEL);
 }
 
 static void test_matmul_errors(void **state) {
   (void)state;
-  tnode t;
-  node_init(&t, ES_OP_MatMul);
+  kh_node t;
+  kh_node_init(&t, ES_OP_MatMul);
   struct {
     int ra, rb;
     int64_t da[4], db[4];
@@ -518,8 +478,8 @@ static void test_matmul_errors(void **state) {
       {1, 1, {3}, {4}, ES_DTYPE_FLOAT, ES_EMODEL},                  /* 1-D lengths differ */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    es_tdesc at = td(cases[i].dt, cases[i].ra, cases[i].da),
-             bt = td(cases[i].dt, cases[i].rb, cases[i].db), od;
+    es_tdesc at = kh_td(cases[i].dt, cases[i].ra, cases[i].da),
+             bt = kh_td(cases[i].dt, cases[i].rb, cases[i].db), od;
     void *a = rand_floats(at.count * 2), *b = rand_floats(bt.count * 2), *o;
     const es_tdesc *in[2] = {&at, &bt};
     const void *data[2] = {a, b};
@@ -529,12 +489,12 @@ static void test_matmul_errors(void **state) {
   }
   /* One input only. */
   int64_t d[2] = {2, 2};
-  es_tdesc at = td(ES_DTYPE_FLOAT, 2, d), od;
+  es_tdesc at = kh_td(ES_DTYPE_FLOAT, 2, d), od;
   float a[4] = {0};
   const es_tdesc *in[1] = {&at};
   const void *data[1] = {a};
   void *o;
-  node_init(&t, ES_OP_MatMul);
+  kh_node_init(&t, ES_OP_MatMul);
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_EMODEL);
 }
 
@@ -542,123 +502,18 @@ static void test_matmul_errors(void **state) {
  * Hand-built instances, as the planner makes them
  * ======================================================================== */
 
-/* NCHW <-> NHWC copies of a rank-4 tensor of logical dims d. */
-static void nchw_to_nhwc(const float *src, float *dst, const int64_t *d) {
-  int64_t c = d[1], hw = d[2] * d[3];
-  for (int64_t b = 0; b < d[0]; b++)
-    for (int64_t ch = 0; ch < c; ch++)
-      for (int64_t i = 0; i < hw; i++)
-        dst[(b * hw + i) * c + ch] = src[(b * c + ch) * hw + i];
-}
-
-static void nhwc_to_nchw(const float *src, float *dst, const int64_t *d) {
-  int64_t c = d[1], hw = d[2] * d[3];
-  for (int64_t b = 0; b < d[0]; b++)
-    for (int64_t ch = 0; ch < c; ch++)
-      for (int64_t i = 0; i < hw; i++)
-        dst[(b * c + ch) * hw + i] = src[(b * hw + i) * c + ch];
-}
-
-/* An instance as the planner makes one: infer sees the inputs in the
- * layouts given; when it asks for others (ES_KRELAYOUT) those inputs change
- * layout and infer runs again, once. X and the residual (inputs 0 and 3)
- * are runtime values, W and B static. */
-typedef struct hinst {
-  es_kinst k;
-  es_ctx ctx;
-  es_tdesc out;
-  es_tdesc *outp[1];
-  const es_kernel *kern;
-  int n_in;
-  es_tdesc desc[4];
-  const es_tdesc *inp[4];
-  const void *stat[4];
-  unsigned relayouts; /* bit i: input i changed layout on the kernel's request */
-} hinst;
-
-static int hinst_try(hinst *h, const es_knode *nd, int n_in, const es_tdesc *const *in,
-                     const void *const *data, es_prep_store *store) {
-  memset(h, 0, sizeof *h);
-  h->outp[0] = &h->out;
-  h->kern = es_kernel_for(nd->op);
-  h->n_in = n_in;
-  for (int i = 0; i < n_in; i++) {
-    if (in[i]) {
-      h->desc[i] = *in[i];
-      h->inp[i] = &h->desc[i];
-    }
-    h->stat[i] = i == 0 || i == 3 ? NULL : data[i];
-  }
-  for (int attempt = 0;; attempt++) {
-    h->k = (es_kinst){.node = *nd,
-                      .opset = 13,
-                      .n_in = n_in,
-                      .n_out = 1,
-                      .in = h->inp,
-                      .out = h->outp,
-                      .in_static = h->stat,
-                      .inplace = -1,
-                      .ctx = &h->ctx,
-                      .prep = store};
-    es_op_label(nd->name, nd->id, nd->op, h->k.label, sizeof h->k.label);
-    int rc = h->kern->infer(&h->k);
-    if (rc != ES_KRELAYOUT)
-      return rc;
-    if (attempt > 0)
-      fail_msg("%s asked twice for other input layouts", h->k.label);
-    assert_int_equal(h->k.want_plain & h->k.want_nhwc, 0);
-    for (int i = 0; i < n_in; i++) {
-      if (!((h->k.want_plain | h->k.want_nhwc) >> i & 1))
-        continue;
-      assert_non_null(h->inp[i]);
-      h->desc[i].layout = (h->k.want_nhwc >> i & 1) ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
-      h->relayouts |= 1u << i;
-    }
-    if (h->kern->release)
-      h->kern->release(&h->k);
-    es_ctx_free_all(&h->ctx);
-  }
-}
-
-static void hinst_infer(hinst *h, const es_knode *nd, int n_in, const es_tdesc *const *in,
+/* An instance as the planner makes one (kh_infer_relayout): X and the
+ * residual (inputs 0 and 3) are runtime values, W and B static. */
+static void hinst_infer(kh_run *h, const es_knode *nd, int n_in, const es_tdesc *const *in,
                         const void *const *data, es_prep_store *store) {
-  ES_CHECK_RC(hinst_try(h, nd, n_in, in, data, store));
-}
-
-/* Runs h on plain data (converted to the layouts h's inputs have) and
- * returns its output in plain order; the caller frees it. */
-static float *hinst_run_plain(hinst *h, const void *const *data) {
-  const void *rin[4] = {0};
-  float *tmp[4] = {0};
-  for (int i = 0; i < h->n_in; i++) {
-    rin[i] = data[i];
-    if (h->inp[i] && h->desc[i].layout == ES_LAYOUT_NHWC) {
-      tmp[i] = es_mem_alloc(ES_MEM_OTHER, h->desc[i].nbytes);
-      assert_non_null(tmp[i]);
-      nchw_to_nhwc(data[i], tmp[i], h->desc[i].dims);
-      rin[i] = tmp[i];
-    }
-  }
-  void *scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->k.scratch_bytes + 1);
-  float *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h->out.nbytes + 1);
-  void *outs[1] = {y};
-  ES_CHECK_RC(h->kern->run(&h->k, rin, outs, scratch));
-  if (h->out.layout == ES_LAYOUT_NHWC) {
-    float *p = es_mem_alloc(ES_MEM_OTHER, h->out.nbytes + 1);
-    nhwc_to_nchw(y, p, h->out.dims);
-    es_mem_free(y);
-    y = p;
-  }
-  for (int i = 0; i < 4; i++)
-    es_mem_free(tmp[i]);
-  es_mem_free(scratch);
-  return y;
+  kh_begin(h, nd, 13, n_in, in, data, 1u << 0 | 1u << 3, 1, store);
+  ES_CHECK_RC(kh_infer_relayout(h));
 }
 
 /* Runs h and checks it against the reference path's es_kernel_eval. */
-static void hinst_check(hinst *h, tnode *t, int n_in, const es_tdesc *const *in,
+static void hinst_check(kh_run *h, kh_node *t, int n_in, const es_tdesc *const *in,
                         const void *const *data) {
-  float *y = hinst_run_plain(h, data);
+  float *y = kh_exec_plain(h, data);
   es_tdesc od, plain[4];
   const es_tdesc *pin[4] = {0};
   for (int i = 0; i < n_in; i++)
@@ -671,34 +526,28 @@ static void hinst_check(hinst *h, tnode *t, int n_in, const es_tdesc *const *in,
   es_kernels_use_reference(1);
   ES_CHECK_RC(eval(t, n_in, pin, data, &od, &o));
   es_kernels_use_reference(0);
-  assert_true(es_tdesc_same_shape(&od, &h->out));
+  assert_true(es_tdesc_same_shape(&od, &h->out[0]));
   for (size_t i = 0; i < od.count; i++)
     assert_float_equal(y[i], ((float *)o)[i], 1e-3);
   es_mem_free(o);
   es_mem_free(y);
 }
 
-static void hinst_release(hinst *h) {
-  if (h->kern->release)
-    h->kern->release(&h->k);
-  es_ctx_free_all(&h->ctx);
-}
-
 /* Infers node t for two input shapes against one store; the second plan
  * must reuse the first one's prepared weights. */
-static size_t prep_twice(tnode *t, int n_in, es_tdesc *x, const int64_t *d1, const int64_t *d2,
+static size_t prep_twice(kh_node *t, int n_in, es_tdesc *x, const int64_t *d1, const int64_t *d2,
                          const es_tdesc *const *in, const void **data) {
   es_prep_store *store;
   ES_CHECK_RC(es_prep_store_create(&store));
-  hinst h1, h2;
-  *x = td(ES_DTYPE_FLOAT, x->rank, d1);
+  kh_run h1, h2;
+  *x = kh_td(ES_DTYPE_FLOAT, x->rank, d1);
   float *x1 = rand_floats(x->count);
   data[0] = x1;
   hinst_infer(&h1, &t->node, n_in, in, data, store);
   hinst_check(&h1, t, n_in, in, data);
   size_t bytes = es_prep_store_bytes(store);
 
-  *x = td(ES_DTYPE_FLOAT, x->rank, d2);
+  *x = kh_td(ES_DTYPE_FLOAT, x->rank, d2);
   float *x2 = rand_floats(x->count);
   data[0] = x2;
   hinst_infer(&h2, &t->node, n_in, in, data, store);
@@ -706,11 +555,11 @@ static size_t prep_twice(tnode *t, int n_in, es_tdesc *x, const int64_t *d1, con
   assert_int_equal(es_prep_store_bytes(store), bytes);
   /* The first plan still runs on the shared copy after the second made
    * its own primitive. */
-  *x = td(ES_DTYPE_FLOAT, x->rank, d1);
+  *x = kh_td(ES_DTYPE_FLOAT, x->rank, d1);
   data[0] = x1;
   hinst_check(&h1, t, n_in, in, data);
-  hinst_release(&h1);
-  hinst_release(&h2);
+  kh_end(&h1);
+  kh_end(&h2);
   es_mem_free(x1);
   es_mem_free(x2);
   es_prep_store_destroy(store);
@@ -723,12 +572,12 @@ static void test_prepared_shared(void **state) {
   /* MatMul with static 2-D weights: oneDNN picks a blocked layout. */
   {
     int64_t a1[3] = {1, 25, 64}, a2[3] = {1, 40, 64}, bd[2] = {64, 48};
-    es_tdesc at = {.rank = 3}, bt = td(ES_DTYPE_FLOAT, 2, bd);
+    es_tdesc at = {.rank = 3}, bt = kh_td(ES_DTYPE_FLOAT, 2, bd);
     float *b = rand_floats(bt.count);
     const es_tdesc *in[2] = {&at, &bt};
     const void *data[2] = {NULL, b};
-    tnode t;
-    node_init(&t, ES_OP_MatMul);
+    kh_node t;
+    kh_node_init(&t, ES_OP_MatMul);
     size_t bytes = prep_twice(&t, 2, &at, a1, a2, in, data);
     assert_true(bytes >= 64 * 48 * sizeof(float));
     es_mem_free(b);
@@ -738,13 +587,13 @@ static void test_prepared_shared(void **state) {
   {
     int64_t x1[4] = {1, 16, 20, 20}, x2[4] = {1, 16, 28, 24}, wd[4] = {32, 16, 3, 3},
             bd[1] = {32}, pads[4] = {1, 1, 1, 1};
-    es_tdesc xt = {.rank = 4}, wt = td(ES_DTYPE_FLOAT, 4, wd), bt = td(ES_DTYPE_FLOAT, 1, bd);
+    es_tdesc xt = {.rank = 4}, wt = kh_td(ES_DTYPE_FLOAT, 4, wd), bt = kh_td(ES_DTYPE_FLOAT, 1, bd);
     float *w = rand_floats(wt.count), *b = rand_floats(bt.count);
     const es_tdesc *in[3] = {&xt, &wt, &bt};
     const void *data[3] = {NULL, w, b};
-    tnode t;
-    node_init(&t, ES_OP_Conv);
-    attr_ints(&t, "pads", pads, 4);
+    kh_node t;
+    kh_node_init(&t, ES_OP_Conv);
+    kh_attr_ints(&t, "pads", pads, 4);
     size_t bytes = prep_twice(&t, 3, &xt, x1, x2, in, data);
     assert_true(bytes >= 32 * 16 * 9 * sizeof(float));
     es_mem_free(w);
@@ -753,7 +602,7 @@ static void test_prepared_shared(void **state) {
 }
 
 typedef struct thread_job {
-  hinst *h;
+  kh_run *h;
   const void *const *data;
   const float *want;
   int ok;
@@ -764,13 +613,13 @@ static void *thread_run(void *arg) {
   void *scratch = j->h->k.scratch_bytes
                       ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, j->h->k.scratch_bytes)
                       : NULL;
-  float *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, j->h->out.nbytes);
+  float *y = es_mem_aligned_alloc(ES_MEM_OTHER, 64, j->h->out[0].nbytes);
   void *outs[1] = {y};
   j->ok = 1;
   for (int it = 0; it < 20 && j->ok; it++) {
     if (j->h->kern->run(&j->h->k, j->data, outs, scratch) != 0)
       j->ok = 0;
-    for (size_t i = 0; i < j->h->out.count && j->ok; i++)
+    for (size_t i = 0; i < j->h->out[0].count && j->ok; i++)
       j->ok = fabsf(y[i] - j->want[i]) <= 1e-4f * (1 + fabsf(j->want[i]));
   }
   es_mem_free(y);
@@ -782,21 +631,21 @@ static void test_threads_share_plan(void **state) {
   (void)state;
   es_kernels_use_reference(0);
   int64_t xd[4] = {1, 16, 24, 24}, wd[4] = {16, 16, 3, 3}, pads[4] = {1, 1, 1, 1};
-  es_tdesc xt = td(ES_DTYPE_FLOAT, 4, xd), wt = td(ES_DTYPE_FLOAT, 4, wd);
+  es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 4, xd), wt = kh_td(ES_DTYPE_FLOAT, 4, wd);
   float *x = rand_floats(xt.count), *w = rand_floats(wt.count);
   const es_tdesc *in[2] = {&xt, &wt};
   const void *data[2] = {x, w};
-  tnode t;
-  node_init(&t, ES_OP_Conv);
-  attr_ints(&t, "pads", pads, 4);
-  hinst h;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Conv);
+  kh_attr_ints(&t, "pads", pads, 4);
+  kh_run h;
   hinst_infer(&h, &t.node, 2, in, data, NULL);
   /* The single-threaded result is the expectation; a race on shared state
    * would show as garbage, not rounding (thread teams may split sums
    * differently, hence the tolerance). */
   void *scratch = h.k.scratch_bytes ? es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.k.scratch_bytes)
                                     : NULL;
-  float *want = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.out.nbytes);
+  float *want = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.out[0].nbytes);
   void *outs[1] = {want};
   ES_CHECK_RC(h.kern->run(&h.k, data, outs, scratch));
   pthread_t th[3];
@@ -809,7 +658,7 @@ static void test_threads_share_plan(void **state) {
     pthread_join(th[i], NULL);
     assert_true(jobs[i].ok);
   }
-  hinst_release(&h);
+  kh_end(&h);
   es_mem_free(want);
   es_mem_free(scratch);
   es_mem_free(x);
@@ -822,7 +671,7 @@ static void test_threads_share_plan(void **state) {
 
 /* One conv node with random X, W, B of configuration cf (bias always). */
 typedef struct cnode {
-  tnode t;
+  kh_node t;
   es_tdesc xt, wt, bt, rt;
   float *x, *w, *b, *r;
   const es_tdesc *in[4];
@@ -832,36 +681,29 @@ typedef struct cnode {
 static void cnode_init(cnode *c, const cconf *cf) {
   memset(c, 0, sizeof *c);
   int nsp = cf->nsp;
-  int64_t xd[5] = {cf->n, cf->c}, wd[5], bd[1] = {cf->m};
-  if (!cf->transpose)
-    wd[0] = cf->m, wd[1] = cf->c / cf->group;
-  else
-    wd[0] = cf->c, wd[1] = cf->m / cf->group;
-  for (int i = 0; i < nsp; i++) {
-    xd[2 + i] = cf->sp[i];
-    wd[2 + i] = cf->k[i];
-  }
-  c->xt = td(ES_DTYPE_FLOAT, 2 + nsp, xd);
-  c->wt = td(ES_DTYPE_FLOAT, 2 + nsp, wd);
-  c->bt = td(ES_DTYPE_FLOAT, 1, bd);
+  int64_t xd[5], wd[5], bd[1] = {cf->m};
+  conf_dims(cf, xd, wd);
+  c->xt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, xd);
+  c->wt = kh_td(ES_DTYPE_FLOAT, 2 + nsp, wd);
+  c->bt = kh_td(ES_DTYPE_FLOAT, 1, bd);
   c->x = rand_floats(c->xt.count);
   c->w = rand_floats(c->wt.count);
   c->b = rand_floats(c->bt.count);
   c->in[0] = &c->xt, c->in[1] = &c->wt, c->in[2] = &c->bt;
   c->data[0] = c->x, c->data[1] = c->w, c->data[2] = c->b;
-  node_init(&c->t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
+  kh_node_init(&c->t, cf->transpose ? ES_OP_ConvTranspose : ES_OP_Conv);
   if (cf->st[0])
-    attr_ints(&c->t, "strides", cf->st, (size_t)nsp);
-  attr_ints(&c->t, "pads", cf->pads, 2 * (size_t)nsp);
+    kh_attr_ints(&c->t, "strides", cf->st, (size_t)nsp);
+  kh_attr_ints(&c->t, "pads", cf->pads, 2 * (size_t)nsp);
   if (cf->group != 1)
-    attr_int(&c->t, "group", cf->group);
+    kh_attr_int(&c->t, "group", cf->group);
   if (cf->outpad[0] || cf->outpad[1])
-    attr_ints(&c->t, "output_padding", cf->outpad, (size_t)nsp);
+    kh_attr_ints(&c->t, "output_padding", cf->outpad, (size_t)nsp);
 }
 
 /* Adds input 3, a random residual of the output's shape. */
 static void cnode_residual(cnode *c, const es_tdesc *out) {
-  c->rt = td(ES_DTYPE_FLOAT, out->rank, out->dims);
+  c->rt = kh_td(ES_DTYPE_FLOAT, out->rank, out->dims);
   c->r = rand_floats(c->rt.count);
   c->in[3] = &c->rt;
   c->data[3] = c->r;
@@ -892,38 +734,38 @@ static void test_conv_layouts(void **state) {
   for (size_t ci = 0; ci < sizeof layout_confs / sizeof layout_confs[0]; ci++) {
     cnode c;
     cnode_init(&c, &layout_confs[ci]);
-    hinst h;
+    kh_run h;
     /* NHWC X (no store): runs channels-last, output NHWC, nothing asked. */
     es_kernels_use_reference(0);
     c.xt.layout = ES_LAYOUT_NHWC;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 0);
-    assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
     hinst_check(&h, &c.t, 3, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     /* The reference loops ask for X plain and write plain. */
     es_kernels_use_reference(1);
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 1);
     assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
-    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 3, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     /* In a model's plan (a store), plain X is asked for in NHWC. */
     es_kernels_use_reference(0);
     c.xt.layout = ES_LAYOUT_PLAIN;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
     assert_int_equal(h.relayouts, 1);
     assert_int_equal(h.desc[0].layout, ES_LAYOUT_NHWC);
-    assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
     hinst_check(&h, &c.t, 3, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     /* Without a store (es_kernel_eval's case) plain stays plain. */
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 0);
-    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 3, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     cnode_fini(&c);
   }
   /* 1-D and 3-D convs stay plain, even in a plan; so does a 2-D geometry
@@ -938,13 +780,13 @@ static void test_conv_layouts(void **state) {
     cnode c;
     cnode_init(&c, &plain_confs[ci]);
     c.xt.layout = c.xt.rank == 4 ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
-    hinst h;
+    kh_run h;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
     assert_int_equal(h.relayouts, c.xt.rank == 4 ? 1 : 0);
     assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
-    assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 3, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     cnode_fini(&c);
   }
   es_prep_store_destroy(store);
@@ -1023,9 +865,9 @@ static void post_naive(const post_case *pc, float *y, const float *r, size_t n) 
   }
 }
 
-static void post_attrs(tnode *t, const post_case *pc) {
-  attr_ints(t, "_post", pc->codes, (size_t)pc->n);
-  es_attr *a = attr_add(t, "_post_f", ES_ATTR_FLOATS);
+static void post_attrs(kh_node *t, const post_case *pc) {
+  kh_attr_ints(t, "_post", pc->codes, (size_t)pc->n);
+  es_attr *a = kh_attr_add(t, "_post_f", ES_ATTR_FLOATS);
   a->floats = pc->f;
   a->n = 2 * (size_t)pc->n;
 }
@@ -1113,12 +955,12 @@ static void test_conv_post_nhwc(void **state) {
       for (int res_nhwc = 0; res_nhwc < 1 + adds; res_nhwc++) {
         c.xt.layout = ES_LAYOUT_NHWC;
         c.rt.layout = res_nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
-        hinst h;
+        kh_run h;
         hinst_infer(&h, &c.t.node, n_in, c.in, c.data, NULL);
-        assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+        assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
         assert_int_equal(h.relayouts, adds && !res_nhwc ? 1u << 3 : 0u);
         hinst_check(&h, &c.t, n_in, c.in, c.data);
-        hinst_release(&h);
+        kh_end(&h);
       }
       es_mem_free(base);
       cnode_fini(&c);
@@ -1134,12 +976,12 @@ static void test_conv_post_nhwc(void **state) {
     post_attrs(&c.t, &post_cases[7]);
     c.rt.layout = ES_LAYOUT_NHWC;
     es_kernels_use_reference(1);
-    hinst h;
+    kh_run h;
     hinst_infer(&h, &c.t.node, 4, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 1u << 3);
     assert_int_equal(h.desc[3].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 4, c.in, c.data);
-    hinst_release(&h);
+    kh_end(&h);
     es_kernels_use_reference(0);
     es_mem_free(base);
     cnode_fini(&c);
@@ -1148,13 +990,13 @@ static void test_conv_post_nhwc(void **state) {
 
 static void post_expect(cnode *c, int n_in, const int64_t *codes, size_t n, const float *f,
                         size_t nf, int want) {
-  node_init(&c->t, ES_OP_Conv);
+  kh_node_init(&c->t, ES_OP_Conv);
   int64_t pads[4] = {1, 1, 1, 1};
-  attr_ints(&c->t, "pads", pads, 4);
+  kh_attr_ints(&c->t, "pads", pads, 4);
   if (codes)
-    attr_ints(&c->t, "_post", codes, n);
+    kh_attr_ints(&c->t, "_post", codes, n);
   if (f) {
-    es_attr *a = attr_add(&c->t, "_post_f", ES_ATTR_FLOATS);
+    es_attr *a = kh_attr_add(&c->t, "_post_f", ES_ATTR_FLOATS);
     a->floats = f;
     a->n = nf;
   }
@@ -1198,7 +1040,7 @@ static void test_conv_post_errors(void **state) {
   /* A residual of another shape or type. */
   int64_t bad_d[4] = {1, 16, 10, 11};
   es_tdesc rt = c.rt;
-  c.rt = td(ES_DTYPE_FLOAT, 4, bad_d);
+  c.rt = kh_td(ES_DTYPE_FLOAT, 4, bad_d);
   post_expect(&c, 4, add, 1, f0, 2, ES_EMODEL);
   c.rt = rt;
   c.rt.dtype = ES_DTYPE_INT32;
@@ -1220,7 +1062,7 @@ static void test_many_primitives_one_thread(void **state) {
   static const cconf cf = {"1x1", 0, 2, 1, 4, 4, 1, {3, 3}, {1, 1}, .bias = 1};
   cnode c;
   cnode_init(&c, &cf);
-  hinst *h = es_mem_calloc(ES_MEM_OTHER, N, sizeof *h);
+  kh_run *h = es_mem_calloc(ES_MEM_OTHER, N, sizeof *h);
   assert_non_null(h);
   for (int i = 0; i < N; i++)
     hinst_infer(&h[i], &c.t.node, 3, c.in, c.data, NULL);
@@ -1232,7 +1074,7 @@ static void test_many_primitives_one_thread(void **state) {
       hinst_check(&h[i], &c.t, 3, c.in, c.data);
     }
   for (int i = 0; i < N; i++)
-    hinst_release(&h[i]);
+    kh_end(&h[i]);
   es_mem_free(h);
   cnode_fini(&c);
 }

@@ -19,32 +19,17 @@
 
 #include "kernels/fused.h"
 #include "kernels/kernel.h"
+#include "support/kernel_harness.h"
 
 /* ==========================================================================
  * Helpers
  * ======================================================================== */
 
-static es_knode node_make(es_op op, es_attr *attrs, int n_attr) {
-  es_knode n = {.name = "t",
-               .op = op,
-               .n_attr = n_attr,
-               .attrs = attrs};
-  return n;
-}
-
-static es_tdesc desc_make(es_dtype t, int rank, const int64_t *dims) {
-  es_tdesc d;
-  memset(&d, 0, sizeof d);
-  int rc = es_tdesc_set(&d, t, rank, dims);
-  assert_int_equal(rc, 0);
-  return d;
-}
-
 /* Evaluate op with inputs (desc, data); one output. */
 static int eval_op(es_op op, int64_t opset, es_attr *attrs, int n_attr, int n_in,
                    const es_tdesc *const *d, const void *const *data, es_tdesc *od, void **out) {
-  es_knode n = node_make(op, attrs, n_attr);
-  return es_kernel_eval(&n, opset, n_in, d, data, 1, od, out);
+  es_knode n = kh_knode(op, attrs, n_attr);
+  return kh_eval(&n, opset, n_in, d, data, od, out);
 }
 
 static int eval2(es_op op, const es_tdesc *a, const void *ad, const es_tdesc *b, const void *bd,
@@ -79,38 +64,14 @@ static void assert_floats_near(const float *got, const float *want, size_t n, fl
   }
 }
 
-/* Run a kernel by hand: infer into a private context, then run with caller
- * buffers (so out may alias an input) and in_static as given. */
-typedef struct hand_run {
-  es_ctx ctx;
-  es_kinst k;
-  es_tdesc out;
-  es_tdesc *outp[1];
-  es_knode node;
-  const es_kernel *kern;
-} hand_run;
-
-static int hand_infer(hand_run *h, es_op op, int64_t opset, es_attr *attrs, int n_attr, int n_in,
+/* Infers a kernel by hand (kh_run) with in_static as given, so a test can
+ * then run it on its own buffers (out aliasing an input). */
+static int hand_infer(kh_run *h, es_op op, int64_t opset, es_attr *attrs, int n_attr, int n_in,
                       const es_tdesc *const *d, const void *const *in_static) {
-  memset(h, 0, sizeof *h);
-  h->node = node_make(op, attrs, n_attr);
-  h->kern = es_kernel_for(op);
-  assert_non_null(h->kern);
-  h->outp[0] = &h->out;
-  h->k = (es_kinst){.node = h->node,
-                    .opset = opset,
-                    .n_in = n_in,
-                    .n_out = 1,
-                    .in = d,
-                    .out = h->outp,
-                    .in_static = in_static,
-                    .inplace = -1,
-                    .ctx = &h->ctx};
-  es_op_label(h->node.name, h->node.id, h->node.op, h->k.label, sizeof h->k.label);
-  return h->kern->infer(&h->k);
+  es_knode nd = kh_knode(op, attrs, n_attr);
+  kh_begin(h, &nd, opset, n_in, d, in_static, 0, 1, NULL);
+  return kh_infer(h);
 }
-
-static void hand_done(hand_run *h) { es_ctx_free_all(&h->ctx); }
 
 /* ==========================================================================
  * Broadcasting against a naive reference
@@ -140,7 +101,7 @@ static void ref_sub(const es_tdesc *a, const float *ad, const es_tdesc *b, const
 }
 
 static void check_sub_bcast(int ra, const int64_t *da, int rb, const int64_t *db) {
-  es_tdesc a = desc_make(ES_DTYPE_FLOAT, ra, da), b = desc_make(ES_DTYPE_FLOAT, rb, db);
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, ra, da), b = kh_td(ES_DTYPE_FLOAT, rb, db);
   float *av = malloc(a.count * sizeof *av + 4), *bv = malloc(b.count * sizeof *bv + 4);
   for (size_t i = 0; i < a.count; i++)
     av[i] = (float)(i * 7 % 23) - 5.5f;
@@ -201,8 +162,8 @@ static void test_bcast_random(void **state) {
 
 static void test_bcast_mismatch(void **state) {
   (void)state;
-  es_tdesc a = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
-  es_tdesc b = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
+  es_tdesc b = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
   float x[6] = {0};
   es_tdesc o;
   void *out;
@@ -216,24 +177,24 @@ static void test_bcast_mismatch(void **state) {
 static void test_inplace(void **state) {
   (void)state;
   /* out aliases a: per-channel Mul, [2,3,2,9] * [3,1,1] */
-  es_tdesc a = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 2, 9});
-  es_tdesc b = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 1});
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 2, 9});
+  es_tdesc b = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 1});
   float av[108], want[108], bv[3] = {2, -1, 0.5f};
   for (int i = 0; i < 108; i++)
     av[i] = (float)i;
   for (int i = 0; i < 108; i++)
     want[i] = av[i] * bv[(i / 18) % 3];
   const es_tdesc *d[2] = {&a, &b};
-  hand_run h;
+  kh_run h;
   ES_CHECK_RC(hand_infer(&h, ES_OP_Mul, 13, NULL, 0, 2, d, (const void *[]){NULL, NULL}));
   assert_int_equal(h.k.inplace, 0);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){av, bv}, (void *[]){av}, NULL));
   assert_floats_near(av, want, 108, 0);
-  hand_done(&h);
+  kh_end(&h);
 
   /* out aliases b: [4] - [3,4] -> in place on input 1 */
-  es_tdesc a2 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
-  es_tdesc b2 = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){3, 4});
+  es_tdesc a2 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
+  es_tdesc b2 = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){3, 4});
   float a2v[4] = {10, 20, 30, 40}, b2v[12], w2[12];
   for (int i = 0; i < 12; i++) {
     b2v[i] = (float)i;
@@ -244,7 +205,7 @@ static void test_inplace(void **state) {
   assert_int_equal(h.k.inplace, 1);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){a2v, b2v}, (void *[]){b2v}, NULL));
   assert_floats_near(b2v, w2, 12, 0);
-  hand_done(&h);
+  kh_end(&h);
 
   /* x * x with out == both inputs */
   float xv[40], w3[40];
@@ -252,49 +213,36 @@ static void test_inplace(void **state) {
     xv[i] = (float)i - 20;
     w3[i] = xv[i] * xv[i];
   }
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){40});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){40});
   const es_tdesc *d3[2] = {&x, &x};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Mul, 13, NULL, 0, 2, d3, (const void *[]){NULL, NULL}));
   assert_int_equal(h.k.inplace, 0);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv, xv}, (void *[]){xv}, NULL));
   assert_floats_near(xv, w3, 40, 0);
-  hand_done(&h);
+  kh_end(&h);
 
   /* Equal: bool output never aliases float inputs; unary in place */
   const es_tdesc *d4[2] = {&x, &x};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Equal, 13, NULL, 0, 2, d4, (const void *[]){NULL, NULL}));
   assert_int_equal(h.k.inplace, -1);
-  hand_done(&h);
+  kh_end(&h);
   const es_tdesc *d5[1] = {&x};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Relu, 13, NULL, 0, 1, d5, (const void *[]){NULL}));
   assert_int_equal(h.k.inplace, 0);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv}, (void *[]){xv}, NULL));
   assert_true(xv[0] == 400 && xv[20] == 0);
-  hand_done(&h);
+  kh_end(&h);
 }
 
 /* ==========================================================================
  * NHWC layouts
  * ======================================================================== */
 
-/* dst = the [N,C,H,W] tensor t (plain src) in NHWC order. Other ranks copy. */
-static void nhwc_of(const es_tdesc *t, const float *src, float *dst) {
-  if (t->rank != 4) {
-    memcpy(dst, src, t->count * sizeof *src);
-    return;
-  }
-  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t ci = 0; ci < c; ci++)
-      for (int64_t i = 0; i < hw; i++)
-        dst[(b * hw + i) * c + ci] = src[(b * c + ci) * hw + i];
-}
-
 /* op(a, b) with a and/or b given in NHWC (the others plain) must be the
  * plain result in NHWC order, computed without asking for conversions. */
 static void check_nhwc_binary(es_op op, int ra, const int64_t *da, int a_nhwc, int rb,
                               const int64_t *db, int b_nhwc) {
-  es_tdesc a = desc_make(ES_DTYPE_FLOAT, ra, da), b = desc_make(ES_DTYPE_FLOAT, rb, db);
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, ra, da), b = kh_td(ES_DTYPE_FLOAT, rb, db);
   float *av = malloc(a.count * sizeof *av + 4), *bv = malloc(b.count * sizeof *bv + 4);
   float *an = malloc(a.count * sizeof *an + 4), *bn = malloc(b.count * sizeof *bn + 4);
   for (size_t i = 0; i < a.count; i++)
@@ -305,29 +253,29 @@ static void check_nhwc_binary(es_op op, int ra, const int64_t *da, int a_nhwc, i
   void *plain;
   ES_CHECK_RC(eval2(op, &a, av, &b, bv, &o, &plain));
   float *want = malloc(o.count * sizeof *want + 4), *got = malloc(o.count * sizeof *got + 4);
-  nhwc_of(&o, plain, want);
+  kh_reorder4_into(want, plain, &o, 1);
   es_mem_free(plain);
 
   es_tdesc la = a, lb = b;
   const float *ad = av, *bd = bv;
   if (a_nhwc) {
     la.layout = ES_LAYOUT_NHWC;
-    nhwc_of(&a, av, an);
+    kh_reorder4_into(an, av, &a, 1);
     ad = an;
   }
   if (b_nhwc) {
     lb.layout = ES_LAYOUT_NHWC;
-    nhwc_of(&b, bv, bn);
+    kh_reorder4_into(bn, bv, &b, 1);
     bd = bn;
   }
   const es_tdesc *d[2] = {&la, &lb};
-  hand_run h;
+  kh_run h;
   ES_CHECK_RC(hand_infer(&h, op, 13, NULL, 0, 2, d, (const void *[]){NULL, NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
-  assert_shape(&h.out, ES_DTYPE_FLOAT, o.rank, o.dims);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
+  assert_shape(&h.out[0], ES_DTYPE_FLOAT, o.rank, o.dims);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){ad, bd}, (void *[]){got}, NULL));
   assert_floats_near(got, want, o.count, 1e-6f);
-  hand_done(&h);
+  kh_end(&h);
   free(av);
   free(bv);
   free(an);
@@ -366,118 +314,118 @@ static void test_nhwc_binary(void **state) {
 /* Static-exponent Pow, Equal's bool output and in-place aliasing in NHWC. */
 static void test_nhwc_binary_misc(void **state) {
   (void)state;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 2, 2});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 2, 2});
   x.layout = ES_LAYOUT_NHWC;
-  es_tdesc e = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc e = kh_td(ES_DTYPE_FLOAT, 0, NULL);
   float xv[12], w[12], two = 2;
   for (int i = 0; i < 12; i++) {
     xv[i] = (float)i - 4;
     w[i] = xv[i] * xv[i];
   }
-  hand_run h;
+  kh_run h;
   const es_tdesc *d[2] = {&x, &e};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Pow, 13, NULL, 0, 2, d, (const void *[]){NULL, &two}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
   assert_int_equal(h.k.inplace, 0);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv, &two}, (void *[]){xv}, NULL));
   assert_floats_near(xv, w, 12, 0);
-  hand_done(&h);
+  kh_end(&h);
 
   /* per-channel compare: Equal(x, [C,1,1]) */
-  es_tdesc c = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 1});
+  es_tdesc c = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 1, 1});
   float cv[3] = {0, 4, 25};
   const es_tdesc *d2[2] = {&x, &c};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Equal, 13, NULL, 0, 2, d2, (const void *[]){NULL, NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
-  assert_int_equal(h.out.dtype, ES_DTYPE_BOOL);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out[0].dtype, ES_DTYPE_BOOL);
   uint8_t eq[12];
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv, cv}, (void *[]){eq}, NULL));
   for (int i = 0; i < 12; i++)
     assert_int_equal(eq[i], xv[i] == cv[i % 3]);
-  hand_done(&h);
+  kh_end(&h);
 }
 
 /* Inputs that cannot be read in NHWC order are asked for in another
  * layout, once; with the conversions made, infer succeeds. */
 static void test_nhwc_relayout(void **state) {
   (void)state;
-  es_tdesc xn = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+  es_tdesc xn = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
   xn.layout = ES_LAYOUT_NHWC;
-  hand_run h;
+  kh_run h;
   /* a full plain rank-4 tensor: converted to NHWC */
-  es_tdesc full = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
+  es_tdesc full = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &full},
                           (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_nhwc, 2);
   assert_int_equal(h.k.want_plain, 0);
-  hand_done(&h);
+  kh_end(&h);
   /* [1,C,H,1] rank 4 on the left: converted too */
-  es_tdesc part = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 4, 1});
+  es_tdesc part = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 4, 1});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_Mul, 13, NULL, 0, 2, (const es_tdesc *[]){&part, &xn},
                           (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_nhwc, 1);
-  hand_done(&h);
+  kh_end(&h);
   /* rank 3 [C,H,W] cannot become NHWC: the NHWC input goes plain */
-  es_tdesc chw = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 4, 5});
+  es_tdesc chw = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 4, 5});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &chw},
                           (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_plain, 1);
   assert_int_equal(h.k.want_nhwc, 0);
-  hand_done(&h);
+  kh_end(&h);
   /* a rank-5 output cannot be NHWC */
-  es_tdesc r5 = desc_make(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 1, 1, 1, 1});
+  es_tdesc r5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 1, 1, 1, 1});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&r5, &xn},
                           (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_plain, 2);
-  hand_done(&h);
+  kh_end(&h);
   /* plain inputs only: plain output, whatever their shapes */
   ES_CHECK_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&full, &chw},
                          (const void *[]){NULL, NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
-  hand_done(&h);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
+  kh_end(&h);
   /* type errors come before layout requests */
-  es_tdesc fi = desc_make(ES_DTYPE_INT32, 4, (int64_t[]){2, 3, 4, 5});
+  es_tdesc fi = kh_td(ES_DTYPE_INT32, 4, (int64_t[]){2, 3, 4, 5});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &fi},
                           (const void *[]){NULL, NULL}),
                ES_EMODEL);
-  hand_done(&h);
+  kh_end(&h);
 }
 
 /* Unary ops keep the input's layout (same bytes order). */
 static void test_nhwc_unary(void **state) {
   (void)state;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
   x.layout = ES_LAYOUT_NHWC;
   float xv[18], got[18];
   for (int i = 0; i < 18; i++)
     xv[i] = (float)i - 9;
-  hand_run h;
+  kh_run h;
   const es_tdesc *d[1] = {&x};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Relu, 13, NULL, 0, 1, d, (const void *[]){NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xv}, (void *[]){got}, NULL));
   for (int i = 0; i < 18; i++)
     assert_true(got[i] == (xv[i] < 0 ? 0 : xv[i]));
-  hand_done(&h);
+  kh_end(&h);
   es_attr at[2] = {{.name = "min", .type = ES_ATTR_FLOAT, .f = -1},
                    {.name = "max", .type = ES_ATTR_FLOAT, .f = 2}};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Clip, 6, at, 2, 1, d, (const void *[]){NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
-  hand_done(&h);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
+  kh_end(&h);
   es_attr to = {.name = "to", .type = ES_ATTR_INT, .i = ES_DTYPE_INT32};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Cast, 13, &to, 1, 1, d, (const void *[]){NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
-  assert_int_equal(h.out.dtype, ES_DTYPE_INT32);
-  hand_done(&h);
-  es_tdesc p = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out[0].dtype, ES_DTYPE_INT32);
+  kh_end(&h);
+  es_tdesc p = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 2, 3, 3});
   const es_tdesc *dp[1] = {&p};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Sigmoid, 13, NULL, 0, 1, dp, (const void *[]){NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_PLAIN);
-  hand_done(&h);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
+  kh_end(&h);
 }
 
 /* ==========================================================================
@@ -486,7 +434,7 @@ static void test_nhwc_unary(void **state) {
 
 static void test_int_arith(void **state) {
   (void)state;
-  es_tdesc t = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){5});
+  es_tdesc t = kh_td(ES_DTYPE_INT32, 1, (int64_t[]){5});
   int32_t a[5] = {7, -7, INT32_MIN, 5, INT32_MAX}, b[5] = {2, 2, -1, 0, 1};
   es_tdesc o;
   void *out;
@@ -499,15 +447,15 @@ static void test_int_arith(void **state) {
   assert_memory_equal(out, wa, sizeof wa);
   es_mem_free(out);
 
-  es_tdesc t64 = desc_make(ES_DTYPE_INT64, 1, (int64_t[]){3});
-  es_tdesc s64 = desc_make(ES_DTYPE_INT64, 0, NULL);
+  es_tdesc t64 = kh_td(ES_DTYPE_INT64, 1, (int64_t[]){3});
+  es_tdesc s64 = kh_td(ES_DTYPE_INT64, 0, NULL);
   int64_t a64[3] = {3, -4, INT64_MAX}, k64 = 2;
   ES_CHECK_RC(eval2(ES_OP_Mul, &t64, a64, &s64, &k64, &o, &out));
   int64_t wm[3] = {6, -8, -2};
   assert_memory_equal(out, wm, sizeof wm);
   es_mem_free(out);
 
-  es_tdesc u8 = desc_make(ES_DTYPE_UINT8, 1, (int64_t[]){3});
+  es_tdesc u8 = kh_td(ES_DTYPE_UINT8, 1, (int64_t[]){3});
   uint8_t ua[3] = {250, 3, 9}, ub[3] = {10, 5, 0};
   ES_CHECK_RC(eval2(ES_OP_Sub, &u8, ua, &u8, ub, &o, &out));
   uint8_t ws[3] = {240, 254, 9};
@@ -518,7 +466,7 @@ static void test_int_arith(void **state) {
   assert_memory_equal(out, wdv, 3);
   es_mem_free(out);
 
-  es_tdesc i8 = desc_make(ES_DTYPE_INT8, 1, (int64_t[]){2});
+  es_tdesc i8 = kh_td(ES_DTYPE_INT8, 1, (int64_t[]){2});
   int8_t ia[2] = {-128, 100}, ib[2] = {-1, 100};
   ES_CHECK_RC(eval2(ES_OP_Div, &i8, ia, &i8, ib, &o, &out));
   int8_t wi[2] = {-128, 1};
@@ -528,10 +476,10 @@ static void test_int_arith(void **state) {
 
 static void test_binary_types_invalid(void **state) {
   (void)state;
-  es_tdesc f = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
-  es_tdesc i = desc_make(ES_DTYPE_INT64, 1, (int64_t[]){2});
-  es_tdesc bl = desc_make(ES_DTYPE_BOOL, 1, (int64_t[]){2});
-  es_tdesc u8 = desc_make(ES_DTYPE_UINT8, 1, (int64_t[]){2});
+  es_tdesc f = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
+  es_tdesc i = kh_td(ES_DTYPE_INT64, 1, (int64_t[]){2});
+  es_tdesc bl = kh_td(ES_DTYPE_BOOL, 1, (int64_t[]){2});
+  es_tdesc u8 = kh_td(ES_DTYPE_UINT8, 1, (int64_t[]){2});
   int64_t buf[2] = {0};
   es_tdesc o;
   void *out;
@@ -556,14 +504,14 @@ static void test_binary_types_invalid(void **state) {
 
 static void test_pow(void **state) {
   (void)state;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){3, 7});
   float xv[21], w[21];
   for (int i = 0; i < 21; i++)
     xv[i] = (float)i * 0.5f;
   es_tdesc o;
   void *out;
   /* static scalar 2 (fast path), [1,1] shaped: output keeps the broadcast rank */
-  es_tdesc e = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){1, 1, 1});
+  es_tdesc e = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){1, 1, 1});
   float two = 2, half = 0.5f, three = 3;
   ES_CHECK_RC(eval2(ES_OP_Pow, &x, xv, &e, &two, &o, &out));
   assert_shape(&o, ES_DTYPE_FLOAT, 3, (int64_t[]){1, 3, 7});
@@ -582,7 +530,7 @@ static void test_pow(void **state) {
   assert_floats_near(out, w, 21, 1e-6f);
   es_mem_free(out);
   /* int64 static exponent 2 with float base also takes the fast path */
-  es_tdesc ei = desc_make(ES_DTYPE_INT64, 0, NULL);
+  es_tdesc ei = kh_td(ES_DTYPE_INT64, 0, NULL);
   int64_t two64 = 2;
   ES_CHECK_RC(eval2(ES_OP_Pow, &x, xv, &ei, &two64, &o, &out));
   for (int i = 0; i < 21; i++)
@@ -591,14 +539,14 @@ static void test_pow(void **state) {
   es_mem_free(out);
 
   /* integer bases */
-  es_tdesc b32 = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){5});
+  es_tdesc b32 = kh_td(ES_DTYPE_INT32, 1, (int64_t[]){5});
   int32_t base[5] = {2, -3, 1, -1, 5}, ex[5] = {10, 3, -4, -3, -1};
   ES_CHECK_RC(eval2(ES_OP_Pow, &b32, base, &b32, ex, &o, &out));
   int32_t wi[5] = {1024, -27, 1, -1, 0};
   assert_int_equal(o.dtype, ES_DTYPE_INT32);
   assert_memory_equal(out, wi, sizeof wi);
   es_mem_free(out);
-  es_tdesc ef = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){5});
+  es_tdesc ef = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){5});
   float exf[5] = {2, 2, 0.5f, 2, 1e30f};
   ES_CHECK_RC(eval2(ES_OP_Pow, &b32, base, &ef, exf, &o, &out));
   int32_t wf[5] = {4, 9, 1, 1, INT32_MAX};
@@ -608,8 +556,8 @@ static void test_pow(void **state) {
 
 static void test_equal(void **state) {
   (void)state;
-  es_tdesc a = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
-  es_tdesc b = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){3});
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
+  es_tdesc b = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){3});
   float av[6] = {1, 2, 3, 4, NAN, 3}, bv[3] = {1, NAN, 3};
   es_tdesc o;
   void *out;
@@ -618,7 +566,7 @@ static void test_equal(void **state) {
   uint8_t w[6] = {1, 0, 1, 0, 0, 1};
   assert_memory_equal(out, w, 6);
   es_mem_free(out);
-  es_tdesc bl = desc_make(ES_DTYPE_BOOL, 1, (int64_t[]){4});
+  es_tdesc bl = kh_td(ES_DTYPE_BOOL, 1, (int64_t[]){4});
   uint8_t x[4] = {0, 1, 1, 0}, y[4] = {0, 1, 0, 1};
   ES_CHECK_RC(eval2(ES_OP_Equal, &bl, x, &bl, y, &o, &out));
   uint8_t wb[4] = {1, 1, 0, 0};
@@ -637,7 +585,7 @@ static void test_activations(void **state) {
   for (int i = 0; i < N; i++)
     x[i] = (float)(i - 18) * 6.0f; /* -108 .. 108 */
   x[0] = NAN;
-  es_tdesc t = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){N});
+  es_tdesc t = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){N});
   es_tdesc o;
   void *out;
 
@@ -663,7 +611,7 @@ static void test_activations(void **state) {
   es_mem_free(out);
 
   float small[5] = {-3, -1, 0, 1, 3};
-  es_tdesc t5 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){5});
+  es_tdesc t5 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){5});
   ES_CHECK_RC(eval1(ES_OP_HardSigmoid, 13, NULL, 0, &t5, small, &o, &out));
   float wh[5] = {0, 0.3f, 0.5f, 0.7f, 1};
   assert_floats_near(out, wh, 5, 1e-6f);
@@ -676,14 +624,14 @@ static void test_activations(void **state) {
   es_mem_free(out);
 
   float sq[4] = {0, 1, 4, 2};
-  es_tdesc t4 = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 2});
+  es_tdesc t4 = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 2});
   ES_CHECK_RC(eval1(ES_OP_Sqrt, 13, NULL, 0, &t4, sq, &o, &out));
   float ws[4] = {0, 1, 2, sqrtf(2)};
   assert_shape(&o, ES_DTYPE_FLOAT, 2, (int64_t[]){2, 2});
   assert_floats_near(out, ws, 4, 0);
   es_mem_free(out);
 
-  es_tdesc ti = desc_make(ES_DTYPE_INT64, 1, (int64_t[]){3});
+  es_tdesc ti = kh_td(ES_DTYPE_INT64, 1, (int64_t[]){3});
   int64_t iv[3] = {-5, 0, 7}, wi[3] = {0, 0, 7};
   ES_CHECK_RC(eval1(ES_OP_Relu, 14, NULL, 0, &ti, iv, &o, &out));
   assert_memory_equal(out, wi, sizeof wi);
@@ -698,7 +646,7 @@ static void test_sigmoid_accuracy(void **state) {
   float *x = malloc(N * sizeof *x);
   for (int i = 0; i < N; i++)
     x[i] = -110.0f + 220.0f * (float)i / (N - 1);
-  es_tdesc t = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){N});
+  es_tdesc t = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){N});
   es_tdesc o;
   void *out;
   ES_CHECK_RC(eval1(ES_OP_Sigmoid, 13, NULL, 0, &t, x, &o, &out));
@@ -715,9 +663,9 @@ static void test_sigmoid_accuracy(void **state) {
 
 static void test_activations_invalid(void **state) {
   (void)state;
-  es_tdesc ti = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){2});
-  es_tdesc tu = desc_make(ES_DTYPE_UINT8, 1, (int64_t[]){2});
-  es_tdesc tf = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
+  es_tdesc ti = kh_td(ES_DTYPE_INT32, 1, (int64_t[]){2});
+  es_tdesc tu = kh_td(ES_DTYPE_UINT8, 1, (int64_t[]){2});
+  es_tdesc tf = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
   int32_t v[2] = {0};
   es_tdesc o;
   void *out;
@@ -742,7 +690,7 @@ static void test_clip(void **state) {
   float x[20], w[20];
   for (int i = 0; i < 20; i++)
     x[i] = (float)i - 10;
-  es_tdesc t = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){20});
+  es_tdesc t = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){20});
   es_tdesc o;
   void *out;
 
@@ -760,7 +708,7 @@ static void test_clip(void **state) {
   es_mem_free(out);
 
   /* opset 11: static inputs, max only (min omitted) */
-  es_tdesc s = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc s = kh_td(ES_DTYPE_FLOAT, 0, NULL);
   float lo = -2, hi = 3;
   const es_tdesc *d[3] = {&t, NULL, &s};
   const void *p[3] = {x, NULL, &hi};
@@ -772,18 +720,18 @@ static void test_clip(void **state) {
 
   /* opset 12: bounds known only at run time */
   const es_tdesc *d2[3] = {&t, &s, &s};
-  hand_run h;
+  kh_run h;
   ES_CHECK_RC(hand_infer(&h, ES_OP_Clip, 12, NULL, 0, 3, d2, (const void *[]){NULL, NULL, NULL}));
   float res[20];
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){x, &lo, &hi}, (void *[]){res}, NULL));
   for (int i = 0; i < 20; i++)
     w[i] = x[i] < -2 ? -2 : x[i] > 3 ? 3 : x[i];
   assert_floats_near(res, w, 20, 0);
-  hand_done(&h);
+  kh_end(&h);
 
   /* int8 with a [1]-shaped min */
-  es_tdesc t8 = desc_make(ES_DTYPE_INT8, 1, (int64_t[]){4});
-  es_tdesc s8 = desc_make(ES_DTYPE_INT8, 1, (int64_t[]){1});
+  es_tdesc t8 = kh_td(ES_DTYPE_INT8, 1, (int64_t[]){4});
+  es_tdesc s8 = kh_td(ES_DTYPE_INT8, 1, (int64_t[]){1});
   int8_t x8[4] = {-128, -5, 5, 127}, lo8 = -6;
   const es_tdesc *d3[2] = {&t8, &s8};
   const void *p3[2] = {x8, &lo8};
@@ -795,10 +743,10 @@ static void test_clip(void **state) {
 
 static void test_clip_invalid(void **state) {
   (void)state;
-  es_tdesc t = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
-  es_tdesc v2 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
-  es_tdesc si = desc_make(ES_DTYPE_INT64, 0, NULL);
-  es_tdesc tb = desc_make(ES_DTYPE_BOOL, 1, (int64_t[]){4});
+  es_tdesc t = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
+  es_tdesc v2 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
+  es_tdesc si = kh_td(ES_DTYPE_INT64, 0, NULL);
+  es_tdesc tb = kh_td(ES_DTYPE_BOOL, 1, (int64_t[]){4});
   float x[4] = {0};
   es_tdesc o;
   void *out;
@@ -813,7 +761,7 @@ static void test_clip_invalid(void **state) {
                        (const void *[]){x, x, x, x}, &o, &out),
                ES_EMODEL);
   ES_EXPECT_RC(eval1(ES_OP_Clip, 13, NULL, 0, &tb, x, &o, &out), ES_EMODEL);
-  es_tdesc ti = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){4});
+  es_tdesc ti = kh_td(ES_DTYPE_INT32, 1, (int64_t[]){4});
   ES_EXPECT_RC(eval1(ES_OP_Clip, 6, NULL, 0, &ti, x, &o, &out), ES_EMODEL);
   es_attr bad = {.name = "min", .type = ES_ATTR_STRING, .s = "0"};
   ES_EXPECT_RC(eval1(ES_OP_Clip, 6, &bad, 1, &t, x, &o, &out), ES_EMODEL);
@@ -831,7 +779,7 @@ static int cast_to(es_dtype to, const es_tdesc *x, const void *xd, es_tdesc *o, 
 static void test_cast(void **state) {
   (void)state;
   float f[6] = {-1.7f, 2.9f, 0, NAN, 3e10f, -0.0f};
-  es_tdesc tf = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
+  es_tdesc tf = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){2, 3});
   es_tdesc o;
   void *out;
   ES_CHECK_RC(cast_to(ES_DTYPE_INT32, &tf, f, &o, &out));
@@ -849,7 +797,7 @@ static void test_cast(void **state) {
   es_mem_free(out);
 
   int64_t iv[3] = {-3, 1LL << 40, 300};
-  es_tdesc ti = desc_make(ES_DTYPE_INT64, 1, (int64_t[]){3});
+  es_tdesc ti = kh_td(ES_DTYPE_INT64, 1, (int64_t[]){3});
   ES_CHECK_RC(cast_to(ES_DTYPE_FLOAT, &ti, iv, &o, &out));
   float wf[3] = {-3, 1099511627776.0f, 300};
   assert_memory_equal(out, wf, sizeof wf);
@@ -864,7 +812,7 @@ static void test_cast(void **state) {
   es_mem_free(out);
 
   uint8_t bv[3] = {0, 1, 1};
-  es_tdesc tb = desc_make(ES_DTYPE_BOOL, 1, (int64_t[]){3});
+  es_tdesc tb = kh_td(ES_DTYPE_BOOL, 1, (int64_t[]){3});
   ES_CHECK_RC(cast_to(ES_DTYPE_INT64, &tb, bv, &o, &out));
   int64_t wbi[3] = {0, 1, 1};
   assert_memory_equal(out, wbi, sizeof wbi);
@@ -874,23 +822,23 @@ static void test_cast(void **state) {
   ES_CHECK_RC(cast_to(ES_DTYPE_INT64, &ti, iv, &o, &out));
   assert_memory_equal(out, iv, sizeof iv);
   es_mem_free(out);
-  hand_run h;
+  kh_run h;
   es_attr a = {.name = "to", .type = ES_ATTR_INT, .i = ES_DTYPE_INT64};
   const es_tdesc *d[1] = {&ti};
   ES_CHECK_RC(hand_infer(&h, ES_OP_Cast, 13, &a, 1, 1, d, (const void *[]){NULL}));
   assert_int_equal(h.k.inplace, 0);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){iv}, (void *[]){iv}, NULL));
   assert_int_equal(iv[2], 300);
-  hand_done(&h);
+  kh_end(&h);
   a.i = ES_DTYPE_FLOAT;
   ES_CHECK_RC(hand_infer(&h, ES_OP_Cast, 13, &a, 1, 1, d, (const void *[]){NULL}));
   assert_int_equal(h.k.inplace, -1);
-  hand_done(&h);
+  kh_end(&h);
 }
 
 static void test_cast_invalid(void **state) {
   (void)state;
-  es_tdesc tf = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
+  es_tdesc tf = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){2});
   float f[2] = {0};
   es_tdesc o;
   void *out;
@@ -952,7 +900,7 @@ static float *fe_reference(const fe_prog *pg, int n_in, const es_tdesc *const *d
   void *rv[ES_FE_MAX_REGS] = {0};
   static const es_op bin[] = {[ADD] = ES_OP_Add, [SUB] = ES_OP_Sub, [MUL] = ES_OP_Mul,
                               [DIV] = ES_OP_Div, [POW] = ES_OP_Pow};
-  es_tdesc scal = desc_make(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc scal = kh_td(ES_DTYPE_FLOAT, 0, NULL);
   int dst = 0;
   for (size_t i = 0; i < pg->nw; i += ES_FE_WORDS) {
     int64_t op = pg->w[i], a = pg->w[i + 1], b = pg->w[i + 2];
@@ -1027,7 +975,7 @@ static void test_fused_hardswish(void **state) {
   /* 210 elements: chunks and a tail; 3000: several blocks and a tail */
   int64_t shapes[2][4] = {{2, 3, 5, 7}, {1, 3, 1000, 1}};
   for (int t = 0; t < 2; t++) {
-    es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, shapes[t]);
+    es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, shapes[t]);
     float *xv = fe_data(x.count, &s, -8, 8);
     xv[0] = -3;
     xv[1] = 3;
@@ -1042,9 +990,9 @@ static void test_fused_hardswish(void **state) {
 static void test_fused_layernorm(void **state) {
   (void)state;
   uint64_t s = 2;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 37});
-  es_tdesc st = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 1});
-  es_tdesc aff = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){37});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 37});
+  es_tdesc st = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 1});
+  es_tdesc aff = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){37});
   float *xv = fe_data(x.count, &s, -2, 2), *mean = fe_data(st.count, &s, -1, 1);
   float *var = fe_data(st.count, &s, 0, 3), *g = fe_data(37, &s, 0.5f, 1.5f);
   float *b = fe_data(37, &s, -1, 1);
@@ -1107,7 +1055,7 @@ static void test_fused_broadcast(void **state) {
       rk[k] = r - (int)(es_test_rand(&s) % (size_t)(r + 1));
       for (int i = 0; i < rk[k]; i++)
         dd[k][i] = es_test_rand(&s) % 3 == 0 ? 1 : o[i + r - rk[k]];
-      t[k] = desc_make(ES_DTYPE_FLOAT, rk[k], dd[k]);
+      t[k] = kh_td(ES_DTYPE_FLOAT, rk[k], dd[k]);
       tv[k] = fe_data(t[k].count, &s, -3, 3);
     }
     check_fused(&pg, 3, (const es_tdesc *[]){&t[0], &t[1], &t[2]},
@@ -1121,14 +1069,14 @@ static void test_fused_broadcast(void **state) {
  * temporaries share a few scratch slots. */
 static void test_fused_shapes(void **state) {
   (void)state;
-  es_tdesc sc = desc_make(ES_DTYPE_FLOAT, 0, NULL);
-  es_tdesc one = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){1, 1});
+  es_tdesc sc = kh_td(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc one = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){1, 1});
   float a = 2.5f, b = -1;
   static const int64_t w[] = {MUL, 0, 1, 2, ADD, 2, IMM(0), 2, RELU, 2, 0, 3};
   static const float f[] = {4};
   fe_prog pg = FE_PROG(w, f);
   check_fused(&pg, 2, (const es_tdesc *[]){&sc, &one}, (const void *[]){&a, &b});
-  es_tdesc empty = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){0, 3});
+  es_tdesc empty = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){0, 3});
   es_tdesc o;
   void *out;
   ES_CHECK_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&empty, &sc}, (const void *[]){&a, &b}, &o,
@@ -1141,8 +1089,8 @@ static void test_fused_shapes(void **state) {
    * + [1]) */
   static const int64_t w2[] = {SUB, 0, 1, 2, MUL, 2, 2, 2};
   fe_prog pg2 = {w2, 8, NULL, 0};
-  es_tdesc t1 = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 3});
-  es_tdesc t2 = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 1, 3});
+  es_tdesc t1 = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 5, 3});
+  es_tdesc t2 = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){2, 1, 3});
   float v1[30], v2[6];
   for (int i = 0; i < 30; i++)
     v1[i] = (float)i * 0.5f;
@@ -1150,9 +1098,9 @@ static void test_fused_shapes(void **state) {
     v2[i] = (float)i;
   check_fused(&pg2, 2, (const es_tdesc *[]){&t1, &t2}, (const void *[]){v1, v2});
   static const int64_t w3[] = {DIV, 0, 1, 3, ADD, 3, 2, 3};
-  es_tdesc t3 = desc_make(ES_DTYPE_FLOAT, 2, (int64_t[]){4, 6});
-  es_tdesc t4 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){6});
-  es_tdesc t5 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){1});
+  es_tdesc t3 = kh_td(ES_DTYPE_FLOAT, 2, (int64_t[]){4, 6});
+  es_tdesc t4 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){6});
+  es_tdesc t5 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){1});
   fe_prog pg3 = {w3, 8, NULL, 0};
   float v4[6] = {1, -2, 3, 0.5f, 7, -0.25f};
   check_fused(&pg3, 3, (const es_tdesc *[]){&t3, &t4, &t5}, (const void *[]){v1, v4, &a});
@@ -1169,18 +1117,18 @@ static void test_fused_shapes(void **state) {
   }
   lw[(N - 1) * 4 + 3] = N; /* registers 1..30 */
   fe_prog lp = {lw, N * 4, lf, N};
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){700});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){700});
   uint64_t s = 3;
   float *xv = fe_data(700, &s, -1, 1);
   check_fused(&lp, 1, (const es_tdesc *[]){&x}, (const void *[]){xv});
-  hand_run h;
+  kh_run h;
   es_attr at[2];
   int na = fe_attrs(&lp, at);
   ES_CHECK_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 1, (const es_tdesc *[]){&x},
                          (const void *[]){NULL}));
   assert_true(h.k.scratch_bytes <= 2 * 256 * sizeof(float));
   assert_int_equal(h.k.inplace, 0);
-  hand_done(&h);
+  kh_end(&h);
   free(xv);
 }
 
@@ -1189,8 +1137,8 @@ static void test_fused_shapes(void **state) {
 static void test_fused_nhwc(void **state) {
   (void)state;
   uint64_t s = 4;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 5, 7});
-  es_tdesc g = desc_make(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 1, 1});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 5, 7});
+  es_tdesc g = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 6, 1, 1});
   float *xv = fe_data(x.count, &s, -4, 4), *gv = fe_data(6, &s, -4, 4);
   static const int64_t w[] = {HSIG, 1, IMM(0), 2, MUL, 0, 2, 2};
   static const float f[] = {0.2f, 0.5f};
@@ -1199,23 +1147,23 @@ static void test_fused_nhwc(void **state) {
   float *plain = fe_reference(&pg, 2, (const es_tdesc *[]){&x, &g}, (const void *[]){xv, gv},
                               &po);
   float *want = malloc(x.count * sizeof *want), *xn = malloc(x.count * sizeof *xn);
-  nhwc_of(&x, plain, want);
-  nhwc_of(&x, xv, xn);
+  kh_reorder4_into(want, plain, &x, 1);
+  kh_reorder4_into(xn, xv, &x, 1);
   es_tdesc xl = x;
   xl.layout = ES_LAYOUT_NHWC;
-  hand_run h;
+  kh_run h;
   es_attr at[2];
   int na = fe_attrs(&pg, at);
   const es_tdesc *d[2] = {&xl, &g};
   ES_CHECK_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2, d,
                          (const void *[]){NULL, NULL}));
-  assert_int_equal(h.out.layout, ES_LAYOUT_NHWC);
+  assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
   assert_int_equal(h.k.inplace, 0);
   void *scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, h.k.scratch_bytes + 1);
   ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){xn, gv}, (void *[]){xn}, scratch));
   assert_floats_near(xn, want, x.count, 0);
   es_mem_free(scratch);
-  hand_done(&h);
+  kh_end(&h);
 
   /* a full plain map next to an NHWC one is asked for in NHWC; a rank-3
    * [C,H,W] one cannot be, so the NHWC input goes plain */
@@ -1226,13 +1174,13 @@ static void test_fused_nhwc(void **state) {
                           (const es_tdesc *[]){&x, &xl}, (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_nhwc, 1);
-  hand_done(&h);
-  es_tdesc chw = desc_make(ES_DTYPE_FLOAT, 3, (int64_t[]){6, 5, 7});
+  kh_end(&h);
+  es_tdesc chw = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){6, 5, 7});
   ES_EXPECT_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2,
                           (const es_tdesc *[]){&xl, &chw}, (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_plain, 1);
-  hand_done(&h);
+  kh_end(&h);
   free(xv);
   free(gv);
   free(want);
@@ -1242,8 +1190,8 @@ static void test_fused_nhwc(void **state) {
 
 static void test_fused_invalid(void **state) {
   (void)state;
-  es_tdesc x = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
-  es_tdesc xi = desc_make(ES_DTYPE_INT32, 1, (int64_t[]){4});
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){4});
+  es_tdesc xi = kh_td(ES_DTYPE_INT32, 1, (int64_t[]){4});
   float xv[4] = {0};
   const es_tdesc *d[2] = {&x, &x};
   const void *v[2] = {xv, xv};
@@ -1279,7 +1227,7 @@ static void test_fused_invalid(void **state) {
   ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, &xi}, v, &o, &out), ES_EMODEL);
   ES_EXPECT_RC(fe_eval(&pg, 0, d, v, &o, &out), ES_EMODEL);
   ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, NULL}, v, &o, &out), ES_EMODEL);
-  es_tdesc x3 = desc_make(ES_DTYPE_FLOAT, 1, (int64_t[]){3});
+  es_tdesc x3 = kh_td(ES_DTYPE_FLOAT, 1, (int64_t[]){3});
   ES_EXPECT_RC(fe_eval(&pg, 2, (const es_tdesc *[]){&x, &x3}, v, &o, &out), ES_EMODEL);
   es_attr wrong = {.name = "_prog", .type = ES_ATTR_FLOATS, .n = 2, .floats = f};
   ES_EXPECT_RC(eval_op(ES_OP_FusedElementwise, 13, &wrong, 1, 2, d, v, &o, &out), ES_EMODEL);

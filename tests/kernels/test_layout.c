@@ -6,21 +6,18 @@
 #include <string.h>
 
 #include "kernels/kernel.h"
+#include "support/kernel_harness.h"
 
 static int relayout(const es_tdesc *in, const void *data, es_layout to, es_tdesc *od,
                     void **out) {
-  es_attr at = {.name = "to", .type = ES_ATTR_INT, .i = to, .tensor = -1};
-  es_knode nd = {.name = "t", .op = ES_OP_Relayout, .n_attr = 1, .attrs = &at, .id = 0};
-  const es_tdesc *ins[1] = {in};
-  const void *dat[1] = {data};
-  return es_kernel_eval(&nd, 13, 1, ins, dat, 1, od, out);
+  es_attr at = KH_INT("to", to);
+  es_knode nd = kh_knode(ES_OP_Relayout, &at, 1);
+  return kh_eval1(&nd, 13, in, data, od, out);
 }
 
 static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
-  size_t esz = es_dtype_size(dt);
-  es_tdesc in;
   int64_t dims[4] = {n, c, h, w};
-  ES_CHECK_RC(es_tdesc_set(&in, dt, 4, dims));
+  es_tdesc in = kh_td(dt, 4, dims);
   unsigned char *x = malloc(in.nbytes);
   for (size_t i = 0; i < in.nbytes; i++)
     x[i] = (unsigned char)(i * 131 + 7);
@@ -28,12 +25,9 @@ static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
   void *y = NULL;
   ES_CHECK_RC(relayout(&in, x, ES_LAYOUT_NHWC, &od, &y));
   assert_int_equal(od.layout, ES_LAYOUT_NHWC);
-  const unsigned char *yy = y;
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t ch = 0; ch < c; ch++)
-      for (int64_t p = 0; p < h * w; p++)
-        assert_memory_equal(yy + (size_t)(((b * h * w + p) * c + ch)) * esz,
-                            x + (size_t)((b * c + ch) * h * w + p) * esz, esz);
+  void *want = kh_reorder4(x, &in, 1);
+  assert_memory_equal(y, want, in.nbytes);
+  es_mem_free(want);
   /* and back */
   void *z = NULL;
   es_tdesc od2;
@@ -56,9 +50,7 @@ static void test_relayout_paths(void **state) {
 
 static void test_relayout_rejects(void **state) {
   (void)state;
-  es_tdesc in;
-  int64_t dims[3] = {1, 3, 4};
-  ES_CHECK_RC(es_tdesc_set(&in, ES_DTYPE_FLOAT, 3, dims));
+  es_tdesc in = KH_TD(ES_DTYPE_FLOAT, 1, 3, 4);
   float x[12] = {0};
   es_tdesc od;
   void *y = NULL;

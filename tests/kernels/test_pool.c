@@ -19,30 +19,11 @@
 
 #include "kernels/kernel.h"
 #include "model/graph.h"
+#include "support/kernel_harness.h"
 
 /* ==========================================================================
  * Harness
  * ======================================================================== */
-
-#define A_INT(nm, v) ((es_attr){.name = (nm), .type = ES_ATTR_INT, .i = (v)})
-#define A_FLOAT(nm, v) ((es_attr){.name = (nm), .type = ES_ATTR_FLOAT, .f = (v)})
-#define A_STR(nm, v) ((es_attr){.name = (nm), .type = ES_ATTR_STRING, .s = (v)})
-#define A_INTS(nm, ...)                                                              \
-  ((es_attr){.name = (nm),                                                           \
-             .type = ES_ATTR_INTS,                                                   \
-             .n = sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t),                \
-             .ints = (const int64_t[]){__VA_ARGS__}})
-#define NA(arr) ((int)(sizeof(arr) / sizeof((arr)[0])))
-
-static es_tdesc tdesc(es_dtype t, int rank, const int64_t *dims) {
-  es_tdesc d;
-  memset(&d, 0, sizeof d);
-  ES_CHECK_RC(es_tdesc_set(&d, t, rank, dims));
-  return d;
-}
-#define TD(t, ...)                                                                   \
-  tdesc((t), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),              \
-        (const int64_t[]){__VA_ARGS__})
 
 /* Evaluates one node. dyn: bit i hides input i from planning (in_static
  * NULL); inplace: checks that infer allows out[0] to share in[0] and runs
@@ -50,62 +31,11 @@ static es_tdesc tdesc(es_dtype t, int rank, const int64_t *dims) {
 static int eval_ex(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
                    const es_tdesc *const *in, const void *const *data, unsigned dyn,
                    int inplace, int n_out, es_tdesc *out, void **outd) {
-  es_knode node = {.name = "t",
-                  .op = op,
-                  .n_attr = n_attr,
-                  .attrs = (es_attr *)attrs};
+  es_knode node = kh_knode(op, attrs, n_attr);
   if (!dyn && !inplace)
     return es_kernel_eval(&node, opset, n_in, in, data, n_out, out, outd);
-
-  const es_kernel *kern = es_kernel_for(op);
-  assert_non_null(kern);
-  es_ctx ctx = {0};
-  const void *stat[8], *rin[8];
-  es_tdesc *outp[4];
-  for (int i = 0; i < n_in; i++) {
-    stat[i] = (dyn >> i) & 1 ? NULL : data[i];
-    rin[i] = data[i];
-  }
-  for (int i = 0; i < n_out; i++) {
-    memset(&out[i], 0, sizeof out[i]);
-    outp[i] = &out[i];
-    outd[i] = NULL;
-  }
-  es_kinst k = {.node = node,
-                .opset = opset,
-                .n_in = n_in,
-                .n_out = n_out,
-                .in = in,
-                .out = outp,
-                .in_static = stat,
-                .inplace = -1,
-                .ctx = &ctx};
-  es_op_label(node.name, node.id, node.op, k.label, sizeof k.label);
-  int rc = kern->infer(&k);
-  void *scratch = NULL;
-  if (rc == 0) {
-    if (k.scratch_bytes)
-      scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, k.scratch_bytes);
-    for (int i = 0; i < n_out; i++)
-      outd[i] = es_mem_aligned_alloc(ES_MEM_OTHER, 64, out[i].nbytes ? out[i].nbytes : 1);
-    if (inplace) {
-      assert_int_equal(k.inplace, 0);
-      assert_int_equal(out[0].nbytes, in[0]->nbytes);
-      memcpy(outd[0], data[0], in[0]->nbytes);
-      rin[0] = outd[0];
-    }
-    rc = kern->run(&k, rin, outd, scratch);
-  }
-  if (kern->release)
-    kern->release(&k);
-  es_mem_free(scratch);
-  es_ctx_free_all(&ctx);
-  if (rc < 0)
-    for (int i = 0; i < n_out; i++) {
-      es_mem_free(outd[i]);
-      outd[i] = NULL;
-    }
-  return rc;
+  kh_opts o = {.opset = opset, .dyn = dyn, .inplace = inplace};
+  return kh_eval_with(&node, &o, n_in, in, data, n_out, out, outd);
 }
 
 static int eval(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
@@ -128,8 +58,8 @@ static void expect_rc1(es_op op, int64_t opset, const es_attr *attrs, int n_attr
 
 static float *rand_f32(uint64_t *s, size_t n) {
   float *p = malloc((n ? n : 1) * sizeof *p);
-  for (size_t i = 0; i < n; i++)
-    p[i] = (float)((double)(es_test_rand(s) >> 11) / 9007199254740992.0 * 8.0 - 4.0);
+  assert_non_null(p);
+  kh_rand_f32(s, p, n, -4.0f, 4.0f);
   return p;
 }
 
@@ -250,11 +180,11 @@ static void test_pool_random(void **state) {
     };
     for (int i = 0; i < 4; i++)
       attrs[na++] = ints[i];
-    attrs[na++] = A_STR("auto_pad", autos[ap]);
-    attrs[na++] = A_INT("ceil_mode", ceil_mode);
+    attrs[na++] = KH_STR("auto_pad", autos[ap]);
+    attrs[na++] = KH_INT("ceil_mode", ceil_mode);
     if (r.avg)
-      attrs[na++] = A_INT("count_include_pad", r.include_pad);
-    es_tdesc x = tdesc(ES_DTYPE_FLOAT, 2 + r.ns, dims);
+      attrs[na++] = KH_INT("count_include_pad", r.include_pad);
+    es_tdesc x = kh_td(ES_DTYPE_FLOAT, 2 + r.ns, dims);
     float *xd = rand_f32(&seed, x.count);
     const es_tdesc *in[] = {&x};
     const void *data[] = {xd};
@@ -284,20 +214,20 @@ static void test_maxpool_hand(void **state) {
   (void)state;
   /* 1x1x4x4, 2x2 stride 2: the max of each quadrant */
   float x[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
   const es_tdesc *in[] = {&xd};
   const void *data[] = {x};
-  es_attr a[] = {A_INTS("kernel_shape", 2, 2), A_INTS("strides", 2, 2)};
+  es_attr a[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("strides", 2, 2)};
   es_tdesc out;
   void *od;
-  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, a, NA(a), 1, in, data, &out, &od));
+  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, a, KH_LEN(a), 1, in, data, &out, &od));
   float want[4] = {6, 8, 14, 16};
   assert_memory_equal(od, want, sizeof want);
   es_mem_free(od);
 
   /* ceil_mode: 3x3 stride 2 on 4x4 gives 2x2, the last window clipped */
-  es_attr c[] = {A_INTS("kernel_shape", 3, 3), A_INTS("strides", 2, 2), A_INT("ceil_mode", 1)};
-  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, c, NA(c), 1, in, data, &out, &od));
+  es_attr c[] = {KH_INTS("kernel_shape", 3, 3), KH_INTS("strides", 2, 2), KH_INT("ceil_mode", 1)};
+  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, c, KH_LEN(c), 1, in, data, &out, &od));
   assert_int_equal(out.dims[2], 2);
   float want_c[4] = {11, 12, 15, 16};
   assert_memory_equal(od, want_c, sizeof want_c);
@@ -307,24 +237,24 @@ static void test_maxpool_hand(void **state) {
 static void test_maxpool_int8(void **state) {
   (void)state;
   uint8_t x[9] = {1, 200, 3, 4, 5, 6, 255, 8, 0};
-  es_tdesc xd = TD(ES_DTYPE_UINT8, 1, 1, 3, 3);
+  es_tdesc xd = KH_TD(ES_DTYPE_UINT8, 1, 1, 3, 3);
   const es_tdesc *in[] = {&xd};
   const void *data[] = {x};
-  es_attr a[] = {A_INTS("kernel_shape", 2, 2), A_INTS("pads", 1, 1, 0, 0)};
+  es_attr a[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("pads", 1, 1, 0, 0)};
   es_tdesc out;
   void *od;
-  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, a, NA(a), 1, in, data, &out, &od));
+  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, a, KH_LEN(a), 1, in, data, &out, &od));
   assert_int_equal(out.dtype, ES_DTYPE_UINT8);
   uint8_t want[9] = {1, 200, 200, 4, 200, 200, 255, 255, 8};
   assert_memory_equal(od, want, sizeof want);
   es_mem_free(od);
 
   int8_t y[4] = {-5, -128, -7, -6};
-  es_tdesc yd = TD(ES_DTYPE_INT8, 1, 1, 4);
+  es_tdesc yd = KH_TD(ES_DTYPE_INT8, 1, 1, 4);
   const es_tdesc *in2[] = {&yd};
   const void *data2[] = {y};
-  es_attr b[] = {A_INTS("kernel_shape", 2)};
-  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, b, NA(b), 1, in2, data2, &out, &od));
+  es_attr b[] = {KH_INTS("kernel_shape", 2)};
+  ES_CHECK_RC(eval(ES_OP_MaxPool, 12, b, KH_LEN(b), 1, in2, data2, &out, &od));
   int8_t want2[3] = {-5, -7, -6};
   assert_memory_equal(od, want2, sizeof want2);
   es_mem_free(od);
@@ -336,15 +266,15 @@ static void test_maxpool_indices(void **state) {
   float x[32];
   for (int i = 0; i < 32; i++)
     x[i] = (float)((i * 7) % 32);
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 2, 1, 4, 4);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 2, 1, 4, 4);
   const es_tdesc *in[] = {&xd};
   const void *data[] = {x};
   for (int order = 0; order < 2; order++) {
-    es_attr a[] = {A_INTS("kernel_shape", 2, 2), A_INTS("strides", 2, 2),
-                   A_INT("storage_order", order)};
+    es_attr a[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("strides", 2, 2),
+                   KH_INT("storage_order", order)};
     es_tdesc out[2];
     void *od[2];
-    ES_CHECK_RC(eval_ex(ES_OP_MaxPool, 12, a, NA(a), 1, in, data, 0, 0, 2, out, od));
+    ES_CHECK_RC(eval_ex(ES_OP_MaxPool, 12, a, KH_LEN(a), 1, in, data, 0, 0, 2, out, od));
     assert_int_equal(out[1].dtype, ES_DTYPE_INT64);
     const float *y = od[0];
     const int64_t *ix = od[1];
@@ -373,20 +303,20 @@ static void test_maxpool_indices(void **state) {
 static void test_avgpool_hand(void **state) {
   (void)state;
   float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 1, 1, 3, 3);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 3, 3);
   const es_tdesc *in[] = {&xd};
   const void *data[] = {x};
   es_tdesc out;
   void *od;
   /* 3x3 with pads 1: corner averages over 4 valid cells, or over 9 */
-  es_attr a[] = {A_INTS("kernel_shape", 3, 3), A_INTS("pads", 1, 1, 1, 1)};
-  ES_CHECK_RC(eval(ES_OP_AveragePool, 11, a, NA(a), 1, in, data, &out, &od));
+  es_attr a[] = {KH_INTS("kernel_shape", 3, 3), KH_INTS("pads", 1, 1, 1, 1)};
+  ES_CHECK_RC(eval(ES_OP_AveragePool, 11, a, KH_LEN(a), 1, in, data, &out, &od));
   assert_true(fabsf(((float *)od)[0] - 3.0f) < 1e-6f);  /* (1+2+4+5)/4 */
   assert_true(fabsf(((float *)od)[4] - 5.0f) < 1e-6f);
   es_mem_free(od);
-  es_attr b[] = {A_INTS("kernel_shape", 3, 3), A_INTS("pads", 1, 1, 1, 1),
-                 A_INT("count_include_pad", 1)};
-  ES_CHECK_RC(eval(ES_OP_AveragePool, 11, b, NA(b), 1, in, data, &out, &od));
+  es_attr b[] = {KH_INTS("kernel_shape", 3, 3), KH_INTS("pads", 1, 1, 1, 1),
+                 KH_INT("count_include_pad", 1)};
+  ES_CHECK_RC(eval(ES_OP_AveragePool, 11, b, KH_LEN(b), 1, in, data, &out, &od));
   assert_true(fabsf(((float *)od)[0] - 12.0f / 9.0f) < 1e-6f);
   es_mem_free(od);
 }
@@ -399,7 +329,7 @@ static void test_global_avgpool(void **state) {
     int rank = 0;
     while (rank < 5 && shapes[t][rank])
       rank++;
-    es_tdesc xd = tdesc(ES_DTYPE_FLOAT, rank, shapes[t]);
+    es_tdesc xd = kh_td(ES_DTYPE_FLOAT, rank, shapes[t]);
     float *x = rand_f32(&seed, xd.count);
     const es_tdesc *in[] = {&xd};
     const void *data[] = {x};
@@ -421,50 +351,51 @@ static void test_global_avgpool(void **state) {
     free(x);
     es_mem_free(od);
   }
-  expect_rc1(ES_OP_GlobalAveragePool, 12, NULL, 0, TD(ES_DTYPE_FLOAT, 2, 3), ES_EMODEL);
-  expect_rc1(ES_OP_GlobalAveragePool, 12, NULL, 0, TD(ES_DTYPE_INT64, 1, 2, 3), ES_EMODEL);
+  expect_rc1(ES_OP_GlobalAveragePool, 12, NULL, 0, KH_TD(ES_DTYPE_FLOAT, 2, 3), ES_EMODEL);
+  expect_rc1(ES_OP_GlobalAveragePool, 12, NULL, 0, KH_TD(ES_DTYPE_INT64, 1, 2, 3), ES_EMODEL);
 }
 
 static void test_pool_errors(void **state) {
   (void)state;
-  es_tdesc x4 = TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
-  es_attr ok[] = {A_INTS("kernel_shape", 2, 2)};
-  expect_rc1(ES_OP_MaxPool, 12, ok, NA(ok), TD(ES_DTYPE_FLOAT, 4, 4), ES_EMODEL);
+  es_tdesc x4 = KH_TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
+  es_attr ok[] = {KH_INTS("kernel_shape", 2, 2)};
+  expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_FLOAT, 4, 4), ES_EMODEL);
   expect_rc1(ES_OP_MaxPool, 12, NULL, 0, x4, ES_EMODEL); /* no kernel_shape */
-  expect_rc1(ES_OP_MaxPool, 12, ok, NA(ok), TD(ES_DTYPE_INT32, 1, 1, 4, 4), ES_EMODEL);
-  expect_rc1(ES_OP_AveragePool, 12, ok, NA(ok), TD(ES_DTYPE_UINT8, 1, 1, 4, 4), ES_EMODEL);
-  expect_rc1(ES_OP_MaxPool, 12, ok, NA(ok), TD(ES_DTYPE_FLOAT, 1, 1, 1, 1, 1, 1), ES_ENOTSUP);
-  es_attr k1[] = {A_INTS("kernel_shape", 2)};
-  expect_rc1(ES_OP_MaxPool, 12, k1, NA(k1), x4, ES_EMODEL);
-  es_attr k0[] = {A_INTS("kernel_shape", 0, 2)};
-  expect_rc1(ES_OP_MaxPool, 12, k0, NA(k0), x4, ES_EMODEL);
-  es_attr kint[] = {A_INT("kernel_shape", 2)};
-  expect_rc1(ES_OP_MaxPool, 12, kint, NA(kint), x4, ES_EMODEL);
-  es_attr big[] = {A_INTS("kernel_shape", 5, 2)};
-  expect_rc1(ES_OP_MaxPool, 12, big, NA(big), x4, ES_EMODEL);
-  es_attr s0[] = {A_INTS("kernel_shape", 2, 2), A_INTS("strides", 1, 0)};
-  expect_rc1(ES_OP_MaxPool, 12, s0, NA(s0), x4, ES_EMODEL);
-  es_attr d0[] = {A_INTS("kernel_shape", 2, 2), A_INTS("dilations", 0, 1)};
-  expect_rc1(ES_OP_MaxPool, 12, d0, NA(d0), x4, ES_EMODEL);
-  es_attr dhuge[] = {A_INTS("kernel_shape", 2, 2), A_INTS("dilations", 1, INT64_MAX)};
-  expect_rc1(ES_OP_MaxPool, 12, dhuge, NA(dhuge), x4, ES_EMODEL);
-  es_attr pneg[] = {A_INTS("kernel_shape", 2, 2), A_INTS("pads", 0, -1, 0, 0)};
-  expect_rc1(ES_OP_MaxPool, 12, pneg, NA(pneg), x4, ES_EMODEL);
-  es_attr plen[] = {A_INTS("kernel_shape", 2, 2), A_INTS("pads", 1, 1)};
-  expect_rc1(ES_OP_MaxPool, 12, plen, NA(plen), x4, ES_EMODEL);
-  es_attr phuge[] = {A_INTS("kernel_shape", 2, 2), A_INTS("pads", 0, 0, INT64_MAX, 0)};
-  expect_rc1(ES_OP_MaxPool, 12, phuge, NA(phuge), x4, ES_EMODEL);
-  es_attr apad[] = {A_INTS("kernel_shape", 2, 2), A_STR("auto_pad", "SAME")};
-  expect_rc1(ES_OP_MaxPool, 12, apad, NA(apad), x4, ES_EMODEL);
-  es_attr cm[] = {A_INTS("kernel_shape", 2, 2), A_INT("ceil_mode", 2)};
-  expect_rc1(ES_OP_MaxPool, 12, cm, NA(cm), x4, ES_EMODEL);
-  es_attr so[] = {A_INTS("kernel_shape", 2, 2), A_INT("storage_order", 3)};
-  expect_rc1(ES_OP_MaxPool, 12, so, NA(so), x4, ES_EMODEL);
-  es_attr cip[] = {A_INTS("kernel_shape", 2, 2), A_INT("count_include_pad", -1)};
-  expect_rc1(ES_OP_AveragePool, 12, cip, NA(cip), x4, ES_EMODEL);
-  es_attr valid[] = {A_INTS("kernel_shape", 5, 5), A_STR("auto_pad", "VALID"),
-                     A_INTS("pads", 2, 2, 2, 2)};
-  expect_rc1(ES_OP_MaxPool, 12, valid, NA(valid), x4, ES_EMODEL);
+  expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_INT32, 1, 1, 4, 4), ES_EMODEL);
+  expect_rc1(ES_OP_AveragePool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_UINT8, 1, 1, 4, 4), ES_EMODEL);
+  expect_rc1(ES_OP_MaxPool, 12, ok, KH_LEN(ok), KH_TD(ES_DTYPE_FLOAT, 1, 1, 1, 1, 1, 1),
+             ES_ENOTSUP);
+  es_attr k1[] = {KH_INTS("kernel_shape", 2)};
+  expect_rc1(ES_OP_MaxPool, 12, k1, KH_LEN(k1), x4, ES_EMODEL);
+  es_attr k0[] = {KH_INTS("kernel_shape", 0, 2)};
+  expect_rc1(ES_OP_MaxPool, 12, k0, KH_LEN(k0), x4, ES_EMODEL);
+  es_attr kint[] = {KH_INT("kernel_shape", 2)};
+  expect_rc1(ES_OP_MaxPool, 12, kint, KH_LEN(kint), x4, ES_EMODEL);
+  es_attr big[] = {KH_INTS("kernel_shape", 5, 2)};
+  expect_rc1(ES_OP_MaxPool, 12, big, KH_LEN(big), x4, ES_EMODEL);
+  es_attr s0[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("strides", 1, 0)};
+  expect_rc1(ES_OP_MaxPool, 12, s0, KH_LEN(s0), x4, ES_EMODEL);
+  es_attr d0[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("dilations", 0, 1)};
+  expect_rc1(ES_OP_MaxPool, 12, d0, KH_LEN(d0), x4, ES_EMODEL);
+  es_attr dhuge[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("dilations", 1, INT64_MAX)};
+  expect_rc1(ES_OP_MaxPool, 12, dhuge, KH_LEN(dhuge), x4, ES_EMODEL);
+  es_attr pneg[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("pads", 0, -1, 0, 0)};
+  expect_rc1(ES_OP_MaxPool, 12, pneg, KH_LEN(pneg), x4, ES_EMODEL);
+  es_attr plen[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("pads", 1, 1)};
+  expect_rc1(ES_OP_MaxPool, 12, plen, KH_LEN(plen), x4, ES_EMODEL);
+  es_attr phuge[] = {KH_INTS("kernel_shape", 2, 2), KH_INTS("pads", 0, 0, INT64_MAX, 0)};
+  expect_rc1(ES_OP_MaxPool, 12, phuge, KH_LEN(phuge), x4, ES_EMODEL);
+  es_attr apad[] = {KH_INTS("kernel_shape", 2, 2), KH_STR("auto_pad", "SAME")};
+  expect_rc1(ES_OP_MaxPool, 12, apad, KH_LEN(apad), x4, ES_EMODEL);
+  es_attr cm[] = {KH_INTS("kernel_shape", 2, 2), KH_INT("ceil_mode", 2)};
+  expect_rc1(ES_OP_MaxPool, 12, cm, KH_LEN(cm), x4, ES_EMODEL);
+  es_attr so[] = {KH_INTS("kernel_shape", 2, 2), KH_INT("storage_order", 3)};
+  expect_rc1(ES_OP_MaxPool, 12, so, KH_LEN(so), x4, ES_EMODEL);
+  es_attr cip[] = {KH_INTS("kernel_shape", 2, 2), KH_INT("count_include_pad", -1)};
+  expect_rc1(ES_OP_AveragePool, 12, cip, KH_LEN(cip), x4, ES_EMODEL);
+  es_attr valid[] = {KH_INTS("kernel_shape", 5, 5), KH_STR("auto_pad", "VALID"),
+                     KH_INTS("pads", 2, 2, 2, 2)};
+  expect_rc1(ES_OP_MaxPool, 12, valid, KH_LEN(valid), x4, ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -520,9 +451,9 @@ static void test_reduce_mean_random(void **state) {
       for (int i = 0; i < rank; i++)
         red[i] = 1;
     int keep = (int)rnd(&seed, 0, 1);
-    es_attr attrs[2] = {A_INT("keepdims", keep),
+    es_attr attrs[2] = {KH_INT("keepdims", keep),
                         {.name = "axes", .type = ES_ATTR_INTS, .n = na, .ints = axes}};
-    es_tdesc x = tdesc(ES_DTYPE_FLOAT, rank, dims);
+    es_tdesc x = kh_td(ES_DTYPE_FLOAT, rank, dims);
     float *xd = rand_f32(&seed, x.count);
     const es_tdesc *in[] = {&x};
     const void *data[] = {xd};
@@ -546,28 +477,28 @@ static void test_reduce_mean_random(void **state) {
 static void test_reduce_mean_forms(void **state) {
   (void)state;
   float x[6] = {1, 2, 3, 4, 5, 6};
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 2, 3);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 2, 3);
   es_tdesc out;
   void *od;
   /* opset 18: axes as an input, and noop_with_empty_axes */
   int64_t ax[1] = {0};
-  es_tdesc ad = TD(ES_DTYPE_INT64, 1);
+  es_tdesc ad = KH_TD(ES_DTYPE_INT64, 1);
   const es_tdesc *in[] = {&xd, &ad};
   const void *data[] = {x, ax};
-  es_attr k0[] = {A_INT("keepdims", 0)};
-  ES_CHECK_RC(eval(ES_OP_ReduceMean, 18, k0, NA(k0), 2, in, data, &out, &od));
+  es_attr k0[] = {KH_INT("keepdims", 0)};
+  ES_CHECK_RC(eval(ES_OP_ReduceMean, 18, k0, KH_LEN(k0), 2, in, data, &out, &od));
   assert_int_equal(out.rank, 1);
   float want[3] = {2.5f, 3.5f, 4.5f};
   assert_memory_equal(od, want, sizeof want);
   es_mem_free(od);
-  ES_EXPECT_RC(eval_ex(ES_OP_ReduceMean, 18, k0, NA(k0), 2, in, data, 2, 0, 1, &out, &od),
+  ES_EXPECT_RC(eval_ex(ES_OP_ReduceMean, 18, k0, KH_LEN(k0), 2, in, data, 2, 0, 1, &out, &od),
                ES_ENOTSUP);
-  es_attr noop[] = {A_INT("noop_with_empty_axes", 1)};
-  ES_CHECK_RC(eval(ES_OP_ReduceMean, 18, noop, NA(noop), 1, in, data, &out, &od));
+  es_attr noop[] = {KH_INT("noop_with_empty_axes", 1)};
+  ES_CHECK_RC(eval(ES_OP_ReduceMean, 18, noop, KH_LEN(noop), 1, in, data, &out, &od));
   assert_memory_equal(od, x, sizeof x);
   es_mem_free(od);
   /* reduce all to a scalar */
-  ES_CHECK_RC(eval(ES_OP_ReduceMean, 13, k0, NA(k0), 1, in, data, &out, &od));
+  ES_CHECK_RC(eval(ES_OP_ReduceMean, 13, k0, KH_LEN(k0), 1, in, data, &out, &od));
   assert_int_equal(out.rank, 0);
   assert_true(fabsf(*(float *)od - 3.5f) < 1e-6f);
   es_mem_free(od);
@@ -575,18 +506,18 @@ static void test_reduce_mean_forms(void **state) {
 
 static void test_reduce_mean_errors(void **state) {
   (void)state;
-  es_tdesc x = TD(ES_DTYPE_FLOAT, 2, 3, 4);
-  es_attr dup[] = {A_INTS("axes", 1, -2)};
-  expect_rc1(ES_OP_ReduceMean, 13, dup, NA(dup), x, ES_EMODEL);
-  es_attr range[] = {A_INTS("axes", 3)};
-  expect_rc1(ES_OP_ReduceMean, 13, range, NA(range), x, ES_EMODEL);
-  es_attr many[] = {A_INTS("axes", 0, 1, 2, 0)};
-  expect_rc1(ES_OP_ReduceMean, 13, many, NA(many), x, ES_EMODEL);
-  es_attr keep[] = {A_INT("keepdims", 2)};
-  expect_rc1(ES_OP_ReduceMean, 13, keep, NA(keep), x, ES_EMODEL);
-  es_attr ftype[] = {A_FLOAT("keepdims", 1)};
-  expect_rc1(ES_OP_ReduceMean, 13, ftype, NA(ftype), x, ES_EMODEL);
-  expect_rc1(ES_OP_ReduceMean, 13, NULL, 0, TD(ES_DTYPE_INT64, 2, 3), ES_EMODEL);
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3, 4);
+  es_attr dup[] = {KH_INTS("axes", 1, -2)};
+  expect_rc1(ES_OP_ReduceMean, 13, dup, KH_LEN(dup), x, ES_EMODEL);
+  es_attr range[] = {KH_INTS("axes", 3)};
+  expect_rc1(ES_OP_ReduceMean, 13, range, KH_LEN(range), x, ES_EMODEL);
+  es_attr many[] = {KH_INTS("axes", 0, 1, 2, 0)};
+  expect_rc1(ES_OP_ReduceMean, 13, many, KH_LEN(many), x, ES_EMODEL);
+  es_attr keep[] = {KH_INT("keepdims", 2)};
+  expect_rc1(ES_OP_ReduceMean, 13, keep, KH_LEN(keep), x, ES_EMODEL);
+  es_attr ftype[] = {KH_FLOAT("keepdims", 1)};
+  expect_rc1(ES_OP_ReduceMean, 13, ftype, KH_LEN(ftype), x, ES_EMODEL);
+  expect_rc1(ES_OP_ReduceMean, 13, NULL, 0, KH_TD(ES_DTYPE_INT64, 2, 3), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -612,7 +543,7 @@ static void test_softmax(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
   int64_t dims[3] = {2, 3, 5};
-  es_tdesc xd = tdesc(ES_DTYPE_FLOAT, 3, dims);
+  es_tdesc xd = kh_td(ES_DTYPE_FLOAT, 3, dims);
   float *x = rand_f32(&seed, xd.count);
   for (size_t i = 0; i < 5; i++)
     x[i] = 1000.0f + (float)i; /* large values: must subtract the max */
@@ -629,7 +560,7 @@ static void test_softmax(void **state) {
       {1, 2, 1, 6, 5, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    es_attr a[] = {A_INT("axis", cases[c].axis)};
+    es_attr a[] = {KH_INT("axis", cases[c].axis)};
     for (int inplace = 0; inplace < 2; inplace++) {
       es_tdesc out;
       void *od;
@@ -645,7 +576,7 @@ static void test_softmax(void **state) {
   free(x);
 
   /* the exp approximation over its whole range against libm */
-  es_tdesc ld = TD(ES_DTYPE_FLOAT, 2000, 2);
+  es_tdesc ld = KH_TD(ES_DTYPE_FLOAT, 2000, 2);
   float *lx = malloc(4000 * sizeof *lx);
   for (int i = 0; i < 2000; i++) {
     lx[2 * i] = 0.0f;
@@ -670,14 +601,14 @@ static void test_softmax(void **state) {
 
 static void test_softmax_errors(void **state) {
   (void)state;
-  es_tdesc x = TD(ES_DTYPE_FLOAT, 2, 3);
-  es_attr a2[] = {A_INT("axis", 2)};
-  expect_rc1(ES_OP_Softmax, 13, a2, NA(a2), x, ES_EMODEL);
-  expect_rc1(ES_OP_Softmax, 11, a2, NA(a2), x, ES_EMODEL);
-  es_attr am[] = {A_INT("axis", -3)};
-  expect_rc1(ES_OP_Softmax, 13, am, NA(am), x, ES_EMODEL);
-  expect_rc1(ES_OP_Softmax, 13, NULL, 0, TD(ES_DTYPE_INT32, 2, 3), ES_EMODEL);
-  expect_rc1(ES_OP_Softmax, 13, NULL, 0, tdesc(ES_DTYPE_FLOAT, 0, NULL), ES_EMODEL);
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3);
+  es_attr a2[] = {KH_INT("axis", 2)};
+  expect_rc1(ES_OP_Softmax, 13, a2, KH_LEN(a2), x, ES_EMODEL);
+  expect_rc1(ES_OP_Softmax, 11, a2, KH_LEN(a2), x, ES_EMODEL);
+  es_attr am[] = {KH_INT("axis", -3)};
+  expect_rc1(ES_OP_Softmax, 13, am, KH_LEN(am), x, ES_EMODEL);
+  expect_rc1(ES_OP_Softmax, 13, NULL, 0, KH_TD(ES_DTYPE_INT32, 2, 3), ES_EMODEL);
+  expect_rc1(ES_OP_Softmax, 13, NULL, 0, kh_td(ES_DTYPE_FLOAT, 0, NULL), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -690,10 +621,10 @@ static int resize_eval(int64_t opset, const es_attr *a, int na, const es_tdesc *
                        const float *scales, const int64_t *sizes, unsigned dyn, es_tdesc *out,
                        void **od) {
   int r = xd->rank;
-  es_tdesc roi = TD(ES_DTYPE_FLOAT, 0);
+  es_tdesc roi = KH_TD(ES_DTYPE_FLOAT, 0);
   int64_t n = r;
-  es_tdesc sd = scales ? tdesc(ES_DTYPE_FLOAT, 1, &n) : TD(ES_DTYPE_FLOAT, 0);
-  es_tdesc zd = sizes ? tdesc(ES_DTYPE_INT64, 1, &n) : TD(ES_DTYPE_INT64, 0);
+  es_tdesc sd = scales ? kh_td(ES_DTYPE_FLOAT, 1, &n) : KH_TD(ES_DTYPE_FLOAT, 0);
+  es_tdesc zd = sizes ? kh_td(ES_DTYPE_INT64, 1, &n) : KH_TD(ES_DTYPE_INT64, 0);
   static const float none = 0;
   const es_tdesc *in[] = {xd, &roi, &sd, &zd};
   const void *data[] = {x, &none, scales ? (const void *)scales : &none,
@@ -740,12 +671,12 @@ static double ref_nlinear(const char *ctm, const es_tdesc *x, const float *xd, c
 
 static void check_nlinear(uint64_t *seed, const char *ctm, int rank, const int64_t *idims,
                           const int64_t *odims) {
-  es_tdesc xd = tdesc(ES_DTYPE_FLOAT, rank, idims);
+  es_tdesc xd = kh_td(ES_DTYPE_FLOAT, rank, idims);
   float *x = rand_f32(seed, xd.count);
-  es_attr a[] = {A_STR("mode", "linear"), A_STR("coordinate_transformation_mode", ctm)};
+  es_attr a[] = {KH_STR("mode", "linear"), KH_STR("coordinate_transformation_mode", ctm)};
   es_tdesc out;
   void *od;
-  ES_CHECK_RC(resize_eval(11, a, NA(a), &xd, x, NULL, odims, 0, &out, &od));
+  ES_CHECK_RC(resize_eval(11, a, KH_LEN(a), &xd, x, NULL, odims, 0, &out, &od));
   double *want = malloc(out.count * sizeof *want);
   int64_t o[8] = {0};
   for (size_t i = 0; i < out.count; i++) {
@@ -782,14 +713,14 @@ static void test_resize_nearest(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
   /* BlazeFace: nearest, asymmetric, floor, scales 2 */
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 1, 2, 3, 4);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 2, 3, 4);
   float *x = rand_f32(&seed, xd.count);
-  es_attr a[] = {A_STR("mode", "nearest"), A_STR("coordinate_transformation_mode", "asymmetric"),
-                 A_STR("nearest_mode", "floor")};
+  es_attr a[] = {KH_STR("mode", "nearest"), KH_STR("coordinate_transformation_mode", "asymmetric"),
+                 KH_STR("nearest_mode", "floor")};
   float sc[4] = {1, 1, 2, 2};
   es_tdesc out;
   void *od;
-  ES_CHECK_RC(resize_eval(12, a, NA(a), &xd, x, sc, NULL, 0, &out, &od));
+  ES_CHECK_RC(resize_eval(12, a, KH_LEN(a), &xd, x, sc, NULL, 0, &out, &od));
   assert_int_equal(out.dims[2], 6);
   assert_int_equal(out.dims[3], 8);
   const float *y = od;
@@ -802,8 +733,8 @@ static void test_resize_nearest(void **state) {
   /* nearest on the channel axis goes through the separable path;
    * half_pixel + round_prefer_floor maps output c to input c / 2 */
   float sc2[4] = {1, 2, 1, 1};
-  es_attr d[] = {A_STR("mode", "nearest")};
-  ES_CHECK_RC(resize_eval(13, d, NA(d), &xd, x, sc2, NULL, 0, &out, &od));
+  es_attr d[] = {KH_STR("mode", "nearest")};
+  ES_CHECK_RC(resize_eval(13, d, KH_LEN(d), &xd, x, sc2, NULL, 0, &out, &od));
   assert_int_equal(out.dims[1], 4);
   y = od;
   for (int c = 0; c < 4; c++)
@@ -813,25 +744,25 @@ static void test_resize_nearest(void **state) {
 
   /* scales 1: a copy */
   float one[4] = {1, 1, 1, 1};
-  ES_CHECK_RC(resize_eval(13, d, NA(d), &xd, x, one, NULL, 0, &out, &od));
+  ES_CHECK_RC(resize_eval(13, d, KH_LEN(d), &xd, x, one, NULL, 0, &out, &od));
   assert_memory_equal(od, x, xd.nbytes);
   es_mem_free(od);
   free(x);
 
   /* opset 10: (X, scales); truncation upscaling, ceiling downscaling */
   float x10[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  es_tdesc x10d = TD(ES_DTYPE_FLOAT, 1, 1, 2, 4);
-  es_tdesc s10d = TD(ES_DTYPE_FLOAT, 4);
+  es_tdesc x10d = KH_TD(ES_DTYPE_FLOAT, 1, 1, 2, 4);
+  es_tdesc s10d = KH_TD(ES_DTYPE_FLOAT, 4);
   float down[4] = {1, 1, 0.6f, 0.6f}, up[4] = {1, 1, 1, 1.5f};
   const es_tdesc *in10[] = {&x10d, &s10d};
   const void *data10[] = {x10, down};
-  ES_CHECK_RC(eval(ES_OP_Resize, 10, d, NA(d), 2, in10, data10, &out, &od));
+  ES_CHECK_RC(eval(ES_OP_Resize, 10, d, KH_LEN(d), 2, in10, data10, &out, &od));
   assert_int_equal(out.count, 2);
   float want_down[2] = {1, 3};
   assert_memory_equal(od, want_down, sizeof want_down);
   es_mem_free(od);
   data10[1] = up;
-  ES_CHECK_RC(eval(ES_OP_Resize, 10, d, NA(d), 2, in10, data10, &out, &od));
+  ES_CHECK_RC(eval(ES_OP_Resize, 10, d, KH_LEN(d), 2, in10, data10, &out, &od));
   float want_up[12] = {1, 1, 2, 3, 3, 4, 5, 5, 6, 7, 7, 8};
   assert_int_equal(out.dims[3], 6);
   assert_memory_equal(od, want_up, sizeof want_up);
@@ -841,12 +772,12 @@ static void test_resize_nearest(void **state) {
 static void test_resize_errors(void **state) {
   (void)state;
   float x[16] = {0};
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
   float sc[4] = {1, 1, 2, 2};
   int64_t sz[4] = {1, 1, 8, 8};
   es_tdesc out;
   void *od = NULL;
-  es_attr lin[] = {A_STR("mode", "linear")};
+  es_attr lin[] = {KH_STR("mode", "linear")};
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xd, x, sc, sz, 0, &out, &od), ES_EMODEL);
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xd, x, NULL, NULL, 0, &out, &od), ES_EMODEL);
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xd, x, NULL, sz, 8, &out, &od), ES_ENOTSUP);
@@ -859,27 +790,27 @@ static void test_resize_errors(void **state) {
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xd, x, huge_sc, NULL, 0, &out, &od), ES_EMODEL);
   int64_t neg_sz[4] = {1, 1, -8, 8};
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xd, x, NULL, neg_sz, 0, &out, &od), ES_EMODEL);
-  es_tdesc roi = TD(ES_DTYPE_FLOAT, 0), sc3 = TD(ES_DTYPE_FLOAT, 3); /* 4 values wanted */
+  es_tdesc roi = KH_TD(ES_DTYPE_FLOAT, 0), sc3 = KH_TD(ES_DTYPE_FLOAT, 3); /* 4 values wanted */
   const es_tdesc *short_in[] = {&xd, &roi, &sc3};
   const void *short_data[] = {x, x, sc};
   ES_EXPECT_RC(eval(ES_OP_Resize, 13, lin, 1, 3, short_in, short_data, &out, &od), ES_EMODEL);
-  es_attr bad_mode[] = {A_STR("mode", "bilinear")};
+  es_attr bad_mode[] = {KH_STR("mode", "bilinear")};
   ES_EXPECT_RC(resize_eval(13, bad_mode, 1, &xd, x, sc, NULL, 0, &out, &od), ES_EMODEL);
-  es_attr bad_ctm[] = {A_STR("coordinate_transformation_mode", "corners")};
+  es_attr bad_ctm[] = {KH_STR("coordinate_transformation_mode", "corners")};
   ES_EXPECT_RC(resize_eval(13, bad_ctm, 1, &xd, x, sc, NULL, 0, &out, &od), ES_EMODEL);
-  es_attr bad_nm[] = {A_STR("nearest_mode", "up")};
+  es_attr bad_nm[] = {KH_STR("nearest_mode", "up")};
   ES_EXPECT_RC(resize_eval(13, bad_nm, 1, &xd, x, sc, NULL, 0, &out, &od), ES_EMODEL);
-  es_attr excl[] = {A_INT("exclude_outside", 5)};
+  es_attr excl[] = {KH_INT("exclude_outside", 5)};
   ES_EXPECT_RC(resize_eval(13, excl, 1, &xd, x, sc, NULL, 0, &out, &od), ES_EMODEL);
-  es_attr crop[] = {A_STR("coordinate_transformation_mode", "tf_crop_and_resize")};
+  es_attr crop[] = {KH_STR("coordinate_transformation_mode", "tf_crop_and_resize")};
   ES_EXPECT_RC(resize_eval(13, crop, 1, &xd, x, sc, NULL, 0, &out, &od), ES_EMODEL);
-  es_attr aa[] = {A_INT("antialias", 1)};
+  es_attr aa[] = {KH_INT("antialias", 1)};
   ES_EXPECT_RC(resize_eval(13, aa, 1, &xd, x, sc, NULL, 0, &out, &od), ES_ENOTSUP);
-  es_tdesc xi = TD(ES_DTYPE_INT64, 1, 1, 4, 4);
+  es_tdesc xi = KH_TD(ES_DTYPE_INT64, 1, 1, 4, 4);
   ES_EXPECT_RC(resize_eval(13, lin, 1, &xi, x, sc, NULL, 0, &out, &od), ES_ENOTSUP);
   /* opset 10: no cubic, and scales must be there */
-  es_attr cub[] = {A_STR("mode", "cubic")};
-  es_tdesc sd = TD(ES_DTYPE_FLOAT, 4);
+  es_attr cub[] = {KH_STR("mode", "cubic")};
+  es_tdesc sd = KH_TD(ES_DTYPE_FLOAT, 4);
   const es_tdesc *in10[] = {&xd, &sd};
   const void *data10[] = {x, sc};
   ES_EXPECT_RC(eval(ES_OP_Resize, 10, cub, 1, 2, in10, data10, &out, &od), ES_EMODEL);
@@ -897,15 +828,15 @@ static void test_batchnorm(void **state) {
   int64_t shapes[][4] = {{2, 3, 4, 5}, {4, 3, 0, 0}, {1, 3, 7, 0}};
   int ranks[] = {4, 2, 3};
   for (int t = 0; t < 3; t++) {
-    es_tdesc xd = tdesc(ES_DTYPE_FLOAT, ranks[t], shapes[t]);
-    es_tdesc pd = TD(ES_DTYPE_FLOAT, 3);
+    es_tdesc xd = kh_td(ES_DTYPE_FLOAT, ranks[t], shapes[t]);
+    es_tdesc pd = KH_TD(ES_DTYPE_FLOAT, 3);
     float *x = rand_f32(&seed, xd.count);
     float sc[3] = {0.5f, -2.0f, 1.5f}, b[3] = {0.1f, 0.2f, -0.3f}, m[3] = {1, -1, 0.5f},
           v[3] = {0.25f, 4.0f, 1.0f};
     const es_tdesc *in[] = {&xd, &pd, &pd, &pd, &pd};
     const void *data[] = {x, sc, b, m, v};
     float eps = 1e-3f;
-    es_attr a[] = {A_FLOAT("epsilon", eps)};
+    es_attr a[] = {KH_FLOAT("epsilon", eps)};
     double *want = malloc(xd.count * sizeof *want);
     int64_t plane = (int64_t)xd.count / (shapes[t][0] * 3);
     for (size_t i = 0; i < xd.count; i++) {
@@ -931,22 +862,22 @@ static void test_batchnorm(void **state) {
 static void test_batchnorm_errors(void **state) {
   (void)state;
   float x[24] = {0}, p[4] = {1, 1, 1, 1};
-  es_tdesc xd = TD(ES_DTYPE_FLOAT, 2, 3, 4), pd = TD(ES_DTYPE_FLOAT, 3);
-  es_tdesc p4 = TD(ES_DTYPE_FLOAT, 4), p2d = TD(ES_DTYPE_FLOAT, 3, 1);
-  es_tdesc xi = TD(ES_DTYPE_INT32, 2, 3, 4), x1 = TD(ES_DTYPE_FLOAT, 3);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 2, 3, 4), pd = KH_TD(ES_DTYPE_FLOAT, 3);
+  es_tdesc p4 = KH_TD(ES_DTYPE_FLOAT, 4), p2d = KH_TD(ES_DTYPE_FLOAT, 3, 1);
+  es_tdesc xi = KH_TD(ES_DTYPE_INT32, 2, 3, 4), x1 = KH_TD(ES_DTYPE_FLOAT, 3);
   es_tdesc out[3];
   void *od[3] = {NULL};
   const es_tdesc *in[] = {&xd, &pd, &pd, &pd, &pd};
   const void *data[] = {x, p, p, p, p};
-  es_attr train[] = {A_INT("training_mode", 1)};
+  es_attr train[] = {KH_INT("training_mode", 1)};
   ES_EXPECT_RC(eval_ex(ES_OP_BatchNormalization, 15, train, 1, 5, in, data, 0, 0, 1, out, od),
                ES_ENOTSUP);
   ES_EXPECT_RC(eval_ex(ES_OP_BatchNormalization, 15, NULL, 0, 5, in, data, 0, 0, 3, out, od),
                ES_ENOTSUP);
-  es_attr spatial[] = {A_INT("spatial", 0)};
+  es_attr spatial[] = {KH_INT("spatial", 0)};
   ES_EXPECT_RC(eval_ex(ES_OP_BatchNormalization, 7, spatial, 1, 5, in, data, 0, 0, 1, out, od),
                ES_ENOTSUP);
-  es_attr neg_eps[] = {A_FLOAT("epsilon", -1.0f)};
+  es_attr neg_eps[] = {KH_FLOAT("epsilon", -1.0f)};
   ES_EXPECT_RC(eval_ex(ES_OP_BatchNormalization, 15, neg_eps, 1, 5, in, data, 0, 0, 1, out, od),
                ES_EMODEL);
   ES_EXPECT_RC(eval_ex(ES_OP_BatchNormalization, 15, NULL, 0, 4, in, data, 0, 0, 1, out, od),
@@ -980,70 +911,21 @@ static void test_batchnorm_errors(void **state) {
 static int eval_nhwc(es_op op, int64_t opset, const es_attr *attrs, int n_attr, int n_in,
                      const es_tdesc *const *in, const void *const *data, int inplace, int n_out,
                      es_tdesc *out, void **outd, uint32_t *want_plain, uint32_t *want_nhwc) {
-  es_knode node = {.name = "t", .op = op, .n_attr = n_attr, .attrs = (es_attr *)attrs};
-  const es_kernel *kern = es_kernel_for(op);
-  assert_non_null(kern);
-  assert_true(kern->layout_aware);
-  es_ctx ctx = {0};
-  const void *stat[8], *rin[8];
-  es_tdesc *outp[4];
-  for (int i = 0; i < n_in; i++) {
-    stat[i] = i == 0 ? NULL : data[i];
-    rin[i] = data[i];
-  }
-  for (int i = 0; i < n_out; i++) {
-    memset(&out[i], 0, sizeof out[i]);
-    outp[i] = &out[i];
-    outd[i] = NULL;
-  }
-  es_kinst k = {.node = node, .opset = opset, .n_in = n_in, .n_out = n_out, .in = in,
-                .out = outp, .in_static = stat, .inplace = -1, .ctx = &ctx};
-  es_op_label(node.name, node.id, node.op, k.label, sizeof k.label);
-  int rc = kern->infer(&k);
+  es_knode node = kh_knode(op, attrs, n_attr);
+  assert_true(es_kernel_for(op)->layout_aware);
+  es_kinst k;
+  kh_opts o = {.opset = opset, .dyn = 1, .inplace = inplace, .k_out = &k};
+  int rc = kh_eval_with(&node, &o, n_in, in, data, n_out, out, outd);
   *want_plain = k.want_plain;
   *want_nhwc = k.want_nhwc;
-  void *scratch = NULL;
-  if (rc == 0) {
-    scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, k.scratch_bytes ? k.scratch_bytes : 1);
-    for (int i = 0; i < n_out; i++)
-      outd[i] = es_mem_aligned_alloc(ES_MEM_OTHER, 64, out[i].nbytes ? out[i].nbytes : 1);
-    if (inplace) {
-      assert_int_equal(k.inplace, 0);
-      memcpy(outd[0], data[0], in[0]->nbytes);
-      rin[0] = outd[0];
-    }
-    rc = kern->run(&k, rin, outd, scratch);
-  }
-  if (kern->release)
-    kern->release(&k);
-  es_mem_free(scratch);
-  es_ctx_free_all(&ctx);
-  if (rc != 0)
-    for (int i = 0; i < n_out; i++) {
-      es_mem_free(outd[i]);
-      outd[i] = NULL;
-    }
   return rc;
-}
-
-/* [N, C, HW] <-> [N, HW, C] for esz-byte elements. */
-static void *to_nhwc(const void *src, const es_tdesc *t) {
-  size_t esz = es_dtype_size(t->dtype);
-  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
-  char *d = malloc(t->nbytes ? t->nbytes : 1);
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t ci = 0; ci < c; ci++)
-      for (int64_t p = 0; p < hw; p++)
-        memcpy(d + ((b * hw + p) * c + ci) * (int64_t)esz,
-               (const char *)src + ((b * c + ci) * hw + p) * (int64_t)esz, esz);
-  return d;
 }
 
 /* The plain result y, reordered to NHWC, must equal the NHWC result bytes
  * (tol 0) or be within tol. */
 static void expect_nhwc_of(const void *nhwc, const void *plain, const es_tdesc *t, double tol,
                            const char *what) {
-  void *want = to_nhwc(plain, t);
+  void *want = kh_reorder4(plain, t, 1);
   if (tol == 0) {
     if (memcmp(nhwc, want, t->nbytes))
       fail_msg("%s: NHWC result differs from the plain result", what);
@@ -1053,12 +935,7 @@ static void expect_nhwc_of(const void *nhwc, const void *plain, const es_tdesc *
       if (!(fabs((double)g[i] - (double)w[i]) <= tol * (1 + fabs((double)w[i]))))
         fail_msg("%s: [%zu] = %.9g, plain %.9g", what, i, (double)g[i], (double)w[i]);
   }
-  free(want);
-}
-
-static es_tdesc nhwc_of(es_tdesc t) {
-  t.layout = ES_LAYOUT_NHWC;
-  return t;
+  es_mem_free(want);
 }
 
 /* Random 2-D max and average pools of NHWC inputs (channel counts around
@@ -1086,18 +963,18 @@ static void test_pool_nhwc(void **state) {
         {.name = "strides", .type = ES_ATTR_INTS, .n = 2, .ints = s},
         {.name = "dilations", .type = ES_ATTR_INTS, .n = 2, .ints = d},
         {.name = "pads", .type = ES_ATTR_INTS, .n = 4, .ints = pads},
-        A_STR("auto_pad", autos[rnd(&seed, 0, 5) % 4]),
-        A_INT("ceil_mode", rnd(&seed, 0, 1)),
-        A_INT("count_include_pad", rnd(&seed, 0, 1)),
+        KH_STR("auto_pad", autos[rnd(&seed, 0, 5) % 4]),
+        KH_INT("ceil_mode", rnd(&seed, 0, 1)),
+        KH_INT("count_include_pad", rnd(&seed, 0, 1)),
     };
     int na = avg ? 7 : 6;
     es_op op = avg ? ES_OP_AveragePool : ES_OP_MaxPool;
-    es_tdesc x = tdesc(dt, 4, dims), xn = nhwc_of(x);
+    es_tdesc x = kh_td(dt, 4, dims), xn = kh_as_nhwc(x);
     float *xd = rand_f32(&seed, x.count);
     if (dt != ES_DTYPE_FLOAT) /* bytes of random floats are random bytes */
       for (size_t i = 0; i < x.count; i++)
         ((uint8_t *)xd)[i] = ((const uint8_t *)xd)[4 * i + 1];
-    void *xnd = to_nhwc(xd, &x);
+    void *xnd = kh_reorder4(xd, &x, 1);
     const es_tdesc *in[] = {&x}, *inn[] = {&xn};
     const void *data[] = {xd}, *datan[] = {xnd};
     es_tdesc out, outn;
@@ -1116,17 +993,17 @@ static void test_pool_nhwc(void **state) {
     }
     es_mem_free(od);
     es_mem_free(odn);
-    free(xnd);
+    es_mem_free(xnd);
     free(xd);
   }
   assert_true(ran > 200);
 
   /* Indices are NCHW positions: MaxPool asks for a plain X. */
-  es_tdesc xn = nhwc_of(TD(ES_DTYPE_FLOAT, 1, 2, 4, 4));
+  es_tdesc xn = kh_as_nhwc(KH_TD(ES_DTYPE_FLOAT, 1, 2, 4, 4));
   float buf[32] = {0};
   const es_tdesc *in[] = {&xn};
   const void *data[] = {buf};
-  es_attr a[] = {A_INTS("kernel_shape", 2, 2)};
+  es_attr a[] = {KH_INTS("kernel_shape", 2, 2)};
   es_tdesc out[2];
   void *od[2];
   uint32_t wp, wn;
@@ -1143,9 +1020,9 @@ static void test_global_avgpool_nhwc(void **state) {
   uint64_t seed = es_test_seed();
   int64_t shapes[][4] = {{2, 3, 4, 5}, {1, 17, 8, 8}, {1, 9, 13, 11}, {2, 5, 1, 1}, {1, 4, 0, 3}};
   for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
-    es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, shapes[t]), xn = nhwc_of(x);
+    es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, shapes[t]), xn = kh_as_nhwc(x);
     float *xd = rand_f32(&seed, x.count);
-    void *xnd = to_nhwc(xd, &x);
+    void *xnd = kh_reorder4(xd, &x, 1);
     const es_tdesc *in[] = {&x}, *inn[] = {&xn};
     const void *data[] = {xd}, *datan[] = {xnd};
     es_tdesc out, outn;
@@ -1163,7 +1040,7 @@ static void test_global_avgpool_nhwc(void **state) {
                  (double)g[i], (double)w[i]);
     es_mem_free(od);
     es_mem_free(odn);
-    free(xnd);
+    es_mem_free(xnd);
     free(xd);
   }
 }
@@ -1174,12 +1051,12 @@ static void test_global_avgpool_nhwc(void **state) {
 static void test_resize_nhwc(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
-  es_attr nearest[] = {A_STR("mode", "nearest"),
-                       A_STR("coordinate_transformation_mode", "asymmetric"),
-                       A_STR("nearest_mode", "floor")};
-  es_attr linear[] = {A_STR("mode", "linear"),
-                      A_STR("coordinate_transformation_mode", "half_pixel")};
-  es_attr cubic[] = {A_STR("mode", "cubic")};
+  es_attr nearest[] = {KH_STR("mode", "nearest"),
+                       KH_STR("coordinate_transformation_mode", "asymmetric"),
+                       KH_STR("nearest_mode", "floor")};
+  es_attr linear[] = {KH_STR("mode", "linear"),
+                      KH_STR("coordinate_transformation_mode", "half_pixel")};
+  es_attr cubic[] = {KH_STR("mode", "cubic")};
   struct {
     const es_attr *a;
     int na;
@@ -1193,14 +1070,15 @@ static void test_resize_nhwc(void **state) {
       {nearest, 3, {1, 2, 1, 1}, {0}, 1},
   };
   int64_t dims[4] = {2, 7, 6, 5};
-  es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, dims), xn = nhwc_of(x);
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, dims), xn = kh_as_nhwc(x);
   float *xd = rand_f32(&seed, x.count);
-  void *xnd = to_nhwc(xd, &x);
+  void *xnd = kh_reorder4(xd, &x, 1);
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     int use_sizes = cases[c].sc[0] == 0;
-    es_tdesc roi = TD(ES_DTYPE_FLOAT, 0), sd = TD(ES_DTYPE_FLOAT, 4), zd = TD(ES_DTYPE_INT64, 4);
+    es_tdesc roi = KH_TD(ES_DTYPE_FLOAT, 0), sd = KH_TD(ES_DTYPE_FLOAT, 4),
+             zd = KH_TD(ES_DTYPE_INT64, 4);
     if (use_sizes)
-      sd = TD(ES_DTYPE_FLOAT, 0);
+      sd = KH_TD(ES_DTYPE_FLOAT, 0);
     static const float none = 0;
     const es_tdesc *in[] = {&x, &roi, &sd, &zd}, *inn[] = {&xn, &roi, &sd, &zd};
     const void *data[] = {xd, &none, use_sizes ? (const void *)&none : cases[c].sc, cases[c].sz};
@@ -1226,7 +1104,7 @@ static void test_resize_nhwc(void **state) {
     es_mem_free(od);
     es_mem_free(odn);
   }
-  free(xnd);
+  es_mem_free(xnd);
   free(xd);
 }
 
@@ -1236,9 +1114,9 @@ static void test_batchnorm_nhwc(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
   int64_t dims[4] = {2, 3, 4, 5};
-  es_tdesc x = tdesc(ES_DTYPE_FLOAT, 4, dims), xn = nhwc_of(x), pd = TD(ES_DTYPE_FLOAT, 3);
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, dims), xn = kh_as_nhwc(x), pd = KH_TD(ES_DTYPE_FLOAT, 3);
   float *xd = rand_f32(&seed, x.count);
-  void *xnd = to_nhwc(xd, &x);
+  void *xnd = kh_reorder4(xd, &x, 1);
   float sc[3] = {0.5f, -2.0f, 1.5f}, b[3] = {0.1f, 0.2f, -0.3f}, m[3] = {1, -1, 0.5f},
         v[3] = {0.25f, 4.0f, 1.0f};
   const es_tdesc *in[] = {&x, &pd, &pd, &pd, &pd}, *inn[] = {&xn, &pd, &pd, &pd, &pd};
@@ -1255,7 +1133,7 @@ static void test_batchnorm_nhwc(void **state) {
     es_mem_free(odn);
   }
   es_mem_free(od);
-  free(xnd);
+  es_mem_free(xnd);
   free(xd);
 }
 

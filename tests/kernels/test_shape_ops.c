@@ -15,57 +15,13 @@
 
 #include "kernels/kernel.h"
 #include "model/graph.h"
+#include "support/kernel_harness.h"
 
 /* ==========================================================================
- * Node building
+ * Helpers
  * ======================================================================== */
 
-typedef struct tnode {
-  es_knode node;
-  es_attr attrs[8];
-  int ins[16], outs[16];
-} tnode;
-
-static void node_init(tnode *t, es_op op) {
-  memset(t, 0, sizeof *t);
-  for (int i = 0; i < 16; i++)
-    t->ins[i] = i, t->outs[i] = 16 + i;
-  t->node = (es_knode){.name = "t", .op = op, .attrs = t->attrs};
-}
-
-static es_attr *attr_add(tnode *t, const char *name, es_attr_type type) {
-  es_attr *a = &t->attrs[t->node.n_attr++];
-  a->name = name;
-  a->type = type;
-  return a;
-}
-
-static void attr_int(tnode *t, const char *name, int64_t v) {
-  attr_add(t, name, ES_ATTR_INT)->i = v;
-}
-
-static void attr_ints(tnode *t, const char *name, const int64_t *v, size_t n) {
-  es_attr *a = attr_add(t, name, ES_ATTR_INTS);
-  a->ints = v;
-  a->n = n;
-}
-
-static es_tdesc td(es_dtype dt, int rank, const int64_t *dims) {
-  es_tdesc t;
-  memset(&t, 0, sizeof t);
-  ES_CHECK_RC(es_tdesc_set(&t, dt, rank, dims));
-  return t;
-}
-
-static es_tdesc td1(es_dtype dt, int64_t n) { return td(dt, 1, &n); }
-
-/* Evaluates a one-input node. */
-static int eval1(tnode *t, int64_t opset, const es_tdesc *x, const void *xd, es_tdesc *od,
-                 void **o) {
-  const es_tdesc *in[1] = {x};
-  const void *data[1] = {xd};
-  return es_kernel_eval(&t->node, opset, 1, in, data, 1, od, o);
-}
+static es_tdesc td1(es_dtype dt, int64_t n) { return kh_td(dt, 1, &n); }
 
 static void check_dims(const es_tdesc *t, int rank, const int64_t *dims) {
   assert_int_equal(t->rank, rank);
@@ -85,20 +41,20 @@ static void iota_f(float *v, size_t n) {
 static void test_shape(void **state) {
   (void)state;
   int64_t dims[4] = {2, 3, 4, 5};
-  es_tdesc x = td(ES_DTYPE_FLOAT, 4, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, dims), od;
   void *o;
-  tnode t;
-  node_init(&t, ES_OP_Shape);
-  ES_CHECK_RC(eval1(&t, 13, &x, NULL, &od, &o));
+  kh_node t;
+  kh_node_init(&t, ES_OP_Shape);
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_INT64);
   assert_int_equal(od.dims[0], 4);
   assert_memory_equal(o, dims, sizeof dims);
   es_mem_free(o);
 
   /* Opset 15 bounds: [-3, -1) -> dims 1..2. */
-  attr_int(&t, "start", -3);
-  attr_int(&t, "end", -1);
-  ES_CHECK_RC(eval1(&t, 15, &x, NULL, &od, &o));
+  kh_attr_int(&t, "start", -3);
+  kh_attr_int(&t, "end", -1);
+  ES_CHECK_RC(kh_eval1(&t.node, 15, &x, NULL, &od, &o));
   assert_int_equal(od.dims[0], 2);
   assert_int_equal(((int64_t *)o)[0], 3);
   assert_int_equal(((int64_t *)o)[1], 4);
@@ -107,21 +63,21 @@ static void test_shape(void **state) {
   /* Out-of-range bounds clamp; start past end is empty. */
   t.attrs[0].i = 10;
   t.attrs[1].i = 100;
-  ES_CHECK_RC(eval1(&t, 15, &x, NULL, &od, &o));
+  ES_CHECK_RC(kh_eval1(&t.node, 15, &x, NULL, &od, &o));
   assert_int_equal(od.dims[0], 0);
   es_mem_free(o);
 
   /* A scalar has an empty shape. */
-  es_tdesc s = td(ES_DTYPE_INT64, 0, NULL);
-  node_init(&t, ES_OP_Shape);
+  es_tdesc s = kh_td(ES_DTYPE_INT64, 0, NULL);
+  kh_node_init(&t, ES_OP_Shape);
   int64_t sv = 7;
-  ES_CHECK_RC(eval1(&t, 13, &s, &sv, &od, &o));
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &s, &sv, &od, &o));
   assert_int_equal(od.rank, 1);
   assert_int_equal(od.dims[0], 0);
   es_mem_free(o);
 
   /* Two inputs are one too many. */
-  node_init(&t, ES_OP_Shape);
+  kh_node_init(&t, ES_OP_Shape);
   const es_tdesc *in[2] = {&x, &x};
   const void *data[2] = {NULL, NULL};
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
@@ -133,10 +89,10 @@ static void test_shape(void **state) {
 
 static int reshape(const es_tdesc *x, const void *xd, const int64_t *shape, size_t n,
                    int64_t allowzero, es_tdesc *od, void **o) {
-  tnode t;
-  node_init(&t, ES_OP_Reshape);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Reshape);
   if (allowzero >= 0)
-    attr_int(&t, "allowzero", allowzero);
+    kh_attr_int(&t, "allowzero", allowzero);
   es_tdesc s = td1(ES_DTYPE_INT64, (int64_t)n);
   const es_tdesc *in[2] = {x, &s};
   const void *data[2] = {xd, shape};
@@ -148,7 +104,7 @@ static void test_reshape(void **state) {
   int64_t dims[3] = {2, 3, 4};
   float v[24];
   iota_f(v, 24);
-  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 3, dims), od;
   void *o;
 
   int64_t s1[3] = {0, -1, 2};
@@ -164,7 +120,7 @@ static void test_reshape(void **state) {
 
   /* allowzero=1: a 0 is a zero dim, only valid for an empty input. */
   int64_t zdims[3] = {0, 3, 4};
-  es_tdesc z = td(ES_DTYPE_FLOAT, 3, zdims);
+  es_tdesc z = kh_td(ES_DTYPE_FLOAT, 3, zdims);
   int64_t s3[3] = {3, 4, 0};
   ES_CHECK_RC(reshape(&z, v, s3, 3, 1, &od, &o));
   check_dims(&od, 3, s3);
@@ -192,8 +148,8 @@ static void test_reshape(void **state) {
   /* A shape not known when planning. */
   ES_EXPECT_RC(reshape(&x, v, NULL, 3, -1, &od, &o), ES_ENOTSUP);
   /* A float shape. */
-  tnode t;
-  node_init(&t, ES_OP_Reshape);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Reshape);
   es_tdesc fs = td1(ES_DTYPE_FLOAT, 1);
   float fv = 24;
   const es_tdesc *in[2] = {&x, &fs};
@@ -203,25 +159,21 @@ static void test_reshape(void **state) {
 
 /* Plans t on one float input x (other inputs static), runs it in place on
  * v when infer allows it, and returns k.inplace. */
-static int run_inplace(tnode *t, int n_in, const es_tdesc *const *in, const void *const *st,
+static int run_inplace(kh_node *t, int n_in, const es_tdesc *const *in, const void *const *st,
                        float *v) {
-  es_tdesc od;
-  es_tdesc *outp[1] = {&od};
-  es_ctx ctx = {0};
-  es_kinst k = {.node = t->node, .opset = 13, .n_in = n_in, .n_out = 1, .in = in,
-                .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx};
-  const es_kernel *kern = es_kernel_for(t->node.op);
-  assert_non_null(kern);
-  ES_CHECK_RC(kern->infer(&k));
-  if (k.inplace == 0) {
-    const void *rin[ES_MAX_RANK] = {v};
+  kh_run h;
+  kh_begin(&h, &t->node, 13, n_in, in, st, 0, 1, NULL);
+  ES_CHECK_RC(kh_infer(&h));
+  int inplace = h.k.inplace;
+  if (inplace == 0) {
+    const void *rin[KH_MAX_IO] = {v};
     for (int i = 1; i < n_in; i++)
       rin[i] = st[i];
     void *rout[1] = {v};
-    ES_CHECK_RC(kern->run(&k, rin, rout, NULL));
+    ES_CHECK_RC(h.kern->run(&h.k, rin, rout, NULL));
   }
-  es_ctx_free_all(&ctx);
-  return k.inplace;
+  kh_end(&h);
+  return inplace;
 }
 
 /* Views let the planner alias the output with the input, and run then
@@ -230,21 +182,21 @@ static void test_inplace(void **state) {
   (void)state;
   int64_t dims[3] = {2, 1, 3}, shape[1] = {6};
   float v[6] = {1, 2, 3, 4, 5, 6};
-  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), s = td1(ES_DTYPE_INT64, 1);
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 3, dims), s = td1(ES_DTYPE_INT64, 1);
   const es_tdesc *in[4] = {&x, &s, &s, &s};
-  tnode t;
-  node_init(&t, ES_OP_Reshape);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Reshape);
   const void *st[4] = {NULL, shape};
   assert_int_equal(run_inplace(&t, 2, in, st, v), 0);
   assert_true(v[0] == 1 && v[5] == 6);
 
-  node_init(&t, ES_OP_Squeeze);
+  kh_node_init(&t, ES_OP_Squeeze);
   assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
 
   /* Moving a unit dim keeps the byte order; swapping 2 and 3 does not. */
   int64_t keep[3] = {1, 0, 2}, swap[3] = {2, 1, 0};
-  node_init(&t, ES_OP_Transpose);
-  attr_ints(&t, "perm", keep, 3);
+  kh_node_init(&t, ES_OP_Transpose);
+  kh_attr_ints(&t, "perm", keep, 3);
   assert_int_equal(run_inplace(&t, 1, in, st, v), 0);
   assert_true(v[0] == 1 && v[5] == 6);
   t.attrs[0].ints = swap;
@@ -253,7 +205,7 @@ static void test_inplace(void **state) {
   /* A slice of a leading part is a view (the bytes are already in place),
    * one starting further on is not. */
   int64_t zero[1] = {0}, all[1] = {INT64_MAX}, one[1] = {1};
-  node_init(&t, ES_OP_Slice);
+  kh_node_init(&t, ES_OP_Slice);
   const void *sst[3] = {NULL, zero, all};
   assert_int_equal(run_inplace(&t, 3, in, sst, v), 0);
   sst[2] = one;
@@ -273,26 +225,26 @@ static void test_squeeze(void **state) {
   int64_t dims[4] = {1, 3, 1, 2};
   float v[6];
   iota_f(v, 6);
-  es_tdesc x = td(ES_DTYPE_FLOAT, 4, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, dims), od;
   void *o;
-  tnode t;
+  kh_node t;
 
   /* No axes: every 1 goes. */
-  node_init(&t, ES_OP_Squeeze);
-  ES_CHECK_RC(eval1(&t, 13, &x, v, &od, &o));
+  kh_node_init(&t, ES_OP_Squeeze);
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, v, &od, &o));
   check_dims(&od, 2, (int64_t[]){3, 2});
   assert_memory_equal(o, v, sizeof v);
   es_mem_free(o);
 
   /* Opset 11 attribute, negative axis. */
   int64_t ax[1] = {-2};
-  attr_ints(&t, "axes", ax, 1);
-  ES_CHECK_RC(eval1(&t, 11, &x, v, &od, &o));
+  kh_attr_ints(&t, "axes", ax, 1);
+  ES_CHECK_RC(kh_eval1(&t.node, 11, &x, v, &od, &o));
   check_dims(&od, 3, (int64_t[]){1, 3, 2});
   es_mem_free(o);
 
   /* Opset 13 input. */
-  node_init(&t, ES_OP_Squeeze);
+  kh_node_init(&t, ES_OP_Squeeze);
   es_tdesc a = td1(ES_DTYPE_INT64, 1);
   int64_t ax0[1] = {0};
   const es_tdesc *in[2] = {&x, &a};
@@ -329,11 +281,11 @@ static void test_concat(void **state) {
   int64_t va[4] = {0, 1, 2, 3}, vb[12];
   for (int i = 0; i < 12; i++)
     vb[i] = 100 + i;
-  es_tdesc a = td(ES_DTYPE_INT64, 3, da), b = td(ES_DTYPE_INT64, 3, db), od;
+  es_tdesc a = kh_td(ES_DTYPE_INT64, 3, da), b = kh_td(ES_DTYPE_INT64, 3, db), od;
   void *o;
-  tnode t;
-  node_init(&t, ES_OP_Concat);
-  attr_int(&t, "axis", -2);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Concat);
+  kh_attr_int(&t, "axis", -2);
   const es_tdesc *in[3] = {&a, &b, &a};
   const void *data[3] = {va, vb, va};
   ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
@@ -359,10 +311,10 @@ static void test_concat(void **state) {
   in[1] = &b1;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   int64_t dc[3] = {3, 1, 2};
-  es_tdesc c = td(ES_DTYPE_INT64, 3, dc);
+  es_tdesc c = kh_td(ES_DTYPE_INT64, 3, dc);
   in[1] = &c;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
-  es_tdesc r2 = td(ES_DTYPE_INT64, 2, db);
+  es_tdesc r2 = kh_td(ES_DTYPE_INT64, 2, db);
   in[1] = &r2;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   in[1] = &b;
@@ -370,7 +322,7 @@ static void test_concat(void **state) {
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   t.node.n_attr = 0;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
-  attr_add(&t, "axis", ES_ATTR_FLOAT);
+  kh_attr_add(&t, "axis", ES_ATTR_FLOAT);
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
 }
 
@@ -382,9 +334,9 @@ static void test_concat(void **state) {
 static int slice13(const es_tdesc *x, const void *xd, size_t n, const int64_t *starts,
                    const int64_t *ends, const int64_t *axes, const int64_t *steps, es_tdesc *od,
                    void **o) {
-  tnode t;
+  kh_node t;
   int n_in = steps ? 5 : axes ? 4 : 3;
-  node_init(&t, ES_OP_Slice);
+  kh_node_init(&t, ES_OP_Slice);
   es_tdesc v = td1(ES_DTYPE_INT64, (int64_t)n);
   const es_tdesc *in[5] = {x, &v, &v, axes ? &v : NULL, &v};
   const void *data[5] = {xd, starts, ends, axes, steps};
@@ -396,7 +348,7 @@ static void test_slice(void **state) {
   int64_t dims[2] = {3, 4};
   float v[12];
   iota_f(v, 12);
-  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 2, dims), od;
   void *o;
 
   /* Rows 1.., columns reversed from the end with step -2. */
@@ -421,19 +373,19 @@ static void test_slice(void **state) {
   es_mem_free(o);
 
   /* Opset 9 attributes. */
-  tnode t;
-  node_init(&t, ES_OP_Slice);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Slice);
   int64_t as[1] = {1}, ae[1] = {3}, aa[1] = {-1};
-  attr_ints(&t, "starts", as, 1);
-  attr_ints(&t, "ends", ae, 1);
-  attr_ints(&t, "axes", aa, 1);
-  ES_CHECK_RC(eval1(&t, 9, &x, v, &od, &o));
+  kh_attr_ints(&t, "starts", as, 1);
+  kh_attr_ints(&t, "ends", ae, 1);
+  kh_attr_ints(&t, "axes", aa, 1);
+  ES_CHECK_RC(kh_eval1(&t.node, 9, &x, v, &od, &o));
   check_dims(&od, 2, (int64_t[]){3, 2});
   float want2[6] = {1, 2, 5, 6, 9, 10};
   assert_memory_equal(o, want2, sizeof want2);
   es_mem_free(o);
   t.node.n_attr = 1; /* no ends */
-  ES_EXPECT_RC(eval1(&t, 9, &x, v, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 9, &x, v, &od, &o), ES_EMODEL);
 
   /* Errors: zero step, repeated axis, axis out of range, length mismatch,
    * too many axes, not known when planning. */
@@ -447,7 +399,7 @@ static void test_slice(void **state) {
   ES_EXPECT_RC(slice13(&x, v, 3, st3, en3, NULL, NULL, &od, &o), ES_EMODEL);
   ES_EXPECT_RC(slice13(&x, v, 2, NULL, en, ax, sp, &od, &o), ES_ENOTSUP);
   {
-    node_init(&t, ES_OP_Slice);
+    kh_node_init(&t, ES_OP_Slice);
     es_tdesc v2 = td1(ES_DTYPE_INT64, 2), v1 = td1(ES_DTYPE_INT64, 1);
     const es_tdesc *in[3] = {&x, &v2, &v1};
     const void *data[3] = {v, st, en};
@@ -464,13 +416,13 @@ static void test_split(void **state) {
   int64_t dims[2] = {2, 6};
   float v[12];
   iota_f(v, 12);
-  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od[3];
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 2, dims), od[3];
   void *o[3];
-  tnode t;
+  kh_node t;
 
   /* Equal parts along the last axis. */
-  node_init(&t, ES_OP_Split);
-  attr_int(&t, "axis", -1);
+  kh_node_init(&t, ES_OP_Split);
+  kh_attr_int(&t, "axis", -1);
   const es_tdesc *in[2] = {&x, NULL};
   const void *data[2] = {v, NULL};
   ES_CHECK_RC(es_kernel_eval(&t.node, 13, 1, in, data, 3, od, o));
@@ -482,8 +434,8 @@ static void test_split(void **state) {
   }
 
   /* Opset 13 sizes input, with an empty part. */
-  node_init(&t, ES_OP_Split);
-  attr_int(&t, "axis", 1);
+  kh_node_init(&t, ES_OP_Split);
+  kh_attr_int(&t, "axis", 1);
   int64_t sizes[3] = {1, 0, 5};
   es_tdesc s = td1(ES_DTYPE_INT64, 3);
   in[1] = &s;
@@ -499,9 +451,9 @@ static void test_split(void **state) {
     es_mem_free(o[i]);
 
   /* Opset 11 attribute along axis 0. */
-  node_init(&t, ES_OP_Split);
+  kh_node_init(&t, ES_OP_Split);
   int64_t asz[2] = {1, 1};
-  attr_ints(&t, "split", asz, 2);
+  kh_attr_ints(&t, "split", asz, 2);
   ES_CHECK_RC(es_kernel_eval(&t.node, 11, 1, in, data, 2, od, o));
   assert_memory_equal(o[1], v + 6, 6 * sizeof(float));
   es_mem_free(o[0]);
@@ -509,8 +461,8 @@ static void test_split(void **state) {
 
   /* Errors: sizes not summing to the dim, negative, wrong count, unequal
    * default split before opset 18, sizes not known when planning. */
-  node_init(&t, ES_OP_Split);
-  attr_int(&t, "axis", 1);
+  kh_node_init(&t, ES_OP_Split);
+  kh_attr_int(&t, "axis", 1);
   int64_t bad[3] = {1, 1, 1};
   data[1] = bad;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
@@ -523,8 +475,8 @@ static void test_split(void **state) {
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_ENOTSUP);
   es_tdesc od4[4];
   void *o4[4];
-  node_init(&t, ES_OP_Split);
-  attr_int(&t, "axis", 1);
+  kh_node_init(&t, ES_OP_Split);
+  kh_attr_int(&t, "axis", 1);
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
   /* Opset 18: 6 into 4 parts -> 2, 2, 2, 0. */
   ES_CHECK_RC(es_kernel_eval(&t.node, 18, 1, in, data, 4, od4, o4));
@@ -589,17 +541,17 @@ static void test_transpose_random(void **state) {
       perm[d] = perm[j], perm[j] = tmp;
     }
     size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
-    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), od;
     void *xd = tensor_fill(esz, x.count), *o;
-    tnode t;
-    node_init(&t, ES_OP_Transpose);
+    kh_node t;
+    kh_node_init(&t, ES_OP_Transpose);
     bool dflt = iter % 10 == 0;
     if (dflt)
       for (int d = 0; d < rank; d++)
         perm[d] = rank - 1 - d;
     else
-      attr_ints(&t, "perm", perm, (size_t)rank);
-    ES_CHECK_RC(eval1(&t, 13, &x, xd, &od, &o));
+      kh_attr_ints(&t, "perm", perm, (size_t)rank);
+    ES_CHECK_RC(kh_eval1(&t.node, 13, &x, xd, &od, &o));
     int64_t odims[ES_MAX_RANK], oidx[ES_MAX_RANK] = {0}, iidx[ES_MAX_RANK];
     for (int d = 0; d < rank; d++)
       odims[d] = dims[perm[d]];
@@ -622,21 +574,21 @@ static void test_transpose_random(void **state) {
 static void test_transpose_errors(void **state) {
   (void)state;
   int64_t dims[3] = {2, 3, 4};
-  es_tdesc x = td(ES_DTYPE_FLOAT, 3, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 3, dims), od;
   void *o;
-  tnode t;
-  node_init(&t, ES_OP_Transpose);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Transpose);
   int64_t short_perm[2] = {1, 0}, dup[3] = {0, 0, 1}, neg[3] = {-1, 0, 1}, big[3] = {0, 1, 3};
-  attr_ints(&t, "perm", short_perm, 2);
-  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  kh_attr_ints(&t, "perm", short_perm, 2);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
   t.attrs[0].ints = dup, t.attrs[0].n = 3;
-  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
   t.attrs[0].ints = neg;
-  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
   t.attrs[0].ints = big;
-  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
   t.attrs[0].type = ES_ATTR_INT;
-  ES_EXPECT_RC(eval1(&t, 13, &x, NULL, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
 }
 
 /* The ONNX rule spelled out as a loop over the kept indices. */
@@ -704,7 +656,7 @@ static void test_slice_random(void **state) {
       while (steps[j] == 0);
       cnt[d] = ref_slice_axis(dims[d], starts[j], ends[j], steps[j], list[d]);
     }
-    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), od;
     void *xd = tensor_fill(esz, x.count), *o;
     ES_CHECK_RC(slice13(&x, xd, (size_t)n, starts, ends, axes, steps, &od, &o));
     check_dims(&od, rank, cnt);
@@ -759,23 +711,23 @@ static void test_pad_random(void **state) {
       } while (odims[d] < 0);
     }
     size_t esz = attr_form ? 4 : (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
-    es_tdesc x = td(dtype_of_size(esz), rank, dims), od;
+    es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), od;
     void *xd = tensor_fill(esz, x.count), *o;
     unsigned char cval[8];
     memset(cval, 0x5a, sizeof cval);
     float fval = 2.5f;
     if (attr_form)
       memcpy(cval, &fval, 4);
-    tnode t;
-    node_init(&t, ES_OP_Pad);
-    attr_add(&t, "mode", ES_ATTR_STRING)->s = modes[mode];
+    kh_node t;
+    kh_node_init(&t, ES_OP_Pad);
+    kh_attr_add(&t, "mode", ES_ATTR_STRING)->s = modes[mode];
     int rc;
     if (attr_form) {
-      attr_ints(&t, "pads", pads, 2 * (size_t)rank);
-      attr_add(&t, "value", ES_ATTR_FLOAT)->f = fval;
-      rc = eval1(&t, 2, &x, xd, &od, &o);
+      kh_attr_ints(&t, "pads", pads, 2 * (size_t)rank);
+      kh_attr_add(&t, "value", ES_ATTR_FLOAT)->f = fval;
+      rc = kh_eval1(&t.node, 2, &x, xd, &od, &o);
     } else {
-      es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = td(x.dtype, 0, NULL);
+      es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = kh_td(x.dtype, 0, NULL);
       const es_tdesc *in[3] = {&x, &p, &c};
       const void *data[3] = {xd, pads, cval};
       rc = es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
@@ -807,17 +759,18 @@ static void test_pad_errors(void **state) {
   (void)state;
   int64_t dims[2] = {2, 3};
   float v[6] = {0};
-  es_tdesc x = td(ES_DTYPE_FLOAT, 2, dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 2, dims), od;
   void *o;
-  tnode t;
-  node_init(&t, ES_OP_Pad);
-  es_attr *mode = attr_add(&t, "mode", ES_ATTR_STRING);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Pad);
+  es_attr *mode = kh_attr_add(&t, "mode", ES_ATTR_STRING);
   mode->s = "constant";
   int64_t pads[4] = {0, 1, 0, 1};
   float cv = 1;
   int32_t ci = 1;
-  es_tdesc p = td1(ES_DTYPE_INT64, 4), p3 = td1(ES_DTYPE_INT64, 3), c = td(ES_DTYPE_FLOAT, 0, NULL);
-  es_tdesc ci_t = td(ES_DTYPE_INT32, 0, NULL), c2 = td1(ES_DTYPE_FLOAT, 2);
+  es_tdesc p = td1(ES_DTYPE_INT64, 4), p3 = td1(ES_DTYPE_INT64, 3),
+           c = kh_td(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc ci_t = kh_td(ES_DTYPE_INT32, 0, NULL), c2 = td1(ES_DTYPE_FLOAT, 2);
   const es_tdesc *in[3] = {&x, &p, &c};
   const void *data[3] = {v, pads, &cv};
   ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
@@ -849,7 +802,7 @@ static void test_pad_errors(void **state) {
   ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
   /* Edge padding of an empty dim has nothing to repeat. */
   int64_t edims[2] = {0, 3};
-  es_tdesc e = td(ES_DTYPE_FLOAT, 2, edims);
+  es_tdesc e = kh_td(ES_DTYPE_FLOAT, 2, edims);
   in[0] = &e;
   data[1] = pads;
   mode->s = "edge";
@@ -873,8 +826,8 @@ static void test_pad_errors(void **state) {
   in4[1] = &p;
   ES_EXPECT_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o), ES_EMODEL);
   /* Opset 2 without pads. */
-  node_init(&t, ES_OP_Pad);
-  ES_EXPECT_RC(eval1(&t, 2, &x, v, &od, &o), ES_EMODEL);
+  kh_node_init(&t, ES_OP_Pad);
+  ES_EXPECT_RC(kh_eval1(&t.node, 2, &x, v, &od, &o), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -886,9 +839,9 @@ static void test_constant_of_shape(void **state) {
   int64_t shape[2] = {2, 3};
   es_tdesc s = td1(ES_DTYPE_INT64, 2), od;
   void *o;
-  tnode t;
-  node_init(&t, ES_OP_ConstantOfShape);
-  ES_CHECK_RC(eval1(&t, 9, &s, shape, &od, &o));
+  kh_node t;
+  kh_node_init(&t, ES_OP_ConstantOfShape);
+  ES_CHECK_RC(kh_eval1(&t.node, 9, &s, shape, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_FLOAT);
   check_dims(&od, 2, shape);
   float zeros[6] = {0};
@@ -899,7 +852,7 @@ static void test_constant_of_shape(void **state) {
   int64_t seven = 7;
   es_attr_tensor val = {.dtype = ES_DTYPE_INT64, .rank = 1, .dims = {1}, .data = &seven,
                         .nbytes = 8};
-  es_attr *va = attr_add(&t, "value", ES_ATTR_TENSOR);
+  es_attr *va = kh_attr_add(&t, "value", ES_ATTR_TENSOR);
   va->tensor = 0;
   va->t = &val;
   const es_tdesc *in[1] = {&s};
@@ -918,15 +871,15 @@ static void test_constant_of_shape(void **state) {
   ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
 
   /* A scalar output from an empty shape; negative dims; unknown shape. */
-  node_init(&t, ES_OP_ConstantOfShape);
+  kh_node_init(&t, ES_OP_ConstantOfShape);
   es_tdesc s0 = td1(ES_DTYPE_INT64, 0);
-  ES_CHECK_RC(eval1(&t, 9, &s0, shape, &od, &o));
+  ES_CHECK_RC(kh_eval1(&t.node, 9, &s0, shape, &od, &o));
   assert_int_equal(od.rank, 0);
   assert_int_equal(od.count, 1);
   es_mem_free(o);
   int64_t neg[2] = {2, -1};
-  ES_EXPECT_RC(eval1(&t, 9, &s, neg, &od, &o), ES_EMODEL);
-  ES_EXPECT_RC(eval1(&t, 9, &s, NULL, &od, &o), ES_ENOTSUP);
+  ES_EXPECT_RC(kh_eval1(&t.node, 9, &s, neg, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 9, &s, NULL, &od, &o), ES_ENOTSUP);
 }
 
 /* ==========================================================================
@@ -938,63 +891,16 @@ static void test_constant_of_shape(void **state) {
  * gives the instance a prepared-weights store as plans have. Returns
  * infer's or run's code; *k_out receives the instance's requests and
  * inplace (ctx-owned parts are gone). */
-static int eval_lay(tnode *t, int n_in, const es_tdesc *const *in, const void *const *data,
+static int eval_lay(kh_node *t, int n_in, const es_tdesc *const *in, const void *const *data,
                     unsigned dyn, bool prep, int n_out, es_tdesc *od, void **o, es_kinst *k_out) {
-  const es_kernel *kern = es_kernel_for(t->node.op);
-  assert_non_null(kern);
-  assert_true(kern->layout_aware);
-  es_ctx ctx = {0};
+  assert_true(es_kernel_for(t->node.op)->layout_aware);
   es_prep_store *store = NULL;
   if (prep)
     ES_CHECK_RC(es_prep_store_create(&store));
-  const void *st[16];
-  es_tdesc *outp[16];
-  for (int i = 0; i < n_in; i++)
-    st[i] = (dyn >> i) & 1 ? NULL : data[i];
-  for (int i = 0; i < n_out; i++) {
-    memset(&od[i], 0, sizeof od[i]);
-    outp[i] = &od[i];
-    o[i] = NULL;
-  }
-  es_kinst k = {.node = t->node, .opset = 13, .n_in = n_in, .n_out = n_out, .in = in,
-                .out = outp, .in_static = st, .inplace = -1, .ctx = &ctx, .prep = store};
-  es_op_label(t->node.name, t->node.id, t->node.op, k.label, sizeof k.label);
-  int rc = kern->infer(&k);
-  if (rc == 0) {
-    for (int i = 0; i < n_out; i++)
-      o[i] = es_mem_aligned_alloc(ES_MEM_OTHER, 64, od[i].nbytes ? od[i].nbytes : 1);
-    rc = kern->run(&k, data, o, NULL);
-  }
-  *k_out = k;
-  es_ctx_free_all(&ctx);
+  kh_opts opt = {.opset = 13, .dyn = dyn, .prep = store, .k_out = k_out};
+  int rc = kh_eval_with(&t->node, &opt, n_in, in, data, n_out, od, o);
   es_prep_store_destroy(store);
-  if (rc != 0)
-    for (int i = 0; i < n_out; i++) {
-      es_mem_free(o[i]);
-      o[i] = NULL;
-    }
   return rc;
-}
-
-/* A rank-4 tensor's bytes [N, C, HW] reordered to [N, HW, C] (to_nhwc) or
- * back; es_mem_alloc'ed. */
-static void *reorder4(const void *src, const es_tdesc *t, bool to_nhwc) {
-  size_t esz = es_dtype_size(t->dtype);
-  int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
-  char *d = es_mem_alloc(ES_MEM_OTHER, t->nbytes + 1);
-  for (int64_t b = 0; b < n; b++)
-    for (int64_t ci = 0; ci < c; ci++)
-      for (int64_t p = 0; p < hw; p++) {
-        int64_t plain = (b * c + ci) * hw + p, nhwc = (b * hw + p) * c + ci;
-        memcpy(d + (to_nhwc ? nhwc : plain) * (int64_t)esz,
-               (const char *)src + (to_nhwc ? plain : nhwc) * (int64_t)esz, esz);
-      }
-  return d;
-}
-
-static es_tdesc as_nhwc(es_tdesc t) {
-  t.layout = ES_LAYOUT_NHWC;
-  return t;
 }
 
 /* Random concats of NHWC inputs along every axis equal the plain concat in
@@ -1014,22 +920,22 @@ static void test_concat_nhwc(void **state) {
     const es_tdesc *in[4], *inn[4];
     for (int i = 0; i < n; i++) {
       dims[axis] = (int64_t)(es_test_rand(&seed) % 6); /* may be empty */
-      x[i] = td(dtype_of_size(esz), 4, dims);
-      xn[i] = as_nhwc(x[i]);
+      x[i] = kh_td(dtype_of_size(esz), 4, dims);
+      xn[i] = kh_as_nhwc(x[i]);
       xd[i] = tensor_fill(esz, x[i].count);
-      xnd[i] = reorder4(xd[i], &x[i], true);
+      xnd[i] = kh_reorder4(xd[i], &x[i], true);
       in[i] = &x[i];
       inn[i] = &xn[i];
     }
-    tnode t;
-    node_init(&t, ES_OP_Concat);
-    attr_int(&t, "axis", axis - (iter % 2 ? 4 : 0));
+    kh_node t;
+    kh_node_init(&t, ES_OP_Concat);
+    kh_attr_int(&t, "axis", axis - (iter % 2 ? 4 : 0));
     es_kinst k;
     ES_CHECK_RC(es_kernel_eval(&t.node, 13, n, in, (const void *const *)xd, 1, &od, &o));
     ES_CHECK_RC(eval_lay(&t, n, inn, (const void *const *)xnd, 0xf, true, 1, &odn, &on, &k));
     assert_int_equal(odn.layout, ES_LAYOUT_NHWC);
     assert_true(es_tdesc_same_shape(&od, &odn));
-    void *want = reorder4(o, &od, true);
+    void *want = kh_reorder4(o, &od, true);
     if (memcmp(on, want, od.nbytes))
       fail_msg("NHWC concat iteration %d (axis %d, %d inputs, esz %zu) differs", iter, axis, n,
                esz);
@@ -1050,20 +956,20 @@ static void test_concat_nhwc(void **state) {
     void *xd[3], *xnd[3], *o, *on;
     const es_tdesc *in[3], *inn[3];
     for (int i = 0; i < 3; i++) {
-      x[i] = td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, cs[i], 70, 61});
-      xn[i] = as_nhwc(x[i]);
+      x[i] = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, cs[i], 70, 61});
+      xn[i] = kh_as_nhwc(x[i]);
       xd[i] = tensor_fill(4, x[i].count);
-      xnd[i] = reorder4(xd[i], &x[i], true);
+      xnd[i] = kh_reorder4(xd[i], &x[i], true);
       in[i] = &x[i];
       inn[i] = &xn[i];
     }
-    tnode t;
-    node_init(&t, ES_OP_Concat);
-    attr_int(&t, "axis", 1);
+    kh_node t;
+    kh_node_init(&t, ES_OP_Concat);
+    kh_attr_int(&t, "axis", 1);
     es_kinst k;
     ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, (const void *const *)xd, 1, &od, &o));
     ES_CHECK_RC(eval_lay(&t, 3, inn, (const void *const *)xnd, 7, true, 1, &odn, &on, &k));
-    void *want = reorder4(o, &od, true);
+    void *want = kh_reorder4(o, &od, true);
     assert_memory_equal(on, want, od.nbytes);
     es_mem_free(want);
     es_mem_free(o);
@@ -1077,13 +983,13 @@ static void test_concat_nhwc(void **state) {
   /* Mixed: NHWC [1,3,4,5], plain [1,2,4,5] (must move), plain [1,1,4,5]
    * (same bytes in both layouts). */
   int64_t d0[4] = {1, 3, 4, 5}, d1[4] = {1, 2, 4, 5}, d2[4] = {1, 1, 4, 5};
-  es_tdesc a = td(ES_DTYPE_FLOAT, 4, d0), b = td(ES_DTYPE_FLOAT, 4, d1),
-           c = td(ES_DTYPE_FLOAT, 4, d2), an = as_nhwc(a), bn = as_nhwc(b), od, odn;
+  es_tdesc a = kh_td(ES_DTYPE_FLOAT, 4, d0), b = kh_td(ES_DTYPE_FLOAT, 4, d1),
+           c = kh_td(ES_DTYPE_FLOAT, 4, d2), an = kh_as_nhwc(a), bn = kh_as_nhwc(b), od, odn;
   void *ad = tensor_fill(4, a.count), *bd = tensor_fill(4, b.count), *cd = tensor_fill(4, c.count);
-  void *and_ = reorder4(ad, &a, true), *bnd = reorder4(bd, &b, true), *o, *on;
-  tnode t;
-  node_init(&t, ES_OP_Concat);
-  attr_int(&t, "axis", 1);
+  void *and_ = kh_reorder4(ad, &a, true), *bnd = kh_reorder4(bd, &b, true), *o, *on;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Concat);
+  kh_attr_int(&t, "axis", 1);
   es_kinst k;
   const es_tdesc *mixed[3] = {&an, &b, &c};
   const void *mdata[3] = {and_, bd, cd};
@@ -1097,7 +1003,7 @@ static void test_concat_nhwc(void **state) {
   const es_tdesc *plain[3] = {&a, &b, &c};
   const void *pdata[3] = {ad, bd, cd};
   ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, plain, pdata, 1, &od, &o));
-  void *want = reorder4(o, &od, true);
+  void *want = kh_reorder4(o, &od, true);
   assert_memory_equal(on, want, od.nbytes);
   es_mem_free(want);
   es_mem_free(o);
@@ -1127,12 +1033,12 @@ static void test_split_nhwc(void **state) {
     dims[axis] = 0;
     for (int i = 0; i < n; i++)
       dims[axis] += sizes[i] = (int64_t)(es_test_rand(&seed) % 5);
-    es_tdesc x = td(dtype_of_size(esz), 4, dims), xn = as_nhwc(x), s = td1(ES_DTYPE_INT64, n);
+    es_tdesc x = kh_td(dtype_of_size(esz), 4, dims), xn = kh_as_nhwc(x), s = td1(ES_DTYPE_INT64, n);
     es_tdesc od[3], odn[3];
-    void *xd = tensor_fill(esz, x.count), *xnd = reorder4(xd, &x, true), *o[3], *on[3];
-    tnode t;
-    node_init(&t, ES_OP_Split);
-    attr_int(&t, "axis", axis);
+    void *xd = tensor_fill(esz, x.count), *xnd = kh_reorder4(xd, &x, true), *o[3], *on[3];
+    kh_node t;
+    kh_node_init(&t, ES_OP_Split);
+    kh_attr_int(&t, "axis", axis);
     const es_tdesc *in[2] = {&x, &s}, *inn[2] = {&xn, &s};
     const void *data[2] = {xd, sizes}, *datan[2] = {xnd, sizes};
     es_kinst k;
@@ -1141,7 +1047,7 @@ static void test_split_nhwc(void **state) {
     for (int i = 0; i < n; i++) {
       assert_int_equal(odn[i].layout, ES_LAYOUT_NHWC);
       assert_true(es_tdesc_same_shape(&od[i], &odn[i]));
-      void *want = reorder4(o[i], &od[i], true);
+      void *want = kh_reorder4(o[i], &od[i], true);
       if (memcmp(on[i], want, od[i].nbytes))
         fail_msg("NHWC split iteration %d output %d (axis %d, esz %zu) differs", iter, i, axis,
                  esz);
@@ -1162,13 +1068,13 @@ static void test_transpose_nhwc(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
   int64_t in_dims[4] = {1, 5, 6, 3}, to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
-  es_tdesc x = td(ES_DTYPE_FLOAT, 4, in_dims), od;
+  es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, in_dims), od;
   void *xd = tensor_fill(4, x.count), *o;
   const es_tdesc *in[1] = {&x};
   const void *data[1] = {xd};
-  tnode t;
-  node_init(&t, ES_OP_Transpose);
-  attr_ints(&t, "perm", to_nchw, 4);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Transpose);
+  kh_attr_ints(&t, "perm", to_nchw, 4);
   es_kinst k;
   /* In a plan: an NHWC output holding the input's bytes, aliasable. */
   ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &od, &o, &k));
@@ -1181,13 +1087,13 @@ static void test_transpose_nhwc(void **state) {
   ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, false, 1, &od, &o, &k));
   assert_int_equal(od.layout, ES_LAYOUT_PLAIN);
   assert_int_equal(k.inplace, -1);
-  void *want = reorder4(xd, &od, false); /* xd read as NHWC of od's shape */
+  void *want = kh_reorder4(xd, &od, false); /* xd read as NHWC of od's shape */
   assert_memory_equal(o, want, x.nbytes);
   es_mem_free(want);
   es_mem_free(o);
 
   /* NHWC [1,3,5,6] to logical NHWC [1,5,6,3]: a plain output, same bytes. */
-  es_tdesc xn = as_nhwc(td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 6}));
+  es_tdesc xn = kh_as_nhwc(kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 5, 6}));
   in[0] = &xn;
   t.attrs[0].ints = to_nhwc;
   ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &od, &o, &k));
@@ -1209,16 +1115,16 @@ static void test_transpose_nhwc(void **state) {
       int64_t tmp = perm[d];
       perm[d] = perm[j], perm[j] = tmp;
     }
-    es_tdesc xp = td(dtype_of_size(esz), 4, dims), xq = as_nhwc(xp), op, oq;
-    void *xpd = tensor_fill(esz, xp.count), *xqd = reorder4(xpd, &xp, true), *opd, *oqd;
-    node_init(&t, ES_OP_Transpose);
-    attr_ints(&t, "perm", perm, 4);
-    ES_CHECK_RC(eval1(&t, 13, &xp, xpd, &op, &opd));
+    es_tdesc xp = kh_td(dtype_of_size(esz), 4, dims), xq = kh_as_nhwc(xp), op, oq;
+    void *xpd = tensor_fill(esz, xp.count), *xqd = kh_reorder4(xpd, &xp, true), *opd, *oqd;
+    kh_node_init(&t, ES_OP_Transpose);
+    kh_attr_ints(&t, "perm", perm, 4);
+    ES_CHECK_RC(kh_eval1(&t.node, 13, &xp, xpd, &op, &opd));
     in[0] = &xq;
     data[0] = xqd;
     ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &oq, &oqd, &k));
     assert_true(es_tdesc_same_shape(&op, &oq));
-    void *got = oq.layout == ES_LAYOUT_NHWC ? reorder4(oqd, &oq, false) : NULL;
+    void *got = oq.layout == ES_LAYOUT_NHWC ? kh_reorder4(oqd, &oq, false) : NULL;
     if (memcmp(got ? got : oqd, opd, op.nbytes))
       fail_msg("NHWC transpose iteration %d (perm %lld%lld%lld%lld, esz %zu) differs", iter,
                (long long)perm[0], (long long)perm[1], (long long)perm[2], (long long)perm[3],

@@ -14,7 +14,7 @@
 #include "edgeserve/engine.h"
 #include "engine/engine_internal.h"
 #include "model/graph.h"
-#include "onnx.pb-c.h"
+#include "support/onnx_builder.h"
 
 #ifndef ES_SOURCE_DIR
 #define ES_SOURCE_DIR "."
@@ -22,137 +22,23 @@
 
 /* ---- building models ---------------------------------------------------- */
 
-typedef struct mb {
-  Onnx__ModelProto model;
-  Onnx__GraphProto graph;
-  Onnx__OperatorSetIdProto opset;
-  Onnx__OperatorSetIdProto *opsets[1];
-  Onnx__NodeProto nodes[4];
-  Onnx__NodeProto *node_ptrs[4];
-  char *node_in[4][3];
-  char *node_out[4][2];
-  Onnx__TensorProto init;
-  Onnx__TensorProto *inits[1];
-  int64_t init_dims[2];
-  float init_data[4];
-  Onnx__ValueInfoProto in_vi, out_vi;
-  Onnx__ValueInfoProto *ins[1], *outs[1];
-  Onnx__TypeProto in_tp, out_tp;
-  Onnx__TypeProto__Tensor in_tt, out_tt;
-  Onnx__TensorShapeProto in_shape;
-  Onnx__TensorShapeProto__Dimension dims[2];
-  Onnx__TensorShapeProto__Dimension *dim_ptrs[2];
-  Onnx__AttributeProto attr;
-  Onnx__AttributeProto *attrs[1];
-} mb;
+static float w_data[4] = {0, 1, 2, 3};
 
 /* A valid model: y = Relu(x + w), x: float[2,2], w an initializer. */
-static void mb_init(mb *b) {
-  memset(b, 0, sizeof *b);
-  onnx__model_proto__init(&b->model);
-  onnx__graph_proto__init(&b->graph);
-  onnx__operator_set_id_proto__init(&b->opset);
-  b->opset.domain = "";
-  b->opset.has_version = 1;
-  b->opset.version = 13;
-  b->opsets[0] = &b->opset;
-  b->model.has_ir_version = 1;
-  b->model.ir_version = 8;
-  b->model.n_opset_import = 1;
-  b->model.opset_import = b->opsets;
-  b->model.graph = &b->graph;
-
-  onnx__tensor_proto__init(&b->init);
-  b->init.name = "w";
-  b->init.has_data_type = 1;
-  b->init.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  b->init_dims[0] = 2;
-  b->init_dims[1] = 2;
-  b->init.n_dims = 2;
-  b->init.dims = b->init_dims;
-  for (int i = 0; i < 4; i++)
-    b->init_data[i] = (float)i;
-  b->init.n_float_data = 4;
-  b->init.float_data = b->init_data;
-  b->inits[0] = &b->init;
-  b->graph.n_initializer = 1;
-  b->graph.initializer = b->inits;
-
-  for (int i = 0; i < 2; i++) {
-    onnx__tensor_shape_proto__dimension__init(&b->dims[i]);
-    b->dims[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-    b->dims[i].dim_value = 2;
-    b->dim_ptrs[i] = &b->dims[i];
-  }
-  onnx__tensor_shape_proto__init(&b->in_shape);
-  b->in_shape.n_dim = 2;
-  b->in_shape.dim = b->dim_ptrs;
-  onnx__type_proto__tensor__init(&b->in_tt);
-  b->in_tt.has_elem_type = 1;
-  b->in_tt.elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  b->in_tt.shape = &b->in_shape;
-  onnx__type_proto__init(&b->in_tp);
-  b->in_tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-  b->in_tp.tensor_type = &b->in_tt;
-  onnx__value_info_proto__init(&b->in_vi);
-  b->in_vi.name = "x";
-  b->in_vi.type = &b->in_tp;
-  b->ins[0] = &b->in_vi;
-  b->graph.n_input = 1;
-  b->graph.input = b->ins;
-
-  onnx__type_proto__tensor__init(&b->out_tt);
-  b->out_tt.has_elem_type = 1;
-  b->out_tt.elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  onnx__type_proto__init(&b->out_tp);
-  b->out_tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-  b->out_tp.tensor_type = &b->out_tt;
-  onnx__value_info_proto__init(&b->out_vi);
-  b->out_vi.name = "y";
-  b->out_vi.type = &b->out_tp;
-  b->outs[0] = &b->out_vi;
-  b->graph.n_output = 1;
-  b->graph.output = b->outs;
-
-  for (int i = 0; i < 2; i++) {
-    onnx__node_proto__init(&b->nodes[i]);
-    b->node_ptrs[i] = &b->nodes[i];
-  }
-  b->node_in[0][0] = "x";
-  b->node_in[0][1] = "w";
-  b->node_out[0][0] = "s";
-  b->nodes[0].op_type = "Add";
-  b->nodes[0].name = "add0";
-  b->nodes[0].n_input = 2;
-  b->nodes[0].input = b->node_in[0];
-  b->nodes[0].n_output = 1;
-  b->nodes[0].output = b->node_out[0];
-  b->node_in[1][0] = "s";
-  b->node_out[1][0] = "y";
-  b->nodes[1].op_type = "Relu";
-  b->nodes[1].name = "relu0";
-  b->nodes[1].n_input = 1;
-  b->nodes[1].input = b->node_in[1];
-  b->nodes[1].n_output = 1;
-  b->nodes[1].output = b->node_out[1];
-  b->graph.n_node = 2;
-  b->graph.node = b->node_ptrs;
-  onnx__attribute_proto__init(&b->attr);
-  b->attrs[0] = &b->attr;
-}
-
-static uint8_t *mb_pack(const mb *b, size_t *size) {
-  *size = onnx__model_proto__get_packed_size(&b->model);
-  uint8_t *buf = malloc(*size ? *size : 1);
-  assert_non_null(buf);
-  onnx__model_proto__pack(&b->model, buf);
-  return buf;
+static void valid_model(ob *b) {
+  static const int64_t d22[2] = {2, 2};
+  ob_init(b, 13);
+  ob_input(b, "x", 2, d22);
+  ob_init_f32(b, "w", 2, d22, w_data);
+  ob_node_named(b, "Add", "add0", "s", 2, "x", "w");
+  ob_node_named(b, "Relu", "relu0", "y", 1, "s");
+  ob_output_typed(b, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
 }
 
 /* Loads b; returns the code and checks the detail contains want. */
-static int load_expect(const mb *b, int code, const char *want) {
+static int load_expect(const ob *b, int code, const char *want) {
   size_t size;
-  uint8_t *buf = mb_pack(b, &size);
+  uint8_t *buf = ob_pack(b, &size);
   es_model *m = NULL;
   int rc = es_model_load_buffer(buf, size, NULL, &m);
   free(buf);
@@ -169,10 +55,10 @@ static int load_expect(const mb *b, int code, const char *want) {
 
 static void test_valid_model(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   es_model *m;
   ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
   free(buf);
@@ -197,10 +83,10 @@ static void test_valid_model(void **state) {
 
 static void test_weights_are_read_only(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   es_graph g;
   memset(&g, 0, sizeof g);
   ES_CHECK_RC(es_graph_load_lowered(buf, size, &g));
@@ -209,17 +95,17 @@ static void test_weights_are_read_only(void **state) {
   for (int v = 0; v < g.n_values; v++)
     if (g.values[v].kind == ES_VALUE_CONST) {
       assert_int_equal((uintptr_t)g.values[v].data % 64, 0);
-      assert_memory_equal(g.values[v].data, b.init_data, sizeof b.init_data);
+      assert_memory_equal(g.values[v].data, w_data, sizeof w_data);
     }
   es_graph_fini(&g);
 }
 
 static void test_every_truncation_fails_cleanly(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   size_t before = es_mem_total();
   for (size_t n = 0; n < size; n++) {
     uint8_t *copy = malloc(n ? n : 1); /* exact size: ASan sees any overread */
@@ -238,10 +124,10 @@ static void test_every_truncation_fails_cleanly(void **state) {
 
 static void test_random_corruption_never_crashes(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   uint64_t seed = es_test_seed();
   size_t before = es_mem_total();
   for (int it = 0; it < 20000; it++) {
@@ -271,133 +157,119 @@ static void test_not_protobuf(void **state) {
 
 static void test_no_graph(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.model.graph = NULL;
   load_expect(&b, ES_EMODEL, "no graph");
 }
 
 static void test_unsupported_op_names_node(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.nodes[1].op_type = "LSTM";
   load_expect(&b, ES_ENOTSUP, "node 'relu0' (#1 LSTM): operator 'LSTM' is not supported");
 }
 
 static void test_unsupported_domain(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.nodes[0].domain = "com.microsoft";
   load_expect(&b, ES_ENOTSUP, "domain 'com.microsoft'");
 }
 
 static void test_opset_too_new(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.opset.version = 99;
   load_expect(&b, ES_ENOTSUP, "opset 99");
 }
 
 static void test_missing_input(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.node_in[1][0] = "nowhere";
   load_expect(&b, ES_EMODEL, "input 0 'nowhere'");
 }
 
 static void test_duplicate_definition(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.node_out[1][0] = "s"; /* Relu redefines Add's output */
-  b.out_vi.name = "s";
+  b.out_vi[0].name = "s";
   load_expect(&b, ES_EMODEL, "defined twice");
 }
 
 static void test_cycle(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   b.node_in[0][0] = "y"; /* Add reads Relu's output, Relu reads Add's */
   load_expect(&b, ES_EMODEL, "cycle");
 }
 
 static void test_output_not_produced(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
-  b.out_vi.name = "ghost";
+  ob b;
+  valid_model(&b);
+  b.out_vi[0].name = "ghost";
   load_expect(&b, ES_EMODEL, "graph output 'ghost'");
 }
 
 static void test_bad_tensors(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
-  b.init.n_float_data = 3; /* shape says 4 */
+  ob b;
+  valid_model(&b);
+  b.inits[0].n_float_data = 3; /* shape says 4 */
   load_expect(&b, ES_EMODEL, "initializer #0 'w': holds 3 float32 elements");
 
-  mb_init(&b);
-  b.init.has_raw_data = 1;
-  b.init.raw_data.len = 15;
-  b.init.raw_data.data = (uint8_t *)b.init_data;
+  valid_model(&b);
+  b.inits[0].has_raw_data = 1;
+  b.inits[0].raw_data.len = 15;
+  b.inits[0].raw_data.data = (uint8_t *)w_data;
   load_expect(&b, ES_EMODEL, "raw_data holds 15 bytes");
 
-  mb_init(&b);
-  b.init_dims[0] = -1;
+  valid_model(&b);
+  b.init_dims[0][0] = -1;
   load_expect(&b, ES_EMODEL, "negative");
 
-  mb_init(&b);
-  b.init_dims[0] = INT64_MAX / 2;
-  b.init_dims[1] = 4;
+  valid_model(&b);
+  b.init_dims[0][0] = INT64_MAX / 2;
+  b.init_dims[0][1] = 4;
   load_expect(&b, ES_EMODEL, "overflows");
 
-  mb_init(&b);
-  b.init.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64;
+  valid_model(&b);
+  b.inits[0].data_type = ONNX__TENSOR_PROTO__DATA_TYPE__COMPLEX64;
   load_expect(&b, ES_ENOTSUP, "complex64");
 
-  mb_init(&b);
-  b.init.has_data_location = 1;
-  b.init.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+  valid_model(&b);
+  b.inits[0].has_data_location = 1;
+  b.inits[0].data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
   load_expect(&b, ES_ENOTSUP, "external");
 }
 
 static void test_subgraph_attribute(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   Onnx__GraphProto sub;
   onnx__graph_proto__init(&sub);
-  b.attr.name = "body";
-  b.attr.has_type = 1;
-  b.attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
-  b.attr.g = &sub;
-  b.nodes[1].n_attribute = 1;
-  b.nodes[1].attribute = b.attrs;
+  ob_attr_graph(&b, 1, "body", &sub);
   load_expect(&b, ES_ENOTSUP, "control flow");
 }
 
 static void test_dead_nodes_removed(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   /* a third node whose output nobody reads */
-  onnx__node_proto__init(&b.nodes[2]);
-  b.node_ptrs[2] = &b.nodes[2];
-  b.node_in[2][0] = "x";
-  b.node_out[2][0] = "unused";
-  b.nodes[2].op_type = "Relu";
-  b.nodes[2].n_input = 1;
-  b.nodes[2].input = b.node_in[2];
-  b.nodes[2].n_output = 1;
-  b.nodes[2].output = b.node_out[2];
-  b.graph.n_node = 3;
+  ob_node_named(&b, "Relu", NULL, "unused", 1, "x");
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   es_model *m;
   ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
   free(buf);
@@ -409,13 +281,13 @@ static void test_dead_nodes_removed(void **state) {
 
 static void test_unsorted_nodes(void **state) {
   (void)state;
-  mb b;
-  mb_init(&b);
+  ob b;
+  valid_model(&b);
   /* Relu listed before the Add it reads: legal after sorting */
   b.node_ptrs[0] = &b.nodes[1];
   b.node_ptrs[1] = &b.nodes[0];
   size_t size;
-  uint8_t *buf = mb_pack(&b, &size);
+  uint8_t *buf = ob_pack(&b, &size);
   es_model *m;
   ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
   free(buf);
@@ -424,198 +296,18 @@ static void test_unsorted_nodes(void **state) {
 
 /* ---- load-time folding ------------------------------------------------------ */
 
-/* A second builder for any small graph with one float input "x": nodes,
- * float initializers and attributes are appended; the arrays passed in must
- * outlive packing. */
-#define GB_MAX 12
-
-typedef struct gb {
-  Onnx__ModelProto model;
-  Onnx__GraphProto graph;
-  Onnx__OperatorSetIdProto opset;
-  Onnx__OperatorSetIdProto *opsets[1];
-  Onnx__NodeProto nodes[GB_MAX];
-  Onnx__NodeProto *node_ptrs[GB_MAX];
-  char *node_in[GB_MAX][5];
-  char *node_out[GB_MAX][1];
-  Onnx__AttributeProto attrs[GB_MAX][4];
-  Onnx__AttributeProto *attr_ptrs[GB_MAX][4];
-  Onnx__TensorProto inits[GB_MAX];
-  Onnx__TensorProto *init_ptrs[GB_MAX];
-  int64_t init_dims[GB_MAX][4];
-  Onnx__ValueInfoProto in_vi, out_vi[2];
-  Onnx__ValueInfoProto *ins[1], *outs[2];
-  Onnx__TypeProto in_tp;
-  Onnx__TypeProto__Tensor in_tt;
-  Onnx__TensorShapeProto in_shape;
-  Onnx__TensorShapeProto__Dimension dims[4];
-  Onnx__TensorShapeProto__Dimension *dim_ptrs[4];
-} gb;
-
-static void gb_init(gb *b, int rank, const int64_t *dims) {
-  memset(b, 0, sizeof *b);
-  onnx__model_proto__init(&b->model);
-  onnx__graph_proto__init(&b->graph);
-  onnx__operator_set_id_proto__init(&b->opset);
-  b->opset.domain = "";
-  b->opset.has_version = 1;
-  b->opset.version = 13;
-  b->opsets[0] = &b->opset;
-  b->model.has_ir_version = 1;
-  b->model.ir_version = 8;
-  b->model.n_opset_import = 1;
-  b->model.opset_import = b->opsets;
-  b->model.graph = &b->graph;
-  b->graph.node = b->node_ptrs;
-  b->graph.initializer = b->init_ptrs;
-  for (int i = 0; i < rank; i++) {
-    onnx__tensor_shape_proto__dimension__init(&b->dims[i]);
-    b->dims[i].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-    b->dims[i].dim_value = dims[i];
-    b->dim_ptrs[i] = &b->dims[i];
-  }
-  onnx__tensor_shape_proto__init(&b->in_shape);
-  b->in_shape.n_dim = (size_t)rank;
-  b->in_shape.dim = b->dim_ptrs;
-  onnx__type_proto__tensor__init(&b->in_tt);
-  b->in_tt.has_elem_type = 1;
-  b->in_tt.elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  b->in_tt.shape = &b->in_shape;
-  onnx__type_proto__init(&b->in_tp);
-  b->in_tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
-  b->in_tp.tensor_type = &b->in_tt;
-  onnx__value_info_proto__init(&b->in_vi);
-  b->in_vi.name = "x";
-  b->in_vi.type = &b->in_tp;
-  b->ins[0] = &b->in_vi;
-  b->graph.n_input = 1;
-  b->graph.input = b->ins;
-  b->graph.output = b->outs;
-}
-
-static void gb_init_f32(gb *b, const char *name, int rank, const int64_t *dims,
-                        const float *data) {
-  size_t i = b->graph.n_initializer++;
-  assert_true(i < GB_MAX);
-  Onnx__TensorProto *t = &b->inits[i];
-  onnx__tensor_proto__init(t);
-  t->name = (char *)name;
-  t->has_data_type = 1;
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-  size_t n = 1;
-  for (int d = 0; d < rank; d++) {
-    b->init_dims[i][d] = dims[d];
-    n *= (size_t)dims[d];
-  }
-  t->n_dims = (size_t)rank;
-  t->dims = b->init_dims[i];
-  t->n_float_data = n;
-  t->float_data = (float *)data;
-  b->init_ptrs[i] = t;
-}
-
-/* Appends op(inputs...) -> out; returns the node's index for attributes. */
-static int gb_node(gb *b, const char *op, const char *name, const char *out, int n_in, ...) {
-  int i = (int)b->graph.n_node++;
-  assert_true(i < GB_MAX && n_in <= 5);
-  Onnx__NodeProto *n = &b->nodes[i];
-  onnx__node_proto__init(n);
-  n->op_type = (char *)op;
-  n->name = (char *)name;
-  va_list ap;
-  va_start(ap, n_in);
-  for (int k = 0; k < n_in; k++)
-    b->node_in[i][k] = va_arg(ap, char *);
-  va_end(ap);
-  b->node_out[i][0] = (char *)out;
-  n->n_input = (size_t)n_in;
-  n->input = b->node_in[i];
-  n->n_output = 1;
-  n->output = b->node_out[i];
-  n->attribute = b->attr_ptrs[i];
-  b->node_ptrs[i] = n;
-  return i;
-}
-
-static Onnx__AttributeProto *gb_attr(gb *b, int node, const char *name) {
-  Onnx__NodeProto *n = &b->nodes[node];
-  size_t a = n->n_attribute++;
-  assert_true(a < 4);
-  Onnx__AttributeProto *at = &b->attrs[node][a];
-  onnx__attribute_proto__init(at);
-  at->name = (char *)name;
-  at->has_type = 1;
-  b->attr_ptrs[node][a] = at;
-  return at;
-}
-
-static void gb_attr_int(gb *b, int node, const char *name, int64_t v) {
-  Onnx__AttributeProto *a = gb_attr(b, node, name);
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  a->has_i = 1;
-  a->i = v;
-}
-
-static void gb_attr_float(gb *b, int node, const char *name, float v) {
-  Onnx__AttributeProto *a = gb_attr(b, node, name);
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-  a->has_f = 1;
-  a->f = v;
-}
-
-static void gb_attr_ints(gb *b, int node, const char *name, size_t n, const int64_t *v) {
-  Onnx__AttributeProto *a = gb_attr(b, node, name);
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-  a->n_ints = n;
-  a->ints = (int64_t *)v;
-}
-
-static void gb_output(gb *b, const char *name) {
-  size_t i = b->graph.n_output++;
-  assert_true(i < 2);
-  onnx__value_info_proto__init(&b->out_vi[i]);
-  b->out_vi[i].name = (char *)name;
-  b->outs[i] = &b->out_vi[i];
-}
-
-static es_model *gb_load(const gb *b) {
-  size_t size = onnx__model_proto__get_packed_size(&b->model);
-  uint8_t *buf = malloc(size);
-  assert_non_null(buf);
-  onnx__model_proto__pack(&b->model, buf);
-  es_model *m;
-  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
-  free(buf);
-  return m;
+/* A graph with one float input "x" of the given shape, opset 13. */
+static void graph_init(ob *b, int rank, const int64_t *dims) {
+  ob_init(b, 13);
+  ob_input(b, "x", rank, dims);
 }
 
 /* Plans m for x of the given shape, runs it, and copies output i (float
  * elements) into out[i]. */
 static void model_run(es_model *m, const float *x, int rank, const int64_t *dims, int n_out,
                       float **out, size_t *count) {
-  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank};
-  size_t bytes = sizeof(float);
-  for (int d = 0; d < rank; d++) {
-    shape.dims[d] = dims[d];
-    bytes *= (size_t)dims[d];
-  }
-  es_plan *p;
-  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
-  es_arena *a;
-  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  es_tensor in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = rank, .data = (void *)x,
-                  .nbytes = bytes};
-  memcpy(in.dims, shape.dims, sizeof in.dims);
-  es_tensor outs[2];
-  ES_CHECK_RC(es_plan_run(p, &in, 1, a, outs, n_out));
-  for (int i = 0; i < n_out; i++) {
-    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
-    count[i] = outs[i].nbytes / sizeof(float);
-    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
-    memcpy(out[i], outs[i].data, outs[i].nbytes);
-  }
-  es_arena_destroy(a);
-  es_plan_release(p);
+  es_tensor in = ob_tensor_f32("x", rank, dims, x);
+  ob_run(m, 1, &in, n_out, out, count);
 }
 
 static void fill_random(float *v, size_t n, float lo, float hi, uint64_t *seed) {
@@ -668,31 +360,31 @@ static void conv_bn_reference(const conv_bn *t, int with_bias, int relu, float *
 
 /* x -> Conv -> BatchNormalization [-> Relu] -> y; with shared set, the
  * Conv's output also feeds a Relu whose output z is a second graph output. */
-static void conv_bn_model(gb *b, const conv_bn *t, int with_bias, int relu, int shared) {
+static void conv_bn_model(ob *b, const conv_bn *t, int with_bias, int relu, int shared) {
   static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {6, 2, 3, 3}, pd[1] = {6};
   static const int64_t pads[4] = {1, 1, 1, 1}, ks[2] = {3, 3};
-  gb_init(b, 4, xd);
-  gb_init_f32(b, "W", 4, wd, t->W);
+  graph_init(b, 4, xd);
+  ob_init_f32(b, "W", 4, wd, t->W);
   if (with_bias)
-    gb_init_f32(b, "B", 1, pd, t->B);
-  gb_init_f32(b, "scale", 1, pd, t->scale);
-  gb_init_f32(b, "bias", 1, pd, t->bias);
-  gb_init_f32(b, "mean", 1, pd, t->mean);
-  gb_init_f32(b, "var", 1, pd, t->var);
-  int conv = with_bias ? gb_node(b, "Conv", "conv0", "c", 3, "x", "W", "B")
-                       : gb_node(b, "Conv", "conv0", "c", 2, "x", "W");
-  gb_attr_int(b, conv, "group", 2);
-  gb_attr_ints(b, conv, "pads", 4, pads);
-  gb_attr_ints(b, conv, "kernel_shape", 2, ks);
-  int bn = gb_node(b, "BatchNormalization", "bn0", relu ? "n" : "y", 5, "c", "scale", "bias",
+    ob_init_f32(b, "B", 1, pd, t->B);
+  ob_init_f32(b, "scale", 1, pd, t->scale);
+  ob_init_f32(b, "bias", 1, pd, t->bias);
+  ob_init_f32(b, "mean", 1, pd, t->mean);
+  ob_init_f32(b, "var", 1, pd, t->var);
+  int conv = with_bias ? ob_node_named(b, "Conv", "conv0", "c", 3, "x", "W", "B")
+                       : ob_node_named(b, "Conv", "conv0", "c", 2, "x", "W");
+  ob_attr_int(b, conv, "group", 2);
+  ob_attr_ints(b, conv, "pads", 4, pads);
+  ob_attr_ints(b, conv, "kernel_shape", 2, ks);
+  int bn = ob_node_named(b, "BatchNormalization", "bn0", relu ? "n" : "y", 5, "c", "scale", "bias",
                    "mean", "var");
-  gb_attr_float(b, bn, "epsilon", t->eps);
+  ob_attr_float(b, bn, "epsilon", t->eps);
   if (relu)
-    gb_node(b, "Relu", "relu0", "y", 1, "n");
-  gb_output(b, "y");
+    ob_node_named(b, "Relu", "relu0", "y", 1, "n");
+  ob_output(b, "y");
   if (shared) {
-    gb_node(b, "Relu", "relu1", "z", 1, "c");
-    gb_output(b, "z");
+    ob_node_named(b, "Relu", "relu1", "z", 1, "c");
+    ob_output(b, "z");
   }
 }
 
@@ -711,10 +403,10 @@ static void test_fold_conv_bn(void **state) {
     int with_bias = variant == 0, relu = variant == 0;
     conv_bn t;
     conv_bn_data(&t, 0x1234 + (uint64_t)variant);
-    gb b;
+    ob b;
     conv_bn_model(&b, &t, with_bias, relu, 0);
     size_t before = es_mem_total();
-    es_model *m = gb_load(&b);
+    es_model *m = ob_load(&b);
     es_model_stats st;
     ES_CHECK_RC(es_model_stats_get(m, &st));
     assert_int_equal(st.folded_bn, 1);
@@ -743,9 +435,9 @@ static void test_bn_not_folded_when_conv_output_shared(void **state) {
   static const int64_t xd[4] = {1, 4, 5, 5};
   conv_bn t;
   conv_bn_data(&t, 0x77);
-  gb b;
+  ob b;
   conv_bn_model(&b, &t, 1, 0, 1);
-  es_model *m = gb_load(&b);
+  es_model *m = ob_load(&b);
   es_model_stats st;
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.folded_bn, 0);
@@ -762,8 +454,8 @@ static void test_bn_not_folded_when_conv_output_shared(void **state) {
 
   /* the Conv's output is itself a graph output */
   conv_bn_model(&b, &t, 1, 0, 0);
-  gb_output(&b, "c");
-  m = gb_load(&b);
+  ob_output(&b, "c");
+  m = ob_load(&b);
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.folded_bn, 0);
   assert_int_equal(st.nodes, 2);
@@ -771,8 +463,8 @@ static void test_bn_not_folded_when_conv_output_shared(void **state) {
 
   /* training mode is not the affine map the fold assumes */
   conv_bn_model(&b, &t, 1, 0, 0);
-  gb_attr_int(&b, 1, "training_mode", 1);
-  m = gb_load(&b);
+  ob_attr_int(&b, 1, "training_mode", 1);
+  m = ob_load(&b);
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.folded_bn, 0);
   es_model_release(m);
@@ -796,21 +488,21 @@ static void test_fold_convtranspose_bn(void **state) {
   float *y[2][2];
   size_t n[2][2];
   for (int shared = 0; shared < 2; shared++) {
-    gb b;
-    gb_init(&b, 4, xd);
-    gb_init_f32(&b, "W", 4, wd, W);
-    gb_init_f32(&b, "scale", 1, pd, scale);
-    gb_init_f32(&b, "bias", 1, pd, bias);
-    gb_init_f32(&b, "mean", 1, pd, mean);
-    gb_init_f32(&b, "var", 1, pd, var);
-    int ct = gb_node(&b, "ConvTranspose", "up0", "c", 2, "x", "W");
-    gb_attr_int(&b, ct, "group", 2);
-    gb_attr_ints(&b, ct, "strides", 2, strides);
-    gb_node(&b, "BatchNormalization", "bn0", "y", 5, "c", "scale", "bias", "mean", "var");
-    gb_output(&b, "y");
+    ob b;
+    graph_init(&b, 4, xd);
+    ob_init_f32(&b, "W", 4, wd, W);
+    ob_init_f32(&b, "scale", 1, pd, scale);
+    ob_init_f32(&b, "bias", 1, pd, bias);
+    ob_init_f32(&b, "mean", 1, pd, mean);
+    ob_init_f32(&b, "var", 1, pd, var);
+    int ct = ob_node_named(&b, "ConvTranspose", "up0", "c", 2, "x", "W");
+    ob_attr_int(&b, ct, "group", 2);
+    ob_attr_ints(&b, ct, "strides", 2, strides);
+    ob_node_named(&b, "BatchNormalization", "bn0", "y", 5, "c", "scale", "bias", "mean", "var");
+    ob_output(&b, "y");
     if (shared)
-      gb_output(&b, "c");
-    es_model *m = gb_load(&b);
+      ob_output(&b, "c");
+    es_model *m = ob_load(&b);
     es_model_stats st;
     ES_CHECK_RC(es_model_stats_get(m, &st));
     assert_int_equal(st.folded_bn, shared ? 0 : 1);
@@ -831,16 +523,16 @@ static void test_fold_constant_chain(void **state) {
   static const int64_t d22[2] = {2, 2};
   static const float w[4] = {1, 2, 3, 4};
   static const float x[4] = {-20, 0.5f, -1, 3};
-  gb b;
-  gb_init(&b, 2, d22);
-  gb_init_f32(&b, "w", 2, d22, w);
-  gb_node(&b, "Transpose", "t0", "t", 1, "w");
-  gb_node(&b, "Add", "c0", "c", 2, "t", "w");
-  gb_node(&b, "Add", "add0", "s", 2, "x", "c");
-  gb_node(&b, "Relu", "relu0", "y", 1, "s");
-  gb_output(&b, "y");
+  ob b;
+  graph_init(&b, 2, d22);
+  ob_init_f32(&b, "w", 2, d22, w);
+  ob_node_named(&b, "Transpose", "t0", "t", 1, "w");
+  ob_node_named(&b, "Add", "c0", "c", 2, "t", "w");
+  ob_node_named(&b, "Add", "add0", "s", 2, "x", "c");
+  ob_node_named(&b, "Relu", "relu0", "y", 1, "s");
+  ob_output(&b, "y");
   size_t before = es_mem_total();
-  es_model *m = gb_load(&b);
+  es_model *m = ob_load(&b);
   es_model_stats st;
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.folded_nodes, 2);
@@ -858,11 +550,11 @@ static void test_fold_constant_chain(void **state) {
   assert_int_equal(es_mem_total(), before);
 
   /* a graph made only of constants folds away entirely */
-  gb_init(&b, 2, d22);
-  gb_init_f32(&b, "w", 2, d22, w);
-  gb_node(&b, "Transpose", "t0", "y", 1, "w");
-  gb_output(&b, "y");
-  m = gb_load(&b);
+  graph_init(&b, 2, d22);
+  ob_init_f32(&b, "w", 2, d22, w);
+  ob_node_named(&b, "Transpose", "t0", "y", 1, "w");
+  ob_output(&b, "y");
+  m = ob_load(&b);
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.nodes, 0);
   assert_int_equal(st.folded_nodes, 1);
@@ -879,16 +571,16 @@ static void test_fold_enotsup_keeps_node(void **state) {
   (void)state;
   static const int64_t xd[4] = {1, 2, 1, 1}, pd[1] = {2};
   static const float v[2] = {1, 2}, one[2] = {1, 1};
-  gb b;
-  gb_init(&b, 4, xd);
-  gb_init_f32(&b, "k", 4, xd, v);
-  gb_init_f32(&b, "one", 1, pd, one);
-  int bn = gb_node(&b, "BatchNormalization", "bn0", "c", 5, "k", "one", "one", "one", "one");
-  gb_attr_int(&b, bn, "training_mode", 1);
-  gb_node(&b, "Add", "add0", "y", 2, "x", "c");
-  gb_output(&b, "y");
+  ob b;
+  graph_init(&b, 4, xd);
+  ob_init_f32(&b, "k", 4, xd, v);
+  ob_init_f32(&b, "one", 1, pd, one);
+  int bn = ob_node_named(&b, "BatchNormalization", "bn0", "c", 5, "k", "one", "one", "one", "one");
+  ob_attr_int(&b, bn, "training_mode", 1);
+  ob_node_named(&b, "Add", "add0", "y", 2, "x", "c");
+  ob_output(&b, "y");
   size_t before = es_mem_total();
-  es_model *m = gb_load(&b);
+  es_model *m = ob_load(&b);
   es_model_stats st;
   ES_CHECK_RC(es_model_stats_get(m, &st));
   assert_int_equal(st.nodes, 2);
@@ -904,17 +596,16 @@ static void test_fold_failures_leak_nothing(void **state) {
   static const int64_t d22[2] = {2, 2}, d3[1] = {3};
   static const float w[4] = {1, 2, 3, 4}, k3[3] = {1, 2, 3};
   size_t before = es_mem_total();
-  gb b;
-  gb_init(&b, 2, d22);
-  gb_init_f32(&b, "w", 2, d22, w);
-  gb_init_f32(&b, "k3", 1, d3, k3);
-  gb_node(&b, "Transpose", "t0", "t", 1, "w");
-  gb_node(&b, "Add", "bad", "c", 2, "t", "k3"); /* [2,2] + [3] */
-  gb_node(&b, "Add", "add0", "y", 2, "x", "c");
-  gb_output(&b, "y");
-  size_t size = onnx__model_proto__get_packed_size(&b.model);
-  uint8_t *buf = malloc(size);
-  onnx__model_proto__pack(&b.model, buf);
+  ob b;
+  graph_init(&b, 2, d22);
+  ob_init_f32(&b, "w", 2, d22, w);
+  ob_init_f32(&b, "k3", 1, d3, k3);
+  ob_node_named(&b, "Transpose", "t0", "t", 1, "w");
+  ob_node_named(&b, "Add", "bad", "c", 2, "t", "k3"); /* [2,2] + [3] */
+  ob_node_named(&b, "Add", "add0", "y", 2, "x", "c");
+  ob_output(&b, "y");
+  size_t size;
+  uint8_t *buf = ob_pack(&b, &size);
   es_model *m = NULL;
   ES_EXPECT_RC(es_model_load_buffer(buf, size, NULL, &m), ES_EMODEL);
   if (!strstr(es_last_error_detail(), "node 'bad' (#1 Add): shapes do not broadcast"))
@@ -922,8 +613,8 @@ static void test_fold_failures_leak_nothing(void **state) {
   free(buf);
   assert_int_equal(es_mem_total(), before);
 
-  mb cb;
-  mb_init(&cb);
+  ob cb;
+  valid_model(&cb);
   cb.node_in[0][0] = "y"; /* a cycle: found after the constants are staged */
   load_expect(&cb, ES_EMODEL, "cycle");
   assert_int_equal(es_mem_total(), before);
@@ -931,9 +622,7 @@ static void test_fold_failures_leak_nothing(void **state) {
   conv_bn t;
   conv_bn_data(&t, 5);
   conv_bn_model(&b, &t, 1, 1, 0);
-  size = onnx__model_proto__get_packed_size(&b.model);
-  buf = malloc(size);
-  onnx__model_proto__pack(&b.model, buf);
+  buf = ob_pack(&b, &size);
   int loaded = 0;
   for (size_t n = 0; n <= size; n++) {
     uint8_t *copy = malloc(n ? n : 1);

@@ -1,0 +1,284 @@
+/* Test models built in memory (onnx_builder.h). Every array a message
+ * points at lives in the builder, so a model needs no allocation but the
+ * builder itself, and a test can edit any field before packing. */
+#include "es_test.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "support/onnx_builder.h"
+
+void ob_init(ob *b, int64_t opset) {
+  memset(b, 0, sizeof *b);
+  onnx__model_proto__init(&b->model);
+  onnx__graph_proto__init(&b->graph);
+  onnx__operator_set_id_proto__init(&b->opset);
+  b->opset.domain = "";
+  b->opset.has_version = 1;
+  b->opset.version = opset;
+  b->opsets[0] = &b->opset;
+  b->model.has_ir_version = 1;
+  b->model.ir_version = 8;
+  b->model.n_opset_import = 1;
+  b->model.opset_import = b->opsets;
+  b->model.graph = &b->graph;
+  b->graph.node = b->node_ptrs;
+  b->graph.initializer = b->init_ptrs;
+  b->graph.input = b->ins;
+  b->graph.output = b->outs;
+}
+
+ob *ob_new(int64_t opset) {
+  ob *b = malloc(sizeof *b);
+  assert_non_null(b);
+  ob_init(b, opset);
+  return b;
+}
+
+/* ---- inputs and outputs ---------------------------------------------------- */
+
+static void tensor_type(Onnx__TypeProto *tp, Onnx__TypeProto__Tensor *tt, int elem_type) {
+  onnx__type_proto__tensor__init(tt);
+  tt->has_elem_type = 1;
+  tt->elem_type = elem_type;
+  onnx__type_proto__init(tp);
+  tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+  tp->tensor_type = tt;
+}
+
+void ob_input(ob *b, const char *name, int rank, const int64_t *dims) {
+  size_t i = b->graph.n_input++;
+  assert_true(i < OB_IO && rank <= OB_RANK);
+  for (int d = 0; d < rank; d++) {
+    Onnx__TensorShapeProto__Dimension *dm = &b->dims[i][d];
+    onnx__tensor_shape_proto__dimension__init(dm);
+    if (dims[d] >= 0) {
+      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+      dm->dim_value = dims[d];
+    } else {
+      snprintf(b->dim_names[i][d], sizeof b->dim_names[i][d], "%s%d", name, d);
+      dm->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+      dm->dim_param = b->dim_names[i][d];
+    }
+    b->dim_ptrs[i][d] = dm;
+  }
+  onnx__tensor_shape_proto__init(&b->in_shape[i]);
+  b->in_shape[i].n_dim = (size_t)rank;
+  b->in_shape[i].dim = b->dim_ptrs[i];
+  tensor_type(&b->in_tp[i], &b->in_tt[i], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  b->in_tt[i].shape = &b->in_shape[i];
+  onnx__value_info_proto__init(&b->in_vi[i]);
+  b->in_vi[i].name = (char *)name;
+  b->in_vi[i].type = &b->in_tp[i];
+  b->ins[i] = &b->in_vi[i];
+}
+
+void ob_output(ob *b, const char *name) {
+  size_t i = b->graph.n_output++;
+  assert_true(i < OB_IO);
+  onnx__value_info_proto__init(&b->out_vi[i]);
+  b->out_vi[i].name = (char *)name;
+  b->outs[i] = &b->out_vi[i];
+}
+
+void ob_output_typed(ob *b, const char *name, int elem_type) {
+  ob_output(b, name);
+  size_t i = b->graph.n_output - 1;
+  tensor_type(&b->out_tp[i], &b->out_tt[i], elem_type);
+  b->out_vi[i].type = &b->out_tp[i];
+}
+
+/* ---- initializers ---------------------------------------------------------- */
+
+/* The next initializer with its name, type and dims; *count gets the
+ * element count. */
+static Onnx__TensorProto *init_add(ob *b, const char *name, int type, int rank,
+                                   const int64_t *dims, size_t *count) {
+  size_t i = b->graph.n_initializer++;
+  assert_true(i < OB_INITS && rank <= OB_RANK);
+  Onnx__TensorProto *t = &b->inits[i];
+  onnx__tensor_proto__init(t);
+  t->name = (char *)name;
+  t->has_data_type = 1;
+  t->data_type = type;
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    b->init_dims[i][d] = dims[d];
+    n *= (size_t)dims[d];
+  }
+  t->n_dims = (size_t)rank;
+  t->dims = b->init_dims[i];
+  b->init_ptrs[i] = t;
+  *count = n;
+  return t;
+}
+
+Onnx__TensorProto *ob_init_f32(ob *b, const char *name, int rank, const int64_t *dims,
+                               const float *data) {
+  size_t n;
+  Onnx__TensorProto *t = init_add(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims, &n);
+  t->n_float_data = n;
+  t->float_data = (float *)data;
+  return t;
+}
+
+Onnx__TensorProto *ob_init_i64(ob *b, const char *name, int rank, const int64_t *dims,
+                               const int64_t *data) {
+  size_t n;
+  Onnx__TensorProto *t = init_add(b, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, rank, dims, &n);
+  t->n_int64_data = n;
+  t->int64_data = (int64_t *)data;
+  return t;
+}
+
+/* ---- nodes and attributes -------------------------------------------------- */
+
+static int node_v(ob *b, const char *op, const char *name, const char *out, int n_in,
+                  va_list ap) {
+  int i = (int)b->graph.n_node++;
+  assert_true(i < OB_NODES && n_in <= OB_NODE_IN);
+  Onnx__NodeProto *n = &b->nodes[i];
+  onnx__node_proto__init(n);
+  n->op_type = (char *)op;
+  n->name = (char *)name;
+  for (int k = 0; k < n_in; k++)
+    b->node_in[i][k] = va_arg(ap, char *);
+  b->node_out[i][0] = (char *)out;
+  n->n_input = (size_t)n_in;
+  n->input = b->node_in[i];
+  n->n_output = 1;
+  n->output = b->node_out[i];
+  n->attribute = b->attr_ptrs[i];
+  b->node_ptrs[i] = n;
+  return i;
+}
+
+int ob_node(ob *b, const char *op, const char *out, int n_in, ...) {
+  va_list ap;
+  va_start(ap, n_in);
+  int i = node_v(b, op, out, out, n_in, ap);
+  va_end(ap);
+  return i;
+}
+
+int ob_node_named(ob *b, const char *op, const char *name, const char *out, int n_in, ...) {
+  va_list ap;
+  va_start(ap, n_in);
+  int i = node_v(b, op, name, out, n_in, ap);
+  va_end(ap);
+  return i;
+}
+
+void ob_node_out(ob *b, int node, const char *out) {
+  Onnx__NodeProto *n = &b->nodes[node];
+  assert_true(n->n_output < OB_NODE_OUT);
+  b->node_out[node][n->n_output++] = (char *)out;
+}
+
+Onnx__AttributeProto *ob_attr(ob *b, int node, const char *name, int type) {
+  Onnx__NodeProto *n = &b->nodes[node];
+  size_t a = n->n_attribute++;
+  assert_true(a < OB_ATTRS);
+  Onnx__AttributeProto *at = &b->attrs[node][a];
+  onnx__attribute_proto__init(at);
+  at->name = (char *)name;
+  at->has_type = 1;
+  at->type = type;
+  b->attr_ptrs[node][a] = at;
+  return at;
+}
+
+void ob_attr_int(ob *b, int node, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  a->has_i = 1;
+  a->i = v;
+}
+
+void ob_attr_float(ob *b, int node, const char *name, float v) {
+  Onnx__AttributeProto *a = ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+  a->has_f = 1;
+  a->f = v;
+}
+
+void ob_attr_string(ob *b, int node, const char *name, const char *s) {
+  Onnx__AttributeProto *a = ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  a->has_s = 1;
+  a->s.data = (uint8_t *)s;
+  a->s.len = strlen(s);
+}
+
+void ob_attr_ints(ob *b, int node, const char *name, size_t n, const int64_t *v) {
+  Onnx__AttributeProto *a = ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  a->n_ints = n;
+  a->ints = (int64_t *)v;
+}
+
+void ob_attr_floats(ob *b, int node, const char *name, size_t n, const float *v) {
+  Onnx__AttributeProto *a = ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS);
+  a->n_floats = n;
+  a->floats = (float *)v;
+}
+
+void ob_attr_tensor(ob *b, int node, const char *name, Onnx__TensorProto *t) {
+  ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR)->t = t;
+}
+
+void ob_attr_graph(ob *b, int node, const char *name, Onnx__GraphProto *g) {
+  ob_attr(b, node, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH)->g = g;
+}
+
+/* ---- bytes ------------------------------------------------------------------ */
+
+uint8_t *ob_pack(const ob *b, size_t *size) {
+  *size = onnx__model_proto__get_packed_size(&b->model);
+  uint8_t *buf = malloc(*size ? *size : 1);
+  assert_non_null(buf);
+  onnx__model_proto__pack(&b->model, buf);
+  return buf;
+}
+
+es_model *ob_load(const ob *b) {
+  size_t size;
+  uint8_t *buf = ob_pack(b, &size);
+  es_model *m;
+  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &m));
+  free(buf);
+  return m;
+}
+
+/* ---- running --------------------------------------------------------------- */
+
+es_tensor ob_tensor_f32(const char *name, int rank, const int64_t *dims, const float *data) {
+  es_tensor t = {.name = name, .dtype = ES_DTYPE_FLOAT, .rank = rank, .data = (void *)data};
+  size_t bytes = sizeof(float);
+  for (int d = 0; d < rank; d++) {
+    t.dims[d] = dims[d];
+    bytes *= (size_t)dims[d];
+  }
+  t.nbytes = bytes;
+  return t;
+}
+
+void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, size_t *count) {
+  es_tensor_info shapes[OB_IO];
+  assert_true(n_in <= OB_IO && n_out <= OB_IO);
+  for (int i = 0; i < n_in; i++) {
+    shapes[i] = (es_tensor_info){.name = in[i].name, .dtype = in[i].dtype, .rank = in[i].rank};
+    memcpy(shapes[i].dims, in[i].dims, sizeof shapes[i].dims);
+  }
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, shapes, n_in, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  es_tensor outs[OB_IO];
+  ES_CHECK_RC(es_plan_run(p, in, n_in, a, outs, n_out));
+  for (int i = 0; i < n_out; i++) {
+    assert_int_equal(outs[i].dtype, ES_DTYPE_FLOAT);
+    count[i] = outs[i].nbytes / sizeof(float);
+    out[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1);
+    assert_non_null(out[i]);
+    memcpy(out[i], outs[i].data, outs[i].nbytes);
+  }
+  es_arena_destroy(a);
+  es_plan_release(p);
+}

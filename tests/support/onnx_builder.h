@@ -1,0 +1,107 @@
+/* Small ONNX models built in memory for the tests, with the protobuf-c
+ * structs the loader reads: inputs and outputs, initializers, nodes and
+ * attributes of every type, packed to bytes.
+ *
+ *   ob *b = ob_new(13);
+ *   ob_input(b, "x", 4, (int64_t[]){1, 3, -1, -1});  // -1: a symbolic dim
+ *   ob_init_f32(b, "W", 4, wdims, w);
+ *   int n = ob_node(b, "Conv", "y", 2, "x", "W");    // the node is named "y"
+ *   ob_attr_ints(b, n, "pads", 4, pads);
+ *   ob_output(b, "y");
+ *   es_model *m = ob_load(b);
+ *   free(b);
+ *
+ * Dims are copied; names, initializer data and attribute values are not
+ * and must outlive packing. The structs stay public so a test can break
+ * a valid model in one precise place before packing it (b->nodes[1].op_type
+ * = "LSTM"). A builder's room is fixed (OB_*); going past it fails the
+ * test. */
+#ifndef ES_TEST_ONNX_BUILDER_H
+#define ES_TEST_ONNX_BUILDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "edgeserve/engine.h"
+#include "onnx.pb-c.h"
+
+#define OB_NODES 24
+#define OB_INITS 16
+#define OB_IO 3
+#define OB_ATTRS 6
+#define OB_NODE_IN 6
+#define OB_NODE_OUT 2
+#define OB_RANK 4
+
+typedef struct ob {
+  Onnx__ModelProto model;
+  Onnx__GraphProto graph;
+  Onnx__OperatorSetIdProto opset;
+  Onnx__OperatorSetIdProto *opsets[1];
+  Onnx__NodeProto nodes[OB_NODES];
+  Onnx__NodeProto *node_ptrs[OB_NODES];
+  char *node_in[OB_NODES][OB_NODE_IN];
+  char *node_out[OB_NODES][OB_NODE_OUT];
+  Onnx__AttributeProto attrs[OB_NODES][OB_ATTRS];
+  Onnx__AttributeProto *attr_ptrs[OB_NODES][OB_ATTRS];
+  Onnx__TensorProto inits[OB_INITS];
+  Onnx__TensorProto *init_ptrs[OB_INITS];
+  int64_t init_dims[OB_INITS][OB_RANK];
+  Onnx__ValueInfoProto in_vi[OB_IO], out_vi[OB_IO];
+  Onnx__ValueInfoProto *ins[OB_IO], *outs[OB_IO];
+  Onnx__TypeProto in_tp[OB_IO], out_tp[OB_IO];
+  Onnx__TypeProto__Tensor in_tt[OB_IO], out_tt[OB_IO];
+  Onnx__TensorShapeProto in_shape[OB_IO];
+  Onnx__TensorShapeProto__Dimension dims[OB_IO][OB_RANK];
+  Onnx__TensorShapeProto__Dimension *dim_ptrs[OB_IO][OB_RANK];
+  char dim_names[OB_IO][OB_RANK][32];
+} ob;
+
+/* An empty model of the default domain at opset, IR version 8. */
+void ob_init(ob *b, int64_t opset);
+/* The same, allocated (free it with free()). */
+ob *ob_new(int64_t opset);
+
+/* A float graph input; a dimension of -1 is symbolic ("<name><d>"). */
+void ob_input(ob *b, const char *name, int rank, const int64_t *dims);
+/* A graph output with no type, or with an element type and no shape. */
+void ob_output(ob *b, const char *name);
+void ob_output_typed(ob *b, const char *name, int elem_type);
+
+/* A float initializer in float_data (rank 0: a scalar); returns it. */
+Onnx__TensorProto *ob_init_f32(ob *b, const char *name, int rank, const int64_t *dims,
+                               const float *data);
+/* An int64 initializer in int64_data. */
+Onnx__TensorProto *ob_init_i64(ob *b, const char *name, int rank, const int64_t *dims,
+                               const int64_t *data);
+
+/* Appends op(inputs...) -> out ("" for an omitted input) and returns its
+ * index; ob_node names the node after its output. ob_node_out adds another
+ * output to node i. */
+int ob_node(ob *b, const char *op, const char *out, int n_in, ...);
+int ob_node_named(ob *b, const char *op, const char *name, const char *out, int n_in, ...);
+void ob_node_out(ob *b, int node, const char *out);
+
+/* Attributes of node i. */
+Onnx__AttributeProto *ob_attr(ob *b, int node, const char *name, int type);
+void ob_attr_int(ob *b, int node, const char *name, int64_t v);
+void ob_attr_float(ob *b, int node, const char *name, float v);
+void ob_attr_string(ob *b, int node, const char *name, const char *s);
+void ob_attr_ints(ob *b, int node, const char *name, size_t n, const int64_t *v);
+void ob_attr_floats(ob *b, int node, const char *name, size_t n, const float *v);
+void ob_attr_tensor(ob *b, int node, const char *name, Onnx__TensorProto *t);
+void ob_attr_graph(ob *b, int node, const char *name, Onnx__GraphProto *g);
+
+/* The model's bytes (malloc'ed, at least one byte). */
+uint8_t *ob_pack(const ob *b, size_t *size);
+/* Packs and loads the model; the test fails if loading does. */
+es_model *ob_load(const ob *b);
+
+/* A float32 tensor over data (not copied). */
+es_tensor ob_tensor_f32(const char *name, int rank, const int64_t *dims, const float *data);
+/* Plans m for the inputs' shapes, runs it in an arena of the planned size
+ * and copies the n_out float outputs into out[i] (malloc'ed, count[i]
+ * elements). The test fails if a step does. */
+void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, size_t *count);
+
+#endif
