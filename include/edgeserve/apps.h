@@ -38,9 +38,9 @@ typedef struct es_image {
  * read, converted to 8-bit RGB (alpha dropped, grey expanded).
  * ES_EINVAL with a detail for anything else or a corrupt file; ES_ENOMEM;
  * images above 64 megapixels are refused (ES_EINVAL). */
-int es_image_decode(const void *bytes, size_t len, es_image *out);
-int es_image_load(const char *path, es_image *out);
-void es_image_free(es_image *img);
+ES_API int es_image_decode(const void *bytes, size_t len, es_image *out);
+ES_API int es_image_load(const char *path, es_image *out);
+ES_API void es_image_free(es_image *img);
 
 /* ---- face detection ----------------------------------------------------- */
 
@@ -55,14 +55,14 @@ typedef struct es_face_detector es_face_detector;
 
 /* model_id: a BlazeFace model loaded in rt (front 128x128 or back 256x256;
  * the input size is read from the model). */
-int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out);
-void es_face_detector_destroy(es_face_detector *fd);
+ES_API int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out);
+ES_API void es_face_detector_destroy(es_face_detector *fd);
 /* Detect faces with score >= min_score (0: the default 0.5). Writes up to
  * max faces, highest score first, *n the count. priority and deadline as
  * es_submit. ES_EAGAIN: refused; ES_ETIMEDOUT: the deadline passed before
  * the run; both fill why (when not NULL) with the reason and the
  * admission's retry-after estimate. NULL fd: no-op for destroy. */
-int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
+ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why);
 
 /* ---- OCR ----------------------------------------------------------------- */
@@ -87,13 +87,13 @@ typedef struct es_ocr_config {
   int rec_height;         /* 48 */
 } es_ocr_config;
 
-void es_ocr_config_default(es_ocr_config *cfg);
-int es_ocr_create(es_runtime *rt, const es_ocr_config *cfg, es_ocr **out);
-void es_ocr_destroy(es_ocr *o);
+ES_API void es_ocr_config_default(es_ocr_config *cfg);
+ES_API int es_ocr_create(es_runtime *rt, const es_ocr_config *cfg, es_ocr **out);
+ES_API void es_ocr_destroy(es_ocr *o);
 /* Read the text lines of an image, top to bottom. Writes up to max lines.
  * ES_EAGAIN and ES_ETIMEDOUT fill why as es_face_detect. NULL o: no-op for
  * destroy. */
-int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
+ES_API int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
 
 /* ---- answers as JSON ------------------------------------------------------ */
@@ -103,8 +103,8 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
  * (what the CLI prints and the server's pipeline models return). The
  * string is NUL-terminated, allocated under ES_MEM_APPS (es_mem_free it);
  * NULL when out of memory. */
-char *es_faces_json(const es_face *faces, int n, size_t *len);
-char *es_ocr_json(const es_ocr_line *lines, int n, size_t *len);
+ES_API char *es_faces_json(const es_face *faces, int n, size_t *len);
+ES_API char *es_ocr_json(const es_ocr_line *lines, int n, size_t *len);
 
 #ifdef __cplusplus
 }

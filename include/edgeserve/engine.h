@@ -55,23 +55,23 @@ typedef struct es_model_stats {
  * (ES_EMODEL, ES_ENOTSUP for an operator, dtype or feature outside what the
  * engine runs) whose detail names the node and operator; never a crash.
  * opts is reserved, pass NULL. The caller holds one reference. */
-int es_model_load(const char *path, const void *opts, es_model **out);
+ES_API int es_model_load(const char *path, const void *opts, es_model **out);
 /* Same from a buffer the caller keeps ownership of (may be freed after). */
-int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
+ES_API int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
 
 /* One more reference; returns m, or NULL (no reference taken) for NULL or a
  * handle that is not a live model. Thread-safe. */
-es_model *es_model_retain(es_model *m);
+ES_API es_model *es_model_retain(es_model *m);
 /* Drop a reference; the last one frees the graph and unmaps the weights.
  * NULL is a no-op. */
-void es_model_release(es_model *m);
+ES_API void es_model_release(es_model *m);
 
-int es_model_input_count(const es_model *m);
-int es_model_output_count(const es_model *m);
+ES_API int es_model_input_count(const es_model *m);
+ES_API int es_model_output_count(const es_model *m);
 /* i in [0, count). ES_EINVAL otherwise. */
-int es_model_input_info(const es_model *m, int i, es_tensor_info *out);
-int es_model_output_info(const es_model *m, int i, es_tensor_info *out);
-int es_model_stats_get(const es_model *m, es_model_stats *out);
+ES_API int es_model_input_info(const es_model *m, int i, es_tensor_info *out);
+ES_API int es_model_output_info(const es_model *m, int i, es_tensor_info *out);
+ES_API int es_model_stats_get(const es_model *m, es_model_stats *out);
 
 /* Write a compiled model file (.esm): the prepared graph, its weights and
  * the weights already reordered by plans made so far (plan the shapes you
@@ -79,11 +79,11 @@ int es_model_stats_get(const es_model *m, es_model_stats *out);
  * recorded by name and SHA-256 so a changed source is noticed.
  * es_model_load recognises .esm files and maps them read-only and shared.
  * Written to a temporary name, then renamed. Thread-safe. */
-int es_model_compile(es_model *m, const char *source_path, const char *out_path);
+ES_API int es_model_compile(es_model *m, const char *source_path, const char *out_path);
 
 /* Number of nodes of each operator type, for inspect: calls fn once per
  * operator present, in a stable order. */
-int es_model_op_counts(const es_model *m, void (*fn)(void *user, const char *op, int count),
+ES_API int es_model_op_counts(const es_model *m, void (*fn)(void *user, const char *op, int count),
                        void *user);
 
 /* ===========================================================================
@@ -123,13 +123,13 @@ typedef struct es_tensor {
  * dimension, dtype); ES_EMODEL / ES_ENOTSUP naming the node when an operator
  * cannot run with these shapes. Thread-safe; the plan is immutable and may
  * be run by any number of threads at once. */
-int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
+ES_API int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
 /* Plans are reference-counted: es_model_plan returns one reference. One
  * more; returns p, or NULL (no reference taken) for NULL or a handle that is
  * not a live plan. Thread-safe. */
-es_plan *es_plan_retain(es_plan *p);
+ES_API es_plan *es_plan_retain(es_plan *p);
 /* Drop a reference; the last one frees the plan. NULL is a no-op. */
-void es_plan_release(es_plan *p);
+ES_API void es_plan_release(es_plan *p);
 
 /* ===========================================================================
  * Plan cache: plans of one model by input shape, bounded, least recently
@@ -159,37 +159,37 @@ typedef struct es_plan_cache_stats {
 } es_plan_cache_stats;
 
 /* capacity in [1, 4096]. */
-int es_plan_cache_create(es_model *m, size_t capacity, es_plan_cache **out);
+ES_API int es_plan_cache_create(es_model *m, size_t capacity, es_plan_cache **out);
 /* NULL is a no-op; plans still referenced elsewhere stay alive. */
-void es_plan_cache_destroy(es_plan_cache *c);
+ES_API void es_plan_cache_destroy(es_plan_cache *c);
 /* Round dimension dim of input `input` up to a multiple of `multiple`
  * (>= 1) before planning. Affects later gets. */
-int es_plan_cache_bucket(es_plan_cache *c, int input, int dim, int64_t multiple);
+ES_API int es_plan_cache_bucket(es_plan_cache *c, int input, int dim, int64_t multiple);
 /* A plan for these shapes (after bucketing), from the cache or planned now.
  * *out holds a new reference. Errors as es_model_plan. */
-int es_plan_cache_get(es_plan_cache *c, const es_tensor_info *shapes, int n, es_plan **out);
-int es_plan_cache_stats_get(es_plan_cache *c, es_plan_cache_stats *out);
+ES_API int es_plan_cache_get(es_plan_cache *c, const es_tensor_info *shapes, int n, es_plan **out);
+ES_API int es_plan_cache_stats_get(es_plan_cache *c, es_plan_cache_stats *out);
 /* Calls fn for each cached plan, most recently used first. */
-int es_plan_cache_each(es_plan_cache *c, void (*fn)(void *user, const es_plan *p), void *user);
+ES_API int es_plan_cache_each(es_plan_cache *c, void (*fn)(void *user, const es_plan *p), void *user);
 
 /* Exact bytes of request arena a run needs (64-byte aligned arena). */
-size_t es_plan_arena_bytes(const es_plan *p);
+ES_API size_t es_plan_arena_bytes(const es_plan *p);
 /* Bytes of plan memory (shapes, folded constants, kernel parameters). */
-size_t es_plan_context_bytes(const es_plan *p);
-int es_plan_output_count(const es_plan *p);
+ES_API size_t es_plan_context_bytes(const es_plan *p);
+ES_API int es_plan_output_count(const es_plan *p);
 /* Shape and type of output i for this plan. */
-int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
-int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
+ES_API int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
+ES_API int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
 /* Number of nodes run per request (the others were folded while planning). */
-int es_plan_node_count(const es_plan *p);
+ES_API int es_plan_node_count(const es_plan *p);
 /* Layout conversions (NCHW <-> NHWC) among those nodes. */
-int es_plan_relayout_count(const es_plan *p);
+ES_API int es_plan_relayout_count(const es_plan *p);
 /* Intra-op threads for plans made and runs made by the calling thread
  * (oneDNN fixes a primitive's threads when the plan creates it, so plan on
  * a thread with the setting the runs will use). Default 1
  * (throughput mode: one request per core, no oversubscription when several
  * workers run at once); more for latency mode. ES_EINVAL outside 1..1024. */
-int es_engine_threads_set(int n);
+ES_API int es_engine_threads_set(int n);
 
 /* Process-wide switches for comparisons and debugging; thread-safe. The
  * library reads no environment variables: the CLI maps ES_KERNELS=ref and
@@ -198,21 +198,21 @@ int es_engine_threads_set(int n);
  * MatMul with the plain C reference kernels instead of oneDNN (default 0).
  * fusion: models loaded after the call get the load-time fusion passes
  * (activations into Conv, elementwise chains, LayerNorm; default 1). */
-void es_engine_reference_kernels_set(int on);
-void es_engine_fusion_set(int on);
+ES_API void es_engine_reference_kernels_set(int on);
+ES_API void es_engine_fusion_set(int on);
 
 /* Profiling: while on, every run also times each node (two clock reads per
  * node) and adds the time to its plan. Off by default. Thread-safe. */
-void es_engine_profile_set(int on);
+ES_API void es_engine_profile_set(int on);
 /* Per operator type: nodes run per request and mean milliseconds per
  * profiled run. fn is called once per operator present. */
-int es_plan_profile(const es_plan *p,
+ES_API int es_plan_profile(const es_plan *p,
                     void (*fn)(void *user, const char *op, int nodes, double ms_per_run),
                     void *user);
 
 /* Floating-point operations per run of the compute-heavy nodes (Conv,
  * ConvTranspose, MatMul: 2 x multiply-adds), for GFLOP/s figures. */
-uint64_t es_plan_flops(const es_plan *p);
+ES_API uint64_t es_plan_flops(const es_plan *p);
 
 /* Run one request. inputs[i] must have the plan's dtype and shape for input
  * i (ES_EINVAL otherwise, naming the input). Temporaries and outputs are
@@ -221,7 +221,7 @@ uint64_t es_plan_flops(const es_plan *p);
  * to a constant, into plan memory) and stays valid until the arena is reset
  * and the plan is held. ES_ENOSPC when the arena has too little room left.
  * Thread-safe for distinct arenas. */
-int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, struct es_arena *arena,
+ES_API int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, struct es_arena *arena,
                 es_tensor *outputs, int n_out);
 
 #ifdef __cplusplus

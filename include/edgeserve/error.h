@@ -21,6 +21,8 @@
 
 #include <errno.h>
 
+#include "edgeserve/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,14 +59,14 @@ typedef enum es_error {
 
 /* Message for an error code ("unknown error" for codes not in the table).
  * Thread-safe; the string is static. */
-const char *es_strerror(int err);
+ES_API const char *es_strerror(int err);
 
 /* Symbolic name ("ES_ENOSPC"), or "ES_UNKNOWN". Thread-safe; static string. */
-const char *es_err_name(int err);
+ES_API const char *es_err_name(int err);
 
 /* Detail of the calling thread's last failure, or "" if none. The string stays
  * valid until the next failure on this thread. Thread-safe (thread-local). */
-const char *es_last_error_detail(void);
+ES_API const char *es_last_error_detail(void);
 
 #ifdef __cplusplus
 }

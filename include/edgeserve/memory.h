@@ -85,32 +85,32 @@ typedef struct es_mem_stats {
 /* Heap allocation, malloc-like: at least 16-byte aligned. Returns NULL when
  * the system is out of memory, size is 0 or a size computation overflows.
  * The caller owns the block and frees it with es_mem_free. Thread-safe. */
-void *es_mem_alloc(es_mem_tag tag, size_t size);
-void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size);
+ES_API void *es_mem_alloc(es_mem_tag tag, size_t size);
+ES_API void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size);
 /* align: power of two up to 4096. */
-void *es_mem_aligned_alloc(es_mem_tag tag, size_t align, size_t size);
+ES_API void *es_mem_aligned_alloc(es_mem_tag tag, size_t align, size_t size);
 /* Like realloc; the block keeps the tag it was allocated with. On failure the
  * old block is untouched and NULL is returned. Not for aligned blocks. */
-void *es_mem_realloc(void *p, size_t size);
-char *es_mem_strdup(es_mem_tag tag, const char *s);
+ES_API void *es_mem_realloc(void *p, size_t size);
+ES_API char *es_mem_strdup(es_mem_tag tag, const char *s);
 /* Frees a block from any of the above; NULL is a no-op. */
-void es_mem_free(void *p);
+ES_API void es_mem_free(void *p);
 
 /* Anonymous private read-write pages (mmap), counted under tag. size is
  * rounded up to the page size. Returns NULL on failure. Unmap with the same
  * size. Thread-safe. */
-void *es_mem_map(es_mem_tag tag, size_t size);
-void es_mem_unmap(es_mem_tag tag, void *p, size_t size);
+ES_API void *es_mem_map(es_mem_tag tag, size_t size);
+ES_API void es_mem_unmap(es_mem_tag tag, void *p, size_t size);
 
 /* Accounts a file mapping made elsewhere (delta may be negative). */
-void es_mem_account_file(es_mem_tag tag, long long delta);
+ES_API void es_mem_account_file(es_mem_tag tag, long long delta);
 
 /* Snapshot of one tag's counters; ES_EINVAL for a bad tag or NULL out. */
-int es_mem_stats_get(es_mem_tag tag, es_mem_stats *out);
+ES_API int es_mem_stats_get(es_mem_tag tag, es_mem_stats *out);
 /* Bytes held now by all tags together (heap + anonymous maps). */
-size_t es_mem_total(void);
+ES_API size_t es_mem_total(void);
 /* "arena", "buddy", ...; "?" for a bad tag. */
-const char *es_mem_tag_name(es_mem_tag tag);
+ES_API const char *es_mem_tag_name(es_mem_tag tag);
 
 /* ===========================================================================
  * Request arena (BRIEF §3). A bump allocator: alloc moves a pointer, reset
@@ -154,16 +154,16 @@ typedef struct es_arena_mark {
  * caller keeps owning the block and must keep it alive until es_arena_fini.
  * align: power of two in [1, 4096], 0 means 64. ES_EINVAL for a bad argument
  * or a block too small to hold anything after alignment and guard. */
-int es_arena_init(es_arena *a, void *block, size_t size, size_t align);
+ES_API int es_arena_init(es_arena *a, void *block, size_t size, size_t align);
 /* Finish an arena from es_arena_init; the magic is cleared so later use is
  * rejected with ES_ECORRUPT. ES_ECORRUPT if a is not a live arena. */
-int es_arena_fini(es_arena *a);
+ES_API int es_arena_fini(es_arena *a);
 
 /* Create an arena with capacity usable bytes in memory it maps itself
  * (counted under ES_MEM_ARENA). ES_ENOMEM, ES_EINVAL, ES_EOVERFLOW. */
-int es_arena_create(size_t capacity, size_t align, es_arena **out);
+ES_API int es_arena_create(size_t capacity, size_t align, es_arena **out);
 /* Destroy an arena from es_arena_create. NULL is a no-op. */
-void es_arena_destroy(es_arena *a);
+ES_API void es_arena_destroy(es_arena *a);
 
 /* Allocate size bytes aligned to the arena's alignment. size 0 is allowed and
  * returns a valid, aligned pointer that must not be dereferenced (it consumes
@@ -171,30 +171,30 @@ void es_arena_destroy(es_arena *a);
  * Errors: ES_ECORRUPT (not a live arena), ES_EINVAL (NULL out),
  * ES_EOVERFLOW (size + padding overflows), ES_ENOSPC (not enough space; the
  * detail gives requested, available and missing bytes). *out untouched then. */
-int es_arena_alloc(es_arena *a, size_t size, void **out);
+ES_API int es_arena_alloc(es_arena *a, size_t size, void **out);
 
 /* Free everything at once: O(1) in release builds (debug builds poison the
  * released bytes). Marks taken before are invalidated. Returns ES_ECORRUPT
  * if a is not a live arena or (debug) the guard was overwritten; the arena is
  * reset and usable even then. */
-int es_arena_reset(es_arena *a);
+ES_API int es_arena_reset(es_arena *a);
 
 /* Save the current position; es_arena_rewind rolls back to it, releasing all
  * allocations made since (for scoped temporaries). A mark is valid until the
  * next reset; marks nest (rewinding to an outer mark drops the inner ones).
  * ES_EREWIND if the mark is stale (taken before a reset) or ahead of the
  * current position (the arena was already rewound further). */
-int es_arena_mark_get(const es_arena *a, es_arena_mark *out);
-int es_arena_rewind(es_arena *a, const es_arena_mark *m);
+ES_API int es_arena_mark_get(const es_arena *a, es_arena_mark *out);
+ES_API int es_arena_rewind(es_arena *a, const es_arena_mark *m);
 
 /* Accessors: 0 for a non-live arena. */
-size_t es_arena_used(const es_arena *a);
-size_t es_arena_peak(const es_arena *a);
-size_t es_arena_capacity(const es_arena *a);
-size_t es_arena_available(const es_arena *a);
-int es_arena_peak_reset(es_arena *a);
+ES_API size_t es_arena_used(const es_arena *a);
+ES_API size_t es_arena_peak(const es_arena *a);
+ES_API size_t es_arena_capacity(const es_arena *a);
+ES_API size_t es_arena_available(const es_arena *a);
+ES_API int es_arena_peak_reset(es_arena *a);
 /* 1 if a is a live, uncorrupted arena. */
-int es_arena_is_valid(const es_arena *a);
+ES_API int es_arena_is_valid(const es_arena *a);
 
 /* ===========================================================================
  * Arena pool (BRIEF §4). count arenas of one size, made at creation; count is
@@ -219,25 +219,25 @@ typedef struct es_arena_pool_stats {
 /* count in [1, 65536]; arena_capacity > 0; align as es_arena_init. The
  * memory is one mapping counted under ES_MEM_ARENA_POOL.
  * ES_EINVAL, ES_EOVERFLOW, ES_ENOMEM. */
-int es_arena_pool_create(size_t count, size_t arena_capacity, size_t align,
+ES_API int es_arena_pool_create(size_t count, size_t arena_capacity, size_t align,
                          es_arena_pool **out);
 /* Refuses with ES_EBUSY while arenas are acquired (the pool is kept). NULL
  * is a no-op returning 0. */
-int es_arena_pool_destroy(es_arena_pool *p);
+ES_API int es_arena_pool_destroy(es_arena_pool *p);
 
 /* Take a free arena, already reset. Waits on a condition variable (never
  * polls) up to timeout_ms milliseconds; timeout_ms < 0 waits forever, 0 does
  * not wait. ES_ETIMEDOUT when none became free in time. */
-int es_arena_pool_acquire(es_arena_pool *p, int timeout_ms, es_arena **out);
+ES_API int es_arena_pool_acquire(es_arena_pool *p, int timeout_ms, es_arena **out);
 /* Never blocks. ES_EAGAIN when none is free. */
-int es_arena_pool_try_acquire(es_arena_pool *p, es_arena **out);
+ES_API int es_arena_pool_try_acquire(es_arena_pool *p, es_arena **out);
 /* Return an acquired arena and wake one waiter. ES_EFOREIGN for an arena of
  * another pool or none, ES_EDOUBLEFREE for an arena not currently acquired.
  * The arena is reset on release; ES_ECORRUPT if its guard was overwritten
  * (it is still returned to the pool). */
-int es_arena_pool_release(es_arena_pool *p, es_arena *a);
+ES_API int es_arena_pool_release(es_arena_pool *p, es_arena *a);
 
-int es_arena_pool_stats_get(es_arena_pool *p, es_arena_pool_stats *out);
+ES_API int es_arena_pool_stats_get(es_arena_pool *p, es_arena_pool_stats *out);
 
 /* ===========================================================================
  * Buddy pool with size-class slabs (BRIEF §7-8). One region reserved at
@@ -303,30 +303,30 @@ struct es_buddy_stats {
 };
 
 /* Fill a config with the defaults above. */
-void es_buddy_config_default(es_buddy_config *cfg);
+ES_API void es_buddy_config_default(es_buddy_config *cfg);
 
 /* The region(s) are mapped and counted under ES_MEM_BUDDY.
  * ES_EINVAL for a bad config (the detail names the field), ES_ENOMEM. */
-int es_buddy_create(const es_buddy_config *cfg, es_buddy **out);
+ES_API int es_buddy_create(const es_buddy_config *cfg, es_buddy **out);
 /* Unmaps everything, live blocks included. NULL is a no-op. */
-void es_buddy_destroy(es_buddy *b);
+ES_API void es_buddy_destroy(es_buddy *b);
 
 /* size in [1, largest block]. ES_EINVAL (size 0 or NULL out), ES_ENOSPC (no
  * block large enough and growth off or capped; detail gives requested,
  * free and largest free bytes), ES_ENOMEM (growth failed), ES_EOVERFLOW.
  * The block is aligned to cfg.align. */
-int es_buddy_alloc(es_buddy *b, size_t size, void **out);
+ES_API int es_buddy_alloc(es_buddy *b, size_t size, void **out);
 /* ES_EFOREIGN (not in any region of this pool), ES_EBADPTR (interior
  * pointer), ES_EDOUBLEFREE (block already free). The pool is unchanged when
  * a free is refused. NULL is ES_EINVAL. */
-int es_buddy_free(es_buddy *b, void *p);
+ES_API int es_buddy_free(es_buddy *b, void *p);
 /* Bytes usable at p (the block or slot size). ES_EFOREIGN etc. as free. */
-int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out);
+ES_API int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out);
 
-int es_buddy_stats_get(es_buddy *b, es_buddy_stats *out);
+ES_API int es_buddy_stats_get(es_buddy *b, es_buddy_stats *out);
 /* Checks every internal invariant (free lists, bitmaps, counters); returns 0
  * or ES_ECORRUPT with a detail. O(capacity / min_block); for tests. */
-int es_buddy_check(es_buddy *b);
+ES_API int es_buddy_check(es_buddy *b);
 
 /* ===========================================================================
  * Read-only weight region (BRIEF §2, tier 1). Either anonymous memory that is
@@ -346,49 +346,49 @@ enum {
 
 /* Anonymous region of size bytes (page-rounded), writable until sealed.
  * Counted under ES_MEM_WEIGHTS. The caller holds one reference. */
-int es_weights_create(size_t size, es_weights **out);
+ES_API int es_weights_create(size_t size, es_weights **out);
 /* Writable pointer before es_weights_seal; ES_ESTATE after (or for a file).
  * Not thread-safe with seal. */
-int es_weights_data_mut(es_weights *w, void **out);
+ES_API int es_weights_data_mut(es_weights *w, void **out);
 /* mprotect(PROT_READ). Idempotent. ES_ESTATE for file regions (always
  * read-only). */
-int es_weights_seal(es_weights *w);
+ES_API int es_weights_seal(es_weights *w);
 
 /* Map a file read-only and shared. flags: ES_WEIGHTS_MLOCK. If the same file
  * is already mapped, returns it with one more reference. ES_ENOENT, ES_EACCES,
  * ES_EINVAL (empty or not a regular file), ES_ENOMEM, ES_EMEMLOCK. */
-int es_weights_open(const char *path, int flags, es_weights **out);
+ES_API int es_weights_open(const char *path, int flags, es_weights **out);
 
 /* Lock pages in RAM. ES_EMEMLOCK names RLIMIT_MEMLOCK and the sizes. */
-int es_weights_lock(es_weights *w);
+ES_API int es_weights_lock(es_weights *w);
 
 /* One more reference; returns w, or NULL (no reference taken) for NULL or
  * a handle that is not live. */
-es_weights *es_weights_retain(es_weights *w);
+ES_API es_weights *es_weights_retain(es_weights *w);
 /* Drop a reference; the last one unmaps. NULL is a no-op. */
-void es_weights_release(es_weights *w);
+ES_API void es_weights_release(es_weights *w);
 
 /* Read-only view (valid while a reference is held). NULL for a bad handle. */
-const void *es_weights_data(const es_weights *w);
-size_t es_weights_size(const es_weights *w);
-int es_weights_is_sealed(const es_weights *w);
-int es_weights_refcount(const es_weights *w);
+ES_API const void *es_weights_data(const es_weights *w);
+ES_API size_t es_weights_size(const es_weights *w);
+ES_API int es_weights_is_sealed(const es_weights *w);
+ES_API int es_weights_refcount(const es_weights *w);
 /* Pages of the mapping resident in RAM (mincore), in bytes. */
-int es_weights_resident(const es_weights *w, size_t *out);
+ES_API int es_weights_resident(const es_weights *w, size_t *out);
 
 /* ===========================================================================
  * Process memory as the kernel sees it (/proc/self). Thread-safe.
  * ========================================================================= */
 
 /* Resident set size now (VmRSS), in bytes. */
-int es_sys_rss(size_t *out);
+ES_API int es_sys_rss(size_t *out);
 /* Peak resident set size (VmHWM), in bytes. */
-int es_sys_peak_rss(size_t *out);
+ES_API int es_sys_peak_rss(size_t *out);
 /* Reset the peak to the current RSS (writes 5 to /proc/self/clear_refs).
  * ES_ENOTSUP where the kernel does not allow it. */
-int es_sys_peak_rss_reset(void);
+ES_API int es_sys_peak_rss_reset(void);
 /* Proportional set size of the mapping that contains addr (smaps), bytes. */
-int es_sys_pss_of(const void *addr, size_t *out);
+ES_API int es_sys_pss_of(const void *addr, size_t *out);
 
 /* ===========================================================================
  * Where the process stands: its memory cgroup, or the whole machine (BRIEF
@@ -445,7 +445,7 @@ typedef struct es_memstat {
  * (defaults /sys/fs/cgroup/memory and /sys/fs/cgroup or
  * /sys/fs/cgroup/unified). Errors as es_memstat_read_at; *out untouched on
  * failure. */
-int es_memstat_read(es_memstat *out);
+ES_API int es_memstat_read(es_memstat *out);
 
 /* Same from given files, for tests and unusual mounts. Any path may be NULL
  * (that source is absent). cgroup_root_v1_memory is the v1 memory
@@ -454,7 +454,7 @@ int es_memstat_read(es_memstat *out);
  * but is malformed: the detail names the file and what was wrong),
  * ES_ENOTSUP (no cgroup limit found and /proc/meminfo unreadable).
  * A missing /proc/self/cgroup means no cgroups (version 0). */
-int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
+ES_API int es_memstat_read_at(const char *proc_self_cgroup, const char *cgroup_root_v1_memory,
                        const char *cgroup_root_v2, const char *proc_meminfo,
                        es_memstat *out);
 

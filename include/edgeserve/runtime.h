@@ -110,7 +110,7 @@ typedef enum es_refusal_reason {
 } es_refusal_reason;
 
 /* "over_memory", ...; "none" for ES_REFUSE_NONE, "?" otherwise. Static. */
-const char *es_refusal_name(int reason);
+ES_API const char *es_refusal_name(int reason);
 
 /* Why a request was refused; filled by es_admission_try and
  * es_admission_refuse. The units of requested / in_use / limit follow the
@@ -206,16 +206,16 @@ typedef struct es_admission_model_stats {
 } es_admission_model_stats;
 
 /* Fill a config with the defaults above. */
-void es_admission_config_default(es_admission_config *cfg);
+ES_API void es_admission_config_default(es_admission_config *cfg);
 
 /* The gate's memory (one block, counted under ES_MEM_RUNTIME) is taken here
  * and nowhere else. ES_EINVAL for a bad config (the detail names the field),
  * ES_ENOMEM. The caller owns the gate. */
-int es_admission_create(const es_admission_config *cfg, es_admission **out);
+ES_API int es_admission_create(const es_admission_config *cfg, es_admission **out);
 /* Refuses with ES_EBUSY while requests are admitted and not done (the gate
  * is kept). NULL is a no-op returning 0. Not thread-safe with other calls on
  * the same gate. */
-int es_admission_destroy(es_admission *a);
+ES_API int es_admission_destroy(es_admission *a);
 
 /* Admit a request for model_id that will use `bytes` of arena memory.
  * On success (0) t holds the reservation until es_admission_done; why is
@@ -224,7 +224,7 @@ int es_admission_destroy(es_admission *a);
  * A request larger than the whole budget can never be admitted: ES_ENOSPC,
  * why->reason OVER_MEMORY, retry_after_ms 0. ES_EINVAL for a model id out of
  * range or NULL t or why. Thread-safe, lock-free. */
-int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
+ES_API int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
                      es_refusal *why);
 
 /* Release an admitted request's slots and bytes and feed the drain-rate
@@ -234,20 +234,20 @@ int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticke
  * not a live ticket (a copy of a ticket already done is caught when the
  * counters would go below zero); the gate is unchanged then. Thread-safe (a
  * short lock around the estimators). */
-int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns);
+ES_API int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns);
 
 /* Give back an admitted request's slots and bytes without counting it as a
  * completion (it was cancelled or left the queue before running), so the
  * drain-rate estimators only ever see real work. Errors as es_admission_done.
  * Thread-safe. */
-int es_admission_cancel(es_admission *a, es_admit_ticket *t);
+ES_API int es_admission_cancel(es_admission *a, es_admit_ticket *t);
 
 /* Record a refusal decided elsewhere (the scheduler: ES_REFUSE_QUEUE_FULL,
  * ES_REFUSE_DEADLINE) so it is counted with the others, and fill why with a
  * retry-after for `backlog` requests ahead of this one at the model's drain
  * rate (model_id -1: the overall rate). ES_EINVAL for a bad reason or model
  * id. Thread-safe. */
-int es_admission_refuse(es_admission *a, int model_id, int reason, size_t backlog,
+ES_API int es_admission_refuse(es_admission *a, int model_id, int reason, size_t backlog,
                         es_refusal *why);
 
 /* Feed the memory state, typically from es_memstat_read every 100 ms. The
@@ -257,21 +257,21 @@ int es_admission_refuse(es_admission *a, int model_id, int reason, size_t backlo
  * and the higher level wins. An increase of the group's oom or oom_kill
  * events since the previous observation counts as hard pressure until the
  * next one. Thread-safe. ES_EINVAL for NULL. */
-int es_admission_observe(es_admission *a, const es_memstat *st);
+ES_API int es_admission_observe(es_admission *a, const es_memstat *st);
 /* ES_PRESSURE_* from the last observation (NONE before any). Thread-safe. */
-int es_admission_pressure(es_admission *a);
+ES_API int es_admission_pressure(es_admission *a);
 
 /* Change a model's concurrency limit (0: none). Lowering it below the
  * model's in-flight count refuses new requests until it drains. Thread-safe. */
-int es_admission_set_model_limit(es_admission *a, int model_id, unsigned max_inflight);
+ES_API int es_admission_set_model_limit(es_admission *a, int model_id, unsigned max_inflight);
 /* Refuse (ES_REFUSE_DRAINING) new requests for model_id, or for every model
  * with model_id -1, while on; in-flight ones finish normally. Thread-safe. */
-int es_admission_set_draining(es_admission *a, int model_id, int on);
+ES_API int es_admission_set_draining(es_admission *a, int model_id, int on);
 
 /* Snapshots; thread-safe. Counters are read one by one, so a snapshot taken
  * while requests move may be a few operations apart between fields. */
-int es_admission_stats_get(es_admission *a, es_admission_stats *out);
-int es_admission_model_stats_get(es_admission *a, int model_id, es_admission_model_stats *out);
+ES_API int es_admission_stats_get(es_admission *a, es_admission_stats *out);
+ES_API int es_admission_model_stats_get(es_admission *a, int model_id, es_admission_model_stats *out);
 
 
 /* ===========================================================================
@@ -481,34 +481,34 @@ typedef struct es_runtime_model_stats {
   int draining;
 } es_runtime_model_stats;
 
-void es_runtime_config_default(es_runtime_config *cfg);
-void es_model_config_default(es_model_config *cfg);
+ES_API void es_runtime_config_default(es_runtime_config *cfg);
+ES_API void es_model_config_default(es_model_config *cfg);
 
 /* Start the workers and the monitor. ES_EINVAL (detail names the field),
  * ES_ENOMEM. The caller owns the runtime. */
-int es_runtime_create(const es_runtime_config *cfg, es_runtime **out);
+ES_API int es_runtime_create(const es_runtime_config *cfg, es_runtime **out);
 /* Refuse new work, let queued and running requests finish (or leave at
  * their deadline), stop the threads, unload every model, free everything.
  * ES_EBUSY while request handles are still held (nothing is freed; new work
  * stays refused; free them and call again). NULL is a no-op returning 0.
  * Not thread-safe with other calls. */
-int es_runtime_destroy(es_runtime *rt);
+ES_API int es_runtime_destroy(es_runtime *rt);
 
 /* Load a model into the registry (planned at its configured shape, arena
  * pool or lane scratchpad sized) and return its id. ES_EBUSY for a name in
  * use, ES_ENOSPC when the registry is full, errors of es_model_load and
  * es_model_plan otherwise. Thread-safe; requests for other models go on. */
-int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id);
+ES_API int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id);
 /* Refuse new requests for the model (DRAINING), wait up to timeout_ms
  * (< 0: forever) until every request submitted for it has completed and
  * been freed, then unload it. ES_ETIMEDOUT leaves it draining (call again,
  * or es_runtime_model_resume). ES_ENOENT for an unknown id. Thread-safe. */
-int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms);
-int es_runtime_model_resume(es_runtime *rt, int id);
+ES_API int es_runtime_model_unload(es_runtime *rt, int id, int timeout_ms);
+ES_API int es_runtime_model_resume(es_runtime *rt, int id);
 /* Id of a loaded model by name, or ES_ENOENT. */
-int es_runtime_model_find(es_runtime *rt, const char *name);
+ES_API int es_runtime_model_find(es_runtime *rt, const char *name);
 /* The loaded model (a new reference; es_model_release it). */
-int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
+ES_API int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
 
 /* Submit a request. 0: queued, *out a handle the caller owns (free it with
  * es_request_free, also after a callback). ES_EAGAIN: refused, why says
@@ -516,7 +516,7 @@ int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
  * deadline, draining) with a retry-after; *out NULL. ES_ENOSPC: it can never
  * fit the budget. ES_EINVAL / ES_EMODEL: inputs that do not match the model
  * (the detail names the input). Thread-safe. */
-int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why);
+ES_API int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why);
 
 /* Wait until the request completes (and its callback, if any, returned):
  * its status (0 or a negative error:
@@ -524,37 +524,37 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
  * ES_EAGAIN when memory pressure removed it), or ES_ETIMEDOUT from the wait
  * itself when timeout_ms (>= 0) passed first; check es_request_status to
  * tell them apart. Thread-safe. */
-int es_request_wait(es_request *r, int timeout_ms);
+ES_API int es_request_wait(es_request *r, int timeout_ms);
 /* ES_REQUEST_PENDING while queued or running, then the final status. */
-int es_request_status(es_request *r);
+ES_API int es_request_status(es_request *r);
 /* Take a queued request out of its queue: 0 and the request completes with
  * ES_ECANCELED; ES_EBUSY when it is already running (runs are not
  * interrupted) and ES_ESTATE when it has completed. Thread-safe. */
-int es_request_cancel(es_request *r);
+ES_API int es_request_cancel(es_request *r);
 /* Output i of a completed request (data in the runtime's buddy pool, valid
  * until es_request_free). ES_ESTATE before completion or after a failure. */
-int es_request_output(es_request *r, int i, es_tensor *out);
+ES_API int es_request_output(es_request *r, int i, es_tensor *out);
 /* How many outputs the request's model has; 0 for a NULL or freed
  * handle. */
-int es_request_output_count(es_request *r);
-int es_request_info_get(es_request *r, es_request_info *out);
+ES_API int es_request_output_count(es_request *r);
+ES_API int es_request_info_get(es_request *r, es_request_info *out);
 /* Release the handle: its outputs, its admission slot and bytes. A request
  * still queued is cancelled first; one still running is released when it
  * completes. NULL is a no-op. */
-void es_request_free(es_request *r);
+ES_API void es_request_free(es_request *r);
 
 /* Stop or restart dispatching (queued requests stay queued). For tests and
  * for draining before maintenance. Thread-safe. */
-int es_runtime_pause(es_runtime *rt, int paused);
+ES_API int es_runtime_pause(es_runtime *rt, int paused);
 /* Read the memory state now (as the monitor does) and apply it. */
-int es_runtime_watch_now(es_runtime *rt);
+ES_API int es_runtime_watch_now(es_runtime *rt);
 
-int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out);
-int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out);
-int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out);
+ES_API int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out);
+ES_API int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *out);
+ES_API int es_runtime_lane_stats_get(es_runtime *rt, int lane, es_lane_stats *out);
 /* The admission gate (for its stats and limits). Owned by the runtime;
  * NULL for a NULL or dead runtime. */
-es_admission *es_runtime_admission(es_runtime *rt);
+ES_API es_admission *es_runtime_admission(es_runtime *rt);
 
 #ifdef __cplusplus
 }

@@ -102,15 +102,15 @@ typedef struct es_server_report {
  * files into it, pass it to es_server_create (which copies what it needs and
  * keeps no pointer into it), then es_server_config_fini it. A struct copy
  * shares models_json: fini only one of them. */
-void es_server_config_default(es_server_config *cfg);
+ES_API void es_server_config_default(es_server_config *cfg);
 /* Parse a JSON server config file into cfg (fields not given keep their
  * values); its "models" are kept in cfg->models_json (replacing earlier
  * ones) and added at create. ES_EINVAL with a detail naming the file and
  * field, ES_ENOMEM. */
-int es_server_config_load(es_server_config *cfg, const char *path);
+ES_API int es_server_config_load(es_server_config *cfg, const char *path);
 /* Free what es_server_config_load allocated in cfg. NULL: no-op; calling it
  * twice is harmless. */
-void es_server_config_fini(es_server_config *cfg);
+ES_API void es_server_config_fini(es_server_config *cfg);
 
 /* Thread safety: es_server_config_* work on caller-owned memory (one
  * thread per config). es_server_create may be called from any thread, and
@@ -125,24 +125,24 @@ void es_server_config_fini(es_server_config *cfg);
  * set), start listening. ES_EIO when the address cannot be bound (the
  * detail says why), model errors as es_runtime_model_load. cfg is copied:
  * it may be finished (es_server_config_fini) right after. */
-int es_server_create(const es_server_config *cfg, es_server **out);
+ES_API int es_server_create(const es_server_config *cfg, es_server **out);
 /* The port actually bound (useful with port 0). ES_EINVAL for NULL. */
-int es_server_port(const es_server *s, int *port);
+ES_API int es_server_port(const es_server *s, int *port);
 /* The server's runtime (owned by the server, valid until
  * es_server_destroy); NULL for a NULL server. */
-es_runtime *es_server_runtime(es_server *s);
+ES_API es_runtime *es_server_runtime(es_server *s);
 /* Stop accepting connections, refuse new requests (503 draining), give
  * queued and running ones up to grace_ms to finish, then cancel what is
  * still queued. report may be NULL. A second call only copies the first
  * call's report. ES_EINVAL for NULL. */
-int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report);
+ES_API int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report);
 /* Shut down (if not yet) with no grace and free everything. NULL: no-op. */
-void es_server_destroy(es_server *s);
+ES_API void es_server_destroy(es_server *s);
 
 /* Prometheus text exposition of the server and runtime state, as served on
  * GET /metrics, in *text (es_mem_free it) of *len bytes (len may be NULL).
  * ES_EINVAL, ES_ENOMEM. */
-int es_server_metrics_text(es_server *s, char **text, size_t *len);
+ES_API int es_server_metrics_text(es_server *s, char **text, size_t *len);
 
 #ifdef __cplusplus
 }

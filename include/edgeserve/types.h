@@ -13,6 +13,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the library's public functions: with everything else compiled with
+ * hidden visibility, they are the only symbols a shared build exports. */
+#ifndef ES_API
+#if defined(__GNUC__)
+#define ES_API __attribute__((visibility("default")))
+#else
+#define ES_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,9 +42,9 @@ typedef enum es_dtype {
 } es_dtype;
 
 /* Bytes per element; 0 for an unsupported type. */
-size_t es_dtype_size(es_dtype t);
+ES_API size_t es_dtype_size(es_dtype t);
 /* "float32", "int64", ...; "undefined" otherwise. */
-const char *es_dtype_name(es_dtype t);
+ES_API const char *es_dtype_name(es_dtype t);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,7 @@ static const struct {
 #undef ES_OP_ROW_
 };
 
-es_op es_op_from_name(const char *name) {
+es_op es__op_from_name(const char *name) {
   if (!name)
     return ES_OP_UNKNOWN;
   for (int i = 1; i < ES_OP_COUNT; i++)
@@ -23,21 +23,21 @@ es_op es_op_from_name(const char *name) {
   return ES_OP_UNKNOWN;
 }
 
-const char *es_op_name(es_op op) {
+const char *es__op_name(es_op op) {
   return (unsigned)op < ES_OP_COUNT ? es_ops_[op].name : "?";
 }
 
-int es_op_min_opset(es_op op) { return (unsigned)op < ES_OP_COUNT ? es_ops_[op].min_opset : 0; }
+int es__op_min_opset(es_op op) { return (unsigned)op < ES_OP_COUNT ? es_ops_[op].min_opset : 0; }
 
-const char *es_op_label(const char *name, int index, es_op op, char *buf, size_t size) {
+const char *es__op_label(const char *name, int index, es_op op, char *buf, size_t size) {
   if (name && name[0])
-    snprintf(buf, size, "node '%s' (#%d %s)", name, index, es_op_name(op));
+    snprintf(buf, size, "node '%s' (#%d %s)", name, index, es__op_name(op));
   else
-    snprintf(buf, size, "node #%d (%s)", index, es_op_name(op));
+    snprintf(buf, size, "node #%d (%s)", index, es__op_name(op));
   return buf;
 }
 
-const es_attr *es_attr_find(const es_attr *attrs, int n, const char *name) {
+const es_attr *es__attr_find(const es_attr *attrs, int n, const char *name) {
   for (int i = 0; i < n; i++)
     if (!strcmp(attrs[i].name, name))
       return &attrs[i];

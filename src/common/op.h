@@ -63,13 +63,13 @@ typedef enum es_op {
 } es_op;
 
 /* ES_OP_UNKNOWN for a name the engine does not run. */
-es_op es_op_from_name(const char *name);
-const char *es_op_name(es_op op);
-int es_op_min_opset(es_op op);
+es_op es__op_from_name(const char *name);
+const char *es__op_name(es_op op);
+int es__op_min_opset(es_op op);
 
 /* "node 'name' (#3 Conv)" (or "node #3 (Conv)" without a name) in buf, for
  * error messages; index is the node's position in its file. */
-const char *es_op_label(const char *name, int index, es_op op, char *buf, size_t size);
+const char *es__op_label(const char *name, int index, es_op op, char *buf, size_t size);
 
 /* ---- attributes ------------------------------------------------------------ */
 
@@ -104,10 +104,10 @@ typedef struct es_attr {
   int tensor;            /* TENSOR: the graph's constant value holding it (the
                             model layer's index), or -1 */
   const es_attr_tensor *t; /* TENSOR: its value, resolved by the model layer
-                              (es_graph_attrs_resolve); NULL until then */
+                              (es__graph_attrs_resolve); NULL until then */
 } es_attr;
 
 /* The attribute called name in attrs[0..n), or NULL. */
-const es_attr *es_attr_find(const es_attr *attrs, int n, const char *name);
+const es_attr *es__attr_find(const es_attr *attrs, int n, const char *name);
 
 #endif

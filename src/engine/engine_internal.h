@@ -27,21 +27,21 @@ static inline es_knode es__knode_of(const es_node *nd) {
 }
 
 /* Load-time lowering of a graph for our kernels, on a sorted, pruned graph
- * whose constants are still staged (es_onnx_load's result).
+ * whose constants are still staged (es__onnx_load's result).
  *
  * fold.c: constant folding, then BatchNormalization merged into the Conv /
  * ConvTranspose before it. Counts what it did in folded_nodes and
  * folded_bn. ES_EMODEL (or ES_ENOMEM) naming the node when evaluating a
  * constant node fails other than with ES_ENOTSUP. */
-int es_graph_fold(es_graph *g);
+int es__graph_fold(es_graph *g);
 /* fuse.c: activations and residual Adds into the Conv before them,
  * elementwise chains into one node, the LayerNorm pattern into one node.
  * Runs after folding, before sealing. Skipped when es_engine_set_fusion(0)
  * was called (to compare fused and unfused graphs). */
-int es_graph_fuse(es_graph *g);
+int es__graph_fuse(es_graph *g);
 /* Parse an ONNX file's bytes into g (zeroed by the caller), fold, fuse and
  * seal its weights: the graph a model holds. On failure g is cleaned up. */
-int es_graph_load_lowered(const void *data, size_t size, es_graph *g);
+int es__graph_load_lowered(const void *data, size_t size, es_graph *g);
 
 /* es_model_plan, and with value_descs (one per graph value) the shape each
  * value got while planning (dtype ES_DTYPE_UNDEFINED for values the plan

@@ -8,7 +8,7 @@
  *   graph    the IR after folding and fusion (values, nodes, attributes)
  *   weights  every live constant, 64-byte aligned
  *   prepared weights already reordered into oneDNN's layouts, keyed as the
- *            kernels key them (es_kinst_prepared), 64-byte aligned
+ *            kernels key them (es__kinst_prepared), 64-byte aligned
  *
  * Loading maps the whole file PROT_READ + MAP_SHARED through es_weights_open:
  * constants and prepared weights are used in place, so N processes serving
@@ -165,7 +165,7 @@ static void graph_write(wbuf *b, const es_graph *g, const uint64_t *data_off) {
   for (int n = 0; n < g->n_nodes; n++) {
     const es_node *nd = &g->nodes[n];
     put_str(b, nd->name);
-    put_str(b, es_op_name(nd->op));
+    put_str(b, es__op_name(nd->op));
     put_i32(b, nd->file_index);
     put_i32(b, nd->n_in);
     for (int i = 0; i < nd->n_in; i++)
@@ -245,7 +245,7 @@ int es_model_compile(es_model *m, const char *source_path, const char *out_path)
   }
   if (rc == 0) {
     graph_write(&graph, g, data_off);
-    rc = es_prep_store_each(m->prep, prep_one, &pc);
+    rc = es__prep_store_each(m->prep, prep_one, &pc);
   }
   if (rc == 0 && (weights.err || graph.err || pc.table.err || pc.data.err))
     rc = es__fail(ES_ENOMEM, "out of memory compiling");
@@ -363,7 +363,7 @@ static const char *get_str(rcur *c, es_ctx *ctx) {
     c->bad = 1;
     return NULL;
   }
-  char *s = es_ctx_alloc(ctx, (size_t)n + 1);
+  char *s = es__ctx_alloc(ctx, (size_t)n + 1);
   if (!s) {
     c->bad = 1;
     return NULL;
@@ -387,10 +387,10 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
   size_t left = (size_t)(c->end - c->p);
   if (c->bad || nv > left / 8 || nn > left / 8 || ni > nv || no > nv || nv > (1u << 24))
     return BAD("compiled model: graph counts are corrupt");
-  g->values = es_ctx_alloc(&g->ctx, ((size_t)nv + 1) * sizeof *g->values);
-  g->nodes = es_ctx_alloc(&g->ctx, ((size_t)nn + 1) * sizeof *g->nodes);
-  g->inputs = es_ctx_alloc(&g->ctx, ((size_t)ni + 1) * sizeof(int));
-  g->outputs = es_ctx_alloc(&g->ctx, ((size_t)no + 1) * sizeof(int));
+  g->values = es__ctx_alloc(&g->ctx, ((size_t)nv + 1) * sizeof *g->values);
+  g->nodes = es__ctx_alloc(&g->ctx, ((size_t)nn + 1) * sizeof *g->nodes);
+  g->inputs = es__ctx_alloc(&g->ctx, ((size_t)ni + 1) * sizeof(int));
+  g->outputs = es__ctx_alloc(&g->ctx, ((size_t)no + 1) * sizeof(int));
   if (!g->values || !g->nodes || !g->inputs || !g->outputs)
     return es__fail(ES_ENOMEM, "out of memory loading a compiled model");
   g->cap_values = (int)nv;
@@ -433,11 +433,11 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
     nd->file_index = get_i32(c);
     if (c->bad || !op)
       return BAD("compiled model: node #%u is corrupt", n);
-    nd->op = es_op_from_name(op);
+    nd->op = es__op_from_name(op);
     if (nd->op == ES_OP_UNKNOWN) {
       /* internal operators are written by name too */
       for (int k = 1; k < ES_OP_COUNT; k++)
-        if (!strcmp(es_op_name((es_op)k), op))
+        if (!strcmp(es__op_name((es_op)k), op))
           nd->op = (es_op)k;
       if (nd->op == ES_OP_UNKNOWN)
         return es__fail(ES_ENOTSUP, "compiled model: node #%u has unknown operator '%s'", n, op);
@@ -446,7 +446,7 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
     if (c->bad || nin < 0 || nin > 4096)
       return BAD("compiled model: node #%u is corrupt", n);
     nd->n_in = nin;
-    nd->in = es_ctx_alloc(&g->ctx, ((size_t)nin + 1) * sizeof(int));
+    nd->in = es__ctx_alloc(&g->ctx, ((size_t)nin + 1) * sizeof(int));
     for (int i = 0; nd->in && i < nin; i++)
       if ((nd->in[i] = get_i32(c)) < -1 || nd->in[i] >= (int)nv)
         c->bad = 1;
@@ -454,7 +454,7 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
     if (c->bad || !nd->in || nout < 1 || nout > 4096)
       return BAD("compiled model: node #%u is corrupt", n);
     nd->n_out = nout;
-    nd->out = es_ctx_alloc(&g->ctx, ((size_t)nout + 1) * sizeof(int));
+    nd->out = es__ctx_alloc(&g->ctx, ((size_t)nout + 1) * sizeof(int));
     for (int i = 0; nd->out && i < nout; i++)
       if ((nd->out[i] = get_i32(c)) < -1 || nd->out[i] >= (int)nv)
         c->bad = 1;
@@ -462,7 +462,7 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
     if (c->bad || !nd->out || na < 0 || na > 4096)
       return BAD("compiled model: node #%u is corrupt", n);
     nd->n_attr = na;
-    nd->attrs = es_ctx_alloc(&g->ctx, ((size_t)na + 1) * sizeof(es_attr));
+    nd->attrs = es__ctx_alloc(&g->ctx, ((size_t)na + 1) * sizeof(es_attr));
     if (!nd->attrs)
       return es__fail(ES_ENOMEM, "out of memory loading a compiled model");
     for (int a = 0; a < na; a++) {
@@ -477,12 +477,12 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
         return BAD("compiled model: attribute of node #%u is corrupt", n);
       at->n = (size_t)cnt;
       if (at->type == ES_ATTR_INTS) {
-        int64_t *v = es_ctx_alloc(&g->ctx, at->n * 8 + 8);
+        int64_t *v = es__ctx_alloc(&g->ctx, at->n * 8 + 8);
         if (!v || take(c, v, at->n * 8) < 0)
           return BAD("compiled model: attribute of node #%u is corrupt", n);
         at->ints = v;
       } else if (at->type == ES_ATTR_FLOATS) {
-        float *v = es_ctx_alloc(&g->ctx, at->n * 4 + 4);
+        float *v = es__ctx_alloc(&g->ctx, at->n * 4 + 4);
         if (!v || take(c, v, at->n * 4) < 0)
           return BAD("compiled model: attribute of node #%u is corrupt", n);
         at->floats = v;
@@ -559,14 +559,14 @@ int es__esm_load(const char *path, es_model *m) {
   rcur c = {base + h.graph_off, base + h.graph_off + h.graph_size, 0};
   rc = graph_read(&c, g, base + h.weights_off, h.weights_size);
   if (rc == 0)
-    rc = es_graph_toposort(g); /* refuses cycles; the order is already right */
+    rc = es__graph_toposort(g); /* refuses cycles; the order is already right */
   if (rc == 0) {
-    es_graph_prune(g);
+    es__graph_prune(g);
     g->weights = w; /* the graph holds the mapping's reference */
     g->weight_bytes = h.weights_size;
-    rc = es_graph_attrs_resolve(g);
+    rc = es__graph_attrs_resolve(g);
     if (rc == 0)
-      rc = es_prep_store_create(&m->prep);
+      rc = es__prep_store_create(&m->prep);
   } else {
     /* constants point into the mapping, not at blocks of their own: the
      * graph must not free them */
@@ -590,9 +590,9 @@ int es__esm_load(const char *path, es_model *m) {
       if (p.bad || !key || off % ESM_ALIGN || off > size || len > size - off)
         rc = BAD("%s: prepared weights table is corrupt", path);
       else
-        rc = es_prep_store_add(m->prep, key, w, base + off, (size_t)len);
+        rc = es__prep_store_add(m->prep, key, w, base + off, (size_t)len);
     }
-    es_ctx_free_all(&tmp);
+    es__ctx_free_all(&tmp);
     m->compiled_prepared = (int)count;
   }
   m->compiled = 1;

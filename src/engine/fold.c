@@ -1,8 +1,8 @@
 /* Load-time graph optimisation: constant folding, and BatchNormalization
  * merged into the convolution before it.
  *
- * Both passes run once per model, inside es_onnx_load, after the graph is
- * sorted and pruned and before es_graph_seal. Every constant still sits in a
+ * Both passes run once per model, inside es__onnx_load, after the graph is
+ * sorted and pruned and before es__graph_seal. Every constant still sits in a
  * writable staging block of its own (graph.h), so a pass may add constants
  * and stop reading others; sealing then copies only what runs into the
  * read-only weight region. Doing this at load instead of in the planner
@@ -11,7 +11,7 @@
  *
  * Constant folding. One sweep in topological order: a node whose inputs are
  * all constants (initializers, Constant nodes, outputs of nodes folded
- * earlier in the sweep) is evaluated with its kernel (es_kernel_eval);
+ * earlier in the sweep) is evaluated with its kernel (es__kernel_eval);
  * its outputs become constants and the node goes. Only shape-independent
  * work folds here: a chain that starts from a graph input's shape (Shape ->
  * Slice -> Concat) waits for the planner, which knows the shape. A kernel
@@ -58,7 +58,7 @@ static void nodes_remove(es_graph *g, const unsigned char *gone) {
     if (!gone[i])
       g->nodes[kept++] = g->nodes[i];
   g->n_nodes = kept;
-  es_graph_reindex(g);
+  es__graph_reindex(g);
 }
 
 /* ==========================================================================
@@ -82,10 +82,10 @@ static int inputs_constant(const es_graph *g, const es_node *nd) {
 }
 
 /* The failure of a fold, naming the node: kernel errors (ES_KFAIL) already
- * start with its label, es_kernel_eval's own (out of memory) do not. */
+ * start with its label, es__kernel_eval's own (out of memory) do not. */
 static int fold_fail(const es_node *nd, int rc) {
   char label[120]; /* the size es_kinst uses, so the labels compare equal */
-  es_node_label(nd, label, sizeof label);
+  es__node_label(nd, label, sizeof label);
   const char *detail = es_last_error_detail();
   if (strstr(detail, label))
     return rc;
@@ -103,14 +103,14 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
     if (v < 0)
       continue;
     const es_value *val = &g->values[v];
-    int rc = es_tdesc_set(&a->desc[k], val->dtype, val->rank, val->dims);
+    int rc = es__tdesc_set(&a->desc[k], val->dtype, val->rank, val->dims);
     if (rc < 0)
       return rc;
     a->in_desc[k] = &a->desc[k];
     a->in_data[k] = val->data;
   }
   es_knode kn = es__knode_of(nd);
-  int rc = es_kernel_eval(&kn, g->opset, nd->n_in, a->in_desc, a->in_data, nd->n_out, a->out_desc,
+  int rc = es__kernel_eval(&kn, g->opset, nd->n_in, a->in_desc, a->in_data, nd->n_out, a->out_desc,
                           a->out_data);
   if (rc < 0)
     return rc;
@@ -120,7 +120,7 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
         es_mem_free(a->out_data[i]);
       char label[120];
       return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type",
-                      es_node_label(nd, label, sizeof label), o);
+                      es__node_label(nd, label, sizeof label), o);
     }
   for (int o = 0; o < nd->n_out; o++) {
     int v = nd->out[o];
@@ -135,7 +135,7 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
     val->dtype = d->dtype;
     val->rank = d->rank;
     memcpy(val->dims, d->dims, sizeof val->dims);
-    val->data = a->out_data[o]; /* es_kernel_eval's block, now staging */
+    val->data = a->out_data[o]; /* es__kernel_eval's block, now staging */
     val->nbytes = d->nbytes;
   }
   return 0;
@@ -161,7 +161,7 @@ static int fold_constants(es_graph *g, unsigned char *gone) {
     rc = es__fail(ES_ENOMEM, "out of memory folding constants");
   for (int n = 0; rc == 0 && n < g->n_nodes; n++) {
     const es_node *nd = &g->nodes[n];
-    if (!inputs_constant(g, nd) || !es_kernel_for(nd->op))
+    if (!inputs_constant(g, nd) || !es__kernel_for(nd->op))
       continue;
     rc = fold_node(g, nd, &a);
     if (rc == ES_ENOTSUP) {
@@ -207,7 +207,7 @@ static int const_f32_vec(const es_graph *g, int v, int64_t m) {
 
 /* 1 when the attribute is absent or an int equal to want. */
 static int attr_int_is(const es_node *n, const char *name, int64_t want) {
-  const es_attr *a = es_node_attr(n, name);
+  const es_attr *a = es__node_attr(n, name);
   return !a || (a->type == ES_ATTR_INT && a->i == want);
 }
 
@@ -219,7 +219,7 @@ static int bn_match_find(es_graph *g, const es_node *bn, bn_match *m) {
     return 0;
   if (!attr_int_is(bn, "training_mode", 0) || !attr_int_is(bn, "spatial", 1))
     return 0;
-  const es_attr *ea = es_node_attr(bn, "epsilon");
+  const es_attr *ea = es__node_attr(bn, "epsilon");
   if (ea && ea->type != ES_ATTR_FLOAT)
     return 0;
   m->eps = ea ? (double)ea->f : (double)1e-5f; /* the kernel's default, as a float */
@@ -233,7 +233,7 @@ static int bn_match_find(es_graph *g, const es_node *bn, bn_match *m) {
     return 0;
   if (conv->n_out != 1 || conv->out[0] != x || conv->n_in < 2 || conv->n_in > 3)
     return 0;
-  const es_attr *ga = es_node_attr(conv, "group");
+  const es_attr *ga = es__node_attr(conv, "group");
   if (ga && ga->type != ES_ATTR_INT)
     return 0;
   m->group = ga ? ga->i : 1;
@@ -297,7 +297,7 @@ static int bn_merge(es_graph *g, const es_node *bn, const bn_match *m) {
   const float *mean = g->values[m->mean].data, *var = g->values[m->var].data;
   const float *bconv = m->b >= 0 ? g->values[m->b].data : NULL;
   char label[120];
-  es_node_label(bn, label, sizeof label);
+  es__node_label(bn, label, sizeof label);
   double *a = es_mem_alloc(ES_MEM_MODEL, (size_t)m->m * sizeof *a);
   if (!a)
     return es__fail(ES_ENOMEM, "%s: out of memory merging it into its convolution", label);
@@ -311,7 +311,7 @@ static int bn_merge(es_graph *g, const es_node *bn, const bn_match *m) {
   const es_value *w = &g->values[m->w];
   float *wd = es_mem_alloc(ES_MEM_MODEL, w->nbytes);
   float *bd = es_mem_alloc(ES_MEM_MODEL, (size_t)m->m * sizeof *bd);
-  int *in3 = m->conv->n_in < 3 ? es_ctx_alloc(&g->ctx, 3 * sizeof *in3) : m->conv->in;
+  int *in3 = m->conv->n_in < 3 ? es__ctx_alloc(&g->ctx, 3 * sizeof *in3) : m->conv->in;
   if (!wd || !bd || !in3) {
     es_mem_free(a);
     es_mem_free(wd);
@@ -327,13 +327,13 @@ static int bn_merge(es_graph *g, const es_node *bn, const bn_match *m) {
   char nm[64];
   int wv, bv, rc;
   snprintf(nm, sizeof nm, "\x01" "bn:%d:W", bn->file_index);
-  if ((rc = es_graph_const_append(g, nm, g->values[m->w].dtype, g->values[m->w].rank,
+  if ((rc = es__graph_const_append(g, nm, g->values[m->w].dtype, g->values[m->w].rank,
                                    g->values[m->w].dims, wd, g->values[m->w].nbytes, &wv)) < 0) {
     es_mem_free(bd);
     return rc;
   }
   snprintf(nm, sizeof nm, "\x01" "bn:%d:B", bn->file_index);
-  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &m->m, bd,
+  if ((rc = es__graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &m->m, bd,
                                    (size_t)m->m * sizeof *bd, &bv)) < 0)
     return rc;
 
@@ -371,10 +371,10 @@ static int fold_batchnorms(es_graph *g, unsigned char *gone) {
  * Entry point
  * ======================================================================== */
 
-int es_graph_fold(es_graph *g) {
+int es__graph_fold(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "constants can only be folded before the weights are sealed");
-  es_graph_reindex(g);
+  es__graph_reindex(g);
   unsigned char *gone = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_nodes + 1, 1);
   if (!gone)
     return es__fail(ES_ENOMEM, "out of memory folding %d nodes", g->n_nodes);

@@ -1,15 +1,15 @@
 /* Load-time fusion: fewer, fatter nodes, so a request makes fewer passes
  * over its activations.
  *
- * Runs once per model when the engine loads it, after es_graph_fold and
- * before es_graph_seal (constants are still staged and writable, graph.h). Every
+ * Runs once per model when the engine loads it, after es__graph_fold and
+ * before es__graph_seal (constants are still staged and writable, graph.h). Every
  * rewrite below removes nodes whose intermediate results nothing else can
  * see: each intermediate value has exactly the consumers the pattern names
  * (usually one) and is not a graph output. The fused node takes over the
  * output value of the pattern's last node, so consumers and graph outputs
  * keep their names, and it goes into that node's slot: every input of the
  * pattern is computed before its last node, so the order stays topological.
- * Constants the rewrites stop reading are dropped by es_graph_seal. In
+ * Constants the rewrites stop reading are dropped by es__graph_seal. In
  * order:
  *
  *   1. Identities. Mul or Div by ones, Add or Sub of zeros (a constant that
@@ -100,7 +100,7 @@ int es__fz_shape_same(const sshape *a, const sshape *b) {
 }
 
 int es__fz_attr_int(const es_node *n, const char *name, int64_t def, int64_t *out) {
-  const es_attr *a = es_node_attr(n, name);
+  const es_attr *a = es__node_attr(n, name);
   if (a && a->type != ES_ATTR_INT)
     return 0;
   *out = a ? a->i : def;
@@ -108,7 +108,7 @@ int es__fz_attr_int(const es_node *n, const char *name, int64_t def, int64_t *ou
 }
 
 int es__fz_attr_float(const es_node *n, const char *name, float def, float *out) {
-  const es_attr *a = es_node_attr(n, name);
+  const es_attr *a = es__node_attr(n, name);
   if (a && a->type != ES_ATTR_FLOAT)
     return 0;
   *out = a ? a->f : def;
@@ -117,7 +117,7 @@ int es__fz_attr_float(const es_node *n, const char *name, float def, float *out)
 
 /* Exactly len ints (def each when absent); 0 when malformed. */
 int es__fz_attr_ints(const es_node *n, const char *name, int len, int64_t def, int64_t *out) {
-  const es_attr *a = es_node_attr(n, name);
+  const es_attr *a = es__node_attr(n, name);
   if (!a) {
     for (int i = 0; i < len; i++)
       out[i] = def;
@@ -130,7 +130,7 @@ int es__fz_attr_ints(const es_node *n, const char *name, int len, int64_t def, i
 }
 
 const char *es__fz_attr_str(const es_node *n, const char *name, const char *def) {
-  const es_attr *a = es_node_attr(n, name);
+  const es_attr *a = es__node_attr(n, name);
   if (!a)
     return def;
   return a->type == ES_ATTR_STRING ? a->s : NULL;
@@ -188,7 +188,7 @@ void es__fz_nodes_compact(fuser *f) {
       g->nodes[kept++] = g->nodes[i];
   memset(f->gone, 0, (size_t)g->n_nodes);
   g->n_nodes = kept;
-  es_graph_reindex(g);
+  es__graph_reindex(g);
 }
 
 /* v is an intermediate a pattern may swallow: produced by a node, read by
@@ -226,7 +226,7 @@ int es__fz_other_input(const es_node *nd, int v) {
 /* Node nd (n_in inputs in, attributes plus extra) with arrays in the
  * graph's context. */
 es_attr *es__fz_attrs_extend(es_graph *g, const es_node *nd, int extra) {
-  es_attr *a = es_ctx_alloc(&g->ctx, (size_t)(nd->n_attr + extra) * sizeof *a);
+  es_attr *a = es__ctx_alloc(&g->ctx, (size_t)(nd->n_attr + extra) * sizeof *a);
   if (a && nd->n_attr)
     memcpy(a, nd->attrs, (size_t)nd->n_attr * sizeof *a);
   return a;
@@ -342,12 +342,12 @@ static _Atomic int fusion_on_ = 1;
 
 void es_engine_fusion_set(int on) { atomic_store(&fusion_on_, on ? 1 : 0); }
 
-int es_graph_fuse(es_graph *g) {
+int es__graph_fuse(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "nodes can only be fused before the weights are sealed");
   if (!atomic_load(&fusion_on_))
     return 0;
-  es_graph_reindex(g);
+  es__graph_reindex(g);
   fuser f = {.g = g};
   f.gone = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_nodes + 1, 1);
   int rc = f.gone ? 0 : es__fail(ES_ENOMEM, "out of memory fusing %d nodes", g->n_nodes);

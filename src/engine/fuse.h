@@ -47,7 +47,7 @@ typedef struct fuser {
   unsigned char *gone; /* per node: removed by the rewrite in progress */
 } fuser;
 
-/* ---- passes, in the order es_graph_fuse runs them ------------------------ */
+/* ---- passes, in the order es__graph_fuse runs them ------------------------ */
 
 int es__fuse_shapes(fuser *f);      /* fuse_shapes.c: symbolic shapes and types */
 int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */

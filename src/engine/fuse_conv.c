@@ -217,7 +217,7 @@ static int conv_rewrite_weights(es_graph *g, conv_info *ci, const affine *post,
     es_mem_free(bd);
     es_mem_free(bacc);
     return es__fail(ES_ENOMEM, "%s: out of memory fusing into its weights",
-                    es_node_label(ci->node, label, sizeof label));
+                    es__node_label(ci->node, label, sizeof label));
   }
   int64_t cg = ci->c / ci->g, mg = ci->m / ci->g;
   for (int64_t oc = 0; oc < ci->m; oc++)
@@ -248,21 +248,21 @@ static int conv_rewrite_weights(es_graph *g, conv_info *ci, const affine *post,
   /* Names no ONNX identifier can take, as fold.c's. */
   char nm[64];
   int wv, bv, rc;
-  int *in3 = ci->node->n_in < 3 ? es_ctx_alloc(&g->ctx, 3 * sizeof *in3) : ci->node->in;
+  int *in3 = ci->node->n_in < 3 ? es__ctx_alloc(&g->ctx, 3 * sizeof *in3) : ci->node->in;
   if (!in3) {
     es_mem_free(wd);
     es_mem_free(bd);
     return es__fail(ES_ENOMEM, "%s: out of memory fusing into its weights",
-                    es_node_label(ci->node, label, sizeof label));
+                    es__node_label(ci->node, label, sizeof label));
   }
   snprintf(nm, sizeof nm, "\x01" "fuse:%d:W:%d", ci->node->file_index, g->n_values);
-  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, w->rank, w->dims, wd, w->nbytes,
+  if ((rc = es__graph_const_append(g, nm, ES_DTYPE_FLOAT, w->rank, w->dims, wd, w->nbytes,
                                    &wv)) < 0) {
     es_mem_free(bd);
     return rc;
   }
   snprintf(nm, sizeof nm, "\x01" "fuse:%d:B:%d", ci->node->file_index, g->n_values);
-  if ((rc = es_graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &ci->m, bd,
+  if ((rc = es__graph_const_append(g, nm, ES_DTYPE_FLOAT, 1, &ci->m, bd,
                                    (size_t)ci->m * sizeof *bd, &bv)) < 0)
     return rc;
   in3[0] = ci->node->in[0];
@@ -521,13 +521,13 @@ static int conv_take_chain(fuser *f, int n, const post_chain *pc) {
       last = pc->nodes[i];
   if (pc->codes) {
     es_attr *attrs = es__fz_attrs_extend(g, &nd, 2);
-    int64_t *codes = es_ctx_alloc(&g->ctx, (size_t)pc->codes * sizeof *codes);
-    float *par = es_ctx_alloc(&g->ctx, (size_t)pc->codes * 2 * sizeof *par);
-    char *n1 = es_ctx_strdup(&g->ctx, "_post"), *n2 = es_ctx_strdup(&g->ctx, "_post_f");
-    int *in4 = pc->residual >= 0 ? es_ctx_alloc(&g->ctx, 4 * sizeof *in4) : nd.in;
+    int64_t *codes = es__ctx_alloc(&g->ctx, (size_t)pc->codes * sizeof *codes);
+    float *par = es__ctx_alloc(&g->ctx, (size_t)pc->codes * 2 * sizeof *par);
+    char *n1 = es__ctx_strdup(&g->ctx, "_post"), *n2 = es__ctx_strdup(&g->ctx, "_post_f");
+    int *in4 = pc->residual >= 0 ? es__ctx_alloc(&g->ctx, 4 * sizeof *in4) : nd.in;
     if (!attrs || !codes || !par || !n1 || !n2 || !in4)
       return es__fail(ES_ENOMEM, "%s: out of memory fusing its activations",
-                      es_node_label(&nd, label, sizeof label));
+                      es__node_label(&nd, label, sizeof label));
     memcpy(codes, pc->code, (size_t)pc->codes * sizeof *codes);
     memcpy(par, pc->par, (size_t)pc->codes * 2 * sizeof *par);
     attrs[nd.n_attr] = (es_attr){.name = n1, .type = ES_ATTR_INTS, .n = (size_t)pc->codes,
@@ -560,7 +560,7 @@ static int conv_take_chain(fuser *f, int n, const post_chain *pc) {
 static int fuse_conv_after(fuser *f, int n) {
   es_graph *g = f->g;
   conv_info ci;
-  if (!conv_info_get(g, &g->nodes[n], &ci) || es_node_attr(ci.node, "_post"))
+  if (!conv_info_get(g, &g->nodes[n], &ci) || es__node_attr(ci.node, "_post"))
     return 0;
   post_chain pc = {.residual = -1, .tip = ci.node->out[0]};
   affine a = {0};

@@ -264,14 +264,14 @@ static int ew_rewrite(fuser *f, const ew_group *gr, const ew_prog *p) {
   es_graph *g = f->g;
   es_node nd = g->nodes[gr->sink];
   char label[120];
-  int *in = es_ctx_alloc(&g->ctx, (size_t)p->n_in * sizeof *in);
-  int64_t *code = es_ctx_alloc(&g->ctx, (size_t)p->n_code * sizeof *code);
-  float *imm = p->n_imm ? es_ctx_alloc(&g->ctx, (size_t)p->n_imm * sizeof *imm) : NULL;
-  es_attr *attrs = es_ctx_alloc(&g->ctx, 2 * sizeof *attrs);
-  char *n1 = es_ctx_strdup(&g->ctx, "_prog"), *n2 = es_ctx_strdup(&g->ctx, "_prog_f");
+  int *in = es__ctx_alloc(&g->ctx, (size_t)p->n_in * sizeof *in);
+  int64_t *code = es__ctx_alloc(&g->ctx, (size_t)p->n_code * sizeof *code);
+  float *imm = p->n_imm ? es__ctx_alloc(&g->ctx, (size_t)p->n_imm * sizeof *imm) : NULL;
+  es_attr *attrs = es__ctx_alloc(&g->ctx, 2 * sizeof *attrs);
+  char *n1 = es__ctx_strdup(&g->ctx, "_prog"), *n2 = es__ctx_strdup(&g->ctx, "_prog_f");
   if (!in || !code || (p->n_imm && !imm) || !attrs || !n1 || !n2)
     return es__fail(ES_ENOMEM, "%s: out of memory fusing an elementwise chain",
-                    es_node_label(&nd, label, sizeof label));
+                    es__node_label(&nd, label, sizeof label));
   memcpy(in, p->in, (size_t)p->n_in * sizeof *in);
   memcpy(code, p->code, (size_t)p->n_code * sizeof *code);
   if (p->n_imm)

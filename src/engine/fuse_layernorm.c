@@ -22,7 +22,7 @@ static int reduce_last(const fuser *f, const es_node *nd, int x) {
   if (nd->op != ES_OP_ReduceMean || nd->n_out != 1 || nd->in[0] != x ||
       !es__fz_attr_int(nd, "keepdims", 1, &keep) || keep != 1)
     return 0;
-  const es_attr *a = es_node_attr(nd, "axes");
+  const es_attr *a = es__node_attr(nd, "axes");
   if (a) {
     if (a->type != ES_ATTR_INTS || a->n != 1)
       return 0;
@@ -115,13 +115,13 @@ static int fuse_layernorm_at(fuser *f, int n) {
 
   /* The final Add's slot becomes the LayerNorm. */
   es_node ln = g->nodes[badd_n];
-  int *in = es_ctx_alloc(&g->ctx, 3 * sizeof *in);
-  es_attr *attrs = es_ctx_alloc(&g->ctx, 2 * sizeof *attrs);
-  char *a1 = es_ctx_strdup(&g->ctx, "epsilon"), *a2 = es_ctx_strdup(&g->ctx, "axis");
+  int *in = es__ctx_alloc(&g->ctx, 3 * sizeof *in);
+  es_attr *attrs = es__ctx_alloc(&g->ctx, 2 * sizeof *attrs);
+  char *a1 = es__ctx_strdup(&g->ctx, "epsilon"), *a2 = es__ctx_strdup(&g->ctx, "axis");
   if (!in || !attrs || !a1 || !a2) {
     char label[120];
     return es__fail(ES_ENOMEM, "%s: out of memory fusing a LayerNorm",
-                    es_node_label(rm1, label, sizeof label));
+                    es__node_label(rm1, label, sizeof label));
   }
   in[0] = x;
   in[1] = gamma;

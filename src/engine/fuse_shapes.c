@@ -117,7 +117,7 @@ static void shape_window(fuser *f, const es_node *nd, const sshape *x, int64_t c
   if (ker)
     memcpy(k, ker, (size_t)nsp * sizeof *k);
   else
-    ok = ok && es_node_attr(nd, "kernel_shape") && es__fz_attr_ints(nd, "kernel_shape", nsp, 1, k);
+    ok = ok && es__node_attr(nd, "kernel_shape") && es__fz_attr_ints(nd, "kernel_shape", nsp, 1, k);
   o->rank = x->rank;
   o->d[0] = x->d[0];
   o->d[1] = channels;
@@ -158,7 +158,7 @@ static void shape_conv_transpose(fuser *f, const es_node *nd, const sshape *x, s
   int ok = ap && es__fz_attr_ints(nd, "strides", nsp, 1, st) && es__fz_attr_ints(nd, "dilations", nsp, 1, dl) &&
            es__fz_attr_ints(nd, "pads", 2 * nsp, 0, pads) &&
            es__fz_attr_ints(nd, "output_padding", nsp, 0, op);
-  int has_os = es_node_attr(nd, "output_shape") != NULL;
+  int has_os = es__node_attr(nd, "output_shape") != NULL;
   ok = ok && (!has_os || es__fz_attr_ints(nd, "output_shape", nsp, 0, os));
   o->rank = x->rank;
   o->d[0] = x->d[0];
@@ -315,7 +315,7 @@ static void shape_reshape(fuser *f, const es_node *nd, const sshape *x, sshape *
 static int node_axes(const fuser *f, const es_node *nd, int rank, int *mark) {
   int64_t ax[ES_MAX_RANK];
   int n = 0;
-  const es_attr *a = es_node_attr(nd, "axes");
+  const es_attr *a = es__node_attr(nd, "axes");
   if (a) {
     if (a->type != ES_ATTR_INTS || a->n > ES_MAX_RANK)
       return -1;
@@ -381,7 +381,7 @@ static void shape_transpose(const es_node *nd, const sshape *x, sshape *o) {
   o->rank = -1;
   if (x->rank < 0)
     return;
-  if (!es_node_attr(nd, "perm"))
+  if (!es__node_attr(nd, "perm"))
     for (int i = 0; i < x->rank; i++)
       perm[i] = x->rank - 1 - i;
   else if (!es__fz_attr_ints(nd, "perm", x->rank, 0, perm))
@@ -508,7 +508,7 @@ static void shape_node(fuser *f, const es_node *nd) {
     break;
   case ES_OP_Shape:
     o.rank = 1;
-    o.d[0] = x.rank >= 0 && !es_node_attr(nd, "start") && !es_node_attr(nd, "end")
+    o.d[0] = x.rank >= 0 && !es__node_attr(nd, "start") && !es__node_attr(nd, "end")
                  ? x.rank
                  : sym_fresh(f);
     break;

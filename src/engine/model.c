@@ -18,14 +18,14 @@
 
 static int model_ok(const es_model *m) { return es__model_ok(m); }
 
-int es_graph_load_lowered(const void *data, size_t size, es_graph *g) {
-  int rc = es_onnx_load(data, size, g);
+int es__graph_load_lowered(const void *data, size_t size, es_graph *g) {
+  int rc = es__onnx_load(data, size, g);
   if (rc < 0)
     return rc;
-  if ((rc = es_graph_fold(g)) == 0 && (rc = es_graph_fuse(g)) == 0)
-    rc = es_graph_seal(g);
+  if ((rc = es__graph_fold(g)) == 0 && (rc = es__graph_fuse(g)) == 0)
+    rc = es__graph_seal(g);
   if (rc < 0)
-    es_graph_fini(g);
+    es__graph_fini(g);
   return rc;
 }
 
@@ -36,14 +36,14 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
   es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
   if (!m)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
-  int rc = es_graph_load_lowered(data, size, &m->g);
+  int rc = es__graph_load_lowered(data, size, &m->g);
   if (rc < 0) {
     es_mem_free(m);
     return rc;
   }
-  rc = es_prep_store_create(&m->prep);
+  rc = es__prep_store_create(&m->prep);
   if (rc < 0) {
-    es_graph_fini(&m->g);
+    es__graph_fini(&m->g);
     es_mem_free(m);
     return rc;
   }
@@ -104,8 +104,8 @@ int es_model_load(const char *path, const void *opts, es_model **out) {
       return es__fail(ES_ENOMEM, "out of memory loading the model");
     int rc = es__esm_load(path, m);
     if (rc < 0) {
-      es_prep_store_destroy(m->prep);
-      es_graph_fini(&m->g);
+      es__prep_store_destroy(m->prep);
+      es__graph_fini(&m->g);
       es_mem_free(m);
       return rc;
     }
@@ -177,8 +177,8 @@ void es_model_release(es_model *m) {
     return;
   if (atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1)
     return;
-  es_prep_store_destroy(m->prep);
-  es_graph_fini(&m->g);
+  es__prep_store_destroy(m->prep);
+  es__graph_fini(&m->g);
   m->magic = 0;
   es_mem_free(m);
 }
@@ -221,7 +221,7 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->compiled = m->compiled;
   out->compiled_prepared = m->compiled_prepared;
   out->stale_compiled = m->stale_compiled;
-  out->prepared_bytes = es_prep_store_bytes(m->prep);
+  out->prepared_bytes = es__prep_store_bytes(m->prep);
   out->ir_version = m->g.ir_version;
   out->weights_resident = 0;
   if (m->g.weights)
@@ -238,6 +238,6 @@ int es_model_op_counts(const es_model *m, void (*fn)(void *user, const char *op,
     counts[m->g.nodes[i].op]++;
   for (int op = 1; op < ES_OP_COUNT; op++)
     if (counts[op])
-      fn(user, es_op_name((es_op)op), counts[op]);
+      fn(user, es__op_name((es_op)op), counts[op]);
   return 0;
 }

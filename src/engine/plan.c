@@ -212,9 +212,9 @@ static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) 
   es_plan *p = P->p;
   es_kinst *k = &st->k;
   st->nd = nd;
-  const es_tdesc **in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
-  es_tdesc **out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
-  const void **ins = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
+  const es_tdesc **in = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *in);
+  es_tdesc **out = es__ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *out);
+  const void **ins = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *ins);
   if (!in || !out || !ins)
     return es__fail(ES_ENOMEM, "out of memory planning");
   *all_static = 1;
@@ -256,7 +256,7 @@ static int fold_step(planner *P, step *st, const es_kernel *kern) {
     if (nd->out[o] < 0)
       continue;
     size_t n = P->v[nd->out[o]].desc.nbytes;
-    outs[o] = es_ctx_alloc(&P->p->ctx, n ? n : 1);
+    outs[o] = es__ctx_alloc(&P->p->ctx, n ? n : 1);
     if (!outs[o])
       return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
   }
@@ -309,9 +309,9 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   P->v[v].copy[lay] = c;
   pv->copy[P->v[v].desc.layout] = v;
 
-  es_node *nd = es_ctx_alloc(&p->ctx, sizeof *nd);
-  int *io = es_ctx_alloc(&p->ctx, 2 * sizeof *io);
-  es_attr *at = es_ctx_alloc(&p->ctx, sizeof *at);
+  es_node *nd = es__ctx_alloc(&p->ctx, sizeof *nd);
+  int *io = es__ctx_alloc(&p->ctx, 2 * sizeof *io);
+  es_attr *at = es__ctx_alloc(&p->ctx, sizeof *at);
   if (!nd || !io || !at)
     return es__fail(ES_ENOMEM, "out of memory planning");
   io[0] = v;
@@ -329,7 +329,7 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   nd->attrs = at;
   nd->file_index = -1;
 
-  const es_kernel *kern = es_kernel_for(ES_OP_Relayout);
+  const es_kernel *kern = es__kernel_for(ES_OP_Relayout);
   step *st = step_new(P);
   if (!st)
     return ES_ENOTSUP;
@@ -355,8 +355,8 @@ static int node_input_relayout(planner *P, es_node **nd, int *copied, int i, es_
   if (c < 0)
     return c;
   if (!*copied) {
-    es_node *cp = es_ctx_alloc(&P->p->ctx, sizeof *cp);
-    int *in = es_ctx_alloc(&P->p->ctx, ((size_t)(*nd)->n_in + 1) * sizeof *in);
+    es_node *cp = es__ctx_alloc(&P->p->ctx, sizeof *cp);
+    int *in = es__ctx_alloc(&P->p->ctx, ((size_t)(*nd)->n_in + 1) * sizeof *in);
     if (!cp || !in)
       return es__fail(ES_ENOMEM, "out of memory planning");
     *cp = **nd;
@@ -375,9 +375,9 @@ static int plan_nodes(planner *P) {
   for (int n = 0; n < g->n_nodes; n++) {
     es_node *nd = &g->nodes[n];
     int copied = 0;
-    const es_kernel *kern = es_kernel_for(nd->op);
+    const es_kernel *kern = es__kernel_for(nd->op);
     char label[120];
-    es_node_label(nd, label, sizeof label);
+    es__node_label(nd, label, sizeof label);
     if (!kern)
       return es__fail(ES_ENOTSUP, "%s: no kernel for this operator", label);
     if (nd->n_in > ES_PLAN_MAX_IO || nd->n_out > ES_PLAN_MAX_IO)
@@ -545,8 +545,8 @@ static int plan_memory(planner *P) {
   for (int s = 0; s < p->n_steps; s++) {
     step *st = &p->steps[s];
     const es_node *nd = st->nd;
-    st->in = es_ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(loc));
-    st->out = es_ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(loc));
+    st->in = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(loc));
+    st->out = es__ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(loc));
     if (!st->in || !st->out) {
       rc = es__fail(ES_ENOMEM, "out of memory planning");
       goto out;
@@ -592,7 +592,7 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
    * creating thread's setting: plan with the same default a run uses, or a
    * plan made on a fresh thread would start a team of every core on each
    * run (on a pinned worker, two threads taking turns on one core). */
-  es_kernels_threads_default();
+  es__kernels_threads_default();
   es_plan *p = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *p);
   if (!p)
     return es__fail(ES_ENOMEM, "out of memory planning");
@@ -607,11 +607,11 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   P.cap_v = g->n_values + (int)edges + g->n_outputs + 1;
   P.cap_steps = g->n_nodes + (int)edges + g->n_outputs + 1;
   P.v = es_mem_calloc(ES_MEM_ENGINE, (size_t)P.cap_v, sizeof *P.v);
-  p->steps = es_ctx_alloc(&p->ctx, (size_t)P.cap_steps * sizeof(step));
-  p->in_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_inputs + 1) * sizeof(es_tdesc));
-  p->out_desc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(es_tdesc));
-  p->out_loc = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(loc));
-  p->out_value = es_ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(int));
+  p->steps = es__ctx_alloc(&p->ctx, (size_t)P.cap_steps * sizeof(step));
+  p->in_desc = es__ctx_alloc(&p->ctx, ((size_t)g->n_inputs + 1) * sizeof(es_tdesc));
+  p->out_desc = es__ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(es_tdesc));
+  p->out_loc = es__ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(loc));
+  p->out_value = es__ctx_alloc(&p->ctx, ((size_t)g->n_outputs + 1) * sizeof(int));
   int rc = 0;
   if (!P.v || !p->steps || !p->in_desc || !p->out_desc || !p->out_loc || !p->out_value)
     rc = es__fail(ES_ENOMEM, "out of memory planning");
@@ -625,7 +625,7 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     pv->buf = -1;
     pv->copy[0] = pv->copy[1] = -1;
     if (val->kind == ES_VALUE_CONST) {
-      rc = es_tdesc_set(&pv->desc, val->dtype, val->rank, val->dims);
+      rc = es__tdesc_set(&pv->desc, val->dtype, val->rank, val->dims);
       pv->sdata = val->data ? val->data : (const void *)val; /* empty tensors: any non-NULL */
     }
   }
@@ -633,7 +633,7 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
     const es_value *val = &g->values[g->inputs[i]];
     rc = check_input_shape(val, &shapes[i], i);
     if (rc == 0)
-      rc = es_tdesc_set(&P.v[g->inputs[i]].desc, val->dtype, shapes[i].rank, shapes[i].dims);
+      rc = es__tdesc_set(&P.v[g->inputs[i]].desc, val->dtype, shapes[i].rank, shapes[i].dims);
     if (rc == 0) {
       P.v[g->inputs[i]].input = i;
       p->in_desc[i] = P.v[g->inputs[i]].desc;
@@ -646,7 +646,7 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   if (rc == 0)
     rc = plan_memory(&P);
   if (rc == 0) {
-    p->step_ns = es_ctx_alloc(&p->ctx, ((size_t)p->n_steps + 1) * sizeof *p->step_ns);
+    p->step_ns = es__ctx_alloc(&p->ctx, ((size_t)p->n_steps + 1) * sizeof *p->step_ns);
     if (!p->step_ns)
       rc = es__fail(ES_ENOMEM, "out of memory planning");
   }
@@ -677,7 +677,7 @@ void es_plan_release(es_plan *p) {
   for (int s = 0; s < p->n_steps; s++)
     if (p->steps[s].kern && p->steps[s].kern->release)
       p->steps[s].kern->release(&p->steps[s].k);
-  es_ctx_free_all(&p->ctx);
+  es__ctx_free_all(&p->ctx);
   es_model_release(p->model);
   p->magic = 0;
   es_mem_free(p);
@@ -694,9 +694,9 @@ int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
 uint64_t es_plan_flops(const es_plan *p) { return plan_ok(p) ? p->flops : 0; }
 int es_plan_relayout_count(const es_plan *p) { return plan_ok(p) ? p->relayouts : 0; }
 
-int es_engine_threads_set(int n) { return es_kernels_set_threads(n); }
+int es_engine_threads_set(int n) { return es__kernels_set_threads(n); }
 
-void es_engine_reference_kernels_set(int on) { es_kernels_use_reference(on); }
+void es_engine_reference_kernels_set(int on) { es__kernels_use_reference(on); }
 
 void es_engine_profile_set(int on) { atomic_store(&es_profile_, on ? 1 : 0); }
 
@@ -715,7 +715,7 @@ int es_plan_profile(const es_plan *p,
   }
   for (int op = 1; op < ES_OP_COUNT; op++)
     if (nodes_of[op])
-      fn(user, es_op_name((es_op)op), nodes_of[op], runs ? ns_of[op] / 1e6 / (double)runs : 0);
+      fn(user, es__op_name((es_op)op), nodes_of[op], runs ? ns_of[op] / 1e6 / (double)runs : 0);
   return 0;
 }
 
@@ -784,7 +784,7 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   if (!es_arena_is_valid(arena))
     return es__fail(ES_ECORRUPT, "es_plan_run: not a live arena");
-  es_kernels_threads_default();
+  es__kernels_threads_default();
   /* Even a plan of 0 bytes takes its (empty) block: the base is then a
    * valid pointer for zero-sized tensors. */
   void *blk;

@@ -22,7 +22,7 @@
  * and depthwise convs 10-16x slower). X and Y always share the layout: a
  * mixed pair (nchw in, nhwc out) gets oneDNN's reference kernel. So inside
  * a model's plan a plain X is asked for in NHWC (ES_KRELAYOUT);
- * es_kernel_eval, which has no prepared-weights store (constant folding,
+ * es__kernel_eval, which has no prepared-weights store (constant folding,
  * the tests' plain tensors), keeps plain in and out unless X already is
  * NHWC. 1-D and 3-D convs and the reference path are plain and ask for a
  * plain X.
@@ -101,7 +101,7 @@ static int64_t floor_div(int64_t a, int64_t b) { /* b > 0 */
 
 static int conv_autopad_parse(es_kinst *k, conv_autopad *out) {
   const char *s;
-  int rc = es_attr_string(k, "auto_pad", "NOTSET", &s);
+  int rc = es__attr_string(k, "auto_pad", "NOTSET", &s);
   if (rc < 0)
     return rc;
   if (!strcmp(s, "NOTSET"))
@@ -123,7 +123,7 @@ static int conv_ints(es_kinst *k, const char *name, size_t len, int64_t min, int
                      int64_t *out) {
   const int64_t *v;
   size_t n;
-  int rc = es_attr_ints(k, name, &v, &n);
+  int rc = es__attr_ints(k, name, &v, &n);
   if (rc < 0)
     return rc;
   if (!v) {
@@ -149,9 +149,9 @@ static int conv_post_parse(es_kinst *k, conv_params *p) {
   const int64_t *c;
   const float *f;
   size_t n, nf;
-  int rc = es_attr_ints(k, "_post", &c, &n);
+  int rc = es__attr_ints(k, "_post", &c, &n);
   if (rc == 0)
-    rc = es_attr_floats(k, "_post_f", &f, &nf);
+    rc = es__attr_floats(k, "_post_f", &f, &nf);
   if (rc < 0)
     return rc;
   if (nf != 2 * n)
@@ -184,7 +184,7 @@ static int conv_post_parse(es_kinst *k, conv_params *p) {
  * channels and its spatial in/ker/str/dil (right-aligned). Sets *ap and the
  * raw pads (pads[0..nsp) begin, pads[nsp..2nsp) end). */
 static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int64_t *pads) {
-  const char *op = es_op_name(k->node.op);
+  const char *op = es__op_name(k->node.op);
   if (k->n_in < 2 || !k->in[0] || !k->in[1])
     return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
   if (k->n_in > 3 + p->has_res)
@@ -218,7 +218,7 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
     return ES_KFAIL(k, ES_ENOTSUP, "W (weights) must be known when planning");
   int nsp = x->rank - 2;
   p->nsp = nsp;
-  int rc = es_attr_int(k, "group", 1, &p->g);
+  int rc = es__attr_int(k, "group", 1, &p->g);
   if (rc < 0)
     return rc;
   if (p->g < 1)
@@ -256,7 +256,7 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
                       (long long)w->dims[2 + i]);
   const int64_t *kv;
   size_t kn;
-  if ((rc = es_attr_ints(k, "kernel_shape", &kv, &kn)) < 0)
+  if ((rc = es__attr_ints(k, "kernel_shape", &kv, &kn)) < 0)
     return rc;
   if (kv) {
     if (kn != (size_t)nsp)
@@ -349,7 +349,7 @@ static int convtranspose_geometry(es_kinst *k, conv_params *p) {
     return rc;
   const int64_t *os;
   size_t osn;
-  if ((rc = es_attr_ints(k, "output_shape", &os, &osn)) < 0)
+  if ((rc = es__attr_ints(k, "output_shape", &os, &osn)) < 0)
     return rc;
   if (os && osn != (size_t)nsp && osn != (size_t)nsp + 2)
     return ES_KFAIL(k, ES_EMODEL, "output_shape has %zu values, expected %d (spatial) or %d",
@@ -441,7 +441,7 @@ static int conv_dnnl_fits(const conv_params *p) {
  * conv's NHWC tensor. */
 static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, int nhwc) {
   if (!nhwc)
-    return es_dnnl_plain_md(md, nd, dims);
+    return es__dnnl_plain_md(md, nd, dims);
   dnnl_dims_t d = {dims[0], dims[1], dims[2], dims[3]};
   return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc);
 }
@@ -552,19 +552,19 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
   dnnl_matmul_desc_t d;
   if (st == dnnl_success)
     st = dnnl_matmul_desc_init(&d, &smd, &wmd, p->has_bias ? &bmd : NULL, &dmd);
-  int rc = st != dnnl_success ? es_dnnl_fail(k, st, "describing the matmul")
-                              : es_dnnl_prim_create(k, &d, po, &p->dnnl);
+  int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the matmul")
+                              : es__dnnl_prim_create(k, &d, po, &p->dnnl);
   if (po)
     dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
   char key[160];
   snprintf(key, sizeof key, "%s#%d:w:kxs-matmul-abcd:%lldx%lldx%lldx%lld%s",
-           es_op_name(k->node.op), k->node.id, (long long)kh, (long long)p->c,
+           es__op_name(k->node.op), k->node.id, (long long)kh, (long long)p->c,
            (long long)kw, (long long)p->m, p->has_bias ? "+b" : "");
   conv_kxs_job job = {p, k->in_static[1], p->has_bias ? k->in_static[2] : NULL};
   size_t wn = (size_t)(kh * p->c * n), bn = p->has_bias ? (size_t)n : 0;
-  rc = es_kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job,
+  rc = es__kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job,
                          &p->dnnl.weights);
   if (rc == 0 && p->has_bias)
     p->kxs_bias = (const float *)p->dnnl.weights + wn;
@@ -594,14 +594,14 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   if (stt == dnnl_success)
     stt = conv_act_md(&ymd, nd, yd, p->nhwc);
   if (stt == dnnl_success)
-    stt = es_dnnl_plain_md(&bmd, 1, bd);
+    stt = es__dnnl_plain_md(&bmd, 1, bd);
   if (stt == dnnl_success)
     stt = conv_user_wei_md(p, &wuser);
   if (stt == dnnl_success)
     stt = dnnl_memory_desc_init_by_tag(&wany, wuser.ndims, wuser.dims, dnnl_f32,
                                        dnnl_format_tag_any);
   if (stt != dnnl_success)
-    return es_dnnl_fail(k, stt, "describing the tensors");
+    return es__dnnl_fail(k, stt, "describing the tensors");
   dnnl_post_ops_t po = NULL;
   /* oneDNN 2.6 builds a deconvolution from a backward-data convolution and
    * then adds the bias, and applies post-ops, in a separate plain loop
@@ -615,7 +615,7 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
     if (stt != dnnl_success) {
       if (po)
         dnnl_post_ops_destroy(po);
-      return es_dnnl_fail(k, stt, "describing the fused post-ops");
+      return es__dnnl_fail(k, stt, "describing the fused post-ops");
     }
   }
   const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? &bmd : NULL;
@@ -625,21 +625,21 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
     stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
                                                      dnnl_convolution_direct, &xmd, &wany, bias,
                                                      &ymd, st, dl, pl, pr);
-    rc = stt != dnnl_success ? es_dnnl_fail(k, stt, "describing the convolution")
-                             : es_dnnl_prim_create(k, &d, po, &p->dnnl);
+    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the convolution")
+                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
   } else {
     dnnl_deconvolution_desc_t d;
     stt = dnnl_dilated_deconvolution_forward_desc_init(&d, dnnl_forward_inference,
                                                        dnnl_deconvolution_direct, &xmd, &wany,
                                                        bias, &ymd, st, dl, pl, pr);
-    rc = stt != dnnl_success ? es_dnnl_fail(k, stt, "describing the transposed convolution")
-                             : es_dnnl_prim_create(k, &d, po, &p->dnnl);
+    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the transposed convolution")
+                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
   }
   if (po)
     dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
-  return es_dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
+  return es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
 }
 
 /* ==========================================================================
@@ -662,7 +662,7 @@ static void conv_range(int64_t n_o, int64_t n_i, int64_t st, int64_t off, int64_
 static void conv_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
                      int64_t st, int64_t off) {
   if (st == 1) {
-    es_axpy_f32(y + lo, x + lo + off, w, hi - lo);
+    es__axpy_f32(y + lo, x + lo + off, w, hi - lo);
   } else {
     for (int64_t o = lo; o < hi; o++)
       y[o] += w * x[o * st + off];
@@ -673,7 +673,7 @@ static void conv_row(float *restrict y, const float *restrict x, float w, int64_
 static void convt_row(float *restrict y, const float *restrict x, float w, int64_t lo, int64_t hi,
                       int64_t st, int64_t off) {
   if (st == 1) {
-    es_axpy_f32(y + lo + off, x + lo, w, hi - lo);
+    es__axpy_f32(y + lo + off, x + lo, w, hi - lo);
   } else {
     for (int64_t i = lo; i < hi; i++)
       y[i * st + off] += w * x[i];
@@ -825,7 +825,7 @@ static void conv_epilogue(const conv_params *p, float *y, const float *b, const 
 /* Whether the conv runs channels-last (X read and Y written NHWC): on
  * oneDNN's 2-D path, inside a model's plan (k->prep set: the planner tracks
  * layouts, converts a plain X for us and the graph's outputs back) or when
- * X already is NHWC. es_kernel_eval, which folds constants and serves the
+ * X already is NHWC. es__kernel_eval, which folds constants and serves the
  * tests with plain tensors, has no store and so gets plain results. X and
  * Y always share a layout: oneDNN 2.6 runs a mixed pair (nchw in, nhwc out)
  * with its reference kernel, hundreds of times slower. */
@@ -834,7 +834,7 @@ static int conv_wants_nhwc(const es_kinst *k, const conv_params *p) {
 }
 
 static int conv_infer_common(es_kinst *k, int transpose) {
-  conv_params *p = es_kinst_alloc(k, sizeof *p);
+  conv_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
@@ -848,10 +848,10 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   for (int i = 0; i < p->nsp; i++)
     dims[2 + i] = p->out[3 - p->nsp + i];
   es_tdesc *y = k->out[0];
-  if ((rc = es_tdesc_set(y, ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
+  if ((rc = es__tdesc_set(y, ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
   const es_tdesc *res = p->has_res ? k->in[3] : NULL;
-  if (res && (res->dtype != ES_DTYPE_FLOAT || !es_tdesc_same_shape(res, y)))
+  if (res && (res->dtype != ES_DTYPE_FLOAT || !es__tdesc_same_shape(res, y)))
     return ES_KFAIL(k, ES_EMODEL, "the residual (input 3) must be float32 of the output's shape");
   k->scratch_bytes = 0;
   k->inplace = -1;
@@ -867,20 +867,20 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   }
   p->count = y->count;
   p->empty = y->count == 0;
-  p->use_dnnl = !p->empty && !es_kernels_reference() && conv_dnnl_fits(p);
+  p->use_dnnl = !p->empty && !es__kernels_reference() && conv_dnnl_fits(p);
   p->nhwc = conv_wants_nhwc(k, p);
   if (p->use_dnnl) {
     rc = conv_dnnl_setup(k, p);
     if (rc == ES_ENOTSUP && !p->dnnl.prim) {
       /* oneDNN has no implementation for this geometry: the reference
        * loops compute it instead. */
-      es_dnnl_prim_destroy(&p->dnnl);
+      es__dnnl_prim_destroy(&p->dnnl);
       p->use_dnnl = 0;
       k->scratch_bytes = 0;
       rc = 0;
     }
     if (rc < 0) {
-      es_dnnl_prim_destroy(&p->dnnl);
+      es__dnnl_prim_destroy(&p->dnnl);
       p->use_dnnl = 0;
       return rc;
     }
@@ -895,7 +895,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   if (res && (res->layout == ES_LAYOUT_NHWC) != p->nhwc)
     *want |= 1u << 3;
   if (*want) {
-    es_dnnl_prim_destroy(&p->dnnl);
+    es__dnnl_prim_destroy(&p->dnnl);
     return ES_KRELAYOUT;
   }
   if (p->nhwc)
@@ -915,7 +915,7 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
   if (p->use_dnnl) {
     if (p->kxs)
       bias = p->kxs_bias;
-    int rc = es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
+    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
                               p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
                               scratch);
     if (rc == 0 && p->epilogue)
@@ -933,13 +933,13 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
 static void conv_release(es_kinst *k) {
   conv_params *p = k->params;
   if (p)
-    es_dnnl_prim_destroy(&p->dnnl);
+    es__dnnl_prim_destroy(&p->dnnl);
 }
 
 static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, 1};
 static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release, 1};
 
-const es_kernel *es_kernels_conv(es_op op) {
+const es_kernel *es__kernels_conv(es_op op) {
   switch (op) {
   case ES_OP_Conv:
     return &conv_kernel;

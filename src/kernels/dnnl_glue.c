@@ -72,7 +72,7 @@ static void dnnl_init_once(void) {
 static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
   pthread_once(&es_dnnl_once_, dnnl_init_once);
   if (es_dnnl_engine_status_ != dnnl_success)
-    return es_dnnl_fail(k, es_dnnl_engine_status_, "creating the CPU engine");
+    return es__dnnl_fail(k, es_dnnl_engine_status_, "creating the CPU engine");
   *out = es_dnnl_engine_;
   return 0;
 }
@@ -91,7 +91,7 @@ static int dnnl_thread_get(const es_kinst *k, dnnl_thread **out) {
   dnnl_status_t st = dnnl_stream_create(&t->stream, eng, dnnl_stream_default_flags);
   if (st != dnnl_success) {
     t->stream = NULL;
-    return es_dnnl_fail(k, st, "creating this thread's stream");
+    return es__dnnl_fail(k, st, "creating this thread's stream");
   }
   if (es_dnnl_key_ok_)
     pthread_setspecific(es_dnnl_thread_key_, t);
@@ -107,14 +107,14 @@ static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
   return rc;
 }
 
-int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
+int es__dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
   int err = st == dnnl_out_of_memory   ? ES_ENOMEM
             : st == dnnl_unimplemented ? ES_ENOTSUP
                                        : ES_EINVAL;
   return ES_KFAIL(k, err, "oneDNN failed %s: %s", what, dnnl_status2str(st));
 }
 
-dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
+dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
   dnnl_dims_t d = {0}, strides = {0};
   int64_t s = 1;
   for (int i = ndims - 1; i >= 0; i--) {
@@ -125,7 +125,7 @@ dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t 
   return dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
 }
 
-int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                         es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
   int rc = dnnl_engine_get(k, &eng);
@@ -134,7 +134,7 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_po
   dnnl_primitive_attr_t attr;
   dnnl_status_t st = dnnl_primitive_attr_create(&attr);
   if (st != dnnl_success)
-    return es_dnnl_fail(k, st, "creating primitive attributes");
+    return es__dnnl_fail(k, st, "creating primitive attributes");
   /* A user scratchpad keeps the primitive stateless: run passes the plan's
    * scratch, so threads can share one primitive. */
   st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
@@ -145,12 +145,12 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_po
   dnnl_primitive_attr_destroy(attr);
   if (st != dnnl_success) {
     p->pd = NULL;
-    return es_dnnl_fail(k, st, "creating the primitive descriptor");
+    return es__dnnl_fail(k, st, "creating the primitive descriptor");
   }
   st = dnnl_primitive_create(&p->prim, p->pd);
   if (st != dnnl_success) {
     p->prim = NULL;
-    return es_dnnl_fail(k, st, "creating the primitive");
+    return es__dnnl_fail(k, st, "creating the primitive");
   }
   p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
   p->wei_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
@@ -167,7 +167,7 @@ int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_po
   return 0;
 }
 
-void es_dnnl_prim_destroy(es_dnnl_prim *p) {
+void es__dnnl_prim_destroy(es_dnnl_prim *p) {
   if (p->prim)
     dnnl_primitive_destroy(p->prim);
   if (p->pd)
@@ -281,24 +281,24 @@ static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
     dnnl_primitive_destroy(prim);
   if (pd)
     dnnl_primitive_desc_destroy(pd);
-  return st == dnnl_success ? 0 : es_dnnl_fail(j->k, st, "reordering the weights");
+  return st == dnnl_success ? 0 : es__dnnl_fail(j->k, st, "reordering the weights");
 }
 
-int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
+int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
                             const void *user_data) {
   p->weights = NULL;
   if (dnnl_memory_desc_equal(user_md, p->wei_md))
     return 0;
   char tag[64], key[160];
   dnnl_md_tag(p->wei_md, tag, sizeof tag);
-  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es_op_name(k->node.op), k->node.id,
+  snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es__op_name(k->node.op), k->node.id,
            tag, (unsigned long long)dnnl_md_hash(p->wei_md));
   dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
-  return es_kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
+  return es__kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
                            &p->weights);
 }
 
-int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
+int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
                      const void *weights, const void *bias, void *dst, const void *bin,
                      void *scratch) {
   dnnl_thread *t;
@@ -332,7 +332,7 @@ int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
     }
     if (st != dnnl_success) {
       dnnl_slot_clear(sl);
-      return es_dnnl_fail(k, st, "wrapping the arguments");
+      return es__dnnl_fail(k, st, "wrapping the arguments");
     }
     sl->id = p->id;
   }
@@ -358,7 +358,7 @@ int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
     st = dnnl_stream_wait(t->stream);
   if (st != dnnl_success) {
     dnnl_slot_clear(sl);
-    return es_dnnl_fail(k, st, "executing the primitive");
+    return es__dnnl_fail(k, st, "executing the primitive");
   }
   return 0;
 }

@@ -12,11 +12,11 @@
  * nothing.
  *
  *   es_dnnl_prim *p = &params->dnnl;
- *   if ((rc = es_dnnl_prim_create(k, &op_desc, post_ops_or_NULL, p)) < 0)
+ *   if ((rc = es__dnnl_prim_create(k, &op_desc, post_ops_or_NULL, p)) < 0)
  *     return rc;  // scratch_bytes set
- *   if ((rc = es_dnnl_weights_prepare(k, p, &plain_w_md, w)) < 0) return rc;
+ *   if ((rc = es__dnnl_weights_prepare(k, p, &plain_w_md, w)) < 0) return rc;
  *   ...
- *   es_dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, bin, scratch);
+ *   es__dnnl_prim_run(k, p, x, p->weights ? p->weights : w, bias, y, bin, scratch);
  */
 #ifndef ES_KERNELS_DNNL_GLUE_H
 #define ES_KERNELS_DNNL_GLUE_H
@@ -41,21 +41,21 @@ typedef struct es_dnnl_prim {
 } es_dnnl_prim;
 
 /* Row-major float32 descriptor of ndims dims (1..12). */
-dnnl_status_t es_dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
+dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims);
 
 /* Create the primitive descriptor and primitive for op_desc (forward
  * inference, user scratchpad, post-ops when post is not NULL) and set
  * k->scratch_bytes. A caller with a binary post-op sets p->bin_md and
  * p->bin_arg first. ES_ENOTSUP when oneDNN has no implementation; *p is
- * left for es_dnnl_prim_destroy either way. */
-int es_dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+ * left for es__dnnl_prim_destroy either way. */
+int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                         es_dnnl_prim *p);
 
 /* Give the primitive its weights: user_md describes user_data (static, as
  * the model stores it). When oneDNN chose another layout, the weights are
  * reordered once into a prepared copy shared by every plan of the model
  * (keyed by node and layout) and p->weights points to it. */
-int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
+int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
                             const void *user_data);
 
 /* Execute on the calling thread's stream. bias and bin (the binary
@@ -64,15 +64,15 @@ int es_dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc
  * never set again. Thread-safe for one p shared by many threads; allocates
  * only on a thread's first run of p (or when another primitive took its
  * slot in the thread's table). */
-int es_dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
+int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
                      const void *weights, const void *bias, void *dst, const void *bin,
                      void *scratch);
 
-/* Destroy what es_dnnl_prim_create made; safe on a zeroed or half-made p. */
-void es_dnnl_prim_destroy(es_dnnl_prim *p);
+/* Destroy what es__dnnl_prim_create made; safe on a zeroed or half-made p. */
+void es__dnnl_prim_destroy(es_dnnl_prim *p);
 
 /* ES_ENOMEM / ES_ENOTSUP / ES_EINVAL for a oneDNN status, with a message
  * naming the node and what failed. */
-int es_dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what);
+int es__dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what);
 
 #endif

@@ -19,7 +19,7 @@
  * Layouts. Unary ops keep their input's layout: the output has the same
  * bytes order. Binary ops are plain when no input is NHWC. When one is, the
  * output is NHWC and every other input must be readable in NHWC order: NHWC
- * itself, or plain but es_tdesc_nhwc_compatible (a scalar, a per-channel
+ * itself, or plain but es__tdesc_nhwc_compatible (a scalar, a per-channel
  * vector, a one-channel map), whose bytes need no move. Any other rank-4
  * plain input is asked for in NHWC (ES_KRELAYOUT); one of another rank
  * cannot be, so the NHWC inputs are asked for in plain instead. The
@@ -281,7 +281,7 @@ EW_UN_DEFINE(ew_relu_i8, int8_t, int8_t, EW_RELU)
 /* Vectorisable (ew_math.h), shared with FusedElementwise. */
 static inline float ew_op_sigmoid(float x, ew_scal s) {
   (void)s;
-  return es_ew_sigmoid(x);
+  return es__ew_sigmoid(x);
 }
 EW_UN_DEFINE_ATTR(ew_sigmoid_f32, float, float, ew_op_sigmoid, EW_CLONES)
 
@@ -438,7 +438,7 @@ typedef struct ew_binary_plan {
   int rank;                    /* GENERAL: collapsed rank (>= 2) */
   int64_t dims[ES_MAX_RANK];   /* collapsed output dims */
   int64_t st[2 * ES_MAX_RANK]; /* element strides per collapsed dim d: a's at 2d, b's at
-                                  2d + 1 (es_walk_step's order); 0 if broadcast */
+                                  2d + 1 (es__walk_step's order); 0 if broadcast */
 } ew_binary_plan;
 
 /* Input types -> run functions and output type. */
@@ -556,7 +556,7 @@ static ew_un_fn ew_pow_fast(const es_kinst *k) {
     memcpy(&f, e, sizeof f);
     v = f;
   } else {
-    v = (double)es_static_i64(b, e, 0);
+    v = (double)es__static_i64(b, e, 0);
   }
   return v == 2.0 ? ew_pow_square_f32 : v == 0.5 ? ew_sqrt_f32 : NULL;
 }
@@ -588,7 +588,7 @@ static int ew_binary_infer(es_kinst *k) {
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "expects 1 output, got %d", k->n_out);
   const es_tdesc *a = k->in[0], *b = k->in[1];
-  ew_binary_plan *p = es_kinst_alloc(k, sizeof *p);
+  ew_binary_plan *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
   es_dtype to = ES_DTYPE_UNDEFINED;
@@ -597,15 +597,15 @@ static int ew_binary_infer(es_kinst *k) {
     return rc;
   int rank;
   int64_t dims[ES_MAX_RANK];
-  rc = es_broadcast_shape(k, a, b, &rank, dims);
+  rc = es__broadcast_shape(k, a, b, &rank, dims);
   if (rc < 0)
     return rc;
   int nhwc;
-  rc = es_broadcast_layout_pick(k, 2, rank, &nhwc);
+  rc = es__broadcast_layout_pick(k, 2, rank, &nhwc);
   if (rc != 0)
     return rc;
   es_tdesc *o = k->out[0];
-  rc = es_tdesc_set(o, to, rank, dims);
+  rc = es__tdesc_set(o, to, rank, dims);
   if (rc < 0)
     return rc;
   if (nhwc)
@@ -630,7 +630,7 @@ static int ew_binary_infer(es_kinst *k) {
   k->params = p;
   k->inplace = -1;
   for (int i = 0; i < 2 && k->inplace < 0; i++)
-    if (k->in[i]->dtype == to && es_tdesc_same_shape(k->in[i], o))
+    if (k->in[i]->dtype == to && es__tdesc_same_shape(k->in[i], o))
       k->inplace = i;
   return 0;
 }
@@ -651,7 +651,7 @@ static void ew_binary_general(const ew_binary_plan *p, const char *a, const char
   for (size_t t = 0; t < outer; t++) {
     fn(a + (size_t)off[0] * p->esz_a, b + (size_t)off[1] * p->esz_b, o + t * inner * p->esz_o,
        inner);
-    es_walk_step(r - 1, p->dims, idx, 2, off, p->st);
+    es__walk_step(r - 1, p->dims, idx, 2, off, p->st);
   }
 }
 
@@ -726,7 +726,7 @@ static int ew_unary_begin(es_kinst *k, int max_in, ew_unary_plan **pp) {
     return ES_KFAIL(k, ES_EMODEL, "input 0 is omitted; it is required");
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "expects 1 output, got %d", k->n_out);
-  ew_unary_plan *p = es_kinst_alloc(k, sizeof *p);
+  ew_unary_plan *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
   p->dtype = k->in[0]->dtype;
@@ -738,7 +738,7 @@ static int ew_unary_begin(es_kinst *k, int max_in, ew_unary_plan **pp) {
 
 static int ew_unary_end(es_kinst *k, ew_unary_plan *p, es_dtype to) {
   const es_tdesc *x = k->in[0];
-  int rc = es_tdesc_set(k->out[0], to, x->rank, x->dims);
+  int rc = es__tdesc_set(k->out[0], to, x->rank, x->dims);
   if (rc < 0)
     return rc;
   k->out[0]->layout = x->layout;
@@ -798,9 +798,9 @@ static int ew_hardsigmoid_infer(es_kinst *k) {
   if (rc < 0)
     return rc;
   ew_unary_plan *p = k->params;
-  rc = es_attr_float(k, "alpha", 0.2f, &p->s.f[0]);
+  rc = es__attr_float(k, "alpha", 0.2f, &p->s.f[0]);
   if (rc == 0)
-    rc = es_attr_float(k, "beta", 0.5f, &p->s.f[1]);
+    rc = es__attr_float(k, "beta", 0.5f, &p->s.f[1]);
   return rc;
 }
 
@@ -865,9 +865,9 @@ static int ew_clip_infer(es_kinst *k) {
     break;
   }
   if (k->opset < 11) {
-    rc = es_attr_float(k, "min", -INFINITY, &p->s.f[0]);
+    rc = es__attr_float(k, "min", -INFINITY, &p->s.f[0]);
     if (rc == 0)
-      rc = es_attr_float(k, "max", INFINITY, &p->s.f[1]);
+      rc = es__attr_float(k, "max", INFINITY, &p->s.f[1]);
     if (rc < 0)
       return rc;
     return ew_unary_end(k, p, p->dtype);
@@ -898,10 +898,10 @@ static int ew_cast_infer(es_kinst *k) {
   int rc = ew_unary_begin(k, 1, &p);
   if (rc < 0)
     return rc;
-  if (!es_kattr(k, "to"))
+  if (!es__kattr(k, "to"))
     return ES_KFAIL(k, ES_EMODEL, "attribute 'to' is required");
   int64_t to;
-  rc = es_attr_int(k, "to", 0, &to);
+  rc = es__attr_int(k, "to", 0, &to);
   if (rc < 0)
     return rc;
   /* ONNX data types are 1..23 (through FLOAT4E2M1). */
@@ -952,7 +952,7 @@ static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 1};
 static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 1};
 static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 1};
 
-const es_kernel *es_kernels_elementwise(es_op op) {
+const es_kernel *es__kernels_elementwise(es_op op) {
   switch (op) {
   case ES_OP_Add:
   case ES_OP_Sub:

@@ -31,7 +31,7 @@
  *
  * Layouts, as binary ops (elementwise.c): plain unless an input is NHWC.
  * Then the output is NHWC and every other input must be NHWC or
- * es_tdesc_nhwc_compatible; a rank-4 input that is neither is asked for in
+ * es__tdesc_nhwc_compatible; a rank-4 input that is neither is asked for in
  * NHWC, and with one of another rank the NHWC inputs are asked for in plain
  * instead (ES_KRELAYOUT). The collapse then runs on physical shapes (each
  * operand right-aligned to rank 4, dims in (N, H, W, C) order).
@@ -158,7 +158,7 @@ static inline float fe_relu(float x, float p, float q) {
 static inline float fe_sigmoid(float x, float p, float q) {
   (void)p;
   (void)q;
-  return es_ew_sigmoid(x);
+  return es__ew_sigmoid(x);
 }
 /* Comparisons (not fmaxf/fminf) so NaN propagates. */
 static inline float fe_hardsigmoid(float x, float alpha, float beta) {
@@ -235,9 +235,9 @@ static int fe_parse(es_kinst *k, fe_plan *p) {
   const int64_t *w;
   const float *f;
   size_t nw, nf;
-  int rc = es_attr_ints(k, "_prog", &w, &nw);
+  int rc = es__attr_ints(k, "_prog", &w, &nw);
   if (rc == 0)
-    rc = es_attr_floats(k, "_prog_f", &f, &nf);
+    rc = es__attr_floats(k, "_prog_f", &f, &nf);
   if (rc < 0)
     return rc;
   if (!w)
@@ -246,7 +246,7 @@ static int fe_parse(es_kinst *k, fe_plan *p) {
     return ES_KFAIL(k, ES_EMODEL, "'_prog' has %zu values; expected 1 to %d instructions of %d",
                     nw, ES_FE_MAX_INSNS, ES_FE_WORDS);
   p->n_ins = (int)(nw / ES_FE_WORDS);
-  p->ins = es_kinst_alloc(k, (size_t)p->n_ins * sizeof *p->ins);
+  p->ins = es__kinst_alloc(k, (size_t)p->n_ins * sizeof *p->ins);
   if (!p->ins)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the program");
   uint32_t written = 0;
@@ -400,7 +400,7 @@ static int fe_collapse(es_kinst *k, fe_plan *p, const es_tdesc *o, int nhwc) {
     r = 1;
   }
   p->rank = r;
-  p->strides = es_kinst_alloc(k, (size_t)r * (size_t)n * sizeof *p->strides);
+  p->strides = es__kinst_alloc(k, (size_t)r * (size_t)n * sizeof *p->strides);
   if (!p->strides)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
   for (int i = 0; i < n; i++) {
@@ -465,8 +465,8 @@ static int fe_infer(es_kinst *k) {
       return ES_KFAIL(k, ES_EMODEL, "input %d has type %s, expected float32", i,
                       es_dtype_name(k->in[i]->dtype));
   }
-  fe_plan *p = es_kinst_alloc(k, sizeof *p);
-  int *slot = es_kinst_alloc(k, ES_FE_MAX_REGS * sizeof *slot);
+  fe_plan *p = es__kinst_alloc(k, sizeof *p);
+  int *slot = es__kinst_alloc(k, ES_FE_MAX_REGS * sizeof *slot);
   if (!p || !slot)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
   p->n_in = k->n_in;
@@ -479,16 +479,16 @@ static int fe_infer(es_kinst *k) {
   for (int i = 1; i < k->n_in; i++) {
     int rank;
     int64_t dims[ES_MAX_RANK];
-    if ((rc = es_broadcast_shape(k, &acc, k->in[i], &rank, dims)) < 0)
+    if ((rc = es__broadcast_shape(k, &acc, k->in[i], &rank, dims)) < 0)
       return rc;
     acc.rank = rank;
     memcpy(acc.dims, dims, sizeof dims);
   }
   int nhwc;
-  if ((rc = es_broadcast_layout_pick(k, k->n_in, acc.rank, &nhwc)) != 0)
+  if ((rc = es__broadcast_layout_pick(k, k->n_in, acc.rank, &nhwc)) != 0)
     return rc;
   es_tdesc *o = k->out[0];
-  if ((rc = es_tdesc_set(o, ES_DTYPE_FLOAT, acc.rank, acc.dims)) < 0)
+  if ((rc = es__tdesc_set(o, ES_DTYPE_FLOAT, acc.rank, acc.dims)) < 0)
     return rc;
   if (nhwc)
     o->layout = ES_LAYOUT_NHWC;
@@ -502,7 +502,7 @@ static int fe_infer(es_kinst *k) {
   /* Same shape as the output: in either layout, the output's bytes order. */
   k->inplace = -1;
   for (int i = 0; i < k->n_in && k->inplace < 0; i++)
-    if (es_tdesc_same_shape(k->in[i], o))
+    if (es__tdesc_same_shape(k->in[i], o))
       k->inplace = i;
   return 0;
 }
@@ -622,7 +622,7 @@ static int fe_run(const es_kinst *k, const void *const *in, void *const *out, vo
       }
       fe_block(p, &R, scratch, o + j, n);
     }
-    es_walk_step(p->outer, p->dims, idx, n_in, off, p->strides);
+    es__walk_step(p->outer, p->dims, idx, n_in, off, p->strides);
   }
   return 0;
 }
@@ -633,6 +633,6 @@ static int fe_run(const es_kinst *k, const void *const *in, void *const *out, vo
 
 static const es_kernel fe_kernel = {fe_infer, fe_run, NULL, 1};
 
-const es_kernel *es_kernels_fused(es_op op) {
+const es_kernel *es__kernels_fused(es_op op) {
   return op == ES_OP_FusedElementwise ? &fe_kernel : NULL;
 }

@@ -40,7 +40,7 @@
 typedef enum es_layout { ES_LAYOUT_PLAIN = 0, ES_LAYOUT_NHWC = 1 } es_layout;
 
 typedef struct es_tdesc {
-  es_layout layout; /* set by es_tdesc_set to plain; layout-aware kernels change it */
+  es_layout layout; /* set by es__tdesc_set to plain; layout-aware kernels change it */
   es_dtype dtype;
   int rank;
   int64_t dims[ES_MAX_RANK];
@@ -51,9 +51,9 @@ typedef struct es_tdesc {
 /* Set dtype and shape and compute count and nbytes. ES_EMODEL when a dim is
  * negative or the product overflows (more than 2^40 elements); ES_ENOTSUP
  * for an unsupported dtype or rank > ES_MAX_RANK. */
-int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims);
+int es__tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims);
 /* 1 if a and b have the same rank and dims. */
-int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b);
+int es__tdesc_same_shape(const es_tdesc *a, const es_tdesc *b);
 
 typedef struct es_prep_store es_prep_store;
 
@@ -74,7 +74,7 @@ typedef struct es_kinst {
   const es_tdesc *const *in;    /* [n_in]; NULL for an omitted optional input */
   es_tdesc *const *out;         /* [n_out]; NULL for an omitted output */
   const void *const *in_static; /* [n_in]: data known while planning, else NULL */
-  void *params;                 /* the op's parameters (es_kinst_alloc) */
+  void *params;                 /* the op's parameters (es__kinst_alloc) */
   size_t scratch_bytes;         /* set by infer */
   uint32_t want_plain;          /* infer returning ES_KRELAYOUT: bit i asks for input i plain */
   uint32_t want_nhwc;           /* ... or in NHWC */
@@ -87,31 +87,31 @@ typedef struct es_kinst {
 } es_kinst;
 
 /* Zeroed plan memory that lives as long as the plan; NULL on OOM. */
-void *es_kinst_alloc(es_kinst *k, size_t size);
+void *es__kinst_alloc(es_kinst *k, size_t size);
 
 /* Prepared weights (reordered or packed once, read-only, shared by every
  * plan and request of the model). Returns in *out the copy stored under key
  * (unique per node and format, e.g. "conv:12:w:ABcd16b16a"), creating it the
  * first time with fill(user, dst, bytes) into writable memory that is then
  * sealed read-only. Without a model store (k->prep NULL, as in
- * es_kernel_eval) the copy lives in plan memory. Thread-safe. */
+ * es__kernel_eval) the copy lives in plan memory. Thread-safe. */
 typedef int (*es_prep_fill_fn)(void *user, void *dst, size_t bytes);
-int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
+int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
                       void *user, const void **out);
 
 /* The store: owned by a model, one sealed es_weights region per entry. */
-int es_prep_store_create(es_prep_store **out);
-void es_prep_store_destroy(es_prep_store *s);
+int es__prep_store_create(es_prep_store **out);
+void es__prep_store_destroy(es_prep_store *s);
 /* Bytes of prepared weights held in regions of the store's own (entries
  * borrowed from a compiled file are not counted: the file's mapping is). */
-size_t es_prep_store_bytes(const es_prep_store *s);
+size_t es__prep_store_bytes(const es_prep_store *s);
 /* Adds an entry whose bytes live in w (e.g. a compiled model file's
  * mapping): the store takes a reference to w. ES_EINVAL for a key already
  * stored. */
-int es_prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
+int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
                       size_t size);
 /* Calls fn for every entry until it returns non-zero (which is returned). */
-int es_prep_store_each(es_prep_store *s,
+int es__prep_store_each(es_prep_store *s,
                        int (*fn)(void *user, const char *key, const void *data, size_t size),
                        void *user);
 
@@ -135,81 +135,81 @@ typedef struct es_kernel {
 #define ES_KRELAYOUT 1
 
 /* NULL for an op without a kernel (Constant is folded by the loader). */
-const es_kernel *es_kernel_for(es_op op);
+const es_kernel *es__kernel_for(es_op op);
 
 /* Each op family answers for its own ops, NULL for others. */
-const es_kernel *es_kernels_elementwise(es_op op);
-const es_kernel *es_kernels_shape(es_op op);
-const es_kernel *es_kernels_pool(es_op op);
-const es_kernel *es_kernels_reduce(es_op op);
-const es_kernel *es_kernels_resize(es_op op);
-const es_kernel *es_kernels_norm(es_op op);
-const es_kernel *es_kernels_conv(es_op op);
-const es_kernel *es_kernels_matmul(es_op op);
-const es_kernel *es_kernels_layout(es_op op);
-const es_kernel *es_kernels_fused(es_op op);
-const es_kernel *es_kernels_layernorm(es_op op);
+const es_kernel *es__kernels_elementwise(es_op op);
+const es_kernel *es__kernels_shape(es_op op);
+const es_kernel *es__kernels_pool(es_op op);
+const es_kernel *es__kernels_reduce(es_op op);
+const es_kernel *es__kernels_resize(es_op op);
+const es_kernel *es__kernels_norm(es_op op);
+const es_kernel *es__kernels_conv(es_op op);
+const es_kernel *es__kernels_matmul(es_op op);
+const es_kernel *es__kernels_layout(es_op op);
+const es_kernel *es__kernels_fused(es_op op);
+const es_kernel *es__kernels_layernorm(es_op op);
 
 /* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
  * kernels instead of oneDNN, for plans made after the call (the public
  * es_engine_reference_kernels_set). Thread-safe. */
-void es_kernels_use_reference(int on);
-int es_kernels_reference(void);
+void es__kernels_use_reference(int on);
+int es__kernels_reference(void);
 
 /* Intra-op threads for kernels run by the calling thread (oneDNN's
  * OpenMP regions); our own kernels are single-threaded. ES_EINVAL outside
  * 1..1024. */
-int es_kernels_set_threads(int n);
+int es__kernels_set_threads(int n);
 /* Applies 1 thread on the calling thread if it never chose (cheap after the
  * first call); the planner calls it at the start of every run. */
-void es_kernels_threads_default(void);
+void es__kernels_threads_default(void);
 
 /* ---- attributes: absent -> default; present with another type -> ES_EMODEL */
-int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out);
-int es_attr_float(const es_kinst *k, const char *name, float def, float *out);
-int es_attr_string(const es_kinst *k, const char *name, const char *def, const char **out);
+int es__attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out);
+int es__attr_float(const es_kinst *k, const char *name, float def, float *out);
+int es__attr_string(const es_kinst *k, const char *name, const char *def, const char **out);
 /* *n = 0 and *v = NULL when absent. */
-int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n);
-int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n);
+int es__attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n);
+int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n);
 
 /* Evaluate one node outside a plan: infer, then run into fresh outputs.
  * Used for load-time folding and by tests. out_data[i] is allocated with
  * es_mem_alloc(ES_MEM_ENGINE) and owned by the caller (free with
  * es_mem_free). */
-int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
 
 /* The node's attribute called name, or NULL. */
-static inline const es_attr *es_kattr(const es_kinst *k, const char *name) {
-  return es_attr_find(k->node.attrs, k->node.n_attr, name);
+static inline const es_attr *es__kattr(const es_kinst *k, const char *name) {
+  return es__attr_find(k->node.attrs, k->node.n_attr, name);
 }
 
 /* ---- helpers shared by kernels ------------------------------------------------ */
 
 /* Layouts. The physical dims of t (its dims in memory order). */
-void es_tdesc_phys_dims(const es_tdesc *t, int64_t *dims);
+void es__tdesc_phys_dims(const es_tdesc *t, int64_t *dims);
 /* The physical position of logical axis a (in [0, rank)). */
-int es_layout_axis(const es_tdesc *t, int a);
+int es__layout_axis(const es_tdesc *t, int a);
 /* 1 if a plain tensor's bytes, broadcast against a rank-4 NHWC tensor, can
  * be read in NHWC order as they are: after right-aligning to rank 4, its
  * channel dim is 1 or its H and W dims are both 1 (a per-channel vector or
  * a scalar), so no element moves. */
-int es_tdesc_nhwc_compatible(const es_tdesc *t);
+int es__tdesc_nhwc_compatible(const es_tdesc *t);
 
 /* The layout rule of broadcasting elementwise ops over inputs 0..n_in-1
  * whose broadcast output has rank `rank`: no NHWC input -> plain output
  * (*nhwc = 0); otherwise the output is NHWC (*nhwc = 1) when every other
- * input reads correctly in NHWC order (es_tdesc_nhwc_compatible); inputs that
+ * input reads correctly in NHWC order (es__tdesc_nhwc_compatible); inputs that
  * do not are marked for conversion and ES_KRELAYOUT is returned (to NHWC for
  * rank-4 ones; when a rank other than 4 is involved, the NHWC inputs go back
  * to plain instead). */
-int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc);
+int es__broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc);
 
 /* y[i] += a * x[i] for i in [0, n): the inner loop of the reference Conv
  * and MatMul kernels. Written with vector extensions because -O2 does not
  * vectorise a loop of unknown trip count. */
 typedef float es_v8f __attribute__((vector_size(32)));
-static inline void es_axpy_f32(float *restrict y, const float *restrict x, float a, int64_t n) {
+static inline void es__axpy_f32(float *restrict y, const float *restrict x, float a, int64_t n) {
   es_v8f av = (es_v8f){0} + a;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -225,11 +225,11 @@ static inline void es_axpy_f32(float *restrict y, const float *restrict x, float
 
 /* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
  * shapes do not broadcast. */
-int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
+int es__broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
                        int64_t *dims);
 /* Normalise an axis in [-rank, rank) to [0, rank); ES_EMODEL otherwise. */
-int es_axis_norm(const es_kinst *k, int64_t axis, int rank, int *out);
+int es__axis_norm(const es_kinst *k, int64_t axis, int rank, int *out);
 /* Read element i of a static int32/int64 tensor as int64. */
-int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i);
+int64_t es__static_i64(const es_tdesc *t, const void *data, size_t i);
 
 #endif

@@ -49,15 +49,15 @@ static int ln_infer(es_kinst *k) {
     return ES_KFAIL(k, ES_EMODEL, "X is %s, expected float32", es_dtype_name(x->dtype));
   if (x->rank < 1)
     return ES_KFAIL(k, ES_EMODEL, "X is a scalar: no axis to normalise");
-  ln_params *p = es_kinst_alloc(k, sizeof *p);
+  ln_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
   int64_t axis;
   int ax, rc;
-  if ((rc = es_attr_int(k, "axis", -1, &axis)) < 0 ||
-      (rc = es_attr_float(k, "epsilon", 1e-5f, &p->eps)) < 0 ||
-      (rc = es_axis_norm(k, axis, x->rank, &ax)) < 0)
+  if ((rc = es__attr_int(k, "axis", -1, &axis)) < 0 ||
+      (rc = es__attr_float(k, "epsilon", 1e-5f, &p->eps)) < 0 ||
+      (rc = es__axis_norm(k, axis, x->rank, &ax)) < 0)
     return rc;
   if (ax != x->rank - 1)
     return ES_KFAIL(k, ES_ENOTSUP, "only the last axis is normalised (axis is %lld)",
@@ -67,7 +67,7 @@ static int ln_infer(es_kinst *k) {
   if ((rc = ln_vec(k, 1, "gamma", p->d, &p->gd)) < 0 ||
       (rc = ln_vec(k, 2, "beta", p->d, &p->bd)) < 0)
     return rc;
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
     return rc;
   k->inplace = 0;
   return 0;
@@ -77,7 +77,7 @@ static int ln_infer(es_kinst *k) {
  * order would change LayerNorm's results in the last bit. */
 static float ln_sum(const float *restrict v, int64_t n) {
   int64_t n8 = n & ~(int64_t)7;
-  return es_ew_sum_f32(v + n8, n - n8) + es_ew_sum_f32(v, n8);
+  return es__ew_sum_f32(v + n8, n - n8) + es__ew_sum_f32(v, n8);
 }
 
 /* Sum of (v[i] - m)^2. */
@@ -94,7 +94,7 @@ static float ln_sqdev(const float *restrict v, int64_t n, float m) {
     float t = v[i] - m;
     s += t * t;
   }
-  return s + es_ew_hsum8(acc);
+  return s + es__ew_hsum8(acc);
 }
 
 static int ln_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -122,6 +122,6 @@ static int ln_run(const es_kinst *k, const void *const *in, void *const *out, vo
 
 static const es_kernel ln_kernel = {ln_infer, ln_run, NULL, 0};
 
-const es_kernel *es_kernels_layernorm(es_op op) {
+const es_kernel *es__kernels_layernorm(es_op op) {
   return op == ES_OP_LayerNorm ? &ln_kernel : NULL;
 }

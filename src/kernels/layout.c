@@ -18,17 +18,17 @@ static int relayout_infer(es_kinst *k) {
   if (k->n_in != 1 || k->n_out != 1 || !k->in[0] || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "needs one input and one output");
   int64_t to;
-  int rc = es_attr_int(k, "to", ES_LAYOUT_PLAIN, &to);
+  int rc = es__attr_int(k, "to", ES_LAYOUT_PLAIN, &to);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
   if (x->rank != 4 || (to != ES_LAYOUT_PLAIN && to != ES_LAYOUT_NHWC))
     return ES_KFAIL(k, ES_EMODEL, "only rank-4 tensors change layout");
-  relayout_params *p = es_kinst_alloc(k, sizeof *p);
+  relayout_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
-  if ((rc = es_tdesc_set(k->out[0], x->dtype, 4, x->dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, 4, x->dims)) < 0)
     return rc;
   k->out[0]->layout = (es_layout)to;
   p->n = x->dims[0];
@@ -113,6 +113,6 @@ static int relayout_run(const es_kinst *k, const void *const *in, void *const *o
 
 static const es_kernel relayout_kernel = {relayout_infer, relayout_run, NULL, 1};
 
-const es_kernel *es_kernels_layout(es_op op) {
+const es_kernel *es__kernels_layout(es_op op) {
   return op == ES_OP_Relayout ? &relayout_kernel : NULL;
 }

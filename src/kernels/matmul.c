@@ -12,7 +12,7 @@
  *     left to oneDNN and reordered once into a prepared copy shared by all
  *     plans of the model. Otherwise (attention: [1, h, t, d] x [1, h, d, t])
  *     one batched matmul with plain layouts and oneDNN's own broadcasting.
- *   - reference (ES_KERNELS=ref or es_kernels_use_reference(1)), also the
+ *   - reference (ES_KERNELS=ref or es__kernels_use_reference(1)), also the
  *     fallback for shapes oneDNN refuses and for K = 0 (a zero output):
  *     per batch entry, each output row accumulates rows of B scaled by A's
  *     elements (i-k-j order, the inner loop contiguous over N). */
@@ -128,11 +128,11 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
   if (flat) {
     /* One 2-D product: [batch * M, K] x [K, N]. */
     int64_t ad[2] = {p->batch * p->m, p->k}, bd[2] = {p->k, p->n}, cd[2] = {p->batch * p->m, p->n};
-    st = es_dnnl_plain_md(&amd, 2, ad);
+    st = es__dnnl_plain_md(&amd, 2, ad);
     if (st == dnnl_success)
-      st = es_dnnl_plain_md(&bmd, 2, bd);
+      st = es__dnnl_plain_md(&bmd, 2, bd);
     if (st == dnnl_success)
-      st = es_dnnl_plain_md(&cmd, 2, cd);
+      st = es__dnnl_plain_md(&cmd, 2, cd);
   } else {
     int nd = p->nb + 2;
     int64_t ad[ES_MAX_RANK + 2], bd[ES_MAX_RANK + 2], cd[ES_MAX_RANK + 2];
@@ -142,26 +142,26 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
     ad[p->nb] = p->m, ad[p->nb + 1] = p->k;
     bd[p->nb] = p->k, bd[p->nb + 1] = p->n;
     cd[p->nb] = p->m, cd[p->nb + 1] = p->n;
-    st = es_dnnl_plain_md(&amd, nd, ad);
+    st = es__dnnl_plain_md(&amd, nd, ad);
     if (st == dnnl_success)
-      st = es_dnnl_plain_md(&bmd, nd, bd);
+      st = es__dnnl_plain_md(&bmd, nd, bd);
     if (st == dnnl_success)
-      st = es_dnnl_plain_md(&cmd, nd, cd);
+      st = es__dnnl_plain_md(&cmd, nd, cd);
   }
   /* Static 2-D weights: let oneDNN pick their layout, prepared once. */
   int prepare = flat && bstatic;
   if (st == dnnl_success && prepare)
     st = dnnl_memory_desc_init_by_tag(&bany, 2, bmd.dims, dnnl_f32, dnnl_format_tag_any);
   if (st != dnnl_success)
-    return es_dnnl_fail(k, st, "describing the tensors");
+    return es__dnnl_fail(k, st, "describing the tensors");
   dnnl_matmul_desc_t d;
   st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, NULL, &cmd);
   if (st != dnnl_success)
-    return es_dnnl_fail(k, st, "describing the matmul");
-  int rc = es_dnnl_prim_create(k, &d, NULL, &p->dnnl);
+    return es__dnnl_fail(k, st, "describing the matmul");
+  int rc = es__dnnl_prim_create(k, &d, NULL, &p->dnnl);
   if (rc < 0)
     return rc;
-  return prepare ? es_dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
+  return prepare ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
 }
 
 /* ==========================================================================
@@ -176,7 +176,7 @@ static void matmul_block(const float *restrict a, const float *restrict b, float
     for (int64_t j = 0; j < n; j++)
       cr[j] = 0.0f;
     for (int64_t t = 0; t < kk; t++)
-      es_axpy_f32(cr, b + t * n, a[i * kk + t], n);
+      es__axpy_f32(cr, b + t * n, a[i * kk + t], n);
   }
 }
 
@@ -203,7 +203,7 @@ static void matmul_ref(const matmul_params *p, const float *a, const float *b, f
  * ======================================================================== */
 
 static int matmul_infer(es_kinst *k) {
-  matmul_params *p = es_kinst_alloc(k, sizeof *p);
+  matmul_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
@@ -212,25 +212,25 @@ static int matmul_infer(es_kinst *k) {
   int rc = matmul_shapes(k, p, &rank, dims);
   if (rc < 0)
     return rc;
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, rank, dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, rank, dims)) < 0)
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
   k->scratch_bytes = 0;
   k->inplace = -1;
   k->flops = 2 * (uint64_t)p->batch * (uint64_t)p->m * (uint64_t)p->n * (uint64_t)p->k;
   /* K = 0 (zeros out) stays on the reference loops. */
   p->empty = k->out[0]->count == 0;
-  p->use_dnnl = !es_kernels_reference() && !p->empty && p->k > 0;
+  p->use_dnnl = !es__kernels_reference() && !p->empty && p->k > 0;
   if (p->use_dnnl) {
     rc = matmul_dnnl_setup(k, p);
     if (rc == ES_ENOTSUP && !p->dnnl.prim) {
       /* oneDNN refuses this broadcast: the reference loops compute it. */
-      es_dnnl_prim_destroy(&p->dnnl);
+      es__dnnl_prim_destroy(&p->dnnl);
       p->use_dnnl = 0;
       k->scratch_bytes = 0;
       rc = 0;
     }
     if (rc < 0) {
-      es_dnnl_prim_destroy(&p->dnnl);
+      es__dnnl_prim_destroy(&p->dnnl);
       p->use_dnnl = 0;
       return rc;
     }
@@ -244,7 +244,7 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
   if (p->empty)
     return 0;
   if (p->use_dnnl)
-    return es_dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
+    return es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
                             out[0], NULL, scratch);
   matmul_ref(p, in[0], in[1], out[0]);
   return 0;
@@ -253,9 +253,9 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
 static void matmul_release(es_kinst *k) {
   matmul_params *p = k->params;
   if (p)
-    es_dnnl_prim_destroy(&p->dnnl);
+    es__dnnl_prim_destroy(&p->dnnl);
 }
 
 static const es_kernel matmul_kernel = {matmul_infer, matmul_run, matmul_release, 0};
 
-const es_kernel *es_kernels_matmul(es_op op) { return op == ES_OP_MatMul ? &matmul_kernel : NULL; }
+const es_kernel *es__kernels_matmul(es_op op) { return op == ES_OP_MatMul ? &matmul_kernel : NULL; }

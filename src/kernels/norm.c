@@ -52,9 +52,9 @@ static int bn_infer(es_kinst *k) {
   int64_t training = 0, spatial = 1;
   float eps;
   int rc;
-  if ((rc = es_attr_float(k, "epsilon", 1e-5f, &eps)) < 0 ||
-      (rc = es_attr_int(k, "training_mode", 0, &training)) < 0 ||
-      (rc = es_attr_int(k, "spatial", 1, &spatial)) < 0)
+  if ((rc = es__attr_float(k, "epsilon", 1e-5f, &eps)) < 0 ||
+      (rc = es__attr_int(k, "training_mode", 0, &training)) < 0 ||
+      (rc = es__attr_int(k, "spatial", 1, &spatial)) < 0)
     return rc;
   if (training != 0 && training != 1)
     return ES_KFAIL(k, ES_EMODEL, "training_mode is %lld, expected 0 or 1", (long long)training);
@@ -82,7 +82,7 @@ static int bn_infer(es_kinst *k) {
                       names[i], es_dtype_name(t->dtype), t->count, t->rank, (long long)c);
   }
 
-  bn_params *p = es_kinst_alloc(k, sizeof *p);
+  bn_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for BatchNormalization parameters");
   p->n = x->dims[0];
@@ -94,7 +94,7 @@ static int bn_infer(es_kinst *k) {
   p->nhwc = x->layout == ES_LAYOUT_NHWC;
   const void *const *s = k->in_static;
   if (s[1] && s[2] && s[3] && s[4]) {
-    float *ab = es_kinst_alloc(k, 2 * (size_t)c * sizeof *ab + 1);
+    float *ab = es__kinst_alloc(k, 2 * (size_t)c * sizeof *ab + 1);
     if (!ab)
       return ES_KFAIL(k, ES_ENOMEM, "out of memory for folded BatchNormalization parameters");
     bn_fold(s[1], s[2], s[3], s[4], eps, c, ab, ab + c);
@@ -105,7 +105,7 @@ static int bn_infer(es_kinst *k) {
   }
   k->params = p;
   k->inplace = 0;
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
     return rc;
   k->out[0]->layout = x->layout;
   return 0;
@@ -149,6 +149,6 @@ static int bn_run(const es_kinst *k, const void *const *in, void *const *out, vo
 
 static const es_kernel bn_kernel = {bn_infer, bn_run, NULL, 1};
 
-const es_kernel *es_kernels_norm(es_op op) {
+const es_kernel *es__kernels_norm(es_op op) {
   return op == ES_OP_BatchNormalization ? &bn_kernel : NULL;
 }

@@ -86,7 +86,7 @@ static int pool_attr_ints(const es_kinst *k, const char *name, size_t n, int64_t
                           int64_t *out) {
   const int64_t *v;
   size_t len;
-  int rc = es_attr_ints(k, name, &v, &len);
+  int rc = es__attr_ints(k, name, &v, &len);
   if (rc < 0)
     return rc;
   if (!v) {
@@ -108,10 +108,10 @@ static int pool_attr_ints(const es_kinst *k, const char *name, size_t n, int64_t
 /* Fills one axis' tables; pe is the padding after (for count_include_pad). */
 static int pool_axis_tables(es_kinst *k, pool_axis *a, int64_t pe, int kind, int include_pad) {
   int64_t n = a->out;
-  a->tap_lo = es_kinst_alloc(k, (size_t)n * sizeof *a->tap_lo + 1);
-  a->tap_hi = es_kinst_alloc(k, (size_t)n * sizeof *a->tap_hi + 1);
+  a->tap_lo = es__kinst_alloc(k, (size_t)n * sizeof *a->tap_lo + 1);
+  a->tap_hi = es__kinst_alloc(k, (size_t)n * sizeof *a->tap_hi + 1);
   if (kind == POOL_AVG)
-    a->inv = es_kinst_alloc(k, (size_t)n * sizeof *a->inv + 1);
+    a->inv = es__kinst_alloc(k, (size_t)n * sizeof *a->inv + 1);
   if (!a->tap_lo || !a->tap_hi || (kind == POOL_AVG && !a->inv))
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling tables");
   for (int64_t o = 0; o < n; o++) {
@@ -188,7 +188,7 @@ static int pool_infer_common(es_kinst *k, int kind) {
   int64_t kern[3], str[3], dil[3], pads[6];
   const int64_t *kv;
   size_t kn;
-  int rc = es_attr_ints(k, "kernel_shape", &kv, &kn);
+  int rc = es__attr_ints(k, "kernel_shape", &kv, &kn);
   if (rc < 0)
     return rc;
   if (!kv)
@@ -200,11 +200,11 @@ static int pool_infer_common(es_kinst *k, int kind) {
     return rc;
   const char *auto_pad;
   int64_t ceil_mode, storage_order, include_pad = 0;
-  if ((rc = es_attr_string(k, "auto_pad", "NOTSET", &auto_pad)) < 0 ||
-      (rc = es_attr_int(k, "ceil_mode", 0, &ceil_mode)) < 0 ||
-      (rc = es_attr_int(k, "storage_order", 0, &storage_order)) < 0)
+  if ((rc = es__attr_string(k, "auto_pad", "NOTSET", &auto_pad)) < 0 ||
+      (rc = es__attr_int(k, "ceil_mode", 0, &ceil_mode)) < 0 ||
+      (rc = es__attr_int(k, "storage_order", 0, &storage_order)) < 0)
     return rc;
-  if (kind == POOL_AVG && (rc = es_attr_int(k, "count_include_pad", 0, &include_pad)) < 0)
+  if (kind == POOL_AVG && (rc = es__attr_int(k, "count_include_pad", 0, &include_pad)) < 0)
     return rc;
   if (strcmp(auto_pad, "NOTSET") && strcmp(auto_pad, "SAME_UPPER") &&
       strcmp(auto_pad, "SAME_LOWER") && strcmp(auto_pad, "VALID"))
@@ -233,7 +233,7 @@ static int pool_infer_common(es_kinst *k, int kind) {
     return ES_KRELAYOUT;
   }
 
-  pool_params *p = es_kinst_alloc(k, sizeof *p);
+  pool_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling parameters");
   p->kind = kind;
@@ -262,10 +262,10 @@ static int pool_infer_common(es_kinst *k, int kind) {
       return rc;
     odims[2 + i] = ax->out;
   }
-  if ((rc = es_tdesc_set(k->out[0], x->dtype, x->rank, odims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, x->rank, odims)) < 0)
     return rc;
   k->out[0]->layout = x->layout;
-  if (indices && (rc = es_tdesc_set(k->out[1], ES_DTYPE_INT64, x->rank, odims)) < 0)
+  if (indices && (rc = es__tdesc_set(k->out[1], ES_DTYPE_INT64, x->rank, odims)) < 0)
     return rc;
   for (int a = 0; a < 3; a++)
     if ((rc = pool_axis_tables(k, &p->ax[a], pe[a], kind, (int)include_pad)) < 0)
@@ -273,8 +273,8 @@ static int pool_infer_common(es_kinst *k, int kind) {
 
   /* output column ow reads input column ow*s + kw*d - pb */
   const pool_axis *w = &p->ax[2];
-  p->col_lo = es_kinst_alloc(k, (size_t)w->k * sizeof *p->col_lo);
-  p->col_hi = es_kinst_alloc(k, (size_t)w->k * sizeof *p->col_hi);
+  p->col_lo = es__kinst_alloc(k, (size_t)w->k * sizeof *p->col_lo);
+  p->col_hi = es__kinst_alloc(k, (size_t)w->k * sizeof *p->col_hi);
   if (!p->col_lo || !p->col_hi)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling tables");
   for (int64_t kw = 0; kw < w->k; kw++) {
@@ -511,7 +511,7 @@ static int gap_infer(es_kinst *k) {
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected at least 3 (N, C, spatial...)",
                     x->rank);
-  gap_params *p = es_kinst_alloc(k, sizeof *p);
+  gap_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling parameters");
   int64_t odims[ES_MAX_RANK];
@@ -528,7 +528,7 @@ static int gap_infer(es_kinst *k) {
   if (p->nhwc)
     k->scratch_bytes = (size_t)p->c * sizeof(float);
   k->params = p;
-  int rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, odims);
+  int rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, odims);
   if (rc == 0)
     k->out[0]->layout = x->layout;
   return rc;
@@ -572,7 +572,7 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
     return 0;
   }
   for (int64_t c = 0; c < p->planes; c++)
-    y[c] = es_ew_sum_f32(x + c * p->size, p->size) * inv;
+    y[c] = es__ew_sum_f32(x + c * p->size, p->size) * inv;
   return 0;
 }
 
@@ -584,7 +584,7 @@ static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, 1};
 static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, 1};
 static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, 1};
 
-const es_kernel *es_kernels_pool(es_op op) {
+const es_kernel *es__kernels_pool(es_op op) {
   switch (op) {
   case ES_OP_MaxPool:
     return &maxpool_kernel;

@@ -60,7 +60,7 @@ static int rmean_infer(es_kinst *k) {
     return rc;
   const es_tdesc *x = k->in[0];
   int64_t keepdims, noop = 0;
-  if ((rc = es_attr_int(k, "keepdims", 1, &keepdims)) < 0)
+  if ((rc = es__attr_int(k, "keepdims", 1, &keepdims)) < 0)
     return rc;
   if (keepdims != 0 && keepdims != 1)
     return ES_KFAIL(k, ES_EMODEL, "keepdims is %lld, expected 0 or 1", (long long)keepdims);
@@ -70,14 +70,14 @@ static int rmean_infer(es_kinst *k) {
   if (k->opset < 18) {
     const int64_t *v;
     size_t n;
-    if ((rc = es_attr_ints(k, "axes", &v, &n)) < 0)
+    if ((rc = es__attr_ints(k, "axes", &v, &n)) < 0)
       return rc;
     if (n > (size_t)x->rank)
       return ES_KFAIL(k, ES_EMODEL, "%zu axes for rank %d", n, x->rank);
     for (size_t i = 0; i < n; i++)
       axes[n_axes++] = v[i];
   } else {
-    if ((rc = es_attr_int(k, "noop_with_empty_axes", 0, &noop)) < 0)
+    if ((rc = es__attr_int(k, "noop_with_empty_axes", 0, &noop)) < 0)
       return rc;
     if (k->n_in > 1 && k->in[1]) {
       const es_tdesc *a = k->in[1];
@@ -89,14 +89,14 @@ static int rmean_infer(es_kinst *k) {
       if (a->count > (size_t)x->rank)
         return ES_KFAIL(k, ES_EMODEL, "%zu axes for rank %d", a->count, x->rank);
       for (size_t i = 0; i < a->count; i++)
-        axes[n_axes++] = es_static_i64(a, k->in_static[1], i);
+        axes[n_axes++] = es__static_i64(a, k->in_static[1], i);
     }
   }
 
   int reduced[ES_MAX_RANK] = {0};
   for (size_t i = 0; i < n_axes; i++) {
     int ax;
-    if ((rc = es_axis_norm(k, axes[i], x->rank, &ax)) < 0)
+    if ((rc = es__axis_norm(k, axes[i], x->rank, &ax)) < 0)
       return rc;
     if (reduced[ax])
       return ES_KFAIL(k, ES_EMODEL, "axis %d is listed twice", ax);
@@ -113,10 +113,10 @@ static int rmean_infer(es_kinst *k) {
       odims[orank++] = x->dims[i];
     else if (keepdims)
       odims[orank++] = 1;
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, orank, odims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, orank, odims)) < 0)
     return rc;
 
-  rmean_params *p = es_kinst_alloc(k, sizeof *p);
+  rmean_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for ReduceMean parameters");
   int64_t rcount = 1;
@@ -162,7 +162,7 @@ static int rmean_run(const es_kinst *k, const void *const *in, void *const *out,
   /* fast path: only trailing axes reduced, one contiguous sum per output */
   if (p->red[last] && (p->ng == 1 || (p->ng == 2 && !p->red[0]))) {
     for (int64_t r = 0; r < p->out_count; r++)
-      y[r] = es_ew_sum_f32(x + r * run, run) * inv;
+      y[r] = es__ew_sum_f32(x + r * run, run) * inv;
     return 0;
   }
 
@@ -173,13 +173,13 @@ static int rmean_run(const es_kinst *k, const void *const *in, void *const *out,
   int64_t steps = run > 0 ? p->in_count / run : 0;
   for (int64_t st = 0; st < steps; st++, x += run) {
     if (p->red[last]) {
-      y[off] += es_ew_sum_f32(x, run);
+      y[off] += es__ew_sum_f32(x, run);
     } else {
       float *restrict o = y + off;
       for (int64_t j = 0; j < run; j++)
         o[j] += x[j];
     }
-    es_walk_step(last, p->ext, idx, 1, &off, p->ostr);
+    es__walk_step(last, p->ext, idx, 1, &off, p->ostr);
   }
   for (int64_t i = 0; i < p->out_count; i++)
     y[i] *= inv;
@@ -201,12 +201,12 @@ static int softmax_infer(es_kinst *k) {
   const es_tdesc *x = k->in[0];
   int64_t axis_attr;
   int legacy = k->opset < 13; /* flatten-to-2-D semantics */
-  if ((rc = es_attr_int(k, "axis", legacy ? 1 : -1, &axis_attr)) < 0)
+  if ((rc = es__attr_int(k, "axis", legacy ? 1 : -1, &axis_attr)) < 0)
     return rc;
   int axis;
-  if ((rc = es_axis_norm(k, axis_attr, x->rank, &axis)) < 0)
+  if ((rc = es__axis_norm(k, axis_attr, x->rank, &axis)) < 0)
     return rc;
-  softmax_params *p = es_kinst_alloc(k, sizeof *p);
+  softmax_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for Softmax parameters");
   p->outer = p->n = p->inner = 1;
@@ -218,7 +218,7 @@ static int softmax_infer(es_kinst *k) {
     else
       p->inner *= x->dims[i];
   }
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, x->rank, x->dims)) < 0)
     return rc;
   k->scratch_bytes = p->inner > 1 ? 2 * (size_t)p->inner * sizeof(float) : 0;
   k->inplace = 0;
@@ -230,10 +230,10 @@ static int softmax_infer(es_kinst *k) {
  * would be a float reduction, which the vectoriser may not reorder. */
 static void softmax_rows(const float *x, float *y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; r++, x += n, y += n) {
-    float m = es_ew_max_f32(x, n);
+    float m = es__ew_max_f32(x, n);
     for (int64_t j = 0; j < n; j++)
-      y[j] = es_ew_exp_neg_floor(x[j] - m);
-    float inv = 1.0f / es_ew_sum_f32(y, n);
+      y[j] = es__ew_exp_neg_floor(x[j] - m);
+    float inv = 1.0f / es__ew_sum_f32(y, n);
     for (int64_t j = 0; j < n; j++)
       y[j] *= inv;
   }
@@ -255,7 +255,7 @@ static void softmax_cols(const float *x, float *y, int64_t outer, int64_t n, int
       const float *xr = x + j * inner;
       float *yr = y + j * inner;
       for (int64_t i = 0; i < inner; i++) {
-        float e = es_ew_exp_neg_floor(xr[i] - m[i]);
+        float e = es__ew_exp_neg_floor(xr[i] - m[i]);
         yr[i] = e;
         s[i] += e;
       }
@@ -287,7 +287,7 @@ static int softmax_run(const es_kinst *k, const void *const *in, void *const *ou
 static const es_kernel rmean_kernel = {rmean_infer, rmean_run, NULL, 0};
 static const es_kernel softmax_kernel = {softmax_infer, softmax_run, NULL, 0};
 
-const es_kernel *es_kernels_reduce(es_op op) {
+const es_kernel *es__kernels_reduce(es_op op) {
   switch (op) {
   case ES_OP_ReduceMean:
     return &rmean_kernel;

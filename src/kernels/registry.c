@@ -17,12 +17,12 @@
  * Lookup
  * ======================================================================== */
 
-const es_kernel *es_kernel_for(es_op op) {
+const es_kernel *es__kernel_for(es_op op) {
   typedef const es_kernel *(*family_fn)(es_op);
   static const family_fn families[] = {
-      es_kernels_elementwise, es_kernels_shape, es_kernels_pool, es_kernels_reduce,
-      es_kernels_resize,      es_kernels_norm,  es_kernels_conv, es_kernels_matmul,
-      es_kernels_layout,      es_kernels_layernorm, es_kernels_fused,
+      es__kernels_elementwise, es__kernels_shape, es__kernels_pool, es__kernels_reduce,
+      es__kernels_resize,      es__kernels_norm,  es__kernels_conv, es__kernels_matmul,
+      es__kernels_layout,      es__kernels_layernorm, es__kernels_fused,
   };
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const es_kernel *k = families[i](op);
@@ -34,16 +34,16 @@ const es_kernel *es_kernel_for(es_op op) {
 
 static _Atomic int es_reference_;
 
-void es_kernels_use_reference(int on) { atomic_store(&es_reference_, on ? 1 : 0); }
+void es__kernels_use_reference(int on) { atomic_store(&es_reference_, on ? 1 : 0); }
 
-int es_kernels_reference(void) { return atomic_load(&es_reference_); }
+int es__kernels_reference(void) { return atomic_load(&es_reference_); }
 
 /* oneDNN's CPU runtime here is OpenMP: a parallel region started by a thread
  * uses that thread's nthreads setting. Found at run time so the library does
  * not link the OpenMP runtime itself (oneDNN already loads it). */
 static _Thread_local int es_threads_applied_; /* this thread's setting, 0: none yet */
 
-int es_kernels_set_threads(int n) {
+int es__kernels_set_threads(int n) {
   if (n < 1 || n > 1024)
     return es__fail(ES_EINVAL, "thread count %d is outside 1..1024", n);
   void (*set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
@@ -53,18 +53,18 @@ int es_kernels_set_threads(int n) {
   return 0;
 }
 
-void es_kernels_threads_default(void) {
+void es__kernels_threads_default(void) {
   /* One thread per request unless the caller chose: several workers each
    * starting a team of all cores would oversubscribe the machine. */
   if (!es_threads_applied_)
-    es_kernels_set_threads(1);
+    es__kernels_set_threads(1);
 }
 
 /* ==========================================================================
  * Tensor descriptors
  * ======================================================================== */
 
-int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
+int es__tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
   size_t esz = es_dtype_size(dtype);
   if (esz == 0)
     return es__fail(ES_ENOTSUP, "element type %s (%d) is not supported", es_dtype_name(dtype),
@@ -88,7 +88,7 @@ int es_tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
   return 0;
 }
 
-void es_tdesc_phys_dims(const es_tdesc *t, int64_t *dims) {
+void es__tdesc_phys_dims(const es_tdesc *t, int64_t *dims) {
   if (t->layout == ES_LAYOUT_NHWC && t->rank == 4) {
     dims[0] = t->dims[0];
     dims[1] = t->dims[2];
@@ -100,12 +100,12 @@ void es_tdesc_phys_dims(const es_tdesc *t, int64_t *dims) {
     dims[i] = t->dims[i];
 }
 
-int es_layout_axis(const es_tdesc *t, int a) {
+int es__layout_axis(const es_tdesc *t, int a) {
   static const int nhwc[4] = {0, 3, 1, 2};
   return t->layout == ES_LAYOUT_NHWC && t->rank == 4 && a >= 0 && a < 4 ? nhwc[a] : a;
 }
 
-int es_tdesc_nhwc_compatible(const es_tdesc *t) {
+int es__tdesc_nhwc_compatible(const es_tdesc *t) {
   if (t->layout == ES_LAYOUT_NHWC)
     return 1;
   if (t->rank > 4)
@@ -116,7 +116,7 @@ int es_tdesc_nhwc_compatible(const es_tdesc *t) {
   return d[1] == 1 || (d[2] == 1 && d[3] == 1);
 }
 
-int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
+int es__broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
   uint32_t nhwc_in = 0, bad = 0;
   int other_rank = 0;
   *nhwc = 0;
@@ -125,7 +125,7 @@ int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
       continue;
     if (k->in[i]->layout == ES_LAYOUT_NHWC) {
       nhwc_in |= 1u << i;
-    } else if (!es_tdesc_nhwc_compatible(k->in[i])) {
+    } else if (!es__tdesc_nhwc_compatible(k->in[i])) {
       bad |= 1u << i;
       other_rank |= k->in[i]->rank != 4;
     }
@@ -146,7 +146,7 @@ int es_broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
   return 0;
 }
 
-int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
+int es__tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
   if (a->rank != b->rank)
     return 0;
   for (int i = 0; i < a->rank; i++)
@@ -159,7 +159,7 @@ int es_tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
  * Kernel instances and errors
  * ======================================================================== */
 
-void *es_kinst_alloc(es_kinst *k, size_t size) { return es_ctx_alloc(k->ctx, size); }
+void *es__kinst_alloc(es_kinst *k, size_t size) { return es__ctx_alloc(k->ctx, size); }
 
 int es__kfail(const es_kinst *k, int err, const char *fmt, ...) {
   char msg[400];
@@ -188,7 +188,7 @@ struct es_prep_store {
   size_t bytes;
 };
 
-int es_prep_store_create(es_prep_store **out) {
+int es__prep_store_create(es_prep_store **out) {
   es_prep_store *s = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *s);
   if (!s)
     return es__fail(ES_ENOMEM, "out of memory creating the prepared-weights store");
@@ -197,7 +197,7 @@ int es_prep_store_create(es_prep_store **out) {
   return 0;
 }
 
-void es_prep_store_destroy(es_prep_store *s) {
+void es__prep_store_destroy(es_prep_store *s) {
   if (!s)
     return;
   prep_entry *e = s->head;
@@ -212,12 +212,12 @@ void es_prep_store_destroy(es_prep_store *s) {
   es_mem_free(s);
 }
 
-size_t es_prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
+size_t es__prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
 
-int es_prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
+int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
                       size_t size) {
   if (!s || !key || !w || (!data && size))
-    return es__fail(ES_EINVAL, "es_prep_store_add: bad argument");
+    return es__fail(ES_EINVAL, "es__prep_store_add: bad argument");
   pthread_mutex_lock(&s->lock);
   int rc = 0;
   for (prep_entry *e = s->head; e; e = e->next)
@@ -244,11 +244,11 @@ int es_prep_store_add(es_prep_store *s, const char *key, es_weights *w, const vo
   return rc;
 }
 
-int es_prep_store_each(es_prep_store *s,
+int es__prep_store_each(es_prep_store *s,
                        int (*fn)(void *user, const char *key, const void *data, size_t size),
                        void *user) {
   if (!s || !fn)
-    return es__fail(ES_EINVAL, "es_prep_store_each: bad argument");
+    return es__fail(ES_EINVAL, "es__prep_store_each: bad argument");
   pthread_mutex_lock(&s->lock);
   int rc = 0;
   for (prep_entry *e = s->head; e && rc == 0; e = e->next)
@@ -257,10 +257,10 @@ int es_prep_store_each(es_prep_store *s,
   return rc;
 }
 
-int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
+int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
                       void *user, const void **out) {
   if (!k->prep) {
-    void *p = es_kinst_alloc(k, bytes ? bytes : 1);
+    void *p = es__kinst_alloc(k, bytes ? bytes : 1);
     if (!p)
       return es__kfail(k, ES_ENOMEM, "out of memory for %zu bytes of prepared weights", bytes);
     int rc = fill(user, p, bytes);
@@ -321,7 +321,7 @@ int es_kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_f
 
 static const es_attr *attr_typed(const es_kinst *k, const char *name, es_attr_type type,
                                  int *rc) {
-  const es_attr *a = es_kattr(k, name);
+  const es_attr *a = es__kattr(k, name);
   *rc = 0;
   if (a && a->type != type) {
     *rc = es__kfail(k, ES_EMODEL, "attribute '%s' has type %d, expected %d", name, (int)a->type,
@@ -331,28 +331,28 @@ static const es_attr *attr_typed(const es_kinst *k, const char *name, es_attr_ty
   return a;
 }
 
-int es_attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out) {
+int es__attr_int(const es_kinst *k, const char *name, int64_t def, int64_t *out) {
   int rc;
   const es_attr *a = attr_typed(k, name, ES_ATTR_INT, &rc);
   *out = a ? a->i : def;
   return rc;
 }
 
-int es_attr_float(const es_kinst *k, const char *name, float def, float *out) {
+int es__attr_float(const es_kinst *k, const char *name, float def, float *out) {
   int rc;
   const es_attr *a = attr_typed(k, name, ES_ATTR_FLOAT, &rc);
   *out = a ? a->f : def;
   return rc;
 }
 
-int es_attr_string(const es_kinst *k, const char *name, const char *def, const char **out) {
+int es__attr_string(const es_kinst *k, const char *name, const char *def, const char **out) {
   int rc;
   const es_attr *a = attr_typed(k, name, ES_ATTR_STRING, &rc);
   *out = a ? a->s : def;
   return rc;
 }
 
-int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n) {
+int es__attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n) {
   int rc;
   const es_attr *a = attr_typed(k, name, ES_ATTR_INTS, &rc);
   *v = a ? a->ints : NULL;
@@ -360,7 +360,7 @@ int es_attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t 
   return rc;
 }
 
-int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n) {
+int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n) {
   int rc;
   const es_attr *a = attr_typed(k, name, ES_ATTR_FLOATS, &rc);
   *v = a ? a->floats : NULL;
@@ -372,7 +372,7 @@ int es_attr_floats(const es_kinst *k, const char *name, const float **v, size_t 
  * Shared helpers
  * ======================================================================== */
 
-int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
+int es__broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
                        int64_t *dims) {
   int r = a->rank > b->rank ? a->rank : b->rank;
   for (int i = 0; i < r; i++) {
@@ -387,14 +387,14 @@ int es_broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, 
   return 0;
 }
 
-int es_axis_norm(const es_kinst *k, int64_t axis, int rank, int *out) {
+int es__axis_norm(const es_kinst *k, int64_t axis, int rank, int *out) {
   if (axis < -(int64_t)rank || axis >= (int64_t)rank)
     return es__kfail(k, ES_EMODEL, "axis %lld is outside [-%d, %d)", (long long)axis, rank, rank);
   *out = (int)(axis < 0 ? axis + rank : axis);
   return 0;
 }
 
-int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i) {
+int64_t es__static_i64(const es_tdesc *t, const void *data, size_t i) {
   return t->dtype == ES_DTYPE_INT64 ? ((const int64_t *)data)[i]
                                     : (int64_t)((const int32_t *)data)[i];
 }
@@ -403,11 +403,11 @@ int64_t es_static_i64(const es_tdesc *t, const void *data, size_t i) {
  * One node outside a plan
  * ======================================================================== */
 
-int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
+int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
-  const es_kernel *kern = es_kernel_for(node->op);
+  const es_kernel *kern = es__kernel_for(node->op);
   if (!kern)
-    return es__fail(ES_ENOTSUP, "no kernel for %s", es_op_name(node->op));
+    return es__fail(ES_ENOTSUP, "no kernel for %s", es__op_name(node->op));
   es_ctx ctx = {0};
   es_tdesc *outp[ES_MAX_RANK * 4];
   if (n_out > (int)(sizeof outp / sizeof outp[0]))
@@ -426,7 +426,7 @@ int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc
                 .in_static = in_data,
                 .inplace = -1,
                 .ctx = &ctx};
-  es_op_label(node->name, node->id, node->op, k.label, sizeof k.label);
+  es__op_label(node->name, node->id, node->op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
   void *scratch = NULL;
   if (rc == 0) { /* a valid pointer even for 0 bytes */
@@ -449,6 +449,6 @@ int es_kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc
       es_mem_free(out_data[i]);
       out_data[i] = NULL;
     }
-  es_ctx_free_all(&ctx);
+  es__ctx_free_all(&ctx);
   return rc;
 }

@@ -93,12 +93,12 @@ static int resize_attrs(es_kinst *k, resize_cfg *c, float *extrap) {
   const char *mode, *ctm, *nm;
   int64_t excl;
   int rc;
-  if ((rc = es_attr_string(k, "mode", "nearest", &mode)) < 0 ||
-      (rc = es_attr_string(k, "coordinate_transformation_mode", "half_pixel", &ctm)) < 0 ||
-      (rc = es_attr_string(k, "nearest_mode", "round_prefer_floor", &nm)) < 0 ||
-      (rc = es_attr_float(k, "cubic_coeff_a", -0.75f, &c->cubic_a)) < 0 ||
-      (rc = es_attr_int(k, "exclude_outside", 0, &excl)) < 0 ||
-      (rc = es_attr_float(k, "extrapolation_value", 0.0f, extrap)) < 0)
+  if ((rc = es__attr_string(k, "mode", "nearest", &mode)) < 0 ||
+      (rc = es__attr_string(k, "coordinate_transformation_mode", "half_pixel", &ctm)) < 0 ||
+      (rc = es__attr_string(k, "nearest_mode", "round_prefer_floor", &nm)) < 0 ||
+      (rc = es__attr_float(k, "cubic_coeff_a", -0.75f, &c->cubic_a)) < 0 ||
+      (rc = es__attr_int(k, "exclude_outside", 0, &excl)) < 0 ||
+      (rc = es__attr_float(k, "extrapolation_value", 0.0f, extrap)) < 0)
     return rc;
   if ((rc = resize_pick(k, "mode", mode, modes, k->opset < 11 ? 2 : 3, &c->mode)) < 0 ||
       (rc = resize_pick(k, "coordinate_transformation_mode", ctm, ctms, 6, &c->ctm)) < 0 ||
@@ -113,7 +113,7 @@ static int resize_attrs(es_kinst *k, resize_cfg *c, float *extrap) {
   }
   static const char *const later[] = {"antialias", "axes", "keep_aspect_ratio_policy"};
   for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
-    if (es_kattr(k, later[i]))
+    if (es__kattr(k, later[i]))
       return ES_KFAIL(k, ES_ENOTSUP, "attribute '%s' (opset 18) not implemented", later[i]);
   return 0;
 }
@@ -160,8 +160,8 @@ static int resize_dim_build(es_kinst *k, const resize_cfg *c, resize_dim *d, dou
   int K = c->mode == RS_NEAREST ? 1 : c->mode == RS_LINEAR ? 2 : 4;
   size_t n = (size_t)d->out;
   d->taps = K;
-  d->idx = es_kinst_alloc(k, n * (size_t)K * sizeof *d->idx + 1);
-  d->w = es_kinst_alloc(k, n * (size_t)K * sizeof *d->w + 1);
+  d->idx = es__kinst_alloc(k, n * (size_t)K * sizeof *d->idx + 1);
+  d->w = es__kinst_alloc(k, n * (size_t)K * sizeof *d->w + 1);
   if (!d->idx || !d->w)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for Resize tables");
   int identity = d->out == d->in;
@@ -169,7 +169,7 @@ static int resize_dim_build(es_kinst *k, const resize_cfg *c, resize_dim *d, dou
     int outside;
     double x = resize_coord(c, (double)j, scale, (double)d->in, len, r0, r1, &outside);
     if (outside) {
-      if (!d->outside && !(d->outside = es_kinst_alloc(k, n)))
+      if (!d->outside && !(d->outside = es__kinst_alloc(k, n)))
         return ES_KFAIL(k, ES_ENOMEM, "out of memory for Resize tables");
       d->outside[j] = 1;
       identity = 0;
@@ -283,7 +283,7 @@ static int resize_target(es_kinst *k, const es_tdesc *x, int64_t *odims, double 
   if (!szd)
     return ES_KFAIL(k, ES_ENOTSUP, "sizes must be known when planning");
   for (int i = 0; i < r; i++) {
-    int64_t o = es_static_i64(sz, szd, (size_t)i);
+    int64_t o = es__static_i64(sz, szd, (size_t)i);
     if (o < 0 || (o > 0 && x->dims[i] == 0))
       return ES_KFAIL(k, ES_EMODEL, "sizes[%d] = %lld for an input axis of %lld", i,
                       (long long)o, (long long)x->dims[i]);
@@ -309,7 +309,7 @@ static int resize_infer(es_kinst *k) {
                     es_dtype_name(x->dtype));
   if (x->rank < 1)
     return ES_KFAIL(k, ES_EMODEL, "X is a scalar, expected rank >= 1");
-  resize_params *p = es_kinst_alloc(k, sizeof *p);
+  resize_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for Resize parameters");
   resize_cfg c;
@@ -321,7 +321,7 @@ static int resize_infer(es_kinst *k) {
   double scale[ES_MAX_RANK], len[ES_MAX_RANK];
   if ((rc = resize_target(k, x, odims, scale, len)) < 0)
     return rc;
-  if ((rc = es_tdesc_set(k->out[0], ES_DTYPE_FLOAT, r, odims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, r, odims)) < 0)
     return rc;
 
   const float *roi = NULL;
@@ -621,4 +621,4 @@ static int resize_run(const es_kinst *k, const void *const *in, void *const *out
 
 static const es_kernel resize_kernel = {resize_infer, resize_run, NULL, 1};
 
-const es_kernel *es_kernels_resize(es_op op) { return op == ES_OP_Resize ? &resize_kernel : NULL; }
+const es_kernel *es__kernels_resize(es_op op) { return op == ES_OP_Resize ? &resize_kernel : NULL; }

@@ -25,7 +25,7 @@
  *
  * Layouts. Concat, Split and Transpose are layout-aware, so activations in
  * NHWC between convolutions never need converting around them:
- *  - Concat and Split work on physical dims (es_layout_axis): a channel
+ *  - Concat and Split work on physical dims (es__layout_axis): a channel
  *    concat of NHWC tensors interleaves one run of channels per input for
  *    every pixel. Split outputs keep the input's layout. Concat's output is
  *    NHWC when any input is; a plain input that would have to move is
@@ -95,7 +95,7 @@ static int static_ints(es_kinst *k, int i, const char *what, size_t max, int too
     return ES_KFAIL(k, too_long, "%s (input %d) has %zu values, at most %zu are supported", what,
                     i, *n, max);
   for (size_t j = 0; j < *n; j++)
-    v[j] = es_static_i64(k->in[i], data, j);
+    v[j] = es__static_i64(k->in[i], data, j);
   return 0;
 }
 
@@ -103,10 +103,10 @@ static int static_ints(es_kinst *k, int i, const char *what, size_t max, int too
 static int attr_ints_copy(es_kinst *k, const char *name, size_t max, int64_t *v, size_t *n,
                           bool *present) {
   const int64_t *a;
-  int rc = es_attr_ints(k, name, &a, n);
+  int rc = es__attr_ints(k, name, &a, n);
   if (rc < 0)
     return rc;
-  *present = es_kattr(k, name) != NULL;
+  *present = es__kattr(k, name) != NULL;
   if (*n > max)
     return ES_KFAIL(k, ES_EMODEL, "attribute '%s' has %zu values, expected at most %zu", name, *n,
                     max);
@@ -117,7 +117,7 @@ static int attr_ints_copy(es_kinst *k, const char *name, size_t max, int64_t *v,
 
 /* Sets an output's shape, naming the node when the shape is invalid. */
 static int out_set(es_kinst *k, int o, es_dtype dt, int rank, const int64_t *dims) {
-  int rc = es_tdesc_set(k->out[o], dt, rank, dims);
+  int rc = es__tdesc_set(k->out[o], dt, rank, dims);
   if (rc < 0)
     return ES_KFAIL(k, rc, "output %d: %s", o, es_last_error_detail());
   return 0;
@@ -142,7 +142,7 @@ static int axes_norm(es_kinst *k, const int64_t *axes, size_t n, int rank, const
 }
 
 static void *params_alloc(es_kinst *k, size_t size) {
-  void *p = es_kinst_alloc(k, size);
+  void *p = es__kinst_alloc(k, size);
   if (!p)
     ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
   return p;
@@ -462,7 +462,7 @@ static void copy_run(const copy_plan *p, void *dst, const void *src) {
     else
       elems_copy(d + off[1] * esz, s + off[0] * esz, p->n[last], p->ss[last], p->ds[last],
                  p->esz);
-  } while (es_walk_step(last, p->wn, idx, 2, off, p->wst) >= 0);
+  } while (es__walk_step(last, p->wn, idx, 2, off, p->wst) >= 0);
 }
 
 static int gather_run(const es_kinst *k, const void *const *in, void *const *out,
@@ -490,7 +490,7 @@ static int shape_infer(es_kinst *k) {
     return rc;
   int rank = k->in[0]->rank;
   int64_t start, end;
-  if ((rc = es_attr_int(k, "start", 0, &start)) < 0 || (rc = es_attr_int(k, "end", rank, &end)) < 0)
+  if ((rc = es__attr_int(k, "start", 0, &start)) < 0 || (rc = es__attr_int(k, "end", rank, &end)) < 0)
     return rc;
   /* Opset 15: negative bounds count from the end, then both clamp. */
   if (start < 0)
@@ -557,7 +557,7 @@ static int reshape_infer(es_kinst *k) {
   int64_t shape[ES_MAX_RANK], allowzero;
   size_t n;
   if ((rc = static_ints(k, 1, "shape", ES_MAX_RANK, ES_ENOTSUP, shape, &n)) < 0 ||
-      (rc = es_attr_int(k, "allowzero", 0, &allowzero)) < 0)
+      (rc = es__attr_int(k, "allowzero", 0, &allowzero)) < 0)
     return rc;
   if (allowzero != 0 && allowzero != 1)
     return ES_KFAIL(k, ES_EMODEL, "allowzero is %lld, expected 0 or 1", (long long)allowzero);
@@ -682,16 +682,16 @@ static int concat_infer(es_kinst *k) {
   int rc = io_check(k, k->n_in, k->n_in, 1, 1);
   if (rc < 0)
     return rc;
-  if (!es_kattr(k, "axis"))
+  if (!es__kattr(k, "axis"))
     return ES_KFAIL(k, ES_EMODEL, "attribute 'axis' is required");
   const es_tdesc *x0 = k->in[0];
   int64_t axis_attr;
   int axis;
-  if ((rc = es_attr_int(k, "axis", 0, &axis_attr)) < 0)
+  if ((rc = es__attr_int(k, "axis", 0, &axis_attr)) < 0)
     return rc;
   if (x0->rank == 0)
     return ES_KFAIL(k, ES_EMODEL, "input 0 is a scalar, expected rank >= 1");
-  if ((rc = es_axis_norm(k, axis_attr, x0->rank, &axis)) < 0)
+  if ((rc = es__axis_norm(k, axis_attr, x0->rank, &axis)) < 0)
     return rc;
   int64_t dims[ES_MAX_RANK];
   memcpy(dims, x0->dims, sizeof dims);
@@ -723,8 +723,8 @@ static int concat_infer(es_kinst *k) {
   /* Blocks along the physical axis: in NHWC a channel concat interleaves
    * one run of C_i channels per input for every pixel. */
   int64_t pd[ES_MAX_RANK];
-  es_tdesc_phys_dims(y, pd);
-  int pa = es_layout_axis(y, axis);
+  es__tdesc_phys_dims(y, pd);
+  int pa = es__layout_axis(y, axis);
   p->n = k->n_in;
   p->outer = 1;
   for (int d = 0; d < pa; d++)
@@ -895,11 +895,11 @@ static int split_infer(es_kinst *k) {
   const es_tdesc *x = k->in[0];
   int64_t axis_attr;
   int axis;
-  if ((rc = es_attr_int(k, "axis", 0, &axis_attr)) < 0)
+  if ((rc = es__attr_int(k, "axis", 0, &axis_attr)) < 0)
     return rc;
   if (x->rank == 0)
     return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1");
-  if ((rc = es_axis_norm(k, axis_attr, x->rank, &axis)) < 0)
+  if ((rc = es__axis_norm(k, axis_attr, x->rank, &axis)) < 0)
     return rc;
   int n = k->n_out;
   int64_t dim = x->dims[axis];
@@ -909,7 +909,7 @@ static int split_infer(es_kinst *k) {
   size_t ns = 0;
   if (attr_form) {
     const int64_t *a;
-    if ((rc = es_attr_ints(k, "split", &a, &ns)) < 0)
+    if ((rc = es__attr_ints(k, "split", &a, &ns)) < 0)
       return rc;
     if (ns && ns != (size_t)n)
       return ES_KFAIL(k, ES_EMODEL, "split has %zu values, expected one per output (%d)", ns, n);
@@ -922,7 +922,7 @@ static int split_infer(es_kinst *k) {
     if (ns != (size_t)n)
       return ES_KFAIL(k, ES_EMODEL, "split has %zu values, expected one per output (%d)", ns, n);
     for (size_t i = 0; i < ns; i++)
-      sizes[i] = es_static_i64(k->in[1], data, i);
+      sizes[i] = es__static_i64(k->in[1], data, i);
   }
   if (ns == 0) {
     /* Equal parts; from opset 18 (num_outputs) the last may be smaller. */
@@ -956,8 +956,8 @@ static int split_infer(es_kinst *k) {
   /* Blocks along the physical axis; every output keeps X's layout (in
    * NHWC a channel split takes one run of channels per pixel). */
   int64_t pd[ES_MAX_RANK];
-  es_tdesc_phys_dims(x, pd);
-  int pa = es_layout_axis(x, axis);
+  es__tdesc_phys_dims(x, pd);
+  int pa = es__layout_axis(x, axis);
   p->n = n;
   p->outer = 1;
   for (int d = 0; d < pa; d++)
@@ -1009,7 +1009,7 @@ static bool transpose_plan(copy_plan *p, es_tdesc *y, es_layout lay, size_t esz,
   int64_t n[ES_MAX_RANK], ss[ES_MAX_RANK];
   y->layout = lay;
   for (int a = 0; a < y->rank; a++) {
-    int j = es_layout_axis(y, a);
+    int j = es__layout_axis(y, a);
     n[j] = y->dims[a];
     ss[j] = lst[perm[a]];
   }
@@ -1047,16 +1047,16 @@ static int transpose_infer(es_kinst *k) {
   if ((rc = out_set(k, 0, x->dtype, r, dims)) < 0)
     return rc;
   /* Element stride in X's memory of each logical axis of X. */
-  es_tdesc_phys_dims(x, pd);
+  es__tdesc_phys_dims(x, pd);
   strides_of(r, pd, pst);
   for (int a = 0; a < r; a++)
-    lst[a] = pst[es_layout_axis(x, a)];
+    lst[a] = pst[es__layout_axis(x, a)];
   copy_plan *p = params_alloc(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   /* The output layout that makes the move an identity if one does (plain
    * first), else plain. NHWC is an option only inside a plan (k->prep set,
-   * as for Conv): es_kernel_eval folds constants at load into plain graph
+   * as for Conv): es__kernel_eval folds constants at load into plain graph
    * values, so from a plain input it must give a plain output. */
   es_tdesc *y = k->out[0];
   size_t esz = es_dtype_size(x->dtype);
@@ -1112,7 +1112,7 @@ static int pad_infer(es_kinst *k) {
   const es_tdesc *x = k->in[0];
   int r = x->rank;
   const char *mode;
-  if ((rc = es_attr_string(k, "mode", "constant", &mode)) < 0)
+  if ((rc = es__attr_string(k, "mode", "constant", &mode)) < 0)
     return rc;
   pad_params *p = params_alloc(k, sizeof *p);
   if (!p)
@@ -1137,7 +1137,7 @@ static int pad_infer(es_kinst *k) {
   if (attr_form) {
     float value;
     if ((rc = attr_ints_copy(k, "pads", 2 * ES_MAX_RANK, pads, &np, &present)) < 0 ||
-        (rc = es_attr_float(k, "value", 0.0f, &value)) < 0)
+        (rc = es__attr_float(k, "value", 0.0f, &value)) < 0)
       return rc;
     if (!present)
       return ES_KFAIL(k, ES_EMODEL, "attribute 'pads' is required");
@@ -1241,7 +1241,7 @@ static int pad_run(const es_kinst *k, const void *const *in, void *const *out, v
     }
     pad_row(p, d, inside ? s + off * (int64_t)esz : NULL);
     d += row;
-    if (es_walk_step(l, p->out_dims, idx, 0, NULL, NULL) < 0)
+    if (es__walk_step(l, p->out_dims, idx, 0, NULL, NULL) < 0)
       return 0;
   }
 }
@@ -1270,7 +1270,7 @@ static int constant_of_shape_infer(es_kinst *k) {
   if (!p)
     return ES_ENOMEM;
   es_dtype dt = ES_DTYPE_FLOAT; /* without 'value': float32 zeros */
-  const es_attr *a = es_kattr(k, "value");
+  const es_attr *a = es__kattr(k, "value");
   if (a) {
     if (a->type != ES_ATTR_TENSOR)
       return ES_KFAIL(k, ES_EMODEL, "attribute 'value' has type %d, expected a tensor (%d)",
@@ -1319,7 +1319,7 @@ static const es_kernel k_pad = {pad_infer, pad_run, NULL, 0};
 static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
                                               NULL, 0};
 
-const es_kernel *es_kernels_shape(es_op op) {
+const es_kernel *es__kernels_shape(es_op op) {
   switch (op) {
   case ES_OP_Shape:
     return &k_shape;

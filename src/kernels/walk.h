@@ -23,7 +23,7 @@
  * A dim of extent 1 is stepped over, so a caller can hide a dim it covers
  * itself by walking it as 1. Returns the dim that advanced, or -1 after the
  * last position, with idx and the offsets back at zero. */
-static inline int es_walk_step(int rank, const int64_t *restrict dims, int64_t *restrict idx,
+static inline int es__walk_step(int rank, const int64_t *restrict dims, int64_t *restrict idx,
                                int n, int64_t *restrict off, const int64_t *restrict st) {
   for (int d = rank - 1; d >= 0; d--) {
     for (int j = 0; j < n; j++)

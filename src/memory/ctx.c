@@ -20,7 +20,7 @@ struct es_ctx_chunk {
 
 #define ES_CTX_CHUNK 65536
 
-void *es_ctx_alloc(es_ctx *c, size_t size) {
+void *es__ctx_alloc(es_ctx *c, size_t size) {
   size_t need = es__align_up(size ? size : 1, 16);
   if (need == 0)
     return NULL;
@@ -51,17 +51,17 @@ void *es_ctx_alloc(es_ctx *c, size_t size) {
   return p;
 }
 
-char *es_ctx_strdup(es_ctx *c, const char *s) {
+char *es__ctx_strdup(es_ctx *c, const char *s) {
   if (!s)
     s = "";
   size_t n = strlen(s) + 1;
-  char *d = es_ctx_alloc(c, n);
+  char *d = es__ctx_alloc(c, n);
   if (d)
     memcpy(d, s, n);
   return d;
 }
 
-void es_ctx_free_all(es_ctx *c) {
+void es__ctx_free_all(es_ctx *c) {
   es_ctx_chunk *h = c->head;
   while (h) {
     es_ctx_chunk *next = h->next;

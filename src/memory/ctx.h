@@ -13,8 +13,8 @@ typedef struct es_ctx {
   size_t bytes; /* total chunk bytes held */
 } es_ctx;
 
-void *es_ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
-char *es_ctx_strdup(es_ctx *c, const char *s);
-void es_ctx_free_all(es_ctx *c);
+void *es__ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
+char *es__ctx_strdup(es_ctx *c, const char *s);
+void es__ctx_free_all(es_ctx *c);
 
 #endif

@@ -10,19 +10,19 @@
  * Node helpers
  * ======================================================================== */
 
-const es_attr *es_node_attr(const es_node *n, const char *name) {
-  return es_attr_find(n->attrs, n->n_attr, name);
+const es_attr *es__node_attr(const es_node *n, const char *name) {
+  return es__attr_find(n->attrs, n->n_attr, name);
 }
 
-const char *es_node_label(const es_node *n, char *buf, size_t size) {
-  return es_op_label(n->name, n->file_index, n->op, buf, size);
+const char *es__node_label(const es_node *n, char *buf, size_t size) {
+  return es__op_label(n->name, n->file_index, n->op, buf, size);
 }
 
 /* ==========================================================================
  * Topological order (Kahn's algorithm) and pruning
  * ======================================================================== */
 
-int es_graph_toposort(es_graph *g) {
+int es__graph_toposort(es_graph *g) {
   int n = g->n_nodes, nv = g->n_values;
   if (n == 0)
     return 0;
@@ -85,7 +85,7 @@ int es_graph_toposort(es_graph *g) {
     for (int i = 0; i < n; i++)
       if (pending[i] > 0) {
         rc = es__fail(ES_EMODEL, "%s: its inputs depend on its own outputs (cycle)",
-                      es_node_label(&g->nodes[i], lab, sizeof lab));
+                      es__node_label(&g->nodes[i], lab, sizeof lab));
         break;
       }
     goto out;
@@ -107,7 +107,7 @@ out:
   return rc;
 }
 
-void es_graph_prune(es_graph *g) {
+void es__graph_prune(es_graph *g) {
   int n = g->n_nodes;
   if (n == 0)
     return;
@@ -138,12 +138,12 @@ void es_graph_prune(es_graph *g) {
     if (live_node[i])
       g->nodes[kept++] = g->nodes[i];
   g->n_nodes = kept;
-  es_graph_reindex(g);
+  es__graph_reindex(g);
   es_mem_free(live_val);
   es_mem_free(live_node);
 }
 
-void es_graph_reindex(es_graph *g) {
+void es__graph_reindex(es_graph *g) {
   for (int v = 0; v < g->n_values; v++) {
     g->values[v].producer = -1;
     g->values[v].uses = 0;
@@ -163,7 +163,7 @@ void es_graph_reindex(es_graph *g) {
  * Adding constants (load-time passes)
  * ======================================================================== */
 
-int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
+int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
                           const int64_t *dims, void *data, size_t nbytes, int *out) {
   if (g->n_values >= g->cap_values) {
     /* The loader's estimate leaves slack (every attribute counts), so this
@@ -173,7 +173,7 @@ int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int ran
       return es__fail(ES_EMODEL, "the graph has too many values to add a constant");
     }
     int cap = g->n_values < 8 ? 16 : g->n_values * 2;
-    es_value *nv = es_ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
+    es_value *nv = es__ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
     if (!nv) {
       es_mem_free(data);
       return es__fail(ES_ENOMEM, "out of memory adding a constant");
@@ -182,7 +182,7 @@ int es_graph_const_append(es_graph *g, const char *name, es_dtype dtype, int ran
     g->values = nv;
     g->cap_values = cap;
   }
-  const char *nm = es_ctx_strdup(&g->ctx, name);
+  const char *nm = es__ctx_strdup(&g->ctx, name);
   if (!nm) {
     es_mem_free(data);
     return es__fail(ES_ENOMEM, "out of memory adding a constant");
@@ -226,7 +226,7 @@ static void const_mark_live(const es_graph *g, unsigned char *live) {
     live[g->outputs[i]] = 1;
 }
 
-int es_graph_seal(es_graph *g) {
+int es__graph_seal(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "the graph's weights are already sealed");
   int nv = g->n_values;
@@ -279,14 +279,14 @@ int es_graph_seal(es_graph *g) {
   g->weights = w;
   g->weight_bytes = total;
   g->n_constants = count;
-  rc = es_graph_attrs_resolve(g);
+  rc = es__graph_attrs_resolve(g);
 out:
   es_mem_free(live);
   es_mem_free(offset);
   return rc;
 }
 
-int es_graph_attrs_resolve(es_graph *g) {
+int es__graph_attrs_resolve(es_graph *g) {
   for (int i = 0; i < g->n_nodes; i++) {
     es_node *nd = &g->nodes[i];
     for (int a = 0; a < nd->n_attr; a++) {
@@ -298,7 +298,7 @@ int es_graph_attrs_resolve(es_graph *g) {
                         at->tensor);
       const es_value *v = &g->values[at->tensor];
       es_attr_tensor *t = (es_attr_tensor *)at->t;
-      if (!t && !(t = es_ctx_alloc(&g->ctx, sizeof *t)))
+      if (!t && !(t = es__ctx_alloc(&g->ctx, sizeof *t)))
         return es__fail(ES_ENOMEM, "out of memory resolving tensor attributes");
       t->dtype = v->dtype;
       t->rank = v->rank < 0 ? 0 : v->rank;
@@ -312,7 +312,7 @@ int es_graph_attrs_resolve(es_graph *g) {
   return 0;
 }
 
-void es_graph_fini(es_graph *g) {
+void es__graph_fini(es_graph *g) {
   if (!g)
     return;
   if (g->weights)
@@ -321,6 +321,6 @@ void es_graph_fini(es_graph *g) {
     for (int v = 0; v < g->n_values; v++)
       if (g->values[v].kind == ES_VALUE_CONST)
         es_mem_free((void *)g->values[v].data);
-  es_ctx_free_all(&g->ctx);
+  es__ctx_free_all(&g->ctx);
   memset(g, 0, sizeof *g);
 }

@@ -12,8 +12,8 @@
  * while the graph is read, then copied into staging blocks of its own once
  * the whole graph is valid (raw_data blobs sit at arbitrary file offsets, and
  * int32_data needs narrowing for 8-bit types), so the protobuf tree can be
- * freed before the graph is sorted and optimised. es_graph_fold then works on
- * the staged constants and es_graph_seal copies the ones still read into the
+ * freed before the graph is sorted and optimised. es__graph_fold then works on
+ * the staged constants and es__graph_seal copies the ones still read into the
  * model's sealed es_weights region. The IR keeps nothing that points into
  * the protobuf tree. */
 #include "model/graph.h"
@@ -106,7 +106,7 @@ static int value_add(loader *L, const char *name, es_value_kind kind, const char
     return es__fail(ES_EMODEL, "%s: more values than the graph declares", what);
   int v = g->n_values++;
   es_value *val = &g->values[v];
-  val->name = es_ctx_strdup(&g->ctx, name);
+  val->name = es__ctx_strdup(&g->ctx, name);
   if (!val->name)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
   val->kind = kind;
@@ -231,8 +231,8 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
 
 /* Copies every constant out of the protobuf tree into its own staging block
  * (graph.h). One block each, not one slab: the passes drop and replace
- * constants one at a time, and es_graph_seal copies the survivors anyway. A
- * constant left unstaged by a failure has data NULL, which es_graph_fini
+ * constants one at a time, and es__graph_seal copies the survivors anyway. A
+ * constant left unstaged by a failure has data NULL, which es__graph_fini
  * skips. */
 static int const_stage(loader *L) {
   es_graph *g = L->g;
@@ -298,7 +298,7 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
   if (a->ref_attr_name && a->ref_attr_name[0])
     return es__fail(ES_EMODEL, "%s: attribute '%s' refers to a function attribute", label,
                     a->name);
-  out->name = es_ctx_strdup(&g->ctx, a->name);
+  out->name = es__ctx_strdup(&g->ctx, a->name);
   out->tensor = -1;
   if (!out->name)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
@@ -315,7 +315,7 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
     out->type = ES_ATTR_STRING;
     if (a->s.len > 4096)
       return es__fail(ES_EMODEL, "%s: string attribute '%s' is too long", label, a->name);
-    char *s = es_ctx_alloc(&g->ctx, a->s.len + 1);
+    char *s = es__ctx_alloc(&g->ctx, a->s.len + 1);
     if (!s)
       return es__fail(ES_ENOMEM, "out of memory loading the model");
     if (a->s.len)
@@ -329,7 +329,7 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: {
     out->type = ES_ATTR_INTS;
     out->n = a->n_ints;
-    int64_t *v = es_ctx_alloc(&g->ctx, a->n_ints * sizeof(int64_t));
+    int64_t *v = es__ctx_alloc(&g->ctx, a->n_ints * sizeof(int64_t));
     if (!v)
       return es__fail(ES_ENOMEM, "out of memory loading the model");
     if (a->n_ints)
@@ -340,7 +340,7 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: {
     out->type = ES_ATTR_FLOATS;
     out->n = a->n_floats;
-    float *v = es_ctx_alloc(&g->ctx, a->n_floats * sizeof(float));
+    float *v = es__ctx_alloc(&g->ctx, a->n_floats * sizeof(float));
     if (!v)
       return es__fail(ES_ENOMEM, "out of memory loading the model");
     if (a->n_floats)
@@ -437,23 +437,23 @@ static int node_declare(loader *L, const Onnx__NodeProto *np, int file_index, es
     return es__fail(ES_ENOTSUP, "%s: operator domain '%.60s' is not supported", label, np->domain);
   if (g->opset < 0)
     return es__fail(ES_EMODEL, "%s: the model imports no default-domain opset", label);
-  es_op op = es_op_from_name(ot);
+  es_op op = es__op_from_name(ot);
   if (op == ES_OP_UNKNOWN)
     return es__fail(ES_ENOTSUP, "%s: operator '%.60s' is not supported", label, ot);
-  if (g->opset < es_op_min_opset(op))
+  if (g->opset < es__op_min_opset(op))
     return es__fail(ES_ENOTSUP, "%s: %s before opset %d is not supported (model opset %lld)",
-                    label, ot, es_op_min_opset(op), (long long)g->opset);
+                    label, ot, es__op_min_opset(op), (long long)g->opset);
   if (op == ES_OP_Constant)
     return constant_node(L, np, file_index, label); /* out stays ES_OP_UNKNOWN */
 
   out->op = op;
   out->file_index = file_index;
-  out->name = es_ctx_strdup(&g->ctx, np->name);
+  out->name = es__ctx_strdup(&g->ctx, np->name);
   out->n_in = (int)np->n_input;
   out->n_out = (int)np->n_output;
-  out->in = es_ctx_alloc(&g->ctx, (np->n_input + 1) * sizeof(int));
-  out->out = es_ctx_alloc(&g->ctx, (np->n_output + 1) * sizeof(int));
-  out->attrs = es_ctx_alloc(&g->ctx, (np->n_attribute + 1) * sizeof(es_attr));
+  out->in = es__ctx_alloc(&g->ctx, (np->n_input + 1) * sizeof(int));
+  out->out = es__ctx_alloc(&g->ctx, (np->n_output + 1) * sizeof(int));
+  out->attrs = es__ctx_alloc(&g->ctx, (np->n_attribute + 1) * sizeof(es_attr));
   if (!out->name || !out->in || !out->out || !out->attrs)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
   if (np->n_output == 0)
@@ -551,10 +551,10 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   while (L->nslots < cap * 2)
     L->nslots <<= 1;
   L->slots = es_mem_alloc(ES_MEM_MODEL, L->nslots * sizeof(int));
-  g->values = es_ctx_alloc(&g->ctx, cap * sizeof(es_value));
-  g->nodes = es_ctx_alloc(&g->ctx, (gp->n_node + 1) * sizeof(es_node));
-  g->inputs = es_ctx_alloc(&g->ctx, (gp->n_input + 1) * sizeof(int));
-  g->outputs = es_ctx_alloc(&g->ctx, (gp->n_output + 1) * sizeof(int));
+  g->values = es__ctx_alloc(&g->ctx, cap * sizeof(es_value));
+  g->nodes = es__ctx_alloc(&g->ctx, (gp->n_node + 1) * sizeof(es_node));
+  g->inputs = es__ctx_alloc(&g->ctx, (gp->n_input + 1) * sizeof(int));
+  g->outputs = es__ctx_alloc(&g->ctx, (gp->n_output + 1) * sizeof(int));
   if (!L->slots || !g->values || !g->nodes || !g->inputs || !g->outputs)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
   memset(L->slots, 0xff, L->nslots * sizeof(int));
@@ -627,9 +627,9 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   return 0;
 }
 
-int es_onnx_load(const void *data, size_t size, es_graph *g) {
+int es__onnx_load(const void *data, size_t size, es_graph *g) {
   if (!data || !g)
-    return es__fail(ES_EINVAL, "es_onnx_load: NULL argument");
+    return es__fail(ES_EINVAL, "es__onnx_load: NULL argument");
   ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
   Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
   if (!mp)
@@ -645,19 +645,19 @@ int es_onnx_load(const void *data, size_t size, es_graph *g) {
   es_mem_free(L.consts);
   onnx__model_proto__free_unpacked(mp, &al);
   if (rc == 0)
-    rc = es_graph_toposort(g);
+    rc = es__graph_toposort(g);
   if (rc == 0)
-    es_graph_prune(g);
+    es__graph_prune(g);
   if (rc == 0)
-    rc = es_graph_attrs_resolve(g);
+    rc = es__graph_attrs_resolve(g);
   if (rc < 0)
-    es_graph_fini(g);
+    es__graph_fini(g);
   return rc;
 }
 
-int es_onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {
+int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {
   if (!buf || !v || !data)
-    return es__fail(ES_EINVAL, "es_onnx_tensor_parse: NULL argument");
+    return es__fail(ES_EINVAL, "es__onnx_tensor_parse: NULL argument");
   ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
   Onnx__TensorProto *t = onnx__tensor_proto__unpack(&al, size, buf);
   if (!t)

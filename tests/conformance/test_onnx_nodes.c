@@ -48,7 +48,7 @@ typedef enum { R_PASS, R_FAIL, R_SKIP } result;
 static char why_[1400];
 
 static void tdesc_of(const es_value *v, es_tdesc *t) {
-  es_tdesc_set(t, v->dtype, v->rank, v->dims);
+  es__tdesc_set(t, v->dtype, v->rank, v->dims);
 }
 
 static int compare(const es_tdesc *got, const void *gd, const es_value *want, const void *wd,
@@ -105,7 +105,7 @@ static result read_tensor(const char *setdir, const char *file, const char *what
     es_mem_free(buf);
     return R_FAIL;
   }
-  int rc = es_onnx_tensor_parse(buf, size, tv, d);
+  int rc = es__onnx_tensor_parse(buf, size, tv, d);
   es_mem_free(buf);
   if (rc < 0) {
     snprintf(why_, sizeof why_, "%s %d: %s", what, i, es_last_error_detail());
@@ -153,7 +153,7 @@ static result run_set(const es_graph *g, const char *setdir) {
       inp[k] = v >= 0 ? data[v] : NULL;
     }
     es_knode kn = es__knode_of(nd);
-    int rc = es_kernel_eval(&kn, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
+    int rc = es__kernel_eval(&kn, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
     if (rc < 0) {
       snprintf(why_, sizeof why_, "%s", es_last_error_detail());
       res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
@@ -207,7 +207,7 @@ static result run_test(const char *dir) {
   }
   es_graph g;
   memset(&g, 0, sizeof g);
-  int rc = es_graph_load_lowered(buf, size, &g);
+  int rc = es__graph_load_lowered(buf, size, &g);
   es_mem_free(buf);
   if (rc < 0) {
     snprintf(why_, sizeof why_, "%s", es_last_error_detail());
@@ -225,7 +225,7 @@ static result run_test(const char *dir) {
     if (res != R_PASS)
       break;
   }
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   return res;
 }
 

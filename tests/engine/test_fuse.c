@@ -58,7 +58,7 @@ static void lowered_graph(const ob *b, es_graph *g) {
   uint8_t *buf = ob_pack(b, &size);
   memset(g, 0, sizeof *g);
   fuse_set(1);
-  ES_CHECK_RC(es_graph_load_lowered(buf, size, g));
+  ES_CHECK_RC(es__graph_load_lowered(buf, size, g));
   free(buf);
 }
 
@@ -78,7 +78,7 @@ static const es_node *graph_find(const es_graph *g, es_op op) {
 
 /* The node's "_post" codes, as a string like "7,1" (or ""). */
 static const char *post_codes(const es_node *n, char *buf, size_t size) {
-  const es_attr *a = es_node_attr(n, "_post");
+  const es_attr *a = es__node_attr(n, "_post");
   buf[0] = 0;
   for (size_t i = 0; a && i < a->n; i++)
     snprintf(buf + strlen(buf), size - strlen(buf), "%s%lld", i ? "," : "",
@@ -198,7 +198,7 @@ static void expect_conv_post(const ob *b, const feed *f, int nodes, const char *
   if (g.n_nodes != nodes || strcmp(post_codes(conv, buf, sizeof buf), codes))
     fail_msg("fused graph has %d nodes and post-ops '%s', want %d and '%s'", g.n_nodes, buf,
              nodes, codes);
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   assert_int_equal(check_same(b, f, 1e-4f), nodes);
 }
 
@@ -259,12 +259,12 @@ static void test_conv_clip_forms(void **state) {
     expect_conv_post(b, &f, 1, "2");
     es_graph g;
     lowered_graph(b, &g);
-    const es_attr *pf = es_node_attr(graph_find(&g, ES_OP_Conv), "_post_f");
+    const es_attr *pf = es__node_attr(graph_find(&g, ES_OP_Conv), "_post_f");
     assert_non_null(pf);
     assert_int_equal(pf->n, 2);
     assert_true(pf->floats[0] == -0.5f);
     assert_true(pf->floats[1] == (form == 2 ? FLT_MAX : 6.0f));
-    es_graph_fini(&g);
+    es__graph_fini(&g);
     feed_free(&f);
     free(b);
   }
@@ -324,7 +324,7 @@ static void test_conv_residual(void **state) {
     assert_string_equal(g.values[conv->in[3]].name, "r");
     if (!bias)
       assert_int_equal(conv->in[2], -1);
-    es_graph_fini(&g);
+    es__graph_fini(&g);
     feed_free(&f);
     free(b);
   }
@@ -357,7 +357,7 @@ static void test_conv_residual_symbolic(void **state) {
   assert_int_equal(g.n_nodes, 2);
   assert_string_equal(post_codes(&g.nodes[0], buf, sizeof buf), "1");
   assert_string_equal(post_codes(&g.nodes[1], buf, sizeof buf), "7");
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   static const int64_t shapes[2][4] = {{1, 4, 7, 9}, {1, 4, 1, 3}};
   for (int s = 0; s < 2; s++) {
     feed f = {0};
@@ -429,7 +429,7 @@ static void test_affine_after_conv_transpose(void **state) {
   assert_int_equal(g.n_nodes, 2);
   assert_int_equal(graph_count(&g, ES_OP_ConvTranspose), 1);
   assert_int_equal(graph_count(&g, ES_OP_Relu), 1);
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   feed f = {0};
   feed_add(&f, "x", 4, xd);
   assert_int_equal(check_same(b, &f, 1e-4f), 2);
@@ -467,7 +467,7 @@ static void test_affine_before_conv(void **state) {
       assert_int_equal(g.n_nodes, 2); /* FusedElementwise(Relu, Mul, Add), Conv */
       assert_int_equal(graph_count(&g, ES_OP_FusedElementwise), 1);
     }
-    es_graph_fini(&g);
+    es__graph_fini(&g);
     feed f = {0};
     feed_add(&f, "x", 4, xd);
     check_same(b, &f, 1e-4f);
@@ -529,7 +529,7 @@ static void test_conv_not_fused(void **state) {
     if (g.n_nodes != want || strcmp(post_codes(graph_find(&g, ES_OP_Conv), buf, sizeof buf), ""))
       fail_msg("case %d: %d nodes, post-ops '%s'; want %d nodes and none", c, g.n_nodes, buf,
                want);
-    es_graph_fini(&g);
+    es__graph_fini(&g);
     check_same(b, &f, 1e-4f);
     feed_free(&f);
     free(b);
@@ -588,8 +588,8 @@ static void test_layernorm(void **state) {
     assert_string_equal(g.values[ln->in[0]].name, "x");
     assert_string_equal(g.values[ln->in[1]].name, "gamma");
     assert_string_equal(g.values[ln->in[2]].name, "beta");
-    assert_true(es_node_attr(ln, "epsilon")->f == ln_eps_);
-    es_graph_fini(&g);
+    assert_true(es__node_attr(ln, "epsilon")->f == ln_eps_);
+    es__graph_fini(&g);
     feed f = {0};
     feed_add(&f, "x", 3, xd);
     /* a large common offset: the variance must not cancel */
@@ -611,7 +611,7 @@ static void test_layernorm_not_fused(void **state) {
     lowered_graph(b, &g);
     assert_int_equal(graph_count(&g, ES_OP_LayerNorm), 0);
     assert_int_equal(graph_count(&g, ES_OP_ReduceMean), 2);
-    es_graph_fini(&g);
+    es__graph_fini(&g);
     feed f = {0};
     feed_add(&f, "x", 3, xd);
     check_same(b, &f, 1e-4f);
@@ -620,7 +620,7 @@ static void test_layernorm_not_fused(void **state) {
   }
 }
 
-/* The kernel alone (es_kernel_eval): against the formula in double, with
+/* The kernel alone (es__kernel_eval): against the formula in double, with
  * gamma and beta of the row's length or broadcast from one value, and the
  * inputs it refuses. */
 static int ln_eval(int64_t axis, const int64_t *gd, const float *x, const float *gamma,
@@ -630,14 +630,14 @@ static int ln_eval(int64_t axis, const int64_t *gd, const float *x, const float 
                       {.name = "axis", .type = ES_ATTR_INT, .i = axis}};
   es_knode nd = {.name = "ln", .op = ES_OP_LayerNorm, .n_attr = 2, .attrs = attrs};
   es_tdesc d[3];
-  ES_CHECK_RC(es_tdesc_set(&d[0], ES_DTYPE_FLOAT, 2, xd));
-  ES_CHECK_RC(es_tdesc_set(&d[1], ES_DTYPE_FLOAT, 1, gd));
-  ES_CHECK_RC(es_tdesc_set(&d[2], ES_DTYPE_FLOAT, 1, gd));
+  ES_CHECK_RC(es__tdesc_set(&d[0], ES_DTYPE_FLOAT, 2, xd));
+  ES_CHECK_RC(es__tdesc_set(&d[1], ES_DTYPE_FLOAT, 1, gd));
+  ES_CHECK_RC(es__tdesc_set(&d[2], ES_DTYPE_FLOAT, 1, gd));
   const es_tdesc *dp[3] = {&d[0], &d[1], &d[2]};
   const void *data[3] = {x, gamma, beta};
   es_tdesc od;
   void *o;
-  int rc = es_kernel_eval(&nd, 17, 3, dp, data, 1, &od, &o);
+  int rc = es__kernel_eval(&nd, 17, 3, dp, data, 1, &od, &o);
   if (rc == 0) {
     assert_int_equal(od.count, 3 * 37);
     memcpy(y, o, od.nbytes);
@@ -706,10 +706,10 @@ static void test_elementwise_chain(void **state) {
   const es_node *fe = graph_find(&g, ES_OP_FusedElementwise);
   assert_non_null(fe);
   assert_int_equal(fe->n_in, 2);
-  const es_attr *prog = es_node_attr(fe, "_prog");
+  const es_attr *prog = es__node_attr(fe, "_prog");
   assert_non_null(prog);
   assert_int_equal(prog->n, 6 * ES_FE_WORDS);
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   feed f = {0};
   feed_add(&f, "x", 4, xd);
   feed_add(&f, "g", 3, gd);
@@ -740,7 +740,7 @@ static void test_elementwise_boundaries(void **state) {
   assert_int_equal(graph_count(&g, ES_OP_FusedElementwise), 1);
   assert_int_equal(graph_count(&g, ES_OP_Add), 1);
   assert_int_equal(graph_count(&g, ES_OP_Sqrt), 1);
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   feed f = {0};
   feed_add(&f, "x", 2, xd);
   for (int i = 0; i < 12; i++)

@@ -93,7 +93,7 @@ static void test_target_models(void **state) {
       continue;
     ES_CHECK_RC(rc);
     found++;
-    es_graph_reindex(&m->g);
+    es__graph_reindex(&m->g);
     fuser f = {.g = &m->g};
     ES_CHECK_RC(es__fuse_shapes(&f));
     tally t = {0};

@@ -16,9 +16,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   es_graph g;
   memset(&g, 0, sizeof g);
-  if (es_onnx_load(data, size, &g) < 0)
+  if (es__onnx_load(data, size, &g) < 0)
     return 0;
-  es_graph_seal(&g);
-  es_graph_fini(&g);
+  es__graph_seal(&g);
+  es__graph_fini(&g);
   return 0;
 }

@@ -51,16 +51,16 @@ static void eval_both(const char *what, kh_node *t, int n_in, const es_tdesc *co
   es_tdesc od[2];
   void *o[2];
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     int rc = eval(t, n_in, in, data, &od[ref], &o[ref]);
     if (rc != 0)
       fail_msg("%s (%s): %s %s", what, ref ? "reference" : "oneDNN", es_err_name(rc),
                es_last_error_detail());
   }
-  es_kernels_use_reference(0);
-  assert_true(es_tdesc_same_shape(&od[0], &od[1]));
+  es__kernels_use_reference(0);
+  assert_true(es__tdesc_same_shape(&od[0], &od[1]));
   if (want_shape)
-    assert_true(es_tdesc_same_shape(&od[0], want_shape));
+    assert_true(es__tdesc_same_shape(&od[0], want_shape));
   const float *a = o[0], *b = o[1];
   float lo = INFINITY, hi = -INFINITY, err = 0;
   for (size_t i = 0; i < od[0].count; i++) {
@@ -98,7 +98,7 @@ static void test_conv_known(void **state) {
   kh_node_init(&t, ES_OP_Conv);
   kh_attr_ints(&t, "pads", pads, 4);
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     void *o;
     ES_CHECK_RC(eval(&t, 2, in, data, &od, &o));
     assert_int_equal(od.count, 25);
@@ -106,7 +106,7 @@ static void test_conv_known(void **state) {
       assert_float_equal(((float *)o)[i], want[i], 1e-4);
     es_mem_free(o);
   }
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
 }
 
 static void test_convtranspose_known(void **state) {
@@ -123,7 +123,7 @@ static void test_convtranspose_known(void **state) {
   kh_node_init(&t, ES_OP_ConvTranspose);
   kh_attr_ints(&t, "strides", sd, 2);
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     void *o;
     ES_CHECK_RC(eval(&t, 3, in, data, &od, &o));
     assert_int_equal(od.dims[2], 4);
@@ -135,7 +135,7 @@ static void test_convtranspose_known(void **state) {
       }
     es_mem_free(o);
   }
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
 }
 
 static void test_matmul_known(void **state) {
@@ -146,7 +146,7 @@ static void test_matmul_known(void **state) {
   kh_node t;
   kh_node_init(&t, ES_OP_MatMul);
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     void *o;
     const es_tdesc *in[2] = {&at, &at};
     const void *data[2] = {a, b};
@@ -170,7 +170,7 @@ static void test_matmul_known(void **state) {
     assert_float_equal(((float *)o)[0], 2, 1e-5);
     es_mem_free(o);
   }
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
 }
 
 /* ==========================================================================
@@ -347,12 +347,12 @@ static void conv_expect(kh_node *t, int xrank, const int64_t *xd, int wrank, con
   const void *data[2] = {x, with_w_data ? w : NULL};
   void *o;
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     ES_EXPECT_RC(eval(t, 2, in, data, &od, &o), want);
     if (want == 0)
       es_mem_free(o);
   }
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
   es_mem_free(x);
   es_mem_free(w);
 }
@@ -495,7 +495,7 @@ static void test_matmul_errors(void **state) {
   const void *data[1] = {a};
   void *o;
   kh_node_init(&t, ES_OP_MatMul);
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -510,7 +510,7 @@ static void hinst_infer(kh_run *h, const es_knode *nd, int n_in, const es_tdesc 
   ES_CHECK_RC(kh_infer_relayout(h));
 }
 
-/* Runs h and checks it against the reference path's es_kernel_eval. */
+/* Runs h and checks it against the reference path's es__kernel_eval. */
 static void hinst_check(kh_run *h, kh_node *t, int n_in, const es_tdesc *const *in,
                         const void *const *data) {
   float *y = kh_exec_plain(h, data);
@@ -523,10 +523,10 @@ static void hinst_check(kh_run *h, kh_node *t, int n_in, const es_tdesc *const *
       pin[i] = &plain[i];
     }
   void *o;
-  es_kernels_use_reference(1);
+  es__kernels_use_reference(1);
   ES_CHECK_RC(eval(t, n_in, pin, data, &od, &o));
-  es_kernels_use_reference(0);
-  assert_true(es_tdesc_same_shape(&od, &h->out[0]));
+  es__kernels_use_reference(0);
+  assert_true(es__tdesc_same_shape(&od, &h->out[0]));
   for (size_t i = 0; i < od.count; i++)
     assert_float_equal(y[i], ((float *)o)[i], 1e-3);
   es_mem_free(o);
@@ -538,21 +538,21 @@ static void hinst_check(kh_run *h, kh_node *t, int n_in, const es_tdesc *const *
 static size_t prep_twice(kh_node *t, int n_in, es_tdesc *x, const int64_t *d1, const int64_t *d2,
                          const es_tdesc *const *in, const void **data) {
   es_prep_store *store;
-  ES_CHECK_RC(es_prep_store_create(&store));
+  ES_CHECK_RC(es__prep_store_create(&store));
   kh_run h1, h2;
   *x = kh_td(ES_DTYPE_FLOAT, x->rank, d1);
   float *x1 = rand_floats(x->count);
   data[0] = x1;
   hinst_infer(&h1, &t->node, n_in, in, data, store);
   hinst_check(&h1, t, n_in, in, data);
-  size_t bytes = es_prep_store_bytes(store);
+  size_t bytes = es__prep_store_bytes(store);
 
   *x = kh_td(ES_DTYPE_FLOAT, x->rank, d2);
   float *x2 = rand_floats(x->count);
   data[0] = x2;
   hinst_infer(&h2, &t->node, n_in, in, data, store);
   hinst_check(&h2, t, n_in, in, data);
-  assert_int_equal(es_prep_store_bytes(store), bytes);
+  assert_int_equal(es__prep_store_bytes(store), bytes);
   /* The first plan still runs on the shared copy after the second made
    * its own primitive. */
   *x = kh_td(ES_DTYPE_FLOAT, x->rank, d1);
@@ -562,13 +562,13 @@ static size_t prep_twice(kh_node *t, int n_in, es_tdesc *x, const int64_t *d1, c
   kh_end(&h2);
   es_mem_free(x1);
   es_mem_free(x2);
-  es_prep_store_destroy(store);
+  es__prep_store_destroy(store);
   return bytes;
 }
 
 static void test_prepared_shared(void **state) {
   (void)state;
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
   /* MatMul with static 2-D weights: oneDNN picks a blocked layout. */
   {
     int64_t a1[3] = {1, 25, 64}, a2[3] = {1, 40, 64}, bd[2] = {64, 48};
@@ -629,7 +629,7 @@ static void *thread_run(void *arg) {
 
 static void test_threads_share_plan(void **state) {
   (void)state;
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
   int64_t xd[4] = {1, 16, 24, 24}, wd[4] = {16, 16, 3, 3}, pads[4] = {1, 1, 1, 1};
   es_tdesc xt = kh_td(ES_DTYPE_FLOAT, 4, xd), wt = kh_td(ES_DTYPE_FLOAT, 4, wd);
   float *x = rand_floats(xt.count), *w = rand_floats(wt.count);
@@ -730,13 +730,13 @@ static const cconf layout_confs[] = {
 static void test_conv_layouts(void **state) {
   (void)state;
   es_prep_store *store;
-  ES_CHECK_RC(es_prep_store_create(&store));
+  ES_CHECK_RC(es__prep_store_create(&store));
   for (size_t ci = 0; ci < sizeof layout_confs / sizeof layout_confs[0]; ci++) {
     cnode c;
     cnode_init(&c, &layout_confs[ci]);
     kh_run h;
     /* NHWC X (no store): runs channels-last, output NHWC, nothing asked. */
-    es_kernels_use_reference(0);
+    es__kernels_use_reference(0);
     c.xt.layout = ES_LAYOUT_NHWC;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 0);
@@ -744,7 +744,7 @@ static void test_conv_layouts(void **state) {
     hinst_check(&h, &c.t, 3, c.in, c.data);
     kh_end(&h);
     /* The reference loops ask for X plain and write plain. */
-    es_kernels_use_reference(1);
+    es__kernels_use_reference(1);
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 1);
     assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
@@ -752,7 +752,7 @@ static void test_conv_layouts(void **state) {
     hinst_check(&h, &c.t, 3, c.in, c.data);
     kh_end(&h);
     /* In a model's plan (a store), plain X is asked for in NHWC. */
-    es_kernels_use_reference(0);
+    es__kernels_use_reference(0);
     c.xt.layout = ES_LAYOUT_PLAIN;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
     assert_int_equal(h.relayouts, 1);
@@ -760,7 +760,7 @@ static void test_conv_layouts(void **state) {
     assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
     hinst_check(&h, &c.t, 3, c.in, c.data);
     kh_end(&h);
-    /* Without a store (es_kernel_eval's case) plain stays plain. */
+    /* Without a store (es__kernel_eval's case) plain stays plain. */
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 0);
     assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
@@ -789,7 +789,7 @@ static void test_conv_layouts(void **state) {
     kh_end(&h);
     cnode_fini(&c);
   }
-  es_prep_store_destroy(store);
+  es__prep_store_destroy(store);
 }
 
 /* ==========================================================================
@@ -893,7 +893,7 @@ static const cconf post_confs[] = {
     {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}},
 };
 
-/* Every post-op alone and in combinations, through es_kernel_eval on both
+/* Every post-op alone and in combinations, through es__kernel_eval on both
  * paths, against the ops applied naively after the unfused conv. */
 static void test_conv_post_ops(void **state) {
   (void)state;
@@ -906,7 +906,7 @@ static void test_conv_post_ops(void **state) {
       /* The unfused conv (reference path) and the naive expectation. */
       es_tdesc od;
       void *base;
-      es_kernels_use_reference(1);
+      es__kernels_use_reference(1);
       ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
       int adds = post_case_adds(pc);
       if (adds)
@@ -915,7 +915,7 @@ static void test_conv_post_ops(void **state) {
       post_attrs(&c.t, pc);
       int n_in = adds ? 4 : 3;
       for (int ref = 0; ref < 2; ref++) {
-        es_kernels_use_reference(ref);
+        es__kernels_use_reference(ref);
         es_tdesc fd;
         void *o;
         snprintf(what, sizeof what, "%s, %s (%s)", post_confs[ci].name, pc->name,
@@ -923,12 +923,12 @@ static void test_conv_post_ops(void **state) {
         int rc = eval(&c.t, n_in, c.in, c.data, &fd, &o);
         if (rc != 0)
           fail_msg("%s: %s %s", what, es_err_name(rc), es_last_error_detail());
-        assert_true(es_tdesc_same_shape(&fd, &od));
+        assert_true(es__tdesc_same_shape(&fd, &od));
         assert_int_equal(fd.layout, ES_LAYOUT_PLAIN);
         expect_close(what, o, base, od.count);
         es_mem_free(o);
       }
-      es_kernels_use_reference(0);
+      es__kernels_use_reference(0);
       es_mem_free(base);
       cnode_fini(&c);
     }
@@ -938,7 +938,7 @@ static void test_conv_post_ops(void **state) {
  * output's layout, and asked for in it when it comes in the other. */
 static void test_conv_post_nhwc(void **state) {
   (void)state;
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
   static const int pick[] = {0, 8, 9, 10}; /* Relu, HardSwish+Add, Add+Relu, Clip+Add+Sigmoid */
   for (size_t ci = 0; ci < 4; ci++)
     for (size_t pi = 0; pi < sizeof pick / sizeof pick[0]; pi++) {
@@ -975,14 +975,14 @@ static void test_conv_post_nhwc(void **state) {
     cnode_residual(&c, &od);
     post_attrs(&c.t, &post_cases[7]);
     c.rt.layout = ES_LAYOUT_NHWC;
-    es_kernels_use_reference(1);
+    es__kernels_use_reference(1);
     kh_run h;
     hinst_infer(&h, &c.t.node, 4, c.in, c.data, NULL);
     assert_int_equal(h.relayouts, 1u << 3);
     assert_int_equal(h.desc[3].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 4, c.in, c.data);
     kh_end(&h);
-    es_kernels_use_reference(0);
+    es__kernels_use_reference(0);
     es_mem_free(base);
     cnode_fini(&c);
   }
@@ -1001,14 +1001,14 @@ static void post_expect(cnode *c, int n_in, const int64_t *codes, size_t n, cons
     a->n = nf;
   }
   for (int ref = 0; ref < 2; ref++) {
-    es_kernels_use_reference(ref);
+    es__kernels_use_reference(ref);
     es_tdesc od;
     void *o;
     ES_EXPECT_RC(eval(&c->t, n_in, c->in, c->data, &od, &o), want);
     if (want == 0)
       es_mem_free(o);
   }
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
 }
 
 static void test_conv_post_errors(void **state) {
@@ -1057,7 +1057,7 @@ static void test_conv_post_errors(void **state) {
  * arguments, also after its slot went to another primitive. */
 static void test_many_primitives_one_thread(void **state) {
   (void)state;
-  es_kernels_use_reference(0);
+  es__kernels_use_reference(0);
   enum { N = 300 };
   static const cconf cf = {"1x1", 0, 2, 1, 4, 4, 1, {3, 3}, {1, 1}, .bias = 1};
   cnode c;

@@ -1,11 +1,11 @@
 /* Elementwise kernels: Add, Sub, Mul, Div, Pow, Equal, Relu, Sigmoid,
  * HardSigmoid, Clip, Sqrt, Cast.
  *
- * Nodes are built by hand and evaluated with es_kernel_eval; broadcasting is
+ * Nodes are built by hand and evaluated with es__kernel_eval; broadcasting is
  * checked against a naive N-d reference on random shapes (every fast path
  * and the general walk), in-place runs and run-time Clip bounds go through a
  * hand-made es_kinst, and invalid nodes must fail with the right code.
- * NHWC inputs (which es_kernel_eval never makes) also go through a hand-made
+ * NHWC inputs (which es__kernel_eval never makes) also go through a hand-made
  * es_kinst: results must be the plain results in NHWC order, and inputs that
  * cannot be read in NHWC order must be asked for in another layout.
  *

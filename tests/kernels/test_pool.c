@@ -7,7 +7,7 @@
  * and attributes against a naive reference written here in double. Then
  * invalid nodes (bad ranks, shapes, dtypes and attribute values, inputs
  * that must be known while planning but are not) must fail with the right
- * code and never crash. eval() goes through es_kernel_eval; eval_ex() builds
+ * code and never crash. eval() goes through es__kernel_eval; eval_ex() builds
  * the kernel instance itself to hide chosen inputs from planning or run an
  * op in place. Finally the layout-aware paths are fed NHWC inputs through a
  * hand-built instance (eval_nhwc) and must give the plain result in NHWC
@@ -33,7 +33,7 @@ static int eval_ex(es_op op, int64_t opset, const es_attr *attrs, int n_attr, in
                    int inplace, int n_out, es_tdesc *out, void **outd) {
   es_knode node = kh_knode(op, attrs, n_attr);
   if (!dyn && !inplace)
-    return es_kernel_eval(&node, opset, n_in, in, data, n_out, out, outd);
+    return es__kernel_eval(&node, opset, n_in, in, data, n_out, out, outd);
   kh_opts o = {.opset = opset, .dyn = dyn, .inplace = inplace};
   return kh_eval_with(&node, &o, n_in, in, data, n_out, out, outd);
 }
@@ -850,7 +850,7 @@ static void test_batchnorm(void **state) {
       void *od;
       ES_CHECK_RC(eval_ex(ES_OP_BatchNormalization, 15, a, 1, 5, in, data, dyns[mode], mode == 2,
                           1, &out, &od));
-      assert_true(es_tdesc_same_shape(&out, &xd));
+      assert_true(es__tdesc_same_shape(&out, &xd));
       expect_close(od, want, xd.count, 1e-5, "BatchNormalization");
       es_mem_free(od);
     }
@@ -903,7 +903,7 @@ static void test_batchnorm_errors(void **state) {
  * NHWC inputs
  * ======================================================================== */
 
-/* es_kernel_eval only ever sees plain tensors, so the NHWC paths are run
+/* es__kernel_eval only ever sees plain tensors, so the NHWC paths are run
  * the way the planner runs them: a hand-built instance whose X descriptor
  * says NHWC (X dynamic, the other inputs static). The result must be the
  * plain result in NHWC order. Returns infer's or run's code; on
@@ -912,7 +912,7 @@ static int eval_nhwc(es_op op, int64_t opset, const es_attr *attrs, int n_attr, 
                      const es_tdesc *const *in, const void *const *data, int inplace, int n_out,
                      es_tdesc *out, void **outd, uint32_t *want_plain, uint32_t *want_nhwc) {
   es_knode node = kh_knode(op, attrs, n_attr);
-  assert_true(es_kernel_for(op)->layout_aware);
+  assert_true(es__kernel_for(op)->layout_aware);
   es_kinst k;
   kh_opts o = {.opset = opset, .dyn = 1, .inplace = inplace, .k_out = &k};
   int rc = kh_eval_with(&node, &o, n_in, in, data, n_out, out, outd);
@@ -986,7 +986,7 @@ static void test_pool_nhwc(void **state) {
     if (rc == 0) {
       ran++;
       assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
-      assert_true(es_tdesc_same_shape(&out, &outn));
+      assert_true(es__tdesc_same_shape(&out, &outn));
       char what[64];
       snprintf(what, sizeof what, "NHWC pool iteration %d", iter);
       expect_nhwc_of(odn, od, &out, 0, what);
@@ -1032,7 +1032,7 @@ static void test_global_avgpool_nhwc(void **state) {
     ES_CHECK_RC(eval_nhwc(ES_OP_GlobalAveragePool, 12, NULL, 0, 1, inn, datan, 0, 1, &outn, &odn,
                           &wp, &wn));
     assert_int_equal(outn.layout, ES_LAYOUT_NHWC); /* same bytes as plain [N, C, 1, 1] */
-    assert_true(es_tdesc_same_shape(&out, &outn));
+    assert_true(es__tdesc_same_shape(&out, &outn));
     const float *g = odn, *w = od;
     for (size_t i = 0; i < out.count; i++)
       if (isnan(w[i]) ? !isnan(g[i]) : !(fabsf(g[i] - w[i]) <= 1e-5f * (1 + fabsf(w[i]))))
@@ -1097,7 +1097,7 @@ static void test_resize_nhwc(void **state) {
     ES_CHECK_RC(rc);
     ES_CHECK_RC(eval(ES_OP_Resize, 13, cases[c].a, cases[c].na, n_in, in, data, &out, &od));
     assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
-    assert_true(es_tdesc_same_shape(&out, &outn));
+    assert_true(es__tdesc_same_shape(&out, &outn));
     char what[48];
     snprintf(what, sizeof what, "Resize NHWC case %zu", c);
     expect_nhwc_of(odn, od, &out, 0, what);

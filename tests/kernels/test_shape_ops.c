@@ -80,7 +80,7 @@ static void test_shape(void **state) {
   kh_node_init(&t, ES_OP_Shape);
   const es_tdesc *in[2] = {&x, &x};
   const void *data[2] = {NULL, NULL};
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -96,7 +96,7 @@ static int reshape(const es_tdesc *x, const void *xd, const int64_t *shape, size
   es_tdesc s = td1(ES_DTYPE_INT64, (int64_t)n);
   const es_tdesc *in[2] = {x, &s};
   const void *data[2] = {xd, shape};
-  return es_kernel_eval(&t.node, 14, 2, in, data, 1, od, o);
+  return es__kernel_eval(&t.node, 14, 2, in, data, 1, od, o);
 }
 
 static void test_reshape(void **state) {
@@ -154,7 +154,7 @@ static void test_reshape(void **state) {
   float fv = 24;
   const es_tdesc *in[2] = {&x, &fs};
   const void *data[2] = {v, &fv};
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 14, 2, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 14, 2, in, data, 1, &od, &o), ES_EMODEL);
 }
 
 /* Plans t on one float input x (other inputs static), runs it in place on
@@ -249,7 +249,7 @@ static void test_squeeze(void **state) {
   int64_t ax0[1] = {0};
   const es_tdesc *in[2] = {&x, &a};
   const void *data[2] = {v, ax0};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
   check_dims(&od, 3, (int64_t[]){3, 1, 2});
   es_mem_free(o);
 
@@ -257,18 +257,18 @@ static void test_squeeze(void **state) {
    * known when planning. */
   int64_t ax1[1] = {1};
   data[1] = ax1;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
   int64_t dup[2] = {0, -4};
   es_tdesc a2 = td1(ES_DTYPE_INT64, 2);
   in[1] = &a2;
   data[1] = dup;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
   int64_t far[1] = {4};
   in[1] = &a;
   data[1] = far;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
   data[1] = NULL;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
 }
 
 /* ==========================================================================
@@ -288,7 +288,7 @@ static void test_concat(void **state) {
   kh_attr_int(&t, "axis", -2);
   const es_tdesc *in[3] = {&a, &b, &a};
   const void *data[3] = {va, vb, va};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
   check_dims(&od, 3, (int64_t[]){2, 5, 2});
   int64_t want[20] = {0,   1,   100, 101, 102, 103, 104, 105, 0,  1,
                       2,   3,   106, 107, 108, 109, 110, 111, 2,  3};
@@ -301,7 +301,7 @@ static void test_concat(void **state) {
   t.attrs[0].i = 0;
   const es_tdesc *bin[3] = {&b1, &b0, &b2};
   const void *bdata[3] = {x1, x2, x2};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, bin, bdata, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 3, bin, bdata, 1, &od, &o));
   assert_int_equal(od.dims[0], 5);
   assert_memory_equal(o, ((uint8_t[]){1, 2, 3, 4, 5}), 5);
   es_mem_free(o);
@@ -309,21 +309,21 @@ static void test_concat(void **state) {
   /* Errors: mismatched dims, dtypes, ranks, bad axis, missing axis. */
   t.attrs[0].i = 1;
   in[1] = &b1;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   int64_t dc[3] = {3, 1, 2};
   es_tdesc c = kh_td(ES_DTYPE_INT64, 3, dc);
   in[1] = &c;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   es_tdesc r2 = kh_td(ES_DTYPE_INT64, 2, db);
   in[1] = &r2;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   in[1] = &b;
   t.attrs[0].i = 3;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   t.node.n_attr = 0;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   kh_attr_add(&t, "axis", ES_ATTR_FLOAT);
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -340,7 +340,7 @@ static int slice13(const es_tdesc *x, const void *xd, size_t n, const int64_t *s
   es_tdesc v = td1(ES_DTYPE_INT64, (int64_t)n);
   const es_tdesc *in[5] = {x, &v, &v, axes ? &v : NULL, &v};
   const void *data[5] = {xd, starts, ends, axes, steps};
-  return es_kernel_eval(&t.node, 13, n_in, in, data, 1, od, o);
+  return es__kernel_eval(&t.node, 13, n_in, in, data, 1, od, o);
 }
 
 static void test_slice(void **state) {
@@ -403,7 +403,7 @@ static void test_slice(void **state) {
     es_tdesc v2 = td1(ES_DTYPE_INT64, 2), v1 = td1(ES_DTYPE_INT64, 1);
     const es_tdesc *in[3] = {&x, &v2, &v1};
     const void *data[3] = {v, st, en};
-    ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+    ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   }
 }
 
@@ -425,7 +425,7 @@ static void test_split(void **state) {
   kh_attr_int(&t, "axis", -1);
   const es_tdesc *in[2] = {&x, NULL};
   const void *data[2] = {v, NULL};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 1, in, data, 3, od, o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 3, od, o));
   for (int i = 0; i < 3; i++) {
     check_dims(&od[i], 2, (int64_t[]){2, 2});
     float want[4] = {(float)(2 * i), (float)(2 * i + 1), (float)(6 + 2 * i), (float)(7 + 2 * i)};
@@ -440,7 +440,7 @@ static void test_split(void **state) {
   es_tdesc s = td1(ES_DTYPE_INT64, 3);
   in[1] = &s;
   data[1] = sizes;
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 3, od, o));
   check_dims(&od[0], 2, (int64_t[]){2, 1});
   check_dims(&od[1], 2, (int64_t[]){2, 0});
   check_dims(&od[2], 2, (int64_t[]){2, 5});
@@ -454,7 +454,7 @@ static void test_split(void **state) {
   kh_node_init(&t, ES_OP_Split);
   int64_t asz[2] = {1, 1};
   kh_attr_ints(&t, "split", asz, 2);
-  ES_CHECK_RC(es_kernel_eval(&t.node, 11, 1, in, data, 2, od, o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 1, in, data, 2, od, o));
   assert_memory_equal(o[1], v + 6, 6 * sizeof(float));
   es_mem_free(o[0]);
   es_mem_free(o[1]);
@@ -465,26 +465,26 @@ static void test_split(void **state) {
   kh_attr_int(&t, "axis", 1);
   int64_t bad[3] = {1, 1, 1};
   data[1] = bad;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
   int64_t neg[3] = {-1, 2, 5};
   data[1] = neg;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_EMODEL);
   data[1] = sizes;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 2, od, o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 2, od, o), ES_EMODEL);
   data[1] = NULL;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_ENOTSUP);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 3, od, o), ES_ENOTSUP);
   es_tdesc od4[4];
   void *o4[4];
   kh_node_init(&t, ES_OP_Split);
   kh_attr_int(&t, "axis", 1);
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
   /* Opset 18: 6 into 4 parts -> 2, 2, 2, 0. */
-  ES_CHECK_RC(es_kernel_eval(&t.node, 18, 1, in, data, 4, od4, o4));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 18, 1, in, data, 4, od4, o4));
   assert_int_equal(od4[3].dims[1], 0);
   for (int i = 0; i < 4; i++)
     es_mem_free(o4[i]);
   t.attrs[0].i = 2;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 1, in, data, 4, od4, o4), ES_EMODEL);
 }
 
 /* ==========================================================================
@@ -730,7 +730,7 @@ static void test_pad_random(void **state) {
       es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = kh_td(x.dtype, 0, NULL);
       const es_tdesc *in[3] = {&x, &p, &c};
       const void *data[3] = {xd, pads, cval};
-      rc = es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
+      rc = es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
     }
     ES_CHECK_RC(rc);
     check_dims(&od, rank, odims);
@@ -773,33 +773,33 @@ static void test_pad_errors(void **state) {
   es_tdesc ci_t = kh_td(ES_DTYPE_INT32, 0, NULL), c2 = td1(ES_DTYPE_FLOAT, 2);
   const es_tdesc *in[3] = {&x, &p, &c};
   const void *data[3] = {v, pads, &cv};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o));
   check_dims(&od, 2, (int64_t[]){2, 5});
   es_mem_free(o);
   /* Unknown and unsupported modes. */
   mode->s = "mirror";
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   mode->s = "wrap";
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
   mode->s = "constant";
   /* pads of the wrong length, cropping past the data, a constant of another
    * type or size, pads not known when planning. */
   in[1] = &p3;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   in[1] = &p;
   int64_t crop[4] = {0, -2, 0, -2};
   data[1] = crop;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   data[1] = pads;
   in[2] = &ci_t;
   data[2] = &ci;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   in[2] = &c2;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   in[2] = &c;
   data[2] = &cv;
   data[1] = NULL;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
   /* Edge padding of an empty dim has nothing to repeat. */
   int64_t edims[2] = {0, 3};
   es_tdesc e = kh_td(ES_DTYPE_FLOAT, 2, edims);
@@ -808,7 +808,7 @@ static void test_pad_errors(void **state) {
   mode->s = "edge";
   int64_t pads0[4] = {1, 0, 0, 0};
   data[1] = pads0;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   /* Opset 18 axes: pad only the last dim; the constant omitted is 0. */
   in[0] = &x;
   mode->s = "constant";
@@ -816,7 +816,7 @@ static void test_pad_errors(void **state) {
   es_tdesc p2 = td1(ES_DTYPE_INT64, 2), a1 = td1(ES_DTYPE_INT64, 1);
   const es_tdesc *in4[4] = {&x, &p2, NULL, &a1};
   const void *data4[4] = {(float[]){1, 2, 3, 4, 5, 6}, pads2, NULL, axes};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o));
   check_dims(&od, 2, (int64_t[]){2, 4});
   float want[8] = {0, 0, 1, 2, 0, 0, 4, 5};
   assert_memory_equal(o, want, sizeof want);
@@ -824,7 +824,7 @@ static void test_pad_errors(void **state) {
   /* pads must match the axes. */
   data4[1] = pads;
   in4[1] = &p;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 18, 4, in4, data4, 1, &od, &o), ES_EMODEL);
   /* Opset 2 without pads. */
   kh_node_init(&t, ES_OP_Pad);
   ES_EXPECT_RC(kh_eval1(&t.node, 2, &x, v, &od, &o), ES_EMODEL);
@@ -857,7 +857,7 @@ static void test_constant_of_shape(void **state) {
   va->t = &val;
   const es_tdesc *in[1] = {&s};
   const void *data[1] = {shape};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o));
   assert_int_equal(od.dtype, ES_DTYPE_INT64);
   for (int i = 0; i < 6; i++)
     assert_int_equal(((int64_t *)o)[i], 7);
@@ -865,10 +865,10 @@ static void test_constant_of_shape(void **state) {
 
   /* An unresolved or multi-element value is invalid. */
   t.attrs[0].t = NULL;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
   t.attrs[0].t = &val;
   val.nbytes = 16;
-  ES_EXPECT_RC(es_kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 9, 1, in, data, 1, &od, &o), ES_EMODEL);
 
   /* A scalar output from an empty shape; negative dims; unknown shape. */
   kh_node_init(&t, ES_OP_ConstantOfShape);
@@ -893,13 +893,13 @@ static void test_constant_of_shape(void **state) {
  * inplace (ctx-owned parts are gone). */
 static int eval_lay(kh_node *t, int n_in, const es_tdesc *const *in, const void *const *data,
                     unsigned dyn, bool prep, int n_out, es_tdesc *od, void **o, es_kinst *k_out) {
-  assert_true(es_kernel_for(t->node.op)->layout_aware);
+  assert_true(es__kernel_for(t->node.op)->layout_aware);
   es_prep_store *store = NULL;
   if (prep)
-    ES_CHECK_RC(es_prep_store_create(&store));
+    ES_CHECK_RC(es__prep_store_create(&store));
   kh_opts opt = {.opset = 13, .dyn = dyn, .prep = store, .k_out = k_out};
   int rc = kh_eval_with(&t->node, &opt, n_in, in, data, n_out, od, o);
-  es_prep_store_destroy(store);
+  es__prep_store_destroy(store);
   return rc;
 }
 
@@ -931,10 +931,10 @@ static void test_concat_nhwc(void **state) {
     kh_node_init(&t, ES_OP_Concat);
     kh_attr_int(&t, "axis", axis - (iter % 2 ? 4 : 0));
     es_kinst k;
-    ES_CHECK_RC(es_kernel_eval(&t.node, 13, n, in, (const void *const *)xd, 1, &od, &o));
+    ES_CHECK_RC(es__kernel_eval(&t.node, 13, n, in, (const void *const *)xd, 1, &od, &o));
     ES_CHECK_RC(eval_lay(&t, n, inn, (const void *const *)xnd, 0xf, true, 1, &odn, &on, &k));
     assert_int_equal(odn.layout, ES_LAYOUT_NHWC);
-    assert_true(es_tdesc_same_shape(&od, &odn));
+    assert_true(es__tdesc_same_shape(&od, &odn));
     void *want = kh_reorder4(o, &od, true);
     if (memcmp(on, want, od.nbytes))
       fail_msg("NHWC concat iteration %d (axis %d, %d inputs, esz %zu) differs", iter, axis, n,
@@ -967,7 +967,7 @@ static void test_concat_nhwc(void **state) {
     kh_node_init(&t, ES_OP_Concat);
     kh_attr_int(&t, "axis", 1);
     es_kinst k;
-    ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, in, (const void *const *)xd, 1, &od, &o));
+    ES_CHECK_RC(es__kernel_eval(&t.node, 13, 3, in, (const void *const *)xd, 1, &od, &o));
     ES_CHECK_RC(eval_lay(&t, 3, inn, (const void *const *)xnd, 7, true, 1, &odn, &on, &k));
     void *want = kh_reorder4(o, &od, true);
     assert_memory_equal(on, want, od.nbytes);
@@ -1002,7 +1002,7 @@ static void test_concat_nhwc(void **state) {
   assert_int_equal(odn.layout, ES_LAYOUT_NHWC);
   const es_tdesc *plain[3] = {&a, &b, &c};
   const void *pdata[3] = {ad, bd, cd};
-  ES_CHECK_RC(es_kernel_eval(&t.node, 13, 3, plain, pdata, 1, &od, &o));
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 3, plain, pdata, 1, &od, &o));
   void *want = kh_reorder4(o, &od, true);
   assert_memory_equal(on, want, od.nbytes);
   es_mem_free(want);
@@ -1042,11 +1042,11 @@ static void test_split_nhwc(void **state) {
     const es_tdesc *in[2] = {&x, &s}, *inn[2] = {&xn, &s};
     const void *data[2] = {xd, sizes}, *datan[2] = {xnd, sizes};
     es_kinst k;
-    ES_CHECK_RC(es_kernel_eval(&t.node, 13, 2, in, data, n, od, o));
+    ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, n, od, o));
     ES_CHECK_RC(eval_lay(&t, 2, inn, datan, 1, true, n, odn, on, &k));
     for (int i = 0; i < n; i++) {
       assert_int_equal(odn[i].layout, ES_LAYOUT_NHWC);
-      assert_true(es_tdesc_same_shape(&od[i], &odn[i]));
+      assert_true(es__tdesc_same_shape(&od[i], &odn[i]));
       void *want = kh_reorder4(o[i], &od[i], true);
       if (memcmp(on[i], want, od[i].nbytes))
         fail_msg("NHWC split iteration %d output %d (axis %d, esz %zu) differs", iter, i, axis,
@@ -1083,7 +1083,7 @@ static void test_transpose_nhwc(void **state) {
   assert_int_equal(k.inplace, 0);
   assert_memory_equal(o, xd, x.nbytes);
   es_mem_free(o);
-  /* Outside a plan (es_kernel_eval, load-time folding): plain, moved. */
+  /* Outside a plan (es__kernel_eval, load-time folding): plain, moved. */
   ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, false, 1, &od, &o, &k));
   assert_int_equal(od.layout, ES_LAYOUT_PLAIN);
   assert_int_equal(k.inplace, -1);
@@ -1123,7 +1123,7 @@ static void test_transpose_nhwc(void **state) {
     in[0] = &xq;
     data[0] = xqd;
     ES_CHECK_RC(eval_lay(&t, 1, in, data, 1, true, 1, &oq, &oqd, &k));
-    assert_true(es_tdesc_same_shape(&op, &oq));
+    assert_true(es__tdesc_same_shape(&op, &oq));
     void *got = oq.layout == ES_LAYOUT_NHWC ? kh_reorder4(oqd, &oq, false) : NULL;
     if (memcmp(got ? got : oqd, opd, op.nbytes))
       fail_msg("NHWC transpose iteration %d (perm %lld%lld%lld%lld, esz %zu) differs", iter,

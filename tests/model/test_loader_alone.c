@@ -1,7 +1,7 @@
 /* The loader links and works without the layers above it: this test is
  * linked against the loader library alone (common, memory, model: no
  * kernels, no oneDNN). It loads the target models and ONNX's node-test
- * models with es_onnx_load, seals their constants and frees them, and
+ * models with es__onnx_load, seals their constants and frees them, and
  * checks a graph as the loader leaves it: sorted, pruned, constants still
  * staged (folding and fusion are the engine's). */
 #include "es_test.h"
@@ -34,7 +34,7 @@ static int load_one(const char *path, es_graph *out_stats) {
     return -1;
   es_graph g;
   memset(&g, 0, sizeof g);
-  int rc = es_onnx_load(buf, size, &g);
+  int rc = es__onnx_load(buf, size, &g);
   free(buf);
   if (rc < 0) {
     assert_true(es_last_error_detail()[0] != '\0');
@@ -42,11 +42,11 @@ static int load_one(const char *path, es_graph *out_stats) {
   }
   assert_null(g.weights); /* staged: the engine folds and fuses before sealing */
   assert_int_equal(g.folded_nodes, 0);
-  ES_CHECK_RC(es_graph_seal(&g));
+  ES_CHECK_RC(es__graph_seal(&g));
   assert_non_null(g.weights);
   if (out_stats)
     *out_stats = g, out_stats->weights = NULL;
-  es_graph_fini(&g);
+  es__graph_fini(&g);
   return 1;
 }
 

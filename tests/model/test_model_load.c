@@ -89,7 +89,7 @@ static void test_weights_are_read_only(void **state) {
   uint8_t *buf = ob_pack(&b, &size);
   es_graph g;
   memset(&g, 0, sizeof g);
-  ES_CHECK_RC(es_graph_load_lowered(buf, size, &g));
+  ES_CHECK_RC(es__graph_load_lowered(buf, size, &g));
   free(buf);
   assert_true(es_weights_is_sealed(g.weights));
   for (int v = 0; v < g.n_values; v++)
@@ -97,7 +97,7 @@ static void test_weights_are_read_only(void **state) {
       assert_int_equal((uintptr_t)g.values[v].data % 64, 0);
       assert_memory_equal(g.values[v].data, w_data, sizeof w_data);
     }
-  es_graph_fini(&g);
+  es__graph_fini(&g);
 }
 
 static void test_every_truncation_fails_cleanly(void **state) {

@@ -55,7 +55,7 @@ void kh_attr_floats(kh_node *t, const char *name, const float *v, size_t n) {
 es_tdesc kh_td(es_dtype dt, int rank, const int64_t *dims) {
   es_tdesc t;
   memset(&t, 0, sizeof t);
-  ES_CHECK_RC(es_tdesc_set(&t, dt, rank, dims));
+  ES_CHECK_RC(es__tdesc_set(&t, dt, rank, dims));
   return t;
 }
 
@@ -97,7 +97,7 @@ void kh_rand_f32(uint64_t *seed, float *v, size_t n, float lo, float hi) {
 
 int kh_eval(const es_knode *nd, int64_t opset, int n_in, const es_tdesc *const *in,
             const void *const *data, es_tdesc *out, void **outd) {
-  return es_kernel_eval(nd, opset, n_in, in, data, 1, out, outd);
+  return es__kernel_eval(nd, opset, n_in, in, data, 1, out, outd);
 }
 
 int kh_eval1(const es_knode *nd, int64_t opset, const es_tdesc *x, const void *xd,
@@ -109,7 +109,7 @@ void kh_begin(kh_run *h, const es_knode *nd, int64_t opset, int n_in, const es_t
               const void *const *data, unsigned dyn, int n_out, es_prep_store *prep) {
   assert_true(n_in <= KH_MAX_IO && n_out <= KH_MAX_IO);
   memset(h, 0, sizeof *h);
-  h->kern = es_kernel_for(nd->op);
+  h->kern = es__kernel_for(nd->op);
   assert_non_null(h->kern);
   h->prep = prep;
   h->opset = opset;
@@ -138,7 +138,7 @@ int kh_infer(kh_run *h) {
                     .inplace = -1,
                     .ctx = &h->ctx,
                     .prep = h->prep};
-  es_op_label(nd.name, nd.id, nd.op, h->k.label, sizeof h->k.label);
+  es__op_label(nd.name, nd.id, nd.op, h->k.label, sizeof h->k.label);
   return h->kern->infer(&h->k);
 }
 
@@ -159,7 +159,7 @@ int kh_infer_relayout(kh_run *h) {
     }
     if (h->kern->release)
       h->kern->release(&h->k);
-    es_ctx_free_all(&h->ctx);
+    es__ctx_free_all(&h->ctx);
   }
 }
 
@@ -214,7 +214,7 @@ void *kh_exec_plain(kh_run *h, const void *const *data) {
 void kh_end(kh_run *h) {
   if (h->kern->release && h->k.ctx)
     h->kern->release(&h->k);
-  es_ctx_free_all(&h->ctx);
+  es__ctx_free_all(&h->ctx);
 }
 
 int kh_eval_with(const es_knode *nd, const kh_opts *o, int n_in, const es_tdesc *const *in,

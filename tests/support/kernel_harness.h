@@ -1,5 +1,5 @@
 /* The kernel tests' harness: build a node a kernel can see, describe
- * tensors, and evaluate the node either through es_kernel_eval (what
+ * tensors, and evaluate the node either through es__kernel_eval (what
  * load-time folding does) or by hand, the way the planner makes and runs an
  * instance: some inputs known while planning and others not, the output
  * sharing an input's buffer when infer allows it, inputs in NHWC, and one
@@ -60,7 +60,7 @@ es_knode kh_knode(es_op op, const es_attr *attrs, int n_attr);
 
 /* ---- tensors -------------------------------------------------------------- */
 
-/* A plain descriptor; the test fails if es_tdesc_set refuses it. */
+/* A plain descriptor; the test fails if es__tdesc_set refuses it. */
 es_tdesc kh_td(es_dtype dt, int rank, const int64_t *dims);
 #define KH_TD(dt, ...)                                                               \
   kh_td((dt), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),             \
@@ -80,7 +80,7 @@ void kh_rand_f32(uint64_t *seed, float *v, size_t n, float lo, float hi);
 
 /* ---- evaluating ----------------------------------------------------------- */
 
-/* es_kernel_eval with one output. */
+/* es__kernel_eval with one output. */
 int kh_eval(const es_knode *nd, int64_t opset, int n_in, const es_tdesc *const *in,
             const void *const *data, es_tdesc *out, void **outd);
 /* The same for a one-input node. */
