@@ -29,6 +29,21 @@ int es__graph_load_lowered(const void *data, size_t size, es_graph *g) {
   return rc;
 }
 
+/* The last step of every load: a model whose graph (and store) were made
+ * with status rc becomes the caller's reference, or is freed. */
+static int model_finish(es_model *m, int rc, es_model **out) {
+  if (rc < 0) {
+    es__prep_store_destroy(m->prep);
+    es__graph_fini(&m->g);
+    es_mem_free(m);
+    return rc;
+  }
+  m->magic = ES_MODEL_MAGIC;
+  atomic_init(&m->refs, 1);
+  *out = m;
+  return 0;
+}
+
 int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
   (void)opts;
   if (!data || !out)
@@ -41,16 +56,7 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
     es_mem_free(m);
     return rc;
   }
-  rc = es__prep_store_create(&m->prep);
-  if (rc < 0) {
-    es__graph_fini(&m->g);
-    es_mem_free(m);
-    return rc;
-  }
-  m->magic = ES_MODEL_MAGIC;
-  atomic_init(&m->refs, 1);
-  *out = m;
-  return 0;
+  return model_finish(m, es__prep_store_create(&m->prep), out);
 }
 
 static int model_load_onnx(const char *path, const void *opts, es_model **out);
@@ -102,17 +108,7 @@ int es_model_load(const char *path, const void *opts, es_model **out) {
     es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
     if (!m)
       return es__fail(ES_ENOMEM, "out of memory loading the model");
-    int rc = es__esm_load(path, m);
-    if (rc < 0) {
-      es__prep_store_destroy(m->prep);
-      es__graph_fini(&m->g);
-      es_mem_free(m);
-      return rc;
-    }
-    m->magic = ES_MODEL_MAGIC;
-    atomic_init(&m->refs, 1);
-    *out = m;
-    return 0;
+    return model_finish(m, es__esm_load(path, m), out);
   }
   return model_load_onnx(path, opts, out);
 }

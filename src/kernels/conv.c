@@ -869,22 +869,9 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   p->empty = y->count == 0;
   p->use_dnnl = !p->empty && !es__kernels_reference() && conv_dnnl_fits(p);
   p->nhwc = conv_wants_nhwc(k, p);
-  if (p->use_dnnl) {
-    rc = conv_dnnl_setup(k, p);
-    if (rc == ES_ENOTSUP && !p->dnnl.prim) {
-      /* oneDNN has no implementation for this geometry: the reference
-       * loops compute it instead. */
-      es__dnnl_prim_destroy(&p->dnnl);
-      p->use_dnnl = 0;
-      k->scratch_bytes = 0;
-      rc = 0;
-    }
-    if (rc < 0) {
-      es__dnnl_prim_destroy(&p->dnnl);
-      p->use_dnnl = 0;
-      return rc;
-    }
-  }
+  if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, conv_dnnl_setup(k, p),
+                                                &p->use_dnnl)) < 0)
+    return rc;
   if (!p->use_dnnl)
     p->nhwc = 0; /* the reference loops read and write plain tensors only */
   /* Ask for X, and the residual, in the layout the conv runs in. */

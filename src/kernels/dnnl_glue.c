@@ -167,6 +167,18 @@ int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_p
   return 0;
 }
 
+int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl) {
+  if (rc >= 0)
+    return rc;
+  int fallback = rc == ES_ENOTSUP && !p->prim;
+  es__dnnl_prim_destroy(p);
+  *use_dnnl = 0;
+  if (!fallback)
+    return rc;
+  k->scratch_bytes = 0;
+  return 0;
+}
+
 void es__dnnl_prim_destroy(es_dnnl_prim *p) {
   if (p->prim)
     dnnl_primitive_destroy(p->prim);

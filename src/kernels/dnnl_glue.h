@@ -68,6 +68,13 @@ int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
                      const void *weights, const void *bias, void *dst, const void *bin,
                      void *scratch);
 
+/* Ends a kernel's oneDNN setup that returned rc. ES_ENOTSUP before the
+ * primitive exists means oneDNN has no implementation for this geometry or
+ * broadcast: the kernel falls back to its reference loops (*use_dnnl = 0,
+ * no scratch, returns 0). Any other failure destroys the half-made
+ * primitive and is returned. */
+int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl);
+
 /* Destroy what es__dnnl_prim_create made; safe on a zeroed or half-made p. */
 void es__dnnl_prim_destroy(es_dnnl_prim *p);
 

@@ -220,21 +220,9 @@ static int matmul_infer(es_kinst *k) {
   /* K = 0 (zeros out) stays on the reference loops. */
   p->empty = k->out[0]->count == 0;
   p->use_dnnl = !es__kernels_reference() && !p->empty && p->k > 0;
-  if (p->use_dnnl) {
-    rc = matmul_dnnl_setup(k, p);
-    if (rc == ES_ENOTSUP && !p->dnnl.prim) {
-      /* oneDNN refuses this broadcast: the reference loops compute it. */
-      es__dnnl_prim_destroy(&p->dnnl);
-      p->use_dnnl = 0;
-      k->scratch_bytes = 0;
-      rc = 0;
-    }
-    if (rc < 0) {
-      es__dnnl_prim_destroy(&p->dnnl);
-      p->use_dnnl = 0;
-      return rc;
-    }
-  }
+  if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, matmul_dnnl_setup(k, p),
+                                                &p->use_dnnl)) < 0)
+    return rc;
   return 0;
 }
 
