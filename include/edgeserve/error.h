@@ -15,6 +15,29 @@
  *   int rc = es_arena_alloc(arena, n, &p);
  *   if (rc < 0)
  *     fprintf(stderr, "%s: %s\n", es_err_name(rc), es_last_error_detail());
+ *
+ * Conventions of the public API (every include/edgeserve header):
+ *   - Names: es_noun_verb for functions, declared only in these headers and
+ *     marked ES_API (the only symbols a shared build exports). Internal
+ *     cross-file functions are es__* and hidden; tests/layers/check_api.sh
+ *     holds the library to this.
+ *   - A call that can fail returns int: 0, or a negative ES_E* code with the
+ *     detail in es_last_error_detail(); values come back through out
+ *     parameters. A lookup may return its value when it cannot be negative
+ *     (es_runtime_model_find: an id >= 0, or a code).
+ *   - Plain getters that only a bad handle could make fail (a count, a
+ *     size, a name, a borrowed pointer) return the value itself, and the
+ *     empty value (0, NULL) for a NULL or dead handle.
+ *   - retain returns its argument, or NULL (no reference taken) for a NULL
+ *     or dead handle.
+ *   - destroy, fini, and the release or free of a handle, return void and
+ *     accept NULL, except the three that hand out handles which must come
+ *     back first: es_runtime_destroy, es_admission_destroy and
+ *     es_arena_pool_destroy return ES_EBUSY (nothing freed; give the handles
+ *     back and call again) while such handles are held, and 0 for NULL.
+ *     Giving a block back to its allocator (es_buddy_free,
+ *     es_arena_pool_release) returns int: it catches double and foreign
+ *     frees.
  */
 #ifndef EDGESERVE_ERROR_H
 #define EDGESERVE_ERROR_H

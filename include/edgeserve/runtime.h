@@ -30,24 +30,7 @@
  * The gate is pure bookkeeping: no threads, no locks on the admit path
  * (compare-and-swap on counters), nothing allocated after create.
  *
- * Conventions of the public API (every include/edgeserve header):
- *   - A call that can fail returns int: 0, or a negative ES_E* code with the
- *     detail in es_last_error_detail(); values come back through out
- *     parameters. A lookup may return its value when it cannot be negative
- *     (es_runtime_model_find: an id >= 0, or a code).
- *   - Plain getters that only a bad handle could make fail (a count, a
- *     size, a name, a borrowed pointer) return the value itself, and the
- *     empty value (0, NULL) for a NULL or dead handle.
- *   - retain returns its argument, or NULL (no reference taken) for a NULL
- *     or dead handle.
- *   - destroy, fini, and the release or free of a handle, return void and
- *     accept NULL, except the three that hand out handles which must come
- *     back first: es_runtime_destroy, es_admission_destroy and
- *     es_arena_pool_destroy return ES_EBUSY (nothing freed; give the handles
- *     back and call again) while such handles are held, and 0 for NULL.
- *     Giving a block back to its allocator (es_buddy_free,
- *     es_arena_pool_release) returns int: it catches double and foreign
- *     frees.
+ * The API's conventions are written in edgeserve/error.h.
  */
 #ifndef EDGESERVE_RUNTIME_H
 #define EDGESERVE_RUNTIME_H
