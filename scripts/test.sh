@@ -11,10 +11,10 @@
 # test fails, and ends with one line "N passed, N failed" over all runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh || exit 1
-scripts/fetch-models.sh || exit 1
-scripts/fetch-images.sh || exit 1
-scripts/ort/install.sh || exit 1
+scripts/setup/deps.sh || exit 1
+scripts/setup/fetch-models.sh || exit 1
+scripts/setup/fetch-images.sh || exit 1
+scripts/setup/install-ort.sh || exit 1
 jobs=$(nproc)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -14,7 +14,7 @@ models=${ES_MODEL_DIR:-$src/.cache/models}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 [ -f "$models/ppocr_det.onnx" ] && [ -f "$models/ppocr_rec.onnx" ] ||
-  { echo "test_plan_cli: models missing (scripts/fetch-models.sh)"; exit 1; }
+  { echo "test_plan_cli: models missing (scripts/setup/fetch-models.sh)"; exit 1; }
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
@@ -110,7 +110,7 @@ if command -v node >/dev/null; then
     if (!ok) { console.log("json content wrong:", JSON.stringify(j)); process.exit(1); }
   ' "$work/plan.json" "$want" || bad "--json output"
 else
-  bad "node missing: cannot check --json (scripts/deps.sh installs it)"
+  bad "node missing: cannot check --json (scripts/setup/deps.sh installs it)"
 fi
 
 [ $fail -eq 0 ] && echo "test_plan_cli: ok"

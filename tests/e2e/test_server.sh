@@ -56,9 +56,9 @@ cleanup() {
 trap cleanup EXIT
 
 for need in node curl; do
-  command -v $need >/dev/null || { echo "test_server: '$need' is missing (scripts/deps.sh installs it)"; exit 1; }
+  command -v $need >/dev/null || { echo "test_server: '$need' is missing (scripts/setup/deps.sh installs it)"; exit 1; }
 done
-[ -f "$models/ppocr_det.onnx" ] || { echo "test_server: models missing (scripts/fetch-models.sh)"; exit 1; }
+[ -f "$models/ppocr_det.onnx" ] || { echo "test_server: models missing (scripts/setup/fetch-models.sh)"; exit 1; }
 models=$(cd "$models" && pwd)
 export ES_MODEL_DIR=$models # the embedded default set finds them wherever we run
 
@@ -442,7 +442,7 @@ if [ -f "$imgdir/astronaut.png" ] && [ -f "$imgdir/coffee.png" ]; then
   [[ $res == '200 {"faces":[]}' ]] && ok "face pipeline over HTTP: no face in coffee.png" ||
     notok "face pipeline on coffee.png: ${res:0:300}"
 else
-  echo "# face pipeline over HTTP: skipped (no test images; scripts/fetch-images.sh)"
+  echo "# face pipeline over HTTP: skipped (no test images; scripts/setup/fetch-images.sh)"
 fi
 font=$(fc-match -f '%{file}' DejaVuSans 2>/dev/null || true)
 if command -v convert >/dev/null && [ -f "$font" ]; then
