@@ -116,12 +116,9 @@ mounts_under() {
 # processes whose root is the fresh root (ours: started by the commands
 # below); TERM, then KILL.
 stop_root_processes() {
-  local p pids=() tries
+  local pids=() tries
   for tries in 1 2 3; do
-    pids=()
-    for p in /proc/[0-9]*; do
-      [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && pids+=("${p#/proc/}")
-    done
+    mapfile -t pids < <(find /proc -mindepth 2 -maxdepth 2 -name root -lname "$root" 2>/dev/null | cut -d/ -f3)
     [ ${#pids[@]} -gt 0 ] || return 0
     if [ $tries -lt 3 ]; then kill -TERM "${pids[@]}" 2>/dev/null; sleep 2
     else kill -KILL "${pids[@]}" 2>/dev/null; sleep 1; fi
