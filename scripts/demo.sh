@@ -5,14 +5,14 @@
 #   shared  `edgeserve serve` with its default config: one copy of each
 #           model's weights, arena pools, one memory budget;
 #   naive   the same single server with sharing disabled
-#           (scripts/scenario/naive.json): every stream gets its own private
+#           (scripts/demo/naive.json): every stream gets its own private
 #           model instance (weights, prepared weights, plans, arenas), but
 #           code, libraries, the HTTP stack and the runtime's pools are still
 #           one process's;
 #   procs   one `edgeserve serve` process per stream, nothing shared but what
 #           the kernel shares (the binary, the libraries): BRIEF §1's
 #           "before". Stream S of kind K gets a server started with
-#           scripts/scenario/procs-K.json, which loads only what that stream
+#           scripts/demo/procs-K.json, which loads only what that stream
 #           needs (det: ppocr_det planned at 640x640; face: blazeface_front
 #           and the face pipeline; ocr: ppocr_det/cls/rec and the ocr
 #           pipeline), with 1 worker, unpinned (pinned, every process's
@@ -31,11 +31,11 @@
 # default "face" pipeline's). naive.json and procs-ocr.json do not plan the
 # plate's detector at 640x640 (plates are small) and the default config
 # also loads blazeface_back, unused here: both count against "shared".
-# Six streams (scripts/scenario/streams.json) run at their frame rates, open
+# Six streams (scripts/demo/streams.json) run at their frame rates, open
 # loop like cameras: four detection cameras on ppocr_det at 640x640, 6 fps
 # each; a door camera on the "face" pipeline, 20 fps; a serial-plate reader
 # on the "ocr" pipeline, 10 fps. Frames are made by
-# scripts/scenario/make_images.sh from the pinned public-domain sample images
+# scripts/demo/make_images.sh from the pinned public-domain sample images
 # and rendered text. A table is redrawn every second (per stream fps achieved
 # vs target, p50/p99 latency, refusals; the server's RSS vs the budget); at
 # the end the three runs are printed side by side (memory, latency, fps),
@@ -81,14 +81,14 @@ if [ "$budget" != auto ] && ! bytes_of "$budget" >/dev/null; then
   exit 2
 fi
 
-scripts/deps.sh
-scripts/fetch-models.sh
-scripts/fetch-images.sh
-[ $scenario_only -eq 1 ] || scripts/ort/install.sh
+scripts/setup/deps.sh
+scripts/setup/fetch-models.sh
+scripts/setup/fetch-images.sh
+[ $scenario_only -eq 1 ] || scripts/setup/install-ort.sh
 scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 es=build-release/edgeserve
 $es version
-scripts/scenario/make_images.sh
+scripts/demo/make_images.sh
 
 runs=.cache/scenario
 srv_pids=()  # the servers running now
@@ -155,7 +155,7 @@ wait_ready() {
 # signal to this script is handled at once (bash runs traps only between
 # foreground commands), then waited for; its failure fails the script.
 drive() {
-  node scripts/scenario.js "$@" &
+  node scripts/demo/scenario.js "$@" &
   drv_pid=$!
   wait "$drv_pid"
   drv_pid=""
@@ -175,12 +175,12 @@ run_setup() {
   stop_servers
 }
 
-# run_procs: one server per stream of scripts/scenario/streams.json, the
+# run_procs: one server per stream of scripts/demo/streams.json, the
 # stream's kind choosing its config; all started, then each waited for.
 run_procs() {
   local streams=() route=() i s kind share share_h
   mapfile -t streams < <(node -e \
-    'for (const s of require("./scripts/scenario/streams.json").streams) console.log(`${s.name} ${s.kind || "other"}`)')
+    'for (const s of require("./scripts/demo/streams.json").streams) console.log(`${s.name} ${s.kind || "other"}`)')
   share=auto share_h=auto
   if [ "$budget" != auto ]; then
     share=$(($(bytes_of "$budget") / ${#streams[@]}))
@@ -188,11 +188,11 @@ run_procs() {
   fi
   echo
   echo "== scenario: procs ($duration s; ${#streams[@]} servers, one per stream:" \
-       "edgeserve serve --config scripts/scenario/procs-KIND.json --memory $share)"
+       "edgeserve serve --config scripts/demo/procs-KIND.json --memory $share)"
   for i in "${!streams[@]}"; do
     read -r s kind <<<"${streams[$i]}"
-    [ -f "scripts/scenario/procs-$kind.json" ] || { echo "demo: stream $s: no scripts/scenario/procs-$kind.json" >&2; exit 1; }
-    launch_server "$runs/procs-$s.serve.log" --config "scripts/scenario/procs-$kind.json" --memory "$share"
+    [ -f "scripts/demo/procs-$kind.json" ] || { echo "demo: stream $s: no scripts/demo/procs-$kind.json" >&2; exit 1; }
+    launch_server "$runs/procs-$s.serve.log" --config "scripts/demo/procs-$kind.json" --memory "$share"
   done
   for i in "${!streams[@]}"; do
     read -r s kind <<<"${streams[$i]}"
@@ -200,7 +200,7 @@ run_procs() {
     route+=(--stream-url "$s=$port" --pid "${srv_pids[$i]}")
   done
   drive --setup procs --label "1 process per stream" \
-    --about "${#streams[@]} processes, one per stream, each loading only its stream's models (scripts/scenario/procs-KIND.json: 1 worker, unpinned, budget $share_h each)" \
+    --about "${#streams[@]} processes, one per stream, each loading only its stream's models (scripts/demo/procs-KIND.json: 1 worker, unpinned, budget $share_h each)" \
     "${route[@]}" --duration "$duration" ${fps[@]+"${fps[@]}"} --out "$runs/procs.summary.json"
   stop_servers
 }
@@ -208,12 +208,12 @@ run_procs() {
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 run_setup shared shared "1 process, the default config: one copy of each model, one budget ($budget)"
 run_setup naive "1 process, no sharing" \
-  "1 process, every stream its own private model copies (scripts/scenario/naive.json, \"share\": false), budget $budget" \
-  --config scripts/scenario/naive.json
+  "1 process, every stream its own private model copies (scripts/demo/naive.json, \"share\": false), budget $budget" \
+  --config scripts/demo/naive.json
 run_procs
 echo
 echo "== BRIEF §1 on this machine ($(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)): shared vs sharing disabled vs one process per stream"
-node scripts/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json" "$runs/procs.summary.json"
+node scripts/demo/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json" "$runs/procs.summary.json"
 [ $scenario_only -eq 0 ] || exit 0
 
 echo

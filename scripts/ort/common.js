@@ -6,14 +6,14 @@
 const path = require('path');
 const fs = require('fs');
 
-// onnxruntime-node from $ES_ORT_DIR or the project's cache (scripts/ort/install.sh).
+// onnxruntime-node from $ES_ORT_DIR or the project's cache (scripts/setup/install-ort.sh).
 function loadOrt() {
   const dirs = [process.env.ES_ORT_DIR, path.join(__dirname, '../../.cache/ort/node_modules')];
   for (const d of dirs) {
     if (!d) continue;
     try { return require(path.join(d, 'onnxruntime-node')); } catch (e) { /* next */ }
   }
-  throw new Error('onnxruntime-node is not installed: run scripts/ort/install.sh');
+  throw new Error('onnxruntime-node is not installed: run scripts/setup/install-ort.sh');
 }
 
 // Value in bytes of a "Key:   N kB" line of a /proc file, or null.

@@ -1,6 +1,6 @@
 // Runs a model with ONNX Runtime (onnxruntime-node) on .npy inputs and writes
 // its outputs as .npy, named as `edgeserve run` names them (OUTDIR "-" writes
-// nothing). --json prints one line of timings for scripts/bench_vs_ort.sh.
+// nothing). --json prints one line of timings for scripts/bench/bench_vs_ort.sh.
 //   node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] [--warmup N] [--json]
 //                   FILE.npy... | NAME=FILE.npy...
 'use strict';

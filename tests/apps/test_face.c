@@ -9,8 +9,8 @@
  * place. The decoding checks feed broken files, since the server takes
  * images from the network.
  *
- * The models come from scripts/fetch-models.sh and the photos from
- * scripts/fetch-images.sh ($ES_MODEL_DIR, $ES_IMAGE_DIR, default .cache/...);
+ * The models come from scripts/setup/fetch-models.sh and the photos from
+ * scripts/setup/fetch-images.sh ($ES_MODEL_DIR, $ES_IMAGE_DIR, default .cache/...);
  * without them those tests say so and skip. The decoding tests make their
  * own PNG and JPEG files (libspng and libjpeg encode them here), so they
  * always run. CI also runs this under ASan, hence few model runs. */

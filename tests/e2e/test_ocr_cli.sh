@@ -18,24 +18,28 @@ export ES_MODEL_DIR=$models
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for f in ppocr_det.onnx ppocr_cls.onnx ppocr_rec.onnx ppocr_keys_v1.txt; do
-  [ -f "$models/$f" ] || { echo "test_ocr_cli: $f missing (scripts/fetch-models.sh)"; exit 1; }
+  [ -f "$models/$f" ] || { echo "test_ocr_cli: $f missing (scripts/setup/fetch-models.sh)"; exit 1; }
 done
+# A missing tool skips the test (exit 77, CTest's SKIP_RETURN_CODE).
 if ! command -v convert >/dev/null 2>&1; then
-  echo "test_ocr_cli: ImageMagick's convert not installed: skipped"
-  exit 0
+  echo "test_ocr_cli: ImageMagick's convert not installed (scripts/setup/deps.sh installs it): skipped"
+  exit 77
 fi
 if command -v python3 >/dev/null 2>&1; then
   json=python3
 else
-  echo "test_ocr_cli: python3 not installed (needed to parse the JSON): skipped"
-  exit 0
+  echo "test_ocr_cli: python3 not installed, needed to parse the JSON (scripts/setup/deps.sh installs it): skipped"
+  exit 77
 fi
 
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
+# The font by file (fontconfig's fc-match), else by ImageMagick's own name
+# for it: without -font ImageMagick falls back to Helvetica, which a Debian
+# root without Ghostscript's fonts does not have.
 font=$(fc-match -f '%{file}' DejaVuSans 2>/dev/null)
-fontarg=()
+fontarg=(-font DejaVu-Sans)
 [ -n "$font" ] && [ -f "$font" ] && fontarg=(-font "$font")
 convert -size 720x170 xc:white "${fontarg[@]}" -pointsize 32 -fill black \
   -annotate +30+60 'Hello, edgeserve 2024!' -annotate +30+125 'Price: $12.50 (incl. tax)' \

@@ -34,7 +34,11 @@
 # ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 unless already set, so an ASan
 # build's leaks fail the exit-code check too).
 # Prints one "ok - ..." / "not ok - ..." line per check; exits 1 if any
-# failed. Request counts are small (det runs ~10 times) so that an ASan build
+# failed. A check that cannot run here (no promtool, no test images, no
+# ImageMagick or font) prints "# skipped: ..."; then, when nothing failed,
+# the test exits 77 (CTest's SKIP_RETURN_CODE) so that CTest shows it as
+# skipped, not passed; so does a missing node or curl, at the start.
+# Request counts are small (det runs ~10 times) so that an ASan build
 # finishes in a few minutes.
 #   test_server.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
@@ -56,15 +60,18 @@ cleanup() {
 trap cleanup EXIT
 
 for need in node curl; do
-  command -v $need >/dev/null || { echo "test_server: '$need' is missing (scripts/deps.sh installs it)"; exit 1; }
+  command -v $need >/dev/null ||
+    { echo "test_server: '$need' is missing (scripts/setup/deps.sh installs it): skipped"; exit 77; }
 done
-[ -f "$models/ppocr_det.onnx" ] || { echo "test_server: models missing (scripts/fetch-models.sh)"; exit 1; }
+[ -f "$models/ppocr_det.onnx" ] || { echo "test_server: models missing (scripts/setup/fetch-models.sh)"; exit 1; }
 models=$(cd "$models" && pwd)
 export ES_MODEL_DIR=$models # the embedded default set finds them wherever we run
 
 n_ok=0
 n_fail=0
+n_skip=0
 ok() { echo "ok - $*"; n_ok=$((n_ok + 1)); }
+skipped() { echo "# skipped: $*"; n_skip=$((n_skip + 1)); }
 notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 get() { node "$client" get "$@"; }
 
@@ -442,7 +449,7 @@ if [ -f "$imgdir/astronaut.png" ] && [ -f "$imgdir/coffee.png" ]; then
   [[ $res == '200 {"faces":[]}' ]] && ok "face pipeline over HTTP: no face in coffee.png" ||
     notok "face pipeline on coffee.png: ${res:0:300}"
 else
-  echo "# face pipeline over HTTP: skipped (no test images; scripts/fetch-images.sh)"
+  skipped "face pipeline over HTTP (no test images; scripts/setup/fetch-images.sh)"
 fi
 font=$(fc-match -f '%{file}' DejaVuSans 2>/dev/null || true)
 if command -v convert >/dev/null && [ -f "$font" ]; then
@@ -462,7 +469,7 @@ if command -v convert >/dev/null && [ -f "$font" ]; then
     ok "ocr pipeline over HTTP: character accuracy $acc" ||
     notok "ocr pipeline: accuracy $acc: ${res:0:300}"
 else
-  echo "# ocr pipeline over HTTP: skipped (no ImageMagick or DejaVu font)"
+  skipped "ocr pipeline over HTTP (no ImageMagick or DejaVu font; scripts/setup/deps.sh)"
 fi
 printf 'not an image' >"$work/bad.img"
 res=$(pipe face "$work/bad.img")
@@ -511,7 +518,7 @@ elif command -v promtool >/dev/null; then
     head -20 "$work/promtool.log" | sed 's/^/#   /'
   fi
 else
-  echo "# skipped: promtool is missing, the exposition format is not checked"
+  skipped "promtool is missing, the exposition format is not checked (scripts/setup/deps.sh)"
 fi
 metric() { # NAME LABELS: the value, 0 when absent
   awk -v k="$1{$2}" '$1 == k {v = $2} END {print v == "" ? 0 : v}' "$work/metrics.txt"
@@ -610,5 +617,6 @@ if start_server small --config "$work/server.json" --grace-ms 0; then
   sigterm_inflight small "$small_pid" 8 "$work/det320.bin" "$det3_hl" ppocr_det 0 6
 fi
 
-echo "# $n_ok passed, $n_fail failed in $(($(date +%s) - t_start)) s"
-[ $n_fail -eq 0 ]
+echo "# $n_ok passed, $n_fail failed, $n_skip skipped in $(($(date +%s) - t_start)) s"
+[ $n_fail -eq 0 ] || exit 1
+[ $n_skip -eq 0 ] || exit 77

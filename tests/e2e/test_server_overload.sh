@@ -72,9 +72,9 @@ notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 get() { node "$client" get "$@"; }
 
 for need in node curl; do
-  command -v $need >/dev/null || { echo "test_server_overload: '$need' is missing (scripts/deps.sh installs it)"; exit 1; }
+  command -v $need >/dev/null || skip "'$need' is missing (scripts/setup/deps.sh installs it)"
 done
-[ -f "$models/ppocr_det.onnx" ] || { echo "test_server_overload: models missing (scripts/fetch-models.sh)"; exit 1; }
+[ -f "$models/ppocr_det.onnx" ] || { echo "test_server_overload: models missing (scripts/setup/fetch-models.sh)"; exit 1; }
 models=$(cd "$models" && pwd)
 export ES_MODEL_DIR=$models
 

@@ -817,7 +817,7 @@ static void test_real_models(void **state) {
     es_model_release(fused);
   }
   if (!found)
-    skip(); /* models not fetched: scripts/fetch-models.sh */
+    skip(); /* models not fetched: scripts/setup/fetch-models.sh */
 }
 
 int main(void) {

@@ -2,7 +2,7 @@
  * target): the plan's arena size is exact, a run allocates nothing, weights
  * are never written, bad inputs are refused, and one plan serves several
  * threads at once with identical results. Skipped when the models have not
- * been fetched (scripts/fetch-models.sh). */
+ * been fetched (scripts/setup/fetch-models.sh). */
 #include "es_test.h"
 
 #include <pthread.h>

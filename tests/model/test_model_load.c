@@ -639,7 +639,7 @@ static void test_fold_failures_leak_nothing(void **state) {
   assert_int_equal(es_mem_total(), before);
 }
 
-/* The five target models, when fetched (scripts/fetch-models.sh). */
+/* The five target models, when fetched (scripts/setup/fetch-models.sh). */
 static void test_real_models(void **state) {
   (void)state;
   static const struct {
@@ -672,7 +672,7 @@ static void test_real_models(void **state) {
     es_model_release(m);
   }
   if (!found)
-    skip(); /* models not fetched: scripts/fetch-models.sh */
+    skip(); /* models not fetched: scripts/setup/fetch-models.sh */
 }
 
 int main(void) {

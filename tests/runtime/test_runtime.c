@@ -3,7 +3,7 @@
  * expiry, cancellation, bounded queues, unload while busy, lanes sharing one
  * scratchpad (max, not sum), dynamic shapes from the buddy pool, memory
  * pressure trimming the queues. The models come from the fetched packages
- * (scripts/fetch-models.sh); without them the tests say so and skip. */
+ * (scripts/setup/fetch-models.sh); without them the tests say so and skip. */
 #include "es_test.h"
 
 #include "edgeserve/engine.h"

@@ -33,7 +33,7 @@
  * and the process's group can hand it down (cgroup.subtree_control), else
  * the v1 memory controller. When no group can be made (no controller, no
  * permission, read-only mount) the tests print "# cgroup: <why>: skipped"
- * and skip; without the fetched models (scripts/fetch-models.sh) likewise.
+ * and skip; without the fetched models (scripts/setup/fetch-models.sh) likewise.
  * The group is removed whatever the outcome: every check in the parent
  * comes after the rmdir. */
 #include "es_test.h"

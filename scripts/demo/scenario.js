@@ -3,11 +3,11 @@
 // HTTP at its own frame rate, for a bounded time, with a live table of what
 // each stream gets and what the server processes hold.
 //
-//   node scripts/scenario.js [--url URL | --port N] [--stream-url STREAM=URL|PORT]...
+//   node scripts/demo/scenario.js [--url URL | --port N] [--stream-url STREAM=URL|PORT]...
 //        [--streams FILE] [--setup NAME] [--assets DIR] [--duration S] [--warmup N]
 //        [--pid PID[,PID...]]... [--budget BYTES] [--fps STREAM=F]... [--timeout-ms MS]
 //        [--label TEXT] [--about TEXT] [--out FILE]
-//   node scripts/scenario.js --compare SUMMARY.json SUMMARY.json...
+//   node scripts/demo/scenario.js --compare SUMMARY.json SUMMARY.json...
 //
 // Servers: every stream talks to --url (default http://127.0.0.1:8000)
 // unless --stream-url maps it to its own server (a URL, or a port on
@@ -17,7 +17,7 @@
 // streams use and summed too, so a setup of several processes is compared
 // with a single one on the same quantities.
 //
-// Streams (--streams, default scripts/scenario/streams.json): a JSON object
+// Streams (--streams, default scripts/demo/streams.json): a JSON object
 // {"streams": [{"name", "kind", "fps", "priority", "model", and "tensor" or
 // "image"}]}. model is a served model name, or {"SETUP": name, ...} chosen by
 // --setup (default "shared"). priority is the request's KServe/Triton
@@ -81,12 +81,12 @@ const path = require('path');
 const http = require('http');
 const os = require('os');
 
-const ROOT = path.join(__dirname, '..');
+const ROOT = path.join(__dirname, '..', '..');
 const USAGE =
-  'usage: node scripts/scenario.js [--url URL | --port N] [--streams FILE] [--setup NAME] [--assets DIR]\n' +
+  'usage: node scripts/demo/scenario.js [--url URL | --port N] [--streams FILE] [--setup NAME] [--assets DIR]\n' +
   '         [--stream-url STREAM=URL|PORT]... [--duration S] [--warmup N] [--pid PID[,PID...]]...\n' +
   '         [--budget BYTES] [--fps STREAM=F]... [--timeout-ms MS] [--label TEXT] [--about TEXT] [--out FILE]\n' +
-  '       node scripts/scenario.js --compare SUMMARY.json SUMMARY.json...';
+  '       node scripts/demo/scenario.js --compare SUMMARY.json SUMMARY.json...';
 
 function usage(msg) {
   if (msg) process.stderr.write(`scenario: ${msg}\n`);
@@ -103,7 +103,7 @@ function bytesOf(s) {
 
 function parseArgs(argv) {
   const o = {
-    url: 'http://127.0.0.1:8000', streams: path.join(ROOT, 'scripts', 'scenario', 'streams.json'),
+    url: 'http://127.0.0.1:8000', streams: path.join(ROOT, 'scripts', 'demo', 'streams.json'),
     setup: 'shared', assets: path.join(ROOT, '.cache', 'scenario'), duration: 30, warmup: 2,
     streamUrl: {}, pids: [], budget: 0, fps: {}, timeoutMs: 10000, out: null, label: null, about: null,
     compare: null,

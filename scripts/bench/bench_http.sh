@@ -3,7 +3,7 @@
 # number of closed-loop streams, once over HTTP (wrk, KServe v2 binary tensor
 # extension both ways) and once in-process (`edgeserve bench --concurrency N`,
 # the same runtime without the HTTP layer), A/B interleaved over R rounds.
-#   scripts/bench_http.sh [--model det|rec|front|back|cls] [--connections "N ..."]
+#   scripts/bench/bench_http.sh [--model det|rec|front|back|cls] [--connections "N ..."]
 #                         [--duration S] [--rounds R] [--wrk-threads T] [--settle S]
 #                         [--serve-env "K=V ..."] [--serve-args "..."]
 # Defaults: det (1x3x640x640), connections "CORES 2xCORES" (the server runs
@@ -29,7 +29,7 @@
 # CPU over them is measured and reported (it should be ~0).
 # ES_BIN overrides the binary (default build-release/edgeserve).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 cores=$(nproc)
 model=det conns="$cores $((2 * cores))" duration=10 rounds=3 wrk_threads=2 settle=30 serve_env="" serve_args=""
 usage() {
@@ -60,15 +60,15 @@ case $model in
   back) name=blazeface_back file=$m/blazeface_back_256.onnx npy=blazeface_back_256.npy ;;
   *) usage ;;
 esac
-command -v wrk >/dev/null || { echo "bench_http: wrk is needed (scripts/deps.sh)" >&2; exit 1; }
-command -v curl >/dev/null || { echo "bench_http: curl is needed (scripts/deps.sh)" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "bench_http: wrk is needed (scripts/setup/deps.sh)" >&2; exit 1; }
+command -v curl >/dev/null || { echo "bench_http: curl is needed (scripts/setup/deps.sh)" >&2; exit 1; }
 
 es=${ES_BIN:-build-release/edgeserve}
 if [ ! -x "$es" ] || ! "$es" bench --help 2>&1 | grep -q -- --concurrency; then
   scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
   es=build-release/edgeserve
 fi
-scripts/fetch-models.sh >/dev/null
+scripts/setup/fetch-models.sh >/dev/null
 work=$(mktemp -d -t es-bench-http.XXXXXX)
 srv_pid=""
 cleanup() {
@@ -156,7 +156,7 @@ run_http() {
   local y0 y1
   s0=$(cpu_ticks "$srv_pid"); y0=$(sys_ticks); t0=$(now)
   ( ES_WRK_BODY=$work/body.bin wrk -t"$t" -c"$n" -d"${duration}s" --timeout 30s --latency \
-      -s scripts/wrk/v2_infer.lua "$url" >"$work/wrk.out" 2>&1 || true
+      -s scripts/bench/wrk/v2_infer.lua "$url" >"$work/wrk.out" 2>&1 || true
     times >"$work/wrk.times" )
   t1=$(now); s1=$(cpu_ticks "$srv_pid"); y1=$(sys_ticks)
   local line
@@ -197,7 +197,7 @@ run_inproc() {
 
 # Warm-up: the server's arenas, page faults, the HTTP threads' first requests.
 ES_WRK_BODY=$work/body.bin wrk -t1 -c"$(awk '{print $NF}' <<<"$conns")" -d3s --timeout 30s \
-  -s scripts/wrk/v2_infer.lua "$url" >/dev/null 2>&1 || true
+  -s scripts/bench/wrk/v2_infer.lua "$url" >/dev/null 2>&1 || true
 
 for n in $conns; do
   : >"$work/http_$n.txt"; : >"$work/inproc_$n.txt"
@@ -212,7 +212,7 @@ done
 # The body's trip alone: the same POST to a route that answers 404 once it
 # has read the whole body (no parse, no inference), one connection.
 settle_wait
-ES_WRK_BODY=$work/body.bin wrk -t1 -c1 -d3s --timeout 30s -s scripts/wrk/v2_infer.lua \
+ES_WRK_BODY=$work/body.bin wrk -t1 -c1 -d3s --timeout 30s -s scripts/bench/wrk/v2_infer.lua \
   "$base/no-such-route" >"$work/wrk404.out" 2>&1 || true
 trip=$(grep '^ES_WRK ' "$work/wrk404.out" || true)
 # Where the server's CPU went, by thread (cumulative since start): workers,

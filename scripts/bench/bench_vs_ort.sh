@@ -5,9 +5,9 @@
 # rounds), ITERS timed runs each after warm-up. Prints the median of the
 # per-round medians, p99, the ratio edgeserve / ORT, and edgeserve's GFLOP/s
 # against one core's FP32 peak (ES_PEAK_GFLOPS, default 210 per thread).
-#   scripts/bench_vs_ort.sh [--iters N] [--rounds R] [--threads "1 2"] [--models "det rec ..."]
+#   scripts/bench/bench_vs_ort.sh [--iters N] [--rounds R] [--threads "1 2"] [--models "det rec ..."]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 iters=30 rounds=3 threads="1 2" only=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -20,8 +20,8 @@ while [ $# -gt 0 ]; do
 done
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || { scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null; }
-scripts/fetch-models.sh >/dev/null
-scripts/ort/install.sh
+scripts/setup/fetch-models.sh >/dev/null
+scripts/setup/install-ort.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 node scripts/ort/make_inputs.js "$work" >/dev/null

@@ -1,4 +1,4 @@
-// Prints the tables of scripts/bench_runtime.sh from the JSON lines the
+// Prints the tables of scripts/bench/bench_runtime.sh from the JSON lines the
 // benchmark commands wrote (one line per round); every number is the median
 // over the rounds, so one disturbed round on a shared machine does not decide
 // a claim.

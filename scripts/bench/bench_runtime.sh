@@ -16,9 +16,9 @@
 #   5. overload at 3x capacity with a memory budget and short queues:
 #      refusals by reason and how fast they come, admitted p99, peak RSS
 #      against weights + budget.
-#   scripts/bench_runtime.sh [--rounds R] [--duration S] [--only "streams lane scaling load"]
+#   scripts/bench/bench_runtime.sh [--rounds R] [--duration S] [--only "streams lane scaling load"]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=3 dur=10 only=""
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,15 +31,15 @@ done
 want() { [ -z "$only" ] || grep -qw "$1" <<<"$only"; }
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
-scripts/fetch-models.sh >/dev/null
-scripts/ort/install.sh
+scripts/setup/fetch-models.sh >/dev/null
+scripts/setup/install-ort.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 node scripts/ort/make_inputs.js "$work" >/dev/null
 m=.cache/models
 det="$m/ppocr_det.onnx" rec="$m/ppocr_rec.onnx" back="$m/blazeface_back_256.onnx"
 det_in="$work/ppocr_det_640.npy" rec_in="$work/ppocr_rec_w320.npy" back_in="$work/blazeface_back_256.npy"
-table() { node scripts/runtime_table.js "$@"; }
+table() { node scripts/bench/runtime_table.js "$@"; }
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 if want streams; then

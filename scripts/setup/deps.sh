@@ -13,6 +13,9 @@ pkgs=(
   libonnx-testdata                       # ONNX's operator conformance tests
   clang libclang-rt-14-dev               # libFuzzer targets
   imagemagick fonts-dejavu-core          # rendered-text test images
+  fontconfig                             # fc-match/fc-list: the tests find the font by name
+  python3                                # test_ocr_cli parses the JSON answers
+  procps                                 # ps, for the server tests' exit waits
   libjemalloc2 libmimalloc2.0            # benchmark baselines (bench-mem)
   ca-certificates xz-utils               # fetching the models with npm
   libmicrohttpd-dev libjansson-dev       # HTTP server (KServe v2) and its JSON

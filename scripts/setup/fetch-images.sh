@@ -12,9 +12,9 @@
 # Only the image files' sha256 are pinned, not the .deb's: a Debian point
 # release rebuilds the package, the sample images inside stay the same.
 # Safe to run again: verified files are kept and nothing is fetched.
-#   scripts/fetch-images.sh [DEST]      (default: $ES_IMAGE_DIR or .cache/images)
+#   scripts/setup/fetch-images.sh [DEST]      (default: $ES_IMAGE_DIR or .cache/images)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dest=${1:-${ES_IMAGE_DIR:-.cache/images}}
 mkdir -p "$dest"
 

@@ -1,6 +1,6 @@
 -- wrk script: KServe v2 binary-extension inference requests.
---   ES_WRK_BODY=body.bin [ES_WRK_HLEN=N] wrk -s scripts/wrk/v2_infer.lua URL
---   wrk -s scripts/wrk/v2_infer.lua URL -- body.bin [N]
+--   ES_WRK_BODY=body.bin [ES_WRK_HLEN=N] wrk -s scripts/bench/wrk/v2_infer.lua URL
+--   wrk -s scripts/bench/wrk/v2_infer.lua URL -- body.bin [N]
 -- The body is a JSON inference header followed by raw tensor bytes
 -- (scripts/ort/make_v2_body.js writes one, and its header length next to it
 -- in body.bin.hlen, used when N is not given). Every request is the same

