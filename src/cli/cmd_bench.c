@@ -3,7 +3,7 @@
  * Two modes, because two questions are asked:
  *
  * In-process (no --concurrency, no --rate): latency of the engine alone, for
- * comparison with ONNX Runtime (scripts/bench_vs_ort.sh runs both,
+ * comparison with ONNX Runtime (scripts/bench/bench_vs_ort.sh runs both,
  * interleaved). One plan, one arena of exactly the planned size, warm-up
  * runs, then timed runs on the same inputs. Reports median and p99 latency,
  * GFLOP/s of the compute-heavy nodes, peak RSS and the planned arena bytes.

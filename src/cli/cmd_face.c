@@ -142,7 +142,7 @@ int cli_cmd_face(int argc, char **argv) {
   if (es_runtime_model_load(rt, &mc, &id) < 0) {
     fprintf(stderr, "edgeserve face: %s: %s\n", path, es_last_error_detail());
     if (strcmp(model, "front") == 0 || strcmp(model, "back") == 0)
-      fprintf(stderr, "edgeserve face: fetch the models with scripts/fetch-models.sh\n");
+      fprintf(stderr, "edgeserve face: fetch the models with scripts/setup/fetch-models.sh\n");
     goto out;
   }
   if (es_face_detector_create(rt, id, &f.fd) < 0) {

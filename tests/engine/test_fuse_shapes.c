@@ -115,7 +115,7 @@ static void test_target_models(void **state) {
   }
   es_engine_fusion_set(1);
   if (!found)
-    skip(); /* models not fetched: scripts/fetch-models.sh */
+    skip(); /* models not fetched: scripts/setup/fetch-models.sh */
 }
 
 /* Two stride-2 convolutions of one input of unknown size have outputs of

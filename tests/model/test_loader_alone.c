@@ -68,7 +68,7 @@ static void test_target_models(void **state) {
     found++;
   }
   if (!found)
-    skip(); /* models not fetched: scripts/fetch-models.sh */
+    skip(); /* models not fetched: scripts/setup/fetch-models.sh */
 }
 
 static void test_node_models(void **state) {
