@@ -11,7 +11,7 @@
  *
  * A chain of float32 elementwise operators whose intermediates have no other
  * reader runs as one internal node, so every element is read and written
- * once instead of once per operator. The fusion pass (src/model/fuse.c)
+ * once instead of once per operator. The fusion pass (src/engine/fuse_ew.c)
  * writes the program; the kernel (src/kernels/fused.c) checks and runs it.
  *
  * The node. Inputs: the chain's outside tensors, all float32, broadcast to

@@ -1,4 +1,4 @@
-/* LayerNorm (internal, float32): what the fusion pass (src/model/fuse.c)
+/* LayerNorm (internal, float32): what the fusion pass (src/engine/fuse_layernorm.c)
  * makes of the decomposed form ONNX exporters write before opset 17,
  *
  *   y = (x - mean(x)) / sqrt(var(x) + epsilon) * gamma + beta

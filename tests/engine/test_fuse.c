@@ -1,4 +1,4 @@
-/* Fusion pass tests (src/model/fuse.c): each pattern fuses into the node it
+/* Fusion pass tests (src/engine/fuse*.c): each pattern fuses into the node it
  * should (checked on the loaded graph: operators, post-op codes), the fused
  * model computes what the unfused one does, and what must not fuse stays.
  *
