@@ -7,7 +7,8 @@
  *
  * Constant data has two homes in a graph's life. While loading, each
  * constant's bytes sit in a staging block of their own (es_mem, writable),
- * so the engine's load-time passes (engine/fold.c, engine/fuse*.c) can add, rewrite and drop constants.
+ * so the engine's load-time passes (engine/fold.c, engine/fuse*.c) can add,
+ * rewrite and drop constants.
  * es__graph_seal then copies exactly the constants something still reads into
  * one es_weights region, 64-byte aligned each, seals it read-only and frees
  * the staging: that region is the model's tier-1 memory, shared by every
