@@ -49,4 +49,37 @@ static inline uint64_t es_test_seed(void) {
   return seed;
 }
 
+#ifdef ES_SOURCE_DIR
+/* The path of a fetched target model: $ES_MODEL_DIR/file, or the tree's
+ * .cache/models/file (scripts/setup/fetch-models.sh). */
+static inline const char *es_test_model_path(char *buf, size_t size, const char *file) {
+  const char *dir = getenv("ES_MODEL_DIR");
+  snprintf(buf, size, "%s/%s", dir ? dir : ES_SOURCE_DIR "/.cache/models", file);
+  return buf;
+}
+#endif
+
+/* A whole file in a counted block (es_mem_free it; *buf is NULL on
+ * failure); -1 when it cannot be read whole. */
+static inline int es_test_read_file(const char *path, void **buf, size_t *size) {
+  *buf = NULL;
+  *size = 0;
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return -1;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  int rc = -1;
+  if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (*buf = es_mem_alloc(ES_MEM_OTHER, n > 0 ? (size_t)n : 1)) != NULL) {
+    *size = fread(*buf, 1, (size_t)n, f);
+    rc = *size == (size_t)n ? 0 : -1;
+  }
+  fclose(f);
+  if (rc < 0) {
+    es_mem_free(*buf);
+    *buf = NULL;
+  }
+  return rc;
+}
+
 #endif

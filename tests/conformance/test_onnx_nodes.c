@@ -12,6 +12,8 @@
  *   test_onnx_nodes [DATA_DIR]       (default: the Debian package's folder)
  *   ES_NODE_FILTER=conv test_onnx_nodes   runs only names containing "conv"
  *   ES_NODE_VERBOSE=1                      prints passes too */
+#include "es_test.h"
+
 #include "common/internal.h"
 #include "kernels/kernel.h"
 #include "engine/engine_internal.h"
@@ -25,19 +27,6 @@
 #include <sys/stat.h>
 
 #define DEFAULT_DIR "/usr/share/libonnx-testdata/data/node"
-
-static int read_file(const char *path, void **buf, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return -1;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  *buf = es_mem_alloc(ES_MEM_OTHER, n > 0 ? (size_t)n : 1);
-  *size = fread(*buf, 1, (size_t)(n > 0 ? n : 0), f);
-  fclose(f);
-  return *size == (size_t)n ? 0 : -1;
-}
 
 static int cmp_names(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
@@ -100,7 +89,7 @@ static result read_tensor(const char *setdir, const char *file, const char *what
   snprintf(path, sizeof path, "%s/%s_%d.pb", setdir, file, i);
   void *buf = NULL;
   size_t size;
-  if (read_file(path, &buf, &size) < 0) {
+  if (es_test_read_file(path, &buf, &size) < 0) {
     snprintf(why_, sizeof why_, "missing %s", path);
     es_mem_free(buf);
     return R_FAIL;
@@ -195,12 +184,12 @@ out:
   return res;
 }
 
-static result run_test(const char *dir) {
+static result run_node_test(const char *dir) {
   char path[1100];
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   void *buf;
   size_t size;
-  if (read_file(path, &buf, &size) < 0) {
+  if (es_test_read_file(path, &buf, &size) < 0) {
     es_mem_free(buf);
     snprintf(why_, sizeof why_, "no model.onnx");
     return R_SKIP;
@@ -259,7 +248,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < n; i++) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
-    result r = run_test(dir);
+    result r = run_node_test(dir);
     if (r == R_PASS) {
       pass++;
       if (verbose)

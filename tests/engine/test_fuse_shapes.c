@@ -88,9 +88,8 @@ static void test_target_models(void **state) {
   int found = 0;
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/.cache/models/%s", ES_SOURCE_DIR, cases[c].file);
     es_model *m;
-    int rc = es_model_load(path, NULL, &m);
+    int rc = es_model_load(es_test_model_path(path, sizeof path, cases[c].file), NULL, &m);
     if (rc == ES_ENOENT)
       continue;
     ES_CHECK_RC(rc);

@@ -8,34 +8,20 @@
 
 #include <dirent.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "model/graph.h"
-
-static int read_file(const char *path, void **buf, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return -1;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  *buf = malloc(n > 0 ? (size_t)n : 1);
-  *size = n > 0 && fread(*buf, 1, (size_t)n, f) == (size_t)n ? (size_t)n : 0;
-  fclose(f);
-  return 0;
-}
 
 /* Loads and seals one file; 1 loaded, 0 refused with an error, -1 absent. */
 static int load_one(const char *path, es_graph *out_stats) {
   void *buf;
   size_t size;
-  if (read_file(path, &buf, &size) < 0)
+  if (es_test_read_file(path, &buf, &size) < 0)
     return -1;
   es_graph g;
   memset(&g, 0, sizeof g);
   int rc = es__onnx_load(buf, size, &g);
-  free(buf);
+  es_mem_free(buf);
   if (rc < 0) {
     assert_true(es_last_error_detail()[0] != '\0');
     return 0;
@@ -57,9 +43,8 @@ static void test_target_models(void **state) {
   int found = 0;
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/.cache/models/%s", ES_SOURCE_DIR, files[i]);
     es_graph st;
-    int r = load_one(path, &st);
+    int r = load_one(es_test_model_path(path, sizeof path, files[i]), &st);
     if (r < 0)
       continue;
     assert_int_equal(r, 1);
