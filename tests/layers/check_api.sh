@@ -17,7 +17,9 @@ perl -0777 -pe 's#/\*.*?\*/##gs' "$inc"/edgeserve/*.h | grep -oE '\bes_[a-z0-9_]
 readelf -sW "$lib" | awk -v pubfile="$pub" '
 BEGIN { while ((getline l < pubfile) > 0) pub[l] = 1; bad = 0; n = 0 }
 /^File: / { obj = $2; next }
-$5 == "GLOBAL" && $7 != "UND" && ($4 == "FUNC" || $4 == "OBJECT") {
+# Names that start with two underscores belong to the toolchain (sanitizer
+# instrumentation, such as the ASan __odr_asan.* indicators), not to us.
+$5 == "GLOBAL" && $7 != "UND" && ($4 == "FUNC" || $4 == "OBJECT") && $8 !~ /^__/ {
   name = $8; vis = $6; n++
   if (name ~ /^es__/) {
     if (vis != "HIDDEN") { print obj ": internal " name " is exported (" vis ")"; bad++ }
