@@ -170,7 +170,8 @@ ES_API int es_plan_cache_bucket(es_plan_cache *c, int input, int dim, int64_t mu
 ES_API int es_plan_cache_get(es_plan_cache *c, const es_tensor_info *shapes, int n, es_plan **out);
 ES_API int es_plan_cache_stats_get(es_plan_cache *c, es_plan_cache_stats *out);
 /* Calls fn for each cached plan, most recently used first. */
-ES_API int es_plan_cache_each(es_plan_cache *c, void (*fn)(void *user, const es_plan *p), void *user);
+ES_API int es_plan_cache_each(es_plan_cache *c, void (*fn)(void *user, const es_plan *p),
+                              void *user);
 
 /* Exact bytes of request arena a run needs (64-byte aligned arena). */
 ES_API size_t es_plan_arena_bytes(const es_plan *p);

@@ -254,8 +254,8 @@ ES_API int es_admission_set_draining(es_admission *a, int model_id, int on);
 /* Snapshots; thread-safe. Counters are read one by one, so a snapshot taken
  * while requests move may be a few operations apart between fields. */
 ES_API int es_admission_stats_get(es_admission *a, es_admission_stats *out);
-ES_API int es_admission_model_stats_get(es_admission *a, int model_id, es_admission_model_stats *out);
-
+ES_API int es_admission_model_stats_get(es_admission *a, int model_id,
+                                        es_admission_model_stats *out);
 
 /* ===========================================================================
  * The runtime: registry, queues, workers, lanes (BRIEF §4-§6).

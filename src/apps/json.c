@@ -27,8 +27,9 @@ char *es_faces_json(const es_face *faces, int n, size_t *len) {
   es__sb_printf(&b, "{\"faces\":[");
   for (int i = 0; i < n; i++) {
     const es_face *f = &faces[i];
-    es__sb_printf(&b, "%s{\"box\":[%.1f,%.1f,%.1f,%.1f],\"score\":%.4f,\"keypoints\":[", i ? "," : "",
-         (double)f->x0, (double)f->y0, (double)f->x1, (double)f->y1, (double)f->score);
+    es__sb_printf(&b, "%s{\"box\":[%.1f,%.1f,%.1f,%.1f],\"score\":%.4f,\"keypoints\":[",
+                  i ? "," : "", (double)f->x0, (double)f->y0, (double)f->x1, (double)f->y1,
+                  (double)f->score);
     for (int k = 0; k < 6; k++)
       es__sb_printf(&b, "%s[%.1f,%.1f]", k ? "," : "", (double)f->keypoints[k][0],
            (double)f->keypoints[k][1]);

@@ -111,7 +111,7 @@ static int fold_node(es_graph *g, const es_node *nd, fold_args *a) {
   }
   es_knode kn = es__knode_of(nd);
   int rc = es__kernel_eval(&kn, g->opset, nd->n_in, a->in_desc, a->in_data, nd->n_out, a->out_desc,
-                          a->out_data);
+                           a->out_data);
   if (rc < 0)
     return rc;
   for (int o = 0; o < nd->n_out; o++)

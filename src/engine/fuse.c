@@ -257,7 +257,8 @@ int es__fz_clip_bounds(const es_graph *g, const es_node *nd, float big, float *l
   *lo = -big;
   *hi = big;
   if (g->opset < 11) {
-    if (nd->n_in != 1 || !es__fz_attr_float(nd, "min", -big, lo) || !es__fz_attr_float(nd, "max", big, hi))
+    if (nd->n_in != 1 || !es__fz_attr_float(nd, "min", -big, lo) ||
+        !es__fz_attr_float(nd, "max", big, hi))
       return 0;
   } else {
     if (nd->n_in > 3)

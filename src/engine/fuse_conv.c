@@ -92,8 +92,8 @@ static int affine_step(const fuser *f, const es_node *nd, int rank, int x_shape_
   float eps = 0;
   if (nd->op == ES_OP_BatchNormalization) {
     int64_t tm, spatial;
-    if (nd->n_in != 5 || nd->in[0] < 0 || !es__fz_attr_int(nd, "training_mode", 0, &tm) || tm != 0 ||
-        !es__fz_attr_int(nd, "spatial", 1, &spatial) || spatial != 1 ||
+    if (nd->n_in != 5 || nd->in[0] < 0 || !es__fz_attr_int(nd, "training_mode", 0, &tm) ||
+        tm != 0 || !es__fz_attr_int(nd, "spatial", 1, &spatial) || spatial != 1 ||
         !es__fz_attr_float(nd, "epsilon", 1e-5f, &eps) || !(eps >= 0))
       return -1;
     for (int k = 1; k < 5; k++)
@@ -195,8 +195,8 @@ static int conv_info_get(const es_graph *g, es_node *nd, conv_info *ci) {
     ci->m = w->dims[0];
     ci->c = w->dims[1] * ci->g;
   }
-  if (ci->b >= 0 &&
-      (!es__fz_const_f32(g, ci->b) || g->values[ci->b].rank != 1 || g->values[ci->b].dims[0] != ci->m))
+  if (ci->b >= 0 && (!es__fz_const_f32(g, ci->b) || g->values[ci->b].rank != 1 ||
+                     g->values[ci->b].dims[0] != ci->m))
     return 0;
   return 1;
 }
@@ -482,7 +482,8 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
     chain_add(pc, ES_POST_SIGMOID, 0, 0);
     break;
   case ES_OP_HardSigmoid:
-    if (nd->n_in != 1 || !es__fz_attr_float(nd, "alpha", 0.2f, &a) || !es__fz_attr_float(nd, "beta", 0.5f, &b))
+    if (nd->n_in != 1 || !es__fz_attr_float(nd, "alpha", 0.2f, &a) ||
+        !es__fz_attr_float(nd, "beta", 0.5f, &b))
       return 0;
     chain_add(pc, ES_POST_HARDSIGMOID, a, b);
     break;
@@ -495,7 +496,8 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
     int r = es__fz_other_input(nd, y);
     sshape rs;
     es__fz_shape_of(f, r, &rs);
-    if (pc->residual >= 0 || r < 0 || r == y || es__fz_is_const(g, r) || !es__fz_shape_same(&rs, yshape))
+    if (pc->residual >= 0 || r < 0 || r == y || es__fz_is_const(g, r) ||
+        !es__fz_shape_same(&rs, yshape))
       return 0;
     pc->residual = r;
     chain_add(pc, ES_POST_ADD, 0, 0);

@@ -111,7 +111,8 @@ static void shape_window(fuser *f, const es_node *nd, const sshape *x, int64_t c
   }
   int64_t k[ES_MAX_RANK], st[ES_MAX_RANK], dl[ES_MAX_RANK], pads[2 * ES_MAX_RANK], ceil_mode = 0;
   const char *ap = es__fz_attr_str(nd, "auto_pad", "NOTSET");
-  int ok = ap && es__fz_attr_ints(nd, "strides", nsp, 1, st) && es__fz_attr_ints(nd, "dilations", nsp, 1, dl) &&
+  int ok = ap && es__fz_attr_ints(nd, "strides", nsp, 1, st) &&
+           es__fz_attr_ints(nd, "dilations", nsp, 1, dl) &&
            es__fz_attr_ints(nd, "pads", 2 * nsp, 0, pads) &&
            (!pool || es__fz_attr_int(nd, "ceil_mode", 0, &ceil_mode));
   if (ker)
@@ -155,7 +156,8 @@ static void shape_conv_transpose(fuser *f, const es_node *nd, const sshape *x, s
   int64_t st[ES_MAX_RANK], dl[ES_MAX_RANK], op[ES_MAX_RANK], pads[2 * ES_MAX_RANK],
       os[ES_MAX_RANK];
   const char *ap = es__fz_attr_str(nd, "auto_pad", "NOTSET");
-  int ok = ap && es__fz_attr_ints(nd, "strides", nsp, 1, st) && es__fz_attr_ints(nd, "dilations", nsp, 1, dl) &&
+  int ok = ap && es__fz_attr_ints(nd, "strides", nsp, 1, st) &&
+           es__fz_attr_ints(nd, "dilations", nsp, 1, dl) &&
            es__fz_attr_ints(nd, "pads", 2 * nsp, 0, pads) &&
            es__fz_attr_ints(nd, "output_padding", nsp, 0, op);
   int has_os = es__node_attr(nd, "output_shape") != NULL;

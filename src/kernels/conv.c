@@ -565,7 +565,7 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
   conv_kxs_job job = {p, k->in_static[1], p->has_bias ? k->in_static[2] : NULL};
   size_t wn = (size_t)(kh * p->c * n), bn = p->has_bias ? (size_t)n : 0;
   rc = es__kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job,
-                         &p->dnnl.weights);
+                          &p->dnnl.weights);
   if (rc == 0 && p->has_bias)
     p->kxs_bias = (const float *)p->dnnl.weights + wn;
   return rc;
@@ -903,8 +903,8 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     if (p->kxs)
       bias = p->kxs_bias;
     int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
-                              p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
-                              scratch);
+                               p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
+                               scratch);
     if (rc == 0 && p->epilogue)
       conv_epilogue(p, out[0], bias, res);
     return rc;

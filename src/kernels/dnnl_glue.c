@@ -126,7 +126,7 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
 }
 
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
-                        es_dnnl_prim *p) {
+                         es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
   int rc = dnnl_engine_get(k, &eng);
   if (rc < 0)
@@ -297,7 +297,7 @@ static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
 }
 
 int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
-                            const void *user_data) {
+                             const void *user_data) {
   p->weights = NULL;
   if (dnnl_memory_desc_equal(user_md, p->wei_md))
     return 0;
@@ -307,12 +307,12 @@ int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_des
            tag, (unsigned long long)dnnl_md_hash(p->wei_md));
   dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
   return es__kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
-                           &p->weights);
+                            &p->weights);
 }
 
 int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
-                     const void *weights, const void *bias, void *dst, const void *bin,
-                     void *scratch) {
+                      const void *weights, const void *bias, void *dst, const void *bin,
+                      void *scratch) {
   dnnl_thread *t;
   int rc = dnnl_thread_get(k, &t);
   if (rc < 0)

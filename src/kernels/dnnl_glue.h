@@ -49,14 +49,14 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
  * p->bin_arg first. ES_ENOTSUP when oneDNN has no implementation; *p is
  * left for es__dnnl_prim_destroy either way. */
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
-                        es_dnnl_prim *p);
+                         es_dnnl_prim *p);
 
 /* Give the primitive its weights: user_md describes user_data (static, as
  * the model stores it). When oneDNN chose another layout, the weights are
  * reordered once into a prepared copy shared by every plan of the model
  * (keyed by node and layout) and p->weights points to it. */
 int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
-                            const void *user_data);
+                             const void *user_data);
 
 /* Execute on the calling thread's stream. bias and bin (the binary
  * post-op's operand) may be NULL when the primitive has none. Prepared
@@ -65,8 +65,8 @@ int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_des
  * only on a thread's first run of p (or when another primitive took its
  * slot in the thread's table). */
 int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
-                     const void *weights, const void *bias, void *dst, const void *bin,
-                     void *scratch);
+                      const void *weights, const void *bias, void *dst, const void *bin,
+                      void *scratch);
 
 /* Ends a kernel's oneDNN setup that returned rc. ES_ENOTSUP before the
  * primitive exists means oneDNN has no implementation for this geometry or

@@ -97,7 +97,7 @@ void *es__kinst_alloc(es_kinst *k, size_t size);
  * es__kernel_eval) the copy lives in plan memory. Thread-safe. */
 typedef int (*es_prep_fill_fn)(void *user, void *dst, size_t bytes);
 int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
-                      void *user, const void **out);
+                       void *user, const void **out);
 
 /* The store: owned by a model, one sealed es_weights region per entry. */
 int es__prep_store_create(es_prep_store **out);
@@ -109,11 +109,11 @@ size_t es__prep_store_bytes(const es_prep_store *s);
  * mapping): the store takes a reference to w. ES_EINVAL for a key already
  * stored. */
 int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
-                      size_t size);
+                       size_t size);
 /* Calls fn for every entry until it returns non-zero (which is returned). */
 int es__prep_store_each(es_prep_store *s,
-                       int (*fn)(void *user, const char *key, const void *data, size_t size),
-                       void *user);
+                        int (*fn)(void *user, const char *key, const void *data, size_t size),
+                        void *user);
 
 #define ES_KFAIL(k, err, ...) es__kfail((k), (err), __VA_ARGS__)
 int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
@@ -177,7 +177,7 @@ int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t
  * es_mem_alloc(ES_MEM_ENGINE) and owned by the caller (free with
  * es_mem_free). */
 int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
-                   const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
+                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data);
 
 /* The node's attribute called name, or NULL. */
 static inline const es_attr *es__kattr(const es_kinst *k, const char *name) {
@@ -226,7 +226,7 @@ static inline void es__axpy_f32(float *restrict y, const float *restrict x, floa
 /* Numpy-style broadcast of a and b into out (shape only). ES_EMODEL if the
  * shapes do not broadcast. */
 int es__broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
-                       int64_t *dims);
+                        int64_t *dims);
 /* Normalise an axis in [-rank, rank) to [0, rank); ES_EMODEL otherwise. */
 int es__axis_norm(const es_kinst *k, int64_t axis, int rank, int *out);
 /* Read element i of a static int32/int64 tensor as int64. */

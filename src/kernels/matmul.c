@@ -233,7 +233,7 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
     return 0;
   if (p->use_dnnl)
     return es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
-                            out[0], NULL, scratch);
+                             out[0], NULL, scratch);
   matmul_ref(p, in[0], in[1], out[0]);
   return 0;
 }

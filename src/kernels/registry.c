@@ -215,7 +215,7 @@ void es__prep_store_destroy(es_prep_store *s) {
 size_t es__prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
 
 int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
-                      size_t size) {
+                       size_t size) {
   if (!s || !key || !w || (!data && size))
     return es__fail(ES_EINVAL, "es__prep_store_add: bad argument");
   pthread_mutex_lock(&s->lock);
@@ -245,8 +245,8 @@ int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const v
 }
 
 int es__prep_store_each(es_prep_store *s,
-                       int (*fn)(void *user, const char *key, const void *data, size_t size),
-                       void *user) {
+                        int (*fn)(void *user, const char *key, const void *data, size_t size),
+                        void *user) {
   if (!s || !fn)
     return es__fail(ES_EINVAL, "es__prep_store_each: bad argument");
   pthread_mutex_lock(&s->lock);
@@ -258,7 +258,7 @@ int es__prep_store_each(es_prep_store *s,
 }
 
 int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
-                      void *user, const void **out) {
+                       void *user, const void **out) {
   if (!k->prep) {
     void *p = es__kinst_alloc(k, bytes ? bytes : 1);
     if (!p)
@@ -373,7 +373,7 @@ int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t
  * ======================================================================== */
 
 int es__broadcast_shape(const es_kinst *k, const es_tdesc *a, const es_tdesc *b, int *rank,
-                       int64_t *dims) {
+                        int64_t *dims) {
   int r = a->rank > b->rank ? a->rank : b->rank;
   for (int i = 0; i < r; i++) {
     int ia = i - (r - a->rank), ib = i - (r - b->rank);
@@ -404,7 +404,7 @@ int64_t es__static_i64(const es_tdesc *t, const void *data, size_t i) {
  * ======================================================================== */
 
 int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdesc *const *in_desc,
-                   const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
+                    const void *const *in_data, int n_out, es_tdesc *out_desc, void **out_data) {
   const es_kernel *kern = es__kernel_for(node->op);
   if (!kern)
     return es__fail(ES_ENOTSUP, "no kernel for %s", es__op_name(node->op));
@@ -435,7 +435,8 @@ int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdes
       rc = es__fail(ES_ENOMEM, "out of memory for %zu scratch bytes", k.scratch_bytes);
   }
   for (int i = 0; rc == 0 && i < n_out; i++) {
-    out_data[i] = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, out_desc[i].nbytes ? out_desc[i].nbytes : 1);
+    out_data[i] =
+        es_mem_aligned_alloc(ES_MEM_ENGINE, 64, out_desc[i].nbytes ? out_desc[i].nbytes : 1);
     if (!out_data[i])
       rc = es__fail(ES_ENOMEM, "out of memory for %zu output bytes", out_desc[i].nbytes);
   }

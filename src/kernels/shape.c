@@ -490,7 +490,8 @@ static int shape_infer(es_kinst *k) {
     return rc;
   int rank = k->in[0]->rank;
   int64_t start, end;
-  if ((rc = es__attr_int(k, "start", 0, &start)) < 0 || (rc = es__attr_int(k, "end", rank, &end)) < 0)
+  if ((rc = es__attr_int(k, "start", 0, &start)) < 0 ||
+      (rc = es__attr_int(k, "end", rank, &end)) < 0)
     return rc;
   /* Opset 15: negative bounds count from the end, then both clamp. */
   if (start < 0)

@@ -24,7 +24,7 @@
  * itself by walking it as 1. Returns the dim that advanced, or -1 after the
  * last position, with idx and the offsets back at zero. */
 static inline int es__walk_step(int rank, const int64_t *restrict dims, int64_t *restrict idx,
-                               int n, int64_t *restrict off, const int64_t *restrict st) {
+                                int n, int64_t *restrict off, const int64_t *restrict st) {
   for (int d = rank - 1; d >= 0; d--) {
     for (int j = 0; j < n; j++)
       off[j] += st[(size_t)d * (size_t)n + (size_t)j];

@@ -164,7 +164,7 @@ void es__graph_reindex(es_graph *g) {
  * ======================================================================== */
 
 int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
-                          const int64_t *dims, void *data, size_t nbytes, int *out) {
+                           const int64_t *dims, void *data, size_t nbytes, int *out) {
   if (g->n_values >= g->cap_values) {
     /* The loader's estimate leaves slack (every attribute counts), so this
      * is rare; the old array stays in the context until the graph goes. */

@@ -105,7 +105,7 @@ void es__graph_reindex(es_graph *g);
  * graph frees it from now on, whatever happens, failures included). Used by
  * the load-time passes before es__graph_seal. Index in *out. */
 int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
-                          const int64_t *dims, void *data, size_t nbytes, int *out);
+                           const int64_t *dims, void *data, size_t nbytes, int *out);
 /* Copies every constant a node input, a node's tensor attribute or a graph
  * output refers to into one new es_weights region (64-byte aligned each),
  * seals it and frees all staging blocks; sets weight_bytes and n_constants.

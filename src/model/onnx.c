@@ -393,7 +393,8 @@ static int constant_node(loader *L, const Onnx__NodeProto *np, int file_index, c
   } else if (!strcmp(a->name, "value_floats") &&
              a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS) {
     dt = ES_DTYPE_FLOAT, n = a->n_floats, rank = 1, src = a->floats;
-  } else if (!strcmp(a->name, "value_int") && a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) {
+  } else if (!strcmp(a->name, "value_int") &&
+             a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) {
     dt = ES_DTYPE_INT64, n = 1, rank = 0, src = &a->i;
   } else if (!strcmp(a->name, "value_ints") &&
              a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS) {

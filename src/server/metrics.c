@@ -20,13 +20,14 @@ static void hist(es_strbuf *b, const char *name, const char *model, const uint64
   uint64_t cum = 0;
   for (int i = 0; i < SRV_BUCKETS; i++) {
     cum += h[i];
-    es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model, es__srv_bucket_bounds[i],
-        (unsigned long long)cum);
+    es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", name, model,
+                  es__srv_bucket_bounds[i], (unsigned long long)cum);
   }
   cum += h[SRV_BUCKETS];
-  es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, model, (unsigned long long)cum);
-  es__sb_printf(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n", name, model, sum, name, model,
-      (unsigned long long)count);
+  es__sb_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n", name, model,
+                (unsigned long long)cum);
+  es__sb_printf(b, "%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n", name, model, sum,
+                name, model, (unsigned long long)count);
 }
 
 static const char *const outcome_names[SRV_OUT_COUNT] = {"success", "refused", "bad_request",
@@ -71,7 +72,8 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
     memset(&am, 0, sizeof am);
     if (snap[i].rt_id >= 0)
       es_admission_model_stats_get(es_runtime_admission(s->rt), snap[i].rt_id, &am);
-    es__sb_printf(b, "edgeserve_model_inflight_requests{model=\"%s\"} %u\n", snap[i].name, am.inflight);
+    es__sb_printf(b, "edgeserve_model_inflight_requests{model=\"%s\"} %u\n", snap[i].name,
+                  am.inflight);
   }
   for (int i = 0; i < n; i++) {
     memset(&ms[i], 0, sizeof ms[i]);
@@ -141,8 +143,8 @@ static void process_memory(es_strbuf *b) {
   for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
     es_mem_stats tag;
     if (es_mem_stats_get((es_mem_tag)t, &tag) == 0)
-      es__sb_printf(b, "edgeserve_memory_tag_bytes{tag=\"%s\"} %zu\n", es_mem_tag_name((es_mem_tag)t),
-          tag.current);
+      es__sb_printf(b, "edgeserve_memory_tag_bytes{tag=\"%s\"} %zu\n",
+                    es_mem_tag_name((es_mem_tag)t), tag.current);
   }
   size_t rss = 0;
   es_sys_rss(&rss);
@@ -174,7 +176,8 @@ static void process_memory(es_strbuf *b) {
 
 static void http_state(es_strbuf *b, es_server *s) {
   head(b, "edgeserve_http_responses_total", "counter", "HTTP responses sent.");
-  es__sb_printf(b, "edgeserve_http_responses_total %llu\n", (unsigned long long)atomic_load(&s->served));
+  es__sb_printf(b, "edgeserve_http_responses_total %llu\n",
+                (unsigned long long)atomic_load(&s->served));
   head(b, "edgeserve_http_rejected_total", "counter",
        "Requests answered before reaching a model: body too large (413), request bytes "
        "in flight over the limit (503), malformed headers (400).");

@@ -630,7 +630,8 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   s->cfg = *cfg;
   /* Bodies are not part of the admission budget; keep their bound below it
    * so the two together stay what the operator planned for. */
-  if (cfg->runtime.memory_budget_bytes && s->cfg.max_buffered_bytes > cfg->runtime.memory_budget_bytes)
+  if (cfg->runtime.memory_budget_bytes &&
+      s->cfg.max_buffered_bytes > cfg->runtime.memory_budget_bytes)
     s->cfg.max_buffered_bytes = cfg->runtime.memory_budget_bytes;
   pthread_mutex_init(&s->mu, NULL);
   struct timespec ts;

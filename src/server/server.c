@@ -794,7 +794,8 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   uint64_t last = es__now_ns() + 30ull * 1000000000ull;
   while (atomic_load(&s->active) && es__now_ns() < last)
     usleep(2000);
-  rep.finished_in_grace = rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
+  rep.finished_in_grace =
+      rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
   if (s->daemon) {
     MHD_stop_daemon(s->daemon); /* joins the connection threads */
     s->daemon = NULL;
