@@ -68,6 +68,22 @@ static int open_file(const char *path, FILE **f) {
                   path, strerror(errno));
 }
 
+/* Opens dir/name (name alone when dir is NULL), its path in path[CG_PATH]:
+ * 1 with *f set, 0 when the file does not exist, or a negative error;
+ * *present says which of the first two. */
+static int open_in(const char *dir, const char *name, char *path, FILE **f, int *present) {
+  int rc = dir ? join(path, CG_PATH, dir, name)
+               : (snprintf(path, CG_PATH, "%s", name) < CG_PATH
+                      ? 0
+                      : es__fail(ES_EINVAL, "es_memstat: path too long: %s", name));
+  *present = 0;
+  if (rc < 0)
+    return rc;
+  rc = open_file(path, f);
+  *present = rc > 0;
+  return rc;
+}
+
 /* Reads one line into buf without its newline. 1 line read, 0 end of file,
  * negative for a line longer than the buffer. */
 static int read_line(FILE *f, const char *path, char *buf, size_t cap) {
@@ -115,12 +131,8 @@ static int parse_num(const char *s, int allow_max, uint64_t *out) {
 static int read_num(const char *dir, const char *name, int allow_max, uint64_t *out,
                     int *present) {
   char path[CG_PATH], line[128];
-  int rc = join(path, sizeof path, dir, name);
-  if (rc < 0)
-    return rc;
   FILE *f;
-  rc = open_file(path, &f);
-  *present = rc > 0;
+  int rc = open_in(dir, name, path, &f, present);
   if (rc <= 0)
     return rc;
   rc = read_line(f, path, line, sizeof line);
@@ -144,15 +156,8 @@ typedef struct kv_want {
 static int read_keyed(const char *dir, const char *name, const kv_want *want, size_t nwant,
                       int *present) {
   char path[CG_PATH], line[256];
-  int rc = dir ? join(path, sizeof path, dir, name)
-               : (snprintf(path, sizeof path, "%s", name) < (int)sizeof path
-                      ? 0
-                      : es__fail(ES_EINVAL, "es_memstat: path too long: %s", name));
-  if (rc < 0)
-    return rc;
   FILE *f;
-  rc = open_file(path, &f);
-  *present = rc > 0;
+  int rc = open_in(dir, name, path, &f, present);
   if (rc <= 0)
     return rc;
   int lineno = 0;
