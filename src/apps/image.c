@@ -3,9 +3,15 @@
  * Both decoders are told the output format up front (JCS_RGB,
  * SPNG_FMT_RGB8), so grey, palette, 16-bit and alpha inputs arrive as plain
  * RGB and the pipelines see one layout. Dimensions are checked against a
- * 64-megapixel cap before the pixel buffer is allocated: a 30-byte header
- * claiming 65535 x 65535 must not turn into a 12 GB allocation. libjpeg
- * reports errors through a longjmp, the only way out of its error manager. */
+ * 64-megapixel cap from the header, before any decoder allocates: a 30-byte
+ * header claiming 65535 x 65535 must not turn into a 12 GB allocation, and
+ * libjpeg sizes a progressive image's coefficient buffer in
+ * jpeg_start_decompress, so the check comes right after jpeg_read_header.
+ * libjpeg's own memory is capped too (max_memory_to_use: a progressive image
+ * whose coefficients need more is refused, not decoded), and so is its
+ * number of scans (each scan is a pass over the whole image: a small file
+ * of a thousand scans would hold a thread for seconds). libjpeg reports
+ * errors through a longjmp, the only way out of its error manager. */
 #include "edgeserve/apps.h"
 #include "common/internal.h"
 
@@ -19,6 +25,11 @@
 #include <spng.h>
 
 #define IMG_MAX_PIXELS ((size_t)64 << 20)
+/* libjpeg's working memory: a few rows for a baseline image, the whole
+ * coefficient buffer (2 bytes per sample) for a progressive one. */
+#define IMG_JPEG_MAX_MEMORY (64L << 20)
+/* Scans of a progressive JPEG: encoders write about ten. */
+#define IMG_JPEG_MAX_SCANS 100
 
 typedef struct jerr {
   struct jpeg_error_mgr mgr;
@@ -39,8 +50,20 @@ static void jpeg_quiet(j_common_ptr c, int level) {
     jpeg_fail(c);
 }
 
+/* Called while libjpeg reads input, once per scan and more: stops a file
+ * with too many scans. */
+static void jpeg_progress(j_common_ptr c) {
+  j_decompress_ptr d = (j_decompress_ptr)c;
+  if (d->input_scan_number > IMG_JPEG_MAX_SCANS) {
+    jerr *e = (jerr *)c->err;
+    snprintf(e->msg, sizeof e->msg, "more than %d scans", IMG_JPEG_MAX_SCANS);
+    longjmp(e->jump, 1);
+  }
+}
+
 static int decode_jpeg(const void *bytes, size_t len, es_image *out) {
   struct jpeg_decompress_struct d;
+  struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_progress};
   jerr e;
   uint8_t *volatile rgb = NULL;
   d.err = jpeg_std_error(&e.mgr);
@@ -49,14 +72,25 @@ static int decode_jpeg(const void *bytes, size_t len, es_image *out) {
   if (setjmp(e.jump)) {
     jpeg_destroy_decompress(&d);
     es_mem_free(rgb);
+    if (e.mgr.msg_code == JERR_NO_BACKING_STORE || e.mgr.msg_code == JERR_OUT_OF_MEMORY)
+      return es__fail(ES_EINVAL, "JPEG: the decoder needs more than %ld MiB (progressive "
+                                 "image too large)", IMG_JPEG_MAX_MEMORY >> 20);
     return es__fail(ES_EINVAL, "JPEG: %s", e.msg);
   }
   jpeg_create_decompress(&d);
+  d.mem->max_memory_to_use = IMG_JPEG_MAX_MEMORY;
+  d.progress = &progress;
   jpeg_mem_src(&d, (const unsigned char *)bytes, (unsigned long)len);
   jpeg_read_header(&d, TRUE);
+  size_t w = d.image_width, h = d.image_height;
+  if (!w || !h || w * h > IMG_MAX_PIXELS) {
+    jpeg_destroy_decompress(&d);
+    return es__fail(ES_EINVAL, "JPEG: %zux%zu image (limit %zu pixels)", w, h, IMG_MAX_PIXELS);
+  }
   d.out_color_space = JCS_RGB;
   jpeg_start_decompress(&d);
-  size_t w = d.output_width, h = d.output_height;
+  w = d.output_width;
+  h = d.output_height;
   if (!w || !h || w * h > IMG_MAX_PIXELS || d.output_components != 3) {
     jpeg_destroy_decompress(&d);
     return es__fail(ES_EINVAL, "JPEG: %zux%zu image (limit %zu pixels)", w, h, IMG_MAX_PIXELS);
