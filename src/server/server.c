@@ -169,7 +169,8 @@ static enum MHD_Result send_method_error(es_server *s, struct MHD_Connection *c,
  * copy). Returns the count, at most max. */
 static int split_path(char *path, char **seg, int max) {
   int n = 0;
-  for (char *p = strtok(path, "/"); p && n < max; p = strtok(NULL, "/"))
+  char *save = NULL; /* strtok's state is shared by every connection thread */
+  for (char *p = strtok_r(path, "/", &save); p && n < max; p = strtok_r(NULL, "/", &save))
     seg[n++] = p;
   return n;
 }
