@@ -626,6 +626,27 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
   return send_error(s, c, 404, 0, "no such route: %s %s", method, url);
 }
 
+/* Writes s with control characters, backslashes and bytes above 0x7e as
+ * \xNN: the URL arrives percent-decoded, so a %0a in it would otherwise
+ * start a forged line of the access log. */
+static void log_escaped(FILE *f, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p > 0x7e || *p == '\\')
+      fprintf(f, "\\x%02x", *p);
+    else
+      fputc(*p, f);
+}
+
+/* One access-log line: method, URL, time taken. */
+static void log_request(const char *method, const char *url, uint64_t ns) {
+  flockfile(stderr);
+  log_escaped(stderr, method);
+  fputc(' ', stderr);
+  log_escaped(stderr, url);
+  fprintf(stderr, " %.2f ms\n", (double)ns / 1e6);
+  funlockfile(stderr);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls) {
@@ -737,7 +758,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   }
   enum MHD_Result r = route(s, c, url, method, k);
   if (!s->cfg.quiet)
-    fprintf(stderr, "%s %s %.2f ms\n", method, url, (double)(es__now_ns() - k->start_ns) / 1e6);
+    log_request(method, url, es__now_ns() - k->start_ns);
   return r;
 }
 

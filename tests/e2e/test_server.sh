@@ -232,6 +232,18 @@ http GET /v2/models/nosuchmodel
 expect 404 "nosuchmodel" "GET /v2/models/nosuchmodel: 404 naming it"
 http GET /v2/models/nosuchmodel/ready
 expect 404 "nosuchmodel" "GET /v2/models/nosuchmodel/ready: 404"
+# The URL arrives percent-decoded: a %0a in it must not write a line of its
+# own into the access log.
+http GET "/v2/models/evil%0aFORGED%20GET%20/v2%200.01%20ms"
+expect 404 "" "GET with %0a in the path: 404"
+sleep 0.2
+if grep -q '^FORGED' "$work/main.err"; then
+  notok "access log: a %0a in the URL wrote a forged line"
+elif grep -qF 'evil\x0aFORGED' "$work/main.err"; then
+  ok "access log: the %0a is written as \\x0a on the request's own line"
+else
+  notok "access log: the request with %0a is not logged: $(tail -n 3 "$work/main.err")"
+fi
 http GET /v2/models/ppocr_det/versions/2
 expect 404 "version" "GET /v2/models/ppocr_det/versions/2: 404 naming the version"
 http POST /v2/models/ppocr_det/versions/2/infer -d '{}'
