@@ -78,8 +78,27 @@ typedef struct es_server_config {
                                  runtime's memory budget when one is set):
                                  503 above */
   size_t max_header_bytes;    /* per connection, headers (default 16 KiB) */
-  unsigned max_connections;   /* default 64 */
-  unsigned connection_timeout_s; /* idle connection timeout (default 30) */
+  unsigned max_connections;   /* open at once, all clients (default 4096;
+                                 each holds max_header_bytes + 32 KiB of
+                                 the HTTP library's buffer at most) */
+  unsigned max_connections_per_client; /* from one IP address (default 256;
+                                 0: no cap); above it a connection is
+                                 closed at once */
+  unsigned idle_timeout_s;    /* a connection with no request under way,
+                                 and a response the client does not read
+                                 (default 30; config key also
+                                 "connection_timeout_s") */
+  unsigned header_timeout_s;  /* request line to the end of the headers
+                                 (default 10) */
+  unsigned body_timeout_s;    /* end of the headers to the end of the
+                                 body (default 60) */
+  unsigned http_threads;      /* threads serving the connections, each an
+                                 event loop (default 2) */
+  unsigned pipeline_threads;  /* threads running pipeline models (face,
+                                 OCR), which wait on their models between
+                                 steps (default 2) */
+  unsigned pipeline_queue;    /* pipeline requests waiting for those
+                                 threads (default 64): 429 above */
   size_t max_elements;        /* per input tensor (default 64 M) */
   int quiet;                  /* no access log on stderr */
   char *models_json;          /* a config file's "models" object as JSON

@@ -188,6 +188,36 @@ static void http_state(es_strbuf *b, es_server *s) {
         (unsigned long long)atomic_load(&s->rejected[i]));
   head(b, "edgeserve_http_buffered_bytes", "gauge", "Request body bytes held now.");
   es__sb_printf(b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
+  size_t open = 0;
+  unsigned queued = 0, running = 0;
+  if (s->http_started) {
+    pthread_mutex_lock(&s->conn_mu);
+    open = s->n_conns;
+    pthread_mutex_unlock(&s->conn_mu);
+    pthread_mutex_lock(&s->pipe_mu);
+    queued = s->pipe_queued;
+    running = s->pipe_running;
+    pthread_mutex_unlock(&s->pipe_mu);
+  }
+  head(b, "edgeserve_http_connections", "gauge", "Connections open now.");
+  es__sb_printf(b, "edgeserve_http_connections %zu\n", open);
+  head(b, "edgeserve_http_connections_total", "counter", "Connections accepted.");
+  es__sb_printf(b, "edgeserve_http_connections_total %llu\n",
+                (unsigned long long)atomic_load(&s->conns_total));
+  head(b, "edgeserve_http_connection_buffer_bytes", "gauge",
+       "Upper bound of the HTTP library's buffers of the open connections (headers and "
+       "read buffer, allocated by the library per connection).");
+  es__sb_printf(b, "edgeserve_http_connection_buffer_bytes %zu\n",
+                open * (s->cfg.max_header_bytes + SRV_READ_BUFFER));
+  head(b, "edgeserve_http_timeouts_total", "counter",
+       "Connections closed for exceeding a phase's time limit.");
+  static const char *const ph[SRV_PHASE_COUNT] = {"idle", "headers", "body"};
+  for (int i = 0; i < SRV_PHASE_COUNT; i++)
+    es__sb_printf(b, "edgeserve_http_timeouts_total{phase=\"%s\"} %llu\n", ph[i],
+                  (unsigned long long)atomic_load(&s->timeouts[i]));
+  head(b, "edgeserve_pipeline_jobs", "gauge", "Pipeline requests (face, OCR) by state.");
+  es__sb_printf(b, "edgeserve_pipeline_jobs{state=\"queued\"} %u\n", queued);
+  es__sb_printf(b, "edgeserve_pipeline_jobs{state=\"running\"} %u\n", running);
 }
 
 int es_server_metrics_text(es_server *s, char **text, size_t *len) {

@@ -35,8 +35,14 @@ void es_server_config_default(es_server_config *cfg) {
   cfg->max_body_bytes = (size_t)64 << 20;
   cfg->max_buffered_bytes = (size_t)256 << 20;
   cfg->max_header_bytes = (size_t)16 << 10;
-  cfg->max_connections = 64;
-  cfg->connection_timeout_s = 30;
+  cfg->max_connections = 4096;
+  cfg->max_connections_per_client = 256;
+  cfg->idle_timeout_s = 30;
+  cfg->header_timeout_s = 10;
+  cfg->body_timeout_s = 60;
+  cfg->http_threads = 2;
+  cfg->pipeline_threads = 2;
+  cfg->pipeline_queue = 64;
   cfg->max_elements = (size_t)64 << 20;
 }
 
@@ -180,7 +186,14 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     INT_FIELD("model_max_inflight", 0, 1 << 20, r->model_max_inflight)
     INT_FIELD("watch_ms", 0, 60000, r->watch_ms)
     INT_FIELD("max_connections", 1, 1 << 16, cfg->max_connections)
-    INT_FIELD("connection_timeout_s", 1, 3600, cfg->connection_timeout_s)
+    INT_FIELD("max_connections_per_client", 0, 1 << 16, cfg->max_connections_per_client)
+    INT_FIELD("connection_timeout_s", 1, 3600, cfg->idle_timeout_s)
+    INT_FIELD("idle_timeout_s", 1, 3600, cfg->idle_timeout_s)
+    INT_FIELD("header_timeout_s", 1, 3600, cfg->header_timeout_s)
+    INT_FIELD("body_timeout_s", 1, 3600, cfg->body_timeout_s)
+    INT_FIELD("http_threads", 1, 64, cfg->http_threads)
+    INT_FIELD("pipeline_threads", 1, 64, cfg->pipeline_threads)
+    INT_FIELD("pipeline_queue", 1, 1 << 16, cfg->pipeline_queue)
     INT_FIELD("quiet", 0, 1, cfg->quiet)
     SIZE_FIELD("memory_budget", r->memory_budget_bytes)
     SIZE_FIELD("buddy_bytes", r->buddy_bytes)

@@ -61,11 +61,39 @@ typedef struct srv_tracked_req {
   struct srv_tracked_req *next;
 } srv_tracked_req;
 
+#define SRV_MAX_PIPE_THREADS 64
+/* The HTTP library's read buffer per connection, beyond the headers. */
+#define SRV_READ_BUFFER ((size_t)32 << 10)
+
+/* Connection phases with a time limit (http.c), for the timeout counters. */
+enum { SRV_PHASE_IDLE = 0, SRV_PHASE_HEADERS, SRV_PHASE_BODY, SRV_PHASE_COUNT };
+
+struct srv_conn;
+typedef struct srv_job srv_job;
+
 struct es_server {
   es_server_config cfg;
   es_runtime *rt;
   struct MHD_Daemon *daemon;
   int port;
+  int http_started;
+  /* Connections (http.c): the sweeper's list, under conn_mu. */
+  pthread_mutex_t conn_mu;
+  pthread_cond_t sweeper_cv;
+  pthread_t sweeper_thread;
+  int sweeper_stop;
+  struct srv_conn *conns;
+  size_t n_conns;
+  _Atomic uint64_t conns_total;
+  _Atomic uint64_t timeouts[SRV_PHASE_COUNT];
+  /* Pipeline jobs (handler.c), under pipe_mu. */
+  pthread_mutex_t pipe_mu;
+  pthread_cond_t pipe_cv;
+  pthread_t pipe_threads[SRV_MAX_PIPE_THREADS];
+  int n_pipe_threads;
+  int pipe_stop;
+  srv_job *pipe_head, *pipe_tail;
+  unsigned pipe_queued, pipe_running;
   pthread_mutex_t mu;
   srv_model models[SRV_MAX_MODELS];
   int n_models;
@@ -92,6 +120,63 @@ size_t es__srv_cancel_tracked(es_server *s);
 int es__srv_model_load(es_server *s, srv_model *sm);
 int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
 int es__srv_start_http(es_server *s);
+
+/* ---- the request layer (handler.c) ----
+ * One complete HTTP request, as the routes see it: no socket, no library.
+ * Header values may be NULL (absent); body points into a buffer the caller
+ * keeps until the request is answered. */
+typedef struct srv_req {
+  const char *method, *url;
+  const char *content_type, *origin, *host, *authorization;
+  const char *header_len;    /* Inference-Header-Content-Length */
+  const char *body;
+  size_t len;
+} srv_req;
+
+/* An answer. body (es_mem) is owned by the answer: es__srv_resp_free, or
+ * hand it to whatever sends it. */
+typedef struct srv_resp {
+  unsigned status;
+  char *body;
+  size_t len;
+  const char *ctype;         /* static */
+  size_t header_len;         /* Inference-Header-Content-Length; 0 none */
+  uint32_t retry_after_ms;   /* Retry-After (sent in whole seconds); 0 none */
+  const char *allow;         /* Allow, for 405; static */
+} srv_resp;
+
+typedef void (*srv_wake_fn)(void *user);
+
+/* Route and answer rq. 0: the answer is in *out. 1: the answer is being
+ * computed (an inference in the runtime, a pipeline on its threads): *job is
+ * set, and wake(user) is called exactly once, from another thread, possibly
+ * before this returns; after it, es__srv_job_answer(s, *job, out) makes the
+ * answer and frees the job. rq's body must stay valid until then. Thread-safe. */
+int es__srv_handle(es_server *s, const srv_req *rq, srv_wake_fn wake, void *user, srv_job **job,
+                   srv_resp *out);
+void es__srv_job_answer(es_server *s, srv_job *job, srv_resp *out);
+/* Free a job whose wake came but whose answer is not wanted. */
+void es__srv_job_free(srv_job *job);
+void es__srv_resp_free(srv_resp *r);
+int es__srv_pipelines_start(es_server *s);
+void es__srv_pipelines_stop(es_server *s);
+
+/* ---- the control plane and model references (repo.c, guard.c) ---- */
+/* 0 when a state-changing repository request may go ahead, else the HTTP
+ * status (401, 403, 415) with the reason in why. Pure, thread-safe. */
+int es__srv_guard_control(const es_server_config *cfg, const char *authorization,
+                          const char *origin, const char *host, const char *content_type,
+                          char *why, size_t whylen);
+/* The runtime level for a request: Triton's priority (1 highest, 0 or
+ * absent: the model's default), clamped to the runtime's levels and to the
+ * model's cap. */
+int es__srv_level_of(const es_server *s, const srv_model *sm, int has_priority,
+                     uint64_t priority);
+/* A reference on a loaded model: its runtime id read once under the lock.
+ * ES_ENOENT when it is not loaded (or being unloaded). Unload waits for the
+ * references to drop. */
+int es__srv_model_acquire(es_server *s, srv_model *sm, int *rt_id);
+void es__srv_model_release(es_server *s, srv_model *sm);
 
 /* What an answer carries for a library return code (status.c states the
  * rule for each code). */
