@@ -149,6 +149,29 @@ if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithD
     '"\"binary_data_output\""' '"\"FP32\""' '"\"INT64\""' '"\"BYTES\""' '"\"BOOL\""' \
     '"\"UINT8\""' '"\"INT8\""' '"\"INT32\""' '"\\u00"' '"e-45"' '"3.4028235e38"' >"$fz/v2.dict"
   fuzz fuzz_v2_request $((secs / 2)) "$fz/v2" -dict="$fz/v2.dict"
+  # The server's request layer and HTTP core, on a real server. An input's
+  # first byte: even, the request layer directly (method, URL, then the
+  # Content-Type, Origin, Host, Authorization and
+  # Inference-Header-Content-Length lines, then the body); odd, raw bytes on
+  # a socket.
+  mkdir -p "$fz/http"
+  printf '\x00GET\n/v2/models/blazeface_front\n\n\n\n\n\n' >"$fz/http/meta"
+  printf '\x00POST\n/v2/models/blazeface_front/infer\napplication/json\n\n\n\n\n%s' \
+    '{"inputs":[{"name":"input","shape":[1,128,128,3],"datatype":"FP32","data":[0]}],"parameters":{"priority":1}}' \
+    >"$fz/http/infer"
+  printf '\x00POST\n/v2/models/face/infer\napplication/json\n\n\n\n\n%s' \
+    '{"inputs":[{"name":"image","shape":[1],"datatype":"BYTES","data":["x"]}]}' >"$fz/http/face"
+  printf '\x00POST\n/v2/repository/models/face/unload\ntext/plain\nhttp://evil.example\nlocalhost\nBearer x\n\n' \
+    >"$fz/http/unload"
+  printf '\x01POST /v2/models/blazeface_front/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nInference-Header-Content-Length: 2\r\n\r\n{}abc' \
+    >"$fz/http/raw_infer"
+  printf '\x01GET /v2/health/ready HTTP/1.1\r\nHost: a\r\n\r\nGET /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n' \
+    >"$fz/http/raw_two"
+  printf '%s\n' '"/v2/models/"' '"/v2/repository/models/"' '"/infer"' '"/ready"' '"/versions/1"' \
+    '"/load"' '"/unload"' '"/v2/health/live"' '"/metrics"' '"blazeface_front"' '"face"' \
+    '"Content-Length: "' '"Transfer-Encoding: chunked"' '"Expect: 100-continue"' \
+    '"Inference-Header-Content-Length: "' '"Bearer "' '"application/json"' '"\r\n"' >"$fz/http.dict"
+  fuzz fuzz_http_request $((secs / 2)) "$fz/http" -dict="$fz/http.dict"
   rm -rf "$fz"
 else status=1; failed=$((failed + 1)); fi
 

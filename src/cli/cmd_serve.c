@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void serve_usage(FILE *f) {
   fprintf(f,
@@ -156,6 +157,14 @@ int cli_cmd_serve(int argc, char **argv) {
    * monitor gives the free memory back (malloc_trim). Set before the server
    * starts its threads. */
   mallopt(M_ARENA_MAX, 2);
+  /* Each connection is a descriptor: the soft limit (often 1024) would cap
+   * the server far below its max_connections; the hard one is the
+   * operator's. The library keeps max_connections below what is left. */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGTERM);

@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -484,8 +485,15 @@ int es__srv_start_http(es_server *s) {
   if (rc < 0)
     return rc;
   unsigned threads = s->cfg.http_threads ? s->cfg.http_threads : 2;
+  /* Connections beyond the descriptors left would fail at accept, after
+   * the library counted them: keep the limit where it holds (the model
+   * files, the pipes and the runtime take a few dozen). */
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+      nofile.rlim_cur > 128 && s->cfg.max_connections > nofile.rlim_cur - 128)
+    s->cfg.max_connections = (unsigned)(nofile.rlim_cur - 128);
   s->daemon = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_TURBO,
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
       (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, threads,
       MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,

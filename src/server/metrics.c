@@ -201,6 +201,10 @@ static void http_state(es_strbuf *b, es_server *s) {
   }
   head(b, "edgeserve_http_connections", "gauge", "Connections open now.");
   es__sb_printf(b, "edgeserve_http_connections %zu\n", open);
+  head(b, "edgeserve_http_connections_max", "gauge",
+       "Connections the server holds at most (max_connections, kept below the descriptor "
+       "limit).");
+  es__sb_printf(b, "edgeserve_http_connections_max %u\n", s->cfg.max_connections);
   head(b, "edgeserve_http_connections_total", "counter", "Connections accepted.");
   es__sb_printf(b, "edgeserve_http_connections_total %llu\n",
                 (unsigned long long)atomic_load(&s->conns_total));
