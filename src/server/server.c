@@ -163,6 +163,29 @@ static enum MHD_Result send_method_error(es_server *s, struct MHD_Connection *c,
   return ok;
 }
 
+/* The control plane's refusal (es__srv_guard_control); a 401 names the
+ * scheme it wants. */
+static enum MHD_Result send_guard_error(es_server *s, struct MHD_Connection *c, unsigned status,
+                                        const char *why) {
+  size_t len;
+  char *body = es__v2_error_body(why, &len);
+  if (!body)
+    return MHD_NO;
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer_with_free_callback(len, body, es_mem_free);
+  if (!r) {
+    es_mem_free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", "application/json");
+  if (status == 401)
+    MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"edgeserve\"");
+  enum MHD_Result ok = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  atomic_fetch_add(&s->served, 1);
+  return ok;
+}
+
 /* ---- routes ------------------------------------------------------------------- */
 
 /* Split "/v2/models/NAME/versions/V/infer" into segments (in place, in a
@@ -192,7 +215,12 @@ static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, sr
     return send_json_obj(s, c, 200, o);
   }
   es_model *m;
-  if (es_runtime_model_get(s->rt, sm->rt_id, &m) < 0)
+  int id;
+  if (es__srv_model_acquire(s, sm, &id) < 0)
+    return send_error(s, c, 404, 0, "%s", es_last_error_detail());
+  int got = es_runtime_model_get(s->rt, id, &m);
+  es__srv_model_release(s, sm);
+  if (got < 0)
     return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
   json_t *ins = json_array(), *outs = json_array();
   for (int i = 0; i < es_model_input_count(m); i++) {
@@ -211,14 +239,8 @@ static enum MHD_Result model_metadata(es_server *s, struct MHD_Connection *c, sr
   return send_json_obj(s, c, 200, o);
 }
 
-/* Triton's priority parameter: 1 is the highest level, 0 (or none) means
- * the model's default. Levels past the runtime's last clamp to it. */
 static int level_of(const es_server *s, const srv_model *sm, const es_v2_request *q) {
-  if (!q->has_priority || q->priority == 0)
-    return sm->priority;
-  uint64_t l = q->priority - 1;
-  uint64_t last = (uint64_t)s->cfg.runtime.priorities - 1;
-  return (int)(l > last ? last : l);
+  return es__srv_level_of(s, sm, q->has_priority, q->priority);
 }
 
 static uint64_t deadline_of(const es_v2_request *q) {
@@ -300,13 +322,9 @@ static int pipeline_image(const srv_model *sm, const es_v2_request *q, es_image 
 static int pipeline_run(es_server *s, srv_model *sm, const es_image *img, int prio,
                         uint64_t deadline, char **json, size_t *jlen, es_refusal *why) {
   int rc, n = 0;
-  atomic_fetch_add(&sm->busy, 1); /* before the check: unload waits for busy */
-  pthread_mutex_lock(&s->mu);
-  int live = sm->rt_id >= 0;
-  pthread_mutex_unlock(&s->mu);
-  if (!live) {
-    rc = es__fail(ES_ENOENT, "pipeline '%s' is not loaded", sm->name);
-  } else if (sm->pipeline == SRV_PIPE_FACE) {
+  if ((rc = es__srv_model_acquire(s, sm, NULL)) < 0) /* unload waits for the release */
+    return rc;
+  if (sm->pipeline == SRV_PIPE_FACE) {
     es_face faces[64];
     rc = es_face_detect(sm->fd, img, 0, prio, deadline, faces, 64, &n, why);
     if (rc == 0 && !(*json = es_faces_json(faces, n, jlen)))
@@ -319,7 +337,7 @@ static int pipeline_run(es_server *s, srv_model *sm, const es_image *img, int pr
       rc = es__fail(ES_ENOMEM, "no memory for the answer");
     es_mem_free(lines);
   }
-  atomic_fetch_sub(&sm->busy, 1);
+  es__srv_model_release(s, sm);
   return rc;
 }
 
@@ -466,8 +484,8 @@ static enum MHD_Result answer_outputs(es_server *s, struct MHD_Connection *c, sr
 
 /* Submit, wait (tracked, so shutdown can cancel it while queued), answer. */
 static enum MHD_Result run_and_answer(es_server *s, struct MHD_Connection *c, srv_model *sm,
-                                      const es_v2_request *q, es_tensor *in, int n_in) {
-  es_submit sub = {.model = sm->rt_id, .inputs = in, .n_inputs = n_in,
+                                      int id, const es_v2_request *q, es_tensor *in, int n_in) {
+  es_submit sub = {.model = id, .inputs = in, .n_inputs = n_in,
                    .priority = level_of(s, sm, q), .deadline_ns = deadline_of(q)};
   es_request *r = NULL;
   es_refusal ref;
@@ -508,15 +526,19 @@ static enum MHD_Result infer(es_server *s, struct MHD_Connection *c, srv_model *
   enum MHD_Result res;
   es_model *m = NULL;
   es_tensor in[ES_RT_MAX_IO];
+  int id = -1, held = 0;
   if (sm->pipeline)
     res = pipeline_infer(s, c, sm, &q);
-  else if (es_runtime_model_get(s->rt, sm->rt_id, &m) < 0)
-    res = send_status(s, c, NULL, ES_ENOENT, NULL, "model '%s' is not loaded", sm->name);
+  else if (!(held = es__srv_model_acquire(s, sm, &id) == 0) ||
+           es_runtime_model_get(s->rt, id, &m) < 0)
+    res = send_status(s, c, NULL, ES_ENOENT, NULL, "%s", es_last_error_detail());
   else if (bind_inputs(sm, m, &q, in, why, sizeof why) < 0)
     res = send_status(s, c, sm, ES_EINVAL, NULL, "%s", why);
   else
-    res = run_and_answer(s, c, sm, &q, in, es_model_input_count(m));
+    res = run_and_answer(s, c, sm, id, &q, in, es_model_input_count(m));
   es_model_release(m);
+  if (held) /* after the request was freed: an unload waits for this */
+    es__srv_model_release(s, sm);
   es__v2_request_free(&q);
   return res;
 }
@@ -527,8 +549,8 @@ static enum MHD_Result repository_index(es_server *s, struct MHD_Connection *c) 
   for (int i = 0; i < s->n_models; i++) {
     srv_model *sm = &s->models[i];
     json_t *o = json_pack("{s:s, s:s, s:s}", "name", sm->name, "version", "1", "state",
-                          sm->rt_id >= 0 ? "READY" : "UNAVAILABLE");
-    if (sm->rt_id < 0 && sm->reason[0])
+                          es__srv_state_name(sm));
+    if (sm->state == SRV_UNLOADED && sm->reason[0])
       json_object_set_new(o, "reason", json_string(sm->reason));
     json_array_append_new(arr, o);
   }
@@ -583,6 +605,15 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
       return repository_index(s, c);
     if (n == 5 && !strcmp(seg[2], "models") && post &&
         (!strcmp(seg[4], "load") || !strcmp(seg[4], "unload"))) {
+      char why[400];
+      int st = es__srv_guard_control(
+          &s->cfg, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"),
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"),
+          MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"), k->len, why,
+          sizeof why);
+      if (st)
+        return send_guard_error(s, c, (unsigned)st, why);
       srv_model *sm = es__srv_find(s, seg[3]);
       if (!sm)
         return send_error(s, c, 404, 0, "unknown model '%s'", seg[3]);
@@ -602,19 +633,19 @@ static enum MHD_Result route(es_server *s, struct MHD_Connection *c, const char 
       rest = 5;
     }
     if (n == rest && get) {
-      if (sm->rt_id < 0)
+      if (!es__srv_model_ready(s, sm))
         return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
       return model_metadata(s, c, sm);
     }
     if (n == rest + 1 && !strcmp(seg[rest], "ready") && get) {
-      int ready = sm->rt_id >= 0 && !atomic_load(&s->stopping);
+      int ready = es__srv_model_ready(s, sm) && !atomic_load(&s->stopping);
       return send_json_obj(s, c, ready ? 200 : 503,
                            json_pack("{s:s, s:b}", "name", sm->name, "ready", ready));
     }
     if (n == rest + 1 && !strcmp(seg[rest], "infer") && post) {
       if (atomic_load(&s->stopping))
         return send_status(s, c, NULL, ES_ECANCELED, NULL, "the server is shutting down");
-      if (sm->rt_id < 0)
+      if (!es__srv_model_ready(s, sm)) /* before parsing; infer acquires it */
         return send_error(s, c, 404, 0, "model '%s' is not loaded", sm->name);
       return infer(s, c, sm, k);
     }
