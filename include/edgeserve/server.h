@@ -28,8 +28,11 @@
  * an optional config.json:
  *   {"file": "model.onnx", "priority": 0, "lane": -1, "max_concurrency": 0,
  *    "instances": 0, "share": true, "shape": {"x": [1, 3, 640, 640]},
- *    "plans": 32, "load": true}
- * priority: the level of requests that do not say (0 highest); lane: -1 any
+ *    "plans": 32, "load": true, "max_priority": 0}
+ * priority: the level of requests that do not say (0 highest); max_priority:
+ * the highest level a request may ask for (default: priority, so a client
+ * can ask for its model's level or a lower one, never jump ahead of other
+ * models' defaults unless the operator allows it; must be <= priority); lane: -1 any
  * worker, k: lane k's shared scratchpad; instances: arenas in its pool (how
  * many of its requests run at once; 0 one per worker); shape: the shape it
  * is configured for (arena pool or lane scratchpad sized by it); other shapes
@@ -46,6 +49,26 @@
  * "models": {"name": {config.json fields + "path"}} for models outside a
  * repository. Without either, an embedded default serves the target models
  * from the fetched-models folder.
+ *
+ * The control plane is closed by default: POST /v2/repository/models/NAME/
+ * load and /unload answer 403 unless repository_control is 1, and then want
+ * "Authorization: Bearer <control_token>" (401 without it), an Origin (if
+ * any) naming the server's own Host (403: a web page of another site) and a
+ * JSON body or none (415). es_server_create refuses repository_control
+ * without a control token of at least 16 characters (ES_EINVAL): the
+ * library generates no secrets and prints nothing. Inference, health,
+ * metadata, the index and /metrics stay open to whoever reaches the
+ * address (127.0.0.1 by default); put an authenticating TLS proxy in front
+ * to expose them further (README, "Threat model").
+ *
+ * Memory: the admission budget is "auto" by default (memory_budget_auto 1):
+ * es_server_create sets runtime.memory_budget_bytes to what the process's
+ * cgroup allows below its soft watermark (min of memory.high and
+ * memory.max) minus what the group already uses, or without a cgroup limit
+ * the machine's MemTotal at the soft watermark minus what is in use
+ * (MemTotal - MemAvailable). An unbounded budget (0) is only had by asking
+ * for it: memory_budget_auto 0 with runtime.memory_budget_bytes 0 (the
+ * config file's "memory_budget": 0, the CLI's --memory 0).
  */
 #ifndef EDGESERVE_SERVER_H
 #define EDGESERVE_SERVER_H
@@ -61,6 +84,9 @@ extern "C" {
 
 typedef struct es_server es_server;
 
+/* Room for a control token and its terminating NUL. */
+#define ES_SERVER_TOKEN_MAX 128
+
 typedef struct es_server_config {
   char host[64];              /* default "127.0.0.1" */
   int port;                   /* default 8000; 0 picks a free port */
@@ -72,6 +98,20 @@ typedef struct es_server_config {
   int use_default_models;     /* 1: serve the embedded default set when no
                                  repository and no config models (default 1) */
   es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */
+  int memory_budget_auto;     /* 1 (default): es_server_create replaces
+                                 runtime.memory_budget_bytes with what the
+                                 cgroup or machine allows (see above); 0:
+                                 runtime.memory_budget_bytes as given (0:
+                                 unbounded). Config file: "memory_budget":
+                                 "auto" sets 1, bytes set 0 */
+  int repository_control;     /* 1: the repository's load and unload
+                                 routes work (with the token); 0 (default):
+                                 403. Config file: "repository_control" */
+  char control_token[ES_SERVER_TOKEN_MAX]; /* the bearer token those routes
+                                 want: 16 to 127 visible ASCII characters;
+                                 required when repository_control is 1
+                                 (config file: "control_token"; keep that
+                                 file private) */
   size_t max_body_bytes;      /* per request (default 64 MiB): 413 above */
   size_t max_buffered_bytes;  /* all request bodies being received or
                                  served at once (default 256 MiB, at most the

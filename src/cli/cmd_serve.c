@@ -1,11 +1,15 @@
 /* edgeserve serve: the KServe v2 HTTP server (include/edgeserve/server.h).
  *
- * Flags override the config file, which overrides the defaults. The budget
- * "auto" takes what the process's cgroup (or the machine) allows below its
- * soft watermark, minus what is already used, so admission says 503 before
- * the kernel's limit is reached. SIGTERM or SIGINT drains: no new
- * connections, in-flight requests get the grace period, the rest is
- * reported.
+ * Flags override the config file, which overrides the defaults. The memory
+ * budget defaults to "auto" in the library's config (es_server_config's
+ * memory_budget_auto: what the process's cgroup, or the machine, allows
+ * below its soft watermark, minus what is already used), so admission says
+ * 503 before the kernel's limit is reached; --memory 0 (or "memory_budget":
+ * 0) is the only way to run without one. Repository control (loading and
+ * unloading models over HTTP) is off unless --repository-control is given
+ * with a token from a file (--control-token-file; a token on the command
+ * line would show in ps). SIGTERM or SIGINT drains: no new connections,
+ * in-flight requests get the grace period, the rest is reported.
  *
  * Process-wide settings (malloc tuning, the environment, signals) are made
  * here, not in the library: a program embedding the server keeps its own. */
@@ -23,33 +27,43 @@
 static void serve_usage(FILE *f) {
   fprintf(f,
           "usage: edgeserve serve [--config FILE] [--model-repository DIR] [--host ADDR]\n"
-          "                       [--port N] [--workers N] [--memory BYTES|auto]\n"
+          "                       [--port N] [--workers N] [--memory BYTES|auto|0]\n"
+          "                       [--repository-control --control-token-file FILE]\n"
           "                       [--grace-ms N] [--quiet]\n\n"
           "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
           "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
           "/metrics. Without a config or a repository it serves the target models\n"
           "from $ES_MODEL_DIR (default .cache/models). --memory sets the admission\n"
-          "budget for request memory (K/M/G suffixes); auto: the cgroup's (or the\n"
-          "machine's) limit at the soft watermark minus what is in use at start.\n"
-          "SIGTERM/SIGINT: stop accepting, finish in-flight work within --grace-ms\n"
-          "(default 10000), report what was cut off.\n");
+          "budget for request memory (K/M/G suffixes); auto (the default): the\n"
+          "cgroup's (or the machine's) limit at the soft watermark minus what is in\n"
+          "use at start; 0: no budget. --repository-control turns on loading and\n"
+          "unloading models over HTTP (off by default: 403), for requests with\n"
+          "\"Authorization: Bearer TOKEN\", TOKEN the first line of the\n"
+          "--control-token-file (16 to 127 visible ASCII characters; keep the file\n"
+          "private). SIGTERM/SIGINT: stop accepting, finish in-flight work within\n"
+          "--grace-ms (default 10000), report what was cut off.\n");
 }
 
-static int budget_auto(const es_server_config *c, size_t *out) {
-  es_memstat st;
-  if (es_memstat_read(&st) < 0)
-    return -1;
-  size_t limit = st.max;
-  if (st.high < limit)
-    limit = st.high;
-  size_t used = st.current > st.inactive_file ? st.current - st.inactive_file : 0;
-  if (limit == SIZE_MAX) { /* no cgroup limit: the machine */
-    limit = st.mem_total;
-    used = st.mem_total > st.mem_available ? st.mem_total - st.mem_available : 0;
+/* The token: the file's first line, its line end dropped. 0, or 2 (a
+ * usage error, printed). */
+static int read_token(const char *path, es_server_config *cfg) {
+  FILE *f = fopen(path, "r");
+  char line[ES_SERVER_TOKEN_MAX + 2] = "";
+  int got = f && fgets(line, sizeof line, f) != NULL;
+  if (f)
+    fclose(f);
+  line[strcspn(line, "\r\n")] = 0;
+  size_t n = strlen(line);
+  if (!got || n < 16 || n >= ES_SERVER_TOKEN_MAX) {
+    fprintf(stderr, "edgeserve serve: --control-token-file %s: %s\n", path,
+            !f ? "cannot be read" : "its first line must be a token of 16 to 127 visible ASCII "
+                                    "characters");
+    explicit_bzero(line, sizeof line);
+    return 2;
   }
-  double soft = (double)limit * c->runtime.soft_ratio;
-  *out = soft > (double)used ? (size_t)(soft - (double)used) : 0;
-  return *out ? 0 : -1;
+  memcpy(cfg->control_token, line, n + 1); /* n < ES_SERVER_TOKEN_MAX */
+  explicit_bzero(line, sizeof line);
+  return 0;
 }
 
 /* Parse the flags into cfg (after the config file, so that they override
@@ -98,6 +112,13 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
         return 2;
       }
       i++;
+    } else if (!strcmp(a, "--repository-control")) {
+      cfg->repository_control = 1;
+    } else if (!strcmp(a, "--control-token-file") && v) {
+      int rc = read_token(v, cfg);
+      if (rc)
+        return rc;
+      i++;
     } else if (!strcmp(a, "--quiet")) {
       cfg->quiet = 1;
     } else {
@@ -106,14 +127,22 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
       return 2;
     }
   }
-  if (memory) {
+  if (memory && !strcmp(memory, "auto")) {
+    cfg->memory_budget_auto = 1; /* es_server_create computes it */
+  } else if (memory) {
     size_t b = 0;
-    if (!strcmp(memory, "auto") ? budget_auto(cfg, &b) < 0 : cli_parse_bytes(memory, &b) < 0) {
-      fprintf(stderr, "edgeserve serve: --memory wants BYTES (K/M/G) or auto (with memory "
-                      "left below the soft watermark), got '%s'\n", memory);
+    if (cli_parse_bytes(memory, &b) < 0) {
+      fprintf(stderr, "edgeserve serve: --memory wants BYTES (K/M/G), auto, or 0 (no budget), "
+                      "got '%s'\n", memory);
       return 2;
     }
     cfg->runtime.memory_budget_bytes = b;
+    cfg->memory_budget_auto = 0;
+  }
+  if (cfg->repository_control && !cfg->control_token[0]) {
+    fprintf(stderr, "edgeserve serve: --repository-control needs a token: "
+                    "--control-token-file FILE (or \"control_token\" in the config)\n");
+    return 2;
   }
   return 0;
 }
@@ -144,6 +173,7 @@ int cli_cmd_serve(int argc, char **argv) {
   if (rc == 0)
     rc = parse_flags(argc, argv, &cfg, &grace, &done);
   if (rc != 0 || done) {
+    explicit_bzero(cfg.control_token, sizeof cfg.control_token);
     es_server_config_fini(&cfg);
     return rc;
   }
@@ -172,6 +202,7 @@ int cli_cmd_serve(int argc, char **argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   es_server *s;
   rc = es_server_create(&cfg, &s);
+  explicit_bzero(cfg.control_token, sizeof cfg.control_token); /* the server has its copy */
   es_server_config_fini(&cfg);
   if (rc < 0) {
     fprintf(stderr, "edgeserve serve: %s\n", es_last_error_detail());
@@ -181,8 +212,17 @@ int cli_cmd_serve(int argc, char **argv) {
   es_server_port(s, &port);
   es_runtime_stats rs;
   es_runtime_stats_get(es_server_runtime(s), &rs);
+  es_admission_stats as;
+  es_admission_stats_get(es_runtime_admission(es_server_runtime(s)), &as);
+  /* Scripts and tests read this line's shape: keep it. */
   fprintf(stderr, "edgeserve: serving %d models on http://%s:%d/v2 (%d workers, budget %zu B)\n",
-          rs.models, cfg.host, port, rs.workers, cfg.runtime.memory_budget_bytes);
+          rs.models, cfg.host, port, rs.workers, as.memory_budget_bytes);
+  fprintf(stderr, "edgeserve: memory budget %s; repository control %s\n",
+          cfg.memory_budget_auto ? "auto (the cgroup's or machine's limit below the soft "
+                                   "watermark, minus what was in use)"
+          : as.memory_budget_bytes ? "as given"
+                                   : "none (unbounded, as asked for)",
+          cfg.repository_control ? "on (bearer token)" : "off");
   int sig = wait_signal(&sigs);
   fprintf(stderr, "edgeserve: signal %d: draining (grace %ld ms)\n", sig, grace);
   es_server_report rep;

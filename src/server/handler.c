@@ -40,7 +40,8 @@ struct srv_job {
   int kind;
   es_server *s;
   srv_model *sm;
-  int rt_id;
+  int rt_id;                 /* read once when the reference was taken */
+  int held;                  /* holds a reference on sm */
   int level;
   uint64_t deadline_ns;
   es_v2_request q;           /* parsed request; tensors point into the body */
@@ -180,7 +181,7 @@ static void model_metadata(es_server *s, srv_resp *out, srv_model *sm) {
   }
   int id;
   if (es__srv_model_acquire(s, sm, &id) < 0) {
-    resp_error(out, 404, 0, "model '%s' is not loaded", sm->name);
+    resp_error(out, 404, 0, "%s", es_last_error_detail());
     return;
   }
   es_model *m;
@@ -247,7 +248,7 @@ static void job_free(srv_job *j) {
     es__srv_track(j->s, j->r, 0);
     es_request_free(j->r);
   }
-  if (j->rt_id >= 0)
+  if (j->held)
     es__srv_model_release(j->s, j->sm);
   es__v2_request_free(&j->q);
   es_mem_free(j->json);
@@ -623,12 +624,13 @@ static int infer(es_server *s, srv_model *sm, const srv_req *rq, srv_wake_fn wak
     job_free(j);
     return 0;
   }
-  int id;
+  int id = -1;
   if (es__srv_model_acquire(s, sm, &id) < 0) {
-    resp_status(s, out, NULL, ES_ENOENT, NULL, "model '%s' is not loaded", sm->name);
+    resp_status(s, out, NULL, ES_ENOENT, NULL, "%s", es_last_error_detail());
     job_free(j);
     return 0;
   }
+  j->held = 1;
   j->rt_id = id;
   j->level = es__srv_level_of(s, sm, j->q.has_priority, j->q.priority);
   j->deadline_ns = deadline_of(&j->q);
@@ -644,8 +646,8 @@ static void repository_index(es_server *s, srv_resp *out) {
   for (int i = 0; i < s->n_models; i++) {
     srv_model *sm = &s->models[i];
     json_t *o = json_pack("{s:s, s:s, s:s}", "name", sm->name, "version", "1", "state",
-                          sm->rt_id >= 0 ? "READY" : "UNAVAILABLE");
-    if (sm->rt_id < 0 && sm->reason[0])
+                          es__srv_state_name(sm));
+    if (sm->state == SRV_UNLOADED && sm->reason[0])
       json_object_set_new(o, "reason", json_string(sm->reason));
     json_array_append_new(arr, o);
   }
@@ -655,11 +657,12 @@ static void repository_index(es_server *s, srv_resp *out) {
 
 static void repository_load(es_server *s, srv_resp *out, const srv_req *rq, srv_model *sm,
                             int load) {
-  char why[256];
+  char why[400];
   unsigned st = (unsigned)es__srv_guard_control(&s->cfg, rq->authorization, rq->origin, rq->host,
-                                                rq->content_type, why, sizeof why);
+                                                rq->content_type, rq->len, why, sizeof why);
   if (st) {
     resp_error(out, st, 0, "%s", why);
+    out->want_auth = st == 401;
     return;
   }
   int rc = load ? es__srv_model_load(s, sm) : es__srv_model_unload(s, sm, 10000);
@@ -754,15 +757,17 @@ int es__srv_handle(es_server *s, const srv_req *rq, srv_wake_fn wake, void *user
       return 0;
     }
     if (n == rest + 1 && !strcmp(seg[rest], "ready") && get) {
-      pthread_mutex_lock(&s->mu);
-      int ready = sm->rt_id >= 0 && !atomic_load(&s->stopping);
-      pthread_mutex_unlock(&s->mu);
+      int ready = es__srv_model_ready(s, sm) && !atomic_load(&s->stopping);
       resp_json(out, ready ? 200 : 503, json_pack("{s:s, s:b}", "name", sm->name, "ready", ready));
       return 0;
     }
     if (n == rest + 1 && !strcmp(seg[rest], "infer") && post) {
       if (atomic_load(&s->stopping)) {
         resp_status(s, out, NULL, ES_ECANCELED, NULL, "the server is shutting down");
+        return 0;
+      }
+      if (!es__srv_model_ready(s, sm)) { /* before parsing; infer acquires it */
+        resp_error(out, 404, 0, "model '%s' is not loaded", sm->name);
         return 0;
       }
       return infer(s, sm, rq, wake, user, job, out);

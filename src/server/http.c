@@ -251,6 +251,8 @@ static enum MHD_Result send_resp(es_server *s, struct MHD_Connection *c, conn *k
   }
   if (r->allow)
     MHD_add_response_header(m, "Allow", r->allow);
+  if (r->want_auth)
+    MHD_add_response_header(m, "WWW-Authenticate", "Bearer realm=\"edgeserve\"");
   enum MHD_Result ok = MHD_queue_response(c, r->status, m);
   MHD_destroy_response(m);
   atomic_fetch_add(&s->served, 1);

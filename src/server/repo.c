@@ -8,7 +8,17 @@
  *
  * A model that fails to load does not stop the server: it is listed by the
  * repository index as UNAVAILABLE with the reason, and can be loaded later
- * through the repository API once fixed. */
+ * through the repository API once fixed.
+ *
+ * Each model has a state (UNLOADED, LOADING, READY, UNLOADING) changed only
+ * under the server's mutex, and a count of the requests holding it; the
+ * thread that moves a model into LOADING or UNLOADING is the only one that
+ * works on it until it settles, and the others wait on the server's
+ * condition variable (server_internal.h tells the rules). Slow work (reading
+ * a model file, waiting for requests to finish) happens outside the mutex.
+ *
+ * The memory budget is "auto" unless the configuration gives bytes: a
+ * server built from the default configuration never runs unbounded. */
 #include "common/internal.h"
 #include "server/codec.h"
 #include "server/server_internal.h"
@@ -32,6 +42,7 @@ void es_server_config_default(es_server_config *cfg) {
   snprintf(cfg->model_dir, sizeof cfg->model_dir, ".cache/models");
   cfg->use_default_models = 1;
   es_runtime_config_default(&cfg->runtime);
+  cfg->memory_budget_auto = 1; /* an unbounded budget only when asked for */
   cfg->max_body_bytes = (size_t)64 << 20;
   cfg->max_buffered_bytes = (size_t)256 << 20;
   cfg->max_header_bytes = (size_t)16 << 10;
@@ -156,6 +167,30 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
         break;
       }
       snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", json_string_value(v));
+    } else if (!strcmp(key, "memory_budget")) {
+      if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) {
+        cfg->memory_budget_auto = 1;
+      } else if (size_of(v, &z) == 0) {
+        r->memory_budget_bytes = z;
+        cfg->memory_budget_auto = 0; /* given: 0 means unbounded, on purpose */
+      } else {
+        rc = es__fail(ES_EINVAL, "%s: \"memory_budget\" must be bytes (1048576, \"512M\", "
+                      "\"2G\"), 0 for no budget, or \"auto\"", path);
+        break;
+      }
+    } else if (!strcmp(key, "repository_control")) {
+      if (!json_is_boolean(v)) {
+        rc = es__fail(ES_EINVAL, "%s: \"repository_control\" must be true or false", path);
+        break;
+      }
+      cfg->repository_control = json_is_true(v);
+    } else if (!strcmp(key, "control_token")) {
+      if (!json_is_string(v) || !es__srv_token_valid(json_string_value(v))) {
+        rc = es__fail(ES_EINVAL, "%s: \"control_token\" must be a string of 16 to %d visible "
+                      "ASCII characters", path, ES_SERVER_TOKEN_MAX - 1);
+        break;
+      }
+      snprintf(cfg->control_token, sizeof cfg->control_token, "%s", json_string_value(v));
     } else if (!strcmp(key, "models")) {
       if (!json_is_object(v)) {
         rc = es__fail(ES_EINVAL, "%s: \"models\" must be an object of name: config", path);
@@ -195,7 +230,6 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     INT_FIELD("pipeline_threads", 1, 64, cfg->pipeline_threads)
     INT_FIELD("pipeline_queue", 1, 1 << 16, cfg->pipeline_queue)
     INT_FIELD("quiet", 0, 1, cfg->quiet)
-    SIZE_FIELD("memory_budget", r->memory_budget_bytes)
     SIZE_FIELD("buddy_bytes", r->buddy_bytes)
     SIZE_FIELD("max_body_bytes", cfg->max_body_bytes)
     SIZE_FIELD("max_buffered_bytes", cfg->max_buffered_bytes)
@@ -224,6 +258,7 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
   snprintf(sm->platform, sizeof sm->platform, "onnx");
   sm->rt_id = -1;
   sm->priority = 1;
+  sm->max_priority = -1;
   sm->lane = -1;
   sm->share = 1;
   sm->load_at_start = 1;
@@ -262,6 +297,10 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
       if (int_of(v, 0, 15, &n) < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': priority must be 0..15", src, name);
       sm->priority = (int)n;
+    } else if (!strcmp(key, "max_priority")) {
+      if (int_of(v, 0, 15, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': max_priority must be 0..15", src, name);
+      sm->max_priority = (int)n;
     } else if (!strcmp(key, "lane")) {
       if (int_of(v, -1, 1023, &n) < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': lane must be -1..1023", src, name);
@@ -321,6 +360,13 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
                     name);
   if (!sm->pipeline && !sm->path[0])
     return es__fail(ES_EINVAL, "%s: model '%s': no \"file\"", src, name);
+  if (sm->max_priority < 0) /* clients may not jump ahead of the default */
+    sm->max_priority = sm->priority;
+  else if (sm->max_priority > sm->priority)
+    return es__fail(ES_EINVAL, "%s: model '%s': max_priority %d is below its own priority %d "
+                    "(0 is the highest level; a request that does not ask runs at priority, "
+                    "max_priority caps what a request may ask for)", src, name,
+                    sm->max_priority, sm->priority);
   return 0;
 }
 
@@ -431,7 +477,7 @@ static const char default_models[] =
     " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
     "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
 
-/* ---- load / unload ------------------------------------------------------------------- */
+/* ---- lifecycle ---------------------------------------------------------------------- */
 
 srv_model *es__srv_find(es_server *s, const char *name) {
   for (int i = 0; i < s->n_models; i++)
@@ -440,56 +486,31 @@ srv_model *es__srv_find(es_server *s, const char *name) {
   return NULL;
 }
 
-/* A pipeline is loaded when its member models are (loaded on demand) and
- * its detector or reader is built over their runtime ids; its rt_id is its
- * first member's, for the "loaded" checks and the admission numbers. */
-static int pipeline_load(es_server *s, srv_model *sm) {
-  int ids[3] = {-1, -1, -1};
-  for (int i = 0; i < 3; i++) {
-    if (!sm->member[i][0])
-      continue;
-    srv_model *mm = es__srv_find(s, sm->member[i]);
-    int rc = !mm ? es__fail(ES_ENOENT, "pipeline '%s': no model '%s'", sm->name, sm->member[i])
-             : mm->pipeline ? es__fail(ES_EINVAL, "pipeline '%s': '%s' is itself a pipeline",
-                                       sm->name, sm->member[i])
-                            : es__srv_model_load(s, mm);
-    if (rc < 0)
-      return rc;
-    ids[i] = mm->rt_id;
-  }
-  int rc;
-  if (sm->pipeline == SRV_PIPE_FACE) {
-    rc = es_face_detector_create(s->rt, ids[0], &sm->fd);
-  } else {
-    es_ocr_config oc;
-    es_ocr_config_default(&oc);
-    oc.det_model = ids[0];
-    oc.cls_model = ids[1];
-    oc.rec_model = ids[2];
-    oc.keys_path = sm->keys;
-    rc = es_ocr_create(s->rt, &oc, &sm->ocr);
-  }
-  if (rc == 0)
-    sm->rt_id = ids[0];
-  return rc;
+/* Wait, mutex held, until no thread is loading or unloading sm. Each such
+ * transition ends by itself (a load, or an unload bounded by its timeout),
+ * so the wait does too. */
+static void wait_settled(es_server *s, srv_model *sm) {
+  while (sm->state == SRV_LOADING || sm->state == SRV_UNLOADING)
+    pthread_cond_wait(&s->cv, &s->mu);
 }
 
-int es__srv_model_load(es_server *s, srv_model *sm) {
-  pthread_mutex_lock(&s->mu);
-  int loaded = sm->rt_id >= 0;
-  pthread_mutex_unlock(&s->mu);
-  if (loaded)
-    return 0;
-  if (sm->pipeline) {
-    int rc = pipeline_load(s, sm);
-    pthread_mutex_lock(&s->mu);
-    if (rc < 0)
-      snprintf(sm->reason, sizeof sm->reason, "%s", es_last_error_detail());
-    else
-      sm->reason[0] = 0;
-    pthread_mutex_unlock(&s->mu);
-    return rc < 0 ? es__fail(rc, "%s", sm->reason) : 0;
-  }
+/* pthread_cond_timedwait on the monotonic clock until deadline_ns (0: no
+ * deadline). Mutex held. ETIMEDOUT once it has passed. */
+static int wait_until(es_server *s, uint64_t deadline_ns) {
+  if (!deadline_ns)
+    return pthread_cond_wait(&s->cv, &s->mu);
+  uint64_t now = es__now_ns();
+  if (now >= deadline_ns)
+    return ETIMEDOUT;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t ns = (uint64_t)ts.tv_nsec + (deadline_ns - now);
+  ts.tv_sec += (time_t)(ns / 1000000000ull);
+  ts.tv_nsec = (long)(ns % 1000000000ull);
+  return pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+static int plain_load(es_server *s, const srv_model *sm, int *id) {
   es_model_config mc;
   es_model_config_default(&mc);
   mc.name = sm->name;
@@ -501,66 +522,214 @@ int es__srv_model_load(es_server *s, srv_model *sm) {
   mc.arenas = sm->instances;
   mc.share = sm->share;
   mc.plans = sm->plans;
-  int id = -1;
-  int rc = es_runtime_model_load(s->rt, &mc, &id);
-  pthread_mutex_lock(&s->mu);
-  if (rc < 0) {
-    snprintf(sm->reason, sizeof sm->reason, "%s", es_last_error_detail());
-  } else {
-    sm->rt_id = id;
-    sm->reason[0] = 0;
+  return es_runtime_model_load(s->rt, &mc, id);
+}
+
+/* A pipeline's detector or reader over its members' runtime ids, loading
+ * the members not loaded yet. No member can be unloaded from here on until
+ * the pipeline is UNLOADED again (es__srv_model_unload refuses), so the ids
+ * it captures stay the members' for as long as it lives. *first: the first
+ * member's id, the pipeline's rt_id (for the admission numbers). */
+static int pipeline_load(es_server *s, srv_model *sm, int *first, es_face_detector **fd,
+                         es_ocr **ocr) {
+  int ids[3] = {-1, -1, -1};
+  for (int i = 0; i < 3; i++) {
+    if (!sm->member[i][0])
+      continue;
+    srv_model *mm = es__srv_find(s, sm->member[i]);
+    if (!mm)
+      return es__fail(ES_ENOENT, "pipeline '%s': no model '%s'", sm->name, sm->member[i]);
+    if (mm->pipeline)
+      return es__fail(ES_EINVAL, "pipeline '%s': '%s' is itself a pipeline", sm->name,
+                      sm->member[i]);
+    int rc = es__srv_model_load(s, mm);
+    if (rc < 0)
+      return es__fail(rc, "pipeline '%s': %s", sm->name, es_last_error_detail());
+    pthread_mutex_lock(&s->mu);
+    ids[i] = mm->rt_id;
+    pthread_mutex_unlock(&s->mu);
   }
+  *first = ids[0];
+  if (sm->pipeline == SRV_PIPE_FACE)
+    return es_face_detector_create(s->rt, ids[0], fd);
+  es_ocr_config oc;
+  es_ocr_config_default(&oc);
+  oc.det_model = ids[0];
+  oc.cls_model = ids[1];
+  oc.rec_model = ids[2];
+  oc.keys_path = sm->keys;
+  return es_ocr_create(s->rt, &oc, ocr);
+}
+
+int es__srv_model_load(es_server *s, srv_model *sm) {
+  pthread_mutex_lock(&s->mu);
+  wait_settled(s, sm);
+  if (sm->state == SRV_READY) {
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  sm->state = SRV_LOADING; /* ours until settled below */
   pthread_mutex_unlock(&s->mu);
+
+  int id = -1;
+  es_face_detector *fd = NULL;
+  es_ocr *ocr = NULL;
+  int rc = sm->pipeline ? pipeline_load(s, sm, &id, &fd, &ocr) : plain_load(s, sm, &id);
+  char reason[sizeof sm->reason] = "";
   if (rc < 0)
-    return es__fail(rc, "%s", sm->reason);
-  return 0;
+    snprintf(reason, sizeof reason, "%s", es_last_error_detail());
+
+  pthread_mutex_lock(&s->mu);
+  if (rc == 0) {
+    sm->fd = fd;
+    sm->ocr = ocr;
+    sm->rt_id = id;
+    sm->state = SRV_READY;
+  } else {
+    sm->rt_id = -1;
+    sm->state = SRV_UNLOADED;
+  }
+  snprintf(sm->reason, sizeof sm->reason, "%s", reason);
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return rc < 0 ? es__fail(rc, "%s", reason) : 0;
+}
+
+/* A pipeline that is not UNLOADED and runs on sm (mutex held), or NULL. */
+static const srv_model *dependent(const es_server *s, const srv_model *sm) {
+  for (int i = 0; i < s->n_models; i++) {
+    const srv_model *p = &s->models[i];
+    for (int k = 0; p->pipeline && p->state != SRV_UNLOADED && k < 3; k++)
+      if (!strcmp(p->member[k], sm->name))
+        return p;
+  }
+  return NULL;
 }
 
 int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
+  uint64_t deadline = timeout_ms >= 0 ? es__now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
   pthread_mutex_lock(&s->mu);
-  int id = sm->rt_id;
-  pthread_mutex_unlock(&s->mu);
-  if (id < 0)
-    return 0;
-  if (sm->pipeline) { /* its members stay loaded; only the answers stop */
-    pthread_mutex_lock(&s->mu);
-    sm->rt_id = -1;
-    snprintf(sm->reason, sizeof sm->reason, "unloaded");
+  wait_settled(s, sm);
+  if (sm->state != SRV_READY) { /* unloaded meanwhile, or never loaded */
     pthread_mutex_unlock(&s->mu);
-    /* In-flight answers hold the detector: wait for them to drain. */
-    while (atomic_load(&sm->busy) && timeout_ms-- > 0)
-      usleep(1000);
-    if (atomic_load(&sm->busy)) {
-      pthread_mutex_lock(&s->mu);
-      sm->rt_id = id;
-      pthread_mutex_unlock(&s->mu);
-      return es__fail(ES_ETIMEDOUT, "pipeline '%s' still has requests", sm->name);
-    }
-    es_face_detector_destroy(sm->fd);
-    es_ocr_destroy(sm->ocr);
-    sm->fd = NULL;
-    sm->ocr = NULL;
     return 0;
   }
-  for (int i = 0; i < s->n_models; i++) { /* a pipeline over it goes first */
-    srv_model *p = &s->models[i];
-    for (int k = 0; p->pipeline && k < 3; k++)
-      if (!strcmp(p->member[k], sm->name) && p->rt_id >= 0) {
-        int rc = es__srv_model_unload(s, p, timeout_ms);
-        if (rc < 0)
-          return rc;
-      }
-  }
-  int rc = es_runtime_model_unload(s->rt, id, timeout_ms);
-  if (rc < 0) {
-    es_runtime_model_resume(s->rt, id);
+  const srv_model *p = sm->pipeline ? NULL : dependent(s, sm);
+  if (p) {
+    int rc = es__fail(ES_ESTATE, "model '%s' is in use by pipeline '%s' (%s): unload '%s' first",
+                      sm->name, p->name, es__srv_state_name(p), p->name);
+    pthread_mutex_unlock(&s->mu);
     return rc;
   }
+  sm->state = SRV_UNLOADING; /* ours; from now on acquires fail */
+  while (sm->refs && wait_until(s, deadline) != ETIMEDOUT)
+    ;
+  if (sm->refs) {
+    int rc = es__fail(ES_ETIMEDOUT, "unload '%s': %u requests still running after %d ms; it "
+                      "stays loaded", sm->name, sm->refs, timeout_ms);
+    sm->state = SRV_READY;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+  }
+  /* No request holds it and none can take it: this thread alone tears it
+   * down, once. */
+  int id = sm->rt_id;
+  es_face_detector *fd = sm->fd;
+  es_ocr *ocr = sm->ocr;
+  pthread_mutex_unlock(&s->mu);
+
+  int rc = 0;
+  char detail[sizeof sm->reason] = "";
+  if (sm->pipeline) {
+    /* While it is UNLOADING its members cannot go: destroy before that. */
+    es_face_detector_destroy(fd);
+    es_ocr_destroy(ocr);
+  } else {
+    /* Its requests were all freed before their release, so nothing is
+     * pending in the runtime; the timeout only bounds the unexpected. */
+    uint64_t now = es__now_ns();
+    int left = !deadline ? -1 : deadline > now ? (int)((deadline - now) / 1000000ull) : 0;
+    rc = es_runtime_model_unload(s->rt, id, left);
+    if (rc < 0) {
+      snprintf(detail, sizeof detail, "unload '%s': %s", sm->name, es_last_error_detail());
+      es_runtime_model_resume(s->rt, id);
+    }
+  }
   pthread_mutex_lock(&s->mu);
-  sm->rt_id = -1;
-  snprintf(sm->reason, sizeof sm->reason, "unloaded");
+  if (rc == 0) {
+    sm->fd = NULL;
+    sm->ocr = NULL;
+    sm->rt_id = -1;
+    sm->state = SRV_UNLOADED;
+    snprintf(sm->reason, sizeof sm->reason, "unloaded");
+  } else {
+    sm->state = SRV_READY;
+  }
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  return rc < 0 ? es__fail(rc, "%s", detail) : 0;
+}
+
+int es__srv_model_acquire(es_server *s, srv_model *sm, int *rt_id) {
+  pthread_mutex_lock(&s->mu);
+  if (sm->state != SRV_READY) {
+    int rc = sm->state == SRV_LOADING     ? es__fail(ES_ENOENT, "model '%s' is loading", sm->name)
+             : sm->state == SRV_UNLOADING ? es__fail(ES_ENOENT, "model '%s' is not loaded (being "
+                                                     "unloaded)", sm->name)
+             : sm->reason[0] ? es__fail(ES_ENOENT, "model '%s' is not loaded (%s)", sm->name,
+                                        sm->reason)
+                             : es__fail(ES_ENOENT, "model '%s' is not loaded", sm->name);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+  }
+  sm->refs++;
+  if (rt_id)
+    *rt_id = sm->rt_id;
   pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+void es__srv_model_release(es_server *s, srv_model *sm) {
+  pthread_mutex_lock(&s->mu);
+  if (sm->refs && --sm->refs == 0)
+    pthread_cond_broadcast(&s->cv); /* an unload may be waiting */
+  pthread_mutex_unlock(&s->mu);
+}
+
+int es__srv_model_ready(es_server *s, srv_model *sm) {
+  pthread_mutex_lock(&s->mu);
+  int ready = sm->state == SRV_READY;
+  pthread_mutex_unlock(&s->mu);
+  return ready;
+}
+
+const char *es__srv_state_name(const srv_model *sm) {
+  switch (sm->state) {
+  case SRV_READY:
+    return "READY";
+  case SRV_LOADING:
+    return "LOADING";
+  case SRV_UNLOADING:
+    return "UNLOADING";
+  default:
+    return "UNAVAILABLE";
+  }
+}
+
+int es__srv_level_of(const es_server *s, const srv_model *sm, int has_priority,
+                     uint64_t priority) {
+  int last = s->cfg.runtime.priorities > 0 ? s->cfg.runtime.priorities - 1 : 0;
+  int dflt = sm->priority < last ? sm->priority : last;
+  if (!has_priority || priority == 0)
+    return dflt;
+  int cap = sm->max_priority >= 0 ? sm->max_priority : sm->priority;
+  if (cap > last)
+    cap = last;
+  uint64_t l = priority - 1;
+  if (l > (uint64_t)last)
+    l = (uint64_t)last;
+  return (int)l < cap ? cap : (int)l;
 }
 
 /* ---- counters ----------------------------------------------------------------------- */
@@ -633,6 +802,41 @@ size_t es__srv_cancel_tracked(es_server *s) {
 
 /* ---- create / destroy ----------------------------------------------------------------- */
 
+/* The budget "auto": what the process's cgroup allows at its soft
+ * watermark (min of memory.high and memory.max) minus what the group
+ * already holds (inactive page cache aside, which the kernel drops first),
+ * or without a cgroup limit the machine's MemTotal at the soft watermark
+ * minus what is in use (MemTotal - MemAvailable). Read once, at create:
+ * the budget is what admission promises requests; the cgroup watermarks,
+ * read all along, cover the rest. */
+static int budget_auto(es_runtime_config *rc) {
+  es_memstat st;
+  if (es_memstat_read(&st) < 0)
+    return es__fail(ES_EIO, "memory budget auto: cannot read the memory limits (%s); set a "
+                    "budget (memory_budget, --memory BYTES; 0 for none)", es_last_error_detail());
+  size_t limit = st.high < st.max ? st.high : st.max;
+  size_t used = st.current > st.inactive_file ? st.current - st.inactive_file : 0;
+  if (limit == SIZE_MAX) {
+    limit = st.mem_total;
+    used = st.mem_total > st.mem_available ? st.mem_total - st.mem_available : 0;
+  }
+  double soft = (double)limit * rc->soft_ratio;
+  if (soft <= (double)used)
+    return es__fail(ES_ENOMEM, "memory budget auto: nothing left below the soft watermark "
+                    "(limit %zu B x %.2f, in use %zu B); set a budget (memory_budget, --memory "
+                    "BYTES; 0 for none)", limit, rc->soft_ratio, used);
+  rc->memory_budget_bytes = (size_t)(soft - (double)used);
+  return 0;
+}
+
+/* What es_server_create set up before the runtime, freed. */
+static void free_server(es_server *s) {
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->mu);
+  explicit_bzero(s->cfg.control_token, sizeof s->cfg.control_token);
+  es_mem_free(s);
+}
+
 int es_server_create(const es_server_config *cfg, es_server **out) {
   if (!cfg || !out)
     return es__fail(ES_EINVAL, "es_server_create: NULL argument");
@@ -641,16 +845,32 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   if (!s)
     return es__fail(ES_ENOMEM, "es_server_create: no memory");
   s->cfg = *cfg;
+  int rc = 0;
+  if (cfg->repository_control && !es__srv_token_valid(cfg->control_token))
+    rc = es__fail(ES_EINVAL, "repository control needs a control token of 16 to %d visible ASCII "
+                  "characters (e.g. from `head -c 24 /dev/urandom | base64`)",
+                  ES_SERVER_TOKEN_MAX - 1);
+  if (rc == 0 && cfg->memory_budget_auto)
+    rc = budget_auto(&s->cfg.runtime);
+  if (rc < 0) {
+    explicit_bzero(s->cfg.control_token, sizeof s->cfg.control_token);
+    es_mem_free(s);
+    return rc;
+  }
   /* Bodies are not part of the admission budget; keep their bound below it
    * so the two together stay what the operator planned for. */
-  if (cfg->runtime.memory_budget_bytes &&
-      s->cfg.max_buffered_bytes > cfg->runtime.memory_budget_bytes)
-    s->cfg.max_buffered_bytes = cfg->runtime.memory_budget_bytes;
+  if (s->cfg.runtime.memory_budget_bytes &&
+      s->cfg.max_buffered_bytes > s->cfg.runtime.memory_budget_bytes)
+    s->cfg.max_buffered_bytes = s->cfg.runtime.memory_budget_bytes;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca; /* the unload's timeout does not follow the wall clock */
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->cv, &ca);
+  pthread_condattr_destroy(&ca);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   s->started_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-  int rc = 0;
   if (cfg->repository[0])
     rc = scan_repository(s, cfg->repository);
   if (rc == 0 && cfg->models_json)
@@ -659,10 +879,9 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     rc = add_models(s, default_models, cfg->model_dir, "default config");
   s->cfg.models_json = NULL; /* the caller's config owns it; read only here */
   if (rc == 0)
-    rc = es_runtime_create(&cfg->runtime, &s->rt);
+    rc = es_runtime_create(&s->cfg.runtime, &s->rt);
   if (rc < 0) {
-    pthread_mutex_destroy(&s->mu);
-    es_mem_free(s);
+    free_server(s);
     return rc;
   }
   for (int i = 0; i < s->n_models; i++)
@@ -673,9 +892,12 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
   if (rc < 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    for (int i = 0; i < s->n_models; i++) {
+      es_face_detector_destroy(s->models[i].fd);
+      es_ocr_destroy(s->models[i].ocr);
+    }
     es_runtime_destroy(s->rt);
-    pthread_mutex_destroy(&s->mu);
-    es_mem_free(s);
+    free_server(s);
     return es__fail(rc, "%s", detail);
   }
   *out = s;
@@ -694,6 +916,5 @@ void es_server_destroy(es_server *s) {
   int rc;
   for (int tries = 0; (rc = es_runtime_destroy(s->rt)) == ES_EBUSY && tries < 1000; tries++)
     usleep(5000);
-  pthread_mutex_destroy(&s->mu);
-  es_mem_free(s);
+  free_server(s);
 }

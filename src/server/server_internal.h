@@ -26,13 +26,16 @@ enum {
 enum { SRV_REJECT_TOO_LARGE = 0, SRV_REJECT_BUFFERED, SRV_REJECT_BAD, SRV_REJECT_COUNT };
 
 /* A model the server knows: from the repository, the config or the default
- * set; loaded (rt_id >= 0) or not. Counters under the server's mutex. */
+ * set. Its configuration (name to keys) is fixed at create; everything else
+ * is under the server's mutex: the lifecycle (state, rt_id, refs, fd, ocr,
+ * reason; see the block at the end of this header) and the counters. */
 typedef struct srv_model {
   char name[ES_RT_NAME_MAX];
   char path[1024];
   char platform[16];
   char reason[256];           /* why it is not loaded */
-  int rt_id;                  /* -1 not loaded */
+  int rt_id;                  /* the runtime's id while READY or UNLOADING
+                                 (a pipeline: its first member's); else -1 */
   int priority;               /* default level */
   int lane;
   unsigned max_concurrency;
@@ -48,7 +51,13 @@ typedef struct srv_model {
   char keys[1024];            /* ocr: the recogniser's character list */
   struct es_face_detector *fd;
   struct es_ocr *ocr;
-  _Atomic int busy;           /* pipeline requests running */
+  /* ---- lifecycle and priority cap (repo.c) ---- */
+  int state;                  /* SRV_UNLOADED, SRV_LOADING, SRV_READY, SRV_UNLOADING */
+  unsigned refs;              /* requests holding it (es__srv_model_acquire) */
+  int max_priority;           /* the highest level (smallest number) a client
+                                 may ask for; -1 in a config being parsed:
+                                 the default level */
+  /* ---- end of lifecycle ---- */
   uint64_t outcomes[SRV_OUT_COUNT];
   uint64_t refused_by[ES_REFUSE_COUNT];
   uint64_t queue_hist[SRV_BUCKETS + 1], run_hist[SRV_BUCKETS + 1];
@@ -95,6 +104,8 @@ struct es_server {
   srv_job *pipe_head, *pipe_tail;
   unsigned pipe_queued, pipe_running;
   pthread_mutex_t mu;
+  pthread_cond_t cv;         /* (repo.c) a model's state changed, or its refs
+                                dropped to 0; with mu, on CLOCK_MONOTONIC */
   srv_model models[SRV_MAX_MODELS];
   int n_models;
   es_request *tracked[1024]; /* requests in the runtime now (for shutdown) */
@@ -117,8 +128,6 @@ void es__srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t ru
 void es__srv_track(es_server *s, es_request *r, int on);
 size_t es__srv_tracked(es_server *s);
 size_t es__srv_cancel_tracked(es_server *s);
-int es__srv_model_load(es_server *s, srv_model *sm);
-int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
 int es__srv_start_http(es_server *s);
 
 /* ---- the request layer (handler.c) ----
@@ -143,6 +152,7 @@ typedef struct srv_resp {
   size_t header_len;         /* Inference-Header-Content-Length; 0 none */
   uint32_t retry_after_ms;   /* Retry-After (sent in whole seconds); 0 none */
   const char *allow;         /* Allow, for 405; static */
+  int want_auth;             /* 401: WWW-Authenticate: Bearer */
 } srv_resp;
 
 typedef void (*srv_wake_fn)(void *user);
@@ -161,23 +171,6 @@ void es__srv_resp_free(srv_resp *r);
 int es__srv_pipelines_start(es_server *s);
 void es__srv_pipelines_stop(es_server *s);
 
-/* ---- the control plane and model references (repo.c, guard.c) ---- */
-/* 0 when a state-changing repository request may go ahead, else the HTTP
- * status (401, 403, 415) with the reason in why. Pure, thread-safe. */
-int es__srv_guard_control(const es_server_config *cfg, const char *authorization,
-                          const char *origin, const char *host, const char *content_type,
-                          char *why, size_t whylen);
-/* The runtime level for a request: Triton's priority (1 highest, 0 or
- * absent: the model's default), clamped to the runtime's levels and to the
- * model's cap. */
-int es__srv_level_of(const es_server *s, const srv_model *sm, int has_priority,
-                     uint64_t priority);
-/* A reference on a loaded model: its runtime id read once under the lock.
- * ES_ENOENT when it is not loaded (or being unloaded). Unload waits for the
- * references to drop. */
-int es__srv_model_acquire(es_server *s, srv_model *sm, int *rt_id);
-void es__srv_model_release(es_server *s, srv_model *sm);
-
 /* What an answer carries for a library return code (status.c states the
  * rule for each code). */
 typedef struct srv_status {
@@ -195,5 +188,77 @@ srv_status es__srv_status_of(int rc, const es_refusal *why);
  * of the library (rc 0) or with one: the estimate when there is one, else
  * the rule's default; 0 for statuses other than 429 and 503. */
 uint32_t es__srv_retry_after_ms(unsigned http, int rc, uint32_t estimate_ms);
+
+/* ---- model lifecycle, priority and the control plane (repo.c, guard.c) ----
+ *
+ * A model goes UNLOADED -> LOADING -> READY -> UNLOADING -> UNLOADED, each
+ * step under the server's mutex; LOADING and UNLOADING belong to the one
+ * thread that started them, and every other load or unload of the model
+ * waits until it is done, then acts on the state it finds (a load of a
+ * READY model and an unload of an UNLOADED one are no-ops returning 0). So
+ * a load that arrives during an unload waits for it and then loads, two
+ * unloads destroy once, and the index (READY only in state READY) never
+ * shows a model that cannot answer.
+ *
+ * Requests hold a model between es__srv_model_acquire and
+ * es__srv_model_release: an unload first marks it UNLOADING (new acquires
+ * fail with ES_ENOENT), waits until no request holds it, and only then
+ * unloads the runtime model or destroys the pipeline's detector or reader.
+ * A model that a pipeline in any state but UNLOADED runs on cannot be
+ * unloaded (ES_ESTATE, 409): the pipeline's detector or reader submits to
+ * its runtime id, so the pipeline has to go first. */
+enum { SRV_UNLOADED = 0, SRV_LOADING, SRV_READY, SRV_UNLOADING };
+
+/* Load sm (a pipeline: its members first, loading those not loaded).
+ * 0 when sm is READY on return; else the load's error (the reason is kept
+ * in sm->reason for the index). Waits while another thread loads or
+ * unloads sm. Thread-safe; not with the mutex held. */
+int es__srv_model_load(es_server *s, srv_model *sm);
+/* Unload sm: 0 when it is UNLOADED on return; ES_ESTATE when a loaded
+ * pipeline runs on it; ES_ETIMEDOUT when requests still held it after
+ * timeout_ms (< 0: no limit), and it stays READY. Waits while another thread
+ * loads or unloads sm. Thread-safe; not with the mutex held. */
+int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms);
+/* Take a reference on a READY model for one request, and its runtime id
+ * (read once, under the mutex, valid until the release). ES_ENOENT (404)
+ * when it is not READY (the detail says whether loading, unloading or not
+ * loaded, and why). A pipeline's fd and ocr may be used until the release.
+ * Every 0 return needs one es__srv_model_release. Thread-safe. */
+int es__srv_model_acquire(es_server *s, srv_model *sm, int *rt_id);
+void es__srv_model_release(es_server *s, srv_model *sm);
+/* Whether sm is READY now (for GET .../ready; a request must acquire). */
+int es__srv_model_ready(es_server *s, srv_model *sm);
+/* "READY", "LOADING", "UNLOADING" or "UNAVAILABLE" for the repository
+ * index. Call with the mutex held. */
+const char *es__srv_state_name(const srv_model *sm);
+
+/* The level a request runs at. Triton's priority parameter: 1 is the
+ * highest level (0 here), 0 or absent the model's default; levels past the
+ * runtime's last clamp to it, and a level higher than the model's
+ * max_priority clamps to that cap. Pure, thread-safe. */
+int es__srv_level_of(const es_server *s, const srv_model *sm, int has_priority,
+                     uint64_t priority);
+
+/* The gate of the state-changing routes (POST .../load and .../unload),
+ * given the request's headers (NULL when absent) and body length: 0 when
+ * allowed, else the HTTP status with the reason in why:
+ *   403 repository control is off (cfg->repository_control 0);
+ *   401 no "Authorization: Bearer <token>", or another token (compared in
+ *       constant time); the answer should carry WWW-Authenticate: Bearer;
+ *   403 an Origin whose host:port is not the Host's (a web page of another
+ *       site; "null" included);
+ *   415 a body whose Content-Type is not application/json.
+ * Pure, thread-safe. */
+int es__srv_guard_control(const es_server_config *cfg, const char *authorization,
+                          const char *origin, const char *host, const char *content_type,
+                          size_t body_len, char *why, size_t whylen);
+/* The Origin part alone (for other POST routes that want it): 0 when origin
+ * is NULL or names the Host's host:port, else 403 with the reason. */
+int es__srv_guard_origin(const char *origin, const char *host, char *why, size_t whylen);
+/* Whether token is acceptable as a control token: 16 to
+ * ES_SERVER_TOKEN_MAX - 1 visible ASCII characters. */
+int es__srv_token_valid(const char *token);
+
+/* ---- end of model lifecycle, priority and the control plane ---- */
 
 #endif

@@ -16,6 +16,8 @@
  *   ES_ENOSPC                503: larger than the whole memory budget
  *   ES_ENOMEM                503: no memory for the request right now
  *   ES_ENOENT                404: the model (or its file) is not there
+ *   ES_ESTATE                409: the model's state does not allow it now
+ *                            (unloading a model a loaded pipeline runs on)
  *   ES_EINVAL, ES_EMODEL,    400: the request (or the model it names) cannot
  *   ES_ENOTSUP, ES_EOVERFLOW      be run as given
  *   anything else            500
@@ -64,6 +66,9 @@ srv_status es__srv_status_of(int rc, const es_refusal *why) {
     break;
   case ES_ENOENT:
     st = (srv_status){404, 0, SRV_OUT_NONE, ES_REFUSE_NONE};
+    break;
+  case ES_ESTATE:
+    st = (srv_status){409, 0, SRV_OUT_NONE, ES_REFUSE_NONE};
     break;
   case ES_EINVAL:
   case ES_EMODEL:

@@ -8,6 +8,9 @@
 #      readiness, 404 for an unknown model and version, the repository index
 #      (5 models READY), unload -> UNAVAILABLE / ready 503 / infer 404, load
 #      -> READY and inference works again;
+#      the control plane: 401 without or with another token, 403 for a
+#      cross-origin web page's POST, 415 for a text/plain body, 409 for a
+#      model a loaded pipeline runs on, 403 on a server without control;
 #   2. inference, JSON and binary, on the five target models gives exactly
 #      (max abs diff 0) what `edgeserve run` gives on the same .npy inputs:
 #      blazeface front/back, cls, rec at 48x320 and 48x160 (dynamic width),
@@ -204,7 +207,12 @@ done
 cls_hl=$(node "$client" build --input "x=$in/ppocr_cls.npy" --binary --binary-output --body "$work/cls.bin") || exit 1
 echo "# inputs and references ready ($(($(date +%s) - t_start)) s)"
 
-start_server main --grace-ms 20000 || exit 1
+# Repository control on, with a token from a file (off by default: section 5
+# checks the gate).
+token=e2e-control-token-$RANDOM$RANDOM
+echo "$token" >"$work/token"
+auth=(-H "Authorization: Bearer $token" -H 'Content-Type: application/json')
+start_server main --grace-ms 20000 --repository-control --control-token-file "$work/token" || exit 1
 main_pid=$spid
 
 # ---- 1. endpoints -----------------------------------------------------------------------
@@ -490,7 +498,28 @@ res=$(pipe face "$work/bad.img")
 
 # ---- 5. unload and load ---------------------------------------------------------------------
 
-http POST /v2/repository/models/ppocr_cls/unload -d ''
+# The control plane's gate: a token, the server's own origin, JSON or no body.
+http POST /v2/repository/models/blazeface_back/unload -d ''
+expect 401 "Bearer" "unload without a token: 401"
+[[ $(header WWW-Authenticate) == Bearer* ]] && ok "401 carries WWW-Authenticate: Bearer" ||
+  notok "401 without WWW-Authenticate: Bearer: '$(header WWW-Authenticate)'"
+http POST /v2/repository/models/blazeface_back/unload -H "Authorization: Bearer x$token" -d ''
+expect 401 "not the control token" "unload with another token: 401"
+http POST /v2/repository/models/blazeface_back/unload -H "Authorization: Bearer $token" \
+  -H 'Origin: http://evil.example' -H 'Content-Type: text/plain' -d '{}'
+expect 403 "Origin" "a web page's cross-origin simple POST, even with the token: 403"
+http POST /v2/repository/models/blazeface_back/unload -H "Authorization: Bearer $token" \
+  -H 'Content-Type: text/plain' -d '{}'
+expect 415 "application/json" "unload with a text/plain body: 415"
+http POST /v2/repository/index
+st=$(get "$work/last.body" "j.filter(m => m.name == 'blazeface_back').map(m => m.state).join()")
+[ "$st" = READY ] && ok "the refused unloads left blazeface_back READY" || notok "blazeface_back is $st"
+# A pipeline runs on ppocr_cls: it goes first (409 until then).
+http POST /v2/repository/models/ppocr_cls/unload "${auth[@]}" -d ''
+expect 409 "pipeline 'ocr'" "unload of ppocr_cls while the ocr pipeline runs on it: 409"
+http POST /v2/repository/models/ocr/unload "${auth[@]}" -H "Origin: $url" -d '{}'
+expect 200 "" "unload of the ocr pipeline (same-origin, JSON body): 200"
+http POST /v2/repository/models/ppocr_cls/unload "${auth[@]}" -d ''
 expect 200 "" "POST /v2/repository/models/ppocr_cls/unload: 200"
 http POST /v2/repository/index
 st=$(get "$work/last.body" "j.filter(m => m.name == 'ppocr_cls').map(m => m.state).join()")
@@ -502,11 +531,11 @@ http GET /v2/models/ppocr_cls
 expect 404 "not loaded" "GET /v2/models/ppocr_cls after unload: 404"
 http POST $cls_url "${bin[@]}" -H "Inference-Header-Content-Length: $cls_hl" --data-binary @"$work/cls.bin"
 expect 404 "not loaded" "infer on the unloaded ppocr_cls: 404"
-http POST /v2/repository/models/ppocr_cls/unload -d ''
+http POST /v2/repository/models/ppocr_cls/unload "${auth[@]}" -d ''
 expect 200 "" "unload again: 200 (no-op)"
-http POST /v2/repository/models/nosuchmodel/unload -d ''
+http POST /v2/repository/models/nosuchmodel/unload "${auth[@]}" -d ''
 expect 404 "nosuchmodel" "unload of an unknown model: 404"
-http POST /v2/repository/models/ppocr_cls/load -d ''
+http POST /v2/repository/models/ppocr_cls/load "${auth[@]}" -d ''
 expect 200 "" "POST /v2/repository/models/ppocr_cls/load: 200"
 http POST /v2/repository/index
 st=$(get "$work/last.body" "j.filter(m => m.name == 'ppocr_cls').map(m => m.state).join()")
@@ -514,6 +543,8 @@ st=$(get "$work/last.body" "j.filter(m => m.name == 'ppocr_cls').map(m => m.stat
   notok "index after load: $code $(head -c 400 "$work/last.body")"
 http GET /v2/models/ppocr_cls/ready
 expect 200 '"ready":true' "GET /v2/models/ppocr_cls/ready after load: 200"
+http POST /v2/repository/models/ocr/load "${auth[@]}" -d ''
+expect 200 "" "POST /v2/repository/models/ocr/load: 200"
 infer_cmp "ppocr_cls after unload + load = run" ppocr_cls "$ref/ppocr_cls" "x=$in/ppocr_cls.npy" --binary --binary-output
 
 # ---- 6. metrics ---------------------------------------------------------------------------------
@@ -615,6 +646,8 @@ cat >"$work/server.json" <<'EOF'
 EOF
 if start_server small --config "$work/server.json" --grace-ms 0; then
   small_pid=$spid
+  http POST /v2/repository/models/ppocr_cls/unload -d ''
+  expect 403 "disabled" "repository control off by default: unload gets 403"
   http POST /v2/models/ppocr_det/infer "${bin[@]}" -H "Inference-Header-Content-Length: $det_hl" --data-binary @"$work/det640.bin"
   expect 413 "limit" "max_body_bytes 2M: a 4.9 MB body gets 413 naming the limit"
   http POST /v2/models/ppocr_det/infer "${bin[@]}" -H "Inference-Header-Content-Length: $det_hl" \

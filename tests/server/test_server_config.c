@@ -207,6 +207,8 @@ static void test_status_rule(void **state) {
   expect_status(ES_ENOMEM, NULL, 503, 1000, SRV_OUT_ERROR, ES_REFUSE_NONE);
 
   expect_status(ES_ENOENT, NULL, 404, 0, SRV_OUT_NONE, ES_REFUSE_NONE);
+  /* Unloading a model a loaded pipeline runs on. */
+  expect_status(ES_ESTATE, NULL, 409, 0, SRV_OUT_NONE, ES_REFUSE_NONE);
   expect_status(ES_EINVAL, NULL, 400, 0, SRV_OUT_BAD_REQUEST, ES_REFUSE_NONE);
   expect_status(ES_EMODEL, NULL, 400, 0, SRV_OUT_BAD_REQUEST, ES_REFUSE_NONE);
   expect_status(ES_ENOTSUP, NULL, 400, 0, SRV_OUT_BAD_REQUEST, ES_REFUSE_NONE);
@@ -225,6 +227,169 @@ static void test_status_rule(void **state) {
   assert_int_equal(es__srv_retry_after_ms(200, 0, 0), 0);
 }
 
+/* ---- the control plane, the budget and the priority cap in the config ------------ */
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Load text as a config file into a fresh default config: the return code. */
+static int load_text(es_server_config *c, const char *text) {
+  char p[128];
+  snprintf(p, sizeof p, "%s/one.json", dir_);
+  write_text(p, text);
+  es_server_config_default(c);
+  return es_server_config_load(c, p);
+}
+
+static void test_control_config(void **state) {
+  (void)state;
+  size_t before = server_bytes();
+  es_server_config c;
+  ES_CHECK_RC(load_text(&c, "{\"repository_control\": true, "
+                            "\"control_token\": \"0123456789abcdef\"}"));
+  assert_int_equal(c.repository_control, 1);
+  assert_string_equal(c.control_token, "0123456789abcdef");
+  es_server_config_fini(&c);
+  ES_EXPECT_RC(load_text(&c, "{\"repository_control\": 1}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "repository_control"));
+  ES_EXPECT_RC(load_text(&c, "{\"control_token\": \"short\"}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "control_token"));
+  ES_EXPECT_RC(load_text(&c, "{\"control_token\": \"has a space 0123456\"}"), ES_EINVAL);
+  ES_EXPECT_RC(load_text(&c, "{\"control_token\": 1234567890123456789}"), ES_EINVAL);
+
+  /* Control on without a token: refused at create, nothing kept. */
+  es_server_config_default(&c);
+  c.port = 0;
+  c.use_default_models = 0;
+  c.repository_control = 1;
+  es_server *s = NULL;
+  ES_EXPECT_RC(es_server_create(&c, &s), ES_EINVAL);
+  assert_null(s);
+  assert_non_null(strstr(es_last_error_detail(), "control token"));
+  snprintf(c.control_token, sizeof c.control_token, "0123456789abcdef");
+  ES_CHECK_RC(es_server_create(&c, &s));
+  es_server_destroy(s);
+  es_server_config_fini(&c);
+  assert_int_equal(server_bytes(), before);
+}
+
+static size_t budget_of(es_server *s) {
+  es_admission_stats as;
+  ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(es_server_runtime(s)), &as));
+  return as.memory_budget_bytes;
+}
+
+/* The budget is auto unless bytes are given; 0 only when asked for. */
+static void test_budget_default(void **state) {
+  (void)state;
+  es_server_config c;
+  es_server_config_default(&c);
+  assert_int_equal(c.memory_budget_auto, 1);
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"quiet\": 1, \"workers\": 1}"));
+  assert_int_equal(c.memory_budget_auto, 1);
+  c.use_default_models = 0;
+  es_server *s = NULL;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  size_t b = budget_of(s);
+  es_server_destroy(s);
+  es_memstat st;
+  ES_CHECK_RC(es_memstat_read(&st));
+  size_t limit = st.high < st.max ? st.high : st.max;
+  if (limit == SIZE_MAX)
+    limit = st.mem_total;
+  printf("# auto budget %zu B (limit %zu B)\n", b, limit);
+  assert_true(b > 0 && b < limit);
+
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"memory_budget\": 0}"));
+  assert_int_equal(c.memory_budget_auto, 0);
+  assert_int_equal(c.runtime.memory_budget_bytes, 0);
+  c.use_default_models = 0;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  assert_int_equal(budget_of(s), 0);
+  es_server_destroy(s);
+
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"memory_budget\": \"64M\"}"));
+  assert_int_equal(c.memory_budget_auto, 0);
+  c.use_default_models = 0;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  assert_int_equal(budget_of(s), (size_t)64 << 20);
+  es_server_destroy(s);
+
+  ES_CHECK_RC(load_text(&c, "{\"memory_budget\": \"auto\"}"));
+  assert_int_equal(c.memory_budget_auto, 1);
+  ES_EXPECT_RC(load_text(&c, "{\"memory_budget\": \"lots\"}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "auto"));
+}
+
+static void test_level_of(void **state) {
+  (void)state;
+  es_server *s = es_mem_calloc(ES_MEM_OTHER, 1, sizeof *s);
+  assert_non_null(s);
+  s->cfg.runtime.priorities = 4; /* levels 0..3 */
+  srv_model m = {.priority = 2, .max_priority = 2};
+  /* No priority, or Triton's 0: the model's default. */
+  assert_int_equal(es__srv_level_of(s, &m, 0, 1), 2);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 0), 2);
+  /* Triton's 1 (the highest level) is capped at the model's cap. */
+  assert_int_equal(es__srv_level_of(s, &m, 1, 1), 2);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 2), 2);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 3), 2);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 4), 3);
+  /* Past the last level: the last. */
+  assert_int_equal(es__srv_level_of(s, &m, 1, 5), 3);
+  assert_int_equal(es__srv_level_of(s, &m, 1, UINT64_MAX), 3);
+  /* An operator who allows more. */
+  m.max_priority = 0;
+  assert_int_equal(es__srv_level_of(s, &m, 1, 1), 0);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 2), 1);
+  m.max_priority = 1;
+  assert_int_equal(es__srv_level_of(s, &m, 1, 1), 1);
+  /* A default past the runtime's levels clamps too. */
+  m.priority = 9;
+  m.max_priority = 9;
+  assert_int_equal(es__srv_level_of(s, &m, 0, 0), 3);
+  assert_int_equal(es__srv_level_of(s, &m, 1, 1), 3);
+  es_mem_free(s);
+}
+
+/* "max_priority" in a model's config: default the model's own priority,
+ * higher allowed, lower than its own default refused. */
+static void test_priority_cap_config(void **state) {
+  (void)state;
+  size_t before = server_bytes();
+  es_server_config c;
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"quiet\": 1, \"workers\": 1, \"models\": {"
+                            "\"a\": {\"file\": \"a.onnx\", \"load\": false, \"priority\": 2},"
+                            "\"b\": {\"file\": \"b.onnx\", \"load\": false, \"priority\": 2,"
+                            "       \"max_priority\": 0},"
+                            "\"c\": {\"file\": \"c.onnx\", \"load\": false}}}"));
+  es_server *s = NULL;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  es_server_config_fini(&c);
+  assert_int_equal(es__srv_find(s, "a")->max_priority, 2);
+  assert_int_equal(es__srv_find(s, "b")->max_priority, 0);
+  assert_int_equal(es__srv_find(s, "c")->max_priority, es__srv_find(s, "c")->priority);
+  /* The reported case: priority 1 from any client no longer jumps ahead. */
+  assert_int_equal(es__srv_level_of(s, es__srv_find(s, "a"), 1, 1), 2);
+  assert_int_equal(es__srv_level_of(s, es__srv_find(s, "b"), 1, 1), 0);
+  es_server_destroy(s);
+
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"models\": {\"a\": {\"file\": \"a.onnx\", "
+                            "\"load\": false, \"priority\": 1, \"max_priority\": 3}}}"));
+  ES_EXPECT_RC(es_server_create(&c, &s), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "max_priority"));
+  es_server_config_fini(&c);
+  ES_CHECK_RC(load_text(&c, "{\"port\": 0, \"models\": {\"a\": {\"file\": \"a.onnx\", "
+                            "\"load\": false, \"max_priority\": 16}}}"));
+  ES_EXPECT_RC(es_server_create(&c, &s), ES_EINVAL);
+  es_server_config_fini(&c);
+  assert_int_equal(server_bytes(), before);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_two_servers, setup, teardown),
@@ -232,6 +397,10 @@ int main(void) {
       cmocka_unit_test(test_no_environment),
       cmocka_unit_test(test_null_handles),
       cmocka_unit_test(test_status_rule),
+      cmocka_unit_test_setup_teardown(test_control_config, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_budget_default, setup, teardown),
+      cmocka_unit_test(test_level_of),
+      cmocka_unit_test_setup_teardown(test_priority_cap_config, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
