@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { JOB_INFER = 1, JOB_PIPELINE };
+enum { JOB_INFER = 1, JOB_PIPELINE, JOB_CONTROL };
 
 struct srv_job {
   int kind;
@@ -57,6 +57,7 @@ struct srv_job {
   char *json;
   size_t json_len;
   uint64_t run_ns;
+  int load;                  /* JOB_CONTROL: 1 load, 0 unload */
   struct srv_job *next;      /* pipeline queue */
 };
 
@@ -257,10 +258,22 @@ static void job_free(srv_job *j) {
 
 void es__srv_job_free(srv_job *j) { job_free(j); }
 
-/* The runtime's completion callback (a runtime thread): wake the caller. */
+/* The model's reference goes back as soon as the work is done, not when
+ * the answer is made: the answer is made on a connection thread, which an
+ * unload waiting for the references must never have to wait for. */
+static void job_work_done(srv_job *j) {
+  if (j->held) {
+    j->held = 0;
+    es__srv_model_release(j->s, j->sm);
+  }
+}
+
+/* The runtime's completion callback (a runtime thread): wake the caller.
+ * The outputs stay in the request (the runtime's), not in the model. */
 static void infer_done(void *user, es_request *r) {
   (void)r;
   srv_job *j = user;
+  job_work_done(j);
   j->wake(j->user);
 }
 
@@ -479,6 +492,7 @@ static void *pipeline_thread(void *arg) {
     } else {
       pipeline_run(s, j);
     }
+    job_work_done(j);
     pthread_mutex_lock(&s->pipe_mu);
     s->pipe_running--;
     pthread_mutex_unlock(&s->pipe_mu);
@@ -580,11 +594,114 @@ static void pipeline_answer(es_server *s, srv_job *j, srv_resp *out) {
   es_mem_free(elem);
 }
 
+/* ---- repository control --------------------------------------------------------- */
+
+/* A load or an unload may take seconds (reading a model, waiting for the
+ * requests that hold it), so it runs on a thread of its own, never on a
+ * connection thread, whose requests might be the very ones it waits for.
+ * Up to SRV_MAX_CONTROL threads, started when work comes and gone when the
+ * queue is empty, take the jobs in order; at most SRV_CONTROL_QUEUE wait. */
+static void *control_thread(void *arg) {
+  es_server *s = arg;
+  pthread_mutex_lock(&s->pipe_mu);
+  for (srv_job *j; (j = s->control_head);) {
+    s->control_head = j->next;
+    if (!s->control_head)
+      s->control_tail = NULL;
+    s->control_queued--;
+    pthread_mutex_unlock(&s->pipe_mu);
+    j->rc = j->load ? es__srv_model_load(s, j->sm) : es__srv_model_unload(s, j->sm, 10000);
+    if (j->rc < 0)
+      snprintf(j->detail, sizeof j->detail, "%s", es_last_error_detail());
+    j->wake(j->user); /* after this the job belongs to the caller again */
+    pthread_mutex_lock(&s->pipe_mu);
+  }
+  if (--s->control_active == 0)
+    pthread_cond_broadcast(&s->pipe_cv);
+  pthread_mutex_unlock(&s->pipe_mu);
+  return NULL;
+}
+
+/* Waits for the load and unload threads still running. */
+void es__srv_control_wait(es_server *s) {
+  pthread_mutex_lock(&s->pipe_mu);
+  while (s->control_active)
+    pthread_cond_wait(&s->pipe_cv, &s->pipe_mu);
+  pthread_mutex_unlock(&s->pipe_mu);
+}
+
+static int control_submit(es_server *s, srv_job *j, srv_resp *out) {
+  pthread_mutex_lock(&s->pipe_mu);
+  if (s->control_queued >= SRV_CONTROL_QUEUE) {
+    pthread_mutex_unlock(&s->pipe_mu);
+    es_refusal why = {.reason = ES_REFUSE_QUEUE_FULL};
+    resp_status(s, out, NULL, ES_EAGAIN, &why, "%d loads and unloads are waiting already",
+                SRV_CONTROL_QUEUE);
+    job_free(j);
+    return 0;
+  }
+  j->next = NULL;
+  if (s->control_tail)
+    s->control_tail->next = j;
+  else
+    s->control_head = j;
+  s->control_tail = j;
+  s->control_queued++;
+  int start = s->control_active < SRV_MAX_CONTROL;
+  if (start)
+    s->control_active++;
+  pthread_mutex_unlock(&s->pipe_mu);
+  if (!start)
+    return 1; /* a running control thread takes it */
+  pthread_t th;
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&th, &at, control_thread, s);
+  pthread_attr_destroy(&at);
+  if (rc == 0)
+    return 1;
+  /* No thread: take the job back out unless a running thread has it. */
+  pthread_mutex_lock(&s->pipe_mu);
+  s->control_active--;
+  int mine = 0;
+  for (srv_job **p = &s->control_head; *p; p = &(*p)->next)
+    if (*p == j) {
+      *p = j->next;
+      mine = 1;
+      break;
+    }
+  if (mine) {
+    s->control_queued--;
+    s->control_tail = NULL;
+    for (srv_job *q = s->control_head; q; q = q->next)
+      s->control_tail = q;
+  }
+  pthread_mutex_unlock(&s->pipe_mu);
+  if (!mine)
+    return 1; /* a running thread has taken it (a thread exits only with the
+                 queue empty, so jobs queued behind it have one too) */
+  resp_status(s, out, NULL, ES_ENOMEM, NULL, "cannot start a thread for the %s",
+              j->load ? "load" : "unload");
+  job_free(j);
+  return 0;
+}
+
+static void control_answer(es_server *s, srv_job *j, srv_resp *out) {
+  if (j->rc < 0)
+    resp_status(s, out, NULL, j->rc, NULL, "%s '%s': %s", j->load ? "load" : "unload",
+                j->sm->name, j->detail);
+  else
+    resp_text(out, 200, "application/json", "{}", 2);
+}
+
 void es__srv_job_answer(es_server *s, srv_job *j, srv_resp *out) {
   if (j->kind == JOB_INFER)
     infer_answer(s, j, out);
-  else
+  else if (j->kind == JOB_PIPELINE)
     pipeline_answer(s, j, out);
+  else
+    control_answer(s, j, out);
   job_free(j);
 }
 
@@ -655,23 +772,26 @@ static void repository_index(es_server *s, srv_resp *out) {
   resp_json(out, 200, arr);
 }
 
-static void repository_load(es_server *s, srv_resp *out, const srv_req *rq, srv_model *sm,
-                            int load) {
+static int repository_load(es_server *s, const srv_req *rq, srv_model *sm, int load,
+                           srv_wake_fn wake, void *user, srv_job **job, srv_resp *out) {
   char why[400];
   unsigned st = (unsigned)es__srv_guard_control(&s->cfg, rq->authorization, rq->origin, rq->host,
                                                 rq->content_type, rq->len, why, sizeof why);
   if (st) {
     resp_error(out, st, 0, "%s", why);
     out->want_auth = st == 401;
-    return;
+    return 0;
   }
-  int rc = load ? es__srv_model_load(s, sm) : es__srv_model_unload(s, sm, 10000);
-  if (rc < 0) {
-    resp_status(s, out, NULL, rc, NULL, "%s '%s': %s", load ? "load" : "unload", sm->name,
-                es_last_error_detail());
-    return;
+  srv_job *j = job_new(s, sm, JOB_CONTROL, wake, user);
+  if (!j) {
+    resp_status(s, out, NULL, ES_ENOMEM, NULL, "no memory for the request");
+    return 0;
   }
-  resp_text(out, 200, "application/json", "{}", 2);
+  j->load = load;
+  int rc = control_submit(s, j, out);
+  if (rc == 1)
+    *job = j;
+  return rc;
 }
 
 int es__srv_handle(es_server *s, const srv_req *rq, srv_wake_fn wake, void *user, srv_job **job,
@@ -728,11 +848,11 @@ int es__srv_handle(es_server *s, const srv_req *rq, srv_wake_fn wake, void *user
     if (n == 5 && !strcmp(seg[2], "models") && post &&
         (!strcmp(seg[4], "load") || !strcmp(seg[4], "unload"))) {
       srv_model *sm = es__srv_find(s, seg[3]);
-      if (!sm)
+      if (!sm) {
         resp_error(out, 404, 0, "unknown model '%.200s'", seg[3]);
-      else
-        repository_load(s, out, rq, sm, !strcmp(seg[4], "load"));
-      return 0;
+        return 0;
+      }
+      return repository_load(s, rq, sm, !strcmp(seg[4], "load"), wake, user, job, out);
     }
     resp_method(out, method, url, "POST");
     return 0;

@@ -551,6 +551,8 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
   uint64_t last = es__now_ns() + 30ull * 1000000000ull;
   while (atomic_load(&s->active) && es__now_ns() < last)
     usleep(2000);
+  if (s->http_started)
+    es__srv_control_wait(s); /* loads and unloads finish; their answers went out */
   rep.finished_in_grace =
       rep.inflight_at_stop > rep.cut_off ? rep.inflight_at_stop - rep.cut_off : 0;
   if (s->daemon) {

@@ -71,6 +71,8 @@ typedef struct srv_tracked_req {
 } srv_tracked_req;
 
 #define SRV_MAX_PIPE_THREADS 64
+#define SRV_MAX_CONTROL 4    /* load/unload threads at once */
+#define SRV_CONTROL_QUEUE 64 /* loads and unloads waiting; 429 above */
 /* The HTTP library's read buffer per connection, beyond the headers. */
 #define SRV_READ_BUFFER ((size_t)32 << 10)
 
@@ -103,6 +105,9 @@ struct es_server {
   int pipe_stop;
   srv_job *pipe_head, *pipe_tail;
   unsigned pipe_queued, pipe_running;
+  int control_active;        /* load/unload threads running (pipe_mu) */
+  int control_queued;
+  srv_job *control_head, *control_tail;
   pthread_mutex_t mu;
   pthread_cond_t cv;         /* (repo.c) a model's state changed, or its refs
                                 dropped to 0; with mu, on CLOCK_MONOTONIC */
@@ -169,6 +174,8 @@ void es__srv_job_answer(es_server *s, srv_job *job, srv_resp *out);
 void es__srv_job_free(srv_job *job);
 void es__srv_resp_free(srv_resp *r);
 int es__srv_pipelines_start(es_server *s);
+/* Wait for the load and unload threads still running (before destroy). */
+void es__srv_control_wait(es_server *s);
 void es__srv_pipelines_stop(es_server *s);
 
 /* What an answer carries for a library return code (status.c states the
