@@ -15,8 +15,12 @@
 #      0.4       face pipeline, a JPEG of astronaut.png  0.2 face, coffee.png as is
 #      0.2       ocr pipeline on a rendered text line (ImageMagick; coffee.png without it)
 # Every 10,000 answers it prints the answers so far, req/s over the last
-# interval, the statuses, the server's VmRSS and the buddy pool's bytes in
-# use and fragmentation (GET /metrics). After warm-up (the first 10% of the
+# interval, the statuses, the server's VmRSS, the bytes its counting layer
+# holds (the sum of edgeserve_memory_tag_bytes: RSS growing while this stays
+# flat is the allocator keeping freed memory, or reserved memory touched for
+# the first time) and the buddy pool's bytes in use, its historic peak (a
+# higher peak touches pages of the pool never touched before) and its
+# fragmentation (GET /metrics). After warm-up (the first 10% of the
 # requests) the RSS must stay within 2% of its post-warm-up value; at the
 # end, with nothing in flight, the buddy pool must hold nothing and be
 # unfragmented; every answer must be 200, 429 or 503 (with Retry-After)

@@ -27,14 +27,16 @@
  *           the same address are refused (closed, or 429/503) while another
  *           address still gets 200 and the P keep working.
  *   refuse  a POST announcing Content-Length N and sending none of it must
- *           be answered (413, or 503 with Retry-After) within S s.
+ *           be answered with one of the --accept statuses (a 503 with
+ *           Retry-After) within S s: the server may not wait for the body.
  *   charge  K trickle uploads announcing 64 MiB are open while M small
  *           infers run: every infer must get 200 (bytes are charged as they
  *           arrive, not as announced).
  *   soak    C keep-alive clients send N requests of a weighted mix; every
- *           R answers it prints the server's RSS and buddy pool state (from
- *           /proc and /metrics); RSS after warm-up must stay within a
- *           tolerance, the buddy pool must be unfragmented at idle at the end.
+ *           R answers it prints the server's RSS (/proc), the bytes its
+ *           counting layer holds and the buddy pool's state (/metrics); RSS
+ *           after warm-up must stay within a tolerance, the buddy pool must
+ *           be empty and unfragmented at idle at the end.
  * Output: "# ..." lines with the numbers and one "ok - ..." or "not ok - ..."
  * line per check. Exit 0 when every check passed, 1 when one failed, 2 on a
  * usage error or when the client itself cannot run (files, descriptors). */
@@ -1122,6 +1124,20 @@ static double metric(const char *text, const char *name) {
   return NAN;
 }
 
+/* The sum of a labelled gauge's series (the counting layer's tags). */
+static double metric_sum(const char *text, const char *name) {
+  size_t k = strlen(name);
+  double sum = NAN;
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, name, k) && p[k] == '{') {
+      const char *sp = strchr(p, ' ');
+      const char *nl = strchr(p, '\n');
+      if (sp && (!nl || sp < nl))
+        sum = (isnan(sum) ? 0 : sum) + strtod(sp + 1, NULL);
+    }
+  return sum;
+}
+
 static struct {
   long long next_report;
   double t_last;
@@ -1136,10 +1152,12 @@ static void soak_report(void) {
   double t = now_s();
   long rss = opt.server_pid > 0 ? read_rss_kib(opt.server_pid) : -1;
   char *m = NULL;
-  double frag = NAN, inuse = NAN;
+  double frag = NAN, inuse = NAN, counted = NAN, peak = NAN;
   if (http_get(opt.probe_src, "/metrics", &m, 10) == 200) {
     frag = metric(m, "edgeserve_buddy_fragmentation_ratio");
     inuse = metric(m, "edgeserve_buddy_in_use_bytes");
+    peak = metric(m, "edgeserve_buddy_peak_bytes");
+    counted = metric_sum(m, "edgeserve_memory_tag_bytes");
   }
   free(m);
   uint64_t s200 = 0, sref = 0, sbad = 0;
@@ -1168,10 +1186,10 @@ static void soak_report(void) {
   }
   if (!isnan(frag) && frag > sk.frag_max)
     sk.frag_max = frag;
-  printf("%10lld %8.1f %8.0f %10llu %8llu %6llu %10ld %12.0f %8.4f%s\n", cl.answered,
-         t - cl.t_start, (double)(cl.answered - sk.n_last) / (t - sk.t_last),
-         (unsigned long long)s200, (unsigned long long)sref, (unsigned long long)sbad, rss, inuse,
-         frag, mark);
+  printf("%10lld %8.1f %8.0f %10llu %8llu %6llu %10ld %11.0f %12.0f %11.0f %8.4f%s\n",
+         cl.answered, t - cl.t_start, (double)(cl.answered - sk.n_last) / (t - sk.t_last),
+         (unsigned long long)s200, (unsigned long long)sref, (unsigned long long)sbad, rss,
+         counted / 1024, inuse, peak / 1024, frag, mark);
   fflush(stdout);
   sk.t_last = t;
   sk.n_last = cl.answered;
@@ -1215,8 +1233,9 @@ static int mode_soak(void) {
   for (int i = 0; i < opt.n_reqs; i++)
     note("  %-22s weight %5.1f, %zu bytes", opt.reqs[i].name, opt.reqs[i].weight,
          opt.reqs[i].len);
-  printf("%10s %8s %8s %10s %8s %6s %10s %12s %8s\n", "answers", "secs", "req/s", "200",
-         "429/503", "other", "rss_KiB", "buddy_in_use", "frag");
+  printf("%10s %8s %8s %10s %8s %6s %10s %11s %12s %11s %8s\n", "answers", "secs", "req/s",
+         "200", "429/503", "other", "rss_KiB", "counted_KiB", "buddy_in_use", "buddy_peakK",
+         "frag");
   fflush(stdout);
   cl.t_start = sk.t_last = now_s();
   cl.t_end = 1e300;
