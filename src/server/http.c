@@ -107,7 +107,6 @@ static conn *conn_new(es_server *s, struct MHD_Connection *c) {
   k->s = s;
   k->c = c;
   k->start_ns = es__now_ns();
-  atomic_fetch_add(&s->active, 1);
   return k;
 }
 
@@ -117,8 +116,9 @@ static void conn_free(es_server *s, conn *k) {
   es_mem_free(k->block);
   if (k->charged)
     uncharge(s, k->charged);
+  if (k->started)
+    atomic_fetch_sub(&s->active, 1);
   es_mem_free(k);
-  atomic_fetch_sub(&s->active, 1);
 }
 
 /* ---- connection and request lifecycle ----------------------------------------- */
@@ -312,7 +312,10 @@ static void reject(conn *k, int status, const char *msg) {
 
 /* The headers are in: decide what can be decided before any body byte. */
 static void on_headers(es_server *s, struct MHD_Connection *c, conn *k) {
+  /* From here the request counts as in flight (shutdown waits for it); a
+   * request line whose headers never complete does not. */
   k->started = 1;
+  atomic_fetch_add(&s->active, 1);
   if (k->sc && k->sc->pending == k)
     k->sc->pending = NULL;
   phase_set(s, k->sc, PH_BODY);
