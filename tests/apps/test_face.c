@@ -419,6 +419,7 @@ static void test_coffee_back(void **state) {
 /* ---- geometry by symmetry ----------------------------------------------------------- */
 
 static void mirror_image(const es_image *in, es_image *out) {
+  memset(out, 0, sizeof *out);
   out->width = in->width;
   out->height = in->height;
   out->rgb = es_mem_alloc(ES_MEM_APPS, (size_t)in->width * in->height * 3);
