@@ -12,8 +12,14 @@
  * Pipelines run their models through es_runtime_submit, so they share the
  * runtime's admission, queues, arenas and weights with every other request:
  * a refusal surfaces as ES_EAGAIN with the refusal (retry-after) filled.
- * Pre- and post-processing buffers are counted under ES_MEM_APPS.
- * Detectors and readers are immutable after create and thread-safe.
+ * Pre- and post-processing buffers are counted under ES_MEM_APPS and
+ * reserved through the runtime's admission on the model's behalf before
+ * they are allocated (es_admission_reserve), so they count against the
+ * budget like the models' arenas; a server decodes its images with
+ * es_image_decode_admitted, which does the same for the pixels. A failing
+ * call returns its own first error and detail (cleaning up after it
+ * reports nothing). Detectors and readers are immutable after create and
+ * thread-safe.
  */
 #ifndef EDGESERVE_APPS_H
 #define EDGESERVE_APPS_H
@@ -119,9 +125,13 @@ ES_API int es_face_detector_create(es_runtime *rt, int model_id, es_face_detecto
 ES_API void es_face_detector_destroy(es_face_detector *fd);
 /* Detect faces with score >= min_score (0: the default 0.5). Writes up to
  * max faces, highest score first, *n the count. priority and deadline as
- * es_submit. ES_EAGAIN: refused; ES_ETIMEDOUT: the deadline passed before
- * the run; both fill why (when not NULL) with the reason and the
- * admission's retry-after estimate. NULL fd: no-op for destroy. */
+ * es_submit. The call's own buffers (the S x S x 3 float input and, for an
+ * image more than twice the input's side, mip levels of at most 5/16 of
+ * the image's bytes) are reserved for the call. ES_EAGAIN: refused (the
+ * model's request, or those buffers); ES_ENOSPC: the buffers alone exceed
+ * the budget; ES_ETIMEDOUT: the deadline passed before the run; all fill
+ * why (when not NULL) with the reason and the admission's retry-after
+ * estimate. The image is only read. NULL fd: no-op for destroy. */
 ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why);
 
@@ -151,8 +161,12 @@ ES_API void es_ocr_config_default(es_ocr_config *cfg);
 ES_API int es_ocr_create(es_runtime *rt, const es_ocr_config *cfg, es_ocr **out);
 ES_API void es_ocr_destroy(es_ocr *o);
 /* Read the text lines of an image, top to bottom. Writes up to max lines.
- * ES_EAGAIN and ES_ETIMEDOUT fill why as es_face_detect. NULL o: no-op for
- * destroy. */
+ * The call's buffers are reserved stage by stage (det: 12 B a pixel of the
+ * detector's view for its input and 5 more for its map, about 16 MB at
+ * 960; the crops: about 3 B a pixel of the boxes found; cls and rec: the
+ * inputs of up to 8 batches in flight, at most 14 MB each).
+ * ES_EAGAIN, ES_ENOSPC and ES_ETIMEDOUT fill why as es_face_detect. NULL o:
+ * no-op for destroy. */
 ES_API int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
 

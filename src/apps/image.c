@@ -220,9 +220,9 @@ typedef struct img_job {
 
 static int past(const img_job *j) { return j->deadline_ns && es__now_ns() > j->deadline_ns; }
 
-static int timed_out(const img_job *j, const char *fmt) {
-  return es__fail(ES_ETIMEDOUT, "%s: the deadline passed while decoding %dx%d",
-                  fmt, j->info.width, j->info.height);
+static int timed_out(const img_job *j, const char *fmt, const char *when) {
+  return es__fail(ES_ETIMEDOUT, "%s: the deadline passed %s decoding %dx%d", fmt, when,
+                  j->info.width, j->info.height);
 }
 
 /* ---- JPEG ---------------------------------------------------------------- */
@@ -280,7 +280,7 @@ static int decode_jpeg(img_job *j) {
     jpeg_destroy_decompress(&d);
     es_mem_free(rgb);
     if (e.expired)
-      return timed_out(j, "JPEG");
+      return timed_out(j, "JPEG", "while");
     if (e.mgr.msg_code == JERR_NO_BACKING_STORE || e.mgr.msg_code == JERR_OUT_OF_MEMORY)
       return es__fail(ES_EINVAL, "JPEG: the decoder needs more than %zu MiB (image in several "
                                  "scans too large)", IMG_JPEG_MAX_MEMORY >> 20);
@@ -479,7 +479,7 @@ static int decode_png_ctx(img_job *j, png_mem *pm) {
     if (past(j)) {
       es_mem_free(rgb);
       spng_ctx_free(c);
-      return timed_out(j, "PNG");
+      return timed_out(j, "PNG", "while");
     }
     rc = spng_get_row_info(c, &ri);
     if (rc == 0)
@@ -509,7 +509,7 @@ static int decode_png(img_job *j) {
 static int decode_job(img_job *j) {
   memset(&j->out, 0, sizeof j->out);
   if (past(j))
-    return timed_out(j, j->info.format == ES_IMAGE_JPEG ? "JPEG" : "PNG");
+    return timed_out(j, j->info.format == ES_IMAGE_JPEG ? "JPEG" : "PNG", "before");
   return j->info.format == ES_IMAGE_JPEG ? decode_jpeg(j) : decode_png(j);
 }
 

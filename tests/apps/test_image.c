@@ -17,7 +17,9 @@
  * Admitted decoding (es_image_decode_admitted): refused beyond the budget
  * (ES_ENOSPC) and over what is left (ES_EAGAIN, retry-after) before a byte
  * is allocated, the reservation held until es_image_free, a deadline that
- * passes mid-decode is ES_ETIMEDOUT, and eight threads decoding the bomb at
+ * passes mid-decode is ES_ETIMEDOUT (PNG between rows, JPEG from libjpeg's
+ * progress monitor; 64 megapixels take far longer than the 50 and 100 ms
+ * they are given), and eight threads decoding the bomb at
  * once under a 256 MiB budget stay under it (peak RSS of a child process;
  * not checked under ASan, whose quarantine keeps freed memory resident).
  * The admitted tests need a model to charge (BlazeFace front, fetched);
@@ -563,6 +565,38 @@ static void test_admitted_budget(void **state) {
   ES_CHECK_RC(es_runtime_destroy(rt));
 }
 
+/* A baseline RGB JPEG of a gradient, w x h, made row by row (malloc'ed). */
+static unsigned char *big_jpeg(int w, int h, unsigned long *len) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char *out = NULL;
+  jpeg_mem_dest(&c, &out, len);
+  c.image_width = (JDIMENSION)w;
+  c.image_height = (JDIMENSION)h;
+  c.input_components = 3;
+  c.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, 50, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  unsigned char *row = malloc((size_t)w * 3);
+  assert_non_null(row);
+  while (c.next_scanline < c.image_height) {
+    for (int x = 0; x < w; x++) {
+      row[3 * x] = (unsigned char)(x >> 4);
+      row[3 * x + 1] = (unsigned char)(c.next_scanline >> 4);
+      row[3 * x + 2] = 90;
+    }
+    JSAMPROW r = row;
+    jpeg_write_scanlines(&c, &r, 1);
+  }
+  free(row);
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  return out;
+}
+
 static void test_admitted_deadline(void **state) {
   (void)state;
   int face;
@@ -586,12 +620,33 @@ static void test_admitted_deadline(void **state) {
   printf("# 8000x8000 with 50 ms to go: %s: %s (retry after %u ms)\n", es_err_name(rc),
          es_last_error_detail(), why.retry_after_ms);
   assert_int_equal(rc, ES_ETIMEDOUT);
+  assert_non_null(strstr(es_last_error_detail(), "while decoding"));
   assert_int_equal(why.reason, ES_REFUSE_DEADLINE);
   assert_true(why.retry_after_ms >= 1);
   assert_null(img.rgb);
   apps_mem(&cur1, &n1);
   assert_int_equal(cur1, cur0);
   assert_int_equal(reserved(rt), 0);
+
+  /* A JPEG: libjpeg's progress monitor checks the deadline. */
+  unsigned long jlen;
+  unsigned char *j = big_jpeg(8000, 8000, &jlen);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  deadline = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + 100000000ull;
+  rc = es_image_decode_admitted(rt, face, j, jlen, 0, deadline, &img, &why);
+  printf("# %lu-byte 8000x8000 JPEG with 100 ms to go: %s: %s\n", jlen, es_err_name(rc),
+         es_last_error_detail());
+  assert_int_equal(rc, ES_ETIMEDOUT);
+  assert_non_null(strstr(es_last_error_detail(), "while decoding"));
+  assert_int_equal(why.reason, ES_REFUSE_DEADLINE);
+  assert_null(img.rgb);
+  assert_int_equal(reserved(rt), 0);
+  ES_CHECK_RC(es_image_decode_admitted(rt, face, j, jlen, 0, 0, &img, &why)); /* in time */
+  assert_int_equal(img.width, 8000);
+  es_image_free(&img);
+  free(j);
+  apps_mem(&cur1, &n1);
+  assert_int_equal(cur1, cur0);
   free(bomb.p);
   ES_CHECK_RC(es_runtime_destroy(rt));
 }
