@@ -457,6 +457,7 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
   es_runtime *rt = w->rt;
   rt_model *m = &rt->models[r->model];
   es_arena local, *a = NULL;
+  memset(&local, 0, sizeof local); /* not a live arena until initialised */
   void *blk = NULL;
   int rc;
   size_t need = r->arena_bytes + ES_ARENA_GUARD + RT_ALIGN;
