@@ -12,8 +12,14 @@
  * Pipelines run their models through es_runtime_submit, so they share the
  * runtime's admission, queues, arenas and weights with every other request:
  * a refusal surfaces as ES_EAGAIN with the refusal (retry-after) filled.
- * Pre- and post-processing buffers are counted under ES_MEM_APPS.
- * Detectors and readers are immutable after create and thread-safe.
+ * Pre- and post-processing buffers are counted under ES_MEM_APPS and
+ * reserved through the runtime's admission on the model's behalf before
+ * they are allocated (es_admission_reserve), so they count against the
+ * budget like the models' arenas; a server decodes its images with
+ * es_image_decode_admitted, which does the same for the pixels. A failing
+ * call returns its own first error and detail (cleaning up after it
+ * reports nothing). Detectors and readers are immutable after create and
+ * thread-safe.
  */
 #ifndef EDGESERVE_APPS_H
 #define EDGESERVE_APPS_H
@@ -31,15 +37,75 @@ extern "C" {
 
 typedef struct es_image {
   int width, height;
-  uint8_t *rgb; /* width * height * 3, row-major, owned (es_image_free) */
+  uint8_t *rgb;     /* width * height * 3, row-major, owned (es_image_free) */
+  es_request *hold; /* private: the admission reservation of an image from
+                       es_image_decode_admitted, NULL otherwise; released
+                       by es_image_free. So an image is not to be copied:
+                       pass pointers */
 } es_image;
 
+enum { ES_IMAGE_JPEG = 1, ES_IMAGE_PNG = 2 };
+
+/* What an encoded image will cost, from its header alone. */
+typedef struct es_image_info {
+  int format;           /* ES_IMAGE_JPEG or ES_IMAGE_PNG */
+  int width, height;
+  int progressive;      /* JPEG: progressive frame; PNG: interlaced */
+  size_t decoded_bytes; /* width * height * 3: the es_image's pixels */
+  size_t work_bytes;    /* the decoder's own memory at most, while it runs
+                           (a JPEG in several scans keeps every coefficient:
+                           2 bytes a sample) */
+} es_image_info;
+
+/* Read an encoded image's header (JPEG markers up to the first scan, PNG's
+ * IHDR) and price it. Allocates nothing; O(number of header segments).
+ * ES_EINVAL with a detail for anything but a JPEG or PNG, a truncated or
+ * malformed header, more than 64 megapixels, or a JPEG in several scans
+ * whose coefficients need more than 64 MiB. Thread-safe. */
+ES_API int es_image_probe(const void *bytes, size_t len, es_image_info *out);
+
 /* JPEG or PNG (by signature), any bit depth or colour type the libraries
- * read, converted to 8-bit RGB (alpha dropped, grey expanded).
- * ES_EINVAL with a detail for anything else or a corrupt file; ES_ENOMEM;
- * images above 64 megapixels are refused (ES_EINVAL). */
+ * read, converted to 8-bit RGB (alpha dropped, grey expanded), on the
+ * calling thread, outside any budget (the CLI's path; a server decodes with
+ * es_image_decode_admitted). Refused from the header before the decoder
+ * allocates as es_image_probe says; libjpeg's memory capped at 64 MiB, at
+ * most 100 scans; libspng's memory (counted, ES_MEM_APPS) capped at the
+ * probe's price and its ancillary chunks skipped. ES_EINVAL with a detail
+ * for anything else or a corrupt file; ES_ENOMEM. The caller owns *out
+ * (es_image_free). Thread-safe. */
 ES_API int es_image_decode(const void *bytes, size_t len, es_image *out);
 ES_API int es_image_load(const char *path, es_image *out);
+
+/* Decode inside the runtime's memory budget, on one of its workers. Blocks
+ * the calling thread until the image is decoded or refused; call it from a
+ * thread of the caller's (an HTTP request's), never from a runtime
+ * callback (a worker waiting for a worker).
+ *
+ * The header is priced (es_image_probe: decoded pixels + the decoder's
+ * working memory) and that many bytes are reserved through the runtime's
+ * admission on model_id's behalf (the pipeline's first model: refused
+ * while it drains, counted in its refusals; no concurrency slot is taken,
+ * see es_runtime_submit_task). The decode then waits in the queue of
+ * `priority` and runs on a worker; it gives up at deadline_ns
+ * (CLOCK_MONOTONIC; 0: 10 s from now), checked between rows and by
+ * libjpeg's progress monitor. On success the reservation stays held by
+ * *out until es_image_free, so the image counts against the budget as long
+ * as it lives; the caller owns *out (bytes may be freed at once).
+ *
+ * Returns 0; ES_EAGAIN when the budget (or memory pressure, a full queue,
+ * a draining model) refuses it now, why filled (reason, retry_after_ms);
+ * ES_ENOSPC when it is larger than the whole budget (why: OVER_MEMORY,
+ * retry_after_ms 0); ES_ETIMEDOUT when the deadline passed in the queue
+ * or while decoding (why: DEADLINE with the admission's estimate);
+ * ES_EINVAL with a detail for a bad image or argument (nothing reserved);
+ * ES_ENOENT for an unknown model; ES_ENOMEM. why may be NULL. *out is
+ * zeroed on failure. Thread-safe. */
+ES_API int es_image_decode_admitted(es_runtime *rt, int model_id, const void *bytes, size_t len,
+                                   int priority, uint64_t deadline_ns, es_image *out,
+                                   es_refusal *why);
+
+/* Free the pixels, then give back the reservation of an admitted image.
+ * NULL and a zeroed image are no-ops. Not thread-safe on one image. */
 ES_API void es_image_free(es_image *img);
 
 /* ---- face detection ----------------------------------------------------- */
@@ -59,9 +125,13 @@ ES_API int es_face_detector_create(es_runtime *rt, int model_id, es_face_detecto
 ES_API void es_face_detector_destroy(es_face_detector *fd);
 /* Detect faces with score >= min_score (0: the default 0.5). Writes up to
  * max faces, highest score first, *n the count. priority and deadline as
- * es_submit. ES_EAGAIN: refused; ES_ETIMEDOUT: the deadline passed before
- * the run; both fill why (when not NULL) with the reason and the
- * admission's retry-after estimate. NULL fd: no-op for destroy. */
+ * es_submit. The call's own buffers (the S x S x 3 float input and, for an
+ * image more than twice the input's side, mip levels of at most 5/16 of
+ * the image's bytes) are reserved for the call. ES_EAGAIN: refused (the
+ * model's request, or those buffers); ES_ENOSPC: the buffers alone exceed
+ * the budget; ES_ETIMEDOUT: the deadline passed before the run; all fill
+ * why (when not NULL) with the reason and the admission's retry-after
+ * estimate. The image is only read. NULL fd: no-op for destroy. */
 ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why);
 
@@ -91,8 +161,12 @@ ES_API void es_ocr_config_default(es_ocr_config *cfg);
 ES_API int es_ocr_create(es_runtime *rt, const es_ocr_config *cfg, es_ocr **out);
 ES_API void es_ocr_destroy(es_ocr *o);
 /* Read the text lines of an image, top to bottom. Writes up to max lines.
- * ES_EAGAIN and ES_ETIMEDOUT fill why as es_face_detect. NULL o: no-op for
- * destroy. */
+ * The call's buffers are reserved stage by stage (det: 12 B a pixel of the
+ * detector's view for its input and 5 more for its map, about 16 MB at
+ * 960; the crops: about 3 B a pixel of the boxes found; cls and rec: the
+ * inputs of up to 8 batches in flight, at most 14 MB each).
+ * ES_EAGAIN, ES_ENOSPC and ES_ETIMEDOUT fill why as es_face_detect. NULL o:
+ * no-op for destroy. */
 ES_API int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
 

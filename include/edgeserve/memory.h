@@ -300,6 +300,10 @@ struct es_buddy_stats {
   size_t live_blocks;     /* live allocations */
   size_t slabs;           /* slabs currently carved */
   int watermark_crossed;  /* 1 once the watermark callback has fired */
+  size_t max_block;       /* the largest block an allocation could get if
+                             every block were free: the largest top block
+                             of the regions, or of a region growth may still
+                             add; a larger request can never succeed */
 };
 
 /* Fill a config with the defaults above. */

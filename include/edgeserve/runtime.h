@@ -195,8 +195,8 @@ ES_API void es_admission_config_default(es_admission_config *cfg);
  * and nowhere else. ES_EINVAL for a bad config (the detail names the field),
  * ES_ENOMEM. The caller owns the gate. */
 ES_API int es_admission_create(const es_admission_config *cfg, es_admission **out);
-/* Refuses with ES_EBUSY while requests are admitted and not done (the gate
- * is kept). NULL is a no-op returning 0. Not thread-safe with other calls on
+/* Refuses with ES_EBUSY while requests are admitted and not done, or bytes
+ * are reserved (the gate is kept). NULL is a no-op returning 0. Not thread-safe with other calls on
  * the same gate. */
 ES_API int es_admission_destroy(es_admission *a);
 
@@ -209,6 +209,17 @@ ES_API int es_admission_destroy(es_admission *a);
  * range or NULL t or why. Thread-safe, lock-free. */
 ES_API int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
                      es_refusal *why);
+
+/* Reserve `bytes` of the budget on model_id's behalf without a concurrency
+ * slot: memory held around a model's requests rather than by one of them
+ * (a decoded image, a pipeline's pre-processing buffers). Checks draining,
+ * memory pressure and the budget as es_admission_try does (same refusals,
+ * same ES_ENOSPC for more than the whole budget) and counts refusals with
+ * the others; the reservation is neither admitted nor in flight, and its
+ * release (es_admission_done or es_admission_cancel, alike) feeds no
+ * estimator. Thread-safe, lock-free. */
+ES_API int es_admission_reserve(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
+                                es_refusal *why);
 
 /* Release an admitted request's slots and bytes and feed the drain-rate
  * estimators. duration_ns: how long the request took (0: since it was
@@ -497,16 +508,59 @@ ES_API int es_runtime_model_get(es_runtime *rt, int id, es_model **out);
  * es_request_free, also after a callback). ES_EAGAIN: refused, why says
  * why (queue full, over concurrency, over memory, memory pressure,
  * deadline, draining) with a retry-after; *out NULL. ES_ENOSPC: it can never
- * fit the budget. ES_EINVAL / ES_EMODEL: inputs that do not match the model
- * (the detail names the input). Thread-safe. */
+ * fit: more than the whole budget, or an arena or outputs larger than the
+ * largest block the buddy pool can ever give (a shape other than the
+ * configured one: why->limit is that block, retry_after_ms 0). ES_EINVAL /
+ * ES_EMODEL: inputs that do not match the model (the detail names the
+ * input). Thread-safe. */
 ES_API int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why);
+
+/* Tasks: a function run on a worker under admission, for work that takes
+ * memory the budget must see but is not a model run (decoding an image
+ * before a pipeline runs). A task reserves `bytes` through the admission
+ * gate on `model`'s behalf (es_admission_reserve: draining, pressure and
+ * the budget apply, no concurrency slot is taken, so the model's own
+ * requests are still admitted while the bytes are held), waits in the
+ * queue of its priority like any request (bounded, deadline-checked,
+ * trimmed under memory pressure), runs fn on any idle worker, and keeps the
+ * reservation until its handle is freed: whatever fn allocated and handed
+ * over through user stays budgeted as long as the caller keeps the handle.
+ * fn's return is the request's status; its error detail is kept for
+ * es_request_wait. A running task is not interrupted: fn checks the
+ * deadline itself and returns ES_ETIMEDOUT (filled in as a DEADLINE
+ * refusal). Tasks count in the runtime's submitted/completed/... counters,
+ * not in the model's (its run time estimate stays its own), and hold the
+ * model's pending count (unload waits for their handles). */
+typedef int (*es_task_fn)(void *user);
+
+typedef struct es_task {
+  int model;                 /* charged to this model (id from
+                                es_runtime_model_load) */
+  size_t bytes;              /* reserved from the budget until the handle
+                                is freed */
+  int priority;              /* 0 highest */
+  uint64_t deadline_ns;      /* as es_submit's */
+  es_task_fn fn;             /* run once, on a worker thread */
+  void *user;                /* for fn and on_done; must stay valid until
+                                the task completes */
+  es_request_done_fn on_done; /* as es_submit's; NULL: none */
+} es_task;
+
+/* Submit a task. Returns as es_runtime_submit (0 and a handle, ES_EAGAIN
+ * with why, ES_ENOSPC for more than the whole budget, ES_ENOENT for an
+ * unknown model, ES_EINVAL). The handle has no outputs. Thread-safe. */
+ES_API int es_runtime_submit_task(es_runtime *rt, const es_task *t, es_request **out,
+                                  es_refusal *why);
 
 /* Wait until the request completes (and its callback, if any, returned):
  * its status (0 or a negative error:
  * the run's error, ES_ECANCELED, ES_ETIMEDOUT for a passed deadline,
- * ES_EAGAIN when memory pressure removed it), or ES_ETIMEDOUT from the wait
+ * ES_EAGAIN when memory pressure removed it or the buddy pool had no block
+ * for its arena or outputs at run time, with es_request_info's refusal
+ * saying why and when to retry), or ES_ETIMEDOUT from the wait
  * itself when timeout_ms (>= 0) passed first; check es_request_status to
- * tell them apart. Thread-safe. */
+ * tell them apart. On an error status the calling thread's error detail is
+ * the request's (the run's own detail, made on the worker). Thread-safe. */
 ES_API int es_request_wait(es_request *r, int timeout_ms);
 /* ES_REQUEST_PENDING while queued or running, then the final status. */
 ES_API int es_request_status(es_request *r);

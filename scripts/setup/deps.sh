@@ -22,6 +22,7 @@ pkgs=(
   curl wrk                               # HTTP tests and the load generator
   prometheus                             # promtool checks the /metrics output
   libjpeg62-turbo-dev libspng-dev        # image decoding for the pipelines
+  zlib1g-dev                             # test_image writes hostile PNGs chunk by chunk
 )
 # Node.js and npm fetch the models and run ONNX Runtime for comparisons; a
 # machine that already has them (from any source) keeps its own.

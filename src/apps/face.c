@@ -60,14 +60,19 @@
  *
  * - Memory: the detector, its anchors and every per-call buffer (mip levels,
  *   the input tensor, the candidates) come from es_mem_alloc(ES_MEM_APPS),
- *   so a server's memory report shows what the pipeline costs. The detector
- *   is read-only after create, so any number of threads may detect at once;
- *   each call owns its buffers.
+ *   so a server's memory report shows what the pipeline costs, and are
+ *   reserved through the runtime's admission on the model's behalf for the
+ *   call (fd_call_bytes: the input tensor, S x S x 12 bytes, plus at most
+ *   5/16 of the image's bytes for the mip levels), so a call that would
+ *   pass the budget is refused (ES_EAGAIN) before it allocates. The
+ *   detector is read-only after create, so any number of threads may
+ *   detect at once; each call owns its buffers.
  */
 #include "edgeserve/apps.h"
 #include "common/internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -497,6 +502,32 @@ static int fd_postprocess(const es_face_detector *fd, es_request *r, const fd_fr
   return 0;
 }
 
+/* What a call allocates besides the model's request: the input tensor,
+ * the resize taps, the candidates, and the mip levels, two at a time while
+ * halving (a quarter of the image and a sixteenth: at most 5/16 of its
+ * bytes, none for an image already near the input's size). */
+static size_t fd_call_bytes(const es_face_detector *fd, const es_image *img,
+                            const fd_frame *fr) {
+  const size_t S = (size_t)fd->size;
+  size_t fixed = S * S * 3 * sizeof(float) + S * (4 * sizeof(int) + 2 * sizeof(float)) +
+                 FD_ANCHORS * sizeof(fd_cand);
+  int w = img->width, h = img->height, shift = 0;
+  size_t prev = 0, peak = 0;
+  while (fr->scale / (double)(1 << shift) >= 2.0 && w >= 2 && h >= 2) {
+    w /= 2;
+    h /= 2;
+    size_t level = (size_t)w * (size_t)h * 3;
+    peak = prev + level > peak ? prev + level : peak;
+    prev = level;
+    shift++;
+  }
+  return fixed + peak;
+}
+
+static int fd_detect(es_face_detector *fd, const es_image *img, const fd_frame *frp,
+                     float min_score, int priority, uint64_t deadline_ns, es_face *faces,
+                     int max, int *n, es_refusal *w);
+
 int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why) {
   if (!fd || !img || !n || (max > 0 && !faces))
@@ -511,11 +542,36 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
   if (!(min_score > 0 && min_score <= 1))
     return es__fail(ES_EINVAL, "es_face_detect: min_score %g outside (0, 1]", (double)min_score);
 
+  es_refusal local, *w = why ? why : &local;
+  memset(w, 0, sizeof *w);
+  /* This call's own buffers are budgeted like the model's arena: reserved
+   * on the model's behalf for as long as they live. */
+  const fd_frame fr = fd_frame_of(fd->size, img->width, img->height);
+  size_t own = fd_call_bytes(fd, img, &fr);
+  es_admission *adm = es_runtime_admission(fd->rt);
+  es_admit_ticket hold;
+  int rc = adm ? es_admission_reserve(adm, fd->model, own, &hold, w)
+               : es__fail(ES_EINVAL, "face detector: its runtime is gone");
+  if (rc < 0) {
+    char d[400];
+    snprintf(d, sizeof d, "%s", es_last_error_detail());
+    return es__fail(rc, "face detector: %zu B for a %dx%d image's pre-processing: %s", own,
+                    img->width, img->height, d);
+  }
+  rc = fd_detect(fd, img, &fr, min_score, priority, deadline_ns, faces, max, n, w);
+  es_admission_cancel(adm, &hold);
+  return rc;
+}
+
+/* Everything after the checks and the reservation. */
+static int fd_detect(es_face_detector *fd, const es_image *img, const fd_frame *frp,
+                     float min_score, int priority, uint64_t deadline_ns, es_face *faces,
+                     int max, int *n, es_refusal *w) {
+  const fd_frame fr = *frp;
   const size_t S = (size_t)fd->size, nbytes = S * S * 3 * sizeof(float);
   float *input = es_mem_alloc(ES_MEM_APPS, nbytes);
   if (!input)
     return es__fail(ES_ENOMEM, "face detector: no memory for the %zux%zu input", S, S);
-  const fd_frame fr = fd_frame_of(fd->size, img->width, img->height);
   int rc = fd_preprocess(fd, img, &fr, input);
   if (rc < 0) {
     es_mem_free(input);
@@ -533,8 +589,6 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
   t.nbytes = nbytes;
   es_submit s = {.model = fd->model, .inputs = &t, .n_inputs = 1, .priority = priority,
                  .deadline_ns = deadline_ns};
-  es_refusal local, *w = why ? why : &local;
-  memset(w, 0, sizeof *w);
   es_request *r = NULL;
   rc = es_runtime_submit(fd->rt, &s, &r, w);
   if (rc < 0) { /* refused or bad input: the runtime's detail says which */
@@ -544,6 +598,8 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
   rc = es_request_wait(r, -1);
   es_mem_free(input); /* the request has completed: the runtime is done with it */
   if (rc < 0) {
+    char detail[400]; /* the run's own, from the worker */
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
     es_request_info info;
     /* Left the queue under memory pressure, or at its deadline: the
      * refusal carries the admission's estimate for Retry-After. */
@@ -551,11 +607,11 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
       *w = info.refusal;
     es_request_free(r);
     if (rc == ES_EAGAIN)
-      return es__fail(rc, "face detector: request removed from the queue (%s), retry after "
-                      "%u ms", es_refusal_name(w->reason), w->retry_after_ms);
+      return es__fail(rc, "face detector: refused (%s), retry after %u ms: %s",
+                      es_refusal_name(w->reason), w->retry_after_ms, detail);
     if (rc == ES_ETIMEDOUT)
       return es__fail(rc, "face detector: the deadline passed before the model ran");
-    return es__fail(rc, "face detector: the model's run failed: %s", es_strerror(rc));
+    return es__fail(rc, "face detector: the model's run failed: %s", detail);
   }
   rc = fd_postprocess(fd, r, &fr, min_score, faces, max, n);
   es_request_free(r);

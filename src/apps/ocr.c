@@ -89,7 +89,12 @@
  *   (cancel, then wait), since a running request still reads them.
  *
  * - Memory: the reader and every per-call buffer come from
- *   es_mem_alloc(ES_MEM_APPS). The reader is read-only after create, so
+ *   es_mem_alloc(ES_MEM_APPS), and the per-call buffers are reserved
+ *   through the runtime's admission, stage by stage, before they are
+ *   allocated (sizes under "budgeting" below), so a page that would pass
+ *   the budget is refused with a retry-after. A failure keeps its own code
+ *   and detail: cleaning up after it (cancelling and waiting for our other
+ *   requests) reports nothing. The reader is read-only after create, so
  *   any number of threads may call es_ocr_read at once.
  */
 #include "edgeserve/apps.h"
@@ -778,7 +783,7 @@ typedef struct ocr_crop {
  * A strip whose shorter side is above OCR_CROP_MAX_SIDE is made at that
  * scale instead: cls and rec see it at 48 px anyway, and a poster-sized
  * box of a 64-megapixel photo must not cost a full-size copy. */
-static int crop_box(const es_image *img, const ocr_box *b, ocr_crop *c) {
+static void crop_dims(const ocr_box *b, int *cw, int *ch) {
   const ocr_pt *p = b->p;
   int w = (int)fmaxf(dist(p[0], p[1]), dist(p[2], p[3]));
   int h = (int)fmaxf(dist(p[0], p[3]), dist(p[1], p[2]));
@@ -787,6 +792,14 @@ static int crop_box(const es_image *img, const ocr_box *b, ocr_crop *c) {
     w = (int)((long long)w * OCR_CROP_MAX_SIDE / side);
     h = (int)((long long)h * OCR_CROP_MAX_SIDE / side);
   }
+  *cw = w;
+  *ch = h;
+}
+
+static int crop_box(const es_image *img, const ocr_box *b, ocr_crop *c) {
+  const ocr_pt *p = b->p;
+  int w, h;
+  crop_dims(b, &w, &h);
   if (w < 1 || h < 1)
     return es__fail(ES_EINVAL, "ocr: empty crop");
   uint8_t *dst = es_mem_alloc(ES_MEM_APPS, (size_t)w * h * 3);
@@ -916,7 +929,9 @@ static int wait_one(ocr_stage *s, ocr_slot *sl, es_refusal *why) {
       *why = info.refusal; /* the admission's estimate, for Retry-After */
     rc = es__fail(ES_ETIMEDOUT, "ocr: the deadline passed before the %s run", s->what);
   } else {
-    rc = es__fail(rc, "ocr: the %s run failed: %s", s->what, es_err_name(rc));
+    char what[32];
+    snprintf(what, sizeof what, "the %s run", s->what);
+    rc = ocr_wrap(rc, what); /* the run's own detail, from the worker */
   }
   es_request_free(sl->r);
   es_mem_free(sl->x);
@@ -980,19 +995,26 @@ static int run_stage(ocr_stage *s, es_refusal *why) {
   return 0;
 fail:
   /* Running requests still read their inputs: cancel what is queued, wait
-   * for the rest, and only then free. */
-  for (int k = 0; k < inflight; k++)
-    es_request_cancel(slots[(head + k) % OCR_WINDOW].r);
-  for (int k = 0; k < inflight; k++) {
-    ocr_slot *sl = &slots[(head + k) % OCR_WINDOW];
-    es_request_wait(sl->r, -1);
-    es_request_free(sl->r);
-    es_mem_free(sl->x);
+   * for the rest, and only then free. Cancelling a running or finished
+   * request, and waiting for a cancelled one, are answers of their own
+   * (ES_EBUSY, ES_ESTATE, ES_ECANCELED) with their own detail: the
+   * failure that brought us here keeps its code and its detail. */
+  {
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+    for (int k = 0; k < inflight; k++)
+      (void)es_request_cancel(slots[(head + k) % OCR_WINDOW].r);
+    for (int k = 0; k < inflight; k++) {
+      ocr_slot *sl = &slots[(head + k) % OCR_WINDOW];
+      (void)es_request_wait(sl->r, -1);
+      es_request_free(sl->r);
+      es_mem_free(sl->x);
+    }
+    ocr_slot *pending = &slots[(head + inflight) % OCR_WINDOW];
+    if (inflight < OCR_WINDOW && !pending->r)
+      es_mem_free(pending->x); /* prepared, never submitted */
+    return es__fail(rc, "%s", detail);
   }
-  ocr_slot *pending = &slots[(head + inflight) % OCR_WINDOW];
-  if (inflight < OCR_WINDOW && !pending->r)
-    es_mem_free(pending->x); /* prepared, never submitted */
-  return rc;
 }
 
 /* ---- det --------------------------------------------------------------- */
@@ -1236,6 +1258,96 @@ static int rec_take(ocr_stage *s, int i, const es_tensor *out) {
   return 0;
 }
 
+/* ---- budgeting the pipeline's own buffers ---------------------------------- */
+
+/* The reader's buffers are reserved through the runtime's admission on a
+ * model's behalf, stage by stage, before they are allocated: a page that
+ * would pass the budget is refused (ES_EAGAIN, a retry-after) instead of
+ * growing the process. Sizes, for an image of P pixels (3P bytes):
+ *   det:   the input, 12 bytes a pixel of the detector's view (at most
+ *          det_limit_side^2: 11 MB at 960), and the map's post-processing,
+ *          about 5 bytes a pixel of it, held during the det run;
+ *   crops: each box's strip, its short side at most 192 px: about the
+ *          boxes' area x 3 bytes, at most a few times 3P for overlapping
+ *          boxes, held to the end;
+ *   cls, rec: the inputs of the batches in flight (up to OCR_WINDOW):
+ *          12 bytes a pixel of [N,3,48,W], up to 14 MB a rec batch at the
+ *          widest, held during the stage. */
+typedef struct ocr_hold {
+  es_admission *adm;
+  es_admit_ticket t;
+  int on;
+} ocr_hold;
+
+static int hold_take(const es_ocr *o, ocr_hold *h, int model, size_t bytes, const char *what,
+                     es_refusal *why) {
+  h->on = 0;
+  h->adm = es_runtime_admission(o->rt);
+  if (!h->adm)
+    return es__fail(ES_EINVAL, "ocr: the reader's runtime is gone");
+  int rc = es_admission_reserve(h->adm, model, bytes, &h->t, why);
+  if (rc < 0) {
+    char d[400];
+    snprintf(d, sizeof d, "%s", es_last_error_detail());
+    return es__fail(rc, "ocr: %zu B for the %s: %s", bytes, what, d);
+  }
+  h->on = 1;
+  return 0;
+}
+
+static void hold_drop(ocr_hold *h) {
+  if (h->on)
+    es_admission_cancel(h->adm, &h->t);
+  h->on = 0;
+}
+
+/* db_boxes' buffers (the input is the stage's). */
+static size_t det_map_bytes(const det_ctx *c) {
+  size_t npix = (size_t)c->dw * c->dh;
+  return npix * (1 + sizeof(int32_t)) + (size_t)c->dh * 2 * sizeof(int32_t) +
+         ((size_t)c->dh * 4 + 4) * sizeof(ocr_pt) + 2 * OCR_MAX_CANDIDATES * sizeof(ocr_box);
+}
+
+/* The crops (and one more for a rotation's copy), their bookkeeping, the
+ * classifier's views. */
+static size_t crops_bytes(const det_ctx *dc) {
+  size_t sum = 0, big = 0;
+  for (int i = 0; i < dc->n; i++) {
+    int w, h;
+    crop_dims(&dc->boxes[i], &w, &h);
+    size_t b = w > 0 && h > 0 ? (size_t)w * h * 3 : 0;
+    sum += b;
+    big = b > big ? b : big;
+  }
+  return sum + big + (size_t)dc->n * (sizeof(ocr_crop) + 2 * sizeof(int) +
+                                      OCR_CLS_VIEWS * sizeof(cls_view));
+}
+
+/* Inputs of the batches a stage keeps in flight: the largest, times the
+ * window, plus the resize taps. */
+static size_t stage_bytes(ocr_stage *s) {
+  size_t big = 0;
+  for (int i = 0; i < s->n_batches; i++) {
+    int64_t d[4];
+    s->shape(s, i, d);
+    size_t b = (size_t)d[0] * d[1] * d[2] * d[3] * sizeof(float) +
+               ((size_t)d[2] + d[3]) * sizeof(ocr_tap);
+    big = b > big ? b : big;
+  }
+  int k = s->n_batches < OCR_WINDOW ? s->n_batches : OCR_WINDOW;
+  return big * (size_t)k;
+}
+
+static int run_stage_held(ocr_stage *s, size_t extra, const char *what, es_refusal *why) {
+  ocr_hold h;
+  int rc = hold_take(s->o, &h, s->model, stage_bytes(s) + extra, what, why);
+  if (rc < 0)
+    return rc;
+  rc = run_stage(s, why);
+  hold_drop(&h);
+  return rc;
+}
+
 /* ---- the pipeline ------------------------------------------------------ */
 
 int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
@@ -1258,12 +1370,18 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
   ocr_stage st = {.o = o, .model = o->det, .what = "det", .n_batches = 1,
                   .priority = priority, .deadline_ns = deadline_ns,
                   .shape = det_shape, .fill = det_fill, .take = det_take, .ctx = &dc};
-  int rc = run_stage(&st, why);
+  int rc = run_stage_held(&st, det_map_bytes(&dc), "det input and its map", why);
   if (rc < 0 || dc.n == 0) {
     es_mem_free(dc.boxes);
     return rc;
   }
 
+  ocr_hold crops_hold;
+  rc = hold_take(o, &crops_hold, o->det, crops_bytes(&dc), "crops", why);
+  if (rc < 0) {
+    es_mem_free(dc.boxes);
+    return rc;
+  }
   crops_ctx cc = {0};
   cc.n = dc.n;
   cc.crops = es_mem_calloc(ES_MEM_APPS, (size_t)dc.n, sizeof *cc.crops);
@@ -1288,7 +1406,7 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
                      .n_batches = (cc.n_views + cc.batch - 1) / cc.batch, .priority = priority,
                      .deadline_ns = deadline_ns, .shape = cls_shape, .fill = cls_fill,
                      .take = cls_take, .ctx = &cc};
-    rc = run_stage(&st, why);
+    rc = run_stage_held(&st, 0, "cls inputs", why);
     if (rc < 0)
       goto out;
     /* The mean log-odds as a probability: for one view, its own p("180"). */
@@ -1329,7 +1447,7 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
   st = (ocr_stage){.o = o, .model = o->rec, .what = "rec", .n_batches = nbatch,
                    .priority = priority, .deadline_ns = deadline_ns, .shape = rec_shape,
                    .fill = rec_fill, .take = rec_take, .ctx = &cc};
-  rc = run_stage(&st, why);
+  rc = run_stage_held(&st, 0, "rec inputs", why);
   if (rc < 0)
     goto out;
 
@@ -1359,5 +1477,6 @@ out:
   es_mem_free(cc.order);
   es_mem_free(cc.views);
   es_mem_free(dc.boxes);
+  hold_drop(&crops_hold);
   return rc;
 }

@@ -210,6 +210,13 @@ static void stats_fill(const es_buddy *b, es_buddy_stats *s) {
   }
   size_t ideal = b->free_bytes < top ? b->free_bytes : top;
   s->fragmentation = ideal ? 1.0 - (double)s->largest_free / (double)ideal : 0.0;
+  /* Growth adds a region holding any block up to the room left (pool_grow). */
+  s->max_block = top;
+  if (b->cfg.grow && b->nregions < ES_BUDDY_MAX_REGIONS && b->grow_max > b->capacity) {
+    size_t room = (b->grow_max - b->capacity) & ~(b->cfg.min_block - 1);
+    if (room && ((size_t)1 << log2_floor(room)) > s->max_block)
+      s->max_block = (size_t)1 << log2_floor(room);
+  }
   s->allocs = b->allocs;
   s->frees = b->frees;
   s->failures = b->failures;

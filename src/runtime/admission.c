@@ -33,6 +33,7 @@
 #define ADM_DEAD 0x455341444445414eull    /* after destroy */
 #define TICKET_LIVE 0x45535449434b4554ull /* "ESTICKET" */
 #define TICKET_DONE 0x4553544b444f4e45ull /* "ESTKDONE" */
+#define TICKET_BYTES 0x4553544b42595445ull /* "ESTKBYTE": bytes, no slot */
 
 #define ADM_LINE 64
 #define ADM_MAX_MODELS 65536
@@ -278,6 +279,9 @@ int es_admission_destroy(es_admission *a) {
   unsigned n = atomic_load(&a->inflight);
   if (n > 0)
     return es__fail(ES_EBUSY, "es_admission_destroy: %u requests still admitted", n);
+  size_t held = atomic_load(&a->reserved);
+  if (held > 0)
+    return es__fail(ES_EBUSY, "es_admission_destroy: %zu B still reserved", held);
   a->magic = ADM_DEAD;
   pthread_mutex_destroy(&a->obs_lock);
   pthread_mutex_destroy(&a->est_lock);
@@ -388,17 +392,10 @@ static int slot_give(_Atomic unsigned *c, unsigned *before) {
   return 1;
 }
 
-int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
-                     es_refusal *why) {
-  int rc = gate_check(a, "es_admission_try");
-  if (rc < 0)
-    return rc;
-  if (!t || !why)
-    return es__fail(ES_EINVAL, "es_admission_try: NULL %s", t ? "why" : "ticket");
-  if ((rc = model_check(a, model_id, "es_admission_try")) < 0)
-    return rc;
-  model_slot *m = &a->models[model_id];
-
+/* Checks 1 to 3 (draining, pressure, the budget), shared by admitted
+ * requests and byte reservations: on success the bytes are reserved. */
+static int reserve_bytes(es_admission *a, model_slot *m, int model_id, size_t bytes,
+                         es_refusal *why) {
   /* 1. Draining. */
   if (atomic_load_explicit(&a->draining, memory_order_relaxed) ||
       atomic_load_explicit(&m->draining, memory_order_relaxed))
@@ -436,6 +433,27 @@ int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticke
       break;
   }
   max_size(&a->peak_reserved, cur + bytes);
+  return 0;
+}
+
+static int try_args(es_admission *a, int model_id, es_admit_ticket *t, es_refusal *why,
+                    const char *fn) {
+  int rc = gate_check(a, fn);
+  if (rc < 0)
+    return rc;
+  if (!t || !why)
+    return es__fail(ES_EINVAL, "%s: NULL %s", fn, t ? "why" : "ticket");
+  return model_check(a, model_id, fn);
+}
+
+int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
+                     es_refusal *why) {
+  int rc = try_args(a, model_id, t, why, "es_admission_try");
+  if (rc < 0)
+    return rc;
+  model_slot *m = &a->models[model_id];
+  if ((rc = reserve_bytes(a, m, model_id, bytes, why)) < 0)
+    return rc;
 
   /* 4. The total slot, 5. the model's slot. */
   unsigned seen;
@@ -469,6 +487,26 @@ int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admit_ticke
   return 0;
 }
 
+/* Bytes without a slot: memory a caller holds on a model's behalf (a
+ * decoded image, pre-processing buffers) is budgeted like a request's, but
+ * takes no concurrency slot, since the model's own requests must still be
+ * admitted while it is held. */
+int es_admission_reserve(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
+                         es_refusal *why) {
+  int rc = try_args(a, model_id, t, why, "es_admission_reserve");
+  if (rc < 0)
+    return rc;
+  model_slot *m = &a->models[model_id];
+  if ((rc = reserve_bytes(a, m, model_id, bytes, why)) < 0)
+    return rc;
+  t->magic = TICKET_BYTES;
+  t->owner = a;
+  t->model_id = model_id;
+  t->bytes = bytes;
+  t->admitted_ns = now_ns(a);
+  return 0;
+}
+
 static int ticket_release(es_admission *a, es_admit_ticket *t, uint64_t duration_ns, int feed);
 
 int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns) {
@@ -477,6 +515,20 @@ int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns)
 
 int es_admission_cancel(es_admission *a, es_admit_ticket *t) {
   return ticket_release(a, t, 0, 0);
+}
+
+/* A reservation without slots: only the bytes go back, and nothing feeds
+ * the estimators (holding an image is not a completion). */
+static int bytes_release(es_admission *a, es_admit_ticket *t) {
+  size_t res = atomic_load_explicit(&a->reserved, memory_order_relaxed);
+  do {
+    if (res < t->bytes)
+      return es__fail(ES_ECORRUPT, "es_admission_done: reservation of %zu B, only %zu B "
+                      "reserved (a copied ticket?)", t->bytes, res);
+  } while (!atomic_compare_exchange_weak_explicit(&a->reserved, &res, res - t->bytes,
+                                                  memory_order_acq_rel, memory_order_relaxed));
+  t->magic = TICKET_DONE;
+  return 0;
 }
 
 /* The counters go back either way; only a request that ran says anything
@@ -489,13 +541,15 @@ static int ticket_release(es_admission *a, es_admit_ticket *t, uint64_t duration
     return es__fail(ES_EINVAL, "es_admission_done: NULL ticket");
   if (t->magic == TICKET_DONE)
     return es__fail(ES_EDOUBLEFREE, "es_admission_done: ticket already done");
-  if (t->magic != TICKET_LIVE)
+  if (t->magic != TICKET_LIVE && t->magic != TICKET_BYTES)
     return es__fail(ES_ECORRUPT, "es_admission_done: not an admitted ticket");
   if (t->owner != a)
     return es__fail(ES_EFOREIGN, "es_admission_done: ticket of another gate");
   if (t->model_id < 0 || (size_t)t->model_id >= a->max_models)
     return es__fail(ES_ECORRUPT, "es_admission_done: ticket model id %d out of range",
                     t->model_id);
+  if (t->magic == TICKET_BYTES)
+    return bytes_release(a, t);
   model_slot *m = &a->models[t->model_id];
   uint64_t now = now_ns(a);
   if (!duration_ns)

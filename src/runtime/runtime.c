@@ -25,7 +25,21 @@
  * planned arena of the models assigned to it. Only that worker reads the
  * block's address (under the lock, when it starts a job), so a resize after
  * a load or unload is a pointer swap done by the worker itself between two
- * runs, and the old block is unmapped after it. */
+ * runs, and the old block is unmapped after it.
+ *
+ * Memory a request can never get is refused at submit, not found missing at
+ * run time: besides the budget (admission), a shape other than the
+ * configured one takes its arena from the buddy pool, whose largest block
+ * is bounded (arena_fits). A run that still finds the pool short (blocks of
+ * the requests beside it, fragmentation) completes with ES_EAGAIN and an
+ * OVER_MEMORY refusal with a retry-after, like any other shortage: the
+ * bytes were promised by admission and come back as those requests finish.
+ *
+ * Tasks are requests without a plan: a function run on a worker, admitted
+ * with a byte reservation and no slot (es_admission_reserve), queued and
+ * expired like the others. The reservation lives in the handle, so memory
+ * a task hands to its caller (a decoded image) stays budgeted until the
+ * caller frees the handle. */
 #include "edgeserve/runtime.h"
 #include "common/internal.h"
 
@@ -144,6 +158,9 @@ struct es_request {
   es_refusal refusal;
   es_request_done_fn on_done;
   void *user;
+  es_task_fn task;   /* a task: run instead of a plan (no arena, no outputs) */
+  void *task_user;
+  char detail[512];  /* why it failed, for es_request_wait's caller */
   pthread_cond_t cv;
   es_request *prev, *next; /* queue links, then the completion list */
 };
@@ -264,6 +281,19 @@ static void complete_locked(es_runtime *rt, es_request *r, int status, es_reques
   r->state = RQ_DONE;
   r->status = status;
   r->end_ns = es__now_ns();
+  if (status < 0 && !r->detail[0]) {
+    const char *what = rt->models[r->model].name;
+    if (status == ES_ETIMEDOUT)
+      snprintf(r->detail, sizeof r->detail, "%s: the deadline passed before the %s ran", what,
+               r->task ? "task" : "model");
+    else if (status == ES_ECANCELED)
+      snprintf(r->detail, sizeof r->detail, "%s: cancelled before it ran", what);
+    else if (status == ES_EAGAIN)
+      snprintf(r->detail, sizeof r->detail, "%s: removed from the queue (%s), retry after %u ms",
+               what, es_refusal_name(r->refusal.reason), r->refusal.retry_after_ms);
+    else
+      snprintf(r->detail, sizeof r->detail, "%s: %s", what, es_strerror(status));
+  }
   if (status == 0)
     rt->completed++;
   else if (status == ES_ECANCELED)
@@ -346,7 +376,7 @@ static int worker_idle(const es_runtime *rt, int w) { return w >= 0 && !rt->work
 
 static int choose_worker(es_runtime *rt, const es_request *r) {
   const rt_model *m = &rt->models[r->model];
-  if (m->lane >= 0)
+  if (m->lane >= 0 && !r->task) /* a task touches no scratchpad */
     return worker_idle(rt, m->lane) ? m->lane : -1;
   if (worker_idle(rt, m->last_worker))
     return m->last_worker;
@@ -377,7 +407,8 @@ static void dispatch_locked(es_runtime *rt) {
     pick->worker = w;
     rt->workers[w].job = pick;
     rt->idle_workers--;
-    rt->models[pick->model].last_worker = w;
+    if (!pick->task) /* affinity follows the model's weights, not its tasks */
+      rt->models[pick->model].last_worker = w;
     pthread_cond_signal(&rt->workers[w].cv);
   }
 }
@@ -396,12 +427,14 @@ static void pin_self(int cpu) {
 /* Copy the outputs into one buddy block: the arena goes back to its owner
  * (lane, pool, buddy) as soon as the run ends, the outputs live until the
  * caller frees the handle. */
-static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs) {
+static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs, int *short_mem) {
   void *blk = NULL;
   if (r->out_bytes) {
     int rc = es_buddy_alloc(rt->buddy, r->out_bytes, &blk);
-    if (rc < 0)
+    if (rc < 0) {
+      *short_mem = 1;
       return rc;
+    }
   }
   size_t off = 0;
   for (int i = 0; i < r->n_out; i++) {
@@ -415,11 +448,16 @@ static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs) {
   return 0;
 }
 
-/* Run one request with the arena its model's configuration gives it. */
-static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap) {
+/* Run one request with the arena its model's configuration gives it.
+ * *short_mem: the buddy pool had no block for the arena or the outputs now
+ * (the bytes were admitted, but others' blocks or fragmentation hold the
+ * pool), which the caller answers as a refusal, not a failure. */
+static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap,
+                       int *short_mem) {
   es_runtime *rt = w->rt;
   rt_model *m = &rt->models[r->model];
   es_arena local, *a = NULL;
+  memset(&local, 0, sizeof local); /* not a live arena until initialised */
   void *blk = NULL;
   int rc;
   size_t need = r->arena_bytes + ES_ARENA_GUARD + RT_ALIGN;
@@ -445,7 +483,9 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
     r->arena_source = ES_ARENA_FROM_POOL;
   } else {
     rc = es_buddy_alloc(rt->buddy, need, &blk);
-    if (rc == 0)
+    if (rc < 0)
+      *short_mem = 1;
+    else
       rc = es_arena_init(&local, blk, need, RT_ALIGN);
     a = &local;
     r->arena_source = ES_ARENA_FROM_BUDDY;
@@ -454,7 +494,7 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
     es_tensor outs[ES_RT_MAX_IO];
     rc = es_plan_run(r->plan, r->inputs, r->n_in, a, outs, r->n_out);
     if (rc == 0)
-      rc = keep_outputs(rt, r, outs);
+      rc = keep_outputs(rt, r, outs, short_mem);
   }
   if (r->arena_source == ES_ARENA_FROM_POOL)
     es_arena_pool_release(m->pool, a);
@@ -463,6 +503,40 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
   if (blk)
     es_buddy_free(rt->buddy, blk);
   return rc;
+}
+
+/* A task on this worker: its own function, its error detail kept for the
+ * waiter; a deadline it gave up on is a DEADLINE refusal like a queued
+ * request's. */
+static int task_run(es_runtime *rt, es_request *r) {
+  int rc = r->task(r->task_user);
+  r->ran = 1;
+  if (rc < 0)
+    snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
+  if (rc == ES_ETIMEDOUT)
+    es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, &r->refusal);
+  return rc;
+}
+
+/* The pool had no block now: a refusal with a retry-after (503), since the
+ * blocks of the requests running beside this one come back as they finish;
+ * a request that can never fit was refused at submit (arena_fits). */
+static int refuse_short(es_runtime *rt, es_request *r) {
+  char why[160];
+  snprintf(why, sizeof why, "%s", es_last_error_detail());
+  pthread_mutex_lock(&rt->lock);
+  size_t busy = (size_t)(rt->n_workers - rt->idle_workers);
+  pthread_mutex_unlock(&rt->lock);
+  es_admission_refuse(rt->adm, r->model, ES_REFUSE_OVER_MEMORY, busy, &r->refusal);
+  es_buddy_stats bs;
+  if (es_buddy_stats_get(rt->buddy, &bs) == 0) {
+    r->refusal.in_use = bs.bytes_in_use;
+    r->refusal.limit = bs.capacity;
+  }
+  r->refusal.requested = r->arena_bytes + r->out_bytes;
+  snprintf(r->detail, sizeof r->detail, "%s: no memory for the run now (%s); retry after %u ms",
+           rt->models[r->model].name, why, r->refusal.retry_after_ms);
+  return ES_EAGAIN;
 }
 
 static void *worker_main(void *arg) {
@@ -500,18 +574,24 @@ static void *worker_main(void *arg) {
 
     if (old)
       es_mem_unmap(ES_MEM_SCRATCH, old, old_cap);
-    int rc = ES_ETIMEDOUT;
+    int rc = ES_ETIMEDOUT, short_mem = 0;
     if (expired) /* its deadline passed while it was being handed over */
       es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, &r->refusal);
+    else if (r->task)
+      rc = task_run(rt, r);
     else {
-      rc = run_request(w, r, scratch, cap);
-      r->ran = 1;
+      rc = run_request(w, r, scratch, cap, &short_mem);
+      r->ran = !short_mem;
+      if (short_mem)
+        rc = refuse_short(rt, r);
+      else if (rc < 0)
+        snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
     }
     uint64_t run_ns = es__now_ns() - r->start_ns;
 
     pthread_mutex_lock(&rt->lock);
     rt_model *m = &rt->models[r->model];
-    if (!expired) {
+    if (!expired && !short_mem && !r->task) {
       if (rc == 0)
         m->completed++;
       else
@@ -1159,29 +1239,160 @@ static int plan_request(es_runtime *rt, const rt_model *m, const es_submit *s, e
 /* The scheduler's own refusals, after admission: draining, a full queue,
  * or a deadline the queue ahead makes unreachable. ES_REFUSE_* (0: none)
  * and the backlog that decided it. */
-static int queue_refusal_locked(const es_runtime *rt, const rt_model *m, const es_submit *s,
+static int queue_refusal_locked(const es_runtime *rt, const rt_model *m, const es_request *r,
                                 uint64_t now, size_t *backlog) {
-  const rt_queue *q = &rt->q[s->priority];
+  const rt_queue *q = &rt->q[r->priority];
   if (rt->stopping)
     return ES_REFUSE_DRAINING;
   if (q->count >= rt->cfg.queue_capacity) {
     *backlog = q->count;
     return ES_REFUSE_QUEUE_FULL;
   }
-  if (s->deadline_ns && m->mean_run_ns > 0) {
+  if (r->deadline_ns && m->mean_run_ns > 0) {
     /* Expected finish: the work queued at this level or above, and what is
-     * running, spread over the workers that may take it, plus its own run. */
+     * running, spread over the workers that may take it, plus its own run
+     * (a task's own time is not the model's). */
     size_t ahead = rt->n_workers - (size_t)rt->idle_workers;
-    for (int l = 0; l <= s->priority; l++)
+    for (int l = 0; l <= r->priority; l++)
       ahead += rt->q[l].count;
-    int lanes = m->lane >= 0 ? 1 : rt->n_workers;
-    double wait = m->mean_run_ns * ((double)ahead / lanes + 1.0);
-    if ((double)now + wait > (double)s->deadline_ns) {
+    int lanes = m->lane >= 0 && !r->task ? 1 : rt->n_workers;
+    double wait = m->mean_run_ns * ((double)ahead / lanes + (r->task ? 0.0 : 1.0));
+    if ((double)now + wait > (double)r->deadline_ns) {
       *backlog = ahead;
       return ES_REFUSE_DEADLINE;
     }
   }
   return 0;
+}
+
+/* Where the request's arena comes from, and whether it can ever fit there.
+ * The configured plan runs in the model's pool or its lane's scratchpad,
+ * both sized for it; anything else, and every request's outputs, take a
+ * block of the buddy pool, which grows only so far: a request needing more
+ * than its largest possible block would be admitted and then fail on every
+ * run, so it is refused here as never fitting (ES_ENOSPC, OVER_MEMORY,
+ * like a request larger than the whole budget). */
+static int arena_fits(es_runtime *rt, const rt_model *m, const es_request *r, es_refusal *why) {
+  es_buddy_stats bs;
+  if (es_buddy_stats_get(rt->buddy, &bs) < 0)
+    return 0; /* cannot tell: the run will say */
+  int own = r->plan == m->cfg_plan && (m->pool || m->lane >= 0);
+  size_t arena = r->arena_bytes + ES_ARENA_GUARD + RT_ALIGN;
+  size_t need = own ? 0 : arena;
+  if (r->out_bytes > need)
+    need = r->out_bytes;
+  if (need <= bs.max_block)
+    return 0;
+  es_admission_refuse(rt->adm, r->model, ES_REFUSE_OVER_MEMORY, 0, why); /* counted */
+  why->retry_after_ms = 0;
+  why->requested = need;
+  why->in_use = bs.bytes_in_use;
+  why->limit = bs.max_block;
+  return es__fail(ES_ENOSPC,
+                  "%s: the run needs a %zu B block of the buddy pool (%s), whose largest block "
+                  "can be %zu B: it can never run; configure the model for this shape or raise "
+                  "the runtime's buddy_bytes (the pool grows to 4 times it)",
+                  m->name, need, need == arena ? "its arena" : "its outputs", bs.max_block);
+}
+
+static es_request *request_new(es_runtime *rt, int model, int priority, uint64_t deadline_ns,
+                               es_request_done_fn on_done, void *user) {
+  es_request *r = es_mem_calloc(ES_MEM_RUNTIME, 1, sizeof *r);
+  if (!r)
+    return NULL;
+  r->magic = RQ_MAGIC;
+  r->rt = rt;
+  r->refs = 2;
+  r->model = model;
+  r->priority = priority;
+  r->worker = -1;
+  r->deadline_ns = deadline_ns;
+  r->on_done = on_done;
+  r->user = user;
+  r->submit_ns = es__now_ns();
+  if (cond_init_mono(&r->cv) < 0) {
+    es_mem_free(r);
+    return NULL;
+  }
+  return r;
+}
+
+/* The model by id with a pending count taken (it cannot go away while a
+ * request holds one), or NULL. */
+static rt_model *model_hold(es_runtime *rt, int id) {
+  pthread_mutex_lock(&rt->lock);
+  rt_model *m = live_model(rt, id);
+  if (m)
+    m->pending++;
+  pthread_mutex_unlock(&rt->lock);
+  return m;
+}
+
+static void model_unhold(es_runtime *rt, rt_model *m) {
+  pthread_mutex_lock(&rt->lock);
+  if (--m->pending == 0)
+    pthread_cond_broadcast(&rt->model_cv);
+  pthread_mutex_unlock(&rt->lock);
+}
+
+static void request_discard(es_runtime *rt, rt_model *m, es_request *r);
+
+/* A new request's way in, after its plan (or task) is known: deadline,
+ * admission (a slot and the bytes, or the bytes alone for a task), the
+ * scheduler's refusals, the queue. On failure the request is freed and the
+ * model's pending count given back. */
+static int request_enqueue(es_runtime *rt, rt_model *m, es_request *r, es_refusal *why) {
+  int rc;
+  if (r->deadline_ns && r->submit_ns >= r->deadline_ns) {
+    es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, why);
+    rc = es__fail(ES_EAGAIN, "%s: the deadline has passed", m->name);
+    goto refused;
+  }
+  size_t bytes = r->arena_bytes + r->out_bytes;
+  rc = r->task ? es_admission_reserve(rt->adm, r->model, bytes, &r->ticket, why)
+               : es_admission_try(rt->adm, r->model, bytes, &r->ticket, why);
+  if (rc < 0) {
+    r->ticket.magic = 0;
+    goto refused;
+  }
+
+  pthread_mutex_lock(&rt->lock);
+  size_t backlog = 0;
+  int reason = queue_refusal_locked(rt, m, r, r->submit_ns, &backlog);
+  if (reason) {
+    pthread_mutex_unlock(&rt->lock);
+    es_admission_cancel(rt->adm, &r->ticket);
+    r->ticket.magic = 0;
+    es_admission_refuse(rt->adm, r->model, reason, backlog, why);
+    rc = es__fail(ES_EAGAIN, "%s: refused (%s)", m->name, es_refusal_name(reason));
+    goto refused;
+  }
+  r->seq = ++rt->seq;
+  r->state = RQ_QUEUED;
+  queue_push(&rt->q[r->priority], r);
+  rt->queued++;
+  rt->submitted++;
+  dispatch_locked(rt);
+  if (r->deadline_ns)
+    pthread_cond_signal(&rt->monitor_cv);
+  pthread_mutex_unlock(&rt->lock);
+  return 0;
+
+refused:
+  pthread_mutex_lock(&rt->lock);
+  rt->refused++;
+  pthread_mutex_unlock(&rt->lock);
+  request_discard(rt, m, r);
+  return rc;
+}
+
+/* A request that never reached the queue. */
+static void request_discard(es_runtime *rt, rt_model *m, es_request *r) {
+  es_plan_release(r->plan);
+  pthread_cond_destroy(&r->cv);
+  r->magic = RQ_DEAD;
+  es_mem_free(r);
+  model_unhold(rt, m);
 }
 
 int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_refusal *why) {
@@ -1194,91 +1405,57 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
   if (s->priority < 0 || s->priority >= rt->cfg.priorities)
     return es__fail(ES_EINVAL, "es_runtime_submit: priority %d outside 0..%d", s->priority,
                     rt->cfg.priorities - 1);
-
-  /* The model cannot go away while we hold a pending count on it. */
-  pthread_mutex_lock(&rt->lock);
-  rt_model *m = live_model(rt, s->model);
-  if (m)
-    m->pending++;
-  pthread_mutex_unlock(&rt->lock);
+  rt_model *m = model_hold(rt, s->model);
   if (!m)
     return es__fail(ES_ENOENT, "es_runtime_submit: no model with id %d", s->model);
-
-  es_request *r = es_mem_calloc(ES_MEM_RUNTIME, 1, sizeof *r);
+  es_request *r = request_new(rt, s->model, s->priority, s->deadline_ns, s->on_done, s->user);
   if (!r) {
-    rc = es__fail(ES_ENOMEM, "es_runtime_submit: no memory for the request");
-    goto undo_pending;
+    model_unhold(rt, m);
+    return es__fail(ES_ENOMEM, "es_runtime_submit: no memory for the request");
   }
-  r->magic = RQ_MAGIC;
-  r->rt = rt;
-  r->refs = 2;
-  r->model = s->model;
-  r->priority = s->priority;
-  r->worker = -1;
-  r->deadline_ns = s->deadline_ns;
-  r->on_done = s->on_done;
-  r->user = s->user;
   r->n_in = s->n_inputs;
-  r->submit_ns = es__now_ns();
-  if (cond_init_mono(&r->cv) < 0) {
-    es_mem_free(r);
-    rc = es__fail(ES_ENOMEM, "es_runtime_submit: no condition variable");
-    goto undo_pending;
-  }
-
   rc = plan_request(rt, m, s, r);
-  if (rc < 0)
-    goto fail;
-
-  if (s->deadline_ns && r->submit_ns >= s->deadline_ns) {
-    es_admission_refuse(rt->adm, s->model, ES_REFUSE_DEADLINE, 0, why);
-    rc = es__fail(ES_EAGAIN, "%s: the deadline has passed", m->name);
-    goto refused;
-  }
-  rc = es_admission_try(rt->adm, s->model, r->arena_bytes + r->out_bytes, &r->ticket, why);
+  if (rc == 0)
+    rc = arena_fits(rt, m, r, why);
   if (rc < 0) {
-    r->ticket.magic = 0;
-    goto refused;
+    if (rc == ES_ENOSPC) {
+      pthread_mutex_lock(&rt->lock);
+      rt->refused++;
+      pthread_mutex_unlock(&rt->lock);
+    }
+    request_discard(rt, m, r);
+    return rc;
   }
+  rc = request_enqueue(rt, m, r, why);
+  if (rc == 0)
+    *out = r;
+  return rc;
+}
 
-  pthread_mutex_lock(&rt->lock);
-  rt_queue *q = &rt->q[s->priority];
-  size_t backlog = 0;
-  int reason = queue_refusal_locked(rt, m, s, r->submit_ns, &backlog);
-  if (reason) {
-    pthread_mutex_unlock(&rt->lock);
-    es_admission_cancel(rt->adm, &r->ticket);
-    r->ticket.magic = 0;
-    es_admission_refuse(rt->adm, s->model, reason, backlog, why);
-    rc = es__fail(ES_EAGAIN, "%s: refused (%s)", m->name, es_refusal_name(reason));
-    goto refused;
+int es_runtime_submit_task(es_runtime *rt, const es_task *t, es_request **out, es_refusal *why) {
+  int rc = rt_check(rt, "es_runtime_submit_task");
+  if (rc < 0)
+    return rc;
+  if (!t || !out || !why || !t->fn)
+    return es__fail(ES_EINVAL, "es_runtime_submit_task: NULL argument or function");
+  *out = NULL;
+  if (t->priority < 0 || t->priority >= rt->cfg.priorities)
+    return es__fail(ES_EINVAL, "es_runtime_submit_task: priority %d outside 0..%d", t->priority,
+                    rt->cfg.priorities - 1);
+  rt_model *m = model_hold(rt, t->model);
+  if (!m)
+    return es__fail(ES_ENOENT, "es_runtime_submit_task: no model with id %d", t->model);
+  es_request *r = request_new(rt, t->model, t->priority, t->deadline_ns, t->on_done, t->user);
+  if (!r) {
+    model_unhold(rt, m);
+    return es__fail(ES_ENOMEM, "es_runtime_submit_task: no memory for the request");
   }
-  r->seq = ++rt->seq;
-  r->state = RQ_QUEUED;
-  queue_push(q, r);
-  rt->queued++;
-  rt->submitted++;
-  dispatch_locked(rt);
-  if (s->deadline_ns)
-    pthread_cond_signal(&rt->monitor_cv);
-  pthread_mutex_unlock(&rt->lock);
-  *out = r;
-  return 0;
-
-refused:
-  pthread_mutex_lock(&rt->lock);
-  rt->refused++;
-  pthread_mutex_unlock(&rt->lock);
-fail:
-  es_plan_release(r->plan);
-  pthread_cond_destroy(&r->cv);
-  r->magic = RQ_DEAD;
-  es_mem_free(r);
-undo_pending:
-  pthread_mutex_lock(&rt->lock);
-  if (--m->pending == 0)
-    pthread_cond_broadcast(&rt->model_cv);
-  pthread_mutex_unlock(&rt->lock);
+  r->task = t->fn;
+  r->task_user = t->user;
+  r->arena_bytes = t->bytes;
+  rc = request_enqueue(rt, m, r, why);
+  if (rc == 0)
+    *out = r;
   return rc;
 }
 
@@ -1303,6 +1480,8 @@ int es_request_wait(es_request *r, int timeout_ms) {
   }
   rc = r->status;
   pthread_mutex_unlock(&rt->lock);
+  if (rc < 0) /* the waiter learns why, not only what */
+    return es__fail(rc, "%s", r->detail);
   return rc;
 }
 

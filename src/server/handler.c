@@ -436,10 +436,21 @@ static int pipeline_image(const srv_model *sm, const es_v2_request *q, const voi
   return 0;
 }
 
-/* The request's image, decoded. */
+/* The request's image, decoded on a runtime worker with its pixels
+ * reserved through admission, charged to the pipeline's first model (face:
+ * its detector; ocr: det). The members cannot be unloaded while the
+ * pipeline is loaded, and the job holds the pipeline, so the id read here
+ * stays the member's. */
 static int image_decode(es_server *s, srv_job *j, es_image *img) {
-  (void)s;
-  return es_image_decode(j->image, j->image_len, img);
+  pthread_mutex_lock(&s->mu);
+  srv_model *first = es__srv_find(s, j->sm->member[0]);
+  int id = first ? first->rt_id : -1;
+  pthread_mutex_unlock(&s->mu);
+  if (id < 0)
+    return es__fail(ES_ENOENT, "pipeline '%s': its model '%s' is not loaded", j->sm->name,
+                    j->sm->member[0]);
+  return es_image_decode_admitted(s->rt, id, j->image, j->image_len, j->level, j->deadline_ns,
+                                  img, &j->why);
 }
 
 /* Decode and run the pipeline's detector or reader (a pipeline thread). */

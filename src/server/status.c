@@ -13,8 +13,11 @@
  *   ES_ETIMEDOUT             503: a deadline passed before the run (or a
  *                            drain did not finish in time)
  *   ES_ECANCELED             503: cancelled because the server is draining
- *   ES_ENOSPC                503: larger than the whole memory budget
- *   ES_ENOMEM                503: no memory for the request right now
+ *   ES_ENOSPC                503: larger than the whole memory budget, or
+ *                            than the largest arena the runtime can give
+ *   ES_ENOMEM                503: no memory for the request right now,
+ *                            counted as a memory refusal (OVER_MEMORY), as
+ *                            the runtime's own shortages are (ES_EAGAIN)
  *   ES_ENOENT                404: the model (or its file) is not there
  *   ES_ESTATE                409: the model's state does not allow it now
  *                            (unloading a model a loaded pipeline runs on)
@@ -62,7 +65,7 @@ srv_status es__srv_status_of(int rc, const es_refusal *why) {
     st = (srv_status){503, 0, SRV_OUT_REFUSED, ES_REFUSE_OVER_MEMORY};
     break;
   case ES_ENOMEM:
-    st = (srv_status){503, 0, SRV_OUT_ERROR, ES_REFUSE_NONE};
+    st = (srv_status){503, 0, SRV_OUT_REFUSED, ES_REFUSE_OVER_MEMORY};
     break;
   case ES_ENOENT:
     st = (srv_status){404, 0, SRV_OUT_NONE, ES_REFUSE_NONE};

@@ -419,6 +419,7 @@ static void test_coffee_back(void **state) {
 /* ---- geometry by symmetry ----------------------------------------------------------- */
 
 static void mirror_image(const es_image *in, es_image *out) {
+  memset(out, 0, sizeof *out);
   out->width = in->width;
   out->height = in->height;
   out->rgb = es_mem_alloc(ES_MEM_APPS, (size_t)in->width * in->height * 3);
@@ -565,6 +566,67 @@ static void test_api(void **state) {
   assert_int_equal(m1.current, m0.current);
 }
 
+/* The detector's own buffers (input tensor, mip levels) are reserved
+ * through admission for the call: with a budget they are refused before
+ * they are allocated, ES_ENOSPC beyond it (a 4000x3000 photo's levels, 11
+ * MB, in a budget of the model's arena + 4 MiB), ES_EAGAIN over what is
+ * left, and every byte is given back after each call. */
+static void test_budget(void **state) {
+  (void)state;
+  model_case *mc = &models_[0];
+  NEED(mc);
+  es_runtime_config rc;
+  es_runtime_config_default(&rc);
+  rc.workers = 1;
+  rc.pin = 0;
+  rc.watch_ms = 0;
+  es_runtime_model_stats ms;
+  ES_CHECK_RC(es_runtime_model_stats_get(rt_, mc->id, &ms));
+  const size_t MiB = (size_t)1 << 20;
+  rc.memory_budget_bytes = ms.planned_bytes + 4 * MiB;
+  es_runtime *rt;
+  ES_CHECK_RC(es_runtime_create(&rc, &rt));
+  es_model_config c;
+  es_model_config_default(&c);
+  c.name = "front";
+  c.path = path_in(model_dir_, mc->file);
+  int id;
+  ES_CHECK_RC(es_runtime_model_load(rt, &c, &id));
+  es_face_detector *fd;
+  ES_CHECK_RC(es_face_detector_create(rt, id, &fd));
+  es_admission *adm = es_runtime_admission(rt);
+  es_admission_stats as;
+  es_face faces[2];
+  int n = 0;
+  es_refusal why;
+
+  ES_CHECK_RC(es_face_detect(fd, &astronaut_, 0, 0, 0, faces, 2, &n, &why));
+  assert_int_equal(n, 1);
+  ES_CHECK_RC(es_admission_stats_get(adm, &as));
+  assert_int_equal(as.reserved_bytes, 0);
+  printf("# budget %zu B: astronaut detected, peak reserved %zu B\n", rc.memory_budget_bytes,
+         as.peak_reserved_bytes);
+
+  es_image big = {.width = 4000, .height = 3000};
+  big.rgb = calloc((size_t)4000 * 3000, 3);
+  assert_non_null(big.rgb);
+  ES_EXPECT_RC(es_face_detect(fd, &big, 0, 0, 0, faces, 2, &n, &why), ES_ENOSPC);
+  printf("# 4000x3000: %s\n", es_last_error_detail());
+  assert_int_equal(why.reason, ES_REFUSE_OVER_MEMORY);
+  free(big.rgb);
+
+  es_admit_ticket t;
+  ES_CHECK_RC(es_admission_reserve(adm, id, rc.memory_budget_bytes - MiB / 4, &t, &why));
+  ES_EXPECT_RC(es_face_detect(fd, &astronaut_, 0, 0, 0, faces, 2, &n, &why), ES_EAGAIN);
+  assert_int_equal(why.reason, ES_REFUSE_OVER_MEMORY);
+  assert_true(why.retry_after_ms >= 1);
+  ES_CHECK_RC(es_admission_cancel(adm, &t));
+  ES_CHECK_RC(es_admission_stats_get(adm, &as));
+  assert_int_equal(as.reserved_bytes, 0);
+  es_face_detector_destroy(fd);
+  ES_CHECK_RC(es_runtime_destroy(rt));
+}
+
 int main(void) {
   const char *d = getenv("ES_MODEL_DIR");
   snprintf(model_dir_, sizeof model_dir_, "%s", d && *d ? d : ES_SOURCE_DIR "/.cache/models");
@@ -582,6 +644,7 @@ int main(void) {
       cmocka_unit_test(test_mirrored_back),
       cmocka_unit_test(test_wide_crop_front),
       cmocka_unit_test(test_api),
+      cmocka_unit_test(test_budget),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

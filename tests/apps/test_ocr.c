@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -601,6 +602,149 @@ static void test_tight_runtime(void **state) {
   ES_CHECK_RC(es_runtime_destroy(rt));
 }
 
+/* A failure mid-pipeline keeps its own code and detail. Memory pressure
+ * removes the reader's queued rec batches (ES_EAGAIN, MEMORY_PRESSURE)
+ * while others of its batches are in flight; cleaning those up (cancel:
+ * ES_EBUSY or ES_ESTATE; wait: ES_ECANCELED, each with its own detail)
+ * must not replace the refusal: the caller answers 503 with a Retry-After
+ * from it, where "es_request_cancel: the request is running" was a 500. The
+ * scenario is timed by the runtime's pause and stats, not by the clock; when
+ * the page finished before the queue could be cut, it is run again. */
+typedef struct fake_mem {
+  _Atomic size_t current;
+} fake_mem;
+
+static int fake_memstat(void *user, es_memstat *out) {
+  fake_mem *f = user;
+  memset(out, 0, sizeof *out);
+  out->version = 2;
+  out->current = atomic_load(&f->current);
+  out->high = SIZE_MAX;
+  out->max = (size_t)1 << 30;
+  return 0;
+}
+
+typedef struct pressed_read {
+  es_ocr *o;
+  const es_image *img;
+  es_ocr_line lines[MAX_LINES];
+  int n, rc;
+  es_refusal why;
+  char detail[512];
+  _Atomic int done;
+} pressed_read;
+
+static void *pressed_thread(void *p) {
+  pressed_read *a = p;
+  a->rc = es_ocr_read(a->o, a->img, 0, 0, a->lines, MAX_LINES, &a->n, &a->why);
+  snprintf(a->detail, sizeof a->detail, "%s", es_last_error_detail());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+static size_t queued(es_runtime *rt) {
+  es_runtime_stats st;
+  ES_CHECK_RC(es_runtime_stats_get(rt, &st));
+  return st.queued_total;
+}
+
+/* Until cond holds or the reader is done; polled, each step a yield. */
+#define WAIT_FOR(cond, a)                                                      \
+  while (!(cond) && !atomic_load(&(a)->done))                                 \
+  usleep(100)
+
+static void test_failure_keeps_its_error(void **state) {
+  (void)state;
+  NEED_READER();
+  NEED_CONVERT();
+  const ocr_case c = {"pressed", 20, 0, 0,
+                      {"one two three four", "five six seven eight nine ten",
+                       "eleven 11 twelve 12 thirteen 13", "fourteen"}};
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s.png", tmp_dir_, c.name);
+  assert_int_equal(render(&c, path), 0);
+  es_image one;
+  ES_CHECK_RC(es_image_load(path, &one));
+  /* Five copies stacked: twenty lines, four rec batches on one worker. */
+  es_image img = {.width = one.width, .height = one.height * 5};
+  size_t page = (size_t)one.width * one.height * 3;
+  img.rgb = malloc(page * 5);
+  assert_non_null(img.rgb);
+  for (int k = 0; k < 5; k++)
+    memcpy(img.rgb + page * k, one.rgb, page);
+  es_image_free(&one);
+
+  static fake_mem mem;
+  static pressed_read a;
+  int exercised = 0;
+  for (int attempt = 1; attempt <= 5 && !exercised; attempt++) {
+    atomic_store(&mem.current, 0);
+    es_runtime_config rc;
+    es_runtime_config_default(&rc);
+    rc.workers = 1;
+    rc.pin = 0;
+    rc.watch_ms = 0;
+    rc.memstat_fn = fake_memstat;
+    rc.memstat_user = &mem;
+    es_runtime *rt;
+    ES_CHECK_RC(es_runtime_create(&rc, &rt));
+    es_ocr_config oc;
+    es_ocr_config_default(&oc);
+    char keys[2048];
+    snprintf(keys, sizeof keys, "%s", model_path("ppocr_keys_v1.txt"));
+    oc.keys_path = keys;
+    const char *files[2] = {"ppocr_det.onnx", "ppocr_rec.onnx"};
+    int *ids[2] = {&oc.det_model, &oc.rec_model};
+    for (int i = 0; i < 2; i++) {
+      es_model_config mc;
+      es_model_config_default(&mc);
+      mc.name = files[i];
+      mc.path = model_path(files[i]);
+      ES_CHECK_RC(es_runtime_model_load(rt, &mc, ids[i]));
+    }
+    memset(&a, 0, sizeof a);
+    ES_CHECK_RC(es_ocr_create(rt, &oc, &a.o));
+    a.img = &img;
+
+    ES_CHECK_RC(es_runtime_pause(rt, 1));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, pressed_thread, &a), 0);
+    WAIT_FOR(queued(rt) >= 1, &a); /* det */
+    ES_CHECK_RC(es_runtime_pause(rt, 0));
+    WAIT_FOR(queued(rt) >= 2, &a); /* rec batches waiting behind a running one */
+    ES_CHECK_RC(es_runtime_pause(rt, 1));
+    atomic_store(&mem.current, (size_t)1 << 30); /* above the hard mark */
+    es_runtime_watch_now(rt);                     /* the queue is emptied */
+    ES_CHECK_RC(es_runtime_pause(rt, 0));
+    pthread_join(th, NULL);
+
+    es_runtime_stats st;
+    ES_CHECK_RC(es_runtime_stats_get(rt, &st));
+    es_admission_stats as;
+    ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(rt), &as));
+    printf("# attempt %d: %s (%s, retry after %u ms), %llu removed from the queue: %s\n",
+           attempt, es_err_name(a.rc), es_refusal_name(a.why.reason), a.why.retry_after_ms,
+           (unsigned long long)st.dropped, a.detail);
+    assert_int_equal(as.reserved_bytes, 0); /* the reader's holds came back */
+    if (a.rc != 0) {
+      assert_int_equal(a.rc, ES_EAGAIN);
+      assert_int_equal(a.why.reason, ES_REFUSE_MEMORY_PRESSURE);
+      assert_true(a.why.retry_after_ms >= 1);
+      assert_null(strstr(a.detail, "es_request_cancel"));
+      assert_null(strstr(a.detail, "es_request_wait"));
+      assert_non_null(strstr(a.detail, "ocr: "));
+      assert_non_null(strstr(a.detail, "memory_pressure"));
+      /* Two or more removed: the reader met the first with the others of
+       * its window still to clean up. */
+      exercised = st.dropped >= 2;
+    }
+    es_ocr_destroy(a.o);
+    ES_CHECK_RC(es_runtime_destroy(rt));
+  }
+  free(img.rgb);
+  assert_true(exercised);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_blank_and_corrupt),
@@ -611,6 +755,7 @@ int main(void) {
       cmocka_unit_test(test_chinese),
       cmocka_unit_test(test_concurrent_reads),
       cmocka_unit_test(test_tight_runtime),
+      cmocka_unit_test(test_failure_keeps_its_error),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -698,6 +698,58 @@ static void *observer_main(void *arg) {
   return NULL;
 }
 
+/* Bytes without a slot (es_admission_reserve): budgeted and refused like a
+ * request's, but neither admitted nor in flight, so the model's requests
+ * are still admitted under a concurrency limit of one; released by done or
+ * cancel alike, once, feeding no estimator; a gate holding them is not
+ * destroyed. */
+static void test_reserve_bytes(void **state) {
+  (void)state;
+  es_admission_config c = fake_cfg();
+  c.memory_budget_bytes = 1000;
+  c.max_inflight_total = 1;
+  c.model_max_inflight = 1;
+  es_admission *a = make(&c);
+  es_admit_ticket hold, t;
+  es_refusal w;
+  ES_CHECK_RC(es_admission_reserve(a, 0, 600, &hold, &w));
+  es_admission_stats s = stats_of(a);
+  assert_int_equal(s.reserved_bytes, 600);
+  assert_int_equal(s.inflight, 0);
+  assert_int_equal(s.admitted, 0);
+  ES_CHECK_RC(es_admission_try(a, 0, 300, &t, &w)); /* its slot is free */
+  EXPECT_REFUSED(a, 1, 50, ES_REFUSE_OVER_CONCURRENCY);
+  memset(&w, 0, sizeof w);
+  ES_EXPECT_RC(es_admission_reserve(a, 0, 200, &t, &w), ES_EAGAIN);
+  assert_int_equal(w.reason, ES_REFUSE_OVER_MEMORY);
+  assert_int_equal(w.retry_after_ms, 777); /* nothing completed yet */
+  ES_EXPECT_RC(es_admission_reserve(a, 0, 1001, &t, &w), ES_ENOSPC);
+  ES_EXPECT_RC(es_admission_reserve(a, 64, 1, &t, &w), ES_EINVAL);
+  ES_EXPECT_RC(es_admission_reserve(a, 0, 1, NULL, &w), ES_EINVAL);
+  ES_CHECK_RC(es_admission_done(a, &t, 5 * MS));
+  s = stats_of(a);
+  assert_int_equal(s.reserved_bytes, 600);
+  assert_int_equal(s.refused_by[ES_REFUSE_OVER_MEMORY], 2);
+
+  /* Held bytes keep the gate alive; released once. */
+  ES_EXPECT_RC(es_admission_destroy(a), ES_EBUSY);
+  ES_CHECK_RC(es_admission_cancel(a, &hold));
+  ES_EXPECT_RC(es_admission_done(a, &hold, 0), ES_EDOUBLEFREE);
+  s = stats_of(a);
+  assert_int_equal(s.reserved_bytes, 0);
+  assert_int_equal(s.completed, 1); /* the request, not the reservation */
+  /* Draining and pressure refuse reservations too. */
+  ES_CHECK_RC(es_admission_set_draining(a, 0, 1));
+  ES_EXPECT_RC(es_admission_reserve(a, 0, 1, &t, &w), ES_EAGAIN);
+  assert_int_equal(w.reason, ES_REFUSE_DRAINING);
+  ES_CHECK_RC(es_admission_set_draining(a, 0, 0));
+  es_memstat st = memstat_v2(95, SIZE_MAX, 100);
+  ES_CHECK_RC(es_admission_observe(a, &st));
+  ES_EXPECT_RC(es_admission_reserve(a, 0, 1, &t, &w), ES_EAGAIN);
+  assert_int_equal(w.reason, ES_REFUSE_MEMORY_PRESSURE);
+  ES_CHECK_RC(es_admission_destroy(a));
+}
+
 static void test_stress(void **state) {
   (void)state;
   es_admission_config c;
@@ -788,6 +840,7 @@ int main(void) {
       cmocka_unit_test(test_events),
       cmocka_unit_test(test_retry_tracks_drain),
       cmocka_unit_test(test_retry_bytes),
+      cmocka_unit_test(test_reserve_bytes),
       cmocka_unit_test(test_stress),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -204,7 +204,13 @@ static void test_status_rule(void **state) {
   /* Larger than the whole budget: no estimate, the longest hint. */
   why.reason = ES_REFUSE_OVER_MEMORY;
   expect_status(ES_ENOSPC, &why, 503, 60000, SRV_OUT_REFUSED, ES_REFUSE_OVER_MEMORY);
-  expect_status(ES_ENOMEM, NULL, 503, 1000, SRV_OUT_ERROR, ES_REFUSE_NONE);
+  /* Out of memory now: a memory refusal, never a 500 (the runtime answers
+   * its own shortages with ES_EAGAIN and an estimate). */
+  expect_status(ES_ENOMEM, NULL, 503, 1000, SRV_OUT_REFUSED, ES_REFUSE_OVER_MEMORY);
+  why.reason = ES_REFUSE_OVER_MEMORY;
+  why.retry_after_ms = 750;
+  expect_status(ES_EAGAIN, &why, 503, 750, SRV_OUT_REFUSED, ES_REFUSE_OVER_MEMORY);
+  why.retry_after_ms = 0;
 
   expect_status(ES_ENOENT, NULL, 404, 0, SRV_OUT_NONE, ES_REFUSE_NONE);
   /* Unloading a model a loaded pipeline runs on. */
