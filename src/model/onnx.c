@@ -37,17 +37,33 @@
 #define ES_ONNX_MAX_DEPTH 64
 
 /* ==========================================================================
- * protobuf-c allocations go through the counting layer
+ * protobuf-c allocations: one context allocator per parse
  * ======================================================================== */
 
+/* Every string, array and message protobuf-c unpacks is bumped from one
+ * context allocator (counted under ES_MEM_MODEL) and the whole tree goes in
+ * one es__ctx_free_all: a model of 200,000 nodes is over a million small
+ * blocks, and one malloc (plus a counting header) and one free each cost
+ * more than the rest of the load. The few temporaries protobuf-c frees
+ * while unpacking (its scan slabs) are reclaimed with the rest. oom is set
+ * when an allocation failed, since unpack returns NULL for that and for a
+ * corrupt encoding alike. */
+typedef struct pb_arena {
+  es_ctx ctx;
+  int oom;
+} pb_arena;
+
 static void *pb_alloc(void *user, size_t size) {
-  (void)user;
-  return es_mem_alloc(ES_MEM_MODEL, size ? size : 1);
+  pb_arena *a = user;
+  void *p = es__ctx_alloc(&a->ctx, size);
+  if (!p)
+    a->oom = 1;
+  return p;
 }
 
 static void pb_free(void *user, void *p) {
   (void)user;
-  es_mem_free(p);
+  (void)p;
 }
 
 /* ==========================================================================
@@ -790,20 +806,25 @@ int es__onnx_load(const void *data, size_t size, es_graph *g) {
                           "ONNX model");
   if (rc < 0)
     return rc;
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  pb_arena pb = {0};
+  ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
   Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
-  if (!mp)
+  if (!mp) {
+    es__ctx_free_all(&pb.ctx);
+    if (pb.oom)
+      return es__fail(ES_ENOMEM, "out of memory decoding the ONNX model (%zu bytes)", size);
     return es__fail(ES_EMODEL,
                     "not a valid ONNX model: the protobuf encoding is truncated or corrupted "
                     "(%zu bytes)",
                     size);
+  }
   loader L = {.g = g};
   rc = graph_load(&L, mp);
   if (rc == 0)
     rc = const_stage(&L);
   es_mem_free(L.slots);
   es_mem_free(L.consts);
-  onnx__model_proto__free_unpacked(mp, &al);
+  es__ctx_free_all(&pb.ctx); /* the whole protobuf tree */
   if (rc == 0)
     rc = es__graph_toposort(g);
   if (rc == 0)
@@ -822,10 +843,15 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
                           "TensorProto");
   if (rc < 0)
     return rc;
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  pb_arena pb = {0};
+  ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
   Onnx__TensorProto *t = onnx__tensor_proto__unpack(&al, size, buf);
-  if (!t)
+  if (!t) {
+    es__ctx_free_all(&pb.ctx);
+    if (pb.oom)
+      return es__fail(ES_ENOMEM, "out of memory decoding a TensorProto (%zu bytes)", size);
     return es__fail(ES_EMODEL, "not a valid TensorProto (%zu bytes)", size);
+  }
   memset(v, 0, sizeof *v);
   v->rank = -1;
   v->producer = -1;
@@ -839,7 +865,7 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
     else
       tensor_copy(t, v, d);
   }
-  onnx__tensor_proto__free_unpacked(t, &al);
+  es__ctx_free_all(&pb.ctx);
   v->data = d;
   *data = d;
   return rc;
