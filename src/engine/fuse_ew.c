@@ -328,7 +328,7 @@ int es__fuse_elementwise(fuser *f) {
     fused++;
   }
   if (rc == 0 && fused)
-    es__fz_nodes_compact(f);
+    rc = es__fz_nodes_compact(f);
   es_mem_free(owner);
   es_mem_free(reads);
   es_mem_free(prog);
