@@ -285,6 +285,42 @@ void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, 
 
 /* ---- large and hostile models ---------------------------------------------- */
 
+uint8_t *ob_chain_pack(const char *op, int n, int rank, const int64_t *dims, size_t *size) {
+  assert_true(n > 0);
+  ob *b = ob_new(13);
+  Onnx__NodeProto *nodes = calloc((size_t)n, sizeof *nodes);
+  Onnx__NodeProto **ptrs = calloc((size_t)n, sizeof *ptrs);
+  char **io = calloc(2 * (size_t)n, sizeof *io); /* per node: input, output */
+  char *names = calloc((size_t)n, 32);           /* per node: "r<i>" then "n<i>" */
+  assert_true(nodes && ptrs && io && names);
+  for (int i = 0; i < n; i++) {
+    char *out = names + 32 * (size_t)i, *name = out + 16;
+    snprintf(out, 16, "r%d", i);
+    snprintf(name, 16, "n%d", i);
+    io[2 * i] = i ? names + 32 * (size_t)(i - 1) : "x";
+    io[2 * i + 1] = out;
+    onnx__node_proto__init(&nodes[i]);
+    nodes[i].op_type = (char *)op;
+    nodes[i].name = name;
+    nodes[i].n_input = 1;
+    nodes[i].input = &io[2 * i];
+    nodes[i].n_output = 1;
+    nodes[i].output = &io[2 * i + 1];
+    ptrs[i] = &nodes[i];
+  }
+  ob_input(b, "x", rank, dims);
+  ob_output(b, names + 32 * (size_t)(n - 1));
+  b->graph.n_node = (size_t)n;
+  b->graph.node = ptrs;
+  uint8_t *buf = ob_pack(b, size);
+  free(nodes);
+  free(ptrs);
+  free(io);
+  free(names);
+  free(b);
+  return buf;
+}
+
 /* Writing backwards: each call puts bytes just before *pos. */
 static void wire_put(uint8_t *buf, size_t *pos, const void *p, size_t n) {
   assert_true(*pos >= n);
