@@ -53,7 +53,8 @@ typedef struct es_model_stats {
 
 /* Load an ONNX file. A malformed, truncated or hostile file gives an error
  * (ES_EMODEL, ES_ENOTSUP for an operator, dtype or feature outside what the
- * engine runs) whose detail names the node and operator; never a crash.
+ * engine runs, ES_EINVAL for protobuf messages nested deeper than 64
+ * levels) whose detail names the node and operator; never a crash.
  * opts is reserved, pass NULL. The caller holds one reference. */
 ES_API int es_model_load(const char *path, const void *opts, es_model **out);
 /* Same from a buffer the caller keeps ownership of (may be freed after). */

@@ -179,8 +179,10 @@ int es__fz_const_scalar(const es_graph *g, int v, float *out) {
   return 1;
 }
 
-/* Drops the nodes marked in f->gone, keeping the order, and recounts uses. */
-void es__fz_nodes_compact(fuser *f) {
+/* Drops the nodes marked in f->gone, keeping the order, recounts uses and
+ * rebuilds the readers. Once per pass: compacting after every rewrite made
+ * a pass over a graph of n nodes cost n^2. */
+int es__fz_nodes_compact(fuser *f) {
   es_graph *g = f->g;
   int kept = 0;
   for (int i = 0; i < g->n_nodes; i++)
@@ -189,6 +191,141 @@ void es__fz_nodes_compact(fuser *f) {
   memset(f->gone, 0, (size_t)g->n_nodes);
   g->n_nodes = kept;
   es__graph_reindex(g);
+  return es__fz_index(f);
+}
+
+/* ---- readers ------------------------------------------------------------- */
+
+/* Within a pass, rewrites leave the node array as it is: a node that goes is
+ * marked in f->gone, a fused node takes the slot of one it replaces, and
+ * es__fz_commit brings uses and producers up to date around the slots a
+ * rewrite touched, as compacting would have (slots keep their order, so
+ * "the first reader" means the same). The reader lists answer "who reads v"
+ * without scanning the graph. */
+
+static int reader_add(fuser *f, int v, int node) {
+  if (f->n_ent == f->cap_ent) {
+    int cap = f->cap_ent ? f->cap_ent * 2 : 256;
+    int *nn = f->rd_node ? es_mem_realloc(f->rd_node, (size_t)cap * sizeof *nn)
+                         : es_mem_alloc(ES_MEM_MODEL, (size_t)cap * sizeof *nn);
+    if (!nn)
+      return es__fail(ES_ENOMEM, "out of memory indexing the graph's readers");
+    f->rd_node = nn;
+    int *nx = f->rd_next ? es_mem_realloc(f->rd_next, (size_t)cap * sizeof *nx)
+                         : es_mem_alloc(ES_MEM_MODEL, (size_t)cap * sizeof *nx);
+    if (!nx)
+      return es__fail(ES_ENOMEM, "out of memory indexing the graph's readers");
+    f->rd_next = nx;
+    f->cap_ent = cap;
+  }
+  f->rd_node[f->n_ent] = node;
+  f->rd_next[f->n_ent] = f->rd_head[v];
+  f->rd_head[v] = f->n_ent++;
+  return 0;
+}
+
+int es__fz_index(fuser *f) {
+  es_graph *g = f->g;
+  es_mem_free(f->rd_head);
+  f->rd_head = es_mem_alloc(ES_MEM_MODEL, ((size_t)g->n_values + 1) * sizeof *f->rd_head);
+  f->n_rd = 0;
+  f->n_ent = 0;
+  if (!f->rd_head)
+    return es__fail(ES_ENOMEM, "out of memory indexing the graph's readers");
+  f->n_rd = g->n_values;
+  memset(f->rd_head, 0xff, (size_t)g->n_values * sizeof *f->rd_head);
+  /* Backwards, so each list comes out in slot order. */
+  for (int i = g->n_nodes - 1; i >= 0; i--)
+    for (int k = 0; k < g->nodes[i].n_in; k++) {
+      int v = g->nodes[i].in[k];
+      if (v >= 0 && v < f->n_rd) {
+        int rc = reader_add(f, v, i);
+        if (rc < 0)
+          return rc;
+      }
+    }
+  return 0;
+}
+
+void es__fz_index_free(fuser *f) {
+  es_mem_free(f->rd_head);
+  es_mem_free(f->rd_node);
+  es_mem_free(f->rd_next);
+  es_mem_free(f->log);
+  f->rd_head = f->rd_node = f->rd_next = f->log = NULL;
+  f->n_rd = f->n_ent = f->cap_ent = f->n_log = f->cap_log = 0;
+}
+
+static int log_put(fuser *f, int x) {
+  if (f->n_log == f->cap_log) {
+    int cap = f->cap_log ? f->cap_log * 2 : 256;
+    int *l = f->log ? es_mem_realloc(f->log, (size_t)cap * sizeof *l)
+                    : es_mem_alloc(ES_MEM_MODEL, (size_t)cap * sizeof *l);
+    if (!l)
+      return es__fail(ES_ENOMEM, "out of memory fusing nodes");
+    f->log = l;
+    f->cap_log = cap;
+  }
+  f->log[f->n_log++] = x;
+  return 0;
+}
+
+/* Before a rewrite marks slot gone or changes it: records what it reads and
+ * writes now, for es__fz_commit. Each slot once per rewrite. */
+int es__fz_touch(fuser *f, int slot) {
+  const es_node *nd = &f->g->nodes[slot];
+  int rc = log_put(f, slot);
+  if (rc == 0)
+    rc = log_put(f, nd->n_in);
+  if (rc == 0)
+    rc = log_put(f, nd->n_out);
+  for (int k = 0; rc == 0 && k < nd->n_in; k++)
+    rc = log_put(f, nd->in[k]);
+  for (int o = 0; rc == 0 && o < nd->n_out; o++)
+    rc = log_put(f, nd->out[o]);
+  return rc;
+}
+
+/* After a rewrite: brings uses and producers up to date for the touched
+ * slots, as es__graph_reindex would after compacting. Only touched slots
+ * changed, so each value's uses move by the reads the touched slots gave up
+ * and the reads the live ones make now; the values they wrote lose their
+ * producer and the live ones' outputs get theirs. O(touched inputs and
+ * outputs), whatever else reads those values. */
+int es__fz_commit(fuser *f) {
+  es_graph *g = f->g;
+  int rc = 0;
+  for (int at = 0; at < f->n_log;) { /* what they read and wrote before */
+    int slot = f->log[at], nin = f->log[at + 1], nout = f->log[at + 2];
+    const int *in = &f->log[at + 3], *out = in + nin;
+    for (int k = 0; k < nin; k++)
+      if (in[k] >= 0)
+        g->values[in[k]].uses--;
+    for (int o = 0; o < nout; o++)
+      if (out[o] >= 0 && g->values[out[o]].producer == slot)
+        g->values[out[o]].producer = -1;
+    at += 3 + nin + nout;
+  }
+  for (int at = 0; at < f->n_log;) { /* what the live ones read and write now */
+    int slot = f->log[at], nin = f->log[at + 1], nout = f->log[at + 2];
+    at += 3 + nin + nout;
+    if (f->gone[slot])
+      continue;
+    const es_node *nd = &g->nodes[slot];
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0)
+        continue;
+      g->values[v].uses++;
+      if (rc == 0 && v < f->n_rd)
+        rc = reader_add(f, v, slot);
+    }
+    for (int o = 0; o < nd->n_out; o++)
+      if (nd->out[o] >= 0)
+        g->values[nd->out[o]].producer = slot;
+  }
+  f->n_log = 0;
+  return rc;
 }
 
 /* v is an intermediate a pattern may swallow: produced by a node, read by
@@ -198,22 +335,42 @@ int es__fz_inner(const es_graph *g, int v, int uses) {
          !g->values[v].is_output && g->values[v].uses == uses;
 }
 
-/* The nodes (up to max) reading v, in order, each once. */
-int es__fz_consumers(const es_graph *g, int v, int *out, int max) {
+/* The first nodes (up to max) reading v, in order, each once. Entries of
+ * nodes that went or read v no more are dropped on the way, so a list is
+ * scanned past each dead entry once. */
+int es__fz_consumers(fuser *f, int v, int *out, int max) {
+  const es_graph *g = f->g;
   int n = 0;
-  for (int i = g->values[v].producer + 1; i < g->n_nodes && n < max; i++)
-    for (int k = 0; k < g->nodes[i].n_in; k++)
-      if (g->nodes[i].in[k] == v) {
-        out[n++] = i;
-        break;
-      }
+  if (v < 0 || v >= f->n_rd)
+    return 0;
+  for (int *at = &f->rd_head[v]; *at >= 0;) {
+    int e = *at, node = f->rd_node[e], reads = 0;
+    for (int k = 0; !f->gone[node] && k < g->nodes[node].n_in && !reads; k++)
+      reads = g->nodes[node].in[k] == v;
+    if (!reads) {
+      *at = f->rd_next[e]; /* unlinked; the pool slot is not reused */
+      continue;
+    }
+    at = &f->rd_next[e];
+    /* Insert in order among the smallest max slots, once. */
+    int pos = n;
+    while (pos > 0 && out[pos - 1] > node)
+      pos--;
+    if ((pos > 0 && out[pos - 1] == node) || pos == max)
+      continue;
+    if (n == max)
+      n--;
+    memmove(out + pos + 1, out + pos, (size_t)(n - pos) * sizeof *out);
+    out[pos] = node;
+    n++;
+  }
   return n;
 }
 
 /* The one node reading v (which has one use), or -1. */
-int es__fz_consumer(const es_graph *g, int v) {
+int es__fz_consumer(fuser *f, int v) {
   int c;
-  return es__fz_consumers(g, v, &c, 1) == 1 ? c : -1;
+  return es__fz_consumers(f, v, &c, 1) == 1 ? c : -1;
 }
 
 /* For a binary node reading v: the other operand. */
@@ -323,21 +480,36 @@ int es__fuse_identities(fuser *f) {
     int x = identity_input(f, nd), y = nd->out[0];
     if (x < 0 || g->values[y].is_output || es__fz_is_const(g, x))
       continue;
-    for (int i = n + 1; i < g->n_nodes; i++)
-      for (int k = 0; k < g->nodes[i].n_in; k++)
-        if (g->nodes[i].in[k] == y)
-          g->nodes[i].in[k] = x;
+    /* y's readers are still those the pass started with: a reader is only
+     * ever rewired to a value made before an earlier identity node, and y
+     * is made later. */
+    for (int e = y < f->n_rd ? f->rd_head[y] : -1; e >= 0; e = f->rd_next[e]) {
+      es_node *r = &g->nodes[f->rd_node[e]];
+      for (int k = 0; k < r->n_in; k++)
+        if (r->in[k] == y)
+          r->in[k] = x;
+    }
     f->gone[n] = 1;
     removed++;
   }
-  if (removed)
-    es__fz_nodes_compact(f);
-  return 0;
+  return removed ? es__fz_nodes_compact(f) : 0;
 }
 
 /* ==========================================================================
  * Entry point
  * ======================================================================== */
+
+void es__fuser_fini(fuser *f) {
+  es_mem_free(f->gone);
+  es_mem_free(f->shape);
+  es_mem_free(f->syms);
+  es_mem_free(f->sym_table);
+  es__fz_index_free(f);
+  f->gone = NULL;
+  f->shape = NULL;
+  f->syms = NULL;
+  f->sym_table = NULL;
+}
 
 static _Atomic int fusion_on_ = 1;
 
@@ -353,6 +525,8 @@ int es__graph_fuse(es_graph *g) {
   f.gone = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_nodes + 1, 1);
   int rc = f.gone ? 0 : es__fail(ES_ENOMEM, "out of memory fusing %d nodes", g->n_nodes);
   if (rc == 0)
+    rc = es__fz_index(&f);
+  if (rc == 0)
     rc = es__fuse_shapes(&f);
   if (rc == 0)
     rc = es__fuse_identities(&f);
@@ -362,8 +536,6 @@ int es__graph_fuse(es_graph *g) {
     rc = es__fuse_layernorms(&f);
   if (rc == 0)
     rc = es__fuse_elementwise(&f);
-  es_mem_free(f.gone);
-  es_mem_free(f.shape);
-  es_mem_free(f.syms);
+  es__fuser_fini(&f);
   return rc;
 }

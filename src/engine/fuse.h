@@ -42,14 +42,32 @@ typedef struct fuser {
   int n_shape;
   sym *syms;
   int n_syms, cap_syms;
+  int *sym_table;      /* open addressing: index of a non-fresh symbol, or -1 */
+  size_t sym_slots;    /* a power of two, at least twice the symbols in it */
+  size_t sym_used;
   int oom;             /* a symbol could not be stored: every later one is fresh */
   int64_t n_unstored;  /* symbols handed out since */
-  unsigned char *gone; /* per node: removed by the rewrite in progress */
+  unsigned char *gone; /* per node: removed, until the pass compacts the graph */
+  /* Readers: per value below n_rd, a list (entries rd_node, linked by
+   * rd_next from rd_head) of the node slots that may read it: every live
+   * reader is listed, and dead or stale entries are skipped (and dropped).
+   * Built when the node array is compacted; es__fz_commit adds the readers
+   * a rewrite makes. */
+  int *rd_head;
+  int n_rd;
+  int *rd_node, *rd_next;
+  int n_ent, cap_ent;
+  /* The rewrite in progress (es__fz_touch): per touched slot, what it read
+   * and wrote before: slot, n_in, n_out, then the value indices. */
+  int *log;
+  int n_log, cap_log;
 } fuser;
 
 /* ---- passes, in the order es__graph_fuse runs them ------------------------ */
 
 int es__fuse_shapes(fuser *f);      /* fuse_shapes.c: symbolic shapes and types */
+/* Frees what the passes allocated in f (not f itself). */
+void es__fuser_fini(fuser *f);
 int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */
 int es__fuse_convs(fuser *f);       /* fuse_conv.c: affine maps and post-ops */
 int es__fuse_layernorms(fuser *f);  /* fuse_layernorm.c */
@@ -68,10 +86,14 @@ int es__fz_const_f32(const es_graph *g, int v);
 size_t es__fz_const_count(const es_graph *g, int v);
 int es__fz_const_ints(const es_graph *g, int v, int max, int64_t *out, int *n);
 int es__fz_const_scalar(const es_graph *g, int v, float *out);
-void es__fz_nodes_compact(fuser *f);
+int es__fz_nodes_compact(fuser *f);
+int es__fz_index(fuser *f);
+int es__fz_touch(fuser *f, int slot);
+int es__fz_commit(fuser *f);
+void es__fz_index_free(fuser *f);
 int es__fz_inner(const es_graph *g, int v, int uses);
-int es__fz_consumers(const es_graph *g, int v, int *out, int max);
-int es__fz_consumer(const es_graph *g, int v);
+int es__fz_consumers(fuser *f, int v, int *out, int max);
+int es__fz_consumer(fuser *f, int v);
 int es__fz_other_input(const es_node *nd, int v);
 es_attr *es__fz_attrs_extend(es_graph *g, const es_node *nd, int extra);
 int es__fz_const_fits(const fuser *f, int c, int x);

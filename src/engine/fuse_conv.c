@@ -330,13 +330,14 @@ static int fuse_pre_affine(fuser *f, int n) {
       break;
     f->gone[p] = 1;
     folded++;
+    rc = es__fz_touch(f, p);
     v = x;
   }
-  if (rc == 0 && folded) {
+  if (rc == 0 && folded && (rc = es__fz_touch(f, n)) == 0) {
     rc = conv_rewrite_weights(g, &ci, NULL, &a);
     if (rc == 0) {
       g->nodes[n].in[0] = v;
-      es__fz_nodes_compact(f);
+      rc = es__fz_commit(f);
     }
   }
   es_mem_free(a.s);
@@ -373,10 +374,10 @@ static int scalar_is(const fuser *f, int c, int x, float want) {
 /* HardSwish as PP-OCR writes it, from y (two uses): a = Add(y, 3),
  * b = Clip(a, 0, 6), then Mul(y, b) and Div(., 6) in either order.
  * Returns the final value and lists the four nodes in out. */
-static int match_hardswish(const fuser *f, int y, int *out) {
+static int match_hardswish(fuser *f, int y, int *out) {
   const es_graph *g = f->g;
   int cs[2];
-  if (es__fz_consumers(g, y, cs, 2) != 2)
+  if (es__fz_consumers(f, y, cs, 2) != 2)
     return -1;
   for (int first = 0; first < 2; first++) {
     const es_node *add = &g->nodes[cs[first]];
@@ -384,7 +385,7 @@ static int match_hardswish(const fuser *f, int y, int *out) {
     if (add->op != ES_OP_Add || !scalar_is(f, es__fz_other_input(add, y), y, 3.0f) ||
         !es__fz_inner(g, add->out[0], 1))
       continue;
-    int clip_n = es__fz_consumer(g, add->out[0]);
+    int clip_n = es__fz_consumer(f, add->out[0]);
     const es_node *clip = &g->nodes[clip_n];
     float lo, hi;
     if (clip->op != ES_OP_Clip || clip->in[0] != add->out[0] ||
@@ -398,7 +399,7 @@ static int match_hardswish(const fuser *f, int y, int *out) {
       /* c = Mul(y, b); d = Div(c, 6) */
       if (!es__fz_inner(g, mul->out[0], 1))
         continue;
-      div_n = es__fz_consumer(g, mul->out[0]);
+      div_n = es__fz_consumer(f, mul->out[0]);
       const es_node *div = &g->nodes[div_n];
       if (div->op != ES_OP_Div || div->n_in != 2 || div->in[0] != mul->out[0] ||
           !scalar_is(f, div->in[1], y, 6.0f))
@@ -407,7 +408,7 @@ static int match_hardswish(const fuser *f, int y, int *out) {
       return div->out[0];
     }
     /* c = Div(b, 6); d = Mul(y, c): the Mul is y's other consumer */
-    div_n = es__fz_consumer(g, b);
+    div_n = es__fz_consumer(f, b);
     const es_node *div = &g->nodes[div_n];
     if (div->op != ES_OP_Div || div->n_in != 2 || div->in[0] != b ||
         !scalar_is(f, div->in[1], y, 6.0f) || !es__fz_inner(g, div->out[0], 1))
@@ -421,9 +422,10 @@ static int match_hardswish(const fuser *f, int y, int *out) {
 }
 
 /* Swish: s = Sigmoid(y); Mul(y, s). */
-static int match_swish(const es_graph *g, int y, int *out) {
+static int match_swish(fuser *f, int y, int *out) {
+  const es_graph *g = f->g;
   int cs[2];
-  if (es__fz_consumers(g, y, cs, 2) != 2)
+  if (es__fz_consumers(f, y, cs, 2) != 2)
     return -1;
   for (int first = 0; first < 2; first++) {
     const es_node *sig = &g->nodes[cs[first]], *mul = &g->nodes[cs[1 - first]];
@@ -439,13 +441,13 @@ static int match_swish(const es_graph *g, int y, int *out) {
 }
 
 /* Extends pc by one post-op after pc->tip; 0 when nothing matches. */
-static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
+static int post_step(fuser *f, const sshape *yshape, post_chain *pc) {
   const es_graph *g = f->g;
   int y = pc->tip, found[4];
   if (pc->codes >= ES_POST_MAX || pc->n_nodes + 4 > 4 * ES_POST_MAX)
     return 0;
   if (es__fz_inner(g, y, 2)) {
-    int z = match_swish(g, y, found);
+    int z = match_swish(f, y, found);
     if (z >= 0) {
       chain_add(pc, ES_POST_SWISH, 0, 0);
       pc->nodes[pc->n_nodes++] = found[0];
@@ -465,7 +467,7 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
   }
   if (!es__fz_inner(g, y, 1))
     return 0;
-  int n = es__fz_consumer(g, y);
+  int n = es__fz_consumer(f, y);
   const es_node *nd = &g->nodes[n];
   if (nd->n_out != 1 || nd->out[0] < 0 || nd->in[0] < 0)
     return 0;
@@ -512,9 +514,15 @@ static int post_step(const fuser *f, const sshape *yshape, post_chain *pc) {
 }
 
 /* Writes the chain into conv node n and moves it to the slot of the chain's
- * last node. */
-static int conv_take_chain(fuser *f, int n, const post_chain *pc) {
+ * last node. conv_touched: es__fz_touch(f, n) was called already (before
+ * its weights changed). */
+static int conv_take_chain(fuser *f, int n, const post_chain *pc, int conv_touched) {
   es_graph *g = f->g;
+  int rc = conv_touched ? 0 : es__fz_touch(f, n);
+  for (int i = 0; rc == 0 && i < pc->n_nodes; i++)
+    rc = es__fz_touch(f, pc->nodes[i]);
+  if (rc < 0)
+    return rc;
   es_node nd = g->nodes[n];
   char label[120];
   int last = n;
@@ -553,8 +561,7 @@ static int conv_take_chain(fuser *f, int n, const post_chain *pc) {
   f->gone[n] = 1;
   f->gone[last] = 0;
   g->nodes[last] = nd;
-  es__fz_nodes_compact(f);
-  return 0;
+  return es__fz_commit(f);
 }
 
 /* Everything after convolution n: per-channel affine nodes into its
@@ -568,14 +575,14 @@ static int fuse_conv_after(fuser *f, int n) {
   affine a = {0};
   int rc = affine_alloc(&a, ci.m), folded = 0;
   while (rc == 0 && es__fz_inner(g, pc.tip, 1) && pc.n_nodes < 4 * ES_POST_MAX) {
-    int c = es__fz_consumer(g, pc.tip);
+    int c = es__fz_consumer(f, pc.tip);
     if (affine_step(f, &g->nodes[c], ci.rank, 1, &a) != pc.tip)
       break;
     pc.nodes[pc.n_nodes++] = c;
     pc.tip = g->nodes[c].out[0];
     folded++;
   }
-  if (rc == 0 && folded)
+  if (rc == 0 && folded && (rc = es__fz_touch(f, n)) == 0)
     rc = conv_rewrite_weights(g, &ci, &a, NULL);
   es_mem_free(a.s);
   if (rc < 0)
@@ -588,24 +595,27 @@ static int fuse_conv_after(fuser *f, int n) {
   }
   if (pc.n_nodes == 0)
     return 0;
-  rc = conv_take_chain(f, n, &pc);
+  rc = conv_take_chain(f, n, &pc, folded > 0);
   return rc < 0 ? rc : 1;
 }
 
+/* One sweep over the slots: a node that went is skipped, a conv that took
+ * the slot of its chain's last node is met again there (as it would be,
+ * later in a compacted array). */
 int es__fuse_convs(fuser *f) {
   es_graph *g = f->g;
+  int changed = 0;
   for (int n = 0; n < g->n_nodes; n++) {
-    if (g->nodes[n].op != ES_OP_Conv && g->nodes[n].op != ES_OP_ConvTranspose)
+    if (f->gone[n] || (g->nodes[n].op != ES_OP_Conv && g->nodes[n].op != ES_OP_ConvTranspose))
       continue;
     int rc = fuse_pre_affine(f, n);
     if (rc < 0)
       return rc;
-    n -= rc; /* the nodes that went were before the conv */
+    changed |= rc > 0;
     rc = fuse_conv_after(f, n);
     if (rc < 0)
       return rc;
-    if (rc)
-      n--; /* the conv moved later; what follows slot n is unvisited */
+    changed |= rc > 0;
   }
-  return 0;
+  return changed ? es__fz_nodes_compact(f) : 0;
 }

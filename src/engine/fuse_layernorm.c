@@ -70,13 +70,13 @@ static int fuse_layernorm_at(fuser *f, int n) {
   int x = rm1->in[0], m = rm1->out[0];
   if (!reduce_last(f, rm1, x) || !es__fz_inner(g, m, 1))
     return 0;
-  int sub_n = es__fz_consumer(g, m);
+  int sub_n = es__fz_consumer(f, m);
   const es_node *sub = &g->nodes[sub_n];
   if (sub->op != ES_OP_Sub || sub->n_in != 2 || sub->in[0] != x || sub->in[1] != m ||
       !es__fz_inner(g, sub->out[0], 2))
     return 0;
   int d = sub->out[0], cs[2];
-  if (es__fz_consumers(g, d, cs, 2) != 2)
+  if (es__fz_consumers(f, d, cs, 2) != 2)
     return 0;
   int pow_n = node_with_op(g, ES_OP_Pow, cs, 2), div_n = node_with_op(g, ES_OP_Div, cs, 2);
   if (pow_n < 0 || div_n < 0)
@@ -86,28 +86,28 @@ static int fuse_layernorm_at(fuser *f, int n) {
   if (pw->n_in != 2 || pw->in[0] != d || !es__fz_const_scalar(g, pw->in[1], &two) || two != 2.0f ||
       g->values[pw->in[1]].rank > 1 || !es__fz_inner(g, pw->out[0], 1))
     return 0;
-  int rm2_n = es__fz_consumer(g, pw->out[0]);
+  int rm2_n = es__fz_consumer(f, pw->out[0]);
   const es_node *rm2 = &g->nodes[rm2_n];
   if (!reduce_last(f, rm2, pw->out[0]) || !es__fz_inner(g, rm2->out[0], 1))
     return 0;
-  int add_n = es__fz_consumer(g, rm2->out[0]);
+  int add_n = es__fz_consumer(f, rm2->out[0]);
   const es_node *add = &g->nodes[add_n];
   int ec = add->op == ES_OP_Add ? const_operand(g, add, rm2->out[0]) : -1;
   if (ec < 0 || !es__fz_const_scalar(g, ec, &eps) || g->values[ec].rank > 1 || !isfinite(eps) ||
       !es__fz_inner(g, add->out[0], 1))
     return 0;
-  int sqrt_n = es__fz_consumer(g, add->out[0]);
+  int sqrt_n = es__fz_consumer(f, add->out[0]);
   const es_node *sq = &g->nodes[sqrt_n];
   if (sq->op != ES_OP_Sqrt || sq->n_out != 1 || !es__fz_inner(g, sq->out[0], 1))
     return 0;
   if (dv->n_in != 2 || dv->in[0] != d || dv->in[1] != sq->out[0] || !es__fz_inner(g, dv->out[0], 1))
     return 0;
-  int mul_n = es__fz_consumer(g, dv->out[0]);
+  int mul_n = es__fz_consumer(f, dv->out[0]);
   const es_node *mul = &g->nodes[mul_n];
   int gamma = mul->op == ES_OP_Mul ? const_operand(g, mul, dv->out[0]) : -1;
   if (gamma < 0 || !ln_param(f, gamma, x) || !es__fz_inner(g, mul->out[0], 1))
     return 0;
-  int badd_n = es__fz_consumer(g, mul->out[0]);
+  int badd_n = es__fz_consumer(f, mul->out[0]);
   const es_node *badd = &g->nodes[badd_n];
   int beta = badd->op == ES_OP_Add ? const_operand(g, badd, mul->out[0]) : -1;
   if (beta < 0 || !ln_param(f, beta, x) || badd->out[0] < 0)
@@ -136,20 +136,29 @@ static int fuse_layernorm_at(fuser *f, int n) {
   ln.attrs = attrs;
   ln.n_attr = 2;
   const int parts[] = {n, sub_n, pow_n, rm2_n, add_n, sqrt_n, div_n, mul_n};
+  int rc = es__fz_touch(f, badd_n);
+  for (size_t i = 0; rc == 0 && i < sizeof parts / sizeof parts[0]; i++)
+    rc = es__fz_touch(f, parts[i]);
+  if (rc < 0)
+    return rc;
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
     f->gone[parts[i]] = 1;
   g->nodes[badd_n] = ln;
-  es__fz_nodes_compact(f);
-  return 1;
+  rc = es__fz_commit(f);
+  return rc < 0 ? rc : 1;
 }
 
+/* One sweep over the slots, skipping the nodes that went (see
+ * es__fuse_convs); the graph is compacted once at the end. */
 int es__fuse_layernorms(fuser *f) {
+  int changed = 0;
   for (int n = 0; n < f->g->n_nodes; n++) {
+    if (f->gone[n])
+      continue;
     int rc = fuse_layernorm_at(f, n);
     if (rc < 0)
       return rc;
-    if (rc)
-      n--;
+    changed |= rc;
   }
-  return 0;
+  return changed ? es__fz_nodes_compact(f) : 0;
 }

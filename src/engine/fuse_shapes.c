@@ -15,6 +15,46 @@
  * Symbolic shapes
  * ======================================================================== */
 
+/* Interning looks a symbol up in a hash table of the non-fresh ones (a
+ * fresh symbol equals no other): comparing with every symbol made a graph
+ * with n symbols cost n^2. */
+static size_t sym_hash(const sym *s) {
+  const unsigned char *b = (const unsigned char *)s;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a over the bytes, padding zeroed */
+  for (size_t i = 0; i < sizeof *s; i++)
+    h = (h ^ b[i]) * 1099511628211ull;
+  return (size_t)(h ^ (h >> 32));
+}
+
+/* The slot of s in the table: where it is, or the empty one it would take. */
+static size_t sym_slot(const fuser *f, const sym *s) {
+  size_t mask = f->sym_slots - 1;
+  size_t i = sym_hash(s) & mask;
+  while (f->sym_table[i] >= 0 && memcmp(&f->syms[f->sym_table[i]], s, sizeof *s))
+    i = (i + 1) & mask;
+  return i;
+}
+
+/* Room for one more symbol in the table; 0 when out of memory. */
+static int sym_table_room(fuser *f) {
+  if (f->sym_slots && 2 * (f->sym_used + 1) <= f->sym_slots)
+    return 1;
+  size_t slots = f->sym_slots ? f->sym_slots * 2 : 512;
+  int *t = es_mem_alloc(ES_MEM_MODEL, slots * sizeof *t);
+  if (!t)
+    return 0;
+  memset(t, 0xff, slots * sizeof *t);
+  int *old = f->sym_table;
+  size_t old_slots = f->sym_slots;
+  f->sym_table = t;
+  f->sym_slots = slots;
+  for (size_t i = 0; i < old_slots; i++)
+    if (old[i] >= 0)
+      t[sym_slot(f, &f->syms[old[i]])] = old[i];
+  es_mem_free(old);
+  return 1;
+}
+
 static int64_t sym_get(fuser *f, sym_kind kind, int64_t a, int64_t p0, int64_t p1, int64_t p2,
                        int64_t p3, int64_t p4) {
   sym s;
@@ -22,10 +62,13 @@ static int64_t sym_get(fuser *f, sym_kind kind, int64_t a, int64_t p0, int64_t p
   s.kind = kind;
   s.a = a;
   s.p[0] = p0, s.p[1] = p1, s.p[2] = p2, s.p[3] = p3, s.p[4] = p4;
-  if (kind != SYM_FRESH)
-    for (int i = 0; i < f->n_syms; i++)
-      if (!memcmp(&f->syms[i], &s, sizeof s))
-        return -1 - (int64_t)i;
+  size_t at = 0;
+  if (kind != SYM_FRESH && !f->oom) {
+    if (!sym_table_room(f))
+      f->oom = 1; /* as when the symbol cannot be stored: see below */
+    else if (f->sym_table[at = sym_slot(f, &s)] >= 0)
+      return -1 - (int64_t)f->sym_table[at];
+  }
   if (f->n_syms == f->cap_syms) {
     int cap = f->cap_syms ? f->cap_syms * 2 : 256;
     sym *ns = f->oom     ? NULL
@@ -39,6 +82,12 @@ static int64_t sym_get(fuser *f, sym_kind kind, int64_t a, int64_t p0, int64_t p
     }
     f->syms = ns;
     f->cap_syms = cap;
+  }
+  if (f->oom) /* stored symbols may not all be in the table: store no more */
+    return -1 - ((int64_t)1 << 40) - (f->n_unstored++);
+  if (kind != SYM_FRESH) {
+    f->sym_table[at] = f->n_syms;
+    f->sym_used++;
   }
   f->syms[f->n_syms] = s;
   return -1 - (int64_t)(f->n_syms++);

@@ -186,7 +186,57 @@ struct es_prep_store {
   pthread_mutex_t lock;
   prep_entry *head;
   size_t bytes;
+  /* Entries by key, open addressing, at most half full: a plan makes one
+   * lookup per convolution, and walking the list made a model of n
+   * convolutions cost n^2 string compares. */
+  prep_entry **table;
+  size_t slots, used;
 };
+
+static uint64_t prep_hash(const char *key) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *key; key++)
+    h = (h ^ (unsigned char)*key) * 1099511628211ull;
+  return h;
+}
+
+/* The entry stored under key, or NULL. Under the lock. */
+static prep_entry *prep_find(const es_prep_store *s, const char *key) {
+  if (!s->slots)
+    return NULL;
+  for (size_t i = prep_hash(key) & (s->slots - 1);; i = (i + 1) & (s->slots - 1))
+    if (!s->table[i] || !strcmp(s->table[i]->key, key))
+      return s->table[i];
+}
+
+/* Links e (whose key is not stored yet) into the list and the table; 0 or
+ * ES_ENOMEM (nothing linked). Under the lock. */
+static int prep_link(es_prep_store *s, prep_entry *e) {
+  if (2 * (s->used + 1) > s->slots) {
+    size_t slots = s->slots ? 2 * s->slots : 64;
+    prep_entry **t = es_mem_calloc(ES_MEM_ENGINE, slots, sizeof *t);
+    if (!t)
+      return ES_ENOMEM;
+    for (size_t i = 0; i < s->slots; i++)
+      if (s->table[i]) {
+        size_t j = prep_hash(s->table[i]->key) & (slots - 1);
+        while (t[j])
+          j = (j + 1) & (slots - 1);
+        t[j] = s->table[i];
+      }
+    es_mem_free(s->table);
+    s->table = t;
+    s->slots = slots;
+  }
+  size_t j = prep_hash(e->key) & (s->slots - 1);
+  while (s->table[j])
+    j = (j + 1) & (s->slots - 1);
+  s->table[j] = e;
+  s->used++;
+  e->next = s->head;
+  s->head = e;
+  return 0;
+}
 
 int es__prep_store_create(es_prep_store **out) {
   es_prep_store *s = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *s);
@@ -208,6 +258,7 @@ void es__prep_store_destroy(es_prep_store *s) {
     es_mem_free(e);
     e = next;
   }
+  es_mem_free(s->table);
   pthread_mutex_destroy(&s->lock);
   es_mem_free(s);
 }
@@ -220,11 +271,8 @@ int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const v
     return es__fail(ES_EINVAL, "es__prep_store_add: bad argument");
   pthread_mutex_lock(&s->lock);
   int rc = 0;
-  for (prep_entry *e = s->head; e; e = e->next)
-    if (!strcmp(e->key, key)) {
-      rc = es__fail(ES_EINVAL, "prepared weights '%s' are already stored", key);
-      break;
-    }
+  if (prep_find(s, key))
+    rc = es__fail(ES_EINVAL, "prepared weights '%s' are already stored", key);
   prep_entry *e = NULL;
   if (rc == 0) {
     e = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *e);
@@ -234,11 +282,15 @@ int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const v
     }
   }
   if (rc == 0) {
-    e->w = es_weights_retain(w);
     e->data = data;
     e->size = size;
-    e->next = s->head;
-    s->head = e;
+    if (prep_link(s, e) < 0) {
+      es_mem_free(e->key);
+      es_mem_free(e);
+      rc = es__fail(ES_ENOMEM, "out of memory for prepared weights");
+    } else {
+      e->w = es_weights_retain(w);
+    }
   }
   pthread_mutex_unlock(&s->lock);
   return rc;
@@ -272,10 +324,7 @@ int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_
   /* Held across fill so two plans made at once never prepare twice. */
   pthread_mutex_lock(&s->lock);
   int rc = 0;
-  prep_entry *e;
-  for (e = s->head; e; e = e->next)
-    if (!strcmp(e->key, key))
-      break;
+  prep_entry *e = prep_find(s, key);
   if (e) {
     if (e->size < bytes)
       rc = es__kfail(k, ES_ECORRUPT, "prepared weights '%s' exist with another size", key);
@@ -297,17 +346,19 @@ int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_
     rc = fill(user, dst, bytes);
   if (rc == 0)
     rc = es_weights_seal(w);
+  if (rc == 0) {
+    e->w = w;
+    if (prep_link(s, e) < 0)
+      rc = es__kfail(k, ES_ENOMEM, "out of memory for prepared weights");
+  }
   if (rc < 0) {
     es_weights_release(w);
     if (e)
       es_mem_free(e->key);
     es_mem_free(e);
   } else {
-    e->w = w;
     e->data = es_weights_data(w);
     e->size = bytes;
-    e->next = s->head;
-    s->head = e;
     s->bytes += es_weights_size(w);
     *out = e->data;
   }

@@ -2,7 +2,8 @@
  *
  * protobuf-c (code generated at build time from the onnx.proto that Debian's
  * libonnx-dev installs) does the wire parsing and rejects truncated or
- * malformed encodings. Everything the schema cannot express is checked here,
+ * malformed encodings. It recurses once per nested message, so a walk of
+ * our own refuses deep nesting first (ES_EINVAL above 64 levels). Everything the schema cannot express is checked here,
  * before any of it is trusted: element types, ranks, dimension products that
  * overflow, data lengths that disagree with shapes, names that refer to
  * nothing or are defined twice, unknown operators and opsets, cycles.
@@ -26,19 +27,189 @@
 #define ES_ONNX_MAX_OPSET 17
 #define ES_ONNX_MAX_ELEMS ((uint64_t)1 << 40)
 #define ES_ONNX_MAX_NODES (1 << 22)
+/* Messages below the ModelProto, at most. A graph's deepest path is
+ * ModelProto > GraphProto > ValueInfoProto > TypeProto > Tensor >
+ * TensorShapeProto > Dimension (6 levels); each subgraph of an If, Loop or
+ * Scan adds three (NodeProto > AttributeProto > GraphProto) and each
+ * sequence, map or optional type two. 64 leaves room for 19 levels of
+ * nested subgraphs, far beyond what exporters write (and the engine refuses
+ * subgraphs anyway); C++ protobuf's own default limit is 100. */
+#define ES_ONNX_MAX_DEPTH 64
 
 /* ==========================================================================
- * protobuf-c allocations go through the counting layer
+ * protobuf-c allocations: one context allocator per parse
  * ======================================================================== */
 
+/* Every string, array and message protobuf-c unpacks is bumped from one
+ * context allocator (counted under ES_MEM_MODEL) and the whole tree goes in
+ * one es__ctx_free_all: a model of 200,000 nodes is over a million small
+ * blocks, and one malloc (plus a counting header) and one free each cost
+ * more than the rest of the load. The few temporaries protobuf-c frees
+ * while unpacking (its scan slabs) are reclaimed with the rest. oom is set
+ * when an allocation failed, since unpack returns NULL for that and for a
+ * corrupt encoding alike. */
+typedef struct pb_arena {
+  es_ctx ctx;
+  int oom;
+} pb_arena;
+
 static void *pb_alloc(void *user, size_t size) {
-  (void)user;
-  return es_mem_alloc(ES_MEM_MODEL, size ? size : 1);
+  pb_arena *a = user;
+  void *p = es__ctx_alloc(&a->ctx, size);
+  if (!p)
+    a->oom = 1;
+  return p;
 }
 
 static void pb_free(void *user, void *p) {
   (void)user;
-  es_mem_free(p);
+  (void)p;
+}
+
+/* ==========================================================================
+ * Nesting depth, checked before protobuf-c unpacks
+ * ======================================================================== */
+
+/* protobuf-c unpacks a sub-message by recursing, one C stack frame (and a
+ * few hundred bytes) per level, with no limit: a file a few megabytes long
+ * can nest a hundred thousand messages and overflow the stack. So the bytes
+ * are walked first, without recursion: a stack of the enclosing messages'
+ * ends, bounded by the limit. protobuf-c's own descriptors say which
+ * length-delimited fields are sub-messages; strings, bytes (raw tensor
+ * data) and packed numbers are skipped unread, and unknown fields are skipped
+ * as protobuf-c keeps them (as bytes, never parsed). Each byte is read once.
+ *
+ * The walk refuses what protobuf-c's scan would refuse (a zero field number,
+ * a tag longer than 5 bytes, a varint longer than 10, a length prefix longer
+ * than 5 bytes or above INT_MAX or past its message's end, wire types 3, 4,
+ * 6 and 7), so it never stops early on bytes protobuf-c would go on to
+ * unpack deeper. */
+
+typedef struct pb_walk {
+  const uint8_t *p, *end;
+  const char *why; /* set on a wire-format error */
+} pb_walk;
+
+/* One varint of at most max bytes (the value truncated to 64 bits). */
+static int pb_varint(pb_walk *w, unsigned max, uint64_t *out) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < max && w->p + i < w->end; i++) {
+    uint8_t b = w->p[i];
+    if (i < 10)
+      v |= (uint64_t)(b & 0x7f) << (7 * i);
+    if (!(b & 0x80)) {
+      w->p += i + 1;
+      *out = v;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A tag as protobuf-c reads it: the field number from the same bits, 32-bit
+ * arithmetic included. */
+static int pb_tag(pb_walk *w, uint32_t *field, unsigned *wire) {
+  const uint8_t *p = w->p;
+  size_t left = (size_t)(w->end - p);
+  if ((p[0] & 0xf8) == 0)
+    return 0;
+  uint32_t f = (uint32_t)(p[0] & 0x7f) >> 3;
+  *wire = p[0] & 7;
+  unsigned shift = 4, max = left < 5 ? (unsigned)left : 5;
+  for (unsigned i = 0; i < max; i++) {
+    if (i > 0) {
+      f |= (uint32_t)(p[i] & 0x7f) << shift;
+      shift += 7;
+    }
+    if (!(p[i] & 0x80)) {
+      w->p += i + 1;
+      *field = f;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* 0 when data nests at most limit messages below the top one; ES_EINVAL
+ * naming the limit otherwise; ES_EMODEL when the wire format is broken
+ * before the depth is known. what names the top message ("ONNX model"). */
+static int pb_depth_check(const ProtobufCMessageDescriptor *top, const void *data, size_t size,
+                          int limit, const char *what) {
+  struct {
+    const ProtobufCMessageDescriptor *desc;
+    const uint8_t *end;
+  } stack[ES_ONNX_MAX_DEPTH + 1];
+  if (limit > ES_ONNX_MAX_DEPTH)
+    limit = ES_ONNX_MAX_DEPTH;
+  pb_walk w = {data, (const uint8_t *)data + size, NULL};
+  int depth = 0;
+  stack[0].desc = top;
+  stack[0].end = w.end;
+  for (;;) {
+    if (w.p == stack[depth].end) { /* this message is done (p never passes its end) */
+      if (depth == 0)
+        break;
+      depth--;
+      continue;
+    }
+    uint32_t field;
+    unsigned wire;
+    uint64_t len;
+    pb_walk sub = {w.p, stack[depth].end, NULL};
+    if (!pb_tag(&sub, &field, &wire)) {
+      w.why = "a field tag is malformed";
+      break;
+    }
+    switch (wire) {
+    case PROTOBUF_C_WIRE_TYPE_VARINT:
+      if (!pb_varint(&sub, 10, &len))
+        w.why = "a varint is unterminated";
+      break;
+    case PROTOBUF_C_WIRE_TYPE_64BIT:
+    case PROTOBUF_C_WIRE_TYPE_32BIT: {
+      size_t n = wire == PROTOBUF_C_WIRE_TYPE_64BIT ? 8 : 4;
+      if ((size_t)(sub.end - sub.p) < n)
+        w.why = "a fixed-size field is truncated";
+      else
+        sub.p += n;
+      break;
+    }
+    case PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED: {
+      if (!pb_varint(&sub, 5, &len) || len > INT32_MAX || len > (uint64_t)(sub.end - sub.p)) {
+        w.why = "a length prefix is malformed or runs past its message";
+        break;
+      }
+      const ProtobufCFieldDescriptor *fd =
+          protobuf_c_message_descriptor_get_field(stack[depth].desc, field);
+      if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE && fd->descriptor) {
+        if (depth == limit)
+          return es__fail(ES_EINVAL,
+                          "the %s has messages nested deeper than %d levels (field '%s' of a "
+                          "%s at byte %zu)",
+                          what, limit, fd->name, stack[depth].desc->short_name,
+                          (size_t)(w.p - (const uint8_t *)data));
+        depth++;
+        stack[depth].desc = fd->descriptor;
+        stack[depth].end = sub.p + len; /* the sub-message's fields come next */
+      } else {
+        sub.p += len;
+      }
+      break;
+    }
+    default:
+      w.why = "a field has an unsupported wire type (groups are not protobuf-c's)";
+      break;
+    }
+    if (w.why)
+      break;
+    w.p = sub.p;
+  }
+  if (w.why)
+    return es__fail(ES_EMODEL,
+                    "not a valid %s: the protobuf encoding is truncated or corrupted (%s at "
+                    "byte %zu of %zu)",
+                    what, w.why, (size_t)(w.p - (const uint8_t *)data), size);
+  return 0;
 }
 
 /* ==========================================================================
@@ -631,20 +802,29 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
 int es__onnx_load(const void *data, size_t size, es_graph *g) {
   if (!data || !g)
     return es__fail(ES_EINVAL, "es__onnx_load: NULL argument");
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  int rc = pb_depth_check(&onnx__model_proto__descriptor, data, size, ES_ONNX_MAX_DEPTH,
+                          "ONNX model");
+  if (rc < 0)
+    return rc;
+  pb_arena pb = {0};
+  ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
   Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
-  if (!mp)
+  if (!mp) {
+    es__ctx_free_all(&pb.ctx);
+    if (pb.oom)
+      return es__fail(ES_ENOMEM, "out of memory decoding the ONNX model (%zu bytes)", size);
     return es__fail(ES_EMODEL,
                     "not a valid ONNX model: the protobuf encoding is truncated or corrupted "
                     "(%zu bytes)",
                     size);
+  }
   loader L = {.g = g};
-  int rc = graph_load(&L, mp);
+  rc = graph_load(&L, mp);
   if (rc == 0)
     rc = const_stage(&L);
   es_mem_free(L.slots);
   es_mem_free(L.consts);
-  onnx__model_proto__free_unpacked(mp, &al);
+  es__ctx_free_all(&pb.ctx); /* the whole protobuf tree */
   if (rc == 0)
     rc = es__graph_toposort(g);
   if (rc == 0)
@@ -659,15 +839,24 @@ int es__onnx_load(const void *data, size_t size, es_graph *g) {
 int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {
   if (!buf || !v || !data)
     return es__fail(ES_EINVAL, "es__onnx_tensor_parse: NULL argument");
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  int rc = pb_depth_check(&onnx__tensor_proto__descriptor, buf, size, ES_ONNX_MAX_DEPTH,
+                          "TensorProto");
+  if (rc < 0)
+    return rc;
+  pb_arena pb = {0};
+  ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
   Onnx__TensorProto *t = onnx__tensor_proto__unpack(&al, size, buf);
-  if (!t)
+  if (!t) {
+    es__ctx_free_all(&pb.ctx);
+    if (pb.oom)
+      return es__fail(ES_ENOMEM, "out of memory decoding a TensorProto (%zu bytes)", size);
     return es__fail(ES_EMODEL, "not a valid TensorProto (%zu bytes)", size);
+  }
   memset(v, 0, sizeof *v);
   v->rank = -1;
   v->producer = -1;
   v->kind = ES_VALUE_CONST;
-  int rc = tensor_check(t, v, "tensor");
+  rc = tensor_check(t, v, "tensor");
   void *d = NULL;
   if (rc == 0) {
     d = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, v->nbytes ? v->nbytes : 1);
@@ -676,7 +865,7 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
     else
       tensor_copy(t, v, d);
   }
-  onnx__tensor_proto__free_unpacked(t, &al);
+  es__ctx_free_all(&pb.ctx);
   v->data = d;
   *data = d;
   return rc;

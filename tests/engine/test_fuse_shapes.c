@@ -108,8 +108,7 @@ static void test_target_models(void **state) {
     printf("# %-26s %ld values, %ld dims checked (%ld symbolic)\n", cases[c].file, t.values,
            t.dims, t.symbolic);
     assert_true(t.dims > 0);
-    es_mem_free(f.shape);
-    es_mem_free(f.syms);
+    es__fuser_fini(&f);
     es_model_release(m);
   }
   es_engine_fusion_set(1);

@@ -282,3 +282,110 @@ void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, 
   es_arena_destroy(a);
   es_plan_release(p);
 }
+
+/* ---- large and hostile models ---------------------------------------------- */
+
+uint8_t *ob_chain_pack(const char *op, int n, int rank, const int64_t *dims, size_t *size) {
+  assert_true(n > 0);
+  ob *b = ob_new(13);
+  Onnx__NodeProto *nodes = calloc((size_t)n, sizeof *nodes);
+  Onnx__NodeProto **ptrs = calloc((size_t)n, sizeof *ptrs);
+  char **io = calloc(2 * (size_t)n, sizeof *io); /* per node: input, output */
+  char *names = calloc((size_t)n, 32);           /* per node: "r<i>" then "n<i>" */
+  assert_true(nodes && ptrs && io && names);
+  for (int i = 0; i < n; i++) {
+    char *out = names + 32 * (size_t)i, *name = out + 16;
+    snprintf(out, 16, "r%d", i);
+    snprintf(name, 16, "n%d", i);
+    io[2 * i] = i ? names + 32 * (size_t)(i - 1) : "x";
+    io[2 * i + 1] = out;
+    onnx__node_proto__init(&nodes[i]);
+    nodes[i].op_type = (char *)op;
+    nodes[i].name = name;
+    nodes[i].n_input = 1;
+    nodes[i].input = &io[2 * i];
+    nodes[i].n_output = 1;
+    nodes[i].output = &io[2 * i + 1];
+    ptrs[i] = &nodes[i];
+  }
+  ob_input(b, "x", rank, dims);
+  ob_output(b, names + 32 * (size_t)(n - 1));
+  b->graph.n_node = (size_t)n;
+  b->graph.node = ptrs;
+  uint8_t *buf = ob_pack(b, size);
+  free(nodes);
+  free(ptrs);
+  free(io);
+  free(names);
+  free(b);
+  return buf;
+}
+
+/* Writing backwards: each call puts bytes just before *pos. */
+static void wire_put(uint8_t *buf, size_t *pos, const void *p, size_t n) {
+  assert_true(*pos >= n);
+  *pos -= n;
+  memcpy(buf + *pos, p, n);
+}
+
+static void wire_varint(uint8_t *buf, size_t *pos, uint64_t v) {
+  uint8_t tmp[10];
+  size_t n = 0;
+  do {
+    tmp[n] = (uint8_t)(v & 0x7f) | (v > 0x7f ? 0x80 : 0);
+    v >>= 7;
+    n++;
+  } while (v);
+  wire_put(buf, pos, tmp, n);
+}
+
+/* Field number, wire type 2, and the length of everything from *pos to
+ * end: the message or string just written. */
+static void wire_len_key(uint8_t *buf, size_t *pos, size_t end, int field) {
+  wire_varint(buf, pos, end - *pos);
+  wire_varint(buf, pos, (uint64_t)field << 3 | 2);
+}
+
+static void wire_string(uint8_t *buf, size_t *pos, int field, const char *s) {
+  size_t end = *pos;
+  wire_put(buf, pos, s, strlen(s));
+  wire_len_key(buf, pos, end, field);
+}
+
+static void wire_int(uint8_t *buf, size_t *pos, int field, uint64_t v) {
+  wire_varint(buf, pos, v);
+  wire_varint(buf, pos, (uint64_t)field << 3);
+}
+
+uint8_t *ob_nested_graphs_pack(int levels, size_t *size) {
+  assert_true(levels >= 0);
+  /* Each level takes 36 bytes plus its length prefixes, 4 bytes each at most
+   * below 256 MiB. */
+  size_t cap = (size_t)levels * 64 + 128, end = cap, pos = cap;
+  uint8_t *buf = malloc(cap);
+  assert_non_null(buf);
+  /* Every sub-message is the last field of its parent, so each message
+   * ends at the buffer's end: its length is end - pos once written. */
+  for (int i = 0; i < levels; i++) {
+    /* AttributeProto { name, type GRAPH, g = the graph so far } */
+    wire_len_key(buf, &pos, end, 6); /* g */
+    wire_int(buf, &pos, 20, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
+    wire_string(buf, &pos, 1, "then_branch");
+    /* NodeProto { output, op_type, attribute } */
+    wire_len_key(buf, &pos, end, 5); /* attribute */
+    wire_string(buf, &pos, 4, "If");
+    wire_string(buf, &pos, 2, "y");
+    wire_string(buf, &pos, 1, "c");
+    /* GraphProto { node } */
+    wire_len_key(buf, &pos, end, 1); /* node */
+  }
+  /* ModelProto { ir_version 8, opset_import { version 13 }, graph } */
+  wire_len_key(buf, &pos, end, 7); /* graph */
+  size_t os_end = pos;
+  wire_int(buf, &pos, 2, 13);
+  wire_len_key(buf, &pos, os_end, 8); /* opset_import */
+  wire_int(buf, &pos, 1, 8);
+  *size = end - pos;
+  memmove(buf, buf + pos, *size);
+  return buf;
+}

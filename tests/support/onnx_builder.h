@@ -92,6 +92,20 @@ void ob_attr_floats(ob *b, int node, const char *name, size_t n, const float *v)
 void ob_attr_tensor(ob *b, int node, const char *name, Onnx__TensorProto *t);
 void ob_attr_graph(ob *b, int node, const char *name, Onnx__GraphProto *g);
 
+/* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
+
+/* A chain of n unary nodes op (an operator without attributes), named
+ * "n0".."n<n-1>": x (float, dims) -> r0 -> ... -> r<n-1>, the output. */
+uint8_t *ob_chain_pack(const char *op, int n, int rank, const int64_t *dims, size_t *size);
+/* A model whose main graph holds an If node whose then_branch attribute
+ * holds a graph holding an If node, and so on: levels subgraphs, the last
+ * one empty (levels 0: the main graph is empty). Each level nests three
+ * messages (NodeProto, AttributeProto, GraphProto), so the deepest
+ * GraphProto sits 1 + 3 * levels messages below the ModelProto. Written
+ * straight to the wire format, inside out, without recursion (protobuf-c's
+ * packer recurses). */
+uint8_t *ob_nested_graphs_pack(int levels, size_t *size);
+
 /* The model's bytes (malloc'ed, at least one byte). */
 uint8_t *ob_pack(const ob *b, size_t *size);
 /* Packs and loads the model; the test fails if loading does. */
