@@ -767,7 +767,7 @@ void es__srv_observe(es_server *s, srv_model *sm, uint64_t queue_ns, uint64_t ru
 }
 
 void es__srv_track(es_server *s, es_request *r, int on) {
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->track_mu);
   if (on) {
     if (s->n_tracked < sizeof s->tracked / sizeof s->tracked[0])
       s->tracked[s->n_tracked++] = r;
@@ -778,25 +778,28 @@ void es__srv_track(es_server *s, es_request *r, int on) {
         break;
       }
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->track_mu);
 }
 
 size_t es__srv_tracked(es_server *s) {
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->track_mu);
   size_t n = s->n_tracked;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->track_mu);
   return n;
 }
 
 /* Cancel what is still queued; running requests finish (runs are not
  * interrupted). Returns how many were cancelled. The handles stay owned by
- * their connection threads, which answer 503. */
+ * their jobs, which answer 503. Under track_mu, not the server's mutex: a
+ * cancel completes the request at once, and its callback gives the model
+ * back (es__srv_model_release takes the server's mutex). A job leaves the
+ * list (under track_mu) before its handle is freed. */
 size_t es__srv_cancel_tracked(es_server *s) {
-  pthread_mutex_lock(&s->mu);
+  pthread_mutex_lock(&s->track_mu);
   size_t n = 0;
   for (size_t i = 0; i < s->n_tracked; i++)
     n += es_request_cancel(s->tracked[i]) == 0;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&s->track_mu);
   return n;
 }
 
@@ -832,6 +835,7 @@ static int budget_auto(es_runtime_config *rc) {
 /* What es_server_create set up before the runtime, freed. */
 static void free_server(es_server *s) {
   pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->track_mu);
   pthread_mutex_destroy(&s->mu);
   explicit_bzero(s->cfg.control_token, sizeof s->cfg.control_token);
   es_mem_free(s);
@@ -863,6 +867,7 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
       s->cfg.max_buffered_bytes > s->cfg.runtime.memory_budget_bytes)
     s->cfg.max_buffered_bytes = s->cfg.runtime.memory_budget_bytes;
   pthread_mutex_init(&s->mu, NULL);
+  pthread_mutex_init(&s->track_mu, NULL);
   pthread_condattr_t ca; /* the unload's timeout does not follow the wall clock */
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -113,6 +113,7 @@ struct es_server {
                                 dropped to 0; with mu, on CLOCK_MONOTONIC */
   srv_model models[SRV_MAX_MODELS];
   int n_models;
+  pthread_mutex_t track_mu;  /* tracked[]: never held while taking mu */
   es_request *tracked[1024]; /* requests in the runtime now (for shutdown) */
   size_t n_tracked;
   _Atomic size_t buffered;
