@@ -31,9 +31,13 @@
  * protobuf-c allocations go through the counting layer
  * ======================================================================== */
 
+/* user: an int set to 1 when an allocation failed, since unpack returns
+ * NULL for that and for a corrupt encoding alike. */
 static void *pb_alloc(void *user, size_t size) {
-  (void)user;
-  return es_mem_alloc(ES_MEM_MODEL, size ? size : 1);
+  void *p = es_mem_alloc(ES_MEM_MODEL, size ? size : 1);
+  if (!p)
+    *(int *)user = 1;
+  return p;
 }
 
 static void pb_free(void *user, void *p) {
@@ -631,8 +635,11 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
 int es__onnx_load(const void *data, size_t size, es_graph *g) {
   if (!data || !g)
     return es__fail(ES_EINVAL, "es__onnx_load: NULL argument");
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  int oom = 0;
+  ProtobufCAllocator al = {pb_alloc, pb_free, &oom};
   Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
+  if (!mp && oom)
+    return es__fail(ES_ENOMEM, "out of memory decoding the ONNX model (%zu bytes)", size);
   if (!mp)
     return es__fail(ES_EMODEL,
                     "not a valid ONNX model: the protobuf encoding is truncated or corrupted "
@@ -659,8 +666,11 @@ int es__onnx_load(const void *data, size_t size, es_graph *g) {
 int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {
   if (!buf || !v || !data)
     return es__fail(ES_EINVAL, "es__onnx_tensor_parse: NULL argument");
-  ProtobufCAllocator al = {pb_alloc, pb_free, NULL};
+  int oom = 0;
+  ProtobufCAllocator al = {pb_alloc, pb_free, &oom};
   Onnx__TensorProto *t = onnx__tensor_proto__unpack(&al, size, buf);
+  if (!t && oom)
+    return es__fail(ES_ENOMEM, "out of memory decoding a TensorProto (%zu bytes)", size);
   if (!t)
     return es__fail(ES_EMODEL, "not a valid TensorProto (%zu bytes)", size);
   memset(v, 0, sizeof *v);
