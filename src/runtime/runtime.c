@@ -142,6 +142,7 @@ struct es_request {
   es_tensor outputs[ES_RT_MAX_IO];
   void *out_block;
   es_refusal refusal;
+  char detail[256]; /* the worker's error detail, raised again in the waiter's thread */
   es_request_done_fn on_done;
   void *user;
   pthread_cond_t cv;
@@ -506,6 +507,8 @@ static void *worker_main(void *arg) {
     else {
       rc = run_request(w, r, scratch, cap);
       r->ran = 1;
+      if (rc < 0)
+        snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
     }
     uint64_t run_ns = es__now_ns() - r->start_ns;
 
@@ -664,7 +667,7 @@ static void stop_threads(es_runtime *rt) {
 }
 
 static void free_runtime(es_runtime *rt) {
-  for (int i = 0; i < rt->n_workers; i++) {
+  for (int i = 0; rt->workers && i < rt->n_workers; i++) { /* NULL: its calloc failed */
     rt_worker *w = &rt->workers[i];
     if (w->scratch)
       es_mem_unmap(ES_MEM_SCRATCH, w->scratch, w->scratch_cap);
@@ -1303,7 +1306,8 @@ int es_request_wait(es_request *r, int timeout_ms) {
   }
   rc = r->status;
   pthread_mutex_unlock(&rt->lock);
-  return rc;
+  /* The detail was set in the worker's thread: the caller's is another. */
+  return rc < 0 ? es__fail(rc, "%s", r->detail[0] ? r->detail : es_strerror(rc)) : rc;
 }
 
 int es_request_status(es_request *r) {
