@@ -128,8 +128,9 @@ ES_API const char *es_mem_tag_name(es_mem_tag tag);
  * on_alloc (may be NULL) is called in the allocating thread before the
  * decision, with the attempt's number, tag, size and caller (the return
  * address into the code that called es_mem_*, to tell allocation sites
- * apart); it must not allocate through es_mem_*. Allocations of every thread are numbered in one
- * sequence, so an exact replay needs the other threads quiet.
+ * apart); it must not allocate through es_mem_*. The attempts of all
+ * threads are numbered in one sequence, so an exact replay needs the other
+ * threads quiet.
  *
  * Disarmed (the default), the cost is one relaxed atomic load per
  * allocation. Arming and disarming are thread-safe; arming again restarts
