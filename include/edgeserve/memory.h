@@ -112,6 +112,48 @@ ES_API size_t es_mem_total(void);
 /* "arena", "buddy", ...; "?" for a bad tag. */
 ES_API const char *es_mem_tag_name(es_mem_tag tag);
 
+/* ---------------------------------------------------------------------------
+ * Allocation-failure injection, for tests (as SQLite tests out-of-memory):
+ * while armed, the counting layer numbers every allocation attempt that
+ * would reach the system (es_mem_alloc, _calloc, _aligned_alloc, _realloc,
+ * _strdup, _map, and so everything built on them: the context allocator,
+ * protobuf-c's allocator, arenas, pools, buddy regions) from 1, and makes
+ * the fail_at-th one return NULL as if the system had refused it (counted in
+ * es_mem_stats.failures). persistent = 0 fails that one only (one-shot:
+ * the code must carry the error out while later allocations succeed again);
+ * persistent = 1 fails it and every later one (cleanup must not need
+ * memory). fail_at = 0 fails nothing: the allocations are only numbered and
+ * shown to on_alloc (to count them, or to record where they are made).
+ *
+ * on_alloc (may be NULL) is called in the allocating thread before the
+ * decision, with the attempt's number, tag, size and caller (the return
+ * address into the code that called es_mem_*, to tell allocation sites
+ * apart); it must not allocate through es_mem_*. The attempts of all
+ * threads are numbered in one sequence, so an exact replay needs the other
+ * threads quiet.
+ *
+ * Disarmed (the default), the cost is one relaxed atomic load per
+ * allocation. Arming and disarming are thread-safe; arming again restarts
+ * the numbering. ES_EINVAL for a NULL cfg. */
+typedef struct es_mem_fault_config {
+  uint64_t fail_at; /* number of the attempt to fail, from 1; 0: none */
+  int persistent;   /* 1: that one and every later one fail */
+  void (*on_alloc)(void *user, uint64_t ordinal, es_mem_tag tag, size_t size,
+                   const void *caller);
+  void *user;
+} es_mem_fault_config;
+
+typedef struct es_mem_fault_stats {
+  int armed;
+  uint64_t calls;    /* attempts numbered since the last arming */
+  uint64_t injected; /* of those, failed on purpose */
+} es_mem_fault_stats;
+
+ES_API int es_mem_fault_arm(const es_mem_fault_config *cfg);
+/* Stop numbering and failing; the stats keep their last values. */
+ES_API void es_mem_fault_disarm(void);
+ES_API int es_mem_fault_stats_get(es_mem_fault_stats *out);
+
 /* ===========================================================================
  * Request arena (BRIEF §3). A bump allocator: alloc moves a pointer, reset
  * frees everything at once, no per-allocation metadata, no partial free.

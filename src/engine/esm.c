@@ -209,7 +209,9 @@ static int prep_one(void *user, const char *key, const void *data, size_t size) 
   put_u64(&c->table, size);
   put(&c->data, data, size);
   c->count++;
-  return c->table.err || c->data.err ? ES_ENOMEM : 0;
+  return c->table.err || c->data.err
+             ? es__fail(ES_ENOMEM, "out of memory compiling the prepared weights")
+             : 0;
 }
 
 int es_model_compile(es_model *m, const char *source_path, const char *out_path) {
@@ -320,6 +322,7 @@ int es_model_compile(es_model *m, const char *source_path, const char *out_path)
 typedef struct rcur {
   const unsigned char *p, *end;
   int bad;
+  int oom; /* bad because a copy could not be allocated: ES_ENOMEM, not corrupt */
 } rcur;
 
 static int take(rcur *c, void *dst, size_t n) {
@@ -366,6 +369,7 @@ static const char *get_str(rcur *c, es_ctx *ctx) {
   char *s = es__ctx_alloc(ctx, (size_t)n + 1);
   if (!s) {
     c->bad = 1;
+    c->oom = 1;
     return NULL;
   }
   memcpy(s, c->p, n);
@@ -556,8 +560,10 @@ int es__esm_load(const char *path, es_model *m) {
     return BAD("%s: section table is corrupt", path);
   }
   es_graph *g = &m->g;
-  rcur c = {base + h.graph_off, base + h.graph_off + h.graph_size, 0};
+  rcur c = {base + h.graph_off, base + h.graph_off + h.graph_size, 0, 0};
   rc = graph_read(&c, g, base + h.weights_off, h.weights_size);
+  if (rc < 0 && c.oom)
+    rc = es__fail(ES_ENOMEM, "%s: out of memory loading a compiled model", path);
   if (rc == 0)
     rc = es__graph_toposort(g); /* refuses cycles; the order is already right */
   if (rc == 0) {
@@ -581,13 +587,15 @@ int es__esm_load(const char *path, es_model *m) {
   char isa[48];
   esm_isa(isa, sizeof isa);
   if (rc == 0 && !strncmp(isa, h.isa, sizeof h.isa)) {
-    rcur p = {base + h.prep_off, base + h.prep_off + h.prep_size, 0};
+    rcur p = {base + h.prep_off, base + h.prep_off + h.prep_size, 0, 0};
     uint32_t count = get_u32(&p);
     es_ctx tmp = {0};
     for (uint32_t i = 0; rc == 0 && i < count; i++) {
       const char *key = get_str(&p, &tmp);
       uint64_t off = get_u64(&p), len = get_u64(&p);
-      if (p.bad || !key || off % ESM_ALIGN || off > size || len > size - off)
+      if (p.oom)
+        rc = es__fail(ES_ENOMEM, "%s: out of memory loading a compiled model", path);
+      else if (p.bad || !key || off % ESM_ALIGN || off > size || len > size - off)
         rc = BAD("%s: prepared weights table is corrupt", path);
       else
         rc = es__prep_store_add(m->prep, key, w, base + off, (size_t)len);

@@ -8,7 +8,14 @@
  *
  * Counters are relaxed atomics: they are statistics, never used to order
  * other memory accesses. The peak is maintained with a CAS loop so it is
- * never below a value `current` really had. */
+ * never below a value `current` really had.
+ *
+ * Failure injection (es_mem_fault_arm) sits in front of each call to the
+ * system: disarmed, it is one relaxed load of a flag, and everything else
+ * (numbering, the hook, the decision) is in a cold function. The flag is
+ * stored with release after the configuration, and the cold path reloads it
+ * with acquire, so an allocating thread that sees the flag sees the
+ * configuration it belongs to. */
 #include "edgeserve/memory.h"
 #include "common/internal.h"
 
@@ -74,6 +81,73 @@ static void count_fail(es_mem_tag tag) {
   atomic_fetch_add_explicit(&es_counters_[tag].failures, 1, memory_order_relaxed);
 }
 
+/* ---- failure injection ------------------------------------------------------ */
+
+typedef void (*es_mem_fault_fn)(void *user, uint64_t ordinal, es_mem_tag tag, size_t size,
+                                const void *caller);
+
+static _Atomic int fault_on_;
+static _Atomic uint64_t fault_at_;
+static _Atomic int fault_persistent_;
+static _Atomic(es_mem_fault_fn) fault_fn_;
+static _Atomic(void *) fault_user_;
+static _Atomic uint64_t fault_calls_;
+static _Atomic uint64_t fault_injected_;
+
+__attribute__((noinline, cold)) static int fault_hit_slow(es_mem_tag tag, size_t size,
+                                                          const void *caller) {
+  if (!atomic_load_explicit(&fault_on_, memory_order_acquire))
+    return 0;
+  uint64_t n = atomic_fetch_add_explicit(&fault_calls_, 1, memory_order_relaxed) + 1;
+  es_mem_fault_fn fn = atomic_load_explicit(&fault_fn_, memory_order_relaxed);
+  if (fn)
+    fn(atomic_load_explicit(&fault_user_, memory_order_relaxed), n, tag, size, caller);
+  uint64_t at = atomic_load_explicit(&fault_at_, memory_order_relaxed);
+  int hit = at != 0 && (n == at ||
+                        (n > at && atomic_load_explicit(&fault_persistent_, memory_order_relaxed)));
+  if (hit)
+    atomic_fetch_add_explicit(&fault_injected_, 1, memory_order_relaxed);
+  return hit;
+}
+
+/* 1 when this attempt is to fail on purpose. */
+static inline int fault_hit(es_mem_tag tag, size_t size, const void *caller) {
+  if (__builtin_expect(!atomic_load_explicit(&fault_on_, memory_order_relaxed), 1))
+    return 0;
+  return fault_hit_slow(tag, size, caller);
+}
+
+/* The return address into the code that called the counting layer: the
+ * public functions pass theirs down, so calloc and strdup name their
+ * caller, not the alloc they call. */
+#define CALLER() __builtin_return_address(0)
+
+int es_mem_fault_arm(const es_mem_fault_config *cfg) {
+  if (!cfg)
+    return ES_EINVAL;
+  /* Off while the fields change, so no thread mixes two configurations. */
+  atomic_store_explicit(&fault_on_, 0, memory_order_release);
+  atomic_store_explicit(&fault_at_, cfg->fail_at, memory_order_relaxed);
+  atomic_store_explicit(&fault_persistent_, cfg->persistent != 0, memory_order_relaxed);
+  atomic_store_explicit(&fault_fn_, cfg->on_alloc, memory_order_relaxed);
+  atomic_store_explicit(&fault_user_, cfg->user, memory_order_relaxed);
+  atomic_store_explicit(&fault_calls_, 0, memory_order_relaxed);
+  atomic_store_explicit(&fault_injected_, 0, memory_order_relaxed);
+  atomic_store_explicit(&fault_on_, 1, memory_order_release);
+  return 0;
+}
+
+void es_mem_fault_disarm(void) { atomic_store_explicit(&fault_on_, 0, memory_order_release); }
+
+int es_mem_fault_stats_get(es_mem_fault_stats *out) {
+  if (!out)
+    return ES_EINVAL;
+  out->armed = atomic_load_explicit(&fault_on_, memory_order_acquire);
+  out->calls = atomic_load_explicit(&fault_calls_, memory_order_relaxed);
+  out->injected = atomic_load_explicit(&fault_injected_, memory_order_relaxed);
+  return 0;
+}
+
 /* ---- heap ------------------------------------------------------------------ */
 
 static void *hdr_init(void *raw, void *user, es_mem_tag tag, size_t size, int aligned) {
@@ -94,14 +168,14 @@ static es_mem_hdr *hdr_of(void *p) {
   return h;
 }
 
-void *es_mem_alloc(es_mem_tag tag, size_t size) {
+static void *alloc_from(es_mem_tag tag, size_t size, const void *caller) {
   if (!tag_ok(tag))
     return NULL;
   if (size == 0 || size > SIZE_MAX - sizeof(es_mem_hdr)) {
     count_fail(tag);
     return NULL;
   }
-  void *raw = malloc(sizeof(es_mem_hdr) + size);
+  void *raw = fault_hit(tag, size, caller) ? NULL : malloc(sizeof(es_mem_hdr) + size);
   if (!raw) {
     count_fail(tag);
     return NULL;
@@ -109,13 +183,15 @@ void *es_mem_alloc(es_mem_tag tag, size_t size) {
   return hdr_init(raw, (es_mem_hdr *)raw + 1, tag, size, 0);
 }
 
+void *es_mem_alloc(es_mem_tag tag, size_t size) { return alloc_from(tag, size, CALLER()); }
+
 void *es_mem_calloc(es_mem_tag tag, size_t n, size_t size) {
   if (size != 0 && n > SIZE_MAX / size) {
     if (tag_ok(tag))
       count_fail(tag);
     return NULL;
   }
-  void *p = es_mem_alloc(tag, n * size);
+  void *p = alloc_from(tag, n * size, CALLER());
   if (p)
     memset(p, 0, n * size);
   return p;
@@ -135,7 +211,8 @@ void *es_mem_aligned_alloc(es_mem_tag tag, size_t align, size_t size) {
     count_fail(tag);
     return NULL;
   }
-  void *raw = malloc(sizeof(es_mem_hdr) + align + size);
+  void *raw =
+      fault_hit(tag, size, CALLER()) ? NULL : malloc(sizeof(es_mem_hdr) + align + size);
   if (!raw) {
     count_fail(tag);
     return NULL;
@@ -156,7 +233,7 @@ void *es_mem_realloc(void *p, size_t size) {
     return NULL;
   }
   size_t old = h->size;
-  es_mem_hdr *n = realloc(h, sizeof(es_mem_hdr) + size);
+  es_mem_hdr *n = fault_hit(tag, size, CALLER()) ? NULL : realloc(h, sizeof(es_mem_hdr) + size);
   if (!n) {
     count_fail(tag);
     return NULL;
@@ -175,7 +252,7 @@ char *es_mem_strdup(es_mem_tag tag, const char *s) {
   if (!s)
     return NULL;
   size_t n = strlen(s) + 1;
-  char *d = es_mem_alloc(tag, n);
+  char *d = alloc_from(tag, n, CALLER());
   if (d)
     memcpy(d, s, n);
   return d;
@@ -208,7 +285,9 @@ void *es_mem_map(es_mem_tag tag, size_t size) {
     count_fail(tag);
     return NULL;
   }
-  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void *p = fault_hit(tag, n, CALLER()) ? MAP_FAILED
+                              : mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                                     -1, 0);
   if (p == MAP_FAILED) {
     count_fail(tag);
     return NULL;

@@ -744,7 +744,7 @@ static void stop_threads(es_runtime *rt) {
 }
 
 static void free_runtime(es_runtime *rt) {
-  for (int i = 0; i < rt->n_workers; i++) {
+  for (int i = 0; rt->workers && i < rt->n_workers; i++) { /* NULL: its calloc failed */
     rt_worker *w = &rt->workers[i];
     if (w->scratch)
       es_mem_unmap(ES_MEM_SCRATCH, w->scratch, w->scratch_cap);

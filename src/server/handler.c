@@ -719,7 +719,8 @@ void es__srv_job_answer(es_server *s, srv_job *j, srv_resp *out) {
 /* ---- routes ------------------------------------------------------------------- */
 
 /* The request's body parsed, with the binary extension's header length.
- * 0, or ES_EINVAL with the reason in err. */
+ * 0, or ES_EINVAL (the request) or ES_ENOMEM (the server: 503) with the
+ * reason in err. */
 static int read_request(es_server *s, const srv_req *rq, es_v2_request *q, char *err,
                         size_t errlen) {
   long long header_len = -1;
@@ -733,10 +734,9 @@ static int read_request(es_server *s, const srv_req *rq, es_v2_request *q, char 
       return ES_EINVAL;
     }
   }
-  if (es__v2_request_parse(rq->body ? rq->body : "", rq->len, header_len, s->cfg.max_elements, q,
-                           err, errlen) < 0)
-    return ES_EINVAL;
-  return 0;
+  int rc = es__v2_request_parse(rq->body ? rq->body : "", rq->len, header_len,
+                                s->cfg.max_elements, q, err, errlen);
+  return rc < 0 ? rc : 0; /* ES_EINVAL for the request, ES_ENOMEM for the server */
 }
 
 static int infer(es_server *s, srv_model *sm, const srv_req *rq, srv_wake_fn wake, void *user,
@@ -747,8 +747,9 @@ static int infer(es_server *s, srv_model *sm, const srv_req *rq, srv_wake_fn wak
     return 0;
   }
   char why[512];
-  if (read_request(s, rq, &j->q, why, sizeof why) < 0) {
-    resp_status(s, out, sm, ES_EINVAL, NULL, "%s", why);
+  int prc = read_request(s, rq, &j->q, why, sizeof why);
+  if (prc < 0) {
+    resp_status(s, out, sm, prc, NULL, "%s", why);
     job_free(j);
     return 0;
   }

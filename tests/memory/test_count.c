@@ -359,6 +359,141 @@ static void test_sys_success_keeps_detail(void **state) {
   assert_string_equal(es_last_error_detail(), saved);
 }
 
+/* ---- failure injection ------------------------------------------------------------ */
+
+typedef struct seen_log {
+  uint64_t n;                /* calls of the hook */
+  uint64_t last;             /* last ordinal */
+  es_mem_tag tag[16];
+  size_t size[16];
+  const void *caller[16];
+} seen_log;
+
+static void log_alloc(void *user, uint64_t ordinal, es_mem_tag tag, size_t size,
+                      const void *caller) {
+  seen_log *l = user;
+  if (l->n < 16) {
+    l->tag[l->n] = tag;
+    l->size[l->n] = size;
+    l->caller[l->n] = caller;
+  }
+  l->n++;
+  l->last = ordinal;
+}
+
+static es_mem_fault_stats fault_stats(void) {
+  es_mem_fault_stats fs;
+  assert_int_equal(es_mem_fault_stats_get(&fs), 0);
+  return fs;
+}
+
+/* One-shot: only the N-th attempt fails, counted as a failure of its tag,
+ * whichever entry point makes it; the ones before and after succeed. */
+static void test_fault_one_shot(void **state) {
+  (void)state;
+  for (uint64_t at = 1; at <= 6; at++) {
+    void *r = es_mem_alloc(ES_MEM_KERNELS, 8); /* made before arming: not numbered */
+    assert_non_null(r);
+    es_mem_stats s0 = stats_of(ES_MEM_KERNELS);
+    es_mem_fault_config fc = {.fail_at = at};
+    ES_CHECK_RC(es_mem_fault_arm(&fc));
+    void *p[6];
+    p[0] = es_mem_alloc(ES_MEM_KERNELS, 100);
+    p[1] = es_mem_calloc(ES_MEM_KERNELS, 10, 10);
+    p[2] = es_mem_aligned_alloc(ES_MEM_KERNELS, 256, 100);
+    p[3] = es_mem_strdup(ES_MEM_KERNELS, "injected");
+    p[4] = es_mem_map(ES_MEM_KERNELS, 100);
+    p[5] = es_mem_realloc(r, 4000);
+    es_mem_fault_disarm();
+    es_mem_fault_stats fs = fault_stats();
+    assert_int_equal(fs.armed, 0);
+    assert_int_equal(fs.calls, 6);
+    assert_int_equal(fs.injected, 1);
+    for (uint64_t i = 0; i < 6; i++) {
+      if (i + 1 == at)
+        assert_null(p[i]);
+      else
+        assert_non_null(p[i]);
+    }
+    if (at == 6)
+      p[5] = r; /* the old block is untouched and still owned */
+    es_mem_stats s1 = stats_of(ES_MEM_KERNELS);
+    assert_int_equal(s1.failures - s0.failures, 1);
+    for (int i = 0; i < 6; i++)
+      if (i == 4)
+        es_mem_unmap(ES_MEM_KERNELS, p[i], 100);
+      else
+        es_mem_free(p[i]);
+    assert_int_equal(stats_of(ES_MEM_KERNELS).current + 8, s0.current);
+  }
+}
+
+/* Persistent: the N-th and every later attempt fail until disarmed. */
+static void test_fault_persistent(void **state) {
+  (void)state;
+  es_mem_fault_config fc = {.fail_at = 3, .persistent = 1};
+  ES_CHECK_RC(es_mem_fault_arm(&fc));
+  void *a = es_mem_alloc(ES_MEM_OTHER, 10), *b = es_mem_alloc(ES_MEM_OTHER, 10);
+  void *c = es_mem_alloc(ES_MEM_OTHER, 10), *d = es_mem_map(ES_MEM_OTHER, 10);
+  void *e = es_mem_realloc(a, 20);
+  es_mem_fault_stats fs = fault_stats();
+  assert_int_equal(fs.armed, 1);
+  assert_int_equal(fs.calls, 5);
+  assert_int_equal(fs.injected, 3);
+  es_mem_fault_disarm();
+  void *f = es_mem_alloc(ES_MEM_OTHER, 10);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_null(c);
+  assert_null(d);
+  assert_null(e);
+  assert_non_null(f);
+  assert_int_equal(fault_stats().calls, 5); /* disarmed: not numbered */
+  es_mem_free(a);
+  es_mem_free(b);
+  es_mem_free(f);
+}
+
+/* fail_at 0 numbers the attempts and shows them to the hook, with tag, size
+ * and the caller (here: inside this function), and fails none. Arguments
+ * refused before the system is asked are not attempts. */
+static void test_fault_count_only(void **state) {
+  (void)state;
+  seen_log l = {0};
+  es_mem_fault_config fc = {.on_alloc = log_alloc, .user = &l};
+  ES_CHECK_RC(es_mem_fault_arm(&fc));
+  void *a = es_mem_calloc(ES_MEM_APPS, 3, 7);
+  assert_null(es_mem_alloc(ES_MEM_APPS, 0));
+  assert_null(es_mem_aligned_alloc(ES_MEM_APPS, 3, 10));
+  char *s = es_mem_strdup(ES_MEM_SERVER, "x");
+  es_mem_fault_disarm();
+  assert_non_null(a);
+  assert_non_null(s);
+  assert_int_equal(l.n, 2);
+  assert_int_equal(l.last, 2);
+  assert_int_equal(l.tag[0], ES_MEM_APPS);
+  assert_int_equal(l.size[0], 21);
+  assert_int_equal(l.tag[1], ES_MEM_SERVER);
+  assert_int_equal(l.size[1], 2);
+  /* The callers are return addresses into this function. */
+  uintptr_t here = (uintptr_t)(void *)test_fault_count_only;
+  for (int i = 0; i < 2; i++)
+    assert_true((uintptr_t)l.caller[i] > here && (uintptr_t)l.caller[i] < here + 16384);
+  es_mem_fault_stats fs = fault_stats();
+  assert_int_equal(fs.calls, 2);
+  assert_int_equal(fs.injected, 0);
+  es_mem_free(a);
+  es_mem_free(s);
+  /* Arming again restarts the numbering. */
+  es_mem_fault_config f1 = {.fail_at = 1};
+  ES_CHECK_RC(es_mem_fault_arm(&f1));
+  assert_int_equal(fault_stats().calls, 0);
+  assert_null(es_mem_alloc(ES_MEM_OTHER, 1));
+  es_mem_fault_disarm();
+  assert_int_equal(es_mem_fault_arm(NULL), ES_EINVAL);
+  assert_int_equal(es_mem_fault_stats_get(NULL), ES_EINVAL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_alloc_free),
@@ -376,6 +511,9 @@ int main(void) {
       cmocka_unit_test(test_sys_peak_reset),
       cmocka_unit_test(test_sys_pss_of),
       cmocka_unit_test(test_sys_success_keeps_detail),
+      cmocka_unit_test(test_fault_one_shot),
+      cmocka_unit_test(test_fault_persistent),
+      cmocka_unit_test(test_fault_count_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

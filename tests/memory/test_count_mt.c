@@ -3,7 +3,11 @@
  * Four threads allocate and free through every es_mem_* entry point, each on
  * a tag of its own and all on one shared tag. With nothing else allocating in
  * the process, the counters must balance exactly once the threads are done,
- * and no peak may be below a value its tag was seen to hold. */
+ * and no peak may be below a value its tag was seen to hold.
+ *
+ * Failure injection from several threads: the attempts of all threads are
+ * numbered in one sequence, so exactly one fails (one-shot) or exactly those
+ * from the N-th on (persistent), and the counters still balance. */
 #include "es_test.h"
 
 #include <pthread.h>
@@ -175,9 +179,72 @@ static void test_concurrent_counters_balance(void **state) {
   assert_int_equal(es_mem_total(), total0);
 }
 
+typedef struct fault_worker {
+  pthread_barrier_t *start;
+  int refused; /* allocations that returned NULL */
+} fault_worker;
+
+enum { FAULT_ALLOCS = 5000 };
+
+static void *fault_run(void *arg) {
+  fault_worker *w = arg;
+  pthread_barrier_wait(w->start);
+  for (int i = 0; i < FAULT_ALLOCS; i++) {
+    void *p = (i & 1) ? es_mem_calloc(ES_MEM_CLI, 3, 5) : es_mem_alloc(ES_MEM_CLI, 32);
+    if (p)
+      es_mem_free(p);
+    else
+      w->refused++;
+  }
+  return NULL;
+}
+
+static void fault_round(int persistent, uint64_t at) {
+  es_mem_stats s0;
+  assert_int_equal(es_mem_stats_get(ES_MEM_CLI, &s0), 0);
+  pthread_barrier_t start;
+  assert_int_equal(pthread_barrier_init(&start, NULL, THREADS), 0);
+  pthread_t t[THREADS];
+  fault_worker w[THREADS];
+  es_mem_fault_config fc = {.fail_at = at, .persistent = persistent};
+  assert_int_equal(es_mem_fault_arm(&fc), 0);
+  for (int i = 0; i < THREADS; i++) {
+    w[i] = (fault_worker){.start = &start};
+    assert_int_equal(pthread_create(&t[i], NULL, fault_run, &w[i]), 0);
+  }
+  int refused = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    refused += w[i].refused;
+  }
+  es_mem_fault_disarm();
+  pthread_barrier_destroy(&start);
+  uint64_t total = (uint64_t)THREADS * FAULT_ALLOCS;
+  uint64_t want = persistent ? total - at + 1 : 1;
+  es_mem_fault_stats fs;
+  assert_int_equal(es_mem_fault_stats_get(&fs), 0);
+  assert_int_equal(fs.calls, total);
+  assert_int_equal(fs.injected, want);
+  assert_int_equal(refused, want);
+  es_mem_stats s;
+  assert_int_equal(es_mem_stats_get(ES_MEM_CLI, &s), 0);
+  assert_int_equal(s.current, s0.current);
+  assert_int_equal(s.failures - s0.failures, want);
+  assert_int_equal(s.allocs - s0.allocs, total - want);
+}
+
+static void test_concurrent_fault_injection(void **state) {
+  (void)state;
+  fault_round(0, 1);
+  fault_round(0, 7777);
+  fault_round(0, (uint64_t)THREADS * FAULT_ALLOCS);
+  fault_round(1, 12345);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_concurrent_counters_balance),
+      cmocka_unit_test(test_concurrent_fault_injection),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
