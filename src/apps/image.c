@@ -331,6 +331,9 @@ static int decode_jpeg(img_job *j) {
 typedef struct png_mem {
   size_t used, peak, cap;
   int capped; /* an allocation was refused for the cap */
+  int oom;    /* an allocation failed for want of memory: whatever libspng
+                 or zlib then says ("zlib init error", "IDAT stream error"),
+                 the decode failed for the server, not for the image */
 } png_mem;
 
 static _Thread_local png_mem *png_mem_;
@@ -348,8 +351,11 @@ static void *png_take(void *old, size_t n) {
   }
   char *p = old ? es_mem_realloc((char *)old - PNG_HDR, n + PNG_HDR)
                 : es_mem_alloc(ES_MEM_APPS, n + PNG_HDR);
-  if (!p)
+  if (!p) {
+    if (pm)
+      pm->oom = 1;
     return NULL;
+  }
   *(size_t *)p = n;
   if (pm) {
     pm->used = pm->used - was + n;
@@ -424,6 +430,8 @@ static int png_read(spng_ctx *ctx, void *user, void *dst, size_t n) {
 
 static int png_fail(spng_ctx *c, int rc, const img_job *j, const png_mem *pm) {
   spng_ctx_free(c);
+  if (pm->oom)
+    return es__fail(ES_ENOMEM, "PNG: no memory for the decoder's state (%s)", spng_strerror(rc));
   if (rc == SPNG_EMEM && !pm->capped)
     return es__fail(ES_ENOMEM, "PNG: no memory");
   if (rc == SPNG_EMEM)
@@ -497,7 +505,7 @@ static int decode_png_ctx(img_job *j, png_mem *pm) {
 }
 
 static int decode_png(img_job *j) {
-  png_mem pm = {0, 0, j->info.work_bytes, 0};
+  png_mem pm = {0, 0, j->info.work_bytes, 0, 0};
   png_mem *outer = png_mem_;
   png_mem_ = &pm;
   int rc = decode_png_ctx(j, &pm);

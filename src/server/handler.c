@@ -78,19 +78,29 @@ static void resp_set(srv_resp *out, unsigned status, char *body, size_t len, con
   out->ctype = ctype;
 }
 
+/* An answer whose body could not be allocated: 503 with Retry-After, and
+ * the HTTP core sends a static error body (srv_resp.body NULL). */
+static void resp_oom(srv_resp *out) {
+  resp_set(out, 503, NULL, 0, "application/json");
+  out->retry_after_ms = es__srv_retry_after_ms(503, ES_ENOMEM, 0);
+}
+
 static void resp_text(srv_resp *out, unsigned status, const char *ctype, const char *text,
                       size_t len) {
   char *b = es_mem_alloc(ES_MEM_SERVER, len ? len : 1);
-  if (b)
-    memcpy(b, text, len);
-  resp_set(out, b ? status : 500, b, b ? len : 0, ctype);
+  if (!b) {
+    resp_oom(out);
+    return;
+  }
+  memcpy(b, text, len);
+  resp_set(out, status, b, len, ctype);
 }
 
 static void resp_json(srv_resp *out, unsigned status, json_t *obj) {
   char *txt = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
   json_decref(obj);
   if (!txt) {
-    resp_set(out, 500, NULL, 0, "application/json");
+    resp_oom(out); /* jansson fails only for memory */
     return;
   }
   resp_text(out, status, "application/json", txt, strlen(txt));
@@ -108,7 +118,11 @@ static void resp_error(srv_resp *out, unsigned status, uint32_t retry_after_ms, 
   va_end(ap);
   size_t len = 0;
   char *body = es__v2_error_body(msg, &len);
-  resp_set(out, body ? status : 500, body, body ? len : 0, "application/json");
+  if (!body) {
+    resp_oom(out);
+    return;
+  }
+  resp_set(out, status, body, len, "application/json");
   out->retry_after_ms =
       retry_after_ms ? retry_after_ms : es__srv_retry_after_ms(out->status, 0, 0);
 }

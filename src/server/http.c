@@ -231,9 +231,12 @@ static void log_request(const char *method, const char *url, unsigned status, ui
 
 static enum MHD_Result send_resp(es_server *s, struct MHD_Connection *c, conn *k, srv_resp *r,
                                  const char *method, const char *url) {
+  /* No body: the answer itself could not be allocated (a 503). */
+  static const char oom_body[] = "{\"error\":\"the server is out of memory for this answer\"}";
   struct MHD_Response *m =
       r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, es_mem_free)
-              : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+              : MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
+                                                MHD_RESPMEM_PERSISTENT);
   if (!m) {
     es__srv_resp_free(r);
     return MHD_NO;
@@ -275,8 +278,8 @@ static enum MHD_Result send_reject(es_server *s, struct MHD_Connection *c, conn 
   size_t len = 0;
   r.body = es__v2_error_body(k->reject_msg, &len);
   r.len = len;
-  r.status = r.body ? (unsigned)k->reject : 500;
-  r.retry_after_ms = es__srv_retry_after_ms(r.status, 0, 0);
+  r.status = r.body ? (unsigned)k->reject : 503;
+  r.retry_after_ms = es__srv_retry_after_ms(r.status, r.body ? 0 : ES_ENOMEM, 0);
   return send_resp(s, c, k, &r, method, url);
 }
 
