@@ -170,7 +170,7 @@ if CC=clang scripts/build.sh build-fuzz -DES_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithD
   printf '%s\n' '"/v2/models/"' '"/v2/repository/models/"' '"/infer"' '"/ready"' '"/versions/1"' \
     '"/load"' '"/unload"' '"/v2/health/live"' '"/metrics"' '"blazeface_front"' '"face"' \
     '"Content-Length: "' '"Transfer-Encoding: chunked"' '"Expect: 100-continue"' \
-    '"Inference-Header-Content-Length: "' '"Bearer "' '"application/json"' '"\r\n"' >"$fz/http.dict"
+    '"Inference-Header-Content-Length: "' '"Bearer "' '"application/json"' '"\x0d\x0a"' >"$fz/http.dict"
   fuzz fuzz_http_request $((secs / 2)) "$fz/http" -dict="$fz/http.dict"
   rm -rf "$fz"
 else status=1; failed=$((failed + 1)); fi
