@@ -495,19 +495,36 @@ static void pipeline_run(es_server *s, srv_job *j) {
     snprintf(j->detail, sizeof j->detail, "%s", es_last_error_detail());
 }
 
+static void jobq_push(srv_jobq *q, srv_job *j) {
+  j->next = NULL;
+  if (q->tail)
+    q->tail->next = j;
+  else
+    q->head = j;
+  q->tail = j;
+  q->n++;
+}
+
+static srv_job *jobq_pop(srv_jobq *q) {
+  srv_job *j = q->head;
+  if (j) {
+    q->head = j->next;
+    if (!q->head)
+      q->tail = NULL;
+    q->n--;
+  }
+  return j;
+}
+
 static void *pipeline_thread(void *arg) {
   es_server *s = arg;
   pthread_mutex_lock(&s->pipe_mu);
   for (;;) {
-    while (!s->pipe_head && !s->pipe_stop)
+    while (!s->pipe_q.head && !s->pipe_stop)
       pthread_cond_wait(&s->pipe_cv, &s->pipe_mu);
-    srv_job *j = s->pipe_head;
+    srv_job *j = jobq_pop(&s->pipe_q);
     if (!j)
       break; /* stopping, queue empty */
-    s->pipe_head = j->next;
-    if (!s->pipe_head)
-      s->pipe_tail = NULL;
-    s->pipe_queued--;
     s->pipe_running++;
     int stopping = s->pipe_stop;
     pthread_mutex_unlock(&s->pipe_mu);
@@ -565,15 +582,9 @@ static int pipeline_submit(es_server *s, srv_job *j, srv_resp *out) {
   }
   pthread_mutex_lock(&s->pipe_mu);
   unsigned cap = s->cfg.pipeline_queue ? s->cfg.pipeline_queue : 64;
-  int full = s->pipe_queued >= cap, stopping = s->pipe_stop || !s->n_pipe_threads;
+  int full = s->pipe_q.n >= cap, stopping = s->pipe_stop || !s->n_pipe_threads;
   if (!full && !stopping) {
-    j->next = NULL;
-    if (s->pipe_tail)
-      s->pipe_tail->next = j;
-    else
-      s->pipe_head = j;
-    s->pipe_tail = j;
-    s->pipe_queued++;
+    jobq_push(&s->pipe_q, j);
     pthread_cond_signal(&s->pipe_cv);
   }
   pthread_mutex_unlock(&s->pipe_mu);
@@ -629,11 +640,7 @@ static void pipeline_answer(es_server *s, srv_job *j, srv_resp *out) {
 static void *control_thread(void *arg) {
   es_server *s = arg;
   pthread_mutex_lock(&s->pipe_mu);
-  for (srv_job *j; (j = s->control_head);) {
-    s->control_head = j->next;
-    if (!s->control_head)
-      s->control_tail = NULL;
-    s->control_queued--;
+  for (srv_job *j; (j = jobq_pop(&s->control_q));) {
     pthread_mutex_unlock(&s->pipe_mu);
     j->rc = j->load ? es__srv_model_load(s, j->sm) : es__srv_model_unload(s, j->sm, 10000);
     if (j->rc < 0)
@@ -657,7 +664,7 @@ void es__srv_control_wait(es_server *s) {
 
 static int control_submit(es_server *s, srv_job *j, srv_resp *out) {
   pthread_mutex_lock(&s->pipe_mu);
-  if (s->control_queued >= SRV_CONTROL_QUEUE) {
+  if (s->control_q.n >= SRV_CONTROL_QUEUE) {
     pthread_mutex_unlock(&s->pipe_mu);
     es_refusal why = {.reason = ES_REFUSE_QUEUE_FULL};
     resp_status(s, out, NULL, ES_EAGAIN, &why, "%d loads and unloads are waiting already",
@@ -665,13 +672,7 @@ static int control_submit(es_server *s, srv_job *j, srv_resp *out) {
     job_free(j);
     return 0;
   }
-  j->next = NULL;
-  if (s->control_tail)
-    s->control_tail->next = j;
-  else
-    s->control_head = j;
-  s->control_tail = j;
-  s->control_queued++;
+  jobq_push(&s->control_q, j);
   int start = s->control_active < SRV_MAX_CONTROL;
   if (start)
     s->control_active++;
@@ -686,30 +687,25 @@ static int control_submit(es_server *s, srv_job *j, srv_resp *out) {
   pthread_attr_destroy(&at);
   if (rc == 0)
     return 1;
-  /* No thread: take the job back out unless a running thread has it. */
+  /* No thread. A thread leaves only with the queue empty, so when none is
+   * left the jobs queued now (this one, and any queued meanwhile by other
+   * requests whose thread could not start either) have none: each is
+   * answered 503 through its own wake, as a finished job would be. */
   pthread_mutex_lock(&s->pipe_mu);
-  s->control_active--;
-  int mine = 0;
-  for (srv_job **p = &s->control_head; *p; p = &(*p)->next)
-    if (*p == j) {
-      *p = j->next;
-      mine = 1;
-      break;
-    }
-  if (mine) {
-    s->control_queued--;
-    s->control_tail = NULL;
-    for (srv_job *q = s->control_head; q; q = q->next)
-      s->control_tail = q;
+  srv_jobq orphans = {0};
+  if (--s->control_active == 0) {
+    orphans = s->control_q;
+    memset(&s->control_q, 0, sizeof s->control_q);
+    pthread_cond_broadcast(&s->pipe_cv);
   }
   pthread_mutex_unlock(&s->pipe_mu);
-  if (!mine)
-    return 1; /* a running thread has taken it (a thread exits only with the
-                 queue empty, so jobs queued behind it have one too) */
-  resp_status(s, out, NULL, ES_ENOMEM, NULL, "cannot start a thread for the %s",
-              j->load ? "load" : "unload");
-  job_free(j);
-  return 0;
+  for (srv_job *o; (o = jobq_pop(&orphans));) {
+    o->rc = ES_ENOMEM;
+    snprintf(o->detail, sizeof o->detail, "cannot start a thread for the %s",
+             o->load ? "load" : "unload");
+    o->wake(o->user);
+  }
+  return 1;
 }
 
 static void control_answer(es_server *s, srv_job *j, srv_resp *out) {

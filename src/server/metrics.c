@@ -195,7 +195,7 @@ static void http_state(es_strbuf *b, es_server *s) {
     open = s->n_conns;
     pthread_mutex_unlock(&s->conn_mu);
     pthread_mutex_lock(&s->pipe_mu);
-    queued = s->pipe_queued;
+    queued = s->pipe_q.n;
     running = s->pipe_running;
     pthread_mutex_unlock(&s->pipe_mu);
   }

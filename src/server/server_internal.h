@@ -81,6 +81,11 @@ enum { SRV_PHASE_IDLE = 0, SRV_PHASE_HEADERS, SRV_PHASE_BODY, SRV_PHASE_COUNT };
 
 struct srv_conn;
 typedef struct srv_job srv_job;
+/* A FIFO of jobs waiting for a thread (handler.c), under its owner's lock. */
+typedef struct srv_jobq {
+  srv_job *head, *tail;
+  unsigned n;
+} srv_jobq;
 
 struct es_server {
   es_server_config cfg;
@@ -103,11 +108,10 @@ struct es_server {
   pthread_t pipe_threads[SRV_MAX_PIPE_THREADS];
   int n_pipe_threads;
   int pipe_stop;
-  srv_job *pipe_head, *pipe_tail;
-  unsigned pipe_queued, pipe_running;
+  srv_jobq pipe_q;
+  unsigned pipe_running;
   int control_active;        /* load/unload threads running (pipe_mu) */
-  int control_queued;
-  srv_job *control_head, *control_tail;
+  srv_jobq control_q;
   pthread_mutex_t mu;
   pthread_cond_t cv;         /* (repo.c) a model's state changed, or its refs
                                 dropped to 0; with mu, on CLOCK_MONOTONIC */
