@@ -342,6 +342,8 @@ struct es_buddy_stats {
   size_t live_blocks;     /* live allocations */
   size_t slabs;           /* slabs currently carved */
   int watermark_crossed;  /* 1 once the watermark callback has fired */
+  uint64_t purges;        /* es_buddy_purge calls */
+  size_t purged_bytes;    /* bytes they gave back to the kernel, in total */
   size_t max_block;       /* the largest block an allocation could get if
                              every block were free: the largest top block
                              of the regions, or of a region growth may still
@@ -370,6 +372,14 @@ ES_API int es_buddy_free(es_buddy *b, void *p);
 ES_API int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out);
 
 ES_API int es_buddy_stats_get(es_buddy *b, es_buddy_stats *out);
+/* Gives back to the kernel (MADV_DONTNEED) the pages of every free block that
+ * was written and has stayed free since the previous call, so the pool's RSS
+ * follows what it uses rather than the most it ever used; blocks reused
+ * between two calls keep their pages. Call it periodically (the runtime's
+ * monitor does, every buddy_purge_ms). Holds the pool's lock while it runs
+ * (one madvise per such block). *purged (may be NULL): bytes given back.
+ * ES_EINVAL, ES_EIO (madvise failed; the blocks already purged stay so). */
+ES_API int es_buddy_purge(es_buddy *b, size_t *purged);
 /* Checks every internal invariant (free lists, bitmaps, counters); returns 0
  * or ES_ECORRUPT with a detail. O(capacity / min_block); for tests. */
 ES_API int es_buddy_check(es_buddy *b);

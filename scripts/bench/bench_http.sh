@@ -24,7 +24,13 @@
 # where an HTTP request's time goes (wrk's mean latency minus the server's
 # queue + compute means from /metrics), the body's trip alone (the same POST
 # to a route that answers 404 after reading it), the server's CPU by thread,
-# and its peak RSS (VmHWM).
+# and its peak RSS (VmHWM); then the transport's floor: scripts/bench/http_floor.c,
+# the cheapest server possible (blocking thread per connection, no HTTP
+# library, reads of the same size as the server's), receiving the same body
+# and sending an answer of the same size, driven by wrk with N connections
+# while an in-process bench keeps the cores busy as the server's workers do.
+# Its CPU per request is what loopback TCP costs any server here; the
+# server's overhead over the in-process bench is compared with it.
 # The server stays up during the in-process runs, idle (no connections); its
 # CPU over them is measured and reported (it should be ~0).
 # ES_BIN overrides the binary (default build-release/edgeserve).
@@ -32,9 +38,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 cores=$(nproc)
 model=det conns="$cores $((2 * cores))" duration=10 rounds=3 wrk_threads=2 settle=30 serve_env="" serve_args=""
+floor_read=24576 # the HTTP library's read size with the default buffers (strace: ~24 KB per recv)
 usage() {
   echo "usage: $0 [--model det|rec|front|back|cls] [--connections \"N ...\"] [--duration S]" \
-       "[--rounds R] [--wrk-threads T] [--settle S] [--serve-env \"K=V ...\"] [--serve-args \"...\"]" >&2
+       "[--rounds R] [--wrk-threads T] [--settle S] [--serve-env \"K=V ...\"] [--serve-args \"...\"]" \
+       "[--floor-read BYTES]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -47,6 +55,7 @@ while [ $# -gt 0 ]; do
     --settle) settle=$2; shift 2 ;;
     --serve-env) serve_env=$2; shift 2 ;;
     --serve-args) serve_args=$2; shift 2 ;;
+    --floor-read) floor_read=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -70,8 +79,9 @@ if [ ! -x "$es" ] || ! "$es" bench --help 2>&1 | grep -q -- --concurrency; then
 fi
 scripts/setup/fetch-models.sh >/dev/null
 work=$(mktemp -d -t es-bench-http.XXXXXX)
-srv_pid=""
+srv_pid="" floor_pid=""
 cleanup() {
+  if [ -n "$floor_pid" ]; then kill "$floor_pid" 2>/dev/null || true; fi
   if [ -n "$srv_pid" ] && kill -0 "$srv_pid" 2>/dev/null; then
     kill "$srv_pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$srv_pid" 2>/dev/null || break; sleep 0.1; done
@@ -215,6 +225,44 @@ settle_wait
 ES_WRK_BODY=$work/body.bin wrk -t1 -c1 -d3s --timeout 30s -s scripts/bench/wrk/v2_infer.lua \
   "$base/no-such-route" >"$work/wrk404.out" 2>&1 || true
 trip=$(grep '^ES_WRK ' "$work/wrk404.out" || true)
+# The transport's floor, per N: http_floor answers the same body with an
+# answer of the same size as the server's, while an in-process bench at the
+# server's worker count keeps the cores as busy as the server's workers keep
+# them (a quiet machine would flatter the floor: caches and cores to itself).
+answer_bytes=$(curl -s -o /dev/null -w '%{size_download}' -H 'Content-Type: application/octet-stream' \
+  -H "Inference-Header-Content-Length: $(cat "$work/body.bin.hlen")" --data-binary "@$work/body.bin" "$url")
+floor_ok=1
+cc -O2 -pthread -o "$work/http_floor" scripts/bench/http_floor.c 2>"$work/floor_cc.log" || floor_ok=0
+if [ "$floor_ok" -eq 1 ]; then
+  "$work/http_floor" 0 "$floor_read" "$answer_bytes" >"$work/floor.log" 2>&1 &
+  floor_pid=$!
+  fport=""
+  for _ in $(seq 50); do
+    fport=$(sed -nE 's/^listening on 127.0.0.1:([0-9]+)$/\1/p' "$work/floor.log")
+    [ -n "$fport" ] && break
+    sleep 0.1
+  done
+  [ -n "$fport" ] || floor_ok=0
+fi
+if [ "$floor_ok" -eq 1 ]; then
+  for n in $conns; do
+    settle_wait
+    "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "${workers:-$cores}" \
+      --duration "$((duration + 4))" --json >/dev/null 2>&1 &
+    bg=$!
+    sleep 3 # its load and warm-up
+    t=$wrk_threads
+    [ "$t" -gt "$n" ] && t=$n
+    f0=$(cpu_ticks "$floor_pid")
+    ES_WRK_BODY=$work/body.bin wrk -t"$t" -c"$n" -d"${duration}s" --timeout 30s \
+      -s scripts/bench/wrk/v2_infer.lua "http://127.0.0.1:$fport/floor" >"$work/floor_$n.out" 2>&1 || true
+    f1=$(cpu_ticks "$floor_pid")
+    wait "$bg" || true
+    fq=$(kv "$(grep '^ES_WRK ' "$work/floor_$n.out" || true)" requests)
+    awk -v d="$((f1 - f0))" -v tk="$tck" -v q="${fq:-0}" \
+      'BEGIN { printf "%.3f\n", (q > 0 ? 1e3 * d / tk / q : 0) }' >"$work/floor_ms_$n.txt"
+  done
+fi
 # Where the server's CPU went, by thread (cumulative since start): workers,
 # libgomp team threads (if any), MHD threads still open.
 threads=$(for t in /proc/"$srv_pid"/task/*; do
@@ -315,6 +363,25 @@ if [ -n "$trip" ]; then
        "that answers 404"
   echo " after reading it, 1 connection, 3 s): p50 $(kv "$trip" p50_ms) ms, mean $(kv "$trip" mean_ms) ms," \
        "$(kv "$trip" rps) req/s"
+fi
+if [ "$floor_ok" -eq 1 ]; then
+  echo
+  echo "the transport's floor (scripts/bench/http_floor.c: blocking thread per connection, no HTTP"
+  echo " library, $floor_read-byte reads, the same body in and a $answer_bytes-byte answer out, wrk with N"
+  echo " connections while an in-process bench at ${workers:-$cores} streams keeps the cores busy), CPU ms per"
+  echo " request, against the server's CPU overhead per request over the in-process bench (medians):"
+  printf '%3s %10s %10s %10s %12s %12s\n' N floor "srv - inp" inp "floor/inp" "(srv-inp)/inp"
+  for n in $conns; do
+    col() { awk -v c="$1" '{print $c}' "$work/rows_$n.txt" | median; }
+    awk -v n="$n" -v f="$(cat "$work/floor_ms_$n.txt")" -v sc="$(col 10)" -v ic="$(col 11)" \
+      'BEGIN { printf "%3d %10.2f %10.2f %10.2f %11.1f%% %11.1f%%\n", n, f, sc - ic, ic,
+               (ic > 0 ? 100 * f / ic : 0), (ic > 0 ? 100 * (sc - ic) / ic : 0) }'
+  done
+  echo "(floor/inp is the least CPU overhead any server pays here for this body over loopback TCP;"
+  echo " the rest of (srv-inp)/inp is the server's own: its event loop, copies, encoding, threads)"
+else
+  echo
+  echo "the transport's floor: not measured (http_floor did not build or start: $(head -c 300 "$work/floor_cc.log" "$work/floor.log" 2>/dev/null | tr '\n' ' '))"
 fi
 echo
 echo "server threads with >= 0.5 s CPU since start (tid(name,cpus) seconds): $threads"

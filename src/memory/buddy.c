@@ -47,6 +47,18 @@
  * unaddressable, so a use after free is caught at once, and so is an overrun
  * into free memory.
  *
+ * Purge. A free block whose pages were written is dirty; es_buddy_purge gives
+ * the pages of the dirty blocks that have stayed free since the previous call
+ * back to the kernel (MADV_DONTNEED) and marks them clean. RSS then follows the
+ * pool's working set, not its historic peak: a rare burst that touches blocks
+ * never touched before costs its pages only until the next two purges. The age
+ * is counted in purge calls (an epoch per free head), so a block reused between
+ * two calls, the hot path's blocks, is not purged and does not fault again.
+ * Splits hand the parent's state to both halves; a merge is dirty if either
+ * half is, as old as its oldest dirty half (a block freed now that merges with
+ * a long-free written neighbour goes with it: waiting would let a busy pool,
+ * which merges and splits all the time, keep its cold pages forever).
+ *
  * Growth adds a region of max(block, capacity / 4) bytes, capped by grow_max;
  * the unit table is reallocated to cover it (links are indices, so they
  * survive the move). One mutex per pool guards everything; the watermark
@@ -54,9 +66,11 @@
 #include "edgeserve/memory.h"
 #include "common/internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define ES_BUDDY_NIL UINT32_MAX
@@ -86,6 +100,8 @@ typedef struct es_unit {
   uint8_t level;  /* heads only: the block is 2^level units */
   uint8_t state;  /* UNIT_* */
   uint8_t region; /* index of the region holding the unit (every unit) */
+  uint8_t dirty;  /* free heads: pages written since mapped or purged */
+  uint32_t epoch; /* dirty free heads: b->epoch when it was freed */
 } es_unit;
 
 typedef struct es_region {
@@ -136,6 +152,8 @@ struct es_buddy {
   size_t nbins;
 
   size_t capacity, in_use, requested, peak, free_bytes, live, slabs;
+  uint32_t epoch;      /* purge calls so far */
+  uint64_t purged;     /* bytes given back by purges, in total */
   size_t watermark_at; /* peak >= this fires the callback */
   uint64_t allocs, frees, failures, invalid_frees, splits, merges, growths;
   int watermark_crossed;
@@ -227,6 +245,8 @@ static void stats_fill(const es_buddy *b, es_buddy_stats *s) {
   s->live_blocks = b->live;
   s->slabs = b->slabs;
   s->watermark_crossed = b->watermark_crossed;
+  s->purges = b->epoch;
+  s->purged_bytes = b->purged;
 }
 
 /* Smallest size_t >= ratio * capacity, so "peak >= watermark_at" is exactly
@@ -378,9 +398,14 @@ static int block_get(es_buddy *b, size_t size, unsigned level, uint32_t *out) {
   uint32_t g = b->heads[k];
   ES_ASSERT(b->units[g].state == UNIT_FREE && b->units[g].level == k);
   list_remove(b, k, g);
+  uint8_t dirty = b->units[g].dirty;
+  uint32_t epoch = b->units[g].epoch;
   while (k > level) {
     k--;
-    list_push(b, k, g + ((uint32_t)1 << k));
+    uint32_t h = g + ((uint32_t)1 << k);
+    list_push(b, k, h);
+    b->units[h].dirty = dirty;
+    b->units[h].epoch = epoch;
     b->splits++;
   }
   b->units[g].level = (uint8_t)level;
@@ -398,6 +423,7 @@ static void block_put(es_buddy *b, uint32_t g) {
   ES_POISON(r->base + ((size_t)off << b->shift), block_bytes(b, level));
   b->free_bytes += block_bytes(b, level);
   b->units[g].state = UNIT_INTERIOR;
+  uint32_t epoch = b->epoch; /* the freed block: dirty since now */
   for (;;) {
     uint64_t half = (uint64_t)1 << level;
     uint64_t merged = off & ~half;
@@ -408,11 +434,15 @@ static void block_put(es_buddy *b, uint32_t g) {
       break;
     list_remove(b, level, r->first + (off ^ (uint32_t)half));
     bu->state = UNIT_INTERIOR;
+    if (bu->dirty && bu->epoch < epoch)
+      epoch = bu->epoch; /* as old as its oldest written part */
     off = (uint32_t)merged;
     level++;
     b->merges++;
   }
   list_push(b, level, r->first + off);
+  b->units[r->first + off].dirty = 1;
+  b->units[r->first + off].epoch = epoch;
 }
 
 static int block_alloc(es_buddy *b, size_t size, void **out, size_t *usable) {
@@ -832,6 +862,38 @@ int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out) {
   pthread_mutex_unlock(&b->lock);
   if (rc == 0)
     *out = n;
+  return rc;
+}
+
+int es_buddy_purge(es_buddy *b, size_t *purged) {
+  if (purged)
+    *purged = 0;
+  if (!b)
+    return es__fail(ES_EINVAL, "buddy purge: NULL pool");
+  size_t n = 0;
+  int rc = 0;
+  pthread_mutex_lock(&b->lock);
+  /* Under the lock: a block taken and written while its pages were being
+   * dropped would lose what was written. */
+  for (unsigned k = 0; k < ES_BUDDY_LEVELS && rc == 0; k++) {
+    for (uint32_t g = b->heads[k]; g != ES_BUDDY_NIL; g = b->units[g].u.link.next) {
+      es_unit *u = &b->units[g];
+      if (!u->dirty || b->epoch == u->epoch)
+        continue; /* clean, or freed since the previous call */
+      if (madvise(unit_addr(b, g), block_bytes(b, k), MADV_DONTNEED) != 0) {
+        rc = es__fail(ES_EIO, "buddy purge: madvise of %zu B failed: %s", block_bytes(b, k),
+                      strerror(errno));
+        break;
+      }
+      u->dirty = 0;
+      n += block_bytes(b, k);
+    }
+  }
+  b->epoch++;
+  b->purged += n;
+  pthread_mutex_unlock(&b->lock);
+  if (purged)
+    *purged = n;
   return rc;
 }
 

@@ -136,6 +136,7 @@ struct es_runtime {
   pthread_t monitor;
   int monitor_started;
   uint64_t next_watch_ns;
+  uint64_t next_purge_ns; /* next es_buddy_purge of the pool */
 };
 
 struct es_request {
@@ -209,6 +210,7 @@ void es_runtime_config_default(es_runtime_config *cfg) {
   cfg->queue_capacity = 64;
   cfg->buddy_bytes = (size_t)64 << 20;
   cfg->watch_ms = 100;
+  cfg->buddy_purge_ms = 1000;
   cfg->soft_ratio = 0.85;
   cfg->hard_ratio = 0.95;
   cfg->max_models = 32;
@@ -685,6 +687,13 @@ static void *monitor_main(void *arg) {
       watch_locked(rt, &done);
       rt->next_watch_ns = es__now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
     }
+    if (rt->cfg.buddy_purge_ms > 0 && now >= rt->next_purge_ns) {
+      /* The pool's own lock only: requests keep flowing meanwhile. */
+      pthread_mutex_unlock(&rt->lock);
+      es_buddy_purge(rt->buddy, NULL);
+      pthread_mutex_lock(&rt->lock);
+      rt->next_purge_ns = es__now_ns() + (uint64_t)rt->cfg.buddy_purge_ms * 1000000ull;
+    }
     if (done) {
       pthread_mutex_unlock(&rt->lock);
       finish_list(rt, done);
@@ -692,6 +701,8 @@ static void *monitor_main(void *arg) {
       continue;
     }
     uint64_t wake = rt->cfg.watch_ms > 0 ? rt->next_watch_ns : now + 1000000000ull;
+    if (rt->cfg.buddy_purge_ms > 0 && rt->next_purge_ns < wake)
+      wake = rt->next_purge_ns;
     if (next && next < wake)
       wake = next;
     struct timespec ts;
@@ -720,6 +731,8 @@ static int config_check(const es_runtime_config *c) {
                     RT_MAX_MODELS);
   if (c->watch_ms < 0)
     return es__fail(ES_EINVAL, "runtime config: watch_ms must be >= 0");
+  if (c->buddy_purge_ms < 0)
+    return es__fail(ES_EINVAL, "runtime config: buddy_purge_ms must be >= 0");
   if (c->buddy_bytes < ((size_t)1 << 20))
     return es__fail(ES_EINVAL, "runtime config: buddy_bytes must be >= 1 MiB");
   return 0;

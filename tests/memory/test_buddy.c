@@ -5,6 +5,8 @@
 
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -953,6 +955,72 @@ static void test_fragmentation_heals(void **state) {
   es_buddy_destroy(b);
 }
 
+/* Pages of [p, p + n) the kernel holds (mincore). */
+static size_t resident_pages(const void *p, size_t n) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = (n + pg - 1) / pg, in = 0;
+  unsigned char *v = malloc(np);
+  assert_non_null(v);
+  assert_int_equal(mincore((void *)p, n, v), 0);
+  for (size_t i = 0; i < np; i++)
+    in += v[i] & 1;
+  free(v);
+  return in;
+}
+
+/* A block left free since the previous purge gives its pages back; one reused
+ * in between keeps them; a block freed since the last purge waits for the
+ * next one. */
+static void test_purge(void **state) {
+  (void)state;
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  es_buddy *b = pool_no_slabs();
+  size_t purged = 1;
+  ES_CHECK_RC(es_buddy_purge(b, &purged)); /* nothing written yet */
+  assert_int_equal(purged, 0);
+  /* hot at 0, a live separator at 4 MiB (so hot cannot merge), cold at 8. */
+  unsigned char *hot = alloc_ok(b, 4 * MiB);
+  void *sep = alloc_ok(b, 4 * MiB);
+  unsigned char *cold = alloc_ok(b, 4 * MiB);
+  assert_ptr_equal(cold, hot + 8 * MiB);
+  memset(hot, 1, 4 * MiB);
+  memset(cold, 2, 4 * MiB);
+  ES_CHECK_RC(es_buddy_free(b, cold));
+  ES_CHECK_RC(es_buddy_free(b, hot));
+  assert_int_equal(resident_pages(cold, 4 * MiB), 4 * MiB / pg);
+  ES_CHECK_RC(es_buddy_purge(b, &purged)); /* both freed since the last call */
+  assert_int_equal(purged, 0);
+  /* The hot block is taken again and written before the next purge. */
+  unsigned char *again = alloc_ok(b, 4 * MiB);
+  assert_ptr_equal(again, hot);
+  memset(again, 3, 4 * MiB);
+  ES_CHECK_RC(es_buddy_purge(b, &purged));
+  assert_int_equal(purged, 8 * MiB); /* cold merged with its clean buddy */
+  assert_int_equal(resident_pages(cold, 4 * MiB), 0);
+  assert_int_equal(resident_pages(again, 4 * MiB), 4 * MiB / pg);
+  for (size_t i = 0; i < 4 * MiB; i += pg)
+    assert_int_equal(again[i], 3);
+  ES_CHECK_RC(es_buddy_check(b));
+  es_buddy_stats s = stats_of(b);
+  assert_int_equal(s.purges, 3);
+  assert_int_equal(s.purged_bytes, 8 * MiB);
+  /* A purged block is still a block: it comes back zeroed and whole. */
+  unsigned char *back = alloc_ok(b, 8 * MiB);
+  assert_ptr_equal(back, cold);
+  for (size_t i = 0; i < 8 * MiB; i += pg)
+    assert_int_equal(back[i], 0);
+  memset(back, 4, 8 * MiB);
+  ES_CHECK_RC(es_buddy_free(b, back));
+  ES_CHECK_RC(es_buddy_free(b, again));
+  ES_CHECK_RC(es_buddy_free(b, sep));
+  ES_CHECK_RC(es_buddy_purge(b, NULL));
+  ES_CHECK_RC(es_buddy_purge(b, &purged)); /* all of it, merged into one */
+  assert_int_equal(purged, 64 * MiB);
+  assert_int_equal(resident_pages(hot, 64 * MiB), 0);
+  assert_pristine(b);
+  ES_EXPECT_RC(es_buddy_purge(NULL, NULL), ES_EINVAL);
+  es_buddy_destroy(b);
+}
+
 static void test_destroy_with_live_blocks(void **state) {
   (void)state;
   es_mem_stats m0, m1;
@@ -1003,6 +1071,7 @@ int main(void) {
       cmocka_unit_test(test_non_pow2_capacity),
       cmocka_unit_test(test_non_pow2_capacity_growth),
       cmocka_unit_test(test_fragmentation_heals),
+      cmocka_unit_test(test_purge),
       cmocka_unit_test(test_destroy_with_live_blocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
