@@ -50,6 +50,10 @@
   XX(Squeeze, 1)                                                               \
   XX(Sub, 7)                                                                   \
   XX(Transpose, 1)                                                             \
+  /* elementwise, logic and activations (elementwise.c) */                     \
+  /* shape, layout and indexing (shape.c, indexing.c) */                       \
+  /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
+     linalg.c) */                                                              \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)
