@@ -372,14 +372,16 @@ ES_API int es_buddy_free(es_buddy *b, void *p);
 ES_API int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out);
 
 ES_API int es_buddy_stats_get(es_buddy *b, es_buddy_stats *out);
-/* Gives back to the kernel (MADV_DONTNEED) the pages of every free block that
- * was written and has stayed free since the previous call, so the pool's RSS
- * follows what it uses rather than the most it ever used; blocks reused
- * between two calls keep their pages. Call it periodically (the runtime's
- * monitor does, every buddy_purge_ms). Holds the pool's lock while it runs
- * (one madvise per such block). *purged (may be NULL): bytes given back.
- * ES_EINVAL, ES_EIO (madvise failed; the blocks already purged stay so). */
-ES_API int es_buddy_purge(es_buddy *b, size_t *purged);
+/* Gives back to the kernel (MADV_DONTNEED) the written pages of free memory
+ * that was freed at least min_age calls ago (tracked per min_block unit), so
+ * the pool's RSS follows what it used over the last min_age periods rather
+ * than the most it ever used; memory reused more often keeps its pages and
+ * never faults again. Call it periodically (the runtime's monitor does: every
+ * buddy_decay_ms / 10 with min_age 10). min_age 0 gives back every written
+ * free page. Holds the pool's lock while it runs (one madvise per run of
+ * such units). *purged (may be NULL): bytes given back.
+ * ES_EINVAL, ES_EIO (madvise failed; the runs already given back stay so). */
+ES_API int es_buddy_purge(es_buddy *b, unsigned min_age, size_t *purged);
 /* Checks every internal invariant (free lists, bitmaps, counters); returns 0
  * or ES_ECORRUPT with a detail. O(capacity / min_block); for tests. */
 ES_API int es_buddy_check(es_buddy *b);

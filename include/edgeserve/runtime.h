@@ -359,11 +359,12 @@ typedef struct es_runtime_config {
   size_t buddy_bytes;        /* first region of the buddy pool for dynamic
                                 shapes and outputs; grows up to 4x
                                 (default 64 MiB) */
-  int buddy_purge_ms;        /* every this often the monitor gives back the
-                                pages of pool blocks free since its previous
-                                pass (es_buddy_purge), so RSS follows the
-                                working set, not the historic peak; 0: never
-                                (default 1000) */
+  int buddy_decay_ms;        /* pages of the buddy pool left free this long
+                                go back to the kernel (the monitor runs
+                                es_buddy_purge ten times per period), so
+                                RSS follows the working set of the last
+                                period, not the historic peak; 0: never
+                                (default 10000) */
   int watch_ms;              /* memory watch period; 0: off (default 100) */
   double soft_ratio, hard_ratio; /* watermarks (default 0.85, 0.95) */
   int max_models;            /* registry slots (default 32, at most 1024) */

@@ -47,17 +47,15 @@
  * unaddressable, so a use after free is caught at once, and so is an overrun
  * into free memory.
  *
- * Purge. A free block whose pages were written is dirty; es_buddy_purge gives
- * the pages of the dirty blocks that have stayed free since the previous call
- * back to the kernel (MADV_DONTNEED) and marks them clean. RSS then follows the
- * pool's working set, not its historic peak: a rare burst that touches blocks
- * never touched before costs its pages only until the next two purges. The age
- * is counted in purge calls (an epoch per free head), so a block reused between
- * two calls, the hot path's blocks, is not purged and does not fault again.
- * Splits hand the parent's state to both halves; a merge is dirty if either
- * half is, as old as its oldest dirty half (a block freed now that merges with
- * a long-free written neighbour goes with it: waiting would let a busy pool,
- * which merges and splits all the time, keep its cold pages forever).
+ * Purge. Every unit remembers whether its pages were written since they were
+ * mapped or last given back (dirty) and when it was last freed (an epoch:
+ * the count of purge calls). es_buddy_purge(min_age) gives back, with one
+ * madvise per run, the dirty units of free blocks freed at least min_age
+ * calls ago, so RSS follows the units used over the last min_age periods
+ * rather than the most the pool ever used, and the units the hot path keeps
+ * reusing never fault again. The state is per unit, not per block, because
+ * blocks split and merge all the time: a merged block may hold a unit freed
+ * a moment ago next to one idle for an hour, and only the second should go.
  *
  * Growth adds a region of max(block, capacity / 4) bytes, capped by grow_max;
  * the unit table is reallocated to cover it (links are indices, so they
@@ -100,8 +98,8 @@ typedef struct es_unit {
   uint8_t level;  /* heads only: the block is 2^level units */
   uint8_t state;  /* UNIT_* */
   uint8_t region; /* index of the region holding the unit (every unit) */
-  uint8_t dirty;  /* free heads: pages written since mapped or purged */
-  uint32_t epoch; /* dirty free heads: b->epoch when it was freed */
+  uint8_t dirty;  /* every unit: written since mapped or purged */
+  uint32_t epoch; /* every unit: b->epoch when it was last freed */
 } es_unit;
 
 typedef struct es_region {
@@ -398,14 +396,9 @@ static int block_get(es_buddy *b, size_t size, unsigned level, uint32_t *out) {
   uint32_t g = b->heads[k];
   ES_ASSERT(b->units[g].state == UNIT_FREE && b->units[g].level == k);
   list_remove(b, k, g);
-  uint8_t dirty = b->units[g].dirty;
-  uint32_t epoch = b->units[g].epoch;
   while (k > level) {
     k--;
-    uint32_t h = g + ((uint32_t)1 << k);
-    list_push(b, k, h);
-    b->units[h].dirty = dirty;
-    b->units[h].epoch = epoch;
+    list_push(b, k, g + ((uint32_t)1 << k));
     b->splits++;
   }
   b->units[g].level = (uint8_t)level;
@@ -423,7 +416,10 @@ static void block_put(es_buddy *b, uint32_t g) {
   ES_POISON(r->base + ((size_t)off << b->shift), block_bytes(b, level));
   b->free_bytes += block_bytes(b, level);
   b->units[g].state = UNIT_INTERIOR;
-  uint32_t epoch = b->epoch; /* the freed block: dirty since now */
+  for (uint32_t i = 0; i < ((uint32_t)1 << level); i++) { /* written, idle from now */
+    b->units[g + i].dirty = 1;
+    b->units[g + i].epoch = b->epoch;
+  }
   for (;;) {
     uint64_t half = (uint64_t)1 << level;
     uint64_t merged = off & ~half;
@@ -434,15 +430,11 @@ static void block_put(es_buddy *b, uint32_t g) {
       break;
     list_remove(b, level, r->first + (off ^ (uint32_t)half));
     bu->state = UNIT_INTERIOR;
-    if (bu->dirty && bu->epoch < epoch)
-      epoch = bu->epoch; /* as old as its oldest written part */
     off = (uint32_t)merged;
     level++;
     b->merges++;
   }
   list_push(b, level, r->first + off);
-  b->units[r->first + off].dirty = 1;
-  b->units[r->first + off].epoch = epoch;
 }
 
 static int block_alloc(es_buddy *b, size_t size, void **out, size_t *usable) {
@@ -865,7 +857,18 @@ int es_buddy_usable_size(es_buddy *b, const void *p, size_t *out) {
   return rc;
 }
 
-int es_buddy_purge(es_buddy *b, size_t *purged) {
+/* Gives back the run of units [from, to) of one free block. */
+static int purge_run(es_buddy *b, uint32_t from, uint32_t to, size_t *n) {
+  size_t bytes = (size_t)(to - from) << b->shift;
+  if (madvise(unit_addr(b, from), bytes, MADV_DONTNEED) != 0)
+    return es__fail(ES_EIO, "buddy purge: madvise of %zu B failed: %s", bytes, strerror(errno));
+  for (uint32_t i = from; i < to; i++)
+    b->units[i].dirty = 0;
+  *n += bytes;
+  return 0;
+}
+
+int es_buddy_purge(es_buddy *b, unsigned min_age, size_t *purged) {
   if (purged)
     *purged = 0;
   if (!b)
@@ -876,17 +879,20 @@ int es_buddy_purge(es_buddy *b, size_t *purged) {
   /* Under the lock: a block taken and written while its pages were being
    * dropped would lose what was written. */
   for (unsigned k = 0; k < ES_BUDDY_LEVELS && rc == 0; k++) {
-    for (uint32_t g = b->heads[k]; g != ES_BUDDY_NIL; g = b->units[g].u.link.next) {
-      es_unit *u = &b->units[g];
-      if (!u->dirty || b->epoch == u->epoch)
-        continue; /* clean, or freed since the previous call */
-      if (madvise(unit_addr(b, g), block_bytes(b, k), MADV_DONTNEED) != 0) {
-        rc = es__fail(ES_EIO, "buddy purge: madvise of %zu B failed: %s", block_bytes(b, k),
-                      strerror(errno));
-        break;
+    for (uint32_t g = b->heads[k]; g != ES_BUDDY_NIL && rc == 0; g = b->units[g].u.link.next) {
+      uint32_t end = g + ((uint32_t)1 << k), run = ES_BUDDY_NIL;
+      for (uint32_t i = g; i < end && rc == 0; i++) {
+        const es_unit *u = &b->units[i];
+        int old = u->dirty && b->epoch - u->epoch >= min_age;
+        if (old && run == ES_BUDDY_NIL)
+          run = i;
+        else if (!old && run != ES_BUDDY_NIL) {
+          rc = purge_run(b, run, i, &n);
+          run = ES_BUDDY_NIL;
+        }
       }
-      u->dirty = 0;
-      n += block_bytes(b, k);
+      if (rc == 0 && run != ES_BUDDY_NIL)
+        rc = purge_run(b, run, end, &n);
     }
   }
   b->epoch++;

@@ -61,6 +61,7 @@
 #define RT_MAX_MODELS 1024
 #define RT_PLAN_CACHE 32
 #define RT_ALIGN 64
+#define RT_DECAY_PASSES 10 /* es_buddy_purge calls per buddy_decay_ms */
 #define RT_EWMA 0.2
 
 enum { RQ_QUEUED = 1, RQ_RUNNING, RQ_DONE };
@@ -210,7 +211,7 @@ void es_runtime_config_default(es_runtime_config *cfg) {
   cfg->queue_capacity = 64;
   cfg->buddy_bytes = (size_t)64 << 20;
   cfg->watch_ms = 100;
-  cfg->buddy_purge_ms = 1000;
+  cfg->buddy_decay_ms = 10000;
   cfg->soft_ratio = 0.85;
   cfg->hard_ratio = 0.95;
   cfg->max_models = 32;
@@ -687,12 +688,15 @@ static void *monitor_main(void *arg) {
       watch_locked(rt, &done);
       rt->next_watch_ns = es__now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
     }
-    if (rt->cfg.buddy_purge_ms > 0 && now >= rt->next_purge_ns) {
-      /* The pool's own lock only: requests keep flowing meanwhile. */
+    if (rt->cfg.buddy_decay_ms > 0 && now >= rt->next_purge_ns) {
+      /* Ten passes per decay period, each giving back what has been free
+       * for ten: pages idle for the period go back within a tenth of it.
+       * The pool's own lock only: requests keep flowing meanwhile. */
       pthread_mutex_unlock(&rt->lock);
-      es_buddy_purge(rt->buddy, NULL);
+      es_buddy_purge(rt->buddy, RT_DECAY_PASSES, NULL);
       pthread_mutex_lock(&rt->lock);
-      rt->next_purge_ns = es__now_ns() + (uint64_t)rt->cfg.buddy_purge_ms * 1000000ull;
+      rt->next_purge_ns =
+          es__now_ns() + (uint64_t)rt->cfg.buddy_decay_ms * 1000000ull / RT_DECAY_PASSES;
     }
     if (done) {
       pthread_mutex_unlock(&rt->lock);
@@ -701,7 +705,7 @@ static void *monitor_main(void *arg) {
       continue;
     }
     uint64_t wake = rt->cfg.watch_ms > 0 ? rt->next_watch_ns : now + 1000000000ull;
-    if (rt->cfg.buddy_purge_ms > 0 && rt->next_purge_ns < wake)
+    if (rt->cfg.buddy_decay_ms > 0 && rt->next_purge_ns < wake)
       wake = rt->next_purge_ns;
     if (next && next < wake)
       wake = next;
@@ -731,8 +735,8 @@ static int config_check(const es_runtime_config *c) {
                     RT_MAX_MODELS);
   if (c->watch_ms < 0)
     return es__fail(ES_EINVAL, "runtime config: watch_ms must be >= 0");
-  if (c->buddy_purge_ms < 0)
-    return es__fail(ES_EINVAL, "runtime config: buddy_purge_ms must be >= 0");
+  if (c->buddy_decay_ms < 0)
+    return es__fail(ES_EINVAL, "runtime config: buddy_decay_ms must be >= 0");
   if (c->buddy_bytes < ((size_t)1 << 20))
     return es__fail(ES_EINVAL, "runtime config: buddy_bytes must be >= 1 MiB");
   return 0;

@@ -220,7 +220,7 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     INT_FIELD("max_inflight", 0, 1 << 20, r->max_inflight_total)
     INT_FIELD("model_max_inflight", 0, 1 << 20, r->model_max_inflight)
     INT_FIELD("watch_ms", 0, 60000, r->watch_ms)
-    INT_FIELD("buddy_purge_ms", 0, 3600000, r->buddy_purge_ms)
+    INT_FIELD("buddy_decay_ms", 0, 3600000, r->buddy_decay_ms)
     INT_FIELD("max_connections", 1, 1 << 16, cfg->max_connections)
     INT_FIELD("max_connections_per_client", 0, 1 << 16, cfg->max_connections_per_client)
     INT_FIELD("connection_timeout_s", 1, 3600, cfg->idle_timeout_s)
