@@ -20,14 +20,21 @@
 # flat is the allocator keeping freed memory, or reserved memory touched for
 # the first time) and the buddy pool's bytes in use, its historic peak (a
 # higher peak touches pages of the pool never touched before) and its
-# fragmentation (GET /metrics). After warm-up (the first 10% of the
+# fragmentation (GET /metrics). At each line the clients pause: RSS is read
+# once nothing is in flight (load_rssK) and again --idle-wait seconds later
+# (rss_KiB; default 11: the server's buddy_decay_ms of 10 s, after which the
+# pool's pages it no longer uses have gone back, and one more). That idle RSS
+# is the one checked: under load RSS moves with the requests in flight and
+# the pool's working set, which say nothing about a leak (--idle-wait 0
+# checks RSS under load instead). After warm-up (the first 10% of the
 # requests) the RSS must stay within 2% of its post-warm-up value; at the
 # end, with nothing in flight, the buddy pool must hold nothing and be
 # unfragmented; every answer must be 200, 429 or 503 (with Retry-After)
 # with no transport failure. Exits 1 when a check fails (the summary says
 # which), 2 on usage errors. Not part of CI.
 #   scripts/soak.sh [--requests N] [--max-seconds S] [--clients C] [--report-every N]
-#                   [--warmup F] [--rss-tolerance F] [--mix "W:KIND ..."] [--serve-args "..."]
+#                   [--warmup F] [--rss-tolerance F] [--idle-wait S] [--mix "W:KIND ..."]
+#                   [--serve-args "..."]
 # --max-seconds bounds the run (the request count check then fails if it
 # was not reached); --mix replaces the mix (es_hostile's request kinds:
 # front, front-json, back, cls, rec:W, det:S, det:HxW, face:FILE,
@@ -36,11 +43,12 @@
 # (default build-release/tests/es_hostile); both are built when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-requests=1000000 max_seconds=0 clients=4 report_every=10000 warmup=0.1 tolerance=0.02
+requests=1000000 max_seconds=0 clients=4 report_every=10000 warmup=0.1 tolerance=0.02 idle_wait=11
 mix="" serve_args=""
 usage() {
   echo "usage: $0 [--requests N] [--max-seconds S] [--clients C] [--report-every N]" \
-       "[--warmup F] [--rss-tolerance F] [--mix \"W:KIND ...\"] [--serve-args \"...\"]" >&2
+       "[--warmup F] [--rss-tolerance F] [--idle-wait S] [--mix \"W:KIND ...\"]" \
+       "[--serve-args \"...\"]" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -52,6 +60,7 @@ while [ $# -gt 0 ]; do
     --report-every) report_every=$2 ;;
     --warmup) warmup=$2 ;;
     --rss-tolerance) tolerance=$2 ;;
+    --idle-wait) idle_wait=$2 ;;
     --mix) mix=$2 ;;
     --serve-args) serve_args=$2 ;;
     *) usage ;;
@@ -119,7 +128,7 @@ echo "# machine: $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 st=0
 "$hostile" soak --port "$port" --src 127.0.10.1 --clients "$clients" --requests "$requests" \
   --max-seconds "$max_seconds" --server-pid "$srv_pid" --report-every "$report_every" \
-  --warmup "$warmup" --rss-tolerance "$tolerance" "${reqs[@]}" || st=$?
+  --warmup "$warmup" --rss-tolerance "$tolerance" --idle-wait "$idle_wait" "${reqs[@]}" || st=$?
 echo "# server: peak RSS $(awk '/^VmHWM/ {print $2, $3}' "/proc/$srv_pid/status")," \
      "CPU $(awk -v tk="$(getconf CLK_TCK)" '{printf "%.0f s", ($14 + $15) / tk}' "/proc/$srv_pid/stat")"
 kill -TERM "$srv_pid"

@@ -36,7 +36,13 @@
  *           R answers it prints the server's RSS (/proc), the bytes its
  *           counting layer holds and the buddy pool's state (/metrics); RSS
  *           after warm-up must stay within a tolerance, the buddy pool must
- *           be empty and unfragmented at idle at the end.
+ *           be empty and unfragmented at idle at the end. --idle-wait S:
+ *           at each report the clients pause, and once nothing is in flight
+ *           and S more seconds have passed (the server's buddy_decay_ms and
+ *           a little: what the pool no longer uses has gone back) RSS is
+ *           read again; that idle RSS is the one checked (RSS under load
+ *           moves with the requests in flight and the pool's working set,
+ *           which say nothing about a leak).
  * Output: "# ..." lines with the numbers and one "ok - ..." or "not ok - ..."
  * line per check. Exit 0 when every check passed, 1 when one failed, 2 on a
  * usage error or when the client itself cannot run (files, descriptors). */
@@ -222,6 +228,7 @@ static struct {
   int server_pid;
   long long report_every;
   double warmup, rss_tolerance;
+  double idle_wait;          /* soak: seconds idle before the RSS sample */
   const char *probe_req;
   req *reqs;
   int n_reqs;
@@ -893,6 +900,7 @@ static int http_get(uint32_t src, const char *path, char **body, double timeout)
 
 static struct {
   int stopping;          /* no new requests */
+  int pausing;           /* no new requests until the soak's idle sample */
   long long issued, answered, target;
   int active;            /* clients with a request out or about to send */
   int peak_open;         /* connected clients at once */
@@ -902,7 +910,7 @@ static struct {
 } cl;
 
 static void client_next(conn *c) {
-  if (cl.stopping || (cl.target && cl.issued >= cl.target)) {
+  if (cl.stopping || cl.pausing || (cl.target && cl.issued >= cl.target)) {
     c->state = S_DONE;
     ep_set(c, EPOLLIN);
     return;
@@ -1143,6 +1151,7 @@ static struct {
   double t_last;
   long long n_last;
   long rss_base, rss_min, rss_max;
+  double paused_s;     /* total time paused for idle samples */
   long long warm_at;
   int samples_after;
   double frag_max;
@@ -1150,7 +1159,13 @@ static struct {
 
 static void soak_report(void) {
   double t = now_s();
-  long rss = opt.server_pid > 0 ? read_rss_kib(opt.server_pid) : -1;
+  long rss = opt.server_pid > 0 ? read_rss_kib(opt.server_pid) : -1, rss_load = rss;
+  if (opt.idle_wait > 0 && rss > 0) { /* nothing in flight: let it settle */
+    struct timespec ts = {(time_t)opt.idle_wait,
+                          (long)((opt.idle_wait - floor(opt.idle_wait)) * 1e9)};
+    nanosleep(&ts, NULL);
+    rss = read_rss_kib(opt.server_pid);
+  }
   char *m = NULL;
   double frag = NAN, inuse = NAN, counted = NAN, peak = NAN;
   if (http_get(opt.probe_src, "/metrics", &m, 10) == 200) {
@@ -1186,20 +1201,34 @@ static void soak_report(void) {
   }
   if (!isnan(frag) && frag > sk.frag_max)
     sk.frag_max = frag;
-  printf("%10lld %8.1f %8.0f %10llu %8llu %6llu %10ld %11.0f %12.0f %11.0f %8.4f%s\n",
-         cl.answered, t - cl.t_start, (double)(cl.answered - sk.n_last) / (t - sk.t_last),
-         (unsigned long long)s200, (unsigned long long)sref, (unsigned long long)sbad, rss,
-         counted / 1024, inuse, peak / 1024, frag, mark);
+  printf("%10lld %8.1f %8.0f %10llu %8llu %6llu %10ld %10ld %11.0f %12.0f %11.0f %8.4f%s\n",
+         cl.answered, t - cl.t_start - sk.paused_s,
+         (double)(cl.answered - sk.n_last) / (t - sk.t_last), (unsigned long long)s200,
+         (unsigned long long)sref, (unsigned long long)sbad, rss_load, rss, counted / 1024,
+         inuse, peak / 1024, frag, mark);
   fflush(stdout);
-  sk.t_last = t;
+  double t1 = now_s();
+  sk.paused_s += t1 - t;
+  sk.t_last = t1;
   sk.n_last = cl.answered;
 }
 
 static void soak_tick(void) {
-  if (cl.answered >= sk.next_report) {
+  if (cl.answered < sk.next_report)
+    return;
+  if (opt.idle_wait > 0 && !cl.stopping) { /* pause, drain, sample, resume */
+    cl.pausing = 1;
+    if (clients_busy())
+      return;
     soak_report();
-    sk.next_report += opt.report_every;
+    cl.pausing = 0;
+    for (int i = 0; i < n_conns; i++)
+      if (table[i]->state == S_DONE)
+        client_next(table[i]);
+  } else {
+    soak_report();
   }
+  sk.next_report += opt.report_every;
 }
 
 static int soak_done(void) {
@@ -1230,18 +1259,24 @@ static int mode_soak(void) {
        "answers; RSS baseline after %lld answers, tolerance %.1f%%",
        opt.clients, opt.requests, bound, opt.n_reqs, opt.report_every, sk.warm_at,
        opt.rss_tolerance * 100);
+  if (opt.idle_wait > 0)
+    note("soak: at each line the clients pause; load_rssK is RSS once nothing is in flight, "
+         "rss_KiB (the one checked) %.1f s later; secs and req/s leave the pauses out",
+         opt.idle_wait);
+  else
+    note("soak: load_rssK and rss_KiB are both RSS under load (no --idle-wait)");
   for (int i = 0; i < opt.n_reqs; i++)
     note("  %-22s weight %5.1f, %zu bytes", opt.reqs[i].name, opt.reqs[i].weight,
          opt.reqs[i].len);
-  printf("%10s %8s %8s %10s %8s %6s %10s %11s %12s %11s %8s\n", "answers", "secs", "req/s",
-         "200", "429/503", "other", "rss_KiB", "counted_KiB", "buddy_in_use", "buddy_peakK",
-         "frag");
+  printf("%10s %8s %8s %10s %8s %6s %10s %10s %11s %12s %11s %8s\n", "answers", "secs",
+         "req/s", "200", "429/503", "other", "load_rssK", "rss_KiB", "counted_KiB",
+         "buddy_in_use", "buddy_peakK", "frag");
   fflush(stdout);
   cl.t_start = sk.t_last = now_s();
   cl.t_end = 1e300;
   clients_start(opt.clients, opt.src);
   loop(soak_done, soak_tick);
-  double el = now_s() - cl.t_start;
+  double el = now_s() - cl.t_start - sk.paused_s;
   int in_flight = 0;
   for (int i = 0; i < n_conns; i++)
     if (table[i]->state == S_SENDING || table[i]->state == S_WAITING)
@@ -1949,6 +1984,7 @@ static void usage(void) {
       "  charge  [--trickle K] [--probes N] [--interval T] [--probe-req KIND]\n"
       "  soak    --clients C --requests N --req [W:]KIND[:PARAM]... [--max-seconds S]\n"
       "          [--server-pid PID] [--report-every N] [--warmup F] [--rss-tolerance F]\n"
+      "          [--idle-wait S]\n"
       "common: --src A.B.C.D (first source address) --per-addr M (connections per address)\n"
       "        --probe-src A.B.C.D --timeout S (an answer must come within S s) --seed N\n"
       "request kinds: front, front-json, back, cls, rec:W, det:S, det:HxW, face:FILE,\n"
@@ -2084,6 +2120,8 @@ int main(int argc, char **argv) {
       opt.warmup = num(a, TAKE, 0, 1);
     else if (!strcmp(a, "--rss-tolerance"))
       opt.rss_tolerance = num(a, TAKE, 0, 10);
+    else if (!strcmp(a, "--idle-wait"))
+      opt.idle_wait = num(a, TAKE, 0, 3600);
     else if (!strcmp(a, "--seed"))
       rng_state = (uint64_t)num(a, TAKE, 1, 1e18) * 0x9e3779b97f4a7c15ull | 1;
     else {
