@@ -82,25 +82,28 @@ static int ln_infer(es_kinst *k) {
   return 0;
 }
 
-/* LayerNormalization's Scale or B (input i): the normalised shape (dims
- * from axis on, leading 1s allowed) or a single element; *len is d or 1. */
+/* LayerNormalization's Scale or B (input i) must broadcast to the
+ * normalised shape (dims from axis on); implemented: that shape itself
+ * (leading 1s allowed) or a single element. *len is d or 1. */
 static int lnorm_vec(es_kinst *k, int i, const char *name, int axis, int64_t d, int64_t *len) {
   const es_tdesc *x = k->in[0], *t = k->in[i];
   if (t->dtype != ES_DTYPE_FLOAT)
     return ES_KFAIL(k, ES_EMODEL, "%s is %s, expected float32", name, es_dtype_name(t->dtype));
   *len = (int64_t)t->count;
-  if (t->count == 1)
-    return 0;
-  int nd = x->rank - axis, ok = t->rank <= x->rank;
-  for (int j = 0; ok && j < t->rank; j++) {
+  int nd = x->rank - axis, bcast = 1;
+  for (int j = 0; j < t->rank; j++) {
     int xa = x->rank - t->rank + j; /* right-aligned */
-    ok = xa >= axis ? t->dims[j] == x->dims[xa] : t->dims[j] == 1;
+    int64_t want = xa >= axis ? x->dims[xa] : 1;
+    bcast &= t->dims[j] == want || t->dims[j] == 1;
   }
-  if (!ok || *len != d)
-    return ES_KFAIL(k, t->count == (size_t)d ? ES_EMODEL : ES_ENOTSUP,
-                    "%s has %zu elements (rank %d): only the normalised shape (the last %d "
-                    "dims of X, %lld elements) or one element is supported",
-                    name, t->count, t->rank, nd, (long long)d);
+  int same = t->count == (size_t)d; /* broadcasting, so every normalised dim is covered */
+  if (!bcast)
+    return ES_KFAIL(k, ES_EMODEL, "%s (%zu elements, rank %d) does not broadcast to the "
+                    "normalised shape (the last %d dims of X)", name, t->count, t->rank, nd);
+  if (!same && t->count != 1)
+    return ES_KFAIL(k, ES_ENOTSUP, "%s broadcasts along some normalised dims only: supported "
+                    "are the normalised shape (the last %d dims of X, %lld elements) or one "
+                    "element", name, nd, (long long)d);
   return 0;
 }
 

@@ -40,7 +40,7 @@
  * `inner` columns in scratch so every pass is contiguous. Softmax and
  * LogSoftmax subtract the max first so exp never overflows, and use
  * ew_math.h's branch-free exp (Cephes' polynomial, about 1 ulp), which
- * vectorises; LogSoftmax is x - (max + log(sum)). Hardmax puts 1 at the
+ * vectorises; LogSoftmax is (x - max) - log(sum). Hardmax puts 1 at the
  * first maximum. Out may alias in: every element of a row (or block) is read
  * before any of its outputs is written. */
 #include "kernels/reduce.h"
@@ -759,10 +759,10 @@ static void softmax_rows(int mode, const float *x, float *y, int64_t rows, int64
       continue;
     }
     float m = es__ew_max_f32(x, n);
-    if (mode == SM_LOG) {
-      float c = m + logf(sm_sumexp(x, n, m));
+    if (mode == SM_LOG) { /* (x - m) - log(s): x - (m + log(s)) rounds m + log(s) */
+      float ls = logf(sm_sumexp(x, n, m));
       for (int64_t j = 0; j < n; j++)
-        y[j] = x[j] - c;
+        y[j] = (x[j] - m) - ls;
       continue;
     }
     for (int64_t j = 0; j < n; j++)
@@ -815,12 +815,12 @@ static void softmax_cols(int mode, const float *x, float *y, int64_t outer, int6
           s[i] += es__ew_exp_neg_floor(xr[i] - m[i]);
       }
       for (int64_t i = 0; i < inner; i++)
-        s[i] = m[i] + logf(s[i]);
+        s[i] = logf(s[i]);
       for (int64_t j = 0; j < n; j++) {
         const float *xr = x + j * inner;
         float *yr = y + j * inner;
         for (int64_t i = 0; i < inner; i++)
-          yr[i] = xr[i] - s[i];
+          yr[i] = (xr[i] - m[i]) - s[i];
       }
       continue;
     }
