@@ -54,6 +54,30 @@
   /* shape, layout and indexing (shape.c, indexing.c) */                       \
   /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
      linalg.c) */                                                              \
+  XX(ArgMax, 1)                                                                \
+  XX(ArgMin, 1)                                                                \
+  XX(CumSum, 11)                                                               \
+  XX(Einsum, 12)                                                               \
+  XX(Gemm, 7)                                                                  \
+  XX(GlobalLpPool, 2)                                                          \
+  XX(GlobalMaxPool, 1)                                                         \
+  XX(GroupNormalization, 18)                                                   \
+  XX(Hardmax, 1)                                                               \
+  XX(InstanceNormalization, 6)                                                 \
+  XX(LayerNormalization, 17)                                                   \
+  XX(LogSoftmax, 1)                                                            \
+  XX(LpNormalization, 1)                                                       \
+  XX(LRN, 1)                                                                   \
+  XX(MeanVarianceNormalization, 9)                                             \
+  XX(ReduceL1, 1)                                                              \
+  XX(ReduceL2, 1)                                                              \
+  XX(ReduceLogSum, 1)                                                          \
+  XX(ReduceLogSumExp, 1)                                                       \
+  XX(ReduceMax, 1)                                                             \
+  XX(ReduceMin, 1)                                                             \
+  XX(ReduceProd, 1)                                                            \
+  XX(ReduceSum, 1)                                                             \
+  XX(ReduceSumSquare, 1)                                                       \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)

@@ -1,5 +1,5 @@
-/* Pooling: MaxPool, AveragePool, GlobalAveragePool (float32; MaxPool also
- * uint8 and int8).
+/* Pooling: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool,
+ * GlobalLpPool (float32; MaxPool also uint8 and int8).
  *
  * Every windowed pool is planned in one canonical form: N*C independent
  * planes of D x H x W, a 1-D or 2-D pool getting leading spatial axes of size
@@ -31,12 +31,12 @@
  * contiguous max/add over C that vectorises whatever the stride). Plain
  * inputs (every 1-D and 3-D pool, since only rank-4 tensors are NHWC) take
  * the plane path above; MaxPool with Indices asks for a plain input, as its
- * indices are defined on the NCHW order. GlobalAveragePool of an NHWC input
- * sums pixel rows of C channels; its [N, C, 1, 1] output has the same bytes
- * in both layouts and is marked NHWC, the layout of the squeeze-and-
- * excitation convolution that usually reads it (a plain one would cost a
- * Relayout step there, if a free one); elementwise ops take it against
- * NHWC tensors as they are. */
+ * indices are defined on the NCHW order. The global pools of an NHWC input
+ * fold pixel rows of C channels (sum, max, or sum of |x|^p then the p-th
+ * root); their [N, C, 1, 1] output has the same bytes in both layouts and
+ * is marked NHWC, the layout of the squeeze-and-excitation convolution that
+ * usually reads it (a plain one would cost a Relayout step there, if a free
+ * one); elementwise ops take it against NHWC tensors as they are. */
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -487,13 +487,17 @@ static int pool_run(const es_kinst *k, const void *const *in, void *const *out, 
 }
 
 /* ==========================================================================
- * GlobalAveragePool
+ * GlobalAveragePool, GlobalMaxPool, GlobalLpPool
  * ======================================================================== */
+
+enum { GP_AVG, GP_MAX, GP_LP };
 
 typedef struct gap_params {
   int64_t planes, size; /* N * C planes of `size` elements */
   int nhwc;             /* X in NHWC: N images of `size` pixels of c channels */
   int64_t n, c;
+  int kind;             /* GP_* */
+  int64_t p;            /* GlobalLpPool's p */
 } gap_params;
 
 /* NHWC sums add pixel rows into a block partial first (scratch), then the
@@ -514,6 +518,16 @@ static int gap_infer(es_kinst *k) {
   gap_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling parameters");
+  p->kind = k->node.op == ES_OP_GlobalMaxPool ? GP_MAX
+            : k->node.op == ES_OP_GlobalLpPool ? GP_LP
+                                               : GP_AVG;
+  if (p->kind == GP_LP) {
+    int rc = es__attr_int(k, "p", 2, &p->p);
+    if (rc < 0)
+      return rc;
+    if (p->p < 1 || p->p > 1024)
+      return ES_KFAIL(k, ES_EMODEL, "p is %lld, expected 1 to 1024", (long long)p->p);
+  }
   int64_t odims[ES_MAX_RANK];
   p->planes = x->dims[0] * x->dims[1];
   p->size = 1;
@@ -534,6 +548,85 @@ static int gap_infer(es_kinst *k) {
   return rc;
 }
 
+/* GlobalLpPool's sum of |v|^p over one plane. */
+static float gap_lp_sum(const float *restrict x, int64_t n, int64_t pw) {
+  float acc[8] = {0};
+  int64_t i = 0;
+  if (pw == 1 || pw == 2) {
+    for (; i + 8 <= n; i += 8)
+      for (int t = 0; t < 8; t++)
+        acc[t] += pw == 1 ? fabsf(x[i + t]) : x[i + t] * x[i + t];
+  }
+  float s = es__ew_hsum8(acc);
+  for (; i < n; i++)
+    s += pw == 1 ? fabsf(x[i]) : pw == 2 ? x[i] * x[i] : powf(fabsf(x[i]), (float)pw);
+  return s;
+}
+
+/* The p-th root of an Lp sum. */
+static float gap_lp_root(float s, int64_t pw) {
+  return pw == 1 ? s : pw == 2 ? sqrtf(s) : powf(s, 1.0f / (float)pw);
+}
+
+/* NHWC: one image's channels (nc contiguous per pixel) folded over its
+ * pixels into y, by blocks of pixels into part. */
+static void gap_nhwc_image(const gap_params *p, const float *x, float *y, float *restrict part) {
+  int64_t nc = p->c;
+  for (int64_t c = 0; c < nc; c++)
+    y[c] = p->kind == GP_MAX ? -INFINITY : 0.0f;
+  for (int64_t i0 = 0; i0 < p->size; i0 += GAP_BLOCK) {
+    int64_t i1 = i0 + GAP_BLOCK < p->size ? i0 + GAP_BLOCK : p->size;
+    const float *restrict px = x + i0 * nc;
+    int64_t i = i0 + 1;
+    if (p->kind == GP_MAX) {
+      for (int64_t c = 0; c < nc; c++)
+        part[c] = px[c];
+      for (; i < i1; i++) {
+        const float *restrict q = x + i * nc;
+        for (int64_t c = 0; c < nc; c++)
+          part[c] = q[c] > part[c] ? q[c] : part[c];
+      }
+      for (int64_t c = 0; c < nc; c++)
+        y[c] = part[c] > y[c] ? part[c] : y[c];
+      continue;
+    }
+    if (p->kind == GP_LP) {
+      for (int64_t c = 0; c < nc; c++)
+        part[c] = 0.0f;
+      for (i = i0; i < i1; i++) {
+        const float *restrict q = x + i * nc;
+        if (p->p == 1)
+          for (int64_t c = 0; c < nc; c++)
+            part[c] += fabsf(q[c]);
+        else if (p->p == 2)
+          for (int64_t c = 0; c < nc; c++)
+            part[c] += q[c] * q[c];
+        else
+          for (int64_t c = 0; c < nc; c++)
+            part[c] += powf(fabsf(q[c]), (float)p->p);
+      }
+      for (int64_t c = 0; c < nc; c++)
+        y[c] += part[c];
+      continue;
+    }
+    for (int64_t c = 0; c < nc; c++)
+      part[c] = px[c];
+    /* four pixels per pass: a quarter of the partials' loads and stores */
+    for (; i + 4 <= i1; i += 4) {
+      const float *restrict q = x + i * nc;
+      for (int64_t c = 0; c < nc; c++)
+        part[c] += (q[c] + q[c + nc]) + (q[c + 2 * nc] + q[c + 3 * nc]);
+    }
+    for (; i < i1; i++) {
+      const float *restrict q = x + i * nc;
+      for (int64_t c = 0; c < nc; c++)
+        part[c] += q[c];
+    }
+    for (int64_t c = 0; c < nc; c++)
+      y[c] += part[c];
+  }
+}
+
 static int gap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   const gap_params *p = k->params;
   const float *x = in[0];
@@ -542,37 +635,26 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
   float inv = p->size > 0 ? 1.0f / (float)p->size : NAN;
   if (p->nhwc) {
     int64_t nc = p->c;
-    float *restrict part = scratch;
     for (int64_t b = 0; b < p->n; b++, x += p->size * nc, y += nc) {
-      for (int64_t c = 0; c < nc; c++)
-        y[c] = 0.0f;
-      for (int64_t i0 = 0; i0 < p->size; i0 += GAP_BLOCK) {
-        int64_t i1 = i0 + GAP_BLOCK < p->size ? i0 + GAP_BLOCK : p->size;
-        const float *restrict px = x + i0 * nc;
-        int64_t i = i0 + 1;
+      gap_nhwc_image(p, x, y, scratch);
+      if (p->kind == GP_AVG)
         for (int64_t c = 0; c < nc; c++)
-          part[c] = px[c];
-        /* four pixels per pass: a quarter of the partials' loads and stores */
-        for (; i + 4 <= i1; i += 4) {
-          const float *restrict q = x + i * nc;
-          for (int64_t c = 0; c < nc; c++)
-            part[c] += (q[c] + q[c + nc]) + (q[c + 2 * nc] + q[c + 3 * nc]);
-        }
-        for (; i < i1; i++) {
-          const float *restrict q = x + i * nc;
-          for (int64_t c = 0; c < nc; c++)
-            part[c] += q[c];
-        }
+          y[c] *= inv;
+      else if (p->kind == GP_LP)
         for (int64_t c = 0; c < nc; c++)
-          y[c] += part[c];
-      }
-      for (int64_t c = 0; c < nc; c++)
-        y[c] *= inv;
+          y[c] = gap_lp_root(y[c], p->p);
     }
     return 0;
   }
-  for (int64_t c = 0; c < p->planes; c++)
-    y[c] = es__ew_sum_f32(x + c * p->size, p->size) * inv;
+  for (int64_t c = 0; c < p->planes; c++) {
+    const float *xc = x + c * p->size;
+    if (p->kind == GP_AVG)
+      y[c] = es__ew_sum_f32(xc, p->size) * inv;
+    else if (p->kind == GP_MAX)
+      y[c] = es__ew_max_f32(xc, p->size);
+    else
+      y[c] = gap_lp_root(gap_lp_sum(xc, p->size, p->p), p->p);
+  }
   return 0;
 }
 
@@ -591,6 +673,8 @@ const es_kernel *es__kernels_pool(es_op op) {
   case ES_OP_AveragePool:
     return &avgpool_kernel;
   case ES_OP_GlobalAveragePool:
+  case ES_OP_GlobalMaxPool:
+  case ES_OP_GlobalLpPool:
     return &gap_kernel;
   default:
     return NULL;

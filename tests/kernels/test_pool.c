@@ -517,7 +517,7 @@ static void test_reduce_mean_errors(void **state) {
   expect_rc1(ES_OP_ReduceMean, 13, keep, KH_LEN(keep), x, ES_EMODEL);
   es_attr ftype[] = {KH_FLOAT("keepdims", 1)};
   expect_rc1(ES_OP_ReduceMean, 13, ftype, KH_LEN(ftype), x, ES_EMODEL);
-  expect_rc1(ES_OP_ReduceMean, 13, NULL, 0, KH_TD(ES_DTYPE_INT64, 2, 3), ES_EMODEL);
+  expect_rc1(ES_OP_ReduceMean, 13, NULL, 0, KH_TD(ES_DTYPE_BOOL, 2, 3), ES_EMODEL);
 }
 
 /* ==========================================================================
