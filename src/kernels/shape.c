@@ -21,7 +21,7 @@
  *    transpose that keeps the last dim becomes row memcpys, and NHWC<->NCHW
  *    becomes a 2-D transpose done in cache-sized tiles.
  *  - Pad writes each output row once: fill, copy of the interior, fill (or
- *    for edge/reflect, elements mapped back into the input).
+ *    for edge/reflect/wrap, elements mapped back into the input).
  *
  * Layouts. Concat, Split and Transpose are layout-aware, so activations in
  * NHWC between convolutions never need converting around them:
@@ -782,6 +782,9 @@ static int concat_run(const es_kinst *k, const void *const *in, void *const *out
  * end, starts clamp to [0, d] (to [0, d-1] for negative steps) and ends to
  * [0, d] (to [-1, d-1]), so INT64_MAX and INT64_MIN mean "to the end". */
 static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first) {
+  *first = 0;
+  if (d == 0) /* nothing to take, whatever the clamping would say */
+    return 0;
   if (start < 0)
     start += d;
   if (end < 0)
@@ -795,7 +798,8 @@ static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, i
   start = start < 0 ? 0 : start > d - 1 ? d - 1 : start;
   end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
   *first = start;
-  return start > end ? (start - end - 1) / -step + 1 : 0;
+  /* -step overflows for INT64_MIN: divide by its magnitude as unsigned. */
+  return start > end ? (int64_t)((uint64_t)(start - end - 1) / (0 - (uint64_t)step)) + 1 : 0;
 }
 
 static int slice_infer(es_kinst *k) {
@@ -852,8 +856,10 @@ static int slice_infer(es_kinst *k) {
     int64_t st = has_steps ? steps[j] : 1;
     if (st == 0)
       return ES_KFAIL(k, ES_EMODEL, "steps[%zu] is 0", j);
-    step[ax[j]] = st;
     dims[ax[j]] = slice_axis(x->dims[ax[j]], starts[j], ends[j], st, &first[ax[j]]);
+    /* With one element or none the step never moves: 1 keeps the stride
+     * product below from overflowing for huge steps. */
+    step[ax[j]] = dims[ax[j]] > 1 ? st : 1;
   }
   if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
     return rc;
@@ -1075,7 +1081,7 @@ static int transpose_infer(es_kinst *k) {
  * Pad
  * ======================================================================== */
 
-typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode;
+typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
 
 typedef struct pad_params {
   pad_mode mode;
@@ -1084,25 +1090,36 @@ typedef struct pad_params {
   int64_t in_dims[ES_MAX_RANK], out_dims[ES_MAX_RANK];
   int64_t in_st[ES_MAX_RANK]; /* input element strides */
   int64_t begin[ES_MAX_RANK]; /* pads before each dim (negative: cropped) */
+  int64_t win0[ES_MAX_RANK], win1[ES_MAX_RANK]; /* the input left after cropping */
   unsigned char value[8];     /* the constant, one element */
 } pad_params;
 
-/* Input index for output index o of a dim, or -1 for constant padding. */
+/* Input index for output index o of a dim, or -1 for constant padding.
+ * Negative pads crop first and the other modes then pad what is left (as
+ * ONNX's reference does): edge, reflect and wrap read inside the window
+ * [win0, win1), so a dim cropped at one end and wrapped at the other
+ * repeats the kept elements only. */
 static int64_t pad_src(const pad_params *p, int d, int64_t o) {
-  int64_t n = p->in_dims[d], i = o - p->begin[d];
-  if (i >= 0 && i < n)
+  int64_t w0 = p->win0[d], w1 = p->win1[d], i = o - p->begin[d];
+  if (i >= w0 && i < w1)
     return i;
   if (p->mode == PAD_CONSTANT)
     return -1;
+  int64_t n = w1 - w0, t = i - w0;
   if (p->mode == PAD_EDGE)
-    return i < 0 ? 0 : n - 1;
+    return t < 0 ? w0 : w1 - 1;
+  if (p->mode == PAD_WRAP) {
+    t %= n;
+    return w0 + (t < 0 ? t + n : t);
+  }
   if (n == 1)
-    return 0;
+    return w0;
   /* Reflection without repeating the border is periodic in 2(n-1). */
-  int64_t period = 2 * (n - 1), t = i % period;
+  int64_t period = 2 * (n - 1);
+  t %= period;
   if (t < 0)
     t += period;
-  return t < n ? t : period - t;
+  return w0 + (t < n ? t : period - t);
 }
 
 static int pad_infer(es_kinst *k) {
@@ -1124,10 +1141,11 @@ static int pad_infer(es_kinst *k) {
     p->mode = PAD_REFLECT;
   else if (!strcmp(mode, "edge"))
     p->mode = PAD_EDGE;
-  else if (!strcmp(mode, "wrap"))
-    return ES_KFAIL(k, ES_ENOTSUP, "mode 'wrap' is not supported (constant, reflect, edge are)");
+  else if (!strcmp(mode, "wrap") && k->opset >= 19)
+    p->mode = PAD_WRAP;
   else
-    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected constant, reflect or edge", mode);
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected constant, reflect, edge%s", mode,
+                    k->opset >= 19 ? " or wrap" : " (wrap from opset 19)");
   p->rank = r;
   p->esz = es_dtype_size(x->dtype);
   int64_t pads[2 * ES_MAX_RANK], axes_v[ES_MAX_RANK];
@@ -1182,8 +1200,11 @@ static int pad_infer(es_kinst *k) {
                       "huge size", (long long)b, (long long)e, d, (long long)n);
     p->in_dims[d] = n;
     p->out_dims[d] = n + b + e;
-    if (p->mode != PAD_CONSTANT && n == 0 && p->out_dims[d] > 0)
-      return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d of size 0", mode, d);
+    p->win0[d] = b < 0 ? -b : 0;
+    p->win1[d] = e < 0 ? n + e : n;
+    if (p->mode != PAD_CONSTANT && p->win1[d] <= p->win0[d] && p->out_dims[d] > 0)
+      return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d: no element of it is left", mode,
+                      d);
   }
   strides_of(r, p->in_dims, p->in_st);
   k->params = p;

@@ -677,30 +677,41 @@ static void test_slice_random(void **state) {
   }
 }
 
-/* Pad reference: reflect by repeated mirroring, edge by clamping. */
-static int64_t ref_pad_index(int mode, int64_t n, int64_t i) {
+/* Pad reference, as ONNX's: negative pads crop first, leaving the input
+ * window [w0, w1); the modes then pad that window: reflect by repeated
+ * mirroring, edge by clamping, wrap by repeated shifting. -1: constant. */
+static int64_t ref_pad_index(int mode, int64_t w0, int64_t w1, int64_t i) {
+  if (i >= w0 && i < w1)
+    return i;
+  int64_t n = w1 - w0, t = i - w0;
+  if (mode == 0 || n <= 0)
+    return -1;
   if (mode == 1)
-    while (i < 0 || i >= n) {
+    while (t < 0 || t >= n) {
       if (n == 1)
-        return 0;
-      if (i < 0)
-        i = -i;
-      if (i >= n)
-        i = 2 * (n - 1) - i;
+        return w0;
+      if (t < 0)
+        t = -t;
+      if (t >= n)
+        t = 2 * (n - 1) - t;
     }
   if (mode == 2)
-    i = i < 0 ? 0 : i >= n ? n - 1 : i;
-  return i >= 0 && i < n ? i : -1;
+    t = t < 0 ? 0 : n - 1;
+  if (mode == 3)
+    while (t < 0 || t >= n)
+      t += t < 0 ? n : -n;
+  return w0 + t;
 }
 
 static void test_pad_random(void **state) {
   (void)state;
-  static const char *const modes[3] = {"constant", "reflect", "edge"};
+  static const char *const modes[4] = {"constant", "reflect", "edge", "wrap"};
   uint64_t seed = es_test_seed();
-  for (int iter = 0; iter < 600; iter++) {
+  for (int iter = 0; iter < 800; iter++) {
     int rank = 1 + (int)(es_test_rand(&seed) % 5);
-    int mode = (int)(es_test_rand(&seed) % 3);
-    bool attr_form = es_test_rand(&seed) % 4 == 0;
+    int mode = (int)(es_test_rand(&seed) % 4);
+    bool attr_form = mode != 3 && es_test_rand(&seed) % 4 == 0; /* wrap: opset 19 */
+    bool nothing_left = false; /* a dim cropped away yet padded: only constant can */
     int64_t dims[ES_MAX_RANK], pads[2 * ES_MAX_RANK], odims[ES_MAX_RANK];
     for (int d = 0; d < rank; d++) {
       dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 6);
@@ -709,6 +720,9 @@ static void test_pad_random(void **state) {
         pads[d + rank] = (int64_t)(es_test_rand(&seed) % (uint64_t)(dims[d] + 5)) - dims[d];
         odims[d] = dims[d] + pads[d] + pads[d + rank];
       } while (odims[d] < 0);
+      int64_t w0 = pads[d] < 0 ? -pads[d] : 0;
+      int64_t w1 = dims[d] + (pads[d + rank] < 0 ? pads[d + rank] : 0);
+      nothing_left = nothing_left || (w1 <= w0 && odims[d] > 0 && mode != 0);
     }
     size_t esz = attr_form ? 4 : (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
     es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), od;
@@ -730,7 +744,12 @@ static void test_pad_random(void **state) {
       es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = kh_td(x.dtype, 0, NULL);
       const es_tdesc *in[3] = {&x, &p, &c};
       const void *data[3] = {xd, pads, cval};
-      rc = es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
+      rc = es__kernel_eval(&t.node, mode == 3 ? 19 : 13, 3, in, data, 1, &od, &o);
+    }
+    if (nothing_left) {
+      assert_int_equal(rc, ES_EMODEL);
+      es_mem_free(xd);
+      continue;
     }
     ES_CHECK_RC(rc);
     check_dims(&od, rank, odims);
@@ -740,7 +759,9 @@ static void test_pad_random(void **state) {
       do {
         bool inside = true;
         for (int d = 0; d < rank; d++) {
-          iidx[d] = ref_pad_index(mode, dims[d], oidx[d] - pads[d]);
+          int64_t w0 = pads[d] < 0 ? -pads[d] : 0;
+          int64_t w1 = dims[d] + (pads[d + rank] < 0 ? pads[d + rank] : 0);
+          iidx[d] = ref_pad_index(mode, w0, w1, oidx[d] - pads[d]);
           inside = inside && iidx[d] >= 0;
         }
         const void *want = inside ? (const void *)((char *)xd + offset_of(rank, dims, iidx) * esz)
@@ -779,8 +800,8 @@ static void test_pad_errors(void **state) {
   /* Unknown and unsupported modes. */
   mode->s = "mirror";
   ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
-  mode->s = "wrap";
-  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  mode->s = "wrap"; /* opset 19 */
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   mode->s = "constant";
   /* pads of the wrong length, cropping past the data, a constant of another
    * type or size, pads not known when planning. */
@@ -1139,6 +1160,96 @@ static void test_transpose_nhwc(void **state) {
   }
 }
 
+/* ==========================================================================
+ * Slice edges, Pad by hand
+ * ======================================================================== */
+
+static void test_slice_edges(void **state) {
+  (void)state;
+  float v[5] = {0, 1, 2, 3, 4};
+  es_tdesc x = td1(ES_DTYPE_FLOAT, 5), e = td1(ES_DTYPE_FLOAT, 0), od;
+  void *o;
+  /* An empty axis stays empty whatever the clamping, both directions. */
+  int64_t st[1] = {-1}, en[1] = {INT64_MIN}, sp[1] = {-1};
+  ES_CHECK_RC(slice13(&e, v, 1, st, en, NULL, sp, &od, &o));
+  check_dims(&od, 1, (int64_t[]){0});
+  es_mem_free(o);
+  /* Steps beyond int64's negation: one element. */
+  int64_t smin[1] = {INT64_MIN}, smax[1] = {INT64_MAX}, s0[1] = {0}, eend[1] = {INT64_MAX};
+  ES_CHECK_RC(slice13(&x, v, 1, st, en, NULL, smin, &od, &o));
+  check_dims(&od, 1, (int64_t[]){1});
+  assert_true(((float *)o)[0] == 4);
+  es_mem_free(o);
+  ES_CHECK_RC(slice13(&x, v, 1, s0, eend, NULL, smax, &od, &o));
+  check_dims(&od, 1, (int64_t[]){1});
+  assert_true(((float *)o)[0] == 0);
+  es_mem_free(o);
+  /* Negative step from past the end clamps to the last element. */
+  int64_t s9[1] = {9}, e1[1] = {1}, m2[1] = {-2};
+  ES_CHECK_RC(slice13(&x, v, 1, s9, e1, NULL, m2, &od, &o));
+  assert_memory_equal(o, ((float[]){4, 2}), 8);
+  es_mem_free(o);
+}
+
+/* Pad of x (float) with pads at opset 19, mode m, into a fresh output. */
+static int pad19(const es_tdesc *x, const float *xd, const int64_t *pads, const char *m,
+                 es_tdesc *od, void **o) {
+  kh_node t;
+  kh_node_init(&t, ES_OP_Pad);
+  kh_attr_str(&t, "mode", m);
+  es_tdesc p = td1(ES_DTYPE_INT64, 2 * x->rank);
+  const es_tdesc *in[2] = {x, &p};
+  const void *data[2] = {xd, pads};
+  return es__kernel_eval(&t.node, 19, 2, in, data, 1, od, o);
+}
+
+static void test_pad_modes(void **state) {
+  (void)state;
+  float v[4] = {1, 2, 3, 4};
+  es_tdesc x = td1(ES_DTYPE_FLOAT, 3), od;
+  void *o;
+  int64_t p22[2] = {2, 2};
+  ES_CHECK_RC(pad19(&x, v, p22, "reflect", &od, &o));
+  assert_memory_equal(o, ((float[]){3, 2, 1, 2, 3, 2, 1}), 28);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x, v, p22, "edge", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 1, 1, 2, 3, 3, 3}), 28);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x, v, p22, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 1, 2, 3, 1, 2}), 28);
+  es_mem_free(o);
+  /* Wrapping more than the whole axis, and a crop at one end wrapped at
+   * the other: what is left after cropping repeats ([2 3 4] -> 2 3 4 2 3). */
+  int64_t p05[2] = {0, 5}, pm[2] = {-1, 2};
+  ES_CHECK_RC(pad19(&x, v, p05, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 2, 3, 1, 2, 3, 1, 2}), 32);
+  es_mem_free(o);
+  es_tdesc x4 = td1(ES_DTYPE_FLOAT, 4);
+  ES_CHECK_RC(pad19(&x4, v, pm, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 4, 2, 3}), 20);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x4, v, pm, "reflect", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 4, 3, 2}), 20);
+  es_mem_free(o);
+  /* Two dims. */
+  es_tdesc m = KH_TD(ES_DTYPE_FLOAT, 2, 2);
+  int64_t p4[4] = {1, 1, 1, 1};
+  ES_CHECK_RC(pad19(&m, v, p4, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){4, 3, 4, 3, 2, 1, 2, 1, 4, 3, 4, 3, 2, 1, 2, 1}), 64);
+  es_mem_free(o);
+  int64_t p4b[4] = {1, 0, 0, 1};
+  ES_CHECK_RC(pad19(&m, v, p4b, "reflect", &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 3});
+  assert_memory_equal(o, ((float[]){3, 4, 3, 1, 2, 1, 3, 4, 3}), 36);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&m, v, p4b, "edge", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 2, 2, 1, 2, 2, 3, 4, 4}), 36);
+  es_mem_free(o);
+  /* Cropping everything leaves nothing to wrap. */
+  int64_t pall[2] = {-4, 1};
+  ES_EXPECT_RC(pad19(&x4, v, pall, "wrap", &od, &o), ES_EMODEL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape),
@@ -1157,6 +1268,8 @@ int main(void) {
       cmocka_unit_test(test_concat_nhwc),
       cmocka_unit_test(test_split_nhwc),
       cmocka_unit_test(test_transpose_nhwc),
+      cmocka_unit_test(test_slice_edges),
+      cmocka_unit_test(test_pad_modes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
