@@ -57,9 +57,15 @@
   XX(Expand, 8)                                                                \
   XX(EyeLike, 9)                                                               \
   XX(Flatten, 1)                                                               \
+  XX(Gather, 1)                                                                \
+  XX(GatherElements, 11)                                                       \
+  XX(GatherND, 11)                                                             \
   XX(OneHot, 9)                                                                \
   XX(Range, 11)                                                                \
   XX(ReverseSequence, 10)                                                      \
+  XX(Scatter, 9)                                                               \
+  XX(ScatterElements, 11)                                                      \
+  XX(ScatterND, 11)                                                            \
   XX(Size, 1)                                                                  \
   XX(SpaceToDepth, 1)                                                          \
   XX(Tile, 6)                                                                  \
