@@ -71,6 +71,7 @@
   XX(Tile, 6)                                                                  \
   XX(Trilu, 14)                                                                \
   XX(Unsqueeze, 1)                                                             \
+  XX(Upsample, 7)                                                              \
   /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
      linalg.c) */                                                              \
   XX(Relayout, ES_OP_INTERNAL)                                                 \

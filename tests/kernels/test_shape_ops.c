@@ -1,7 +1,7 @@
 /* Shape-family kernels (Shape, Reshape, Squeeze, Concat, Slice, Split,
  * Transpose, Pad, ConstantOfShape, Flatten, Unsqueeze, Expand, Tile, Range,
  * DepthToSpace, SpaceToDepth, Trilu, OneHot, Size, EyeLike,
- * ReverseSequence, Compress) evaluated one node at a time.
+ * ReverseSequence, Compress) and Upsample evaluated one node at a time.
  *
  * Small hand-checked cases for each op and form (attribute vs input), error
  * cases that must fail with the right code, and randomised comparisons of
@@ -1748,7 +1748,7 @@ static void test_compress(void **state) {
 }
 
 /* ==========================================================================
- * Slice edges, Pad by hand
+ * Slice edges, Pad by hand, Upsample
  * ======================================================================== */
 
 static void test_slice_edges(void **state) {
@@ -1837,6 +1837,52 @@ static void test_pad_modes(void **state) {
   ES_EXPECT_RC(pad19(&x4, v, pall, "wrap", &od, &o), ES_EMODEL);
 }
 
+static void test_upsample(void **state) {
+  (void)state;
+  es_tdesc od;
+  void *o;
+  kh_node t;
+  /* Opset 9: scales as an input; nearest on int64 (copied as bytes). */
+  int64_t iv[4] = {1, 2, 3, 4};
+  float sc[4] = {1, 1, 2, 1.5f};
+  es_tdesc x = KH_TD(ES_DTYPE_INT64, 1, 1, 2, 2), s = td1(ES_DTYPE_FLOAT, 4);
+  kh_node_init(&t, ES_OP_Upsample);
+  const es_tdesc *in[2] = {&x, &s};
+  const void *data[2] = {iv, sc};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 9, 2, in, data, 1, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 1, 4, 3});
+  assert_memory_equal(o, ((int64_t[]){1, 1, 2, 1, 1, 2, 3, 3, 4, 3, 3, 4}), 96);
+  es_mem_free(o);
+  /* Opset 7: scales as an attribute; linear (asymmetric, clamped at the
+   * end) as the operator's own example. */
+  float fv[4] = {1, 2, 3, 4};
+  float sc2[4] = {1, 1, 2, 4};
+  es_tdesc xf = KH_TD(ES_DTYPE_FLOAT, 1, 1, 2, 2);
+  kh_node_init(&t, ES_OP_Upsample);
+  kh_attr_str(&t, "mode", "linear");
+  kh_attr_floats(&t, "scales", sc2, 4);
+  ES_CHECK_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 1, 4, 8});
+  float want[32] = {1, 1.25f, 1.5f, 1.75f, 2, 2, 2, 2, 2, 2.25f, 2.5f, 2.75f, 3, 3, 3, 3,
+                    3, 3.25f, 3.5f, 3.75f, 4, 4, 4, 4, 3, 3.25f, 3.5f, 3.75f, 4, 4, 4, 4};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+  /* Errors: linear on integers, a scale below 1, scales of another count,
+   * an unknown mode, scales not known when planning. */
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &x, iv, &od, &o), ES_ENOTSUP);
+  sc2[2] = 0.5f;
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  sc2[2] = 2;
+  t.attrs[1].n = 3;
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  t.attrs[1].n = 4;
+  t.attrs[0].s = "cubic";
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  kh_node_init(&t, ES_OP_Upsample);
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 9, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape),
@@ -1868,6 +1914,7 @@ int main(void) {
       cmocka_unit_test(test_compress),
       cmocka_unit_test(test_slice_edges),
       cmocka_unit_test(test_pad_modes),
+      cmocka_unit_test(test_upsample),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
