@@ -52,6 +52,26 @@
   XX(Transpose, 1)                                                             \
   /* elementwise, logic and activations (elementwise.c) */                     \
   /* shape, layout and indexing (shape.c, indexing.c) */                       \
+  XX(Compress, 9)                                                              \
+  XX(DepthToSpace, 1)                                                          \
+  XX(Expand, 8)                                                                \
+  XX(EyeLike, 9)                                                               \
+  XX(Flatten, 1)                                                               \
+  XX(Gather, 1)                                                                \
+  XX(GatherElements, 11)                                                       \
+  XX(GatherND, 11)                                                             \
+  XX(OneHot, 9)                                                                \
+  XX(Range, 11)                                                                \
+  XX(ReverseSequence, 10)                                                      \
+  XX(Scatter, 9)                                                               \
+  XX(ScatterElements, 11)                                                      \
+  XX(ScatterND, 11)                                                            \
+  XX(Size, 1)                                                                  \
+  XX(SpaceToDepth, 1)                                                          \
+  XX(Tile, 6)                                                                  \
+  XX(Trilu, 14)                                                                \
+  XX(Unsqueeze, 1)                                                             \
+  XX(Upsample, 7)                                                              \
   /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
      linalg.c) */                                                              \
   XX(ArgMax, 1)                                                                \

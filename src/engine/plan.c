@@ -544,8 +544,8 @@ static int plan_nodes(planner *P) {
           kern->release(k);
         return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", label, o);
       }
-    /* Shape reads only its input's shape, which planning knows. */
-    if (nd->op == ES_OP_Shape)
+    /* Shape and Size read only their input's shape, which planning knows. */
+    if (nd->op == ES_OP_Shape || nd->op == ES_OP_Size)
       all_static = 1;
     if (all_static) {
       rc = fold_step(P, st, kern);

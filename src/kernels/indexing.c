@@ -1,12 +1,606 @@
-/* Indexing operators: gathers and scatters (Gather, GatherElements, GatherND,
- * ScatterND, ScatterElements) and their relatives. Indices are read as int64
- * whatever their stored type, negative ones counted from the end, and every
- * one is bounds-checked at run time: an index out of range is an error of
- * the request (ES_EINVAL naming the node), never a read or write outside the
- * tensor. */
+/* Indexing operators: gathers and scatters (Gather, GatherElements,
+ * GatherND, ScatterND, ScatterElements and its deprecated name Scatter).
+ *
+ * Indices are data: they arrive with each request, so infer can only check
+ * shapes and types, and every index is checked in run. Indices are read as
+ * int64 whatever their stored type (int32 or int64), negative ones counted
+ * from the end of their axis; one out of range is an error of the request
+ * (ES_EINVAL naming the node and the index), never a read or write outside
+ * a tensor. Gathers validate all indices before the first byte moves;
+ * scatters check each one before its write.
+ *
+ * None of these ops looks at element values except the scatter reductions
+ * (add, mul, max, min), so the copies go by element size and serve every
+ * dtype; the reductions are written per type (bool: add and max are or,
+ * mul and min are and, as numpy computes them on booleans).
+ *
+ * The scatters copy data to the output first and then write updates into
+ * it; infer lets the output share data's buffer (k->inplace), which makes
+ * the copy free when data has no other use (a cache updated in place).
+ * Duplicate indices apply in order: with reduction 'none' the last write
+ * wins, otherwise every update is reduced in. */
 #include "kernels/kernel.h"
+#include "kernels/walk.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Shared checks
+ * ======================================================================== */
+
+/* Exactly n_in inputs, all present, and one output. */
+static int io_check(es_kinst *k, int n_in) {
+  if (k->n_in != n_in)
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d", k->n_in, n_in);
+  for (int i = 0; i < n_in; i++)
+    if (!k->in[i])
+      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1", k->n_out);
+  return 0;
+}
+
+static int indices_check(es_kinst *k, int i) {
+  es_dtype dt = k->in[i]->dtype;
+  if (dt != ES_DTYPE_INT64 && dt != ES_DTYPE_INT32)
+    return ES_KFAIL(k, ES_EMODEL, "indices (input %d) are %s, expected int32 or int64", i,
+                    es_dtype_name(dt));
+  return 0;
+}
+
+static int out_set(es_kinst *k, es_dtype dt, int rank, const int64_t *dims) {
+  int rc = es__tdesc_set(k->out[0], dt, rank, dims);
+  if (rc < 0)
+    return ES_KFAIL(k, rc, "output: %s", es_last_error_detail());
+  return 0;
+}
+
+static void *params_alloc(es_kinst *k, size_t size) {
+  void *p = es__kinst_alloc(k, size);
+  if (!p)
+    ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
+  return p;
+}
+
+static void strides_of(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= dims[i];
+  }
+}
+
+/* Product of dims[a..b); the caller's tensors hold at most 2^40 elements,
+ * but a zero dim lets the others be anything, so saturate. */
+static int64_t dims_prod(const int64_t *dims, int a, int b) {
+  int64_t n = 1;
+  for (int i = a; i < b; i++)
+    if (__builtin_mul_overflow(n, dims[i], &n))
+      return INT64_MAX;
+  return n;
+}
+
+/* ==========================================================================
+ * Reading indices
+ * ======================================================================== */
+
+static inline int64_t idx_at(const void *p, bool i64, int64_t i) {
+  return i64 ? ((const int64_t *)p)[i] : ((const int32_t *)p)[i];
+}
+
+/* The index at position pos normalised into [0, n), or an error naming it. */
+static inline int idx_norm(const es_kinst *k, int64_t v, int64_t n, int64_t pos, int axis,
+                           int64_t *out) {
+  if (v < -n || v >= n)
+    return ES_KFAIL(k, ES_EINVAL, "index %lld (indices element %lld) is outside [-%lld, %lld) "
+                    "for axis %d", (long long)v, (long long)pos, (long long)n, (long long)n,
+                    axis);
+  *out = v < 0 ? v + n : v;
+  return 0;
+}
+
+/* One element of esz bytes. */
+static inline void elem_copy(char *d, const char *s, size_t esz) {
+  switch (esz) {
+  case 1:
+    *d = *s;
+    break;
+  case 4:
+    memcpy(d, s, 4);
+    break;
+  default:
+    memcpy(d, s, 8);
+    break;
+  }
+}
+
+/* ==========================================================================
+ * Gather
+ * ======================================================================== */
+
+typedef struct gather_params {
+  int64_t outer, n, count; /* data [outer, n, inner]; count indices */
+  size_t inner;            /* bytes per index */
+  bool i64;
+  int axis;
+} gather_params;
+
+static int gather_infer(es_kinst *k) {
+  int rc = io_check(k, 2);
+  if (rc < 0 || (rc = indices_check(k, 1)) < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *ind = k->in[1];
+  int64_t axis_attr;
+  int axis;
+  if ((rc = es__attr_int(k, "axis", 0, &axis_attr)) < 0)
+    return rc;
+  if (x->rank == 0)
+    return ES_KFAIL(k, ES_EMODEL, "data is a scalar, expected rank >= 1");
+  if ((rc = es__axis_norm(k, axis_attr, x->rank, &axis)) < 0)
+    return rc;
+  int r = ind->rank + x->rank - 1;
+  if (r > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_ENOTSUP, "output rank %d exceeds the maximum %d", r, ES_MAX_RANK);
+  int64_t dims[ES_MAX_RANK];
+  int j = 0;
+  for (int i = 0; i < axis; i++)
+    dims[j++] = x->dims[i];
+  for (int i = 0; i < ind->rank; i++)
+    dims[j++] = ind->dims[i];
+  for (int i = axis + 1; i < x->rank; i++)
+    dims[j++] = x->dims[i];
+  if ((rc = out_set(k, x->dtype, r, dims)) < 0)
+    return rc;
+  gather_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->outer = dims_prod(x->dims, 0, axis);
+  p->n = x->dims[axis];
+  p->inner = (size_t)dims_prod(x->dims, axis + 1, x->rank) * es_dtype_size(x->dtype);
+  p->count = (int64_t)ind->count;
+  p->i64 = ind->dtype == ES_DTYPE_INT64;
+  p->axis = axis;
+  k->params = p;
+  return 0;
+}
+
+static int gather_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const gather_params *p = k->params;
+  if (p->outer == 0 || p->count == 0)
+    return 0;
+  int64_t v;
+  for (int64_t j = 0; j < p->count; j++) {
+    int rc = idx_norm(k, idx_at(in[1], p->i64, j), p->n, j, p->axis, &v);
+    if (rc < 0)
+      return rc;
+  }
+  const char *s = in[0];
+  char *d = out[0];
+  size_t inner = p->inner;
+  for (int64_t o = 0; o < p->outer; o++, s += (size_t)p->n * inner)
+    for (int64_t j = 0; j < p->count; j++, d += inner) {
+      v = idx_at(in[1], p->i64, j);
+      v += v < 0 ? p->n : 0;
+      if (inner == 4)
+        memcpy(d, s + v * 4, 4);
+      else if (inner == 8)
+        memcpy(d, s + v * 8, 8);
+      else
+        memcpy(d, s + (size_t)v * inner, inner);
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * GatherElements, ScatterElements, Scatter: one index per element
+ * ======================================================================== */
+
+typedef enum red_op { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } red_op;
+
+typedef struct elems_params {
+  int rank, axis;
+  es_dtype dtype;
+  size_t esz;
+  int64_t count;                 /* indices (and updates) elements */
+  int64_t idims[ES_MAX_RANK];    /* the indices' dims */
+  int64_t dst[ES_MAX_RANK];      /* data strides, 0 along the axis (added per index) */
+  int64_t axis_n, axis_st;       /* data's axis length and stride */
+  size_t data_bytes;
+  bool i64;
+  red_op red;
+} elems_params;
+
+/* The reduction attribute of the scatters, checked against the opset that
+ * introduced each value (add and mul 16, max and min 18). */
+static int reduction_attr(es_kinst *k, red_op *out) {
+  const char *r;
+  int rc = es__attr_string(k, "reduction", "none", &r);
+  if (rc < 0)
+    return rc;
+  static const struct {
+    const char *name;
+    red_op op;
+    int opset;
+  } vals[] = {{"none", RED_NONE, 0}, {"add", RED_ADD, 16}, {"mul", RED_MUL, 16},
+              {"max", RED_MAX, 18},  {"min", RED_MIN, 18}};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+    if (!strcmp(r, vals[i].name)) {
+      if (k->opset < vals[i].opset)
+        return ES_KFAIL(k, ES_EMODEL, "reduction '%s' needs opset %d (the model has %lld)", r,
+                        vals[i].opset, (long long)k->opset);
+      *out = vals[i].op;
+      return 0;
+    }
+  return ES_KFAIL(k, ES_EMODEL, "reduction '%s', expected none, add, mul, max or min", r);
+}
+
+/* GatherElements (n_in 2) and the element scatters (n_in 3: data,
+ * indices, updates of the indices' shape). */
+static int elems_infer(es_kinst *k, int n_in) {
+  int rc = io_check(k, n_in);
+  if (rc < 0 || (rc = indices_check(k, 1)) < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *ind = k->in[1];
+  int64_t axis_attr;
+  int axis;
+  if ((rc = es__attr_int(k, "axis", 0, &axis_attr)) < 0)
+    return rc;
+  if (x->rank == 0)
+    return ES_KFAIL(k, ES_EMODEL, "data is a scalar, expected rank >= 1");
+  if (ind->rank != x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "indices have rank %d, data %d: expected the same", ind->rank,
+                    x->rank);
+  if ((rc = es__axis_norm(k, axis_attr, x->rank, &axis)) < 0)
+    return rc;
+  for (int d = 0; d < x->rank; d++)
+    if (d != axis && ind->dims[d] > x->dims[d])
+      return ES_KFAIL(k, ES_EMODEL, "indices dim %d is %lld, more than data's %lld", d,
+                      (long long)ind->dims[d], (long long)x->dims[d]);
+  elems_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  if (n_in == 3) {
+    const es_tdesc *u = k->in[2];
+    if (u->dtype != x->dtype || !es__tdesc_same_shape(u, ind))
+      return ES_KFAIL(k, ES_EMODEL, "updates must be %s with the indices' shape",
+                      es_dtype_name(x->dtype));
+    if (k->node.op == ES_OP_ScatterElements && (rc = reduction_attr(k, &p->red)) < 0)
+      return rc;
+  }
+  p->rank = x->rank;
+  p->axis = axis;
+  p->dtype = x->dtype;
+  p->esz = es_dtype_size(x->dtype);
+  p->count = (int64_t)ind->count;
+  memcpy(p->idims, ind->dims, sizeof p->idims);
+  strides_of(x->rank, x->dims, p->dst);
+  p->axis_n = x->dims[axis];
+  p->axis_st = p->dst[axis];
+  p->dst[axis] = 0;
+  p->data_bytes = x->nbytes;
+  p->i64 = ind->dtype == ES_DTYPE_INT64;
+  k->params = p;
+  if (n_in == 3)
+    k->inplace = 0;
+  return n_in == 2 ? out_set(k, x->dtype, ind->rank, ind->dims)
+                   : out_set(k, x->dtype, x->rank, x->dims);
+}
+
+static int gather_elements_infer(es_kinst *k) { return elems_infer(k, 2); }
+static int scatter_elements_infer(es_kinst *k) { return elems_infer(k, 3); }
+
+static int gather_elements_run(const es_kinst *k, const void *const *in, void *const *out,
+                               void *scratch) {
+  (void)scratch;
+  const elems_params *p = k->params;
+  if (p->count == 0)
+    return 0;
+  int64_t v;
+  for (int64_t j = 0; j < p->count; j++) {
+    int rc = idx_norm(k, idx_at(in[1], p->i64, j), p->axis_n, j, p->axis, &v);
+    if (rc < 0)
+      return rc;
+  }
+  const char *s = in[0];
+  char *d = out[0];
+  size_t esz = p->esz;
+  int64_t idx[ES_MAX_RANK] = {0}, off = 0, j = 0;
+  /* The walk keeps the data offset of every dim but the axis; each index
+   * adds its own. */
+  do {
+    for (int64_t t = 0; t < p->idims[p->rank - 1]; t++, j++) {
+      v = idx_at(in[1], p->i64, j);
+      v += v < 0 ? p->axis_n : 0;
+      elem_copy(d + j * (int64_t)esz,
+                s + (off + t * p->dst[p->rank - 1] + v * p->axis_st) * (int64_t)esz, esz);
+    }
+  } while (es__walk_step(p->rank - 1, p->idims, idx, 1, &off, p->dst) >= 0);
+  return 0;
+}
+
+/* ---- reductions ------------------------------------------------------------ */
+
+#define RED_LOOP(T, EXPR)                                                        \
+  do {                                                                           \
+    T *restrict dd = (T *)(void *)d;                                             \
+    const T *restrict ss = (const T *)(const void *)s;                           \
+    for (int64_t i = 0; i < n; i++) {                                            \
+      T a, b;                                                                    \
+      memcpy(&a, dd + i, sizeof a);                                              \
+      memcpy(&b, ss + i, sizeof b);                                              \
+      a = (EXPR);                                                                \
+      memcpy(dd + i, &a, sizeof a);                                              \
+    }                                                                            \
+  } while (0)
+
+/* Integer add and mul wrap (computed unsigned, as the type's own
+ * arithmetic on the hardware, without undefined behaviour). */
+#define RED_INT(T, U)                                                            \
+  switch (red) {                                                                 \
+  case RED_ADD: RED_LOOP(T, (T)(U)((U)a + (U)b)); break;                         \
+  case RED_MUL: RED_LOOP(T, (T)(U)((U)a * (U)b)); break;                         \
+  case RED_MAX: RED_LOOP(T, a > b ? a : b); break;                               \
+  default: RED_LOOP(T, a < b ? a : b); break;                                    \
+  }
+
+/* d[i] = d[i] red s[i] for n elements of dtype dt (red != RED_NONE). */
+static void reduce_into(es_dtype dt, red_op red, char *d, const char *s, int64_t n) {
+  switch (dt) {
+  case ES_DTYPE_FLOAT:
+    switch (red) {
+    case RED_ADD: RED_LOOP(float, a + b); break;
+    case RED_MUL: RED_LOOP(float, a * b); break;
+    /* NaN wins either way, as numpy's maximum and minimum. */
+    case RED_MAX: RED_LOOP(float, isnan(a) || a >= b ? a : b); break;
+    default: RED_LOOP(float, isnan(a) || a <= b ? a : b); break;
+    }
+    break;
+  case ES_DTYPE_INT64:
+    RED_INT(int64_t, uint64_t)
+    break;
+  case ES_DTYPE_INT32:
+    RED_INT(int32_t, uint32_t)
+    break;
+  case ES_DTYPE_INT8:
+    RED_INT(int8_t, uint8_t)
+    break;
+  case ES_DTYPE_BOOL:
+    if (red == RED_ADD || red == RED_MAX)
+      RED_LOOP(uint8_t, (uint8_t)(a | b));
+    else
+      RED_LOOP(uint8_t, (uint8_t)(a & b));
+    break;
+  default: /* uint8 */
+    RED_INT(uint8_t, uint8_t)
+    break;
+  }
+}
+
+#undef RED_INT
+#undef RED_LOOP
+
+static int scatter_elements_run(const es_kinst *k, const void *const *in, void *const *out,
+                                void *scratch) {
+  (void)scratch;
+  const elems_params *p = k->params;
+  char *d = out[0];
+  if (out[0] != in[0])
+    memcpy(d, in[0], p->data_bytes);
+  if (p->count == 0)
+    return 0;
+  const char *u = in[2];
+  int64_t esz = (int64_t)p->esz;
+  int64_t idx[ES_MAX_RANK] = {0}, off = 0, j = 0;
+  do {
+    for (int64_t t = 0; t < p->idims[p->rank - 1]; t++, j++) {
+      int64_t v = 0;
+      int rc = idx_norm(k, idx_at(in[1], p->i64, j), p->axis_n, j, p->axis, &v);
+      if (rc < 0)
+        return rc;
+      char *dp = d + (off + t * p->dst[p->rank - 1] + v * p->axis_st) * esz;
+      if (p->red == RED_NONE)
+        elem_copy(dp, u + j * esz, p->esz);
+      else
+        reduce_into(p->dtype, p->red, dp, u + j * esz, 1);
+    }
+  } while (es__walk_step(p->rank - 1, p->idims, idx, 1, &off, p->dst) >= 0);
+  return 0;
+}
+
+/* ==========================================================================
+ * GatherND, ScatterND: index tuples addressing slices
+ * ======================================================================== */
+
+typedef struct nd_params {
+  es_dtype dtype;
+  int m;                        /* indices per tuple */
+  int64_t batches, tuples;      /* tuples per batch */
+  int64_t dims[ES_MAX_RANK];    /* the m data dims the tuples address */
+  int64_t st[ES_MAX_RANK];      /* their strides, elements */
+  int64_t batch_elems;          /* data elements per batch */
+  int64_t slice;                /* elements per tuple */
+  size_t esz, data_bytes;
+  bool i64;
+  red_op red;
+} nd_params;
+
+/* Data offset (elements, within its batch) of tuple t, or an error. */
+static int nd_offset(const es_kinst *k, const nd_params *p, const void *ind, int64_t t,
+                     int64_t *off) {
+  int64_t o = 0, v = 0;
+  for (int j = 0; j < p->m; j++) {
+    int64_t pos = t * p->m + j;
+    int rc = idx_norm(k, idx_at(ind, p->i64, pos), p->dims[j], pos, j, &v);
+    if (rc < 0)
+      return rc;
+    o += v * p->st[j];
+  }
+  *off = o;
+  return 0;
+}
+
+/* Shared by both: data rank r, indices rank q, last indices dim m, batch
+ * dims b (GatherND only). */
+static int nd_common(es_kinst *k, nd_params *p, int b) {
+  const es_tdesc *x = k->in[0], *ind = k->in[1];
+  int r = x->rank, q = ind->rank;
+  if (r < 1 || q < 1)
+    return ES_KFAIL(k, ES_EMODEL, "data has rank %d and indices %d, expected both >= 1", r, q);
+  if (b < 0 || b >= (q < r ? q : r))
+    return ES_KFAIL(k, ES_EMODEL, "batch_dims %d, expected [0, %d)", b, q < r ? q : r);
+  int64_t m = ind->dims[q - 1];
+  if (m < 1 || m > r - b)
+    return ES_KFAIL(k, ES_EMODEL, "indices' last dim is %lld, expected 1 to %d", (long long)m,
+                    r - b);
+  for (int i = 0; i < b; i++)
+    if (ind->dims[i] != x->dims[i])
+      return ES_KFAIL(k, ES_EMODEL, "batch dim %d is %lld in indices and %lld in data", i,
+                      (long long)ind->dims[i], (long long)x->dims[i]);
+  int64_t st[ES_MAX_RANK];
+  strides_of(r, x->dims, st);
+  p->dtype = x->dtype;
+  p->m = (int)m;
+  p->batches = dims_prod(x->dims, 0, b);
+  p->tuples = dims_prod(ind->dims, b, q - 1);
+  for (int j = 0; j < p->m; j++) {
+    p->dims[j] = x->dims[b + j];
+    p->st[j] = st[b + j];
+  }
+  p->batch_elems = dims_prod(x->dims, b, r);
+  p->slice = dims_prod(x->dims, b + p->m, r);
+  p->esz = es_dtype_size(x->dtype);
+  p->data_bytes = x->nbytes;
+  p->i64 = ind->dtype == ES_DTYPE_INT64;
+  return 0;
+}
+
+static int gather_nd_infer(es_kinst *k) {
+  int rc = io_check(k, 2);
+  if (rc < 0 || (rc = indices_check(k, 1)) < 0)
+    return rc;
+  int64_t b;
+  if ((rc = es__attr_int(k, "batch_dims", 0, &b)) < 0)
+    return rc;
+  nd_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  const es_tdesc *x = k->in[0], *ind = k->in[1];
+  if (b < 0 || b > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_EMODEL, "batch_dims %lld is outside [0, %d]", (long long)b,
+                    ES_MAX_RANK);
+  if ((rc = nd_common(k, p, (int)b)) < 0)
+    return rc;
+  /* indices.shape[:-1] + data.shape[b + m:] */
+  int64_t dims[2 * ES_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < ind->rank - 1; i++)
+    dims[r++] = ind->dims[i];
+  for (int i = (int)b + p->m; i < x->rank; i++)
+    dims[r++] = x->dims[i];
+  if (r > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_ENOTSUP, "output rank %d exceeds the maximum %d", r, ES_MAX_RANK);
+  k->params = p;
+  return out_set(k, x->dtype, r, dims);
+}
+
+static int gather_nd_run(const es_kinst *k, const void *const *in, void *const *out,
+                         void *scratch) {
+  (void)scratch;
+  const nd_params *p = k->params;
+  int64_t n = p->batches * p->tuples, off;
+  for (int64_t t = 0; t < n; t++) {
+    int rc = nd_offset(k, p, in[1], t, &off);
+    if (rc < 0)
+      return rc;
+  }
+  if (p->slice == 0)
+    return 0;
+  size_t bytes = (size_t)p->slice * p->esz;
+  const char *s = in[0];
+  char *d = out[0];
+  for (int64_t b = 0, t = 0; b < p->batches; b++, s += (size_t)p->batch_elems * p->esz)
+    for (int64_t i = 0; i < p->tuples; i++, t++, d += bytes) {
+      nd_offset(k, p, in[1], t, &off);
+      memcpy(d, s + (size_t)off * p->esz, bytes);
+    }
+  return 0;
+}
+
+static int scatter_nd_infer(es_kinst *k) {
+  int rc = io_check(k, 3);
+  if (rc < 0 || (rc = indices_check(k, 1)) < 0)
+    return rc;
+  nd_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  if ((rc = reduction_attr(k, &p->red)) < 0 || (rc = nd_common(k, p, 0)) < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *ind = k->in[1], *u = k->in[2];
+  /* updates: indices.shape[:-1] + data.shape[m:] */
+  bool ok = u->dtype == x->dtype && u->rank == ind->rank - 1 + x->rank - p->m;
+  for (int i = 0; ok && i < u->rank; i++)
+    ok = u->dims[i] == (i < ind->rank - 1 ? ind->dims[i] : x->dims[i - (ind->rank - 1) + p->m]);
+  if (!ok)
+    return ES_KFAIL(k, ES_EMODEL, "updates are %s of rank %d, expected %s of indices.shape[:-1] "
+                    "+ data.shape[%d:]", es_dtype_name(u->dtype), u->rank,
+                    es_dtype_name(x->dtype), p->m);
+  k->params = p;
+  k->inplace = 0;
+  return out_set(k, x->dtype, x->rank, x->dims);
+}
+
+static int scatter_nd_run(const es_kinst *k, const void *const *in, void *const *out,
+                          void *scratch) {
+  (void)scratch;
+  const nd_params *p = k->params;
+  char *d = out[0];
+  if (out[0] != in[0])
+    memcpy(d, in[0], p->data_bytes);
+  size_t bytes = (size_t)p->slice * p->esz;
+  const char *u = in[2];
+  for (int64_t t = 0; t < p->tuples; t++, u += bytes) {
+    int64_t off;
+    int rc = nd_offset(k, p, in[1], t, &off);
+    if (rc < 0)
+      return rc;
+    char *dp = d + (size_t)off * p->esz;
+    if (p->red == RED_NONE)
+      memcpy(dp, u, bytes);
+    else
+      reduce_into(p->dtype, p->red, dp, u, p->slice);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Family
+ * ======================================================================== */
+
+static const es_kernel k_gather = {gather_infer, gather_run, NULL, 0};
+static const es_kernel k_gather_elements = {gather_elements_infer, gather_elements_run, NULL, 0};
+static const es_kernel k_gather_nd = {gather_nd_infer, gather_nd_run, NULL, 0};
+static const es_kernel k_scatter_elements = {scatter_elements_infer, scatter_elements_run, NULL,
+                                             0};
+static const es_kernel k_scatter_nd = {scatter_nd_infer, scatter_nd_run, NULL, 0};
 
 const es_kernel *es__kernels_indexing(es_op op) {
-  (void)op;
-  return NULL;
+  switch (op) {
+  case ES_OP_Gather:
+    return &k_gather;
+  case ES_OP_GatherElements:
+    return &k_gather_elements;
+  case ES_OP_GatherND:
+    return &k_gather_nd;
+  case ES_OP_Scatter: /* opset 9-10's name for ScatterElements, without reduction */
+  case ES_OP_ScatterElements:
+    return &k_scatter_elements;
+  case ES_OP_ScatterND:
+    return &k_scatter_nd;
+  default:
+    return NULL;
+  }
 }

@@ -1,5 +1,6 @@
 /* Resize (float32): opset 10 (X, scales) and opset 11+ (X, roi, scales,
- * sizes), modes nearest, linear and cubic.
+ * sizes), modes nearest, linear and cubic; and Upsample (opsets 7-10), its
+ * predecessor, planned by the same code (nearest on any element type).
  *
  * Interpolation is separable: the value at an output point is a weighted
  * sum, along each axis in turn, of a few input points of that axis (1 tap
@@ -36,6 +37,7 @@
 #include "kernels/kernel.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* ==========================================================================
@@ -46,7 +48,7 @@ enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };
 enum { CT_HALF_PIXEL, CT_ASYMMETRIC, CT_PYTORCH_HALF_PIXEL, CT_ALIGN_CORNERS,
        CT_TF_HALF_PIXEL_FOR_NN, CT_TF_CROP_AND_RESIZE };
 enum { NM_ROUND_PREFER_FLOOR, NM_ROUND_PREFER_CEIL, NM_FLOOR, NM_CEIL, NM_SIMPLE };
-enum { PATH_COPY, PATH_NEAREST_2D, PATH_LINEAR_2D, PATH_SEPARABLE };
+enum { PATH_COPY, PATH_NEAREST_2D, PATH_LINEAR_2D, PATH_SEPARABLE, PATH_NEAREST_BYTES };
 
 typedef struct resize_dim {
   int64_t in, out;
@@ -66,6 +68,7 @@ typedef struct resize_params {
   int64_t n, c;          /* NHWC: images and channels */
   size_t buf_elems;      /* separable: elements of each scratch buffer */
   int64_t count;         /* copy: elements */
+  size_t esz;            /* element size (4 but for Upsample's nearest on bytes) */
 } resize_params;
 
 typedef struct resize_cfg {
@@ -294,6 +297,11 @@ static int resize_target(es_kinst *k, const es_tdesc *x, int64_t *odims, double 
   return 0;
 }
 
+/* What Resize and Upsample share once the output size is known: the
+ * tables, the path, the layout and the scratch. */
+static int resize_plan(es_kinst *k, resize_params *p, const resize_cfg *c, const int64_t *odims,
+                       const double *scale, const double *len);
+
 static int resize_infer(es_kinst *k) {
   if (k->n_in < 2 || !k->in[0])
     return ES_KFAIL(k, ES_EMODEL, "%d inputs, expected X and %s", k->n_in,
@@ -316,13 +324,89 @@ static int resize_infer(es_kinst *k) {
   int rc = resize_attrs(k, &c, &p->extrapolation);
   if (rc < 0)
     return rc;
-  int r = x->rank;
   int64_t odims[ES_MAX_RANK];
   double scale[ES_MAX_RANK], len[ES_MAX_RANK];
   if ((rc = resize_target(k, x, odims, scale, len)) < 0)
     return rc;
-  if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, r, odims)) < 0)
+  return resize_plan(k, p, &c, odims, scale, len);
+}
+
+/* Upsample (opsets 7-9, deprecated in 10): Resize before Resize existed.
+ * Scales are an attribute (7, 8) or an input (9, 10), each >= 1; the
+ * output is floor(input x scale); coordinates are asymmetric (x / scale)
+ * and nearest picks as opset-10 Resize does, which is how ONNX Runtime
+ * reads both ops. Nearest moves elements of any type, linear is float32. */
+static int upsample_infer(es_kinst *k) {
+  bool attr_form = k->opset < 9;
+  int n_in = attr_form ? 1 : 2;
+  if (k->n_in != n_in || !k->in[0] || (n_in == 2 && !k->in[1]))
+    return ES_KFAIL(k, ES_EMODEL, "%d inputs, expected %s", k->n_in,
+                    attr_form ? "X (scales is an attribute before opset 9)" : "X and scales");
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "%d outputs, expected 1", k->n_out);
+  const es_tdesc *x = k->in[0];
+  if (x->rank < 1)
+    return ES_KFAIL(k, ES_EMODEL, "X is a scalar, expected rank >= 1");
+  const char *mode;
+  int rc = es__attr_string(k, "mode", "nearest", &mode);
+  if (rc < 0)
     return rc;
+  resize_cfg c = {.ctm = CT_ASYMMETRIC, .nearest = NM_SIMPLE};
+  if (!strcmp(mode, "nearest"))
+    c.mode = RS_NEAREST;
+  else if (!strcmp(mode, "linear"))
+    c.mode = RS_LINEAR;
+  else
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected nearest or linear", mode);
+  if (c.mode == RS_LINEAR && x->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_ENOTSUP, "X is %s; linear Upsample is implemented for float32 only",
+                    es_dtype_name(x->dtype));
+  const float *sv;
+  size_t ns;
+  if (attr_form) {
+    if ((rc = es__attr_floats(k, "scales", &sv, &ns)) < 0)
+      return rc;
+    if (!es__kattr(k, "scales"))
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'scales' is required");
+  } else {
+    const es_tdesc *st = k->in[1];
+    if (st->dtype != ES_DTYPE_FLOAT || st->rank != 1)
+      return ES_KFAIL(k, ES_EMODEL, "scales is %s of rank %d, expected 1-D float32",
+                      es_dtype_name(st->dtype), st->rank);
+    if (!(sv = k->in_static[1]))
+      return ES_KFAIL(k, ES_ENOTSUP, "scales must be known when planning");
+    ns = st->count;
+  }
+  if (ns != (size_t)x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "scales has %zu values, expected the rank of X (%d)", ns,
+                    x->rank);
+  int64_t odims[ES_MAX_RANK];
+  double scale[ES_MAX_RANK], len[ES_MAX_RANK];
+  for (int i = 0; i < x->rank; i++) {
+    double s = sv[i];
+    if (!(s >= 1) || isinf(s))
+      return ES_KFAIL(k, ES_EMODEL, "scales[%d] = %g, expected a finite value >= 1", i, s);
+    double o = floor((double)x->dims[i] * s);
+    if (o > (double)((int64_t)1 << 40))
+      return ES_KFAIL(k, ES_EMODEL, "scales[%d] = %g makes axis %d too large", i, s, i);
+    odims[i] = (int64_t)o;
+    scale[i] = s;
+    len[i] = (double)x->dims[i] * s;
+  }
+  resize_params *p = es__kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for Upsample parameters");
+  return resize_plan(k, p, &c, odims, scale, len);
+}
+
+static int resize_plan(es_kinst *k, resize_params *p, const resize_cfg *cfg, const int64_t *odims,
+                       const double *scale, const double *len) {
+  const es_tdesc *x = k->in[0];
+  resize_cfg c = *cfg;
+  int r = x->rank, rc;
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, r, odims)) < 0)
+    return rc;
+  p->esz = es_dtype_size(x->dtype);
 
   const float *roi = NULL;
   if (c.ctm == CT_TF_CROP_AND_RESIZE) {
@@ -370,6 +454,8 @@ static int resize_infer(es_kinst *k) {
   p->count = (int64_t)x->count;
   if (active_lo == r)
     p->path = PATH_COPY;
+  else if (x->dtype != ES_DTYPE_FLOAT) /* Upsample's nearest on other types */
+    p->path = PATH_NEAREST_BYTES;
   else if (r >= 2 && active_lo >= r - 2 && !has_outside && c.mode == RS_NEAREST)
     p->path = PATH_NEAREST_2D;
   else if (r >= 2 && active_lo >= r - 2 && !has_outside && c.mode == RS_LINEAR)
@@ -378,7 +464,8 @@ static int resize_infer(es_kinst *k) {
     p->path = PATH_SEPARABLE;
   if (x->layout == ES_LAYOUT_NHWC) {
     /* The NHWC walks keep whole pixels: only H and W may change. */
-    if (p->path == PATH_SEPARABLE || !p->dim[0].identity || !p->dim[1].identity) {
+    if (p->path == PATH_SEPARABLE || p->path == PATH_NEAREST_BYTES || !p->dim[0].identity ||
+        !p->dim[1].identity) {
       k->want_plain = 1;
       return ES_KRELAYOUT;
     }
@@ -589,12 +676,45 @@ static void resize_separable(const resize_params *p, const float *src, float *ds
   }
 }
 
+/* Nearest on elements of any size: each output row reads its input row
+ * through the tables of the outer axes, then picks columns. */
+static void resize_nearest_bytes(const resize_params *p, const char *src, char *dst) {
+  int r = p->rank, l = r - 1;
+  size_t esz = p->esz;
+  int64_t st[ES_MAX_RANK], odims[ES_MAX_RANK], idx[ES_MAX_RANK] = {0};
+  int64_t s = 1;
+  for (int i = r - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= p->dim[i].in;
+    odims[i] = p->dim[i].out;
+    if (odims[i] == 0)
+      return;
+  }
+  const resize_dim *w = &p->dim[l];
+  for (;;) {
+    int64_t off = 0;
+    for (int i = 0; i < l; i++)
+      off += p->dim[i].idx[idx[i]] * st[i];
+    const char *row = src + off * (int64_t)esz;
+    for (int64_t j = 0; j < w->out; j++, dst += esz)
+      memcpy(dst, row + w->idx[j] * (int64_t)esz, esz);
+    int d = l - 1;
+    while (d >= 0 && ++idx[d] == odims[d])
+      idx[d--] = 0;
+    if (d < 0)
+      return;
+  }
+}
+
 static int resize_run(const es_kinst *k, const void *const *in, void *const *out,
                       void *scratch) {
   const resize_params *p = k->params;
   switch (p->path) {
   case PATH_COPY:
-    memcpy(out[0], in[0], (size_t)p->count * sizeof(float));
+    memcpy(out[0], in[0], (size_t)p->count * p->esz);
+    break;
+  case PATH_NEAREST_BYTES:
+    resize_nearest_bytes(p, in[0], out[0]);
     break;
   case PATH_NEAREST_2D:
     if (p->nhwc)
@@ -620,5 +740,8 @@ static int resize_run(const es_kinst *k, const void *const *in, void *const *out
  * ======================================================================== */
 
 static const es_kernel resize_kernel = {resize_infer, resize_run, NULL, 1};
+static const es_kernel upsample_kernel = {upsample_infer, resize_run, NULL, 1};
 
-const es_kernel *es__kernels_resize(es_op op) { return op == ES_OP_Resize ? &resize_kernel : NULL; }
+const es_kernel *es__kernels_resize(es_op op) {
+  return op == ES_OP_Resize ? &resize_kernel : op == ES_OP_Upsample ? &upsample_kernel : NULL;
+}

@@ -1,27 +1,39 @@
 /* The shape family: operators that move bytes without arithmetic.
  *
- * Shape, Reshape, Squeeze, Concat, Slice, Split, Transpose, Pad and
- * ConstantOfShape. None of them looks at element values, so every kernel
- * works on raw elements of 1, 4 or 8 bytes and serves every dtype.
+ * Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Concat, Slice, Split,
+ * Transpose, Expand, Tile, Pad, DepthToSpace, SpaceToDepth, Trilu,
+ * ReverseSequence, Compress, and the generators ConstantOfShape, Range,
+ * EyeLike and OneHot. Apart from Range and OneHot's indices none of them
+ * looks at element values, so every kernel works on raw elements of 1, 4
+ * or 8 bytes and serves every dtype.
  *
  * Everything that depends on shapes or on plan-time values (Reshape's
  * target, Slice's starts, Pad's pads...) is resolved in infer() into plain
- * integers in plan memory; run() only walks those. Ops whose output is a
- * view of the input bytes (Reshape, Squeeze, and a Transpose or Slice that
- * turns out to keep the leading bytes in order) copy with one memcpy and
- * allow the planner to alias the output with the input, making them free.
+ * integers in plan memory; run() only walks those. Ops whose output shape
+ * depends on values (Range's bounds, Compress's condition, OneHot's depth)
+ * need those values while planning and refuse with ES_ENOTSUP otherwise:
+ * a plan sizes every buffer before it runs. Values that only steer the
+ * copy (Trilu's k, ReverseSequence's lengths) are read in run(), and
+ * checked there. Ops whose output is a view of the input bytes (Reshape,
+ * Flatten, Squeeze, Unsqueeze, and a Transpose, Slice or Expand that turns
+ * out to keep the leading bytes in order) copy with one memcpy and allow
+ * the planner to alias the output with the input, making them free.
  *
  * The data movers:
  *  - Concat and Split are block copies: for each index of the dimensions
  *    before the axis, one contiguous block per input (output).
- *  - Slice and Transpose are one strided gather (copy_plan): the output is
- *    walked in order while the source index advances by per-dimension
- *    strides (negative for reversed slices). Planning drops unit dims and
- *    merges dims that are contiguous in both source and destination, so a
- *    transpose that keeps the last dim becomes row memcpys, and NHWC<->NCHW
- *    becomes a 2-D transpose done in cache-sized tiles.
+ *  - Slice, Transpose, Expand, DepthToSpace and SpaceToDepth are one
+ *    strided gather (copy_plan): the output is walked in order while the
+ *    source index advances by per-dimension strides (negative for reversed
+ *    slices, 0 for broadcast dims; the space/depth moves walk six dims).
+ *    Planning drops unit dims and merges dims that are contiguous in both
+ *    source and destination, so a transpose that keeps the last dim
+ *    becomes row memcpys, and NHWC<->NCHW becomes a 2-D transpose done in
+ *    cache-sized tiles.
  *  - Pad writes each output row once: fill, copy of the interior, fill (or
- *    for edge/reflect, elements mapped back into the input).
+ *    for edge/reflect/wrap, elements mapped back into the input).
+ *  - Tile writes the input once where the first tile goes, then, from the
+ *    last dim out, copies each filled block after itself (memcpys).
  *
  * Layouts. Concat, Split and Transpose are layout-aware, so activations in
  * NHWC between convolutions never need converting around them:
@@ -41,6 +53,7 @@
 #include "kernels/kernel.h"
 #include "kernels/walk.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 #if defined(__SSE2__)
@@ -782,6 +795,9 @@ static int concat_run(const es_kinst *k, const void *const *in, void *const *out
  * end, starts clamp to [0, d] (to [0, d-1] for negative steps) and ends to
  * [0, d] (to [-1, d-1]), so INT64_MAX and INT64_MIN mean "to the end". */
 static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first) {
+  *first = 0;
+  if (d == 0) /* nothing to take, whatever the clamping would say */
+    return 0;
   if (start < 0)
     start += d;
   if (end < 0)
@@ -795,7 +811,8 @@ static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, i
   start = start < 0 ? 0 : start > d - 1 ? d - 1 : start;
   end = end < -1 ? -1 : end > d - 1 ? d - 1 : end;
   *first = start;
-  return start > end ? (start - end - 1) / -step + 1 : 0;
+  /* -step overflows for INT64_MIN: divide by its magnitude as unsigned. */
+  return start > end ? (int64_t)((uint64_t)(start - end - 1) / (0 - (uint64_t)step)) + 1 : 0;
 }
 
 static int slice_infer(es_kinst *k) {
@@ -852,8 +869,10 @@ static int slice_infer(es_kinst *k) {
     int64_t st = has_steps ? steps[j] : 1;
     if (st == 0)
       return ES_KFAIL(k, ES_EMODEL, "steps[%zu] is 0", j);
-    step[ax[j]] = st;
     dims[ax[j]] = slice_axis(x->dims[ax[j]], starts[j], ends[j], st, &first[ax[j]]);
+    /* With one element or none the step never moves: 1 keeps the stride
+     * product below from overflowing for huge steps. */
+    step[ax[j]] = dims[ax[j]] > 1 ? st : 1;
   }
   if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
     return rc;
@@ -1075,7 +1094,7 @@ static int transpose_infer(es_kinst *k) {
  * Pad
  * ======================================================================== */
 
-typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE } pad_mode;
+typedef enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
 
 typedef struct pad_params {
   pad_mode mode;
@@ -1084,25 +1103,36 @@ typedef struct pad_params {
   int64_t in_dims[ES_MAX_RANK], out_dims[ES_MAX_RANK];
   int64_t in_st[ES_MAX_RANK]; /* input element strides */
   int64_t begin[ES_MAX_RANK]; /* pads before each dim (negative: cropped) */
+  int64_t win0[ES_MAX_RANK], win1[ES_MAX_RANK]; /* the input left after cropping */
   unsigned char value[8];     /* the constant, one element */
 } pad_params;
 
-/* Input index for output index o of a dim, or -1 for constant padding. */
+/* Input index for output index o of a dim, or -1 for constant padding.
+ * Negative pads crop first and the other modes then pad what is left (as
+ * ONNX's reference does): edge, reflect and wrap read inside the window
+ * [win0, win1), so a dim cropped at one end and wrapped at the other
+ * repeats the kept elements only. */
 static int64_t pad_src(const pad_params *p, int d, int64_t o) {
-  int64_t n = p->in_dims[d], i = o - p->begin[d];
-  if (i >= 0 && i < n)
+  int64_t w0 = p->win0[d], w1 = p->win1[d], i = o - p->begin[d];
+  if (i >= w0 && i < w1)
     return i;
   if (p->mode == PAD_CONSTANT)
     return -1;
+  int64_t n = w1 - w0, t = i - w0;
   if (p->mode == PAD_EDGE)
-    return i < 0 ? 0 : n - 1;
+    return t < 0 ? w0 : w1 - 1;
+  if (p->mode == PAD_WRAP) {
+    t %= n;
+    return w0 + (t < 0 ? t + n : t);
+  }
   if (n == 1)
-    return 0;
+    return w0;
   /* Reflection without repeating the border is periodic in 2(n-1). */
-  int64_t period = 2 * (n - 1), t = i % period;
+  int64_t period = 2 * (n - 1);
+  t %= period;
   if (t < 0)
     t += period;
-  return t < n ? t : period - t;
+  return w0 + (t < n ? t : period - t);
 }
 
 static int pad_infer(es_kinst *k) {
@@ -1124,10 +1154,11 @@ static int pad_infer(es_kinst *k) {
     p->mode = PAD_REFLECT;
   else if (!strcmp(mode, "edge"))
     p->mode = PAD_EDGE;
-  else if (!strcmp(mode, "wrap"))
-    return ES_KFAIL(k, ES_ENOTSUP, "mode 'wrap' is not supported (constant, reflect, edge are)");
+  else if (!strcmp(mode, "wrap") && k->opset >= 19)
+    p->mode = PAD_WRAP;
   else
-    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected constant, reflect or edge", mode);
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected constant, reflect, edge%s", mode,
+                    k->opset >= 19 ? " or wrap" : " (wrap from opset 19)");
   p->rank = r;
   p->esz = es_dtype_size(x->dtype);
   int64_t pads[2 * ES_MAX_RANK], axes_v[ES_MAX_RANK];
@@ -1182,8 +1213,11 @@ static int pad_infer(es_kinst *k) {
                       "huge size", (long long)b, (long long)e, d, (long long)n);
     p->in_dims[d] = n;
     p->out_dims[d] = n + b + e;
-    if (p->mode != PAD_CONSTANT && n == 0 && p->out_dims[d] > 0)
-      return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d of size 0", mode, d);
+    p->win0[d] = b < 0 ? -b : 0;
+    p->win1[d] = e < 0 ? n + e : n;
+    if (p->mode != PAD_CONSTANT && p->win1[d] <= p->win0[d] && p->out_dims[d] > 0)
+      return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d: no element of it is left", mode,
+                      d);
   }
   strides_of(r, p->in_dims, p->in_st);
   k->params = p;
@@ -1306,6 +1340,745 @@ static int constant_of_shape_run(const es_kinst *k, const void *const *in, void 
 }
 
 /* ==========================================================================
+ * Flatten, Unsqueeze: same bytes, new shape
+ * ======================================================================== */
+
+/* Product of dims[a..b), saturated (a zero dim next to huge ones must not
+ * overflow; out_set then refuses a real product above 2^40). */
+static int64_t dims_prod(const int64_t *dims, int a, int b) {
+  int64_t n = 1;
+  for (int i = a; i < b; i++)
+    if (__builtin_mul_overflow(n, dims[i], &n))
+      return INT64_MAX;
+  return n;
+}
+
+static int flatten_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int r = x->rank;
+  int64_t axis;
+  if ((rc = es__attr_int(k, "axis", 1, &axis)) < 0)
+    return rc;
+  /* Opset 11 added negative axes; the end of the range is r inclusive. */
+  if (axis < (k->opset < 11 ? 0 : -(int64_t)r) || axis > r)
+    return ES_KFAIL(k, ES_EMODEL, "axis %lld is outside [%d, %d]", (long long)axis,
+                    k->opset < 11 ? 0 : -r, r);
+  int a = (int)(axis < 0 ? axis + r : axis);
+  int64_t dims[2] = {dims_prod(x->dims, 0, a), dims_prod(x->dims, a, r)};
+  return view_finish(k, 2, dims);
+}
+
+static int unsqueeze_infer(es_kinst *k) {
+  bool attr_form = k->opset < 13;
+  int rc = io_check(k, attr_form ? 1 : 2, attr_form ? 1 : 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t axes[ES_MAX_RANK];
+  size_t n;
+  bool present = true;
+  if (attr_form)
+    rc = attr_ints_copy(k, "axes", ES_MAX_RANK, axes, &n, &present);
+  else
+    rc = static_ints(k, 1, "axes", ES_MAX_RANK, ES_ENOTSUP, axes, &n);
+  if (rc < 0)
+    return rc;
+  if (!present)
+    return ES_KFAIL(k, ES_EMODEL, "attribute 'axes' is required");
+  if (n == 0)
+    return ES_KFAIL(k, ES_EMODEL, "axes is empty, expected at least one axis");
+  if ((size_t)x->rank + n > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_ENOTSUP, "output rank %zu exceeds the maximum %d", (size_t)x->rank + n,
+                    ES_MAX_RANK);
+  int r = x->rank + (int)n, ax[ES_MAX_RANK];
+  bool ins[ES_MAX_RANK];
+  /* Axes index the output, so they normalise against its rank. */
+  if ((rc = axes_norm(k, axes, n, r, "axes", ax, ins)) < 0)
+    return rc;
+  int64_t dims[ES_MAX_RANK];
+  for (int i = 0, j = 0; i < r; i++)
+    dims[i] = ins[i] ? 1 : x->dims[j++];
+  return view_finish(k, r, dims);
+}
+
+/* ==========================================================================
+ * Expand
+ * ======================================================================== */
+
+/* A strided gather where every broadcast dim has source stride 0. */
+static int expand_infer(es_kinst *k) {
+  int rc = io_check(k, 2, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t shape[ES_MAX_RANK];
+  size_t n;
+  if ((rc = static_ints(k, 1, "shape", ES_MAX_RANK, ES_ENOTSUP, shape, &n)) < 0)
+    return rc;
+  int r = x->rank > (int)n ? x->rank : (int)n;
+  int64_t dims[ES_MAX_RANK], ist[ES_MAX_RANK], ss[ES_MAX_RANK];
+  strides_of(x->rank, x->dims, ist);
+  for (int i = 0; i < r; i++) {
+    int xi = i - (r - x->rank), si = i - (r - (int)n);
+    int64_t a = xi >= 0 ? x->dims[xi] : 1, b = si >= 0 ? shape[si] : 1;
+    if (b < 0)
+      return ES_KFAIL(k, ES_EMODEL, "shape[%d] = %lld, expected >= 0", si, (long long)b);
+    if (a != b && a != 1 && b != 1)
+      return ES_KFAIL(k, ES_EMODEL, "input dim %d (%lld) does not broadcast to %lld", xi,
+                      (long long)a, (long long)b);
+    dims[i] = a == 1 ? b : a;
+    ss[i] = a == dims[i] && xi >= 0 ? ist[xi] : 0;
+  }
+  if ((rc = out_set(k, 0, x->dtype, r, dims)) < 0)
+    return rc;
+  copy_plan *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  copy_plan_init(p, es_dtype_size(x->dtype), r, dims, ss, 0);
+  if (p->identity)
+    k->inplace = 0;
+  k->params = p;
+  return 0;
+}
+
+/* ==========================================================================
+ * Tile
+ * ======================================================================== */
+
+typedef struct tile_params {
+  int rank;
+  size_t esz;
+  int64_t in_dims[ES_MAX_RANK], reps[ES_MAX_RANK];
+  int64_t out_st[ES_MAX_RANK]; /* output element strides */
+  bool empty;
+} tile_params;
+
+static int tile_infer(es_kinst *k) {
+  int rc = io_check(k, 2, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t reps[ES_MAX_RANK], dims[ES_MAX_RANK];
+  size_t n;
+  if ((rc = static_ints(k, 1, "repeats", ES_MAX_RANK, ES_EMODEL, reps, &n)) < 0)
+    return rc;
+  if (n != (size_t)x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "repeats has %zu values, expected the input rank %d", n,
+                    x->rank);
+  tile_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  for (int i = 0; i < x->rank; i++) {
+    if (reps[i] < 0)
+      return ES_KFAIL(k, ES_EMODEL, "repeats[%d] = %lld, expected >= 0", i, (long long)reps[i]);
+    if (__builtin_mul_overflow(x->dims[i], reps[i], &dims[i]))
+      return ES_KFAIL(k, ES_EMODEL, "repeats[%d] = %lld makes dim %d too large", i,
+                      (long long)reps[i], i);
+    p->in_dims[i] = x->dims[i];
+    p->reps[i] = reps[i];
+  }
+  if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
+    return rc;
+  p->rank = x->rank;
+  p->esz = es_dtype_size(x->dtype);
+  p->empty = k->out[0]->count == 0;
+  strides_of(x->rank, dims, p->out_st);
+  k->params = p;
+  return 0;
+}
+
+/* The input goes once to the first tile; then, from the last dim out, the
+ * filled block of each dim (its first d elements, every inner dim already
+ * complete) is copied r - 1 times after itself. Every output byte is
+ * written once, mostly by large memcpys. */
+static int tile_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const tile_params *p = k->params;
+  if (p->empty)
+    return 0;
+  char *d = out[0];
+  const char *s = in[0];
+  size_t esz = p->esz;
+  int r = p->rank;
+  if (r == 0) {
+    memcpy(d, s, esz);
+    return 0;
+  }
+  int64_t idx[ES_MAX_RANK] = {0}, off = 0;
+  size_t row = (size_t)p->in_dims[r - 1] * esz;
+  do {
+    memcpy(d + off * (int64_t)esz, s, row);
+    s += row;
+  } while (es__walk_step(r - 1, p->in_dims, idx, 1, &off, p->out_st) >= 0);
+  for (int a = r - 1; a >= 0; a--) {
+    if (p->reps[a] == 1)
+      continue;
+    size_t block = (size_t)p->in_dims[a] * (size_t)p->out_st[a] * esz;
+    off = 0;
+    do {
+      char *b = d + off * (int64_t)esz;
+      for (int64_t t = 1; t < p->reps[a]; t++)
+        memcpy(b + (size_t)t * block, b, block);
+    } while (es__walk_step(a, p->in_dims, idx, 1, &off, p->out_st) >= 0);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Range
+ * ======================================================================== */
+
+typedef struct range_params {
+  es_dtype dtype;
+  int64_t n;
+} range_params;
+
+static int range_infer(es_kinst *k) {
+  int rc = io_check(k, 3, 3, 1, 1);
+  if (rc < 0)
+    return rc;
+  static const char *const names[3] = {"start", "limit", "delta"};
+  es_dtype dt = k->in[0]->dtype;
+  if (dt != ES_DTYPE_FLOAT && dt != ES_DTYPE_INT32 && dt != ES_DTYPE_INT64)
+    return ES_KFAIL(k, ES_EMODEL, "start is %s, expected float32, int32 or int64",
+                    es_dtype_name(dt));
+  for (int i = 0; i < 3; i++) {
+    if (k->in[i]->dtype != dt)
+      return ES_KFAIL(k, ES_EMODEL, "%s is %s, start %s", names[i],
+                      es_dtype_name(k->in[i]->dtype), es_dtype_name(dt));
+    if (k->in[i]->count != 1 || k->in[i]->rank > 1)
+      return ES_KFAIL(k, ES_EMODEL, "%s has %zu elements, expected a scalar", names[i],
+                      k->in[i]->count);
+  }
+  /* The output's length is the inputs' values: without them no plan can
+   * size it. */
+  for (int i = 0; i < 3; i++)
+    if (!k->in_static || !k->in_static[i])
+      return ES_KFAIL(k, ES_ENOTSUP, "%s (input %d) is not known when planning; Range's output "
+                      "length depends on it (data-dependent shapes are not supported)",
+                      names[i], i);
+  const void *const *v = k->in_static;
+  int64_t n;
+  if (dt == ES_DTYPE_FLOAT) {
+    double s = *(const float *)v[0], l = *(const float *)v[1], d = *(const float *)v[2];
+    double c = ceil((l - s) / d);
+    if (d == 0 || !(c == c) || c > (double)((int64_t)1 << 40))
+      return ES_KFAIL(k, ES_EMODEL, "start %g, limit %g, delta %g give no finite length", s, l,
+                      d);
+    n = c > 0 ? (int64_t)c : 0;
+  } else {
+    __int128 s = es__static_i64(k->in[0], v[0], 0), l = es__static_i64(k->in[1], v[1], 0),
+             d = es__static_i64(k->in[2], v[2], 0);
+    if (d == 0)
+      return ES_KFAIL(k, ES_EMODEL, "delta is 0");
+    __int128 span = l - s;
+    __int128 c = d > 0 ? (span + d - 1) / d : (span + d + 1) / d;
+    if (c > ((__int128)1 << 40))
+      return ES_KFAIL(k, ES_EMODEL, "start %lld, limit %lld, delta %lld give more than 2^40 "
+                      "values", (long long)s, (long long)l, (long long)d);
+    n = c > 0 ? (int64_t)c : 0;
+  }
+  range_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->dtype = dt;
+  p->n = n;
+  k->params = p;
+  return out_set(k, 0, dt, 1, &n);
+}
+
+/* start + i * delta for each i, as numpy's arange (no accumulated error). */
+static int range_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const range_params *p = k->params;
+  if (p->dtype == ES_DTYPE_FLOAT) {
+    double s = *(const float *)in[0], d = *(const float *)in[2];
+    float *o = out[0];
+    for (int64_t i = 0; i < p->n; i++)
+      o[i] = (float)(s + (double)i * d);
+    return 0;
+  }
+  /* Integers wrap like the type's own arithmetic (unsigned: no UB). */
+  uint64_t s = (uint64_t)es__static_i64(k->in[0], in[0], 0);
+  uint64_t d = (uint64_t)es__static_i64(k->in[2], in[2], 0);
+  if (p->dtype == ES_DTYPE_INT64) {
+    int64_t *o = out[0];
+    for (int64_t i = 0; i < p->n; i++)
+      o[i] = (int64_t)(s + (uint64_t)i * d);
+  } else {
+    int32_t *o = out[0];
+    for (int64_t i = 0; i < p->n; i++)
+      o[i] = (int32_t)(uint32_t)(s + (uint64_t)i * d);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * DepthToSpace, SpaceToDepth
+ * ======================================================================== */
+
+/* Both are a reshape to rank 6, a transpose and a reshape back: one strided
+ * gather that walks the output in order over the six dims. */
+static int d2s_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  bool to_space = k->node.op == ES_OP_DepthToSpace;
+  int64_t b;
+  const char *mode = "DCR";
+  if (!es__kattr(k, "blocksize"))
+    return ES_KFAIL(k, ES_EMODEL, "attribute 'blocksize' is required");
+  if ((rc = es__attr_int(k, "blocksize", 0, &b)) < 0 ||
+      (to_space && (rc = es__attr_string(k, "mode", "DCR", &mode)) < 0))
+    return rc;
+  if (x->rank != 4)
+    return ES_KFAIL(k, ES_EMODEL, "input has rank %d, expected 4", x->rank);
+  int64_t bb;
+  if (b < 1 || __builtin_mul_overflow(b, b, &bb))
+    return ES_KFAIL(k, ES_EMODEL, "blocksize %lld, expected a positive size", (long long)b);
+  bool crd = !strcmp(mode, "CRD");
+  if (!crd && strcmp(mode, "DCR"))
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s', expected DCR or CRD", mode);
+  int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+  /* Strides matter only when there are elements, and then nothing below
+   * overflows (the count is at most 2^40). */
+  int64_t HW = x->count ? H * W : 0;
+  int64_t dims[4], n[6], ss[6];
+  if (to_space) {
+    if (C % bb)
+      return ES_KFAIL(k, ES_EMODEL, "%lld channels do not divide by blocksize^2 = %lld",
+                      (long long)C, (long long)bb);
+    int64_t c2 = C / bb;
+    dims[0] = N, dims[1] = c2;
+    if (__builtin_mul_overflow(H, b, &dims[2]) || __builtin_mul_overflow(W, b, &dims[3]))
+      return ES_KFAIL(k, ES_EMODEL, "blocksize %lld makes the output too large", (long long)b);
+    /* Output walk (n, c', h, i, w, j); source channel (i*b + j)*C' + c'
+     * (DCR) or c'*b*b + i*b + j (CRD). */
+    int64_t wn[6] = {N, c2, H, b, W, b};
+    int64_t ws[6] = {C * HW, crd ? bb * HW : HW, W, crd ? b * HW : b * c2 * HW, 1,
+                     crd ? HW : c2 * HW};
+    memcpy(n, wn, sizeof n);
+    memcpy(ss, ws, sizeof ss);
+  } else {
+    if (H % b || W % b)
+      return ES_KFAIL(k, ES_EMODEL, "spatial size %lldx%lld does not divide by blocksize %lld",
+                      (long long)H, (long long)W, (long long)b);
+    int64_t h2 = H / b, w2 = W / b;
+    if (__builtin_mul_overflow(C, bb, &dims[1]))
+      return ES_KFAIL(k, ES_EMODEL, "blocksize %lld makes too many channels", (long long)b);
+    dims[0] = N, dims[2] = h2, dims[3] = w2;
+    /* Output walk (n, i, j, c, h', w'): source (n, c, h'*b + i, w'*b + j). */
+    int64_t wn[6] = {N, b, b, C, h2, w2};
+    int64_t ws[6] = {C * HW, x->count ? W : 0, 1, HW, x->count ? b * W : 0, b};
+    memcpy(n, wn, sizeof n);
+    memcpy(ss, ws, sizeof ss);
+  }
+  if ((rc = out_set(k, 0, x->dtype, 4, dims)) < 0)
+    return rc;
+  copy_plan *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  copy_plan_init(p, es_dtype_size(x->dtype), 6, n, ss, 0);
+  if (p->identity)
+    k->inplace = 0;
+  k->params = p;
+  return 0;
+}
+
+/* ==========================================================================
+ * Trilu
+ * ======================================================================== */
+
+typedef struct trilu_params {
+  bool upper, has_k;
+  int64_t mats, rows, cols;
+  size_t esz;
+} trilu_params;
+
+static int trilu_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t upper;
+  if ((rc = es__attr_int(k, "upper", 1, &upper)) < 0)
+    return rc;
+  if (x->rank < 2)
+    return ES_KFAIL(k, ES_EMODEL, "input has rank %d, expected at least 2", x->rank);
+  trilu_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  if (k->n_in > 1 && k->in[1]) {
+    const es_tdesc *kt = k->in[1];
+    if (kt->dtype != ES_DTYPE_INT64 || kt->count != 1 || kt->rank > 1)
+      return ES_KFAIL(k, ES_EMODEL, "k is %s with %zu elements, expected an int64 scalar",
+                      es_dtype_name(kt->dtype), kt->count);
+    p->has_k = true;
+  }
+  p->upper = upper != 0;
+  p->rows = x->dims[x->rank - 2];
+  p->cols = x->dims[x->rank - 1];
+  p->mats = p->rows && p->cols ? (int64_t)(x->count / (size_t)(p->rows * p->cols)) : 0;
+  p->esz = es_dtype_size(x->dtype);
+  k->params = p;
+  k->inplace = 0; /* each row is read before it is written */
+  return out_set(k, 0, x->dtype, x->rank, x->dims);
+}
+
+/* k is read here, so it may change from one request to the next. */
+static int trilu_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const trilu_params *p = k->params;
+  int64_t kk = 0;
+  if (p->has_k)
+    memcpy(&kk, in[1], sizeof kk);
+  int64_t lim = p->rows + p->cols; /* beyond it every k means the same */
+  kk = kk < -lim ? -lim : kk > lim ? lim : kk;
+  const char *s = in[0];
+  char *d = out[0];
+  size_t esz = p->esz, row = (size_t)p->cols * esz;
+  for (int64_t m = 0; m < p->mats; m++)
+    for (int64_t i = 0; i < p->rows; i++, s += row, d += row) {
+      /* Keep columns [lo, hi): j >= i + k (upper) or j <= i + k (lower). */
+      int64_t lo = p->upper ? i + kk : 0, hi = p->upper ? p->cols : i + kk + 1;
+      lo = lo < 0 ? 0 : lo > p->cols ? p->cols : lo;
+      hi = hi < lo ? lo : hi > p->cols ? p->cols : hi;
+      if (d != s)
+        memcpy(d + lo * (int64_t)esz, s + lo * (int64_t)esz, (size_t)(hi - lo) * esz);
+      memset(d, 0, (size_t)lo * esz);
+      memset(d + hi * (int64_t)esz, 0, (size_t)(p->cols - hi) * esz);
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * OneHot
+ * ======================================================================== */
+
+/* Element i of a numeric tensor as an integer (floats truncated; NaN and
+ * values beyond int64 give INT64_MIN, which no range holds). */
+static int64_t elem_i64(es_dtype dt, const void *data, size_t i) {
+  switch (dt) {
+  case ES_DTYPE_FLOAT: {
+    float f = ((const float *)data)[i];
+    return f > -9.2e18f && f < 9.2e18f ? (int64_t)f : INT64_MIN;
+  }
+  case ES_DTYPE_INT64:
+    return ((const int64_t *)data)[i];
+  case ES_DTYPE_INT32:
+    return ((const int32_t *)data)[i];
+  case ES_DTYPE_INT8:
+    return ((const int8_t *)data)[i];
+  default:
+    return ((const uint8_t *)data)[i];
+  }
+}
+
+typedef struct onehot_params {
+  es_dtype idx_dtype;
+  int64_t outer, depth, inner; /* output [outer, depth, inner] */
+  size_t esz, count;
+} onehot_params;
+
+static int onehot_infer(es_kinst *k) {
+  int rc = io_check(k, 3, 3, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *ind = k->in[0], *dep = k->in[1], *val = k->in[2];
+  for (int i = 0; i < 2; i++)
+    if (k->in[i]->dtype == ES_DTYPE_BOOL)
+      return ES_KFAIL(k, ES_EMODEL, "%s is bool, expected a numeric type",
+                      i ? "depth" : "indices");
+  if (dep->count != 1 || dep->rank > 1)
+    return ES_KFAIL(k, ES_EMODEL, "depth has %zu elements, expected one", dep->count);
+  if (val->rank != 1 || val->count != 2)
+    return ES_KFAIL(k, ES_EMODEL, "values has %zu elements in rank %d, expected [off, on]",
+                    val->count, val->rank);
+  if (!k->in_static || !k->in_static[1])
+    return ES_KFAIL(k, ES_ENOTSUP, "depth (input 1) must be known when planning");
+  int64_t depth = elem_i64(dep->dtype, k->in_static[1], 0), axis;
+  if (depth < 0)
+    return ES_KFAIL(k, ES_EMODEL, "depth is %lld, expected >= 0", (long long)depth);
+  if ((rc = es__attr_int(k, "axis", -1, &axis)) < 0)
+    return rc;
+  int r = ind->rank + 1, a;
+  if (r > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_ENOTSUP, "output rank %d exceeds the maximum %d", r, ES_MAX_RANK);
+  if ((rc = es__axis_norm(k, axis, r, &a)) < 0)
+    return rc;
+  int64_t dims[ES_MAX_RANK];
+  for (int i = 0, j = 0; i < r; i++)
+    dims[i] = i == a ? depth : ind->dims[j++];
+  if ((rc = out_set(k, 0, val->dtype, r, dims)) < 0)
+    return rc;
+  onehot_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->idx_dtype = ind->dtype;
+  p->outer = dims_prod(ind->dims, 0, a);
+  p->inner = dims_prod(ind->dims, a, ind->rank);
+  p->depth = depth;
+  p->esz = es_dtype_size(val->dtype);
+  p->count = k->out[0]->count;
+  k->params = p;
+  return 0;
+}
+
+/* Every element off, then on where an index in [-depth, depth) points;
+ * other indices leave their column off, as ONNX defines. */
+static int onehot_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const onehot_params *p = k->params;
+  const unsigned char *val = in[2];
+  size_t esz = p->esz;
+  char *d = out[0];
+  elems_fill(d, val, (int64_t)p->count, esz);
+  for (int64_t o = 0; o < p->outer; o++)
+    for (int64_t i = 0; i < p->inner; i++) {
+      int64_t v = elem_i64(p->idx_dtype, in[0], (size_t)(o * p->inner + i));
+      if (v < 0 && v >= -p->depth)
+        v += p->depth;
+      if (v < 0 || v >= p->depth)
+        continue;
+      memcpy(d + ((o * p->depth + v) * p->inner + i) * (int64_t)esz, val + esz, esz);
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * Size, EyeLike
+ * ======================================================================== */
+
+static int size_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  int64_t *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  *p = (int64_t)k->in[0]->count;
+  k->params = p;
+  return out_set(k, 0, ES_DTYPE_INT64, 0, NULL);
+}
+
+static int size_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)in, (void)scratch;
+  memcpy(out[0], k->params, sizeof(int64_t));
+  return 0;
+}
+
+/* ONNX's name of an element type the engine does not hold, for errors. */
+static const char *onnx_dtype_name(int64_t t) {
+  static const char *const names[] = {"undefined", "float32", "uint8", "int8", "uint16",
+                                      "int16", "int32", "int64", "string", "bool", "float16",
+                                      "double", "uint32", "uint64", "complex64", "complex128",
+                                      "bfloat16"};
+  return t >= 0 && t < (int64_t)(sizeof names / sizeof names[0]) ? names[t] : "unknown";
+}
+
+typedef struct eye_params {
+  int64_t rows, cols, k;
+  size_t esz;
+  unsigned char one[8];
+} eye_params;
+
+static int eyelike_infer(es_kinst *k) {
+  int rc = io_check(k, 1, 1, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t dt, kk;
+  if ((rc = es__attr_int(k, "dtype", x->dtype, &dt)) < 0 ||
+      (rc = es__attr_int(k, "k", 0, &kk)) < 0)
+    return rc;
+  if (x->rank != 2)
+    return ES_KFAIL(k, ES_EMODEL, "input has rank %d, expected 2", x->rank);
+  if (dt < 0 || dt > INT32_MAX || es_dtype_size((es_dtype)dt) == 0)
+    return ES_KFAIL(k, ES_ENOTSUP, "dtype %lld (%s) is not supported", (long long)dt,
+                    onnx_dtype_name(dt));
+  eye_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->rows = x->dims[0];
+  p->cols = x->dims[1];
+  p->k = kk;
+  p->esz = es_dtype_size((es_dtype)dt);
+  value_from_float((es_dtype)dt, 1.0f, p->one);
+  k->params = p;
+  return out_set(k, 0, (es_dtype)dt, 2, x->dims);
+}
+
+static int eyelike_run(const es_kinst *k, const void *const *in, void *const *out,
+                       void *scratch) {
+  (void)in, (void)scratch;
+  const eye_params *p = k->params;
+  char *d = out[0];
+  memset(d, 0, (size_t)(p->rows * p->cols) * p->esz);
+  /* Row i has its one at column i + k: rows [max(0, -k), cols - k). */
+  if (p->k <= -p->rows || p->k >= p->cols)
+    return 0;
+  int64_t lo = p->k < 0 ? -p->k : 0, hi = p->cols - p->k;
+  hi = hi > p->rows ? p->rows : hi;
+  for (int64_t i = lo; i < hi; i++)
+    memcpy(d + (i * p->cols + i + p->k) * (int64_t)p->esz, p->one, p->esz);
+  return 0;
+}
+
+/* ==========================================================================
+ * ReverseSequence
+ * ======================================================================== */
+
+typedef struct revseq_params {
+  int64_t steps, batch;
+  int64_t st_t, st_b; /* element strides of the time and batch axes */
+  size_t inner;       /* bytes of one (time, batch) slab */
+  size_t esz;
+  bool lens64;
+} revseq_params;
+
+static int revseq_infer(es_kinst *k) {
+  int rc = io_check(k, 2, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *lens = k->in[1];
+  int64_t ta, ba;
+  if ((rc = es__attr_int(k, "time_axis", 0, &ta)) < 0 ||
+      (rc = es__attr_int(k, "batch_axis", 1, &ba)) < 0)
+    return rc;
+  if (x->rank < 2)
+    return ES_KFAIL(k, ES_EMODEL, "input has rank %d, expected at least 2", x->rank);
+  if ((ta != 0 && ta != 1) || (ba != 0 && ba != 1) || ta == ba)
+    return ES_KFAIL(k, ES_EMODEL, "time_axis %lld and batch_axis %lld, expected 0 and 1 in "
+                    "either order", (long long)ta, (long long)ba);
+  if ((lens->dtype != ES_DTYPE_INT64 && lens->dtype != ES_DTYPE_INT32) || lens->rank != 1 ||
+      lens->dims[0] != x->dims[ba])
+    return ES_KFAIL(k, ES_EMODEL, "sequence_lens is %s of %zu values, expected %lld int64",
+                    es_dtype_name(lens->dtype), lens->count, (long long)x->dims[ba]);
+  revseq_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  int64_t st[ES_MAX_RANK];
+  strides_of(x->rank, x->dims, st);
+  p->steps = x->dims[ta];
+  p->batch = x->dims[ba];
+  p->st_t = st[ta];
+  p->st_b = st[ba];
+  p->esz = es_dtype_size(x->dtype);
+  p->inner = (size_t)st[1] * p->esz;
+  p->lens64 = lens->dtype == ES_DTYPE_INT64;
+  k->params = p;
+  return out_set(k, 0, x->dtype, x->rank, x->dims);
+}
+
+/* Lengths are read per request and checked before anything moves. */
+static int revseq_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const revseq_params *p = k->params;
+  for (int64_t b = 0; b < p->batch; b++) {
+    int64_t len = p->lens64 ? ((const int64_t *)in[1])[b] : ((const int32_t *)in[1])[b];
+    if (len < 0 || len > p->steps)
+      return ES_KFAIL(k, ES_EINVAL, "sequence_lens[%lld] = %lld is outside [0, %lld]",
+                      (long long)b, (long long)len, (long long)p->steps);
+  }
+  int64_t esz = (int64_t)p->esz;
+  const char *s = in[0];
+  char *d = out[0];
+  for (int64_t b = 0; b < p->batch; b++) {
+    int64_t len = p->lens64 ? ((const int64_t *)in[1])[b] : ((const int32_t *)in[1])[b];
+    for (int64_t t = 0; t < p->steps; t++) {
+      int64_t from = t < len ? len - 1 - t : t;
+      memcpy(d + (t * p->st_t + b * p->st_b) * esz, s + (from * p->st_t + b * p->st_b) * esz,
+             p->inner);
+    }
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Compress
+ * ======================================================================== */
+
+typedef struct compress_params {
+  int64_t outer, dim, n_sel;
+  size_t inner;   /* bytes per selected index */
+  int64_t *sel;   /* [n_sel] kept indices along the axis */
+} compress_params;
+
+static int compress_infer(es_kinst *k) {
+  int rc = io_check(k, 2, 2, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *c = k->in[1];
+  if (c->dtype != ES_DTYPE_BOOL || c->rank != 1)
+    return ES_KFAIL(k, ES_EMODEL, "condition is %s of rank %d, expected 1-D bool",
+                    es_dtype_name(c->dtype), c->rank);
+  if (!k->in_static || !k->in_static[1])
+    return ES_KFAIL(k, ES_ENOTSUP, "condition (input 1) is not known when planning; Compress's "
+                    "output shape depends on it (data-dependent shapes are not supported)");
+  const uint8_t *cond = k->in_static[1];
+  compress_params *p = params_alloc(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  int64_t dims[ES_MAX_RANK];
+  int r, a = -1;
+  if (es__kattr(k, "axis")) {
+    int64_t axis;
+    if ((rc = es__attr_int(k, "axis", 0, &axis)) < 0)
+      return rc;
+    if (x->rank == 0)
+      return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1 with an axis");
+    if ((rc = es__axis_norm(k, axis, x->rank, &a)) < 0)
+      return rc;
+    r = x->rank;
+    memcpy(dims, x->dims, sizeof dims);
+    p->outer = dims_prod(x->dims, 0, a);
+    p->dim = x->dims[a];
+    p->inner = (size_t)dims_prod(x->dims, a + 1, r) * es_dtype_size(x->dtype);
+  } else { /* the input flattened */
+    r = 1;
+    p->outer = 1;
+    p->dim = (int64_t)x->count;
+    p->inner = es_dtype_size(x->dtype);
+  }
+  int64_t n = 0;
+  for (size_t i = 0; i < c->count; i++) {
+    if (!cond[i])
+      continue;
+    if ((int64_t)i >= p->dim)
+      return ES_KFAIL(k, ES_EMODEL, "condition selects index %zu of an axis of %lld", i,
+                      (long long)p->dim);
+    n++;
+  }
+  if (!(p->sel = params_alloc(k, (size_t)n * sizeof *p->sel + 1)))
+    return ES_ENOMEM;
+  p->n_sel = 0;
+  for (size_t i = 0; i < c->count; i++)
+    if (cond[i])
+      p->sel[p->n_sel++] = (int64_t)i;
+  dims[a < 0 ? 0 : a] = n;
+  k->params = p;
+  return out_set(k, 0, x->dtype, r, dims);
+}
+
+static int compress_run(const es_kinst *k, const void *const *in, void *const *out,
+                        void *scratch) {
+  (void)scratch;
+  const compress_params *p = k->params;
+  const char *s = in[0];
+  char *d = out[0];
+  for (int64_t o = 0; o < p->outer; o++, s += (size_t)p->dim * p->inner)
+    for (int64_t j = 0; j < p->n_sel; j++, d += p->inner)
+      memcpy(d, s + (size_t)p->sel[j] * p->inner, p->inner);
+  return 0;
+}
+
+/* ==========================================================================
  * Family
  * ======================================================================== */
 
@@ -1319,6 +2092,18 @@ static const es_kernel k_transpose = {transpose_infer, gather_run, NULL, 1};
 static const es_kernel k_pad = {pad_infer, pad_run, NULL, 0};
 static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
                                               NULL, 0};
+static const es_kernel k_flatten = {flatten_infer, view_run, NULL, 0};
+static const es_kernel k_unsqueeze = {unsqueeze_infer, view_run, NULL, 0};
+static const es_kernel k_expand = {expand_infer, gather_run, NULL, 0};
+static const es_kernel k_tile = {tile_infer, tile_run, NULL, 0};
+static const es_kernel k_range = {range_infer, range_run, NULL, 0};
+static const es_kernel k_d2s = {d2s_infer, gather_run, NULL, 0};
+static const es_kernel k_trilu = {trilu_infer, trilu_run, NULL, 0};
+static const es_kernel k_onehot = {onehot_infer, onehot_run, NULL, 0};
+static const es_kernel k_size = {size_infer, size_run, NULL, 1}; /* reads only the count */
+static const es_kernel k_eyelike = {eyelike_infer, eyelike_run, NULL, 0};
+static const es_kernel k_revseq = {revseq_infer, revseq_run, NULL, 0};
+static const es_kernel k_compress = {compress_infer, compress_run, NULL, 0};
 
 const es_kernel *es__kernels_shape(es_op op) {
   switch (op) {
@@ -1340,6 +2125,31 @@ const es_kernel *es__kernels_shape(es_op op) {
     return &k_pad;
   case ES_OP_ConstantOfShape:
     return &k_constant_of_shape;
+  case ES_OP_Flatten:
+    return &k_flatten;
+  case ES_OP_Unsqueeze:
+    return &k_unsqueeze;
+  case ES_OP_Expand:
+    return &k_expand;
+  case ES_OP_Tile:
+    return &k_tile;
+  case ES_OP_Range:
+    return &k_range;
+  case ES_OP_DepthToSpace:
+  case ES_OP_SpaceToDepth:
+    return &k_d2s;
+  case ES_OP_Trilu:
+    return &k_trilu;
+  case ES_OP_OneHot:
+    return &k_onehot;
+  case ES_OP_Size:
+    return &k_size;
+  case ES_OP_EyeLike:
+    return &k_eyelike;
+  case ES_OP_ReverseSequence:
+    return &k_revseq;
+  case ES_OP_Compress:
+    return &k_compress;
   default:
     return NULL;
   }

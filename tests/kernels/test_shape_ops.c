@@ -1,10 +1,12 @@
 /* Shape-family kernels (Shape, Reshape, Squeeze, Concat, Slice, Split,
- * Transpose, Pad, ConstantOfShape) evaluated one node at a time.
+ * Transpose, Pad, ConstantOfShape, Flatten, Unsqueeze, Expand, Tile, Range,
+ * DepthToSpace, SpaceToDepth, Trilu, OneHot, Size, EyeLike,
+ * ReverseSequence, Compress) and Upsample evaluated one node at a time.
  *
  * Small hand-checked cases for each op and form (attribute vs input), error
  * cases that must fail with the right code, and randomised comparisons of
- * Transpose, Slice and Pad against naive index-by-index references over
- * ranks 1-6 and element sizes 1, 4 and 8 (the tiled and strided paths).
+ * Transpose, Slice, Pad and Tile against naive index-by-index references
+ * over ranks 0-6 and element sizes 1, 4 and 8 (the tiled and strided paths).
  * The layout-aware ops (Concat, Split, Transpose) are then fed NHWC
  * tensors through a hand-built instance, as the planner runs them, and
  * must match the plain results in the layout they report. */
@@ -677,30 +679,41 @@ static void test_slice_random(void **state) {
   }
 }
 
-/* Pad reference: reflect by repeated mirroring, edge by clamping. */
-static int64_t ref_pad_index(int mode, int64_t n, int64_t i) {
+/* Pad reference, as ONNX's: negative pads crop first, leaving the input
+ * window [w0, w1); the modes then pad that window: reflect by repeated
+ * mirroring, edge by clamping, wrap by repeated shifting. -1: constant. */
+static int64_t ref_pad_index(int mode, int64_t w0, int64_t w1, int64_t i) {
+  if (i >= w0 && i < w1)
+    return i;
+  int64_t n = w1 - w0, t = i - w0;
+  if (mode == 0 || n <= 0)
+    return -1;
   if (mode == 1)
-    while (i < 0 || i >= n) {
+    while (t < 0 || t >= n) {
       if (n == 1)
-        return 0;
-      if (i < 0)
-        i = -i;
-      if (i >= n)
-        i = 2 * (n - 1) - i;
+        return w0;
+      if (t < 0)
+        t = -t;
+      if (t >= n)
+        t = 2 * (n - 1) - t;
     }
   if (mode == 2)
-    i = i < 0 ? 0 : i >= n ? n - 1 : i;
-  return i >= 0 && i < n ? i : -1;
+    t = t < 0 ? 0 : n - 1;
+  if (mode == 3)
+    while (t < 0 || t >= n)
+      t += t < 0 ? n : -n;
+  return w0 + t;
 }
 
 static void test_pad_random(void **state) {
   (void)state;
-  static const char *const modes[3] = {"constant", "reflect", "edge"};
+  static const char *const modes[4] = {"constant", "reflect", "edge", "wrap"};
   uint64_t seed = es_test_seed();
-  for (int iter = 0; iter < 600; iter++) {
+  for (int iter = 0; iter < 800; iter++) {
     int rank = 1 + (int)(es_test_rand(&seed) % 5);
-    int mode = (int)(es_test_rand(&seed) % 3);
-    bool attr_form = es_test_rand(&seed) % 4 == 0;
+    int mode = (int)(es_test_rand(&seed) % 4);
+    bool attr_form = mode != 3 && es_test_rand(&seed) % 4 == 0; /* wrap: opset 19 */
+    bool nothing_left = false; /* a dim cropped away yet padded: only constant can */
     int64_t dims[ES_MAX_RANK], pads[2 * ES_MAX_RANK], odims[ES_MAX_RANK];
     for (int d = 0; d < rank; d++) {
       dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 6);
@@ -709,6 +722,9 @@ static void test_pad_random(void **state) {
         pads[d + rank] = (int64_t)(es_test_rand(&seed) % (uint64_t)(dims[d] + 5)) - dims[d];
         odims[d] = dims[d] + pads[d] + pads[d + rank];
       } while (odims[d] < 0);
+      int64_t w0 = pads[d] < 0 ? -pads[d] : 0;
+      int64_t w1 = dims[d] + (pads[d + rank] < 0 ? pads[d + rank] : 0);
+      nothing_left = nothing_left || (w1 <= w0 && odims[d] > 0 && mode != 0);
     }
     size_t esz = attr_form ? 4 : (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
     es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), od;
@@ -730,7 +746,12 @@ static void test_pad_random(void **state) {
       es_tdesc p = td1(ES_DTYPE_INT64, 2 * rank), c = kh_td(x.dtype, 0, NULL);
       const es_tdesc *in[3] = {&x, &p, &c};
       const void *data[3] = {xd, pads, cval};
-      rc = es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o);
+      rc = es__kernel_eval(&t.node, mode == 3 ? 19 : 13, 3, in, data, 1, &od, &o);
+    }
+    if (nothing_left) {
+      assert_int_equal(rc, ES_EMODEL);
+      es_mem_free(xd);
+      continue;
     }
     ES_CHECK_RC(rc);
     check_dims(&od, rank, odims);
@@ -740,7 +761,9 @@ static void test_pad_random(void **state) {
       do {
         bool inside = true;
         for (int d = 0; d < rank; d++) {
-          iidx[d] = ref_pad_index(mode, dims[d], oidx[d] - pads[d]);
+          int64_t w0 = pads[d] < 0 ? -pads[d] : 0;
+          int64_t w1 = dims[d] + (pads[d + rank] < 0 ? pads[d + rank] : 0);
+          iidx[d] = ref_pad_index(mode, w0, w1, oidx[d] - pads[d]);
           inside = inside && iidx[d] >= 0;
         }
         const void *want = inside ? (const void *)((char *)xd + offset_of(rank, dims, iidx) * esz)
@@ -779,8 +802,8 @@ static void test_pad_errors(void **state) {
   /* Unknown and unsupported modes. */
   mode->s = "mirror";
   ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
-  mode->s = "wrap";
-  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  mode->s = "wrap"; /* opset 19 */
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 3, in, data, 1, &od, &o), ES_EMODEL);
   mode->s = "constant";
   /* pads of the wrong length, cropping past the data, a constant of another
    * type or size, pads not known when planning. */
@@ -1139,6 +1162,727 @@ static void test_transpose_nhwc(void **state) {
   }
 }
 
+/* ==========================================================================
+ * Flatten, Unsqueeze
+ * ======================================================================== */
+
+static void test_flatten(void **state) {
+  (void)state;
+  float v[24];
+  iota_f(v, 24);
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3, 4), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Flatten);
+  /* Default axis 1, then 0, the end (3), and negative ones. */
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, v, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 12});
+  assert_memory_equal(o, v, sizeof v);
+  es_mem_free(o);
+  static const struct {
+    int64_t axis, d0, d1;
+  } cases[] = {{0, 1, 24}, {3, 24, 1}, {-1, 6, 4}, {-3, 1, 24}, {-2, 2, 12}};
+  kh_attr_int(&t, "axis", 0);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    t.attrs[0].i = cases[i].axis;
+    ES_CHECK_RC(kh_eval1(&t.node, 13, &x, v, &od, &o));
+    check_dims(&od, 2, (int64_t[]){cases[i].d0, cases[i].d1});
+    assert_memory_equal(o, v, sizeof v);
+    es_mem_free(o);
+  }
+  /* A scalar flattens to [1, 1]. */
+  t.attrs[0].i = 0;
+  es_tdesc s = kh_td(ES_DTYPE_INT64, 0, NULL);
+  int64_t sv = 5;
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &s, &sv, &od, &o));
+  check_dims(&od, 2, (int64_t[]){1, 1});
+  es_mem_free(o);
+  /* Out of range, and negative before opset 11. */
+  t.attrs[0].i = 4;
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, v, &od, &o), ES_EMODEL);
+  t.attrs[0].i = -4;
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, v, &od, &o), ES_EMODEL);
+  t.attrs[0].i = -1;
+  ES_EXPECT_RC(kh_eval1(&t.node, 9, &x, v, &od, &o), ES_EMODEL);
+  /* A view: the planner may alias it. */
+  es_kinst k;
+  const es_tdesc *in[1] = {&x};
+  const void *data[1] = {v};
+  void *outd[1];
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 13, .k_out = &k}, 1, in, data, 1, &od,
+                           outd));
+  assert_int_equal(k.inplace, 0);
+  es_mem_free(outd[0]);
+}
+
+static void test_unsqueeze(void **state) {
+  (void)state;
+  int64_t v[12];
+  for (int i = 0; i < 12; i++)
+    v[i] = i;
+  es_tdesc x = KH_TD(ES_DTYPE_INT64, 3, 4), od;
+  void *o;
+  kh_node t;
+  /* Opset 11 attribute with a negative axis (of the output's rank). */
+  kh_node_init(&t, ES_OP_Unsqueeze);
+  int64_t ax[2] = {0, -1};
+  kh_attr_ints(&t, "axes", ax, 2);
+  ES_CHECK_RC(kh_eval1(&t.node, 11, &x, v, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 3, 4, 1});
+  assert_memory_equal(o, v, sizeof v);
+  es_mem_free(o);
+  /* Opset 13 input, unsorted. */
+  kh_node_init(&t, ES_OP_Unsqueeze);
+  int64_t ax2[2] = {3, 1};
+  es_tdesc a = td1(ES_DTYPE_INT64, 2);
+  const es_tdesc *in[2] = {&x, &a};
+  const void *data[2] = {v, ax2};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+  check_dims(&od, 4, (int64_t[]){3, 1, 4, 1});
+  es_mem_free(o);
+  /* A scalar becomes [1]. */
+  es_tdesc s = kh_td(ES_DTYPE_INT64, 0, NULL), a1 = td1(ES_DTYPE_INT64, 1);
+  int64_t zero[1] = {0};
+  const es_tdesc *sin[2] = {&s, &a1};
+  const void *sdata[2] = {v, zero};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, sin, sdata, 1, &od, &o));
+  check_dims(&od, 1, (int64_t[]){1});
+  assert_int_equal(*(int64_t *)o, 0);
+  es_mem_free(o);
+  /* Errors: the same axis twice (-4 is 0 in rank 4), out of range, no
+   * axes, axes not known when planning, a rank past the maximum. */
+  int64_t dup[2] = {0, -4}, far[2] = {0, 4};
+  data[1] = dup;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = far;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+  ES_EXPECT_RC(kh_eval1(&t.node, 11, &x, v, &od, &o), ES_EMODEL);
+  int64_t seven[7] = {0, 1, 2, 3, 4, 5, 6};
+  es_tdesc a7 = td1(ES_DTYPE_INT64, 7);
+  in[1] = &a7;
+  data[1] = seven;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+}
+
+/* ==========================================================================
+ * Expand, Tile
+ * ======================================================================== */
+
+static void test_expand(void **state) {
+  (void)state;
+  int64_t v[3] = {1, 2, 3};
+  es_tdesc x = KH_TD(ES_DTYPE_INT64, 3, 1), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Expand);
+  /* [3, 1] to [2, 1, 4]: both broadcast directions at once. */
+  int64_t shape[3] = {2, 1, 4};
+  es_tdesc s3 = td1(ES_DTYPE_INT64, 3);
+  const es_tdesc *in[2] = {&x, &s3};
+  const void *data[2] = {v, shape};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+  check_dims(&od, 3, (int64_t[]){2, 3, 4});
+  for (int i = 0; i < 24; i++)
+    assert_int_equal(((int64_t *)o)[i], v[i / 4 % 3]);
+  es_mem_free(o);
+  /* A shorter shape keeps the input's. */
+  int64_t one[1] = {1};
+  es_tdesc s1 = td1(ES_DTYPE_INT64, 1);
+  in[1] = &s1;
+  data[1] = one;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 1});
+  assert_memory_equal(o, v, sizeof v);
+  es_mem_free(o);
+  /* Bytes from a scalar. */
+  uint8_t b = 9;
+  es_tdesc xs = kh_td(ES_DTYPE_BOOL, 0, NULL), s2 = td1(ES_DTYPE_INT64, 2);
+  int64_t sh2[2] = {2, 3};
+  const es_tdesc *bin[2] = {&xs, &s2};
+  const void *bdata[2] = {&b, sh2};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, bin, bdata, 1, &od, &o));
+  check_dims(&od, 2, sh2);
+  assert_memory_equal(o, ((uint8_t[]){9, 9, 9, 9, 9, 9}), 6);
+  es_mem_free(o);
+  /* Dims that do not broadcast, a negative dim, a shape not known. */
+  int64_t bad[2] = {2, 4}, neg[2] = {-1, 1};
+  in[1] = &s2;
+  data[1] = bad;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = neg;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+}
+
+static void test_tile_random(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int iter = 0; iter < 300; iter++) {
+    int rank = (int)(es_test_rand(&seed) % 5);
+    int64_t dims[ES_MAX_RANK], reps[ES_MAX_RANK], odims[ES_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      dims[d] = 1 + (int64_t)(es_test_rand(&seed) % 4);
+      reps[d] = (int64_t)(es_test_rand(&seed) % 4); /* 0 now and then: empty */
+      odims[d] = dims[d] * reps[d];
+    }
+    size_t esz = (size_t[]){1, 4, 8}[es_test_rand(&seed) % 3];
+    es_tdesc x = kh_td(dtype_of_size(esz), rank, dims), r = td1(ES_DTYPE_INT64, rank), od;
+    void *xd = tensor_fill(esz, x.count), *o;
+    kh_node t;
+    kh_node_init(&t, ES_OP_Tile);
+    const es_tdesc *in[2] = {&x, &r};
+    const void *data[2] = {xd, reps};
+    ES_CHECK_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o));
+    check_dims(&od, rank, odims);
+    int64_t oidx[ES_MAX_RANK] = {0}, iidx[ES_MAX_RANK];
+    size_t k = 0;
+    if (od.count)
+      do {
+        for (int d = 0; d < rank; d++)
+          iidx[d] = oidx[d] % dims[d];
+        if (memcmp((char *)o + k * esz, (char *)xd + offset_of(rank, dims, iidx) * esz, esz))
+          fail_msg("tile iter %d: element %zu differs", iter, k);
+        k++;
+      } while (idx_next(rank, odims, oidx));
+    assert_int_equal(k, od.count);
+    es_mem_free(o);
+    es_mem_free(xd);
+  }
+  /* Errors: repeats of another length, negative repeats. */
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 2), r1 = td1(ES_DTYPE_INT64, 1), r2 = td1(ES_DTYPE_INT64, 2),
+           od;
+  float v[4] = {0};
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Tile);
+  const es_tdesc *in[2] = {&x, &r1};
+  const void *data[2] = {v, (int64_t[]){2}};
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+  in[1] = &r2;
+  data[1] = (int64_t[]){2, -1};
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Range
+ * ======================================================================== */
+
+static int range3(es_dtype dt, const void *s, const void *l, const void *d, unsigned dyn,
+                  es_tdesc *od, void **o) {
+  kh_node t;
+  kh_node_init(&t, ES_OP_Range);
+  es_tdesc sc = kh_td(dt, 0, NULL);
+  const es_tdesc *in[3] = {&sc, &sc, &sc};
+  const void *data[3] = {s, l, d};
+  return kh_eval_with(&t.node, &(kh_opts){.opset = 11, .dyn = dyn}, 3, in, data, 1, od, o);
+}
+
+static void test_range(void **state) {
+  (void)state;
+  es_tdesc od;
+  void *o;
+  int32_t a = 10, b = 4, c = -3;
+  ES_CHECK_RC(range3(ES_DTYPE_INT32, &a, &b, &c, 0, &od, &o));
+  check_dims(&od, 1, (int64_t[]){2});
+  assert_memory_equal(o, ((int32_t[]){10, 7}), 8);
+  es_mem_free(o);
+  int64_t s = -2, l = 3, d = 2;
+  ES_CHECK_RC(range3(ES_DTYPE_INT64, &s, &l, &d, 0, &od, &o));
+  assert_memory_equal(o, ((int64_t[]){-2, 0, 2}), 24);
+  es_mem_free(o);
+  float fs = 1, fl = 5, fd = 2;
+  ES_CHECK_RC(range3(ES_DTYPE_FLOAT, &fs, &fl, &fd, 0, &od, &o));
+  assert_memory_equal(o, ((float[]){1, 3}), 8);
+  es_mem_free(o);
+  /* 0.1 steps: start + i * delta, not an accumulated sum. */
+  float gs = 0, gl = 1, gd = 0.1f;
+  ES_CHECK_RC(range3(ES_DTYPE_FLOAT, &gs, &gl, &gd, 0, &od, &o));
+  check_dims(&od, 1, (int64_t[]){10});
+  assert_true(((float *)o)[7] == (float)(7 * (double)gd));
+  es_mem_free(o);
+  /* Going the wrong way is empty. */
+  ES_CHECK_RC(range3(ES_DTYPE_INT64, &l, &s, &d, 0, &od, &o));
+  check_dims(&od, 1, (int64_t[]){0});
+  es_mem_free(o);
+  /* Errors: delta 0, a huge length, bytes, values not known when planning
+   * (the output's length would depend on the data). */
+  int64_t zero = 0, lo = INT64_MIN, hi = INT64_MAX, one = 1;
+  ES_EXPECT_RC(range3(ES_DTYPE_INT64, &s, &l, &zero, 0, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(range3(ES_DTYPE_INT64, &lo, &hi, &one, 0, &od, &o), ES_EMODEL);
+  float fz = 0;
+  ES_EXPECT_RC(range3(ES_DTYPE_FLOAT, &fs, &fl, &fz, 0, &od, &o), ES_EMODEL);
+  uint8_t u = 1;
+  ES_EXPECT_RC(range3(ES_DTYPE_UINT8, &u, &u, &u, 0, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(range3(ES_DTYPE_INT64, &s, &l, &d, 2, &od, &o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "limit"));
+}
+
+/* ==========================================================================
+ * DepthToSpace, SpaceToDepth
+ * ======================================================================== */
+
+/* Reference DepthToSpace by its definition, element by element. */
+static float ref_d2s(const float *x, const int64_t *d, int64_t b, bool crd, int64_t n, int64_t c,
+                     int64_t h, int64_t w) {
+  int64_t c2 = d[1] / (b * b), i = h % b, j = w % b;
+  int64_t src_c = crd ? c * b * b + i * b + j : (i * b + j) * c2 + c;
+  return x[((n * d[1] + src_c) * d[2] + h / b) * d[3] + w / b];
+}
+
+static void test_depth_to_space(void **state) {
+  (void)state;
+  float v[8];
+  iota_f(v, 8);
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 1, 8, 1, 1), od;
+  void *o;
+  kh_node t;
+  /* Eight channels, block 2: DCR takes channel (i*2 + j)*2 + c, CRD
+   * channel c*4 + i*2 + j. */
+  kh_node_init(&t, ES_OP_DepthToSpace);
+  kh_attr_int(&t, "blocksize", 2);
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, v, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 2, 2, 2});
+  assert_memory_equal(o, ((float[]){0, 2, 4, 6, 1, 3, 5, 7}), 32);
+  es_mem_free(o);
+  es_attr *mode = kh_attr_add(&t, "mode", ES_ATTR_STRING);
+  mode->s = "CRD";
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, v, &od, &o));
+  assert_memory_equal(o, v, 32);
+  es_mem_free(o);
+
+  /* Larger shapes against the definition; SpaceToDepth undoes DCR. */
+  int64_t dims[4] = {2, 12, 3, 5};
+  float big[360];
+  iota_f(big, 360);
+  es_tdesc xb = kh_td(ES_DTYPE_FLOAT, 4, dims);
+  for (int crd = 0; crd < 2; crd++) {
+    mode->s = crd ? "CRD" : "DCR";
+    ES_CHECK_RC(kh_eval1(&t.node, 13, &xb, big, &od, &o));
+    check_dims(&od, 4, (int64_t[]){2, 3, 6, 10});
+    const float *y = o;
+    for (int64_t n = 0, k = 0; n < 2; n++)
+      for (int64_t c = 0; c < 3; c++)
+        for (int64_t h = 0; h < 6; h++)
+          for (int64_t w = 0; w < 10; w++, k++)
+            if (y[k] != ref_d2s(big, dims, 2, crd, n, c, h, w))
+              fail_msg("%s: element %lld differs", mode->s, (long long)k);
+    if (!crd) {
+      kh_node s;
+      kh_node_init(&s, ES_OP_SpaceToDepth);
+      kh_attr_int(&s, "blocksize", 2);
+      void *back;
+      es_tdesc bd;
+      ES_CHECK_RC(kh_eval1(&s.node, 13, &od, o, &bd, &back));
+      check_dims(&bd, 4, dims);
+      assert_memory_equal(back, big, sizeof big);
+      es_mem_free(back);
+    }
+    es_mem_free(o);
+  }
+  /* Errors: channels not divisible, unknown mode, rank 3, no blocksize;
+   * SpaceToDepth of a size not divisible. */
+  mode->s = "DCR";
+  es_tdesc x6 = KH_TD(ES_DTYPE_FLOAT, 1, 6, 1, 1), x3 = KH_TD(ES_DTYPE_FLOAT, 8, 1, 1);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x6, v, &od, &o), ES_EMODEL);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x3, v, &od, &o), ES_EMODEL);
+  mode->s = "RDC";
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, v, &od, &o), ES_EMODEL);
+  kh_node_init(&t, ES_OP_DepthToSpace);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, v, &od, &o), ES_EMODEL);
+  kh_node_init(&t, ES_OP_SpaceToDepth);
+  kh_attr_int(&t, "blocksize", 2);
+  es_tdesc odd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 3, 2);
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &odd, v, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Trilu, OneHot, Size, EyeLike
+ * ======================================================================== */
+
+static int trilu(int64_t upper, const es_tdesc *x, const void *xd, const int64_t *k, es_tdesc *od,
+                 void **o) {
+  kh_node t;
+  kh_node_init(&t, ES_OP_Trilu);
+  if (upper >= 0)
+    kh_attr_int(&t, "upper", upper);
+  es_tdesc kt = kh_td(ES_DTYPE_INT64, 0, NULL);
+  const es_tdesc *in[2] = {x, k ? &kt : NULL};
+  const void *data[2] = {xd, k};
+  /* k is read when running: leave it unknown while planning. */
+  return kh_eval_with(&t.node, &(kh_opts){.opset = 14, .dyn = 2}, k ? 2 : 1, in, data, 1, od, o);
+}
+
+static void test_trilu(void **state) {
+  (void)state;
+  int32_t v[24];
+  for (int i = 0; i < 24; i++)
+    v[i] = i + 1;
+  es_tdesc x = KH_TD(ES_DTYPE_INT32, 2, 3, 4), od;
+  void *o;
+  /* Upper (default), k omitted: j >= i. */
+  ES_CHECK_RC(trilu(-1, &x, v, NULL, &od, &o));
+  int32_t up0[12] = {1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12};
+  assert_memory_equal(o, up0, sizeof up0);
+  assert_memory_equal((int32_t *)o + 12, ((int32_t[]){13, 14, 15, 16, 0, 18, 19, 20, 0, 0, 23,
+                                                      24}),
+                      sizeof up0);
+  es_mem_free(o);
+  /* Upper, k = 1 and k = -1; lower, k = -1; extreme k. */
+  int64_t k1 = 1, km = -1, kbig = INT64_MAX, ksmall = INT64_MIN;
+  ES_CHECK_RC(trilu(1, &x, v, &k1, &od, &o));
+  assert_memory_equal(o, ((int32_t[]){0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12}), 48);
+  es_mem_free(o);
+  ES_CHECK_RC(trilu(1, &x, v, &km, &od, &o));
+  assert_memory_equal(o, ((int32_t[]){1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12}), 48);
+  es_mem_free(o);
+  ES_CHECK_RC(trilu(0, &x, v, &km, &od, &o));
+  assert_memory_equal(o, ((int32_t[]){0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0}), 48);
+  es_mem_free(o);
+  ES_CHECK_RC(trilu(1, &x, v, &kbig, &od, &o));
+  assert_memory_equal(o, ((int32_t[12]){0}), 48);
+  es_mem_free(o);
+  ES_CHECK_RC(trilu(0, &x, v, &ksmall, &od, &o));
+  assert_memory_equal(o, ((int32_t[12]){0}), 48);
+  es_mem_free(o);
+  /* Bytes (bool); errors: rank 1, a k of another type. */
+  uint8_t bv[4] = {1, 1, 1, 1};
+  es_tdesc xb = KH_TD(ES_DTYPE_BOOL, 2, 2);
+  ES_CHECK_RC(trilu(0, &xb, bv, NULL, &od, &o));
+  assert_memory_equal(o, ((uint8_t[]){1, 0, 1, 1}), 4);
+  es_mem_free(o);
+  es_tdesc x1 = KH_TD(ES_DTYPE_INT32, 4);
+  ES_EXPECT_RC(trilu(1, &x1, v, NULL, &od, &o), ES_EMODEL);
+  kh_node t;
+  kh_node_init(&t, ES_OP_Trilu);
+  es_tdesc kf = kh_td(ES_DTYPE_FLOAT, 0, NULL);
+  const es_tdesc *in[2] = {&x, &kf};
+  const void *data[2] = {v, v};
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 14, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+static void test_onehot(void **state) {
+  (void)state;
+  int64_t idx[3] = {1, -1, 3}; /* 3 is out of [-3, 3): a row of off values */
+  float depth = 3.0f;          /* a float depth truncates */
+  int32_t vals[2] = {0, 5};
+  es_tdesc it = td1(ES_DTYPE_INT64, 3), dt = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+           vt = td1(ES_DTYPE_INT32, 2), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_OneHot);
+  const es_tdesc *in[3] = {&it, &dt, &vt};
+  const void *data[3] = {idx, &depth, vals};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 3});
+  assert_int_equal(od.dtype, ES_DTYPE_INT32);
+  assert_memory_equal(o, ((int32_t[]){0, 5, 0, 0, 0, 5, 0, 0, 0}), 36);
+  es_mem_free(o);
+  /* Axis 0: depth first. Float indices truncate toward zero. */
+  kh_attr_int(&t, "axis", 0);
+  float fidx[3] = {1.7f, -1.2f, 0.0f};
+  es_tdesc ft = td1(ES_DTYPE_FLOAT, 3);
+  in[0] = &ft;
+  data[0] = fidx;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 3});
+  assert_memory_equal(o, ((int32_t[]){0, 0, 5, 5, 0, 0, 0, 5, 0}), 36);
+  es_mem_free(o);
+  /* Errors: depth not known when planning, values of one element, axis
+   * out of range, bool indices. */
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o), ES_ENOTSUP);
+  data[1] = &depth;
+  es_tdesc v1 = td1(ES_DTYPE_INT32, 1);
+  in[2] = &v1;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o), ES_EMODEL);
+  in[2] = &vt;
+  t.attrs[0].i = 2;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o), ES_EMODEL);
+  t.attrs[0].i = -1;
+  es_tdesc bt = td1(ES_DTYPE_BOOL, 3);
+  in[0] = &bt;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 3, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+static void test_size_eyelike(void **state) {
+  (void)state;
+  es_tdesc x = KH_TD(ES_DTYPE_UINT8, 2, 3, 4), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Size);
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o)); /* the data is never read */
+  assert_int_equal(od.rank, 0);
+  assert_int_equal(od.dtype, ES_DTYPE_INT64);
+  assert_int_equal(*(int64_t *)o, 24);
+  es_mem_free(o);
+
+  es_tdesc m = KH_TD(ES_DTYPE_FLOAT, 3, 4);
+  kh_node_init(&t, ES_OP_EyeLike);
+  kh_attr_int(&t, "k", 1);
+  kh_attr_int(&t, "dtype", ES_DTYPE_INT32);
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &m, NULL, &od, &o));
+  assert_int_equal(od.dtype, ES_DTYPE_INT32);
+  assert_memory_equal(o, ((int32_t[]){0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1}), 48);
+  es_mem_free(o);
+  t.attrs[0].i = -2;
+  t.node.n_attr = 1; /* the input's type */
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &m, NULL, &od, &o));
+  assert_memory_equal(o, ((float[]){0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}), 48);
+  es_mem_free(o);
+  t.attrs[0].i = INT64_MIN; /* no diagonal at all */
+  ES_CHECK_RC(kh_eval1(&t.node, 13, &m, NULL, &od, &o));
+  assert_memory_equal(o, ((float[12]){0}), 48);
+  es_mem_free(o);
+  /* Errors: double (ONNX type 11) names the type; rank 3. */
+  t.node.n_attr = 2;
+  t.attrs[1].i = 11;
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &m, NULL, &od, &o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "double"));
+  t.node.n_attr = 1;
+  ES_EXPECT_RC(kh_eval1(&t.node, 13, &x, NULL, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * ReverseSequence, Compress
+ * ======================================================================== */
+
+static void test_reverse_sequence(void **state) {
+  (void)state;
+  /* [time 4, batch 2, 2]: batch 0 reverses 3 steps, batch 1 all 4. */
+  int64_t v[16];
+  for (int i = 0; i < 16; i++)
+    v[i] = i;
+  es_tdesc x = KH_TD(ES_DTYPE_INT64, 4, 2, 2), lt = td1(ES_DTYPE_INT64, 2), od;
+  int64_t lens[2] = {3, 4};
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_ReverseSequence);
+  const es_tdesc *in[2] = {&x, &lt};
+  const void *data[2] = {v, lens};
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 10, .dyn = 3}, 2, in, data, 1, &od, &o));
+  int64_t want[16] = {8, 9, 14, 15, 4, 5, 10, 11, 0, 1, 6, 7, 12, 13, 2, 3};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+  /* batch_axis 0, time_axis 1, int32 lengths: [batch 2, time 4, 2]. */
+  kh_attr_int(&t, "batch_axis", 0);
+  kh_attr_int(&t, "time_axis", 1);
+  es_tdesc xb = KH_TD(ES_DTYPE_INT64, 2, 4, 2), l32 = td1(ES_DTYPE_INT32, 2);
+  int32_t lens32[2] = {0, 2};
+  in[0] = &xb;
+  in[1] = &l32;
+  data[1] = lens32;
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 10, .dyn = 3}, 2, in, data, 1, &od, &o));
+  int64_t want2[16] = {0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 8, 9, 12, 13, 14, 15};
+  assert_memory_equal(o, want2, sizeof want2);
+  es_mem_free(o);
+  /* A length past the time axis is the request's error, found running. */
+  int32_t bad[2] = {5, 1};
+  data[1] = bad;
+  ES_EXPECT_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 10, .dyn = 3}, 2, in, data, 1, &od, &o),
+               ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "sequence_lens[0] = 5"));
+  /* Errors when planning: equal axes, lengths of the wrong count. */
+  t.attrs[1].i = 0;
+  data[1] = lens32;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 10, 2, in, data, 1, &od, &o), ES_EMODEL);
+  t.attrs[1].i = 1;
+  in[1] = &lt;
+  es_tdesc l3 = td1(ES_DTYPE_INT64, 3);
+  in[1] = &l3;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 10, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+static void test_compress(void **state) {
+  (void)state;
+  float v[6] = {1, 2, 3, 4, 5, 6};
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 3, 2), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_Compress);
+  kh_attr_int(&t, "axis", 0);
+  uint8_t c3[3] = {0, 1, 1}, c2[2] = {0, 1}, c5[5] = {0, 1, 0, 0, 1}, c7[7] = {0};
+  es_tdesc t3 = td1(ES_DTYPE_BOOL, 3), t2 = td1(ES_DTYPE_BOOL, 2), t5 = td1(ES_DTYPE_BOOL, 5),
+           t7 = td1(ES_DTYPE_BOOL, 7);
+  const es_tdesc *in[2] = {&x, &t3};
+  const void *data[2] = {v, c3};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 2});
+  assert_memory_equal(o, ((float[]){3, 4, 5, 6}), 16);
+  es_mem_free(o);
+  /* Negative axis; a condition shorter than the axis. */
+  t.attrs[0].i = -1;
+  in[1] = &t2;
+  data[1] = c2;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 1});
+  assert_memory_equal(o, ((float[]){2, 4, 6}), 12);
+  es_mem_free(o);
+  /* No axis: the input flattened. A longer condition is fine while its
+   * extra entries are false. */
+  t.node.n_attr = 0;
+  in[1] = &t5;
+  data[1] = c5;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o));
+  check_dims(&od, 1, (int64_t[]){2});
+  assert_memory_equal(o, ((float[]){2, 5}), 8);
+  es_mem_free(o);
+  in[1] = &t7;
+  data[1] = c7;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o));
+  check_dims(&od, 1, (int64_t[]){0});
+  es_mem_free(o);
+  /* Errors: a true past the end, a condition not known when planning, a
+   * condition that is not bool. */
+  c7[6] = 1;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_EMODEL);
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "condition"));
+  es_tdesc ti = td1(ES_DTYPE_INT64, 1);
+  in[1] = &ti;
+  data[1] = (int64_t[]){1};
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * Slice edges, Pad by hand, Upsample
+ * ======================================================================== */
+
+static void test_slice_edges(void **state) {
+  (void)state;
+  float v[5] = {0, 1, 2, 3, 4};
+  es_tdesc x = td1(ES_DTYPE_FLOAT, 5), e = td1(ES_DTYPE_FLOAT, 0), od;
+  void *o;
+  /* An empty axis stays empty whatever the clamping, both directions. */
+  int64_t st[1] = {-1}, en[1] = {INT64_MIN}, sp[1] = {-1};
+  ES_CHECK_RC(slice13(&e, v, 1, st, en, NULL, sp, &od, &o));
+  check_dims(&od, 1, (int64_t[]){0});
+  es_mem_free(o);
+  /* Steps beyond int64's negation: one element. */
+  int64_t smin[1] = {INT64_MIN}, smax[1] = {INT64_MAX}, s0[1] = {0}, eend[1] = {INT64_MAX};
+  ES_CHECK_RC(slice13(&x, v, 1, st, en, NULL, smin, &od, &o));
+  check_dims(&od, 1, (int64_t[]){1});
+  assert_true(((float *)o)[0] == 4);
+  es_mem_free(o);
+  ES_CHECK_RC(slice13(&x, v, 1, s0, eend, NULL, smax, &od, &o));
+  check_dims(&od, 1, (int64_t[]){1});
+  assert_true(((float *)o)[0] == 0);
+  es_mem_free(o);
+  /* Negative step from past the end clamps to the last element. */
+  int64_t s9[1] = {9}, e1[1] = {1}, m2[1] = {-2};
+  ES_CHECK_RC(slice13(&x, v, 1, s9, e1, NULL, m2, &od, &o));
+  assert_memory_equal(o, ((float[]){4, 2}), 8);
+  es_mem_free(o);
+}
+
+/* Pad of x (float) with pads at opset 19, mode m, into a fresh output. */
+static int pad19(const es_tdesc *x, const float *xd, const int64_t *pads, const char *m,
+                 es_tdesc *od, void **o) {
+  kh_node t;
+  kh_node_init(&t, ES_OP_Pad);
+  kh_attr_str(&t, "mode", m);
+  es_tdesc p = td1(ES_DTYPE_INT64, 2 * x->rank);
+  const es_tdesc *in[2] = {x, &p};
+  const void *data[2] = {xd, pads};
+  return es__kernel_eval(&t.node, 19, 2, in, data, 1, od, o);
+}
+
+static void test_pad_modes(void **state) {
+  (void)state;
+  float v[4] = {1, 2, 3, 4};
+  es_tdesc x = td1(ES_DTYPE_FLOAT, 3), od;
+  void *o;
+  int64_t p22[2] = {2, 2};
+  ES_CHECK_RC(pad19(&x, v, p22, "reflect", &od, &o));
+  assert_memory_equal(o, ((float[]){3, 2, 1, 2, 3, 2, 1}), 28);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x, v, p22, "edge", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 1, 1, 2, 3, 3, 3}), 28);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x, v, p22, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 1, 2, 3, 1, 2}), 28);
+  es_mem_free(o);
+  /* Wrapping more than the whole axis, and a crop at one end wrapped at
+   * the other: what is left after cropping repeats ([2 3 4] -> 2 3 4 2 3). */
+  int64_t p05[2] = {0, 5}, pm[2] = {-1, 2};
+  ES_CHECK_RC(pad19(&x, v, p05, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 2, 3, 1, 2, 3, 1, 2}), 32);
+  es_mem_free(o);
+  es_tdesc x4 = td1(ES_DTYPE_FLOAT, 4);
+  ES_CHECK_RC(pad19(&x4, v, pm, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 4, 2, 3}), 20);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&x4, v, pm, "reflect", &od, &o));
+  assert_memory_equal(o, ((float[]){2, 3, 4, 3, 2}), 20);
+  es_mem_free(o);
+  /* Two dims. */
+  es_tdesc m = KH_TD(ES_DTYPE_FLOAT, 2, 2);
+  int64_t p4[4] = {1, 1, 1, 1};
+  ES_CHECK_RC(pad19(&m, v, p4, "wrap", &od, &o));
+  assert_memory_equal(o, ((float[]){4, 3, 4, 3, 2, 1, 2, 1, 4, 3, 4, 3, 2, 1, 2, 1}), 64);
+  es_mem_free(o);
+  int64_t p4b[4] = {1, 0, 0, 1};
+  ES_CHECK_RC(pad19(&m, v, p4b, "reflect", &od, &o));
+  check_dims(&od, 2, (int64_t[]){3, 3});
+  assert_memory_equal(o, ((float[]){3, 4, 3, 1, 2, 1, 3, 4, 3}), 36);
+  es_mem_free(o);
+  ES_CHECK_RC(pad19(&m, v, p4b, "edge", &od, &o));
+  assert_memory_equal(o, ((float[]){1, 2, 2, 1, 2, 2, 3, 4, 4}), 36);
+  es_mem_free(o);
+  /* Cropping everything leaves nothing to wrap. */
+  int64_t pall[2] = {-4, 1};
+  ES_EXPECT_RC(pad19(&x4, v, pall, "wrap", &od, &o), ES_EMODEL);
+}
+
+static void test_upsample(void **state) {
+  (void)state;
+  es_tdesc od;
+  void *o;
+  kh_node t;
+  /* Opset 9: scales as an input; nearest on int64 (copied as bytes). */
+  int64_t iv[4] = {1, 2, 3, 4};
+  float sc[4] = {1, 1, 2, 1.5f};
+  es_tdesc x = KH_TD(ES_DTYPE_INT64, 1, 1, 2, 2), s = td1(ES_DTYPE_FLOAT, 4);
+  kh_node_init(&t, ES_OP_Upsample);
+  const es_tdesc *in[2] = {&x, &s};
+  const void *data[2] = {iv, sc};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 9, 2, in, data, 1, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 1, 4, 3});
+  assert_memory_equal(o, ((int64_t[]){1, 1, 2, 1, 1, 2, 3, 3, 4, 3, 3, 4}), 96);
+  es_mem_free(o);
+  /* Opset 7: scales as an attribute; linear (asymmetric, clamped at the
+   * end) as the operator's own example. */
+  float fv[4] = {1, 2, 3, 4};
+  float sc2[4] = {1, 1, 2, 4};
+  es_tdesc xf = KH_TD(ES_DTYPE_FLOAT, 1, 1, 2, 2);
+  kh_node_init(&t, ES_OP_Upsample);
+  kh_attr_str(&t, "mode", "linear");
+  kh_attr_floats(&t, "scales", sc2, 4);
+  ES_CHECK_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o));
+  check_dims(&od, 4, (int64_t[]){1, 1, 4, 8});
+  float want[32] = {1, 1.25f, 1.5f, 1.75f, 2, 2, 2, 2, 2, 2.25f, 2.5f, 2.75f, 3, 3, 3, 3,
+                    3, 3.25f, 3.5f, 3.75f, 4, 4, 4, 4, 3, 3.25f, 3.5f, 3.75f, 4, 4, 4, 4};
+  assert_memory_equal(o, want, sizeof want);
+  es_mem_free(o);
+  /* Errors: linear on integers, a scale below 1, scales of another count,
+   * an unknown mode, scales not known when planning. */
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &x, iv, &od, &o), ES_ENOTSUP);
+  sc2[2] = 0.5f;
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  sc2[2] = 2;
+  t.attrs[1].n = 3;
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  t.attrs[1].n = 4;
+  t.attrs[0].s = "cubic";
+  ES_EXPECT_RC(kh_eval1(&t.node, 7, &xf, fv, &od, &o), ES_EMODEL);
+  kh_node_init(&t, ES_OP_Upsample);
+  data[1] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 9, 2, in, data, 1, &od, &o), ES_ENOTSUP);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape),
@@ -1157,6 +1901,20 @@ int main(void) {
       cmocka_unit_test(test_concat_nhwc),
       cmocka_unit_test(test_split_nhwc),
       cmocka_unit_test(test_transpose_nhwc),
+      cmocka_unit_test(test_flatten),
+      cmocka_unit_test(test_unsqueeze),
+      cmocka_unit_test(test_expand),
+      cmocka_unit_test(test_tile_random),
+      cmocka_unit_test(test_range),
+      cmocka_unit_test(test_depth_to_space),
+      cmocka_unit_test(test_trilu),
+      cmocka_unit_test(test_onehot),
+      cmocka_unit_test(test_size_eyelike),
+      cmocka_unit_test(test_reverse_sequence),
+      cmocka_unit_test(test_compress),
+      cmocka_unit_test(test_slice_edges),
+      cmocka_unit_test(test_pad_modes),
+      cmocka_unit_test(test_upsample),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
