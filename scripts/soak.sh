@@ -22,8 +22,9 @@
 # higher peak touches pages of the pool never touched before) and its
 # fragmentation (GET /metrics). At each line the clients pause: RSS is read
 # once nothing is in flight (load_rssK) and again --idle-wait seconds later
-# (rss_KiB; default 11: the server's buddy_decay_ms of 10 s, after which the
-# pool's pages it no longer uses have gone back, and one more). That idle RSS
+# (rss_KiB; default 13: the server's buddy_decay_ms of 10 s, after which the
+# pool's pages it no longer uses have gone back, and two of its 1 s passes;
+# then up to 5 s more while RSS still falls). That idle RSS
 # is the one checked: under load RSS moves with the requests in flight and
 # the pool's working set, which say nothing about a leak (--idle-wait 0
 # checks RSS under load instead). After warm-up (the first 10% of the
@@ -43,7 +44,7 @@
 # (default build-release/tests/es_hostile); both are built when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-requests=1000000 max_seconds=0 clients=4 report_every=10000 warmup=0.1 tolerance=0.02 idle_wait=11
+requests=1000000 max_seconds=0 clients=4 report_every=10000 warmup=0.1 tolerance=0.02 idle_wait=13
 mix="" serve_args=""
 usage() {
   echo "usage: $0 [--requests N] [--max-seconds S] [--clients C] [--report-every N]" \
