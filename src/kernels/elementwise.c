@@ -1,5 +1,15 @@
-/* Elementwise operators: Add, Sub, Mul, Div, Pow, Equal (binary, numpy
- * broadcasting) and Relu, Sigmoid, HardSigmoid, Clip, Sqrt, Cast (unary).
+/* Elementwise operators.
+ *
+ *   binary, numpy broadcasting: Add, Sub, Mul, Div, Pow, Mod, BitShift,
+ *     Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor,
+ *     PRelu (the slope broadcast to X only)
+ *   variadic, any number of broadcast inputs: Max, Min, Sum, Mean; Where
+ *   unary: Relu, Sigmoid, HardSigmoid, Clip, Sqrt, Cast, and one table of
+ *     math, logic and activations (Abs ... Gelu, ew_unary_defs)
+ *   Identity and Dropout (inference): the input as it is
+ *
+ * The float formulas (exp, log, tanh, erf, GELU...) live in ew_math.h,
+ * shared with the fused chains (fused.c) so both give the same bits.
  *
  * Every op reduces to a few contiguous "run" functions generated per
  * (operator, element type) by the macros below: for binary ops vv (both
@@ -34,9 +44,20 @@
  * exact-alias safe without restrict, and the fully unrolled chunk is what
  * GCC's SLP vectoriser turns into plain vector loads/ops/stores at -O2.
  *
- * Integer arithmetic wraps (computed in the unsigned type) and integer
- * division by zero gives 0 instead of trapping; float -> integer
+ * Variadic ops and Where collapse the broadcast the same way over n
+ * operands and fold the inputs pairwise along each row (ew_nary_*).
+ *
+ * Integer arithmetic wraps (computed in the unsigned type; MIN / -1 is
+ * MIN), integer division and Mod by zero give 0 instead of trapping (and
+ * MIN mod -1 is 0), shifts past the type's width give 0; float -> integer
  * conversions saturate (NaN -> 0) so no input value is undefined behaviour.
+ * Max and Min propagate NaN from either side, as numpy's maximum.
+ *
+ * Types: float32 everywhere; int32, int64, uint8, int8 and bool where ONNX
+ * allows them for the operator. A type the operator does not take is
+ * ES_EMODEL; one ONNX allows but the engine does not implement (Erf and
+ * Shrink on integers) is ES_ENOTSUP. Other element types (float16,
+ * double, ...) never reach a kernel: the loader refuses them by name.
  */
 #include "kernels/kernel.h"
 
@@ -365,7 +386,8 @@ EW_F32_UNARY(atanh, atanhf(x), )
 
 /* IsInf's flags: detect_positive in s.i[0], detect_negative in s.i[1]. */
 #define EW_ISNAN(x, s) ((uint8_t)((x) != (x)))
-#define EW_ISINF(x, s) ((uint8_t)(((x) == INFINITY && s.i[0]) || ((x) == -INFINITY && s.i[1])))
+#define EW_ISINF(x, s)                                                                    \
+  ((uint8_t)((((x) == INFINITY) & (s.i[0] != 0)) | (((x) == -INFINITY) & (s.i[1] != 0))))
 #define EW_NOT(x, s) ((uint8_t)((x) == 0))
 EW_UN_DEFINE(ew_isnan_f32, float, uint8_t, EW_ISNAN)
 EW_UN_DEFINE(ew_isinf_f32, float, uint8_t, EW_ISINF)
