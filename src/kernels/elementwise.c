@@ -1605,7 +1605,9 @@ typedef struct ew_copy_plan {
   size_t nbytes;
   size_t mask_count;  /* Dropout's mask output: elements, 0 without one */
   int mask_float;     /* before opset 10 the mask has the data's type */
-  int rt_training;    /* training_mode known only at run time: its input */
+  int training;       /* Dropout: 0 inference, 1 training, 2 read input 2 at run time */
+  int ratio_rt;       /* the ratio is read from input 1 at run time */
+  float ratio;        /* else its value (0.5 when absent) */
 } ew_copy_plan;
 
 /* Output 0: input 0's type, shape and layout, offered in place. */
@@ -1637,8 +1639,10 @@ static int ew_identity_infer(es_kinst *k) {
   return ew_copy_begin(k, &p);
 }
 
-/* Dropout in inference is the identity and a mask of ones. Training
- * (training_mode true, opset 12 on) drops at random and is refused. */
+/* Dropout in inference is the identity and a mask of ones. So is
+ * training with ratio 0 (ONNX: "a simple copy of the input"); training
+ * with another ratio drops at random and is refused, while planning when
+ * training_mode and the ratio are known then, else when run. */
 static int ew_dropout_infer(es_kinst *k) {
   int max_in = k->opset >= 12 ? 3 : 1;
   if (k->n_in < 1 || k->n_in > max_in || k->n_out < 1 || k->n_out > 2)
@@ -1654,19 +1658,25 @@ static int ew_dropout_infer(es_kinst *k) {
   float ratio;
   if (k->opset < 12 && (rc = es__attr_float(k, "ratio", 0.5f, &ratio)) < 0)
     return rc;
-  if (k->n_in > 1 && k->in[1] && (k->in[1]->dtype != ES_DTYPE_FLOAT || k->in[1]->count != 1))
-    return ES_KFAIL(k, ES_EMODEL, "ratio must be one float32, got %zu %s elements",
-                    k->in[1]->count, es_dtype_name(k->in[1]->dtype));
+  p->ratio = 0.5f;
+  if (k->n_in > 1 && k->in[1]) {
+    if (k->in[1]->dtype != ES_DTYPE_FLOAT || k->in[1]->count != 1)
+      return ES_KFAIL(k, ES_EMODEL, "ratio must be one float32, got %zu %s elements",
+                      k->in[1]->count, es_dtype_name(k->in[1]->dtype));
+    if (k->in_static[1])
+      memcpy(&p->ratio, k->in_static[1], sizeof p->ratio);
+    else
+      p->ratio_rt = 1;
+  }
   if (k->n_in > 2 && k->in[2]) {
     if (k->in[2]->dtype != ES_DTYPE_BOOL || k->in[2]->count != 1)
       return ES_KFAIL(k, ES_EMODEL, "training_mode must be one bool, got %zu %s elements",
                       k->in[2]->count, es_dtype_name(k->in[2]->dtype));
-    if (!k->in_static[2])
-      p->rt_training = 2;
-    else if (*(const uint8_t *)k->in_static[2])
-      return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true: dropout in training is not "
-                      "implemented (inference only)");
+    p->training = !k->in_static[2] ? 2 : *(const uint8_t *)k->in_static[2] != 0;
   }
+  if (p->training == 1 && !p->ratio_rt && p->ratio != 0.0f)
+    return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true with ratio %g: dropout in training "
+                    "is not implemented (inference only)", (double)p->ratio);
   if (k->n_out == 2 && k->out[1]) {
     const es_tdesc *x = k->in[0];
     p->mask_float = k->opset < 10;
@@ -1684,9 +1694,14 @@ static int ew_copy_run(const es_kinst *k, const void *const *in, void *const *ou
                        void *scratch) {
   (void)scratch;
   const ew_copy_plan *p = k->params;
-  if (p->rt_training && *(const uint8_t *)in[p->rt_training])
-    return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true: dropout in training is not "
-                    "implemented (inference only)");
+  if (p->training == 1 || (p->training == 2 && *(const uint8_t *)in[2])) {
+    float ratio = p->ratio;
+    if (p->ratio_rt)
+      memcpy(&ratio, in[1], sizeof ratio);
+    if (ratio != 0.0f)
+      return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true with ratio %g: dropout in "
+                      "training is not implemented (inference only)", (double)ratio);
+  }
   if (out[0] != in[0] && p->nbytes)
     memcpy(out[0], in[0], p->nbytes);
   if (p->mask_count && p->mask_float) {

@@ -906,7 +906,8 @@ static void test_identity_dropout(void **state) {
   assert_memory_equal(out[1], ((float[]){1, 1, 1, 1, 1, 1}), 24);
   es_mem_free(out[0]);
   es_mem_free(out[1]);
-  /* training: refused while planning when known, when run otherwise */
+  /* training (ratio absent: 0.5): refused while planning when known, when
+   * run otherwise */
   ES_EXPECT_RC(es__kernel_eval(&nd.node, 13, 3, (const es_tdesc *[]){&t, NULL, &tm},
                                (const void *[]){x, NULL, &on}, 1, o, out),
                ES_ENOTSUP);
@@ -920,6 +921,27 @@ static void test_identity_dropout(void **state) {
   ES_EXPECT_RC(kh_exec(&h, (const void *[]){x, NULL, &on}, 0, out), ES_ENOTSUP);
   ES_CHECK_RC(kh_exec(&h, (const void *[]){x, NULL, &off}, 1, out)); /* in place */
   assert_memory_equal(out[0], x, sizeof x);
+  es_mem_free(out[0]);
+  kh_end(&h);
+  /* training with ratio 0 is a copy; a ratio known only when run decides
+   * then */
+  float zero = 0;
+  ES_CHECK_RC(es__kernel_eval(&nd.node, 13, 3, (const es_tdesc *[]){&t, &r, &tm},
+                              (const void *[]){x, &zero, &on}, 2, o, out));
+  assert_memory_equal(out[0], x, sizeof x);
+  assert_memory_equal(out[1], ((uint8_t[]){1, 1, 1, 1, 1, 1}), 6);
+  es_mem_free(out[0]);
+  es_mem_free(out[1]);
+  ES_EXPECT_RC(es__kernel_eval(&nd.node, 13, 3, (const es_tdesc *[]){&t, &r, &tm},
+                               (const void *[]){x, &ratio, &on}, 1, o, out),
+               ES_ENOTSUP);
+  kh_begin(&h, &nd.node, 13, 3, (const es_tdesc *[]){&t, &r, &tm}, NULL, 0, 1, NULL);
+  ES_CHECK_RC(kh_infer(&h));
+  ES_CHECK_RC(kh_exec(&h, (const void *[]){x, &zero, &on}, 0, out));
+  assert_memory_equal(out[0], x, sizeof x);
+  es_mem_free(out[0]);
+  ES_EXPECT_RC(kh_exec(&h, (const void *[]){x, &ratio, &on}, 0, out), ES_ENOTSUP);
+  ES_CHECK_RC(kh_exec(&h, (const void *[]){x, &ratio, &off}, 0, out));
   es_mem_free(out[0]);
   kh_end(&h);
   /* bad inputs */
