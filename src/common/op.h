@@ -51,6 +51,59 @@
   XX(Sub, 7)                                                                   \
   XX(Transpose, 1)                                                             \
   /* elementwise, logic and activations (elementwise.c) */                     \
+  XX(Abs, 6)                                                                   \
+  XX(Acos, 7)                                                                  \
+  XX(Acosh, 9)                                                                 \
+  XX(And, 7)                                                                   \
+  XX(Asin, 7)                                                                  \
+  XX(Asinh, 9)                                                                 \
+  XX(Atan, 7)                                                                  \
+  XX(Atanh, 9)                                                                 \
+  XX(BitShift, 11)                                                             \
+  XX(Ceil, 6)                                                                  \
+  XX(Celu, 12)                                                                 \
+  XX(Cos, 7)                                                                   \
+  XX(Cosh, 9)                                                                  \
+  XX(Dropout, 7)                                                               \
+  XX(Elu, 6)                                                                   \
+  XX(Erf, 9)                                                                   \
+  XX(Exp, 6)                                                                   \
+  XX(Floor, 6)                                                                 \
+  XX(Gelu, 20)                                                                 \
+  XX(Greater, 7)                                                               \
+  XX(GreaterOrEqual, 12)                                                       \
+  XX(HardSwish, 14)                                                            \
+  XX(Identity, 1)                                                              \
+  XX(IsInf, 10)                                                                \
+  XX(IsNaN, 9)                                                                 \
+  XX(LeakyRelu, 6)                                                             \
+  XX(Less, 7)                                                                  \
+  XX(LessOrEqual, 12)                                                          \
+  XX(Log, 6)                                                                   \
+  XX(Max, 6)                                                                   \
+  XX(Mean, 6)                                                                  \
+  XX(Min, 6)                                                                   \
+  XX(Mish, 18)                                                                 \
+  XX(Mod, 10)                                                                  \
+  XX(Neg, 6)                                                                   \
+  XX(Not, 1)                                                                   \
+  XX(Or, 7)                                                                    \
+  XX(PRelu, 7)                                                                 \
+  XX(Reciprocal, 6)                                                            \
+  XX(Round, 11)                                                                \
+  XX(Selu, 6)                                                                  \
+  XX(Shrink, 9)                                                                \
+  XX(Sign, 9)                                                                  \
+  XX(Sin, 7)                                                                   \
+  XX(Sinh, 9)                                                                  \
+  XX(Softplus, 1)                                                              \
+  XX(Softsign, 1)                                                              \
+  XX(Sum, 6)                                                                   \
+  XX(Tan, 7)                                                                   \
+  XX(Tanh, 6)                                                                  \
+  XX(ThresholdedRelu, 10)                                                      \
+  XX(Where, 9)                                                                 \
+  XX(Xor, 7)                                                                   \
   /* shape, layout and indexing (shape.c, indexing.c) */                       \
   XX(Compress, 9)                                                              \
   XX(DepthToSpace, 1)                                                          \

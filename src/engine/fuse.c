@@ -33,7 +33,9 @@
  *      Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta)
  *      becomes one internal LayerNorm node (src/kernels/layernorm.c).
  *   4. Elementwise chains: what is left of Add, Sub, Mul, Div, Pow, Relu,
- *      Sigmoid, HardSigmoid, Clip and Sqrt over float32 is grouped into
+ *      Sigmoid, HardSigmoid, Clip and Sqrt, two-input Max and Min, PRelu,
+ *      and the float math and activations (Exp, Log, Tanh, Erf, Gelu, the
+ *      exponential units...; fuse_ew.c's table) over float32 is grouped into
  *      maximal groups with one output (every other value of a group is read
  *      only inside it, so a value may feed several of its nodes: PP-OCR's
  *      hard-swish reads x twice), two nodes or more, each becoming one

@@ -72,6 +72,11 @@ int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */
 int es__fuse_convs(fuser *f);       /* fuse_conv.c: affine maps and post-ops */
 int es__fuse_layernorms(fuser *f);  /* fuse_layernorm.c */
 int es__fuse_elementwise(fuser *f); /* fuse_ew.c: FusedElementwise programs */
+/* fuse_ew.c: the elementwise family's operators that fuse_shapes.c does
+ * not list: output 0's shape (1: input 0's, 2: the broadcast of inputs 0
+ * and 1, 0: unknown) and type from input 0's (ES_DTYPE_UNDEFINED: unknown). */
+int es__fz_ew_shape(const es_node *nd);
+es_dtype es__fz_ew_dtype(const es_node *nd, es_dtype x);
 
 /* ---- shared helpers (fuse.c) -------------------------------------------- */
 

@@ -22,36 +22,117 @@ typedef struct ew_group {
   int nodes[ES_FE_MAX_INSNS];
 } ew_group;
 
-/* nd may join a group: a listed operator over float32 operands, with the
- * operands the program can take. */
-static int ew_eligible(const fuser *f, const es_node *nd) {
-  const es_graph *g = f->g;
+/* The operators a program runs: opcode, operands, and the float
+ * attributes (with their defaults) that become the opcode's two
+ * immediates. Clip (bounds from inputs or attributes) and Gelu (opcode by
+ * its 'approximate') are decided in ew_code. */
+typedef struct ew_opdef {
+  es_op op;
+  int code; /* ES_FE_* */
   int arity;
-  switch (nd->op) {
-  case ES_OP_Add:
-  case ES_OP_Sub:
-  case ES_OP_Mul:
-  case ES_OP_Div:
-  case ES_OP_Pow:
-    arity = 2;
-    break;
-  case ES_OP_Relu:
-  case ES_OP_Sigmoid:
-  case ES_OP_Sqrt:
-  case ES_OP_HardSigmoid:
-    arity = 1;
-    break;
-  case ES_OP_Clip: {
-    float lo, hi;
-    if (!es__fz_clip_bounds(g, nd, INFINITY, &lo, &hi))
-      return 0;
-    arity = 1;
-    break;
+  const char *p1, *p2; /* attribute names, or NULL (immediate 0) */
+  float d1, d2;
+} ew_opdef;
+
+static const ew_opdef ew_opdefs[] = {
+    {ES_OP_Add, ES_FE_ADD, 2, NULL, NULL, 0, 0},
+    {ES_OP_Sub, ES_FE_SUB, 2, NULL, NULL, 0, 0},
+    {ES_OP_Mul, ES_FE_MUL, 2, NULL, NULL, 0, 0},
+    {ES_OP_Div, ES_FE_DIV, 2, NULL, NULL, 0, 0},
+    {ES_OP_Pow, ES_FE_POW, 2, NULL, NULL, 0, 0},
+    {ES_OP_Max, ES_FE_MAX, 2, NULL, NULL, 0, 0}, /* two inputs only (ew_eligible) */
+    {ES_OP_Min, ES_FE_MIN, 2, NULL, NULL, 0, 0},
+    {ES_OP_PRelu, ES_FE_PRELU, 2, NULL, NULL, 0, 0},
+    {ES_OP_Relu, ES_FE_RELU, 1, NULL, NULL, 0, 0},
+    {ES_OP_Sigmoid, ES_FE_SIGMOID, 1, NULL, NULL, 0, 0},
+    {ES_OP_Sqrt, ES_FE_SQRT, 1, NULL, NULL, 0, 0},
+    {ES_OP_Clip, ES_FE_CLIP, 1, NULL, NULL, 0, 0},
+    {ES_OP_HardSigmoid, ES_FE_HARDSIGMOID, 1, "alpha", "beta", 0.2f, 0.5f},
+    {ES_OP_Abs, ES_FE_ABS, 1, NULL, NULL, 0, 0},
+    {ES_OP_Neg, ES_FE_NEG, 1, NULL, NULL, 0, 0},
+    {ES_OP_Exp, ES_FE_EXP, 1, NULL, NULL, 0, 0},
+    {ES_OP_Log, ES_FE_LOG, 1, NULL, NULL, 0, 0},
+    {ES_OP_Tanh, ES_FE_TANH, 1, NULL, NULL, 0, 0},
+    {ES_OP_Erf, ES_FE_ERF, 1, NULL, NULL, 0, 0},
+    {ES_OP_Reciprocal, ES_FE_RECIPROCAL, 1, NULL, NULL, 0, 0},
+    {ES_OP_Floor, ES_FE_FLOOR, 1, NULL, NULL, 0, 0},
+    {ES_OP_Ceil, ES_FE_CEIL, 1, NULL, NULL, 0, 0},
+    {ES_OP_Round, ES_FE_ROUND, 1, NULL, NULL, 0, 0},
+    {ES_OP_Sign, ES_FE_SIGN, 1, NULL, NULL, 0, 0},
+    {ES_OP_Softplus, ES_FE_SOFTPLUS, 1, NULL, NULL, 0, 0},
+    {ES_OP_Softsign, ES_FE_SOFTSIGN, 1, NULL, NULL, 0, 0},
+    {ES_OP_Mish, ES_FE_MISH, 1, NULL, NULL, 0, 0},
+    {ES_OP_HardSwish, ES_FE_HARDSWISH, 1, NULL, NULL, 0, 0},
+    {ES_OP_Gelu, ES_FE_GELU, 1, NULL, NULL, 0, 0},
+    {ES_OP_LeakyRelu, ES_FE_LEAKYRELU, 1, "alpha", NULL, 0.01f, 0},
+    {ES_OP_Elu, ES_FE_ELU, 1, "alpha", NULL, 1.0f, 0},
+    {ES_OP_Selu, ES_FE_SELU, 1, "alpha", "gamma", 1.67326319217681884765625f,
+     1.05070102214813232421875f},
+    {ES_OP_Celu, ES_FE_CELU, 1, "alpha", NULL, 1.0f, 0},
+    {ES_OP_ThresholdedRelu, ES_FE_THRESHOLDEDRELU, 1, "alpha", NULL, 1.0f, 0},
+    {ES_OP_Shrink, ES_FE_SHRINK, 1, "bias", "lambd", 0.0f, 0.5f},
+};
+
+static const ew_opdef *ew_opdef_of(es_op op) {
+  for (size_t i = 0; i < sizeof ew_opdefs / sizeof ew_opdefs[0]; i++)
+    if (ew_opdefs[i].op == op)
+      return &ew_opdefs[i];
+  return NULL;
+}
+
+/* nd's opcode and its two parameters (unused ones 0); -1 when the node's
+ * attributes are not what the kernel accepts (it then stays a node of its
+ * own, whose kernel says what is wrong). */
+static int ew_code(const es_graph *g, const es_node *nd, float *a, float *b) {
+  const ew_opdef *d = ew_opdef_of(nd->op);
+  *a = *b = 0;
+  if (!d)
+    return -1;
+  if (nd->op == ES_OP_Clip)
+    return es__fz_clip_bounds(g, nd, INFINITY, a, b) ? ES_FE_CLIP : -1;
+  if (nd->op == ES_OP_Gelu) {
+    const char *ap = es__fz_attr_str(nd, "approximate", "none");
+    return !ap ? -1 : !strcmp(ap, "none") ? ES_FE_GELU : !strcmp(ap, "tanh") ? ES_FE_GELU_TANH : -1;
   }
-  default:
+  if ((d->p1 && !es__fz_attr_float(nd, d->p1, d->d1, a)) ||
+      (d->p2 && !es__fz_attr_float(nd, d->p2, d->d2, b)))
+    return -1;
+  if (nd->op == ES_OP_Celu && (*a == 0 || *a != *a))
+    return -1; /* the kernel refuses alpha 0 */
+  return d->code;
+}
+
+/* Operands an operator reads in a program. */
+static int ew_arity(es_op op) {
+  const ew_opdef *d = ew_opdef_of(op);
+  return d ? d->arity : 0;
+}
+
+/* PRelu's slope s broadcasts to x without growing it (else the kernel
+ * refuses the node): every dim of s, right-aligned, is 1 or x's dim,
+ * symbolically. */
+static int ew_slope_fits(const fuser *f, int s, int x) {
+  sshape ss, xs;
+  es__fz_shape_of(f, s, &ss);
+  es__fz_shape_of(f, x, &xs);
+  if (ss.rank < 0 || xs.rank < ss.rank)
     return 0;
-  }
+  for (int i = 0; i < ss.rank; i++)
+    if (ss.d[i] != 1 && ss.d[i] != xs.d[xs.rank - ss.rank + i])
+      return 0;
+  return 1;
+}
+
+/* nd may join a group: a listed operator over float32 operands, with the
+ * operands and attributes the program can take. */
+static int ew_eligible(const fuser *f, const es_node *nd) {
+  float a, b;
+  int arity = ew_arity(nd->op);
+  if (!arity || ew_code(f->g, nd, &a, &b) < 0)
+    return 0;
   if (nd->n_out != 1 || nd->out[0] < 0 || nd->n_in < arity || (arity == 2 && nd->n_in != 2))
+    return 0;
+  if (nd->op == ES_OP_PRelu && !ew_slope_fits(f, nd->in[1], nd->in[0]))
     return 0;
   sshape s;
   es__fz_shape_of(f, nd->out[0], &s);
@@ -140,13 +221,6 @@ static int64_t ew_imm2(ew_prog *p, float a, float b) {
   return op;
 }
 
-static int ew_arity(es_op op) {
-  return op == ES_OP_Add || op == ES_OP_Sub || op == ES_OP_Mul || op == ES_OP_Div ||
-                 op == ES_OP_Pow
-             ? 2
-             : 1;
-}
-
 static int ew_index(const int *v, int n, int x) {
   for (int i = 0; i < n; i++)
     if (v[i] == x)
@@ -220,30 +294,12 @@ static int ew_program(const fuser *f, const ew_group *gr, ew_prog *p) {
       else
         return 0;
     }
-    int64_t op;
     float a, b;
-    switch (nd->op) {
-    case ES_OP_Add: op = ES_FE_ADD; break;
-    case ES_OP_Sub: op = ES_FE_SUB; break;
-    case ES_OP_Mul: op = ES_FE_MUL; break;
-    case ES_OP_Div: op = ES_FE_DIV; break;
-    case ES_OP_Pow: op = ES_FE_POW; break;
-    case ES_OP_Relu: op = ES_FE_RELU; break;
-    case ES_OP_Sigmoid: op = ES_FE_SIGMOID; break;
-    case ES_OP_Sqrt: op = ES_FE_SQRT; break;
-    case ES_OP_HardSigmoid:
-      op = ES_FE_HARDSIGMOID;
-      if (!es__fz_attr_float(nd, "alpha", 0.2f, &a) || !es__fz_attr_float(nd, "beta", 0.5f, &b))
-        return 0;
+    int64_t op = ew_code(g, nd, &a, &b);
+    if (op < 0)
+      return 0;
+    if (es__fe_params((int)op))
       opnd[1] = ew_imm2(p, a, b);
-      break;
-    default: /* Clip */
-      op = ES_FE_CLIP;
-      if (!es__fz_clip_bounds(g, nd, INFINITY, &a, &b))
-        return 0;
-      opnd[1] = ew_imm2(p, a, b);
-      break;
-    }
     /* Temporaries whose last reader is this instruction are free for its
      * result (the kernel allows dst == operand); take the lowest free. */
     int dst = -1;
@@ -296,6 +352,78 @@ static int ew_rewrite(fuser *f, const ew_group *gr, const ew_prog *p) {
   f->gone[gr->sink] = 0;
   g->nodes[gr->sink] = nd;
   return 0;
+}
+
+/* ==========================================================================
+ * The elementwise family in the symbolic shape pass (fuse_shapes.c)
+ * ======================================================================== */
+
+/* The operators of kernels/elementwise.c that fuse_shapes.c does not list
+ * itself: 1 if output 0 has input 0's shape, 2 if it is the broadcast of
+ * inputs 0 and 1, 0 when not known here. */
+int es__fz_ew_shape(const es_node *nd) {
+  switch (nd->op) {
+  case ES_OP_Max:
+  case ES_OP_Min:
+  case ES_OP_Sum:
+  case ES_OP_Mean:
+    return nd->n_in == 1 ? 1 : nd->n_in == 2 ? 2 : 0;
+  case ES_OP_PRelu:
+  case ES_OP_Less:
+  case ES_OP_Greater:
+  case ES_OP_LessOrEqual:
+  case ES_OP_GreaterOrEqual:
+  case ES_OP_And:
+  case ES_OP_Or:
+  case ES_OP_Xor:
+  case ES_OP_Mod:
+  case ES_OP_BitShift:
+    return 2;
+  case ES_OP_Where:
+    return 0;
+  default:
+    return ew_opdef_of(nd->op) || es__fz_ew_dtype(nd, ES_DTYPE_FLOAT) != ES_DTYPE_UNDEFINED;
+  }
+}
+
+/* Output 0's element type given input 0's (x); ES_DTYPE_UNDEFINED for
+ * operators not known here. */
+es_dtype es__fz_ew_dtype(const es_node *nd, es_dtype x) {
+  switch (nd->op) {
+  case ES_OP_Less:
+  case ES_OP_Greater:
+  case ES_OP_LessOrEqual:
+  case ES_OP_GreaterOrEqual:
+  case ES_OP_And:
+  case ES_OP_Or:
+  case ES_OP_Xor:
+  case ES_OP_Not:
+  case ES_OP_IsNaN:
+  case ES_OP_IsInf:
+    return ES_DTYPE_BOOL;
+  case ES_OP_Sum:
+  case ES_OP_Mean:
+  case ES_OP_Mod:
+  case ES_OP_BitShift:
+  case ES_OP_Sin:
+  case ES_OP_Cos:
+  case ES_OP_Tan:
+  case ES_OP_Asin:
+  case ES_OP_Acos:
+  case ES_OP_Atan:
+  case ES_OP_Sinh:
+  case ES_OP_Cosh:
+  case ES_OP_Asinh:
+  case ES_OP_Acosh:
+  case ES_OP_Atanh:
+  case ES_OP_Identity:
+  case ES_OP_Dropout:
+    return x;
+  case ES_OP_Where:
+    return ES_DTYPE_UNDEFINED; /* input 1's */
+  default:
+    return ew_opdef_of(nd->op) ? x : ES_DTYPE_UNDEFINED;
+  }
 }
 
 int es__fuse_elementwise(fuser *f) {

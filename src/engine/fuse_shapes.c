@@ -485,7 +485,7 @@ static es_dtype node_dtype(const es_node *nd, const sshape *x) {
   case ES_OP_Split:
     return x->dt; /* in every model that runs, the ops' inputs agree */
   default:
-    return ES_DTYPE_UNDEFINED;
+    return es__fz_ew_dtype(nd, x->dt);
   }
 }
 
@@ -569,6 +569,12 @@ static void shape_node(fuser *f, const es_node *nd) {
     shape_fresh(f, &o, x.rank);
     break;
   default:
+    if (es__fz_ew_shape(nd) == 1) {
+      o = x;
+    } else if (es__fz_ew_shape(nd) == 2) {
+      es__fz_shape_of(f, nd->n_in > 1 ? nd->in[1] : -1, &b);
+      shape_broadcast(f, &x, &b, &o);
+    }
     break;
   }
   o.dt = node_dtype(nd, &x);

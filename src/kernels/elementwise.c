@@ -1,5 +1,15 @@
-/* Elementwise operators: Add, Sub, Mul, Div, Pow, Equal (binary, numpy
- * broadcasting) and Relu, Sigmoid, HardSigmoid, Clip, Sqrt, Cast (unary).
+/* Elementwise operators.
+ *
+ *   binary, numpy broadcasting: Add, Sub, Mul, Div, Pow, Mod, BitShift,
+ *     Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor,
+ *     PRelu (the slope broadcast to X only)
+ *   variadic, any number of broadcast inputs: Max, Min, Sum, Mean; Where
+ *   unary: Relu, Sigmoid, HardSigmoid, Clip, Sqrt, Cast, and one table of
+ *     math, logic and activations (Abs ... Gelu, ew_unary_defs)
+ *   Identity and Dropout (inference): the input as it is
+ *
+ * The float formulas (exp, log, tanh, erf, GELU...) live in ew_math.h,
+ * shared with the fused chains (fused.c) so both give the same bits.
  *
  * Every op reduces to a few contiguous "run" functions generated per
  * (operator, element type) by the macros below: for binary ops vv (both
@@ -34,13 +44,25 @@
  * exact-alias safe without restrict, and the fully unrolled chunk is what
  * GCC's SLP vectoriser turns into plain vector loads/ops/stores at -O2.
  *
- * Integer arithmetic wraps (computed in the unsigned type) and integer
- * division by zero gives 0 instead of trapping; float -> integer
+ * Variadic ops and Where collapse the broadcast the same way over n
+ * operands and fold the inputs pairwise along each row (ew_nary_*).
+ *
+ * Integer arithmetic wraps (computed in the unsigned type; MIN / -1 is
+ * MIN), integer division and Mod by zero give 0 instead of trapping (and
+ * MIN mod -1 is 0), shifts past the type's width give 0; float -> integer
  * conversions saturate (NaN -> 0) so no input value is undefined behaviour.
+ * Max and Min propagate NaN from either side, as numpy's maximum.
+ *
+ * Types: float32 everywhere; int32, int64, uint8, int8 and bool where ONNX
+ * allows them for the operator. A type the operator does not take is
+ * ES_EMODEL; one ONNX allows but the engine does not implement (Erf and
+ * Shrink on integers) is ES_ENOTSUP. Other element types (float16,
+ * double, ...) never reach a kernel: the loader refuses them by name.
  */
 #include "kernels/kernel.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "kernels/ew_math.h"
@@ -314,6 +336,188 @@ EW_UN_DEFINE(ew_clip_i64, int64_t, int64_t, ew_op_clip_int64_t)
 EW_UN_DEFINE(ew_clip_u8, uint8_t, uint8_t, ew_op_clip_uint8_t)
 EW_UN_DEFINE(ew_clip_i8, int8_t, int8_t, ew_op_clip_int8_t)
 
+/* ---- unary math and activations ------------------------------------------ */
+
+/* float32 x -> float32 through a formula of x and the parameters s (the
+ * shared ones in ew_math.h, so fused chains give the same bits). ATTR:
+ * EW_CLONES for the compute-bound ones. */
+#define EW_F32_UNARY(NAME, EXPR, ATTR)                                                    \
+  static inline float ew_op_##NAME(float x, ew_scal s) {                                  \
+    (void)s;                                                                              \
+    return EXPR;                                                                          \
+  }                                                                                       \
+  EW_UN_DEFINE_ATTR(ew_##NAME##_f32, float, float, ew_op_##NAME, ATTR)
+
+EW_F32_UNARY(abs, fabsf(x), )
+EW_F32_UNARY(neg, -x, )
+EW_F32_UNARY(reciprocal, 1.0f / x, )
+EW_F32_UNARY(sign, es__ew_sign(x), )
+EW_F32_UNARY(ceil, es__ew_ceil(x), )
+EW_F32_UNARY(floor, es__ew_floor(x), )
+EW_F32_UNARY(round, es__ew_round(x), )
+EW_F32_UNARY(exp, es__ew_exp(x), EW_CLONES)
+EW_F32_UNARY(log, es__ew_log(x), EW_CLONES)
+EW_F32_UNARY(tanh, es__ew_tanh(x), EW_CLONES)
+EW_F32_UNARY(erf, es__ew_erf(x), EW_CLONES)
+EW_F32_UNARY(gelu, es__ew_gelu(x), EW_CLONES)
+EW_F32_UNARY(gelu_tanh, es__ew_gelu_tanh(x), EW_CLONES)
+EW_F32_UNARY(softplus, es__ew_softplus(x), EW_CLONES)
+EW_F32_UNARY(mish, es__ew_mish(x), EW_CLONES)
+EW_F32_UNARY(elu, es__ew_elu(x, s.f[0]), EW_CLONES)
+EW_F32_UNARY(selu, es__ew_selu(x, s.f[0], s.f[1]), EW_CLONES)
+EW_F32_UNARY(celu, es__ew_celu(x, s.f[0]), EW_CLONES)
+EW_F32_UNARY(softsign, es__ew_softsign(x), )
+EW_F32_UNARY(hardswish, es__ew_hardswish(x), )
+EW_F32_UNARY(leakyrelu, es__ew_leakyrelu(x, s.f[0]), )
+EW_F32_UNARY(thresholdedrelu, es__ew_thresholdedrelu(x, s.f[0]), )
+EW_F32_UNARY(shrink, es__ew_shrink(x, s.f[0], s.f[1]), )
+/* Rarely in a hot loop: libm, correctly rounded or nearly. */
+EW_F32_UNARY(sin, sinf(x), )
+EW_F32_UNARY(cos, cosf(x), )
+EW_F32_UNARY(tan, tanf(x), )
+EW_F32_UNARY(asin, asinf(x), )
+EW_F32_UNARY(acos, acosf(x), )
+EW_F32_UNARY(atan, atanf(x), )
+EW_F32_UNARY(sinh, sinhf(x), )
+EW_F32_UNARY(cosh, coshf(x), )
+EW_F32_UNARY(asinh, asinhf(x), )
+EW_F32_UNARY(acosh, acoshf(x), )
+EW_F32_UNARY(atanh, atanhf(x), )
+
+/* IsInf's flags: detect_positive in s.i[0], detect_negative in s.i[1]. */
+#define EW_ISNAN(x, s) ((uint8_t)((x) != (x)))
+#define EW_ISINF(x, s)                                                                    \
+  ((uint8_t)((((x) == INFINITY) & (s.i[0] != 0)) | (((x) == -INFINITY) & (s.i[1] != 0))))
+#define EW_NOT(x, s) ((uint8_t)((x) == 0))
+EW_UN_DEFINE(ew_isnan_f32, float, uint8_t, EW_ISNAN)
+EW_UN_DEFINE(ew_isinf_f32, float, uint8_t, EW_ISINF)
+EW_UN_DEFINE(ew_not_b, uint8_t, uint8_t, EW_NOT)
+
+/* Integer Abs, Neg and Sign: through the unsigned type, so the most
+ * negative value wraps to itself as in two's complement numpy. */
+#define EW_INT_UNARY(S, T, UT)                                                            \
+  static inline T ew_op_abs_##S(T x, ew_scal s) {                                         \
+    (void)s;                                                                              \
+    return (T)(x < 0 ? 0u - (UT)x : (UT)x);                                               \
+  }                                                                                       \
+  static inline T ew_op_neg_##S(T x, ew_scal s) {                                         \
+    (void)s;                                                                              \
+    return (T)(0u - (UT)x);                                                               \
+  }                                                                                       \
+  static inline T ew_op_sign_##S(T x, ew_scal s) {                                        \
+    (void)s;                                                                              \
+    return (T)((x > 0) - (x < 0));                                                        \
+  }                                                                                       \
+  EW_UN_DEFINE(ew_abs_##S, T, T, ew_op_abs_##S)                                           \
+  EW_UN_DEFINE(ew_neg_##S, T, T, ew_op_neg_##S)                                           \
+  EW_UN_DEFINE(ew_sign_##S, T, T, ew_op_sign_##S)
+
+EW_INT_UNARY(i32, int32_t, uint32_t)
+EW_INT_UNARY(i64, int64_t, uint64_t)
+EW_INT_UNARY(i8, int8_t, uint8_t)
+#define EW_SIGN_U8(x, s) ((uint8_t)((x) != 0))
+EW_UN_DEFINE(ew_sign_u8, uint8_t, uint8_t, EW_SIGN_U8)
+
+/* ---- comparisons, logic, shifts, Mod, PRelu, Max and Min ------------------ */
+
+#define EW_CMP_DEFINE(S, T)                                                               \
+  static inline uint8_t ew_op_less_##S(T x, T y) { return x < y; }                       \
+  static inline uint8_t ew_op_greater_##S(T x, T y) { return x > y; }                    \
+  static inline uint8_t ew_op_le_##S(T x, T y) { return x <= y; }                        \
+  static inline uint8_t ew_op_ge_##S(T x, T y) { return x >= y; }                        \
+  EW_BIN_DEFINE(ew_less_##S, T, T, uint8_t, ew_op_less_##S)                               \
+  EW_BIN_DEFINE(ew_greater_##S, T, T, uint8_t, ew_op_greater_##S)                         \
+  EW_BIN_DEFINE(ew_le_##S, T, T, uint8_t, ew_op_le_##S)                                   \
+  EW_BIN_DEFINE(ew_ge_##S, T, T, uint8_t, ew_op_ge_##S)
+
+EW_CMP_DEFINE(f32, float)
+EW_CMP_DEFINE(i32, int32_t)
+EW_CMP_DEFINE(i64, int64_t)
+EW_CMP_DEFINE(u8, uint8_t)
+EW_CMP_DEFINE(i8, int8_t)
+
+/* Bool operands: any nonzero byte is true; results are 0 or 1. */
+static inline uint8_t ew_op_and_b(uint8_t x, uint8_t y) { return (x != 0) & (y != 0); }
+static inline uint8_t ew_op_or_b(uint8_t x, uint8_t y) { return (x | y) != 0; }
+static inline uint8_t ew_op_xor_b(uint8_t x, uint8_t y) { return (x != 0) ^ (y != 0); }
+EW_BIN_DEFINE(ew_and_b, uint8_t, uint8_t, uint8_t, ew_op_and_b)
+EW_BIN_DEFINE(ew_or_b, uint8_t, uint8_t, uint8_t, ew_op_or_b)
+EW_BIN_DEFINE(ew_xor_b, uint8_t, uint8_t, uint8_t, ew_op_xor_b)
+
+/* A shift by the type's width or more gives 0 (C leaves it undefined). */
+static inline uint8_t ew_op_shl_u8(uint8_t x, uint8_t y) {
+  return y >= 8 ? 0 : (uint8_t)((unsigned)x << y);
+}
+static inline uint8_t ew_op_shr_u8(uint8_t x, uint8_t y) { return y >= 8 ? 0 : (uint8_t)(x >> y); }
+EW_BIN_DEFINE(ew_shl_u8, uint8_t, uint8_t, uint8_t, ew_op_shl_u8)
+EW_BIN_DEFINE(ew_shr_u8, uint8_t, uint8_t, uint8_t, ew_op_shr_u8)
+
+/* Mod. fmod = 1: C's remainder, the sign of the dividend; fmod = 0 (integers
+ * only): the sign of the divisor, as Python's %. x mod 0 is 0 (numpy's
+ * answer, and no trap), and so is MIN mod -1, whose C quotient overflows. */
+#define EW_MOD_SIGNED(S, T)                                                               \
+  static inline T ew_op_fmod_##S(T x, T y) { return y == 0 || y == -1 ? (T)0 : (T)(x % y); } \
+  static inline T ew_op_mod_##S(T x, T y) {                                               \
+    T r = ew_op_fmod_##S(x, y);                                                           \
+    return r != 0 && (r < 0) != (y < 0) ? (T)(r + y) : r;                                 \
+  }                                                                                       \
+  EW_BIN_DEFINE(ew_fmod_##S, T, T, T, ew_op_fmod_##S)                                     \
+  EW_BIN_DEFINE(ew_mod_##S, T, T, T, ew_op_mod_##S)
+
+EW_MOD_SIGNED(i32, int32_t)
+EW_MOD_SIGNED(i64, int64_t)
+EW_MOD_SIGNED(i8, int8_t)
+static inline uint8_t ew_op_mod_u8(uint8_t x, uint8_t y) { return y == 0 ? 0 : (uint8_t)(x % y); }
+EW_BIN_DEFINE(ew_mod_u8, uint8_t, uint8_t, uint8_t, ew_op_mod_u8)
+static inline float ew_op_fmod_f32(float x, float y) { return fmodf(x, y); }
+EW_BIN_DEFINE(ew_fmod_f32, float, float, float, ew_op_fmod_f32)
+
+/* PRelu, and Max and Min (which propagate NaN, ew_math.h). */
+EW_BIN_DEFINE(ew_prelu_f32, float, float, float, es__ew_prelu)
+#define EW_PRELU_INT(S, T, UT)                                                            \
+  static inline T ew_op_prelu_##S(T x, T a) { return x < 0 ? (T)((UT)x * (UT)a) : x; }    \
+  EW_BIN_DEFINE(ew_prelu_##S, T, T, T, ew_op_prelu_##S)
+EW_PRELU_INT(i32, int32_t, uint32_t)
+EW_PRELU_INT(i64, int64_t, uint64_t)
+
+EW_BIN_DEFINE(ew_max_f32, float, float, float, es__ew_max)
+EW_BIN_DEFINE(ew_min_f32, float, float, float, es__ew_min)
+#define EW_MINMAX_INT(S, T)                                                               \
+  static inline T ew_op_max_##S(T x, T y) { return x < y ? y : x; }                       \
+  static inline T ew_op_min_##S(T x, T y) { return y < x ? y : x; }                       \
+  EW_BIN_DEFINE(ew_max_##S, T, T, T, ew_op_max_##S)                                       \
+  EW_BIN_DEFINE(ew_min_##S, T, T, T, ew_op_min_##S)
+EW_MINMAX_INT(i32, int32_t)
+EW_MINMAX_INT(i64, int64_t)
+EW_MINMAX_INT(u8, uint8_t)
+EW_MINMAX_INT(i8, int8_t)
+
+/* Where: o = c ? x : y over element bytes (any type), each operand either
+ * advancing (stride 1) or one value for the run (stride 0). Each element is
+ * read before it is written, so o may be x, y or c. */
+typedef void (*ew_where_fn)(const uint8_t *c, size_t sc, const void *x, size_t sx,
+                            const void *y, size_t sy, void *o, size_t n);
+#define EW_WHERE_DEFINE(NAME, T)                                                          \
+  static void NAME(const uint8_t *c, size_t sc, const void *px, size_t sx, const void *py, \
+                   size_t sy, void *po, size_t n) {                                       \
+    const T *x = px, *y = py;                                                             \
+    T *o = po;                                                                            \
+    if (sc && sx && sy) {                                                                 \
+      for (size_t i = 0; i < n; i++) {                                                    \
+        T a = x[i], b = y[i];                                                             \
+        o[i] = c[i] ? a : b;                                                              \
+      }                                                                                   \
+      return;                                                                             \
+    }                                                                                     \
+    for (size_t i = 0; i < n; i++) {                                                      \
+      T a = x[i * sx], b = y[i * sy];                                                     \
+      o[i] = c[i * sc] ? a : b;                                                           \
+    }                                                                                     \
+  }
+EW_WHERE_DEFINE(ew_where_1, uint8_t)
+EW_WHERE_DEFINE(ew_where_4, uint32_t)
+EW_WHERE_DEFINE(ew_where_8, uint64_t)
+
 /* ---- Cast ----------------------------------------------------------------- */
 
 /* Integer narrowing wraps (two's complement, as numpy's astype); float to
@@ -409,6 +613,28 @@ static const ew_un_fn ew_cast_fns[EW_NSLOT][EW_NSLOT] = {
     {ew_cast_i8_f32, ew_cast_i8_i32, ew_cast_i8_i64, ew_cast_i8_u8, ew_cast_i8_i8, ew_cast_i8_b},
     {ew_cast_b_f32, ew_cast_b_i32, ew_cast_b_i64, ew_cast_b_u8, ew_cast_b_i8, ew_cast_b_b}};
 
+/* Comparisons, Max, Min over float32, int32, int64, uint8, int8. */
+#define EW_NUMERIC_FNS(OP)                                                                \
+  {EW_BIN_FNS(ew_##OP##_f32), EW_BIN_FNS(ew_##OP##_i32), EW_BIN_FNS(ew_##OP##_i64),       \
+   EW_BIN_FNS(ew_##OP##_u8), EW_BIN_FNS(ew_##OP##_i8)}
+static const ew_bin_fns ew_less_fns[EW_BOOL] = EW_NUMERIC_FNS(less);
+static const ew_bin_fns ew_greater_fns[EW_BOOL] = EW_NUMERIC_FNS(greater);
+static const ew_bin_fns ew_le_fns[EW_BOOL] = EW_NUMERIC_FNS(le);
+static const ew_bin_fns ew_ge_fns[EW_BOOL] = EW_NUMERIC_FNS(ge);
+static const ew_bin_fns ew_max_fns[EW_BOOL] = EW_NUMERIC_FNS(max);
+static const ew_bin_fns ew_min_fns[EW_BOOL] = EW_NUMERIC_FNS(min);
+/* Mod: fmod = 1 over every numeric slot; fmod = 0 over the integers (uint8's
+ * two remainders agree). */
+static const ew_bin_fns ew_fmod_fns[EW_BOOL] = {
+    EW_BIN_FNS(ew_fmod_f32), EW_BIN_FNS(ew_fmod_i32), EW_BIN_FNS(ew_fmod_i64),
+    EW_BIN_FNS(ew_mod_u8), EW_BIN_FNS(ew_fmod_i8)};
+static const ew_bin_fns ew_mod_fns[EW_BOOL] = {
+    {NULL, NULL, NULL}, EW_BIN_FNS(ew_mod_i32), EW_BIN_FNS(ew_mod_i64),
+    EW_BIN_FNS(ew_mod_u8), EW_BIN_FNS(ew_mod_i8)};
+/* PRelu over float32, int32, int64. */
+static const ew_bin_fns ew_prelu_fns[3] = {EW_BIN_FNS(ew_prelu_f32), EW_BIN_FNS(ew_prelu_i32),
+                                           EW_BIN_FNS(ew_prelu_i64)};
+
 /* Clip over float32, int32, int64, uint8, int8. */
 static const ew_un_fn ew_clip_fns[EW_BOOL] = {ew_clip_f32, ew_clip_i32, ew_clip_i64, ew_clip_u8,
                                               ew_clip_i8};
@@ -470,6 +696,40 @@ static int ew_binary_select(es_kinst *k, const es_tdesc *a, const es_tdesc *b, e
     *to = ES_DTYPE_BOOL;
     return 0;
   }
+  *to = a->dtype;
+  switch (op) {
+  case ES_OP_And:
+  case ES_OP_Or:
+  case ES_OP_Xor:
+    if (sa != EW_BOOL)
+      return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected bool", es_dtype_name(a->dtype));
+    *fns = op == ES_OP_And  ? (ew_bin_fns)EW_BIN_FNS(ew_and_b)
+           : op == ES_OP_Or ? (ew_bin_fns)EW_BIN_FNS(ew_or_b)
+                            : (ew_bin_fns)EW_BIN_FNS(ew_xor_b);
+    return 0;
+  case ES_OP_BitShift: {
+    const char *dir = NULL;
+    int rc = es__attr_string(k, "direction", NULL, &dir);
+    if (rc < 0)
+      return rc;
+    if (!dir || (strcmp(dir, "LEFT") && strcmp(dir, "RIGHT")))
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'direction' must be \"LEFT\" or \"RIGHT\"%s",
+                      dir ? "" : " (it is required)");
+    if (sa != EW_U8)
+      return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected an unsigned integer type",
+                      es_dtype_name(a->dtype));
+    *fns = dir[0] == 'L' ? (ew_bin_fns)EW_BIN_FNS(ew_shl_u8) : (ew_bin_fns)EW_BIN_FNS(ew_shr_u8);
+    return 0;
+  }
+  case ES_OP_PRelu:
+    if (sa != EW_F32 && sa != EW_I32 && sa != EW_I64)
+      return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected float32, int32 or int64",
+                      es_dtype_name(a->dtype));
+    *fns = ew_prelu_fns[sa];
+    return 0;
+  default:
+    break;
+  }
   if (sa < 0 || sa == EW_BOOL)
     return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected float32, int32, int64, uint8 "
                     "or int8", es_dtype_name(a->dtype));
@@ -483,11 +743,32 @@ static int ew_binary_select(es_kinst *k, const es_tdesc *a, const es_tdesc *b, e
   case ES_OP_Mul:
     *fns = ew_mul_fns[sa];
     break;
+  case ES_OP_Less:
+  case ES_OP_Greater:
+  case ES_OP_LessOrEqual:
+  case ES_OP_GreaterOrEqual:
+    *fns = op == ES_OP_Less             ? ew_less_fns[sa]
+           : op == ES_OP_Greater        ? ew_greater_fns[sa]
+           : op == ES_OP_LessOrEqual    ? ew_le_fns[sa]
+                                        : ew_ge_fns[sa];
+    *to = ES_DTYPE_BOOL;
+    break;
+  case ES_OP_Mod: {
+    int64_t fmod;
+    int rc = es__attr_int(k, "fmod", 0, &fmod);
+    if (rc < 0)
+      return rc;
+    if (fmod != 0 && fmod != 1)
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'fmod' is %lld, expected 0 or 1", (long long)fmod);
+    if (sa == EW_F32 && !fmod)
+      return ES_KFAIL(k, ES_EMODEL, "float32 inputs need fmod = 1 (fmod = 0 is for integers)");
+    *fns = fmod ? ew_fmod_fns[sa] : ew_mod_fns[sa];
+    break;
+  }
   default:
     *fns = ew_div_fns[sa];
     break;
   }
-  *to = a->dtype;
   return 0;
 }
 
@@ -600,6 +881,15 @@ static int ew_binary_infer(es_kinst *k) {
   rc = es__broadcast_shape(k, a, b, &rank, dims);
   if (rc < 0)
     return rc;
+  /* PRelu's slope broadcasts to X, never X to the slope. */
+  if (k->node.op == ES_OP_PRelu) {
+    int same = rank == a->rank;
+    for (int i = 0; same && i < rank; i++)
+      same = dims[i] == a->dims[i];
+    if (!same)
+      return ES_KFAIL(k, ES_EMODEL, "slope (rank %d) does not broadcast to the shape of X "
+                      "(rank %d) without changing it", b->rank, a->rank);
+  }
   int nhwc;
   rc = es__broadcast_layout_pick(k, 2, rank, &nhwc);
   if (rc != 0)
@@ -940,6 +1230,490 @@ static int ew_unary_run(const es_kinst *k, const void *const *in, void *const *o
   return 0;
 }
 
+/* ---- math, logic and activations: one table ------------------------------- */
+
+/* Element types by slot, for messages. */
+static const es_dtype ew_slot_dtype[EW_NSLOT] = {ES_DTYPE_FLOAT, ES_DTYPE_INT32, ES_DTYPE_INT64,
+                                                 ES_DTYPE_UINT8, ES_DTYPE_INT8,  ES_DTYPE_BOOL};
+
+typedef struct ew_unary_def {
+  es_op op;
+  ew_un_fn fn[EW_NSLOT]; /* by input type slot; NULL: not for that type */
+  uint8_t to_bool;       /* the output is bool (IsNaN, IsInf) */
+  uint8_t ints_notsup;   /* ONNX allows integer inputs that are not implemented */
+} ew_unary_def;
+
+#define EW_F32_DEF(OP, FN) {ES_OP_##OP, {[EW_F32] = FN}, 0, 0}
+static const ew_unary_def ew_unary_defs[] = {
+    {ES_OP_Abs, {ew_abs_f32, ew_abs_i32, ew_abs_i64, ew_cast_u8_u8, ew_abs_i8, NULL}, 0, 0},
+    {ES_OP_Neg, {ew_neg_f32, ew_neg_i32, ew_neg_i64, NULL, ew_neg_i8, NULL}, 0, 0},
+    {ES_OP_Sign, {ew_sign_f32, ew_sign_i32, ew_sign_i64, ew_sign_u8, ew_sign_i8, NULL}, 0, 0},
+    {ES_OP_Not, {[EW_BOOL] = ew_not_b}, 0, 0},
+    {ES_OP_IsNaN, {[EW_F32] = ew_isnan_f32}, 1, 0},
+    {ES_OP_IsInf, {[EW_F32] = ew_isinf_f32}, 1, 0},
+    {ES_OP_Erf, {[EW_F32] = ew_erf_f32}, 0, 1},
+    {ES_OP_Shrink, {[EW_F32] = ew_shrink_f32}, 0, 1},
+    EW_F32_DEF(Ceil, ew_ceil_f32),
+    EW_F32_DEF(Floor, ew_floor_f32),
+    EW_F32_DEF(Round, ew_round_f32),
+    EW_F32_DEF(Exp, ew_exp_f32),
+    EW_F32_DEF(Log, ew_log_f32),
+    EW_F32_DEF(Reciprocal, ew_reciprocal_f32),
+    EW_F32_DEF(Tanh, ew_tanh_f32),
+    EW_F32_DEF(Sin, ew_sin_f32),
+    EW_F32_DEF(Cos, ew_cos_f32),
+    EW_F32_DEF(Tan, ew_tan_f32),
+    EW_F32_DEF(Asin, ew_asin_f32),
+    EW_F32_DEF(Acos, ew_acos_f32),
+    EW_F32_DEF(Atan, ew_atan_f32),
+    EW_F32_DEF(Sinh, ew_sinh_f32),
+    EW_F32_DEF(Cosh, ew_cosh_f32),
+    EW_F32_DEF(Asinh, ew_asinh_f32),
+    EW_F32_DEF(Acosh, ew_acosh_f32),
+    EW_F32_DEF(Atanh, ew_atanh_f32),
+    EW_F32_DEF(LeakyRelu, ew_leakyrelu_f32),
+    EW_F32_DEF(Elu, ew_elu_f32),
+    EW_F32_DEF(Selu, ew_selu_f32),
+    EW_F32_DEF(Celu, ew_celu_f32),
+    EW_F32_DEF(Softplus, ew_softplus_f32),
+    EW_F32_DEF(Softsign, ew_softsign_f32),
+    EW_F32_DEF(Mish, ew_mish_f32),
+    EW_F32_DEF(HardSwish, ew_hardswish_f32),
+    EW_F32_DEF(ThresholdedRelu, ew_thresholdedrelu_f32),
+    EW_F32_DEF(Gelu, ew_gelu_f32),
+};
+
+static const ew_unary_def *ew_unary_def_of(es_op op) {
+  for (size_t i = 0; i < sizeof ew_unary_defs / sizeof ew_unary_defs[0]; i++)
+    if (ew_unary_defs[i].op == op)
+      return &ew_unary_defs[i];
+  return NULL;
+}
+
+/* The operator's float attributes into p->s.f (defaults from the spec). */
+static int ew_math_attrs(es_kinst *k, ew_unary_plan *p) {
+  int rc = 0;
+  switch (k->node.op) {
+  case ES_OP_LeakyRelu:
+    return es__attr_float(k, "alpha", 0.01f, &p->s.f[0]);
+  case ES_OP_Elu:
+  case ES_OP_ThresholdedRelu:
+    return es__attr_float(k, "alpha", 1.0f, &p->s.f[0]);
+  case ES_OP_Celu:
+    if ((rc = es__attr_float(k, "alpha", 1.0f, &p->s.f[0])) < 0)
+      return rc;
+    if (p->s.f[0] == 0.0f || p->s.f[0] != p->s.f[0])
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'alpha' is %g; Celu divides by it",
+                      (double)p->s.f[0]);
+    return 0;
+  case ES_OP_Selu:
+    if ((rc = es__attr_float(k, "alpha", 1.67326319217681884765625f, &p->s.f[0])) == 0)
+      rc = es__attr_float(k, "gamma", 1.05070102214813232421875f, &p->s.f[1]);
+    return rc;
+  case ES_OP_Shrink:
+    if ((rc = es__attr_float(k, "bias", 0.0f, &p->s.f[0])) == 0)
+      rc = es__attr_float(k, "lambd", 0.5f, &p->s.f[1]);
+    return rc;
+  case ES_OP_IsInf:
+    if ((rc = es__attr_int(k, "detect_positive", 1, &p->s.i[0])) == 0)
+      rc = es__attr_int(k, "detect_negative", 1, &p->s.i[1]);
+    return rc;
+  case ES_OP_Gelu: {
+    const char *ap;
+    if ((rc = es__attr_string(k, "approximate", "none", &ap)) < 0)
+      return rc;
+    if (!strcmp(ap, "tanh"))
+      p->fn = ew_gelu_tanh_f32;
+    else if (strcmp(ap, "none"))
+      return ES_KFAIL(k, ES_EMODEL, "attribute 'approximate' is \"%.40s\", expected \"none\" or "
+                      "\"tanh\"", ap);
+    return 0;
+  }
+  default:
+    return 0;
+  }
+}
+
+static int ew_math_infer(es_kinst *k) {
+  const ew_unary_def *d = ew_unary_def_of(k->node.op);
+  ew_unary_plan *p = NULL;
+  int rc = ew_unary_begin(k, 1, &p);
+  if (rc < 0)
+    return rc;
+  int slot = ew_slot(p->dtype);
+  p->fn = slot >= 0 ? d->fn[slot] : NULL;
+  if (!p->fn) {
+    char types[96] = "";
+    for (int t = 0; t < EW_NSLOT; t++)
+      if (d->fn[t])
+        snprintf(types + strlen(types), sizeof types - strlen(types), "%s%s",
+                 types[0] ? ", " : "", es_dtype_name(ew_slot_dtype[t]));
+    int later = d->ints_notsup && slot >= EW_I32 && slot <= EW_I8;
+    return ES_KFAIL(k, later ? ES_ENOTSUP : ES_EMODEL, "input has type %s, %s %s",
+                    es_dtype_name(p->dtype), later ? "not implemented; implemented:" : "expected",
+                    types);
+  }
+  if ((rc = ew_math_attrs(k, p)) < 0)
+    return rc;
+  return ew_unary_end(k, p, d->to_bool ? ES_DTYPE_BOOL : p->dtype);
+}
+
+/* ==========================================================================
+ * Variadic Max, Min, Sum, Mean and Where: n broadcast operands
+ * ======================================================================== */
+
+/* The binary plan's collapse over n operands: output dims of size 1 are
+ * dropped and neighbours merged where every operand is full in both or
+ * broadcast in both. The innermost collapsed dim is a row, along which
+ * each operand advances (stride 1) or is one value (stride 0); rows are
+ * walked by the odometer (walk.h), with one offset per operand in scratch
+ * (n is unbounded). A row of Max(a, b, c) is o = max(a, b), then o =
+ * max(o, c): pairwise in input order, as numpy's reduce, with the binary
+ * ops' run functions. */
+typedef struct ew_nary_plan {
+  int n;
+  ew_bin_fns fns;       /* Max, Min, Sum, Mean: the pairwise op */
+  ew_where_fn where;    /* Where (operands cond, x, y); NULL otherwise */
+  float mean_n;         /* Mean: the divisor; 0 otherwise */
+  size_t esz_o;         /* element bytes of the output and of every operand but a
+                           condition (bool, 1 byte) */
+  size_t count;         /* output elements */
+  int rank;             /* collapsed, >= 1 */
+  int64_t dims[ES_MAX_RANK];
+  int64_t *st;          /* [rank][n] element strides, 0 where broadcast */
+} ew_nary_plan;
+
+/* NHWC when the output is rank 4 and every input is NHWC or reads in NHWC
+ * order as it is (es__tdesc_nhwc_compatible); otherwise the NHWC inputs
+ * are asked for in plain (simpler than the binary ops' rule, which may
+ * convert a plain input to NHWC instead: these ops are rare in the
+ * channels-last part of a network). */
+static int ew_nary_layout(es_kinst *k, int rank, int *nhwc) {
+  int any = 0, ok = rank == 4;
+  for (int i = 0; i < k->n_in; i++) {
+    if (k->in[i]->layout == ES_LAYOUT_NHWC)
+      any = 1;
+    else if (!es__tdesc_nhwc_compatible(k->in[i]))
+      ok = 0;
+  }
+  *nhwc = any && ok;
+  if (!any || ok)
+    return 0;
+  k->want_plain = 0;
+  for (int i = 0; i < k->n_in; i++)
+    if (k->in[i]->layout == ES_LAYOUT_NHWC) {
+      if (i >= 32)
+        return ES_KFAIL(k, ES_ENOTSUP, "input %d is channels-last; past 32 inputs a layout "
+                        "conversion cannot be asked for", i);
+      k->want_plain |= 1u << i;
+    }
+  return ES_KRELAYOUT;
+}
+
+static int ew_nary_collapse(es_kinst *k, ew_nary_plan *p, const es_tdesc *o, int nhwc) {
+  int n = p->n;
+  es_tdesc vo, *v = es__kinst_alloc(k, (size_t)n * sizeof *v);
+  unsigned char *full = es__kinst_alloc(k, (size_t)n * ES_MAX_RANK);
+  p->st = es__kinst_alloc(k, (size_t)n * ES_MAX_RANK * sizeof *p->st);
+  if (!v || !full || !p->st)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
+  vo = *o;
+  if (nhwc)
+    ew_nhwc_view(o, &vo);
+  for (int i = 0; i < n; i++) {
+    v[i] = *k->in[i];
+    if (nhwc)
+      ew_nhwc_view(k->in[i], &v[i]);
+  }
+  int r = 0;
+  for (int d = 0; d < vo.rank; d++) {
+    if (vo.dims[d] == 1)
+      continue;
+    unsigned char *f = full + (size_t)r * (size_t)n;
+    int same = r > 0;
+    for (int i = 0; i < n; i++) {
+      int di = d - (vo.rank - v[i].rank);
+      f[i] = di >= 0 && v[i].dims[di] == vo.dims[d];
+      same = same && f[i] == f[i - n];
+    }
+    if (same)
+      p->dims[r - 1] *= vo.dims[d];
+    else
+      p->dims[r++] = vo.dims[d];
+  }
+  if (r == 0) { /* one element */
+    for (int i = 0; i < n; i++)
+      full[i] = 0;
+    p->dims[0] = 1;
+    r = 1;
+  }
+  p->rank = r;
+  for (int i = 0; i < n; i++) {
+    int64_t acc = 1;
+    for (int d = r - 1; d >= 0; d--) {
+      int f = full[(size_t)d * (size_t)n + (size_t)i];
+      p->st[(size_t)d * (size_t)n + (size_t)i] = f ? acc : 0;
+      acc *= f ? p->dims[d] : 1;
+    }
+  }
+  return 0;
+}
+
+static int ew_nary_infer(es_kinst *k) {
+  es_op op = k->node.op;
+  int n = k->n_in, where = op == ES_OP_Where;
+  if (where ? n != 3 : n < 1)
+    return ES_KFAIL(k, ES_EMODEL, "expects %s inputs, got %d", where ? "3" : "1 or more", n);
+  for (int i = 0; i < n; i++)
+    if (!k->in[i])
+      return ES_KFAIL(k, ES_EMODEL, "input %d is omitted; every input is required", i);
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "expects 1 output, got %d", k->n_out);
+  ew_nary_plan *p = es__kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
+  p->n = n;
+  es_dtype to = k->in[where]->dtype;
+  for (int i = where; i < n; i++)
+    if (k->in[i]->dtype != to)
+      return ES_KFAIL(k, ES_EMODEL, "input %d has type %s, input %d %s; they must be the same",
+                      i, es_dtype_name(k->in[i]->dtype), where, es_dtype_name(to));
+  int slot = ew_slot(to);
+  if (where) {
+    if (k->in[0]->dtype != ES_DTYPE_BOOL)
+      return ES_KFAIL(k, ES_EMODEL, "condition has type %s, expected bool",
+                      es_dtype_name(k->in[0]->dtype));
+    size_t esz = es_dtype_size(to);
+    p->where = esz == 1 ? ew_where_1 : esz == 4 ? ew_where_4 : ew_where_8;
+  } else if (op == ES_OP_Mean ? slot != EW_F32 : slot < 0 || slot == EW_BOOL) {
+    return ES_KFAIL(k, ES_EMODEL, "inputs have type %s, expected %s", es_dtype_name(to),
+                    op == ES_OP_Mean ? "float32" : "float32, int32, int64, uint8 or int8");
+  } else {
+    p->fns = op == ES_OP_Max ? ew_max_fns[slot] : op == ES_OP_Min ? ew_min_fns[slot]
+                                                                : ew_add_fns[slot];
+    p->mean_n = op == ES_OP_Mean ? (float)n : 0.0f;
+  }
+  es_tdesc acc = *k->in[0];
+  int rc;
+  for (int i = 1; i < n; i++) {
+    int rank;
+    int64_t dims[ES_MAX_RANK];
+    if ((rc = es__broadcast_shape(k, &acc, k->in[i], &rank, dims)) < 0)
+      return rc;
+    acc.rank = rank;
+    memcpy(acc.dims, dims, sizeof dims);
+  }
+  int nhwc;
+  if ((rc = ew_nary_layout(k, acc.rank, &nhwc)) != 0)
+    return rc;
+  es_tdesc *o = k->out[0];
+  if ((rc = es__tdesc_set(o, to, acc.rank, acc.dims)) < 0)
+    return rc;
+  if (nhwc)
+    o->layout = ES_LAYOUT_NHWC;
+  p->esz_o = es_dtype_size(to);
+  p->count = o->count;
+  if ((rc = ew_nary_collapse(k, p, o, nhwc)) < 0)
+    return rc;
+  k->scratch_bytes = (size_t)n * sizeof(int64_t);
+  k->params = p;
+  /* A row reads input 0 and 1 before writing; later inputs are read after
+   * the row is written, so they may not share it. Where reads each element
+   * of c, x and y before writing it. */
+  static const int cand_var[] = {0, 1}, cand_where[] = {1, 2, 0};
+  const int *cand = where ? cand_where : cand_var;
+  int nc = where ? 3 : n < 2 ? n : 2;
+  k->inplace = -1;
+  for (int c = 0; c < nc && k->inplace < 0; c++)
+    if (k->in[cand[c]]->dtype == to && es__tdesc_same_shape(k->in[cand[c]], o))
+      k->inplace = cand[c];
+  return 0;
+}
+
+/* o[0..len) = the element at src, repeated. */
+static void ew_fill(char *o, const char *src, size_t len, size_t esz) {
+  if (o != src)
+    memcpy(o, src, esz);
+  for (size_t done = 1; done < len;) {
+    size_t c = done < len - done ? done : len - done;
+    memcpy(o + done * esz, o, c * esz);
+    done += c;
+  }
+}
+
+/* One row of a variadic op: operand i starts at in[i] + off[i] elements
+ * and advances along the row when inner[i] (else it is one value). */
+static void ew_nary_row(const ew_nary_plan *p, const void *const *in, const int64_t *off,
+                        const int64_t *inner, char *o, size_t len) {
+  size_t e = p->esz_o;
+#define EW_AT(i) ((const char *)in[i] + (size_t)off[i] * e)
+  if (p->n == 1) {
+    if (!inner[0])
+      ew_fill(o, EW_AT(0), len, e);
+    else if (o != EW_AT(0))
+      memcpy(o, EW_AT(0), len * e);
+    return;
+  }
+  if (inner[0] && inner[1])
+    p->fns.vv(EW_AT(0), EW_AT(1), o, len);
+  else if (inner[0])
+    p->fns.vs(EW_AT(0), EW_AT(1), o, len);
+  else if (inner[1])
+    p->fns.sv(EW_AT(0), EW_AT(1), o, len);
+  else {
+    p->fns.vv(EW_AT(0), EW_AT(1), o, 1);
+    ew_fill(o, o, len, e);
+  }
+  for (int i = 2; i < p->n; i++)
+    (inner[i] ? p->fns.vv : p->fns.vs)(o, EW_AT(i), o, len);
+#undef EW_AT
+  if (p->mean_n != 0.0f)
+    ew_div_f32_vs(o, &p->mean_n, o, len);
+}
+
+static int ew_nary_run(const es_kinst *k, const void *const *in, void *const *out,
+                       void *scratch) {
+  const ew_nary_plan *p = k->params;
+  if (p->count == 0)
+    return 0;
+  int n = p->n, r = p->rank;
+  int64_t *off = scratch, idx[ES_MAX_RANK] = {0};
+  memset(off, 0, (size_t)n * sizeof *off);
+  size_t len = (size_t)p->dims[r - 1], rows = p->count / len;
+  const int64_t *inner = p->st + (size_t)(r - 1) * (size_t)n;
+  char *o = out[0];
+  for (size_t t = 0; t < rows; t++, o += len * p->esz_o) {
+    if (p->where) {
+      const char *c = (const char *)in[0] + off[0];
+      const char *x = (const char *)in[1] + (size_t)off[1] * p->esz_o;
+      const char *y = (const char *)in[2] + (size_t)off[2] * p->esz_o;
+      p->where((const uint8_t *)c, (size_t)inner[0], x, (size_t)inner[1], y, (size_t)inner[2], o,
+               len);
+    } else {
+      ew_nary_row(p, in, off, inner, o, len);
+    }
+    es__walk_step(r - 1, p->dims, idx, n, off, p->st);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * Identity and Dropout (inference): the input, unchanged
+ * ======================================================================== */
+
+typedef struct ew_copy_plan {
+  size_t nbytes;
+  size_t mask_count;  /* Dropout's mask output: elements, 0 without one */
+  int mask_float;     /* before opset 10 the mask has the data's type */
+  int training;       /* Dropout: 0 inference, 1 training, 2 read input 2 at run time */
+  int ratio_rt;       /* the ratio is read from input 1 at run time */
+  float ratio;        /* else its value (0.5 when absent) */
+} ew_copy_plan;
+
+/* Output 0: input 0's type, shape and layout, offered in place. */
+static int ew_copy_begin(es_kinst *k, ew_copy_plan **pp) {
+  if (!k->in[0])
+    return ES_KFAIL(k, ES_EMODEL, "input 0 is omitted; it is required");
+  if (k->n_out < 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "output 0 is required");
+  ew_copy_plan *p = es__kinst_alloc(k, sizeof *p);
+  if (!p)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
+  const es_tdesc *x = k->in[0];
+  int rc = es__tdesc_set(k->out[0], x->dtype, x->rank, x->dims);
+  if (rc < 0)
+    return rc;
+  k->out[0]->layout = x->layout;
+  p->nbytes = x->nbytes;
+  k->params = p;
+  k->inplace = 0;
+  *pp = p;
+  return 0;
+}
+
+static int ew_identity_infer(es_kinst *k) {
+  if (k->n_in != 1 || k->n_out != 1)
+    return ES_KFAIL(k, ES_EMODEL, "expects 1 input and 1 output, got %d and %d", k->n_in,
+                    k->n_out);
+  ew_copy_plan *p = NULL;
+  return ew_copy_begin(k, &p);
+}
+
+/* Dropout in inference is the identity and a mask of ones. So is
+ * training with ratio 0 (ONNX: "a simple copy of the input"); training
+ * with another ratio drops at random and is refused, while planning when
+ * training_mode and the ratio are known then, else when run. */
+static int ew_dropout_infer(es_kinst *k) {
+  int max_in = k->opset >= 12 ? 3 : 1;
+  if (k->n_in < 1 || k->n_in > max_in || k->n_out < 1 || k->n_out > 2)
+    return ES_KFAIL(k, ES_EMODEL, "expects 1 to %d inputs and 1 or 2 outputs, got %d and %d",
+                    max_in, k->n_in, k->n_out);
+  ew_copy_plan *p = NULL;
+  int rc = ew_copy_begin(k, &p);
+  if (rc < 0)
+    return rc;
+  if (k->in[0]->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_EMODEL, "data has type %s, expected float32",
+                    es_dtype_name(k->in[0]->dtype));
+  float ratio;
+  if (k->opset < 12 && (rc = es__attr_float(k, "ratio", 0.5f, &ratio)) < 0)
+    return rc;
+  p->ratio = 0.5f;
+  if (k->n_in > 1 && k->in[1]) {
+    if (k->in[1]->dtype != ES_DTYPE_FLOAT || k->in[1]->count != 1)
+      return ES_KFAIL(k, ES_EMODEL, "ratio must be one float32, got %zu %s elements",
+                      k->in[1]->count, es_dtype_name(k->in[1]->dtype));
+    if (k->in_static[1])
+      memcpy(&p->ratio, k->in_static[1], sizeof p->ratio);
+    else
+      p->ratio_rt = 1;
+  }
+  if (k->n_in > 2 && k->in[2]) {
+    if (k->in[2]->dtype != ES_DTYPE_BOOL || k->in[2]->count != 1)
+      return ES_KFAIL(k, ES_EMODEL, "training_mode must be one bool, got %zu %s elements",
+                      k->in[2]->count, es_dtype_name(k->in[2]->dtype));
+    p->training = !k->in_static[2] ? 2 : *(const uint8_t *)k->in_static[2] != 0;
+  }
+  if (p->training == 1 && !p->ratio_rt && p->ratio != 0.0f)
+    return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true with ratio %g: dropout in training "
+                    "is not implemented (inference only)", (double)p->ratio);
+  if (k->n_out == 2 && k->out[1]) {
+    const es_tdesc *x = k->in[0];
+    p->mask_float = k->opset < 10;
+    rc = es__tdesc_set(k->out[1], p->mask_float ? ES_DTYPE_FLOAT : ES_DTYPE_BOOL, x->rank,
+                       x->dims);
+    if (rc < 0)
+      return rc;
+    k->out[1]->layout = x->layout;
+    p->mask_count = x->count;
+  }
+  return 0;
+}
+
+static int ew_copy_run(const es_kinst *k, const void *const *in, void *const *out,
+                       void *scratch) {
+  (void)scratch;
+  const ew_copy_plan *p = k->params;
+  if (p->training == 1 || (p->training == 2 && *(const uint8_t *)in[2])) {
+    float ratio = p->ratio;
+    if (p->ratio_rt)
+      memcpy(&ratio, in[1], sizeof ratio);
+    if (ratio != 0.0f)
+      return ES_KFAIL(k, ES_ENOTSUP, "training_mode is true with ratio %g: dropout in "
+                      "training is not implemented (inference only)", (double)ratio);
+  }
+  if (out[0] != in[0] && p->nbytes)
+    memcpy(out[0], in[0], p->nbytes);
+  if (p->mask_count && p->mask_float) {
+    float *m = out[1];
+    for (size_t i = 0; i < p->mask_count; i++)
+      m[i] = 1.0f;
+  } else if (p->mask_count) {
+    memset(out[1], 1, p->mask_count);
+  }
+  return 0;
+}
+
 /* ==========================================================================
  * Family lookup
  * ======================================================================== */
@@ -951,6 +1725,10 @@ static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_r
 static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 1};
 static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 1};
 static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_math_kernel = {ew_math_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_nary_kernel = {ew_nary_infer, ew_nary_run, NULL, 1};
+static const es_kernel ew_identity_kernel = {ew_identity_infer, ew_copy_run, NULL, 1};
+static const es_kernel ew_dropout_kernel = {ew_dropout_infer, ew_copy_run, NULL, 1};
 
 const es_kernel *es__kernels_elementwise(es_op op) {
   switch (op) {
@@ -960,7 +1738,27 @@ const es_kernel *es__kernels_elementwise(es_op op) {
   case ES_OP_Div:
   case ES_OP_Pow:
   case ES_OP_Equal:
+  case ES_OP_Less:
+  case ES_OP_Greater:
+  case ES_OP_LessOrEqual:
+  case ES_OP_GreaterOrEqual:
+  case ES_OP_And:
+  case ES_OP_Or:
+  case ES_OP_Xor:
+  case ES_OP_BitShift:
+  case ES_OP_Mod:
+  case ES_OP_PRelu:
     return &ew_binary_kernel;
+  case ES_OP_Max:
+  case ES_OP_Min:
+  case ES_OP_Sum:
+  case ES_OP_Mean:
+  case ES_OP_Where:
+    return &ew_nary_kernel;
+  case ES_OP_Identity:
+    return &ew_identity_kernel;
+  case ES_OP_Dropout:
+    return &ew_dropout_kernel;
   case ES_OP_Relu:
     return &ew_relu_kernel;
   case ES_OP_Sigmoid:
@@ -974,6 +1772,6 @@ const es_kernel *es__kernels_elementwise(es_op op) {
   case ES_OP_Cast:
     return &ew_cast_kernel;
   default:
-    return NULL;
+    return ew_unary_def_of(op) ? &ew_math_kernel : NULL;
   }
 }

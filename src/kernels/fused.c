@@ -175,6 +175,40 @@ static inline float fe_mov(float x, float p, float q) {
   (void)q;
   return x;
 }
+static inline float fe_max(float x, float y) { return es__ew_max(x, y); }
+static inline float fe_min(float x, float y) { return es__ew_min(x, y); }
+static inline float fe_prelu(float x, float y) { return es__ew_prelu(x, y); }
+
+/* The shared formulas (ew_math.h) of the elementwise kernels. */
+#define FE_MATH(NAME, EXPR)                                                               \
+  static inline float fe_##NAME(float x, float p, float q) {                              \
+    (void)p;                                                                              \
+    (void)q;                                                                              \
+    return EXPR;                                                                          \
+  }
+FE_MATH(abs, fabsf(x))
+FE_MATH(neg, -x)
+FE_MATH(exp, es__ew_exp(x))
+FE_MATH(log, es__ew_log(x))
+FE_MATH(tanh, es__ew_tanh(x))
+FE_MATH(erf, es__ew_erf(x))
+FE_MATH(reciprocal, 1.0f / x)
+FE_MATH(floor, es__ew_floor(x))
+FE_MATH(ceil, es__ew_ceil(x))
+FE_MATH(round, es__ew_round(x))
+FE_MATH(sign, es__ew_sign(x))
+FE_MATH(softplus, es__ew_softplus(x))
+FE_MATH(softsign, es__ew_softsign(x))
+FE_MATH(mish, es__ew_mish(x))
+FE_MATH(hardswish, es__ew_hardswish(x))
+FE_MATH(gelu, es__ew_gelu(x))
+FE_MATH(gelu_tanh, es__ew_gelu_tanh(x))
+FE_MATH(leakyrelu, es__ew_leakyrelu(x, p))
+FE_MATH(elu, es__ew_elu(x, p))
+FE_MATH(selu, es__ew_selu(x, p, q))
+FE_MATH(celu, es__ew_celu(x, p))
+FE_MATH(thresholdedrelu, es__ew_thresholdedrelu(x, p))
+FE_MATH(shrink, es__ew_shrink(x, p, q))
 
 FE_BIN_DEFINE(fe_add, fe_add)
 FE_BIN_DEFINE(fe_sub, fe_sub)
@@ -188,6 +222,32 @@ FE_UN_DEFINE(fe_sigmoid, fe_sigmoid)
 FE_UN_DEFINE(fe_hardsigmoid, fe_hardsigmoid)
 FE_UN_DEFINE(fe_clip, fe_clip)
 FE_UN_DEFINE(fe_mov, fe_mov)
+FE_BIN_DEFINE(fe_max, fe_max)
+FE_BIN_DEFINE(fe_min, fe_min)
+FE_BIN_DEFINE(fe_prelu, fe_prelu)
+FE_UN_DEFINE(fe_abs, fe_abs)
+FE_UN_DEFINE(fe_neg, fe_neg)
+FE_UN_DEFINE(fe_exp, fe_exp)
+FE_UN_DEFINE(fe_log, fe_log)
+FE_UN_DEFINE(fe_tanh, fe_tanh)
+FE_UN_DEFINE(fe_erf, fe_erf)
+FE_UN_DEFINE(fe_reciprocal, fe_reciprocal)
+FE_UN_DEFINE(fe_floor, fe_floor)
+FE_UN_DEFINE(fe_ceil, fe_ceil)
+FE_UN_DEFINE(fe_round, fe_round)
+FE_UN_DEFINE(fe_sign, fe_sign)
+FE_UN_DEFINE(fe_softplus, fe_softplus)
+FE_UN_DEFINE(fe_softsign, fe_softsign)
+FE_UN_DEFINE(fe_mish, fe_mish)
+FE_UN_DEFINE(fe_hardswish, fe_hardswish)
+FE_UN_DEFINE(fe_gelu, fe_gelu)
+FE_UN_DEFINE(fe_gelu_tanh, fe_gelu_tanh)
+FE_UN_DEFINE(fe_leakyrelu, fe_leakyrelu)
+FE_UN_DEFINE(fe_elu, fe_elu)
+FE_UN_DEFINE(fe_selu, fe_selu)
+FE_UN_DEFINE(fe_celu, fe_celu)
+FE_UN_DEFINE(fe_thresholdedrelu, fe_thresholdedrelu)
+FE_UN_DEFINE(fe_shrink, fe_shrink)
 
 /* ==========================================================================
  * Planning
@@ -228,8 +288,6 @@ typedef struct fe_plan {
   int64_t *strides;          /* [rank][n_in] element strides, 0 where broadcast */
 } fe_plan;
 
-static int fe_is_binary(int op) { return op >= ES_FE_ADD && op <= ES_FE_POW; }
-
 /* Checks the program and turns it into p->ins. */
 static int fe_parse(es_kinst *k, fe_plan *p) {
   const int64_t *w;
@@ -258,7 +316,7 @@ static int fe_parse(es_kinst *k, fe_plan *p) {
       return ES_KFAIL(k, ES_EMODEL, "instruction %d: opcode %lld is not one of 1..%d", i,
                       (long long)op, ES_FE_NOPCODES - 1);
     in->op = (int)op;
-    int params = op == ES_FE_HARDSIGMOID || op == ES_FE_CLIP;
+    int params = es__fe_params(in->op);
     in->b = -1;
     if (params) {
       int64_t ix = q[2] < 0 ? ES_FE_IMM_INDEX(q[2]) : -1;
@@ -268,7 +326,7 @@ static int fe_parse(es_kinst *k, fe_plan *p) {
       in->p = f[ix];
       in->q = f[ix + 1];
     }
-    for (int s = 0; s < (fe_is_binary(in->op) ? 2 : 1); s++) {
+    for (int s = 0; s < (es__fe_binary(in->op) ? 2 : 1); s++) {
       int64_t r = q[1 + s];
       int *reg = s ? &in->b : &in->a;
       float *imm = s ? &in->fb : &in->fa;
@@ -576,6 +634,32 @@ FE_CLONES static void fe_block(const fe_plan *p, fe_regs *R, float *scratch, flo
       FE_UN_CASE(ES_FE_HARDSIGMOID, fe_hardsigmoid)
       FE_UN_CASE(ES_FE_CLIP, fe_clip)
       FE_UN_CASE(ES_FE_MOV, fe_mov)
+      FE_BIN_CASE(ES_FE_MAX, fe_max)
+      FE_BIN_CASE(ES_FE_MIN, fe_min)
+      FE_BIN_CASE(ES_FE_PRELU, fe_prelu)
+      FE_UN_CASE(ES_FE_ABS, fe_abs)
+      FE_UN_CASE(ES_FE_NEG, fe_neg)
+      FE_UN_CASE(ES_FE_EXP, fe_exp)
+      FE_UN_CASE(ES_FE_LOG, fe_log)
+      FE_UN_CASE(ES_FE_TANH, fe_tanh)
+      FE_UN_CASE(ES_FE_ERF, fe_erf)
+      FE_UN_CASE(ES_FE_RECIPROCAL, fe_reciprocal)
+      FE_UN_CASE(ES_FE_FLOOR, fe_floor)
+      FE_UN_CASE(ES_FE_CEIL, fe_ceil)
+      FE_UN_CASE(ES_FE_ROUND, fe_round)
+      FE_UN_CASE(ES_FE_SIGN, fe_sign)
+      FE_UN_CASE(ES_FE_SOFTPLUS, fe_softplus)
+      FE_UN_CASE(ES_FE_SOFTSIGN, fe_softsign)
+      FE_UN_CASE(ES_FE_MISH, fe_mish)
+      FE_UN_CASE(ES_FE_HARDSWISH, fe_hardswish)
+      FE_UN_CASE(ES_FE_GELU, fe_gelu)
+      FE_UN_CASE(ES_FE_GELU_TANH, fe_gelu_tanh)
+      FE_UN_CASE(ES_FE_LEAKYRELU, fe_leakyrelu)
+      FE_UN_CASE(ES_FE_ELU, fe_elu)
+      FE_UN_CASE(ES_FE_SELU, fe_selu)
+      FE_UN_CASE(ES_FE_CELU, fe_celu)
+      FE_UN_CASE(ES_FE_THRESHOLDEDRELU, fe_thresholdedrelu)
+      FE_UN_CASE(ES_FE_SHRINK, fe_shrink)
     default:
       break;
     }

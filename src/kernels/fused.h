@@ -41,10 +41,22 @@
  *                    for an absent bound)
  *   SQRT             sqrtf(a)
  *   MOV              a (with an immediate: load immediate)
+ *   MAX MIN          max(a, b), min(a, b), NaN from either side propagating
+ *   PRELU            a < 0 ? b * a : a (b the slope)
+ *   ABS NEG EXP LOG TANH ERF RECIPROCAL FLOOR CEIL ROUND SIGN SOFTPLUS
+ *   SOFTSIGN MISH HARDSWISH GELU GELU_TANH
+ *                    the operator of that name (GELU_TANH: Gelu with
+ *                    approximate = "tanh")
+ *   LEAKYRELU ELU CELU THRESHOLDEDRELU
+ *                    the operator with alpha = _prog_f[i], b = ES_FE_IMM(i)
+ *                    (_prog_f[i + 1] unused, 0)
+ *   SELU             alpha = _prog_f[i], gamma = _prog_f[i + 1]
+ *   SHRINK           bias = _prog_f[i], lambd = _prog_f[i + 1]
  *
- * Unary opcodes other than HARDSIGMOID and CLIP ignore b (write 0). Each
- * opcode computes what the single-operator kernel computes, bit for bit,
- * so fusing a chain does not change its result.
+ * Unary opcodes without parameters ignore b (write 0); those with take two
+ * immediates through b as above. Each opcode computes what the
+ * single-operator kernel computes, bit for bit (the formulas are shared,
+ * kernels/ew_math.h), so fusing a chain does not change its result.
  *
  * Example, hard-swish x * clip(x + 3, 0, 6) / 6 over input 0 (x):
  *   _prog_f = {3, 0, 6, 6}
@@ -77,8 +89,45 @@ enum {
   ES_FE_CLIP = 9,
   ES_FE_SQRT = 10,
   ES_FE_MOV = 11,
-  ES_FE_NOPCODES = 12, /* opcodes are 1 .. ES_FE_NOPCODES-1 */
+  ES_FE_MAX = 12, /* binary, like ADD .. POW */
+  ES_FE_MIN = 13,
+  ES_FE_PRELU = 14,
+  ES_FE_ABS = 15, /* unary */
+  ES_FE_NEG = 16,
+  ES_FE_EXP = 17,
+  ES_FE_LOG = 18,
+  ES_FE_TANH = 19,
+  ES_FE_ERF = 20,
+  ES_FE_RECIPROCAL = 21,
+  ES_FE_FLOOR = 22,
+  ES_FE_CEIL = 23,
+  ES_FE_ROUND = 24,
+  ES_FE_SIGN = 25,
+  ES_FE_SOFTPLUS = 26,
+  ES_FE_SOFTSIGN = 27,
+  ES_FE_MISH = 28,
+  ES_FE_HARDSWISH = 29,
+  ES_FE_GELU = 30,
+  ES_FE_GELU_TANH = 31,
+  ES_FE_LEAKYRELU = 32, /* unary with parameters */
+  ES_FE_ELU = 33,
+  ES_FE_SELU = 34,
+  ES_FE_CELU = 35,
+  ES_FE_THRESHOLDEDRELU = 36,
+  ES_FE_SHRINK = 37,
+  ES_FE_NOPCODES = 38, /* opcodes are 1 .. ES_FE_NOPCODES-1 */
 };
+
+/* Operands an opcode reads: 2 for the binary ones, else 1. */
+static inline int es__fe_binary(int op) {
+  return (op >= ES_FE_ADD && op <= ES_FE_POW) || (op >= ES_FE_MAX && op <= ES_FE_PRELU);
+}
+
+/* 1 if b names the two immediates of the opcode's parameters. */
+static inline int es__fe_params(int op) {
+  return op == ES_FE_HARDSIGMOID || op == ES_FE_CLIP ||
+         (op >= ES_FE_LEAKYRELU && op <= ES_FE_SHRINK);
+}
 
 #define ES_FE_WORDS 4      /* ints per instruction */
 #define ES_FE_MAX_REGS 32  /* inputs + temporaries */
