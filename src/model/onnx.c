@@ -842,7 +842,9 @@ static int node_subgraphs(loader *L, int owner, const char *holder, const Onnx__
  * Scan body): its nodes' operators (domain, name, opset) and its
  * initializers' element types, and those of the subgraphs it holds, under
  * owner, the main-graph node that holds it all (listed only if that one
- * is live). The engine runs no subgraph yet; nothing else of them is read.
+ * is live). Identity and Dropout are not listed: the engine removes them
+ * (es__graph_elide). The engine runs no subgraph yet; nothing else of them
+ * is read.
  * The recursion is bounded by the nesting check (21 levels at most). */
 static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__GraphProto *sg) {
   char what[KEY_MAX], why[240], where[300], first[600];
@@ -868,7 +870,9 @@ static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__G
       snprintf(self, sizeof self, "#%zu", i);
     es_op op;
     const char *dom = node_domain(np);
-    if ((dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why)) {
+    /* Identity and Dropout are removed wherever the engine runs a graph */
+    int removable = !dom && (!strcmp(ot, "Identity") || !strcmp(ot, "Dropout"));
+    if (!removable && (dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why)) {
       char label[200];
       node_label(np, (int)i, label, sizeof label);
       snprintf(where, sizeof where, "%s in %s", self, holder);

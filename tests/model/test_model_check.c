@@ -182,7 +182,7 @@ static void test_detail_is_bounded(void **state) {
 
 /* Subgraphs are walked: an operator the engine lacks inside a Loop body, and
  * inside an If within it, is listed with where it is; a dead node's
- * subgraph is not. */
+ * subgraph is not, nor is an Identity (removed at load). */
 static void test_subgraph_ops_found(void **state) {
   (void)state;
   size_t before = es_mem_total();
@@ -198,14 +198,17 @@ static void test_subgraph_ops_found(void **state) {
   deep.n_output = 1, deep.output = deep_out;
   Onnx__NodeProto *then_nodes[] = {&deep};
   then_g.n_node = 1, then_g.node = then_nodes;
-  /* body = { Wobble 'inner', Relu 'fine', If 'if1' } */
+  /* body = { Wobble 'inner', Relu 'fine', If 'if1', Identity 'copy' } */
   Onnx__GraphProto body;
   onnx__graph_proto__init(&body);
-  Onnx__NodeProto inner, fine, if1;
+  Onnx__NodeProto inner, fine, if1, copy;
+  onnx__node_proto__init(&copy);
   onnx__node_proto__init(&inner);
   onnx__node_proto__init(&fine);
   onnx__node_proto__init(&if1);
-  char *x_in[] = {"x"}, *z_out[] = {"z"}, *r_out[] = {"r"}, *i_out[] = {"i"};
+  char *x_in[] = {"x"}, *z_out[] = {"z"}, *r_out[] = {"r"}, *i_out[] = {"i"}, *c_out[] = {"c"};
+  copy.op_type = "Identity", copy.name = "copy";
+  copy.n_input = 1, copy.input = i_out, copy.n_output = 1, copy.output = c_out;
   inner.op_type = "Wobble", inner.name = "inner";
   inner.n_input = 1, inner.input = x_in, inner.n_output = 1, inner.output = z_out;
   fine.op_type = "Relu", fine.name = "fine";
@@ -219,8 +222,8 @@ static void test_subgraph_ops_found(void **state) {
   then_attr.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
   then_attr.g = &then_g;
   if1.n_attribute = 1, if1.attribute = if_attrs;
-  Onnx__NodeProto *body_nodes[] = {&inner, &fine, &if1};
-  body.n_node = 3, body.node = body_nodes;
+  Onnx__NodeProto *body_nodes[] = {&inner, &fine, &if1, &copy};
+  body.n_node = 4, body.node = body_nodes;
   /* a dead Scan whose body holds Twist */
   Onnx__GraphProto dead_body;
   onnx__graph_proto__init(&dead_body);
@@ -253,6 +256,7 @@ static void test_subgraph_ops_found(void **state) {
   assert_null(find(&s, "Twist"));
   assert_null(find(&s, "Scan"));
   assert_null(find(&s, "Relu"));
+  assert_null(find(&s, "Identity")); /* removed wherever the engine runs a graph */
   es_model *m;
   ES_EXPECT_RC(load(&b, &m), ES_ENOTSUP);
   assert_non_null(strstr(es_last_error_detail(), "Wobble (node 'inner' in 'loop0'.body)"));
