@@ -13,9 +13,9 @@
  * Constant folding. One sweep in topological order: a node whose inputs are
  * all constants (initializers, Constant nodes, outputs of nodes folded
  * earlier in the sweep) is evaluated with its kernel (es__kernel_eval);
- * its outputs become constants and the node goes. So is the Shape of a
- * graph input whose every dimension the model fixes (a plan must give that
- * shape), and with it the chain it starts (Shape -> Gather -> Concat...).
+ * its outputs become constants and the node goes. So is the Shape (or Size)
+ * of a graph input whose every dimension the model fixes (a plan must give
+ * that shape), and with it the chain it starts (Shape -> Gather -> Concat).
  * A chain that starts from another shape waits for the planner, which
  * knows it. A node the loader marked (an operator the engine does not
  * run) or without a kernel stays, and the check after folding lists it,
@@ -87,10 +87,10 @@ static int inputs_constant(const es_graph *g, const es_node *nd) {
   return 1;
 }
 
-/* Shape of a graph input whose shape the model fixes: es_model_plan refuses
- * any other shape for it, so the answer is known now. */
+/* Shape or Size of a graph input whose shape the model fixes: es_model_plan
+ * refuses any other shape for it, so the answer is known now. */
 static int shape_of_fixed_input(const es_graph *g, const es_node *nd) {
-  if (nd->op != ES_OP_Shape || nd->n_in != 1 || nd->in[0] < 0)
+  if ((nd->op != ES_OP_Shape && nd->op != ES_OP_Size) || nd->n_in != 1 || nd->in[0] < 0)
     return 0;
   const es_value *x = &g->values[nd->in[0]];
   if (x->kind != ES_VALUE_INPUT || x->rank < 0 || es_dtype_size(x->dtype) == 0)

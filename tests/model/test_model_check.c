@@ -364,7 +364,8 @@ static void test_dropout_that_stays(void **state) {
 }
 
 /* Constants fold before the check: a chain of Transpose and Add on an
- * initializer, and the Shape of an input whose shape the model fixes, fold
+ * initializer, and the Shape and Size of an input whose shape the model
+ * fixes, fold
  * although they feed an operator without a kernel; only that operator is
  * listed. An unknown operator on constants cannot fold and is listed. */
 static void test_constant_chain_folds_before_check(void **state) {
@@ -379,7 +380,8 @@ static void test_constant_chain_folds_before_check(void **state) {
   ob_node_named(&b, "Transpose", "t0", "t", 1, "w");
   ob_node_named(&b, "Add", "c0", "c", 2, "t", "w");
   ob_node_named(&b, "Shape", "sh", "s", 1, "x");
-  ob_node_named(&b, "Wobble", "wb", "y", 3, "x", "c", "s");
+  ob_node_named(&b, "Size", "sz", "n", 1, "x");
+  ob_node_named(&b, "Wobble", "wb", "y", 4, "x", "c", "s", "n");
   ob_node_named(&b, "Squish", "sq", "z", 1, "w");
   ob_output(&b, "y");
   ob_output(&b, "z");
@@ -390,7 +392,7 @@ static void test_constant_chain_folds_before_check(void **state) {
   memset(&g, 0, sizeof g);
   ES_CHECK_RC(es__onnx_load_keep(buf, size, &g));
   ES_CHECK_RC(es__graph_fold(&g));
-  assert_int_equal(g.folded_nodes, 3); /* Transpose, Add, Shape */
+  assert_int_equal(g.folded_nodes, 4); /* Transpose, Add, Shape, Size */
   assert_int_equal(g.n_nodes, 2);      /* Wobble, Squish */
   es_issues l = {0};
   ES_CHECK_RC(es__graph_check(&g, &l));
@@ -399,7 +401,7 @@ static void test_constant_chain_folds_before_check(void **state) {
     assert_true(!strcmp(l.items[i].what, "Wobble") || !strcmp(l.items[i].what, "Squish"));
   for (int i = 0; i < g.n_nodes; i++)
     if (!strcmp(g.nodes[i].name, "wb"))
-      for (int k = 1; k < 3; k++)
+      for (int k = 1; k < 4; k++)
         assert_int_equal(g.values[g.nodes[i].in[k]].kind, ES_VALUE_CONST);
   es__issues_fini(&l);
   es__graph_fini(&g);
@@ -411,6 +413,7 @@ static void test_constant_chain_folds_before_check(void **state) {
   assert_int_equal(s.n, 2);
   assert_null(find(&s, "Transpose"));
   assert_null(find(&s, "Shape"));
+  assert_null(find(&s, "Size"));
   free(buf);
   assert_int_equal(es_mem_total(), before);
 }
