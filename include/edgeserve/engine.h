@@ -40,6 +40,7 @@ typedef struct es_model_stats {
   size_t weight_bytes; /* bytes of constant data in the read-only region */
   size_t folded_nodes; /* nodes with constant inputs evaluated at load */
   size_t folded_bn;    /* BatchNormalization nodes merged into a Conv */
+  size_t elided;       /* Identity and inference Dropout nodes removed at load */
   size_t context_bytes;/* graph and attribute memory */
   int64_t opset;       /* default-domain opset */
   int compiled;          /* 1: loaded from a compiled .esm file (mapped, shared) */
@@ -54,11 +55,75 @@ typedef struct es_model_stats {
 /* Load an ONNX file. A malformed, truncated or hostile file gives an error
  * (ES_EMODEL, ES_ENOTSUP for an operator, dtype or feature outside what the
  * engine runs, ES_EINVAL for protobuf messages nested deeper than 64
- * levels) whose detail names the node and operator; never a crash.
+ * levels) whose detail names the node and operator; never a crash. With
+ * ES_ENOTSUP the detail lists everything unsupported the model holds (the
+ * first items and how many more; es_model_check gives all). The engine
+ * runs opsets 7 to 21 of the default ONNX domain ("" or "ai.onnx").
  * opts is reserved, pass NULL. The caller holds one reference. */
 ES_API int es_model_load(const char *path, const void *opts, es_model **out);
 /* Same from a buffer the caller keeps ownership of (may be freed after). */
 ES_API int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
+
+/* ===========================================================================
+ * What a model needs that the engine cannot run, listed at once.
+ *
+ *   static void show(void *user, const es_model_issue *it) {
+ *     printf("%s x%d\n", it->what, it->count);   // "Erf x12", "element type float16 x1"
+ *   }
+ *   es_model_check_info info;
+ *   int rc = es_model_check("net.onnx", NULL, 0, show, NULL, &info);
+ *   // rc 0: it runs; ES_ENOTSUP: info.issues items were shown
+ *
+ * es_model_load refuses such a model with ES_ENOTSUP, and its detail lists
+ * the first items ("Erf x12 (nodes 'a', 'b', ...); ...; and 3 more").
+ * es_model_check gives every item, with every count: operators the engine
+ * does not run (and other domains, operators newer than the model's opset),
+ * element types and kinds of types of inputs, outputs and constants, and
+ * the nodes inside If, Loop and Scan bodies, which are walked although the
+ * engine runs no subgraph yet. Dead nodes, Identity, inference Dropout and
+ * constant subgraphs the engine can fold are not listed. When every input's
+ * shape is concrete (the model's own or given), the model is also planned,
+ * and each node whose kernel refuses an attribute or type is listed (nodes
+ * after one that cannot run are not reached: info.unreached).
+ * ========================================================================= */
+
+typedef struct es_model_issue {
+  const char *what;  /* the item: "Erf", "Resize: mode 'cubic' is not supported",
+                        "element type float16", "Erf (domain 'com.microsoft')" */
+  const char *first; /* the full message about its first place */
+  int count;         /* places it concerns */
+  int nodes;         /* 1: the places are nodes, written 'name' or #index (the node's
+                        position in its graph); 0: values ("input 'x'",
+                        "constant 'w'", "output 'y'") */
+  int n_where;       /* places named in where: the first ones, at most 8 */
+  const char *const *where;
+} es_model_issue;
+
+typedef struct es_model_check_info {
+  int issues;      /* distinct items (calls of fn) */
+  int places;      /* their counts summed */
+  int planned;     /* 1: planned for concrete input shapes, so the kernels' own
+                      checks ran too; 0: some input's shape is open (pass shapes) */
+  int unreached;   /* nodes the plan could not check: an input comes from a node
+                      that cannot run */
+  int64_t opset, ir_version;
+} es_model_check_info;
+
+/* Checks the ONNX (or .esm) file at path: fn (may be NULL) is called once
+ * per item, in the order found; info (may be NULL) is filled. shapes: for
+ * the inputs they name (es_tensor_info.name; rank and dims), the shapes to
+ * plan with; other inputs keep the model's. Returns 0 when the model can
+ * run, ES_ENOTSUP when it cannot (the detail as es_model_load's), and other
+ * errors as es_model_load for a file that is not a valid model (no list),
+ * or ES_EINVAL for a shape naming no input. Thread-safe; items live only
+ * during fn. */
+ES_API int es_model_check(const char *path, const es_tensor_info *shapes, int n_shapes,
+                          void (*fn)(void *user, const es_model_issue *issue), void *user,
+                          es_model_check_info *info);
+/* Same from a buffer the caller keeps. */
+ES_API int es_model_check_buffer(const void *data, size_t size, const es_tensor_info *shapes,
+                                 int n_shapes, void (*fn)(void *user, const es_model_issue *issue),
+                                 void *user, es_model_check_info *info);
 
 /* One more reference; returns m, or NULL (no reference taken) for NULL or a
  * handle that is not a live model. Thread-safe. */
@@ -122,7 +187,8 @@ typedef struct es_tensor {
  * the input count; names are not used). The plan holds a reference to the
  * model. ES_EINVAL when a shape contradicts the model (rank, a fixed
  * dimension, dtype); ES_EMODEL / ES_ENOTSUP naming the node when an operator
- * cannot run with these shapes. Thread-safe; the plan is immutable and may
+ * cannot run with these shapes (ES_ENOTSUP: the nodes that cannot are all
+ * listed, planning goes past each). Thread-safe; the plan is immutable and may
  * be run by any number of threads at once. */
 ES_API int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **out);
 /* Plans are reference-counted: es_model_plan returns one reference. One

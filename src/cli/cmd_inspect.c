@@ -1,4 +1,9 @@
-/* edgeserve inspect: what a model file holds, as the engine sees it. */
+/* edgeserve inspect: what a model file holds, as the engine sees it.
+ *
+ * A model the engine cannot run (es_model_load or a plan answers
+ * ES_ENOTSUP) is checked again with es_model_check, which lists every
+ * operator, attribute value and element type it cannot run with counts and
+ * places, subgraphs included, and the command exits 1. */
 #include "cli/cli.h"
 #include "cli/spec.h"
 #include "edgeserve/engine.h"
@@ -30,8 +35,59 @@ static void print_op(void *user, const char *op, int count) {
 
 #define MAX_SHAPES 16
 
+static void print_issue(void *user, const es_model_issue *it) {
+  (void)user;
+  printf("  %s", it->what);
+  if (it->count > 1)
+    printf(" \xc3\x97%d", it->count);
+  for (int w = 0; w < it->n_where; w++)
+    printf("%s%s%s", w ? ", " : ": ", w == 0 && it->nodes ? (it->count > 1 ? "nodes " : "node ") : "",
+           it->where[w]);
+  if (it->count > it->n_where && it->n_where)
+    printf(", ... (%d more)", it->count - it->n_where);
+  printf("\n");
+}
+
+/* Lists what the model at path needs that the engine cannot run (the
+ * shapes given plan it too) and returns 1; header: print the model's line
+ * first (the load failed, nothing was printed yet). */
+static int report_unsupported(const char *path, const cli_shape *specs, int n_specs, int header) {
+  es_tensor_info given[MAX_SHAPES];
+  char names[MAX_SHAPES][256];
+  for (int k = 0; k < n_specs; k++) {
+    snprintf(names[k], sizeof names[k], "%.*s", (int)specs[k].name_len, specs[k].name);
+    memset(&given[k], 0, sizeof given[k]);
+    given[k].name = names[k];
+    cli_shape_apply(&specs[k], &given[k]);
+  }
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+  if (header)
+    printf("model: %s\n", path);
+  printf("cannot run:\n");
+  fflush(stdout);
+  es_model_check_info info;
+  int rc = es_model_check(path, given, n_specs, print_issue, NULL, &info);
+  if (rc == 0 || info.issues == 0) {
+    /* refused as a whole (an opset...), or only when planned as asked */
+    printf("  %s\n", rc < 0 ? es_last_error_detail() : detail);
+    return 1;
+  }
+  printf("%d kind%s in %d place%s (opset %lld, ir version %lld)\n", info.issues,
+         info.issues == 1 ? "" : "s", info.places, info.places == 1 ? "" : "s",
+         (long long)info.opset, (long long)info.ir_version);
+  if (info.unreached)
+    printf("not checked: %d node%s after those that cannot run\n", info.unreached,
+           info.unreached == 1 ? "" : "s");
+  if (!info.planned)
+    printf("attribute and type checks of the kernels need concrete input shapes: --shape "
+           "NAME=DxD...\n");
+  return 1;
+}
+
 /* Plans for the given shapes (inputs without one keep the model's dims) and
- * prints the arena bytes. 0 when nothing to do or done, 1 or 2 on error. */
+ * prints the arena bytes. 0 when nothing to do or done, 1 or 2 on error, 3
+ * when some node cannot run (ES_ENOTSUP). */
 static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
   int n = es_model_input_count(m);
   if (n > MAX_SHAPES) {
@@ -62,7 +118,12 @@ static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
   /* Planned through a plan cache, as a server plans: its state is printed. */
   es_plan_cache *cache;
   es_plan *p;
-  if (es_plan_cache_create(m, 8, &cache) < 0 || es_plan_cache_get(cache, shapes, n, &p) < 0) {
+  int rc = es_plan_cache_create(m, 8, &cache);
+  if (rc == 0 && (rc = es_plan_cache_get(cache, shapes, n, &p)) < 0)
+    es_plan_cache_destroy(cache);
+  if (rc == ES_ENOTSUP)
+    return 3;
+  if (rc < 0) {
     fprintf(stderr, "edgeserve inspect: %s\n", es_last_error_detail());
     return 1;
   }
@@ -103,7 +164,12 @@ int cli_cmd_inspect(int argc, char **argv) {
              "Prints the model's inputs and outputs, its operators and their counts,\n"
              "and the bytes of its read-only weights. With --shape (one per input whose\n"
              "dimensions the model leaves open), also plans the model for that shape and\n"
-             "prints the exact request-arena bytes a run needs.\n");
+             "prints the exact request-arena bytes a run needs.\n\n"
+             "A model the engine cannot run gets the list of every operator, attribute\n"
+             "value and element type it cannot run, with counts and nodes (subgraphs of\n"
+             "If, Loop and Scan included), and exit status 1. Attribute values and\n"
+             "types are the kernels' to judge: they are checked when every input's\n"
+             "shape is concrete (the model's own or --shape).\n");
       return 0;
     } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
       if (n_specs == MAX_SHAPES) {
@@ -133,6 +199,8 @@ int cli_cmd_inspect(int argc, char **argv) {
   }
   es_model *m;
   int rc = es_model_load(path, NULL, &m);
+  if (rc == ES_ENOTSUP)
+    return report_unsupported(path, specs, n_specs, 1);
   if (rc < 0) {
     fprintf(stderr, "edgeserve inspect: %s\n", es_last_error_detail());
     return 1;
@@ -142,8 +210,9 @@ int cli_cmd_inspect(int argc, char **argv) {
   printf("model: %s\n", path);
   printf("ir version %lld, opset %lld, %zu nodes, %zu constants\n", (long long)st.ir_version,
          (long long)st.opset, st.nodes, st.constants);
-  printf("folded: %zu constant nodes, %zu BatchNormalization into Conv\n", st.folded_nodes,
-         st.folded_bn);
+  printf("folded: %zu constant nodes, %zu BatchNormalization into Conv; removed: %zu Identity and "
+         "Dropout\n",
+         st.folded_nodes, st.folded_bn, st.elided);
   printf("weights: %zu bytes (read-only, shared)\ncontext: %zu bytes\n", st.weight_bytes,
          st.context_bytes);
   if (st.compiled)
@@ -167,5 +236,7 @@ int cli_cmd_inspect(int argc, char **argv) {
   es_model_op_counts(m, print_op, NULL);
   int status = plan_shapes(m, specs, n_specs);
   es_model_release(m);
+  if (status == 3)
+    status = report_unsupported(path, specs, n_specs, 0);
   return status;
 }

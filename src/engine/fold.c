@@ -1,8 +1,9 @@
 /* Load-time graph optimisation: constant folding, and BatchNormalization
  * merged into the convolution before it.
  *
- * Both passes run once per model, inside es__onnx_load, after the graph is
- * sorted and pruned and before es__graph_seal. Every constant still sits in a
+ * Both passes run once per model, after es__onnx_load_keep has sorted and
+ * pruned the graph and before the engine checks it (es__graph_check) and
+ * seals it (es__graph_seal). Every constant still sits in a
  * writable staging block of its own (graph.h), so a pass may add constants
  * and stop reading others; sealing then copies only what runs into the
  * read-only weight region. Doing this at load instead of in the planner
@@ -12,12 +13,17 @@
  * Constant folding. One sweep in topological order: a node whose inputs are
  * all constants (initializers, Constant nodes, outputs of nodes folded
  * earlier in the sweep) is evaluated with its kernel (es__kernel_eval);
- * its outputs become constants and the node goes. Only shape-independent
- * work folds here: a chain that starts from a graph input's shape (Shape ->
- * Slice -> Concat) waits for the planner, which knows the shape. A kernel
- * that cannot evaluate a node (ES_ENOTSUP) leaves it in place for the
- * planner; any other failure is the model's and fails the load, naming the
- * node.
+ * its outputs become constants and the node goes. So is the Shape (or Size)
+ * of a graph input whose every dimension the model fixes (a plan must give
+ * that shape), and with it the chain it starts (Shape -> Gather -> Concat).
+ * A chain that starts from another shape waits for the planner, which
+ * knows it. A node the loader marked (an operator the engine does not
+ * run) or without a kernel stays, and the check after folding lists it,
+ * while the constants around it still fold: the list holds only what
+ * would have to run. A kernel that cannot evaluate a node (ES_ENOTSUP)
+ * leaves it in place for the planner; any other failure is the model's and
+ * fails the load, naming the node. Nodes only folded nodes read go at the
+ * end (es__graph_prune).
  *
  * BatchNormalization into Conv. Inference BatchNormalization is a
  * per-channel affine map y = a * x + b with a = scale / sqrt(var + epsilon)
@@ -77,6 +83,20 @@ typedef struct fold_args {
 static int inputs_constant(const es_graph *g, const es_node *nd) {
   for (int k = 0; k < nd->n_in; k++)
     if (nd->in[k] >= 0 && g->values[nd->in[k]].kind != ES_VALUE_CONST)
+      return 0;
+  return 1;
+}
+
+/* Shape or Size of a graph input whose shape the model fixes: es_model_plan
+ * refuses any other shape for it, so the answer is known now. */
+static int shape_of_fixed_input(const es_graph *g, const es_node *nd) {
+  if ((nd->op != ES_OP_Shape && nd->op != ES_OP_Size) || nd->n_in != 1 || nd->in[0] < 0)
+    return 0;
+  const es_value *x = &g->values[nd->in[0]];
+  if (x->kind != ES_VALUE_INPUT || x->rank < 0 || es_dtype_size(x->dtype) == 0)
+    return 0;
+  for (int d = 0; d < x->rank; d++)
+    if (x->dims[d] < 0)
       return 0;
   return 1;
 }
@@ -161,7 +181,8 @@ static int fold_constants(es_graph *g, unsigned char *gone) {
     rc = es__fail(ES_ENOMEM, "out of memory folding constants");
   for (int n = 0; rc == 0 && n < g->n_nodes; n++) {
     const es_node *nd = &g->nodes[n];
-    if (!inputs_constant(g, nd) || !es__kernel_for(nd->op))
+    if (nd->unsup || !es__kernel_for(nd->op) ||
+        (!inputs_constant(g, nd) && !shape_of_fixed_input(g, nd)))
       continue;
     rc = fold_node(g, nd, &a);
     if (rc == ES_ENOTSUP) {
@@ -389,5 +410,7 @@ int es__graph_fold(es_graph *g) {
   if (rc == 0)
     nodes_remove(g, gone);
   es_mem_free(gone);
+  if (rc == 0)
+    es__graph_prune(g); /* what only folded nodes read */
   return rc;
 }

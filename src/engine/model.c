@@ -2,7 +2,19 @@
  *
  * The model is immutable after es_model_load returns, which is what makes it
  * safe to share between threads without locks; only the reference count
- * changes, atomically. */
+ * changes, atomically.
+ *
+ * Loading goes: read the file (the loader marks what the engine cannot run
+ * and goes on), remove Identity and inference Dropout, fold constants and
+ * shapes fixed by the model, then check: the loader's list plus operators
+ * without a kernel. Folding comes first, so a constant subgraph feeding an
+ * operator the engine lacks still folds, and the list holds only what would
+ * have to run. A model with anything on the list fails with all of it in
+ * the detail (es__issues_fail: the first items, "and K more"); when its
+ * inputs' shapes are fixed, a plan is attempted first on what can run, so
+ * the kernels' own refusals (attributes, types: each kernel's infer) join
+ * the list without a copy of their rules here. es_model_check reports the
+ * same, item by item and unbounded. */
 #include "edgeserve/engine.h"
 #include "common/internal.h"
 #include "engine/engine_internal.h"
@@ -18,16 +30,62 @@
 
 static int model_ok(const es_model *m) { return es__model_ok(m); }
 
-int es__graph_load_lowered(const void *data, size_t size, es_graph *g) {
-  int rc = es__onnx_load(data, size, g);
+#define ES_LOAD_INTRO "the model uses what the engine cannot run"
+
+int es__graph_check(const es_graph *g, es_issues *out) {
+  int rc = es__graph_issues(g, out);
+  char what[160], where[160], first[400], label[160];
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
+    const es_node *nd = &g->nodes[i];
+    if (nd->unsup || es__kernel_for(nd->op))
+      continue;
+    snprintf(what, sizeof what, "%s (no kernel)", es__op_name(nd->op));
+    if (nd->name && nd->name[0])
+      snprintf(where, sizeof where, "'%.120s'", nd->name);
+    else
+      snprintf(where, sizeof where, "#%d", nd->file_index);
+    snprintf(first, sizeof first, "%s: no kernel for this operator",
+             es__node_label(nd, label, sizeof label));
+    rc = es__issues_add(out, what, where, 1, first);
+  }
+  return rc;
+}
+
+/* Reads, elides, folds and checks: g is the folded graph, not fused or
+ * sealed, and l lists what it needs that the engine cannot run. */
+static int graph_prepare(const void *data, size_t size, es_graph *g, es_issues *l) {
+  int rc = es__onnx_load_keep(data, size, g);
   if (rc < 0)
     return rc;
-  if ((rc = es__graph_fold(g)) == 0 && (rc = es__graph_fuse(g)) == 0)
-    rc = es__graph_seal(g);
+  if ((rc = es__graph_fold(g)) == 0)
+    rc = es__graph_check(g, l);
   if (rc < 0)
     es__graph_fini(g);
   return rc;
 }
+
+int es__graph_load_checked(const void *data, size_t size, es_graph *g, es_issues *issues) {
+  es_issues own = {0}, *l = issues ? issues : &own;
+  int rc = graph_prepare(data, size, g, l);
+  if (rc < 0) {
+    es__issues_fini(&own);
+    return rc;
+  }
+  if (l->n)
+    rc = es__issues_fail(l, ES_LOAD_INTRO);
+  else if ((rc = es__graph_fuse(g)) == 0)
+    rc = es__graph_seal(g);
+  es__issues_fini(&own);
+  if (rc < 0)
+    es__graph_fini(g);
+  return rc;
+}
+
+int es__graph_load_lowered(const void *data, size_t size, es_graph *g) {
+  return es__graph_load_checked(data, size, g, NULL);
+}
+
+static void info_of(const es_value *v, es_tensor_info *out);
 
 /* The last step of every load: a model whose graph (and store) were made
  * with status rc becomes the caller's reference, or is freed. */
@@ -44,19 +102,103 @@ static int model_finish(es_model *m, int rc, es_model **out) {
   return 0;
 }
 
-int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
-  (void)opts;
-  if (!data || !out)
-    return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
+/* The shapes to plan m with: each input's own, replaced by the one named
+ * in given. *fixed: every input the engine can hold is then concrete. */
+static int check_shapes(const es_model *m, const es_tensor_info *given, int n_given,
+                        es_tensor_info *shapes, int *fixed) {
+  const es_graph *g = &m->g;
+  *fixed = 1;
+  for (int i = 0; i < g->n_inputs; i++)
+    info_of(&g->values[g->inputs[i]], &shapes[i]);
+  for (int k = 0; k < n_given; k++) {
+    int found = -1;
+    for (int i = 0; i < g->n_inputs && found < 0; i++)
+      if (given[k].name && !strcmp(given[k].name, shapes[i].name))
+        found = i;
+    if (found < 0)
+      return es__fail(ES_EINVAL, "the model has no input named '%s'",
+                      given[k].name ? given[k].name : "(null)");
+    es_dtype dt = shapes[found].dtype;
+    shapes[found] = given[k];
+    shapes[found].name = g->values[g->inputs[found]].name;
+    shapes[found].dtype = dt;
+  }
+  for (int i = 0; i < g->n_inputs; i++) {
+    if (g->values[g->inputs[i]].kind == ES_VALUE_UNSUPPORTED)
+      continue; /* the planner leaves what reads it */
+    if (shapes[i].rank < 0)
+      *fixed = 0;
+    for (int d = 0; d < shapes[i].rank; d++)
+      if (shapes[i].dims[d] < 0)
+        *fixed = 0;
+  }
+  return 0;
+}
+
+/* What build_model reports besides the list. */
+typedef struct build_info {
+  int planned, unreached;
+} build_info;
+
+/* A model from bytes, into *out. l (non-NULL) collects what the engine
+ * cannot run; a model with anything on it is still built (unfused,
+ * unsealed: for planning what can run, never for serving) and the caller
+ * decides. With plan set, or when the list is not empty, a plan for the
+ * given shapes (the model's own for the others) is attempted when they are
+ * concrete, its refusals joining the list. */
+static int build_model(const void *data, size_t size, es_issues *l, int plan,
+                       const es_tensor_info *given, int n_given, build_info *bi, es_model **out) {
   es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
   if (!m)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
-  int rc = es__graph_load_lowered(data, size, &m->g);
+  int rc = graph_prepare(data, size, &m->g, l);
   if (rc < 0) {
     es_mem_free(m);
     return rc;
   }
-  return model_finish(m, es__prep_store_create(&m->prep), out);
+  if (l->n == 0 && (rc = es__graph_fuse(&m->g)) == 0)
+    rc = es__graph_seal(&m->g);
+  if (rc == 0)
+    rc = es__prep_store_create(&m->prep);
+  if ((rc = model_finish(m, rc, &m)) < 0)
+    return rc;
+  if (plan || l->n) {
+    int n = m->g.n_inputs, fixed = 0;
+    es_tensor_info *shapes = es_mem_calloc(ES_MEM_MODEL, (size_t)n + 1, sizeof *shapes);
+    if (!shapes)
+      rc = es__fail(ES_ENOMEM, "out of memory loading the model");
+    else
+      rc = check_shapes(m, given, n_given, shapes, &fixed);
+    if (rc == 0 && fixed) {
+      rc = es__plan_diagnose(m, shapes, n, l, &bi->unreached);
+      bi->planned = 1;
+    }
+    es_mem_free(shapes);
+    if (rc < 0) {
+      es_model_release(m);
+      return rc;
+    }
+  }
+  *out = m;
+  return 0;
+}
+
+int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
+  (void)opts;
+  if (!data || !out)
+    return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
+  es_issues l = {0};
+  build_info bi = {0};
+  es_model *m;
+  int rc = build_model(data, size, &l, 0, NULL, 0, &bi, &m);
+  if (rc == 0 && l.n) {
+    rc = es__issues_fail(&l, ES_LOAD_INTRO);
+    es_model_release(m);
+  } else if (rc == 0) {
+    *out = m;
+  }
+  es__issues_fini(&l);
+  return rc;
 }
 
 static int model_load_onnx(const char *path, const void *opts, es_model **out);
@@ -113,7 +255,8 @@ int es_model_load(const char *path, const void *opts, es_model **out) {
   return model_load_onnx(path, opts, out);
 }
 
-static int model_load_onnx(const char *path, const void *opts, es_model **out) {
+/* The file's bytes (es_mem) in *buf. */
+static int file_read(const char *path, unsigned char **buf_out, size_t *size_out) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -145,20 +288,122 @@ static int model_load_onnx(const char *path, const void *opts, es_model **out) {
     got += (size_t)n;
   }
   close(fd);
-  int rc;
   if (got != size) {
-    rc = es__fail(ES_EIO, "short read of '%s' (%zu of %zu bytes)", path, got, size);
-  } else {
-    rc = es_model_load_buffer(buf, size, opts, out);
-    if (rc < 0) {
-      /* prefix the file name to the loader's detail */
-      char detail[400];
-      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
-      es__fail(rc, "%s: %s", path, detail);
-    }
+    es_mem_free(buf);
+    return es__fail(ES_EIO, "short read of '%s' (%zu of %zu bytes)", path, got, size);
   }
+  *buf_out = buf;
+  *size_out = size;
+  return 0;
+}
+
+/* Puts the file name before the loader's detail. */
+static int fail_in_file(int rc, const char *path) {
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+  return es__fail(rc, "%s: %s", path, detail);
+}
+
+static int model_load_onnx(const char *path, const void *opts, es_model **out) {
+  unsigned char *buf;
+  size_t size;
+  int rc = file_read(path, &buf, &size);
+  if (rc < 0)
+    return rc;
+  rc = es_model_load_buffer(buf, size, opts, out);
+  if (rc < 0)
+    fail_in_file(rc, path);
   es_mem_free(buf);
   return rc;
+}
+
+/* ==========================================================================
+ * Checking what a model needs
+ * ======================================================================== */
+
+typedef void (*issue_fn)(void *user, const es_model_issue *issue);
+
+static int check_report(const es_model *m, const es_issues *l, const build_info *bi,
+                        issue_fn fn, void *user, es_model_check_info *info) {
+  for (int i = 0; fn && i < l->n; i++) {
+    const es_issue *it = &l->items[i];
+    es_model_issue mi = {.what = it->what, .first = it->first, .count = it->count,
+                         .nodes = it->nodes, .n_where = it->n_where, .where = it->where};
+    fn(user, &mi);
+  }
+  if (info) {
+    info->issues = l->n;
+    info->places = l->places;
+    info->planned = bi->planned;
+    info->unreached = bi->unreached;
+    info->opset = m->g.opset;
+    info->ir_version = m->g.ir_version;
+  }
+  return l->n ? es__issues_fail(l, ES_LOAD_INTRO) : 0;
+}
+
+int es_model_check_buffer(const void *data, size_t size, const es_tensor_info *shapes,
+                          int n_shapes, issue_fn fn, void *user, es_model_check_info *info) {
+  if (!data || (n_shapes > 0 && !shapes) || n_shapes < 0)
+    return es__fail(ES_EINVAL, "es_model_check_buffer: bad argument");
+  if (info)
+    memset(info, 0, sizeof *info);
+  es_issues l = {0};
+  build_info bi = {0};
+  es_model *m;
+  int rc = build_model(data, size, &l, 1, shapes, n_shapes, &bi, &m);
+  if (rc == 0) {
+    rc = check_report(m, &l, &bi, fn, user, info);
+    es_model_release(m);
+  }
+  es__issues_fini(&l);
+  return rc;
+}
+
+int es_model_check(const char *path, const es_tensor_info *shapes, int n_shapes, issue_fn fn,
+                   void *user, es_model_check_info *info) {
+  if (!path || (n_shapes > 0 && !shapes) || n_shapes < 0)
+    return es__fail(ES_EINVAL, "es_model_check: bad argument");
+  if (info)
+    memset(info, 0, sizeof *info);
+  unsigned char head[512];
+  ssize_t got_head = -1;
+  int hfd = open(path, O_RDONLY | O_CLOEXEC);
+  if (hfd >= 0) {
+    got_head = read(hfd, head, sizeof head);
+    close(hfd);
+  }
+  if (got_head > 0 && es__esm_is(head, (size_t)got_head)) {
+    /* compiled from a model that ran: only a plan can still refuse */
+    es_model *m;
+    int rc = es_model_load(path, NULL, &m);
+    if (rc < 0)
+      return rc;
+    es_issues l = {0};
+    build_info bi = {0};
+    int n = m->g.n_inputs, fixed = 0;
+    es_tensor_info *sh = es_mem_calloc(ES_MEM_MODEL, (size_t)n + 1, sizeof *sh);
+    rc = sh ? check_shapes(m, shapes, n_shapes, sh, &fixed)
+            : es__fail(ES_ENOMEM, "out of memory checking the model");
+    if (rc == 0 && fixed) {
+      bi.planned = 1;
+      rc = es__plan_diagnose(m, sh, n, &l, &bi.unreached);
+    }
+    if (rc == 0)
+      rc = check_report(m, &l, &bi, fn, user, info);
+    es_mem_free(sh);
+    es__issues_fini(&l);
+    es_model_release(m);
+    return rc < 0 ? fail_in_file(rc, path) : 0;
+  }
+  unsigned char *buf;
+  size_t size;
+  int rc = file_read(path, &buf, &size);
+  if (rc < 0)
+    return rc;
+  rc = es_model_check_buffer(buf, size, shapes, n_shapes, fn, user, info);
+  es_mem_free(buf);
+  return rc < 0 ? fail_in_file(rc, path) : 0;
 }
 
 es_model *es_model_retain(es_model *m) {
@@ -212,6 +457,7 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->weight_bytes = m->g.weight_bytes;
   out->folded_nodes = (size_t)m->g.folded_nodes;
   out->folded_bn = (size_t)m->g.folded_bn;
+  out->elided = (size_t)m->g.elided;
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
   out->compiled = m->compiled;

@@ -20,7 +20,15 @@
  *
  * A run is then a loop over steps with pointers computed from the arena's
  * base: nothing is allocated and the plan is only read, so one plan serves
- * any number of concurrent requests, each in its own arena. */
+ * any number of concurrent requests, each in its own arena.
+ *
+ * A node whose kernel refuses it (ES_ENOTSUP: an attribute value, a type the
+ * kernel does not run) does not end the walk: it is listed, its outputs are
+ * lost, the nodes that read them are skipped, and the others are still
+ * planned, so one failed plan names every node that cannot run rather than
+ * the first. es__plan_diagnose does the same for a model that the loader
+ * already found unable to run (its marked nodes and values are lost from the
+ * start) and keeps model errors (ES_EMODEL) on the list too. */
 #include "common/internal.h"
 #include "edgeserve/memory.h"
 #include "engine/engine_internal.h"
@@ -249,6 +257,7 @@ typedef struct pval {
   int last_use;       /* last step reading it */
   int buf;            /* arena buffer, or -1 */
   int copy[2];        /* the value holding it in layout L (ES_LAYOUT_*), or -1 */
+  int lost;           /* not computed: made by a node that cannot run */
 } pval;
 
 /* Both arrays grow as planning goes (doubling), so that a plan holds what
@@ -260,6 +269,9 @@ typedef struct planner {
   pval *v;             /* es_mem */
   int nv, cap_v;
   int cap_steps;
+  es_issues *issues;   /* the nodes that cannot run */
+  int diagnose;        /* es__plan_diagnose: model errors are listed too */
+  int unreached;       /* nodes skipped after one that cannot run */
 } planner;
 
 /* Room for one more element in *arr (es_mem, *cap elements of size). */
@@ -478,17 +490,67 @@ static int node_input_relayout(planner *P, es_node **nd, int *copied, int i, es_
   return 0;
 }
 
+/* Lists node nd (label) as one that cannot run, with the failure just
+ * recorded, and loses its outputs. The item is the failure without the
+ * label, under the operator's name, so nodes refused for the same reason
+ * are one item. */
+static int node_refused(planner *P, const es_node *nd, const char *label) {
+  char what[400], where[160], first[512];
+  const char *d = es_last_error_detail();
+  snprintf(first, sizeof first, "%s", d);
+  size_t ll = strlen(label);
+  const char *rest = !strncmp(d, label, ll) && !strncmp(d + ll, ": ", 2) ? d + ll + 2 : d;
+  snprintf(what, sizeof what, "%s: %s", es__node_op_type(nd), rest);
+  if (nd->name && nd->name[0])
+    snprintf(where, sizeof where, "'%.120s'", nd->name);
+  else
+    snprintf(where, sizeof where, "#%d", nd->file_index);
+  for (int o = 0; o < nd->n_out; o++)
+    if (nd->out[o] >= 0)
+      P->v[nd->out[o]].lost = 1;
+  return es__issues_add(P->issues, what, where, 1, first);
+}
+
+/* The outputs of a node that is not planned are lost too. */
+static void node_skip(planner *P, const es_node *nd) {
+  for (int o = 0; o < nd->n_out; o++)
+    if (nd->out[o] >= 0)
+      P->v[nd->out[o]].lost = 1;
+}
+
 static int plan_nodes(planner *P) {
   es_plan *p = P->p;
   const es_graph *g = P->g;
   for (int n = 0; n < g->n_nodes; n++) {
     es_node *nd = &g->nodes[n];
     int copied = 0;
+    int lost = 0;
+    for (int i = 0; i < nd->n_in; i++)
+      if (nd->in[i] >= 0 && P->v[nd->in[i]].lost)
+        lost = 1;
+    if (lost) {
+      node_skip(P, nd);
+      P->unreached++;
+      continue;
+    }
     const es_kernel *kern = es__kernel_for(nd->op);
     char label[120];
     es__node_label(nd, label, sizeof label);
-    if (!kern)
-      return es__fail(ES_ENOTSUP, "%s: no kernel for this operator", label);
+    if (nd->unsup || !kern) {
+      /* es__graph_check listed it: only a diagnosis meets one */
+      if (P->diagnose) {
+        node_skip(P, nd);
+        continue;
+      }
+      if (nd->unsup)
+        es__fail(ES_ENOTSUP, "%s: %s", label, nd->unsup->why);
+      else
+        es__fail(ES_ENOTSUP, "%s: no kernel for this operator", label);
+      int rc = node_refused(P, nd, label);
+      if (rc < 0)
+        return rc;
+      continue;
+    }
     if (nd->n_in > ES_PLAN_MAX_IO || nd->n_out > ES_PLAN_MAX_IO)
       return es__fail(ES_ENOTSUP, "%s: more than %d inputs or outputs", label, ES_PLAN_MAX_IO);
     /* Kernels that do not know layouts see every input in plain order. */
@@ -536,6 +598,13 @@ static int plan_nodes(planner *P) {
     if (rc < 0) {
       if (kern->release)
         kern->release(k);
+      /* ES_ENOTSUP: listed, and the walk goes on. A model error after
+       * that too (the list is the answer then), and in a diagnosis. */
+      if (rc == ES_ENOTSUP || (rc == ES_EMODEL && (P->diagnose || P->issues->n))) {
+        if ((rc = node_refused(P, nd, label)) < 0)
+          return rc;
+        continue;
+      }
       return rc;
     }
     for (int o = 0; o < nd->n_out; o++)
@@ -557,6 +626,8 @@ static int plan_nodes(planner *P) {
     }
     step_commit(P, st, kern);
   }
+  if (P->issues->n)
+    return 0; /* the caller answers with the list */
   /* Outputs leave in plain order. */
   for (int i = 0; i < g->n_outputs; i++) {
     int v = g->outputs[i];
@@ -694,8 +765,24 @@ int es_model_plan(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   return es__plan_make(m, shapes, n, out, NULL);
 }
 
+static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan **out,
+                      es_tdesc *value_descs, es_issues *diagnose, int *unreached);
+
 int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **out,
                   es_tdesc *value_descs) {
+  return plan_build(m, shapes, n, out, value_descs, NULL, NULL);
+}
+
+int es__plan_diagnose(es_model *m, const es_tensor_info *shapes, int n, es_issues *out,
+                      int *unreached) {
+  es_plan *p = NULL;
+  int rc = plan_build(m, shapes, n, &p, NULL, out, unreached);
+  es_plan_release(p);
+  return rc;
+}
+
+static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan **out,
+                      es_tdesc *value_descs, es_issues *diagnose, int *unreached) {
   if (!es__model_ok(m) || !out || (n > 0 && !shapes))
     return es__fail(ES_EINVAL, "es_model_plan: bad argument");
   const es_graph *g = &m->g;
@@ -714,7 +801,9 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   atomic_init(&p->refs, 1);
   /* A step per node, and a little room for layout conversions (each a step
    * and a value); more when a graph needs many. */
-  planner P = {.p = p, .g = g, .nv = g->n_values};
+  es_issues own = {0};
+  planner P = {.p = p, .g = g, .nv = g->n_values, .issues = diagnose ? diagnose : &own,
+               .diagnose = diagnose != NULL};
   P.cap_v = g->n_values + 16;
   P.cap_steps = g->n_nodes + 16;
   P.v = es_mem_calloc(ES_MEM_ENGINE, (size_t)P.cap_v, sizeof *P.v);
@@ -739,9 +828,12 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
       rc = es__tdesc_set(&pv->desc, val->dtype, val->rank, val->dims);
       pv->sdata = val->data ? val->data : (const void *)val; /* empty tensors: any non-NULL */
     }
+    pv->lost = val->kind == ES_VALUE_UNSUPPORTED;
   }
   for (int i = 0; rc == 0 && i < g->n_inputs; i++) {
     const es_value *val = &g->values[g->inputs[i]];
+    if (val->kind == ES_VALUE_UNSUPPORTED)
+      continue; /* lost: what reads it is not planned */
     rc = check_input_shape(val, &shapes[i], i);
     if (rc == 0)
       rc = es__tdesc_set(&P.v[g->inputs[i]].desc, val->dtype, shapes[i].rank, shapes[i].dims);
@@ -754,6 +846,22 @@ int es__plan_make(es_model *m, const es_tensor_info *shapes, int n, es_plan **ou
   p->n_out = g->n_outputs;
   if (rc == 0)
     rc = plan_nodes(&P);
+  if (unreached)
+    *unreached = P.unreached;
+  if (rc == 0 && P.issues->n) {
+    /* a diagnosis returns its list; a plan fails with it */
+    if (!diagnose)
+      rc = es__issues_fail(&own, "nodes the engine cannot run with these shapes");
+    es__issues_fini(&own);
+    es_mem_free(P.v);
+    if (rc < 0) {
+      es_plan_release(p);
+      return rc;
+    }
+    *out = p;
+    return 0;
+  }
+  es__issues_fini(&own);
   if (rc == 0)
     rc = plan_memory(&P);
   if (rc == 0 && p->n_steps > 0 && p->n_steps < P.cap_steps) {

@@ -1,5 +1,6 @@
-/* Graph IR plumbing: node helpers, topological ordering, dead-node removal
- * and sealing the constants into the weights. */
+/* Graph IR plumbing: node helpers, topological ordering, dead-node removal,
+ * Identity and Dropout removal, sealing the constants into the weights, and
+ * the list of what a graph needs that the engine cannot run. */
 #include "model/graph.h"
 #include "common/internal.h"
 
@@ -15,7 +16,18 @@ const es_attr *es__node_attr(const es_node *n, const char *name) {
 }
 
 const char *es__node_label(const es_node *n, char *buf, size_t size) {
-  return es__op_label(n->name, n->file_index, n->op, buf, size);
+  if (!n->unsup)
+    return es__op_label(n->name, n->file_index, n->op, buf, size);
+  /* the operator table does not know it: the file's name for it */
+  if (n->name && n->name[0])
+    snprintf(buf, size, "node '%s' (#%d %s)", n->name, n->file_index, n->unsup->op_type);
+  else
+    snprintf(buf, size, "node #%d (%s)", n->file_index, n->unsup->op_type);
+  return buf;
+}
+
+const char *es__node_op_type(const es_node *n) {
+  return n->unsup ? n->unsup->op_type : es__op_name(n->op);
 }
 
 /* ==========================================================================
@@ -323,4 +335,343 @@ void es__graph_fini(es_graph *g) {
         es_mem_free((void *)g->values[v].data);
   es__ctx_free_all(&g->ctx);
   memset(g, 0, sizeof *g);
+}
+
+/* ==========================================================================
+ * Identity and inference Dropout: removed, their readers rewired
+ * ======================================================================== */
+
+/* Union-find over values with path halving: rep[v] is the value that
+ * stands for v once the nodes in between are gone. */
+static int rep_find(int *rep, int v) {
+  while (rep[v] != v) {
+    rep[v] = rep[rep[v]];
+    v = rep[v];
+  }
+  return v;
+}
+
+/* NULL when a Dropout is the identity at inference; else why it stays. */
+static const char *dropout_stays(const es_graph *g, const es_node *nd) {
+  if (nd->n_out > 1 && nd->out[1] >= 0 &&
+      (g->values[nd->out[1]].uses > 0 || g->values[nd->out[1]].is_output))
+    return "Dropout with its mask output used";
+  if (g->opset < 12)
+    return nd->n_in == 1 ? NULL : "Dropout with more than one input before opset 12";
+  if (nd->n_in < 3 || nd->in[2] < 0)
+    return NULL;
+  /* training_mode: only a constant false makes the node an identity */
+  const es_value *t = &g->values[nd->in[2]];
+  if (t->kind != ES_VALUE_CONST || !t->data || t->nbytes == 0)
+    return "Dropout with a training_mode input (training only when true)";
+  const unsigned char *b = t->data;
+  for (size_t i = 0; i < t->nbytes; i++)
+    if (b[i])
+      return "Dropout with training_mode=1 (training only)";
+  return NULL;
+}
+
+/* Marks a Dropout that stays and that the operator table does not know with
+ * the reason, so the list says why rather than "Dropout". */
+static int dropout_mark(es_graph *g, es_node *nd, const char *why) {
+  if (!nd->unsup)
+    return 0; /* a kernel runs it */
+  es_node_unsup *u = es__ctx_alloc(&g->ctx, sizeof *u);
+  if (!u)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  *u = *nd->unsup;
+  u->what = why;
+  u->why = why;
+  nd->unsup = u;
+  return 0;
+}
+
+int es__graph_elide(es_graph *g) {
+  int n = g->n_nodes, nv = g->n_values;
+  if (n == 0)
+    return 0;
+  es__graph_reindex(g);
+  int *rep = es_mem_alloc(ES_MEM_MODEL, ((size_t)nv + 1) * sizeof *rep);
+  unsigned char *gone = es_mem_calloc(ES_MEM_MODEL, (size_t)n + 1, 1);
+  int rc = 0, removed = 0;
+  if (!rep || !gone) {
+    rc = es__fail(ES_ENOMEM, "out of memory loading the model");
+    goto out;
+  }
+  for (int v = 0; v < nv; v++)
+    rep[v] = v;
+  for (int i = 0; i < n; i++) {
+    es_node *nd = &g->nodes[i];
+    if (nd->unsup && nd->unsup->domain)
+      continue;
+    const char *ot = es__node_op_type(nd);
+    int identity = !strcmp(ot, "Identity"), dropout = !strcmp(ot, "Dropout");
+    if (!identity && !dropout)
+      continue;
+    if (nd->n_in < 1 || nd->in[0] < 0 || nd->n_out < 1 || nd->out[0] < 0 ||
+        (identity && (nd->n_in != 1 || nd->n_out != 1)))
+      continue; /* malformed: left to whatever runs it, or to the list */
+    if (dropout) {
+      const char *why = dropout_stays(g, nd);
+      if (why) {
+        if ((rc = dropout_mark(g, nd, why)) < 0)
+          goto out;
+        continue;
+      }
+    }
+    int x = rep_find(rep, nd->in[0]), y = nd->out[0];
+    es_value *xv = &g->values[x], *yv = &g->values[y];
+    if (xv->kind == ES_VALUE_UNSUPPORTED)
+      continue;
+    if (!yv->is_output) {
+      rep[y] = x; /* readers of y read x */
+    } else if (xv->kind == ES_VALUE_ACT && !xv->is_output && xv->producer >= 0) {
+      /* y must keep its name: x's producer writes y, and x's readers read y */
+      es_node *p = &g->nodes[xv->producer];
+      for (int o = 0; o < p->n_out; o++)
+        if (p->out[o] == x)
+          p->out[o] = y;
+      yv->producer = xv->producer;
+      xv->producer = -1;
+      rep[x] = y;
+    } else if (xv->kind == ES_VALUE_CONST && !g->weights) {
+      /* a graph output that copies a constant is one: its own staging block */
+      void *d = es_mem_alloc(ES_MEM_MODEL, xv->nbytes ? xv->nbytes : 1);
+      if (!d) {
+        rc = es__fail(ES_ENOMEM, "out of memory loading the model");
+        goto out;
+      }
+      if (xv->nbytes)
+        memcpy(d, xv->data, xv->nbytes);
+      yv->kind = ES_VALUE_CONST;
+      yv->dtype = xv->dtype;
+      yv->rank = xv->rank;
+      memcpy(yv->dims, xv->dims, sizeof yv->dims);
+      yv->data = d;
+      yv->nbytes = xv->nbytes;
+      yv->producer = -1;
+      yv->unsup = NULL;
+    } else {
+      continue; /* a graph input or another output copied: the node stays */
+    }
+    gone[i] = 1;
+    removed++;
+  }
+  if (removed) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+      if (gone[i])
+        continue;
+      es_node *nd = &g->nodes[i];
+      for (int k = 0; k < nd->n_in; k++)
+        if (nd->in[k] >= 0)
+          nd->in[k] = rep_find(rep, nd->in[k]);
+      g->nodes[kept++] = *nd;
+    }
+    g->n_nodes = kept;
+    g->elided += removed;
+  }
+  es__graph_reindex(g);
+out:
+  es_mem_free(rep);
+  es_mem_free(gone);
+  return rc;
+}
+
+/* ==========================================================================
+ * What the engine cannot run: the list
+ * ======================================================================== */
+
+static uint64_t issue_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int issues_grow(es_issues *l) {
+  if (l->n < l->cap)
+    return 0;
+  int cap = l->cap ? l->cap * 2 : 16;
+  es_issue *items = l->items ? es_mem_realloc(l->items, (size_t)cap * sizeof *items)
+                             : es_mem_alloc(ES_MEM_MODEL, (size_t)cap * sizeof *items);
+  if (!items)
+    return ES_ENOMEM;
+  l->items = items;
+  size_t nslots = 2 * (size_t)cap;
+  int *slots = es_mem_alloc(ES_MEM_MODEL, nslots * sizeof *slots);
+  if (!slots)
+    return ES_ENOMEM;
+  memset(slots, 0xff, nslots * sizeof *slots);
+  for (int i = 0; i < l->n; i++) {
+    size_t s = issue_hash(items[i].what) & (nslots - 1);
+    while (slots[s] >= 0)
+      s = (s + 1) & (nslots - 1);
+    slots[s] = i;
+  }
+  es_mem_free(l->slots);
+  l->slots = slots;
+  l->nslots = nslots;
+  l->cap = cap;
+  return 0;
+}
+
+int es__issues_add(es_issues *l, const char *what, const char *where, int is_node,
+                   const char *first) {
+  es_issue *it = NULL;
+  size_t s = 0;
+  if (l->nslots) {
+    for (s = issue_hash(what) & (l->nslots - 1); l->slots[s] >= 0; s = (s + 1) & (l->nslots - 1))
+      if (!strcmp(l->items[l->slots[s]].what, what)) {
+        it = &l->items[l->slots[s]];
+        break;
+      }
+  }
+  if (!it) {
+    if (issues_grow(l) < 0)
+      return es__fail(ES_ENOMEM, "out of memory listing what the model needs");
+    for (s = issue_hash(what) & (l->nslots - 1); l->slots[s] >= 0; s = (s + 1) & (l->nslots - 1))
+      ;
+    it = &l->items[l->n];
+    memset(it, 0, sizeof *it);
+    it->what = es__ctx_strdup(&l->ctx, what);
+    it->first = es__ctx_strdup(&l->ctx, first ? first : what);
+    if (!it->what || !it->first)
+      return es__fail(ES_ENOMEM, "out of memory listing what the model needs");
+    it->nodes = is_node;
+    l->slots[s] = l->n++;
+  }
+  it->count++;
+  l->places++;
+  if (where && it->n_where < ES_ISSUE_WHERE) {
+    const char *w = es__ctx_strdup(&l->ctx, where);
+    if (!w)
+      return es__fail(ES_ENOMEM, "out of memory listing what the model needs");
+    it->where[it->n_where++] = w;
+  }
+  return 0;
+}
+
+void es__issues_fini(es_issues *l) {
+  if (!l)
+    return;
+  es_mem_free(l->items);
+  es_mem_free(l->slots);
+  es__ctx_free_all(&l->ctx);
+  memset(l, 0, sizeof *l);
+}
+
+/* One item as text: "Erf ×12 (nodes 'a', 'b', ...)". */
+static void issue_text(const es_issue *it, char *buf, size_t size, int max_where) {
+  int pos = snprintf(buf, size, "%s", it->what);
+  if (it->count > 1 && pos >= 0 && (size_t)pos < size)
+    pos += snprintf(buf + pos, size - (size_t)pos, " \xc3\x97%d", it->count);
+  int shown = it->n_where < max_where ? it->n_where : max_where;
+  for (int w = 0; w < shown && pos >= 0 && (size_t)pos < size; w++)
+    pos += snprintf(buf + pos, size - (size_t)pos, "%s%s%s", w ? ", " : " (",
+                    w == 0 && it->nodes ? (it->count > 1 ? "nodes " : "node ") : "", it->where[w]);
+  if (shown > 0 && pos >= 0 && (size_t)pos < size)
+    snprintf(buf + pos, size - (size_t)pos, "%s)", it->count > shown ? ", ..." : "");
+}
+
+const char *es__issues_format(const es_issues *l, char *buf, size_t size, int max_where) {
+  if (size == 0)
+    return buf;
+  buf[0] = '\0';
+  size_t pos = 0;
+  char item[600], more[48];
+  for (int i = 0; i < l->n; i++) {
+    issue_text(&l->items[i], item, sizeof item, max_where);
+    size_t need = strlen(item) + (i ? 2 : 0);
+    /* room for the "; and K more" that may have to follow */
+    size_t tail = i + 1 < l->n ? (size_t)snprintf(more, sizeof more, "; and %d more", l->n - i - 1)
+                               : 0;
+    if (i > 0 && pos + need + tail >= size) {
+      snprintf(buf + pos, size - pos, "; and %d more", l->n - i);
+      break;
+    }
+    pos += (size_t)snprintf(buf + pos, size - pos, "%s%s", i ? "; " : "", item);
+    if (pos >= size) { /* the first item alone did not fit: cut */
+      pos = size - 1;
+      break;
+    }
+  }
+  return buf;
+}
+
+int es__issues_fail(const es_issues *l, const char *intro) {
+  if (l->places == 1)
+    return es__fail(ES_ENOTSUP, "%s", l->items[0].first);
+  /* The detail holds 512 bytes and a file name may come before it. */
+  char list[320];
+  es__issues_format(l, list, sizeof list, 2);
+  return es__fail(ES_ENOTSUP, "%s (%d kind%s, %d places): %s", intro, l->n, l->n == 1 ? "" : "s",
+                  l->places, list);
+}
+
+int es__graph_issues(const es_graph *g, es_issues *out) {
+  unsigned char *listed = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_values + 1, 1);
+  int max_fi = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].file_index > max_fi)
+      max_fi = g->nodes[i].file_index;
+  unsigned char *live = es_mem_calloc(ES_MEM_MODEL, (size_t)max_fi + 2, 1);
+  int rc = 0;
+  char where[200], first[600], label[200];
+  if (!listed || !live) {
+    rc = es__fail(ES_ENOMEM, "out of memory listing what the model needs");
+    goto out;
+  }
+  for (int i = 0; rc == 0 && i < g->n_inputs; i++) {
+    const es_value *v = &g->values[g->inputs[i]];
+    listed[g->inputs[i]] = 1;
+    if (!v->unsup)
+      continue;
+    snprintf(where, sizeof where, "input '%.120s'", v->name);
+    snprintf(first, sizeof first, "graph input '%.120s': %s is not supported", v->name, v->unsup);
+    rc = es__issues_add(out, v->unsup, where, 0, first);
+  }
+  for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
+    const es_node *nd = &g->nodes[i];
+    if (nd->file_index >= 0)
+      live[nd->file_index] = 1;
+    for (int k = 0; rc == 0 && k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0 || listed[v] || g->values[v].kind != ES_VALUE_UNSUPPORTED)
+        continue;
+      listed[v] = 1;
+      const es_value *val = &g->values[v];
+      snprintf(where, sizeof where, "constant '%.120s'", val->name);
+      snprintf(first, sizeof first, "constant '%.120s': %s is not supported", val->name,
+               val->unsup ? val->unsup : "its type");
+      rc = es__issues_add(out, val->unsup ? val->unsup : "a constant's type", where, 0, first);
+    }
+    if (rc < 0 || !nd->unsup)
+      continue;
+    if (nd->name && nd->name[0])
+      snprintf(where, sizeof where, "'%.120s'", nd->name);
+    else
+      snprintf(where, sizeof where, "#%d", nd->file_index);
+    snprintf(first, sizeof first, "%s: %s", es__node_label(nd, label, sizeof label),
+             nd->unsup->why);
+    rc = es__issues_add(out, nd->unsup->what, where, 1, first);
+  }
+  for (int i = 0; rc == 0 && i < g->n_outputs; i++) {
+    const es_value *v = &g->values[g->outputs[i]];
+    if (!v->unsup || listed[g->outputs[i]])
+      continue;
+    listed[g->outputs[i]] = 1;
+    snprintf(where, sizeof where, "output '%.120s'", v->name);
+    snprintf(first, sizeof first, "graph output '%.120s': %s is not supported", v->name, v->unsup);
+    rc = es__issues_add(out, v->unsup, where, 0, first);
+  }
+  for (int i = 0; rc == 0 && i < g->n_sub; i++) {
+    const es_sub_issue *s = &g->sub[i];
+    if (s->owner >= 0 && s->owner <= max_fi && live[s->owner])
+      rc = es__issues_add(out, s->what, s->where, 1, s->first);
+  }
+out:
+  es_mem_free(listed);
+  es_mem_free(live);
+  return rc;
 }

@@ -34,6 +34,10 @@ typedef enum es_value_kind {
   ES_VALUE_INPUT = 1,
   ES_VALUE_CONST = 2,
   ES_VALUE_ACT = 3,
+  /* A graph input or constant the engine cannot hold (an element type or a
+   * kind of type it does not run): kept only so the loader can go on and
+   * list everything a model needs at once. A graph with one never runs. */
+  ES_VALUE_UNSUPPORTED = 4,
 } es_value_kind;
 
 typedef struct es_value {
@@ -49,7 +53,19 @@ typedef struct es_value {
                                 the weight region (64-byte aligned); NULL once
                                 sealed for a constant nothing reads */
   size_t nbytes;             /* CONST: bytes of data */
+  const char *unsup;         /* what about its type the engine cannot run
+                                ("element type float16", "sequence type"):
+                                set for ES_VALUE_UNSUPPORTED, and for a graph
+                                output whose declared type is such; else NULL */
 } es_value;
+
+/* Why a node cannot run, as the loader found it (no kernel is asked). */
+typedef struct es_node_unsup {
+  const char *op_type; /* as the file writes it */
+  const char *domain;  /* NULL for the default domain */
+  const char *what;    /* the item listed: "Erf", "Dropout with training_mode=1" */
+  const char *why;     /* the sentence after the node's label in a message */
+} es_node_unsup;
 
 typedef struct es_node {
   const char *name;      /* "" when the file gives none */
@@ -60,7 +76,51 @@ typedef struct es_node {
   int n_attr;
   es_attr *attrs;
   int file_index;        /* position in the file, for error messages */
+  const es_node_unsup *unsup; /* non-NULL: the node cannot run, and op is
+                                 ES_OP_UNKNOWN (an operator, domain, opset or
+                                 attribute the engine does not run) */
 } es_node;
+
+/* ---- what a model needs that the engine cannot run -------------------------
+ *
+ * A list of distinct items ("Erf", "Resize: mode 'cubic' is not supported",
+ * "element type float16"), each with the number of places (nodes or values)
+ * it concerns and the first few of them by name, so one load names
+ * everything at once. Items stay in the order they were first added. */
+
+#define ES_ISSUE_WHERE 8
+
+typedef struct es_issue {
+  const char *what;  /* the item */
+  const char *first; /* the full message of its first place */
+  int count;         /* places */
+  int nodes;         /* 1: the places are nodes ('name' or #index) */
+  int n_where;
+  const char *where[ES_ISSUE_WHERE]; /* the first places: "'conv1'", "input 'a'" */
+} es_issue;
+
+typedef struct es_issues {
+  es_ctx ctx;       /* the strings */
+  es_issue *items;  /* es_mem */
+  int n, cap;
+  int *slots;       /* es_mem, open addressing on what: item index or -1 */
+  size_t nslots;
+  int places;       /* sum of the counts */
+} es_issues;
+
+/* Adds one place of item what (counted once more if already listed). where
+ * names the place, first is the full message (used when it stays the only
+ * place). ES_ENOMEM only. A zeroed es_issues is empty and ready. */
+int es__issues_add(es_issues *l, const char *what, const char *where, int is_node,
+                   const char *first);
+void es__issues_fini(es_issues *l);
+/* "Erf ×12 (nodes 'a', 'b', ...); element type float16 (input 'x'); and 3
+ * more" into buf: whole items while they fit in size (at least the first),
+ * each with at most max_where places. Returns buf. */
+const char *es__issues_format(const es_issues *l, char *buf, size_t size, int max_where);
+/* ES_ENOTSUP with the list as the detail: the first message alone when
+ * there is one place, else intro and the list, bounded to fit a detail. */
+int es__issues_fail(const es_issues *l, const char *intro);
 
 typedef struct es_graph {
   es_ctx ctx;
@@ -80,13 +140,43 @@ typedef struct es_graph {
   size_t n_constants;    /* constants in the region (set by es__graph_seal) */
   int folded_nodes;      /* nodes evaluated away at load (the engine's folding) */
   int folded_bn;         /* BatchNormalization nodes merged into a Conv */
+  int elided;            /* Identity and inference Dropout nodes removed at load */
+  /* Unsupported nodes inside subgraphs (If, Loop, Scan bodies), which the IR
+   * does not hold: listed with the main-graph node that holds them. */
+  struct es_sub_issue *sub;
+  int n_sub, cap_sub;
 } es_graph;
 
+typedef struct es_sub_issue {
+  int owner;         /* file_index of the main-graph node holding the subgraph */
+  const char *what, *where, *first;
+} es_sub_issue;
+
 /* Parse and validate an ONNX model into g (zeroed by the caller): nodes
- * sorted, dead ones removed, constants still staged (the engine lowers the
- * graph for its kernels, then seals it). On failure g is cleaned up and the
- * detail names the node and op. */
+ * sorted, Identity and inference Dropout removed (es__graph_elide), dead
+ * nodes removed, constants still staged (the engine lowers the graph for its
+ * kernels, then seals it). On failure g is cleaned up and the detail names
+ * the node and op. The engine runs opsets ES_ONNX_MIN_OPSET to
+ * ES_ONNX_MAX_OPSET of the default domain ("" or "ai.onnx"); other opsets
+ * fail at once.
+ *
+ * What the engine cannot run (an operator, another domain, an operator
+ * newer than the model's opset, an attribute or element type) does not stop
+ * the reading: es__onnx_load fails at the end with the whole list
+ * (es__graph_issues), while es__onnx_load_keep returns such a graph, the
+ * unsupported nodes marked (es_node.unsup) and the values that cannot be
+ * held of kind ES_VALUE_UNSUPPORTED, so the engine can fold constants
+ * first and then check. */
+#define ES_ONNX_MIN_OPSET 7
+#define ES_ONNX_MAX_OPSET 21
 int es__onnx_load(const void *data, size_t size, es_graph *g);
+int es__onnx_load_keep(const void *data, size_t size, es_graph *g);
+/* Adds to out what the graph's live part needs that the loader found
+ * unsupported: graph inputs and outputs, constants live nodes read, live
+ * nodes, and the subgraphs those hold. */
+int es__graph_issues(const es_graph *g, es_issues *out);
+/* The operator as the file names it (for unsupported nodes too). */
+const char *es__node_op_type(const es_node *n);
 /* Frees the IR, the staging blocks (if not sealed) or the weight region. */
 void es__graph_fini(es_graph *g);
 /* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's
@@ -100,6 +190,13 @@ int es__graph_toposort(es_graph *g);
 void es__graph_prune(es_graph *g);
 /* Recomputes every value's producer and uses from the node list. */
 void es__graph_reindex(es_graph *g);
+/* Removes Identity and inference Dropout nodes (mask output unused;
+ * training_mode absent or a constant false): their readers read the input
+ * instead. Where the output is a graph output, the input's producer writes
+ * it instead; an output that is the copy of a graph input or constant, or
+ * of another graph output, keeps its node. A Dropout that stays and has no
+ * operator of its own is marked with why. Needs producers and uses. */
+int es__graph_elide(es_graph *g);
 
 /* Appends a constant value that adopts the staging block data (es_mem; the
  * graph frees it from now on, whatever happens, failures included). Used by

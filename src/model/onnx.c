@@ -3,11 +3,23 @@
  * protobuf-c (code generated at build time from the onnx.proto that Debian's
  * libonnx-dev installs) does the wire parsing and rejects truncated or
  * malformed encodings. It recurses once per nested message, so a walk of
- * our own refuses deep nesting first (ES_EINVAL above 64 levels). Everything the schema cannot express is checked here,
- * before any of it is trusted: element types, ranks, dimension products that
- * overflow, data lengths that disagree with shapes, names that refer to
- * nothing or are defined twice, unknown operators and opsets, cycles.
+ * our own refuses deep nesting first (ES_EINVAL above 64 levels). Everything
+ * the schema cannot express is checked here, before any of it is trusted:
+ * ranks, dimension products that overflow, data lengths that disagree with
+ * shapes, names that refer to nothing or are defined twice, opsets, cycles.
  * Every error names the node (or tensor) and the operator.
+ *
+ * What the engine cannot run is not an error of the file, so it does not
+ * stop the reading: an operator it does not know (or of another domain, or
+ * newer than the model's opset), an attribute it cannot take, a value whose
+ * element type or kind of type it cannot hold. Such a node is kept, marked
+ * (es_node.unsup, op ES_OP_UNKNOWN: its outputs still define the names the
+ * rest reads), such a value becomes ES_VALUE_UNSUPPORTED, and subgraphs
+ * (If, Loop, Scan bodies, which the engine does not run) are walked for
+ * their operators and types. Once the graph is sorted and pruned, only what
+ * the live part needs is listed (es__graph_issues): all of it in one error,
+ * or, for the engine, after its folding. Opsets are whole-model: one
+ * outside 7..21 is refused at once.
  *
  * Constant data (initializers, Constant nodes, tensor attributes) is checked
  * while the graph is read, then copied into staging blocks of its own once
@@ -24,7 +36,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define ES_ONNX_MAX_OPSET 17
 #define ES_ONNX_MAX_ELEMS ((uint64_t)1 << 40)
 #define ES_ONNX_MAX_NODES (1 << 22)
 /* Messages below the ModelProto, at most. A graph's deepest path is
@@ -224,6 +235,15 @@ static const char *onnx_type_name(int32_t t) {
   return t >= 0 && t < (int32_t)(sizeof names / sizeof names[0]) ? names[t] : "unknown";
 }
 
+/* The key an unsupported element type is listed under. */
+static void type_key(int32_t t, char *key, size_t size) {
+  const char *n = onnx_type_name(t);
+  if (strcmp(n, "unknown"))
+    snprintf(key, size, "element type %s", n);
+  else
+    snprintf(key, size, "element type %d", (int)t);
+}
+
 /* ==========================================================================
  * Loader state
  * ======================================================================== */
@@ -296,20 +316,31 @@ static int value_add(loader *L, const char *name, es_value_kind kind, const char
  * Constant tensors
  * ======================================================================== */
 
-/* Validates a TensorProto and fills dtype, shape and byte size into v. */
-static int tensor_check(const Onnx__TensorProto *t, es_value *v, const char *what) {
+/* Validates a TensorProto and fills dtype, shape and byte size into v. On
+ * ES_ENOTSUP, key (size KEY_MAX) says what, without the tensor's name, for
+ * the list of what a model needs. */
+#define KEY_MAX 160
+static int tensor_check(const Onnx__TensorProto *t, es_value *v, const char *what, char *key) {
   es_dtype dt = (es_dtype)t->data_type;
   size_t esz = es_dtype_size(dt);
-  if (!t->has_data_type || esz == 0)
+  if (!t->has_data_type || esz == 0) {
+    type_key(t->data_type, key, KEY_MAX);
     return es__fail(ES_ENOTSUP, "%s: element type %s (%d) is not supported", what,
                     onnx_type_name(t->data_type), (int)t->data_type);
-  if (t->n_dims > ES_MAX_RANK)
+  }
+  if (t->n_dims > ES_MAX_RANK) {
+    snprintf(key, KEY_MAX, "rank above %d", ES_MAX_RANK);
     return es__fail(ES_ENOTSUP, "%s: rank %zu exceeds the maximum %d", what, t->n_dims,
                     ES_MAX_RANK);
-  if (t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL || t->n_external_data)
+  }
+  if (t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL || t->n_external_data) {
+    snprintf(key, KEY_MAX, "external tensor data");
     return es__fail(ES_ENOTSUP, "%s: external tensor data is not supported", what);
-  if (t->segment)
+  }
+  if (t->segment) {
+    snprintf(key, KEY_MAX, "segmented tensor");
     return es__fail(ES_ENOTSUP, "%s: segmented tensors are not supported", what);
+  }
   uint64_t n = 1;
   for (size_t i = 0; i < t->n_dims; i++) {
     if (t->dims[i] < 0)
@@ -386,17 +417,32 @@ static int const_push(loader *L, const Onnx__TensorProto *t, const void *attr_da
   return 0;
 }
 
-/* A named constant from a TensorProto (initializer or tensor attribute). */
+/* Makes v a value the engine cannot hold, listed under key. */
+static int value_unsupported(loader *L, int v, const char *key) {
+  es_value *val = &L->g->values[v];
+  val->kind = ES_VALUE_UNSUPPORTED;
+  val->data = NULL;
+  val->nbytes = 0;
+  val->unsup = es__ctx_strdup(&L->g->ctx, key);
+  return val->unsup ? 0 : es__fail(ES_ENOMEM, "out of memory loading the model");
+}
+
+/* A named constant from a TensorProto (initializer or tensor attribute).
+ * One the engine cannot hold (its element type...) becomes an
+ * ES_VALUE_UNSUPPORTED value, and the reading goes on. */
 static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *name,
                              const char *what, int *out) {
   int v;
   int rc = value_add(L, name, ES_VALUE_CONST, what, &v);
   if (rc < 0)
     return rc;
-  rc = tensor_check(t, &L->g->values[v], what);
+  *out = v;
+  char key[KEY_MAX];
+  rc = tensor_check(t, &L->g->values[v], what, key);
+  if (rc == ES_ENOTSUP)
+    return value_unsupported(L, v, key);
   if (rc < 0)
     return rc;
-  *out = v;
   return const_push(L, t, NULL, v);
 }
 
@@ -427,23 +473,36 @@ static int const_stage(loader *L) {
  * Graph inputs and outputs
  * ======================================================================== */
 
-static int value_info_apply(const Onnx__ValueInfoProto *vi, es_value *v, const char *what) {
+/* Applies a declared type to v. On ES_ENOTSUP key (KEY_MAX) says what. */
+static int value_info_apply(const Onnx__ValueInfoProto *vi, es_value *v, const char *what,
+                            char *key) {
   const Onnx__TypeProto *tp = vi->type;
   if (!tp)
     return 0; /* allowed: type only known once planned */
-  if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+  if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type) {
+    snprintf(key, KEY_MAX, "%s type",
+             tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE        ? "sequence"
+             : tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE      ? "optional"
+             : tp->value_case == ONNX__TYPE_PROTO__VALUE_MAP_TYPE           ? "map"
+             : tp->value_case == ONNX__TYPE_PROTO__VALUE_SPARSE_TENSOR_TYPE ? "sparse tensor"
+                                                                            : "non-tensor");
     return es__fail(ES_ENOTSUP, "%s '%s': only tensor types are supported", what, vi->name);
+  }
   const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
   if (tt->has_elem_type) {
-    if (es_dtype_size((es_dtype)tt->elem_type) == 0)
+    if (es_dtype_size((es_dtype)tt->elem_type) == 0) {
+      type_key(tt->elem_type, key, KEY_MAX);
       return es__fail(ES_ENOTSUP, "%s '%s': element type %s is not supported", what, vi->name,
                       onnx_type_name(tt->elem_type));
+    }
     v->dtype = (es_dtype)tt->elem_type;
   }
   if (tt->shape) {
-    if (tt->shape->n_dim > ES_MAX_RANK)
+    if (tt->shape->n_dim > ES_MAX_RANK) {
+      snprintf(key, KEY_MAX, "rank above %d", ES_MAX_RANK);
       return es__fail(ES_ENOTSUP, "%s '%s': rank %zu exceeds the maximum %d", what, vi->name,
                       tt->shape->n_dim, ES_MAX_RANK);
+    }
     v->rank = (int)tt->shape->n_dim;
     for (size_t i = 0; i < tt->shape->n_dim; i++) {
       const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
@@ -462,7 +521,7 @@ static int value_info_apply(const Onnx__ValueInfoProto *vi, es_value *v, const c
  * ======================================================================== */
 
 static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto *a, es_attr *out,
-                        const char *label) {
+                        const char *label, char *key) {
   es_graph *g = L->g;
   if (!a->name || !a->name[0])
     return es__fail(ES_EMODEL, "%s: attribute without a name", label);
@@ -528,19 +587,51 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
     snprintf(nm, sizeof nm, "\x01attr:%d:%s", n->file_index, a->name);
     char what[256];
     snprintf(what, sizeof what, "%s attribute '%s'", label, a->name);
-    return const_from_tensor(L, a->t, nm, what, &out->tensor);
+    int rc = const_from_tensor(L, a->t, nm, what, &out->tensor);
+    if (rc == 0 && g->values[out->tensor].kind == ES_VALUE_UNSUPPORTED) {
+      snprintf(key, KEY_MAX, "%s", g->values[out->tensor].unsup);
+      out->tensor = -1;
+      return es__fail(ES_ENOTSUP, "%s: attribute '%s': %s is not supported", label, a->name, key);
+    }
+    return rc;
   }
-  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
-  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
-    return es__fail(ES_ENOTSUP, "%s: attribute '%s' is a subgraph (control flow is not supported)",
-                    label, a->name);
-  default:
-    return es__fail(ES_ENOTSUP, "%s: attribute '%s' has unsupported type %d", label, a->name,
-                    (int)a->type);
+  default: {
+    static const char *const names[] = {
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS] = "strings",
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSORS] = "tensors",
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__SPARSE_TENSOR] = "sparse_tensor",
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__SPARSE_TENSORS] = "sparse_tensors",
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTO] = "type_proto",
+        [ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTOS] = "type_protos",
+    };
+    const char *tn = (unsigned)a->type < sizeof names / sizeof names[0] && names[a->type]
+                         ? names[a->type]
+                         : "unknown";
+    snprintf(key, KEY_MAX, "%s: attribute of type %s", es__op_name(n->op), tn);
+    return es__fail(ES_ENOTSUP, "%s: attribute '%s' has unsupported type %s (%d)", label, a->name,
+                    tn, (int)a->type);
+  }
   }
 }
 
-/* A Constant node becomes a constant value named by its output. */
+/* Marks node n as one the engine cannot run (what: the item it is listed
+ * under; why: the sentence after its label). */
+static int node_unsup(loader *L, es_node *n, const char *op_type, const char *domain,
+                      const char *what, const char *why) {
+  es_graph *g = L->g;
+  es_node_unsup *u = es__ctx_alloc(&g->ctx, sizeof *u);
+  if (!u || !(u->op_type = es__ctx_strdup(&g->ctx, op_type)) ||
+      !(u->what = es__ctx_strdup(&g->ctx, what)) || !(u->why = es__ctx_strdup(&g->ctx, why)) ||
+      (domain && !(u->domain = es__ctx_strdup(&g->ctx, domain))))
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  n->op = ES_OP_UNKNOWN;
+  n->unsup = u;
+  return 0;
+}
+
+/* A Constant node becomes a constant value named by its output. One whose
+ * value the engine cannot hold (a string, a sparse tensor, an element type)
+ * becomes an ES_VALUE_UNSUPPORTED value. */
 static int constant_node(loader *L, const Onnx__NodeProto *np, int file_index, const char *label) {
   if (np->n_output != 1 || np->n_input != 0 || np->n_attribute != 1)
     return es__fail(ES_EMODEL, "%s: needs no input, one output and one attribute", label);
@@ -571,8 +662,14 @@ static int constant_node(loader *L, const Onnx__NodeProto *np, int file_index, c
              a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS) {
     dt = ES_DTYPE_INT64, n = a->n_ints, rank = 1, src = a->ints;
   } else {
-    return es__fail(ES_ENOTSUP, "%s: attribute '%s' (type %d) is not supported", label, a->name,
-                    (int)a->type);
+    if ((rc = value_add(L, name, ES_VALUE_CONST, label, &v)) < 0)
+      return rc;
+    const char *key = !strncmp(a->name, "value_string", 12) ? "element type string"
+                      : !strcmp(a->name, "sparse_value")     ? "sparse tensor"
+                                                             : "Constant attribute";
+    (void)es__fail(ES_ENOTSUP, "%s: attribute '%s' (type %d) is not supported", label, a->name,
+                   (int)a->type);
+    return value_unsupported(L, v, key);
   }
   (void)file_index;
   rc = value_add(L, name, ES_VALUE_CONST, label, &v);
@@ -597,27 +694,59 @@ static void node_label(const Onnx__NodeProto *np, int file_index, char *label, s
     snprintf(label, size, "node #%d (%.60s)", file_index, ot);
 }
 
+/* The default domain is "" or "ai.onnx"; NULL for it, else the domain. */
+static const char *node_domain(const Onnx__NodeProto *np) {
+  return np->domain && np->domain[0] && strcmp(np->domain, "ai.onnx") ? np->domain : NULL;
+}
+
+/* Whether the engine knows an operator at the model's opset: the operator
+ * in *op (ES_OP_UNKNOWN when not), and 0; or 1 with what (the item it is
+ * listed under) and why (KEY_MAX and 240 bytes) filled. */
+static int op_check(const es_graph *g, const char *dom, const char *ot, es_op *op, char *what,
+                    char *why) {
+  *op = ES_OP_UNKNOWN;
+  if (dom) {
+    snprintf(what, KEY_MAX, "%.60s (domain '%.60s')", ot, dom);
+    snprintf(why, 240,
+             "operator domain '%.60s' is not supported (the engine runs the default ONNX domain)",
+             dom);
+    return 1;
+  }
+  *op = es__op_from_name(ot);
+  if (*op == ES_OP_UNKNOWN) {
+    snprintf(what, KEY_MAX, "%.80s", ot);
+    snprintf(why, 240, "operator '%.80s' is not supported", ot);
+    return 1;
+  }
+  if (g->opset < es__op_min_opset(*op)) {
+    snprintf(what, KEY_MAX, "%s before opset %d", ot, es__op_min_opset(*op));
+    snprintf(why, 240, "%s before opset %d is not supported (model opset %lld)", ot,
+             es__op_min_opset(*op), (long long)g->opset);
+    *op = ES_OP_UNKNOWN;
+    return 1;
+  }
+  return 0;
+}
+
 /* Pass 1: check the operator, define the node's outputs (so inputs may refer
  * to nodes later in the file; the topological sort orders them and finds
- * cycles). A Constant node becomes a constant value and no node. */
+ * cycles). A Constant node becomes a constant value and no node: returns 1
+ * then, 0 for a node made (marked when the engine cannot run it). */
 static int node_declare(loader *L, const Onnx__NodeProto *np, int file_index, es_node *out) {
   es_graph *g = L->g;
   char label[200];
   node_label(np, file_index, label, sizeof label);
   const char *ot = np->op_type ? np->op_type : "";
-  if (np->domain && np->domain[0] && strcmp(np->domain, "ai.onnx"))
-    return es__fail(ES_ENOTSUP, "%s: operator domain '%.60s' is not supported", label, np->domain);
-  if (g->opset < 0)
+  const char *dom = node_domain(np);
+  if (!dom && g->opset < 0)
     return es__fail(ES_EMODEL, "%s: the model imports no default-domain opset", label);
-  es_op op = es__op_from_name(ot);
-  if (op == ES_OP_UNKNOWN)
-    return es__fail(ES_ENOTSUP, "%s: operator '%.60s' is not supported", label, ot);
-  if (g->opset < es__op_min_opset(op))
-    return es__fail(ES_ENOTSUP, "%s: %s before opset %d is not supported (model opset %lld)",
-                    label, ot, es__op_min_opset(op), (long long)g->opset);
-  if (op == ES_OP_Constant)
-    return constant_node(L, np, file_index, label); /* out stays ES_OP_UNKNOWN */
-
+  es_op op;
+  char what[KEY_MAX], why[240];
+  int unsupported = op_check(g, dom, ot, &op, what, why);
+  if (op == ES_OP_Constant) {
+    int rc = constant_node(L, np, file_index, label);
+    return rc < 0 ? rc : 1;
+  }
   out->op = op;
   out->file_index = file_index;
   out->name = es__ctx_strdup(&g->ctx, np->name);
@@ -628,6 +757,11 @@ static int node_declare(loader *L, const Onnx__NodeProto *np, int file_index, es
   out->attrs = es__ctx_alloc(&g->ctx, (np->n_attribute + 1) * sizeof(es_attr));
   if (!out->name || !out->in || !out->out || !out->attrs)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
+  if (unsupported) {
+    int rc = node_unsup(L, out, ot, dom, what, why);
+    if (rc < 0)
+      return rc;
+  }
   if (np->n_output == 0)
     return es__fail(ES_EMODEL, "%s: has no output", label);
   for (size_t i = 0; i < np->n_output; i++) {
@@ -650,7 +784,111 @@ static int node_declare(loader *L, const Onnx__NodeProto *np, int file_index, es
   return 0;
 }
 
-/* Pass 2: resolve inputs by name and convert attributes. */
+/* ---- subgraphs ------------------------------------------------------------- */
+
+static int sub_add(loader *L, int owner, const char *what, const char *where, const char *first) {
+  es_graph *g = L->g;
+  if (g->n_sub == g->cap_sub) {
+    /* the old array stays in the context until the graph goes */
+    int cap = g->cap_sub ? g->cap_sub * 2 : 16;
+    es_sub_issue *s = es__ctx_alloc(&g->ctx, (size_t)cap * sizeof *s);
+    if (!s)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    if (g->n_sub)
+      memcpy(s, g->sub, (size_t)g->n_sub * sizeof *s);
+    g->sub = s;
+    g->cap_sub = cap;
+  }
+  es_sub_issue *s = &g->sub[g->n_sub];
+  s->owner = owner;
+  s->what = es__ctx_strdup(&g->ctx, what);
+  s->where = es__ctx_strdup(&g->ctx, where);
+  s->first = es__ctx_strdup(&g->ctx, first);
+  if (!s->what || !s->where || !s->first)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  g->n_sub++;
+  return 0;
+}
+
+static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__GraphProto *sg);
+
+/* The subgraphs among a node's attributes, walked; holder names the node
+ * ("'if0'" or "#3"). */
+static int node_subgraphs(loader *L, int owner, const char *holder, const Onnx__NodeProto *np) {
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    const Onnx__AttributeProto *at = np->attribute[a];
+    if (!at)
+      continue;
+    char h[220];
+    const char *an = at->name ? at->name : "?";
+    int rc = 0;
+    if (at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH && at->g) {
+      snprintf(h, sizeof h, "%.120s.%.60s", holder, an);
+      rc = subgraph_walk(L, owner, h, at->g);
+    } else if (at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS) {
+      for (size_t k = 0; rc == 0 && k < at->n_graphs; k++) {
+        snprintf(h, sizeof h, "%.120s.%.60s[%zu]", holder, an, k);
+        if (at->graphs[k])
+          rc = subgraph_walk(L, owner, h, at->graphs[k]);
+      }
+    }
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Lists what the engine could not run inside a subgraph (an If, Loop or
+ * Scan body): its nodes' operators (domain, name, opset) and its
+ * initializers' element types, and those of the subgraphs it holds, under
+ * owner, the main-graph node that holds it all (listed only if that one
+ * is live). Identity and Dropout are not listed: the engine removes them
+ * (es__graph_elide). The engine runs no subgraph yet; nothing else of them
+ * is read.
+ * The recursion is bounded by the nesting check (21 levels at most). */
+static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__GraphProto *sg) {
+  char what[KEY_MAX], why[240], where[300], first[600];
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sg->n_initializer; i++) {
+    const Onnx__TensorProto *t = sg->initializer[i];
+    if (!t || (t->has_data_type && es_dtype_size((es_dtype)t->data_type) != 0))
+      continue;
+    type_key(t->data_type, what, sizeof what);
+    snprintf(where, sizeof where, "constant '%.80s' in %s", t->name ? t->name : "", holder);
+    snprintf(first, sizeof first, "%s: %s is not supported", where, what);
+    rc = sub_add(L, owner, what, where, first);
+  }
+  for (size_t i = 0; rc == 0 && i < sg->n_node; i++) {
+    const Onnx__NodeProto *np = sg->node[i];
+    if (!np)
+      continue;
+    const char *ot = np->op_type ? np->op_type : "";
+    char self[120];
+    if (np->name && np->name[0])
+      snprintf(self, sizeof self, "'%.80s'", np->name);
+    else
+      snprintf(self, sizeof self, "#%zu", i);
+    es_op op;
+    const char *dom = node_domain(np);
+    /* Identity and Dropout are removed wherever the engine runs a graph */
+    int removable = !dom && (!strcmp(ot, "Identity") || !strcmp(ot, "Dropout"));
+    if (!removable && (dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why)) {
+      char label[200];
+      node_label(np, (int)i, label, sizeof label);
+      snprintf(where, sizeof where, "%s in %s", self, holder);
+      snprintf(first, sizeof first, "%s in %s: %s", label, holder, why);
+      rc = sub_add(L, owner, what, where, first);
+    }
+    if (rc == 0)
+      rc = node_subgraphs(L, owner, self, np);
+  }
+  return rc;
+}
+
+/* Pass 2: resolve inputs by name and convert attributes. A node the engine
+ * cannot run keeps its inputs (they make the graph's order) but no
+ * attributes: only its subgraphs are walked, for the list. An attribute
+ * the engine cannot take (a subgraph, a type) marks a known node. */
 static int node_resolve(loader *L, const Onnx__NodeProto *np, es_node *out) {
   char label[200];
   node_label(np, out->file_index, label, sizeof label);
@@ -668,10 +906,33 @@ static int node_resolve(loader *L, const Onnx__NodeProto *np, es_node *out) {
                       label, i, in);
     out->in[i] = v;
   }
+  char holder[120];
+  if (np->name && np->name[0])
+    snprintf(holder, sizeof holder, "'%.80s'", np->name);
+  else
+    snprintf(holder, sizeof holder, "#%d", out->file_index);
+  int rc = node_subgraphs(L, out->file_index, holder, np);
+  if (rc < 0 || out->unsup)
+    return rc;
+  const char *ot = np->op_type ? np->op_type : "";
   for (size_t a = 0; a < np->n_attribute; a++) {
-    if (!np->attribute[a])
+    const Onnx__AttributeProto *at = np->attribute[a];
+    if (!at)
       return es__fail(ES_EMODEL, "%s: attribute #%zu is empty", label, a);
-    int rc = attr_convert(L, out, np->attribute[a], &out->attrs[a], label);
+    char key[KEY_MAX], why[300];
+    if (at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH ||
+        at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS) {
+      snprintf(key, sizeof key, "%s with a subgraph (control flow)", ot);
+      snprintf(why, sizeof why, "attribute '%.60s' is a subgraph (control flow is not supported)",
+               at->name ? at->name : "?");
+      return node_unsup(L, out, ot, NULL, key, why);
+    }
+    rc = attr_convert(L, out, at, &out->attrs[out->n_attr], label, key);
+    if (rc == ES_ENOTSUP) {
+      snprintf(why, sizeof why, "attribute '%.60s': %s is not supported",
+               at->name ? at->name : "?", key);
+      return node_unsup(L, out, ot, NULL, key, why);
+    }
     if (rc < 0)
       return rc;
     out->n_attr++;
@@ -690,17 +951,35 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
     return es__fail(ES_EMODEL, "the model has no graph");
   L->gp = gp;
   g->ir_version = mp->has_ir_version ? mp->ir_version : 0;
+  /* The default domain is "" or "ai.onnx"; imports of other domains are
+   * allowed (exporters add some they never use): their nodes are listed. */
   g->opset = -1;
+  int seen = 0;
   for (size_t i = 0; i < mp->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *os = mp->opset_import[i];
-    if (os && (!os->domain || !os->domain[0] || !strcmp(os->domain, "ai.onnx")))
-      g->opset = os->has_version ? os->version : -1;
+    if (!os || (os->domain && os->domain[0] && strcmp(os->domain, "ai.onnx")))
+      continue;
+    int64_t v = os->has_version ? os->version : -1;
+    if (seen && v != g->opset)
+      return es__fail(ES_EMODEL, "the model imports the default domain twice (opsets %lld and %lld)",
+                      (long long)g->opset, (long long)v);
+    g->opset = v;
+    seen = 1;
   }
-  if (g->opset < 0 && g->ir_version < 3)
+  if (!seen && g->ir_version < 3)
     g->opset = 1; /* before IR 3 there were no opset imports */
+  if (seen && g->opset < 0)
+    return es__fail(ES_EMODEL, "the model's default-domain opset import has no version");
+  if (g->opset >= 0 && g->opset < ES_ONNX_MIN_OPSET)
+    return es__fail(ES_ENOTSUP,
+                    "opset %lld is older than the supported %d (the engine runs opsets %d to %d "
+                    "of the default domain)",
+                    (long long)g->opset, ES_ONNX_MIN_OPSET, ES_ONNX_MIN_OPSET, ES_ONNX_MAX_OPSET);
   if (g->opset > ES_ONNX_MAX_OPSET)
-    return es__fail(ES_ENOTSUP, "opset %lld is newer than the engine supports (1..%d)",
-                    (long long)g->opset, ES_ONNX_MAX_OPSET);
+    return es__fail(ES_ENOTSUP,
+                    "opset %lld is newer than the supported %d (the engine runs opsets %d to %d "
+                    "of the default domain)",
+                    (long long)g->opset, ES_ONNX_MAX_OPSET, ES_ONNX_MIN_OPSET, ES_ONNX_MAX_OPSET);
   if (gp->n_node > ES_ONNX_MAX_NODES)
     return es__fail(ES_EMODEL, "the graph has %zu nodes, more than %d", gp->n_node,
                     ES_ONNX_MAX_NODES);
@@ -751,10 +1030,14 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
     int v;
     if ((rc = value_add(L, vi->name, ES_VALUE_INPUT, "graph input", &v)) < 0)
       return rc;
-    if ((rc = value_info_apply(vi, &g->values[v], "graph input")) < 0)
+    char key[KEY_MAX];
+    rc = value_info_apply(vi, &g->values[v], "graph input", key);
+    if (rc == ES_ENOTSUP)
+      rc = value_unsupported(L, v, key);
+    else if (rc == 0 && g->values[v].dtype == ES_DTYPE_UNDEFINED)
+      rc = es__fail(ES_EMODEL, "graph input '%s' has no element type", vi->name);
+    if (rc < 0)
       return rc;
-    if (g->values[v].dtype == ES_DTYPE_UNDEFINED)
-      return es__fail(ES_EMODEL, "graph input '%s' has no element type", vi->name);
     g->inputs[g->n_inputs++] = v;
   }
   int *slot_of = es_mem_alloc(ES_MEM_MODEL, (gp->n_node + 1) * sizeof(int));
@@ -764,7 +1047,9 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   for (size_t i = 0; i < gp->n_node && rc == 0; i++) {
     es_node *n = &g->nodes[g->n_nodes];
     rc = node_declare(L, gp->node[i], (int)i, n);
-    slot_of[i] = n->op != ES_OP_UNKNOWN ? g->n_nodes++ : -1;
+    slot_of[i] = rc == 0 ? g->n_nodes++ : -1;
+    if (rc > 0)
+      rc = 0; /* a Constant: a value, no node */
   }
   for (size_t i = 0; i < gp->n_node && rc == 0; i++)
     if (slot_of[i] >= 0)
@@ -783,10 +1068,16 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
       if (g->outputs[k] == v)
         return es__fail(ES_EMODEL, "graph output '%.80s' is listed twice", vi->name);
     es_value tmp = g->values[v];
-    if ((rc = value_info_apply(vi, &tmp, "graph output")) < 0)
+    char key[KEY_MAX];
+    rc = value_info_apply(vi, &tmp, "graph output", key);
+    if (rc == ES_ENOTSUP) {
+      if (!(g->values[v].unsup = es__ctx_strdup(&g->ctx, key)))
+        return es__fail(ES_ENOMEM, "out of memory loading the model");
+    } else if (rc < 0) {
       return rc;
-    if (g->values[v].kind == ES_VALUE_ACT) /* declared type: kept for describing */
+    } else if (g->values[v].kind == ES_VALUE_ACT) { /* declared type: kept for describing */
       g->values[v] = tmp;
+    }
     g->values[v].is_output = 1;
     g->outputs[g->n_outputs++] = v;
   }
@@ -799,7 +1090,7 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   return 0;
 }
 
-int es__onnx_load(const void *data, size_t size, es_graph *g) {
+static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
   if (!data || !g)
     return es__fail(ES_EINVAL, "es__onnx_load: NULL argument");
   int rc = pb_depth_check(&onnx__model_proto__descriptor, data, size, ES_ONNX_MAX_DEPTH,
@@ -828,12 +1119,29 @@ int es__onnx_load(const void *data, size_t size, es_graph *g) {
   if (rc == 0)
     rc = es__graph_toposort(g);
   if (rc == 0)
+    rc = es__graph_elide(g);
+  if (rc == 0)
     es__graph_prune(g);
   if (rc == 0)
     rc = es__graph_attrs_resolve(g);
+  if (rc == 0 && !keep) {
+    es_issues issues = {0};
+    rc = es__graph_issues(g, &issues);
+    if (rc == 0 && issues.n)
+      rc = es__issues_fail(&issues, "the model uses what the engine cannot run");
+    es__issues_fini(&issues);
+  }
   if (rc < 0)
     es__graph_fini(g);
   return rc;
+}
+
+int es__onnx_load(const void *data, size_t size, es_graph *g) {
+  return onnx_load(data, size, 0, g);
+}
+
+int es__onnx_load_keep(const void *data, size_t size, es_graph *g) {
+  return onnx_load(data, size, 1, g);
 }
 
 int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {
@@ -856,7 +1164,8 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
   v->rank = -1;
   v->producer = -1;
   v->kind = ES_VALUE_CONST;
-  rc = tensor_check(t, v, "tensor");
+  char key[KEY_MAX];
+  rc = tensor_check(t, v, "tensor", key);
   void *d = NULL;
   if (rc == 0) {
     d = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, v->nbytes ? v->nbytes : 1);
