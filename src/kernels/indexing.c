@@ -57,21 +57,6 @@ static int out_set(es_kinst *k, es_dtype dt, int rank, const int64_t *dims) {
   return 0;
 }
 
-static void *params_alloc(es_kinst *k, size_t size) {
-  void *p = es__kinst_alloc(k, size);
-  if (!p)
-    ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
-  return p;
-}
-
-static void strides_of(int rank, const int64_t *dims, int64_t *st) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= dims[i];
-  }
-}
-
 /* Product of dims[a..b); the caller's tensors hold at most 2^40 elements,
  * but a zero dim lets the others be anything, so saturate. */
 static int64_t dims_prod(const int64_t *dims, int a, int b) {
@@ -153,7 +138,7 @@ static int gather_infer(es_kinst *k) {
     dims[j++] = x->dims[i];
   if ((rc = out_set(k, x->dtype, r, dims)) < 0)
     return rc;
-  gather_params *p = params_alloc(k, sizeof *p);
+  gather_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->outer = dims_prod(x->dims, 0, axis);
@@ -260,7 +245,7 @@ static int elems_infer(es_kinst *k, int n_in) {
     if (d != axis && ind->dims[d] > x->dims[d])
       return ES_KFAIL(k, ES_EMODEL, "indices dim %d is %lld, more than data's %lld", d,
                       (long long)ind->dims[d], (long long)x->dims[d]);
-  elems_params *p = params_alloc(k, sizeof *p);
+  elems_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   if (n_in == 3) {
@@ -277,7 +262,7 @@ static int elems_infer(es_kinst *k, int n_in) {
   p->esz = es_dtype_size(x->dtype);
   p->count = (int64_t)ind->count;
   memcpy(p->idims, ind->dims, sizeof p->idims);
-  strides_of(x->rank, x->dims, p->dst);
+  es__strides_of(x->rank, x->dims, p->dst);
   p->axis_n = x->dims[axis];
   p->axis_st = p->dst[axis];
   p->dst[axis] = 0;
@@ -461,7 +446,7 @@ static int nd_common(es_kinst *k, nd_params *p, int b) {
       return ES_KFAIL(k, ES_EMODEL, "batch dim %d is %lld in indices and %lld in data", i,
                       (long long)ind->dims[i], (long long)x->dims[i]);
   int64_t st[ES_MAX_RANK];
-  strides_of(r, x->dims, st);
+  es__strides_of(r, x->dims, st);
   p->dtype = x->dtype;
   p->m = (int)m;
   p->batches = dims_prod(x->dims, 0, b);
@@ -485,7 +470,7 @@ static int gather_nd_infer(es_kinst *k) {
   int64_t b;
   if ((rc = es__attr_int(k, "batch_dims", 0, &b)) < 0)
     return rc;
-  nd_params *p = params_alloc(k, sizeof *p);
+  nd_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   const es_tdesc *x = k->in[0], *ind = k->in[1];
@@ -534,7 +519,7 @@ static int scatter_nd_infer(es_kinst *k) {
   int rc = io_check(k, 3);
   if (rc < 0 || (rc = indices_check(k, 1)) < 0)
     return rc;
-  nd_params *p = params_alloc(k, sizeof *p);
+  nd_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   if ((rc = reduction_attr(k, &p->red)) < 0 || (rc = nd_common(k, p, 0)) < 0)

@@ -88,6 +88,11 @@ typedef struct es_kinst {
 
 /* Zeroed plan memory that lives as long as the plan; NULL on OOM. */
 void *es__kinst_alloc(es_kinst *k, size_t size);
+/* The same for a kernel's parameters: on OOM also sets the node's error
+ * (ES_ENOMEM naming it), so infer can return ES_ENOMEM at once. */
+void *es__kinst_params(es_kinst *k, size_t size);
+/* Row-major element strides of a shape (st[rank - 1] = 1). */
+void es__strides_of(int rank, const int64_t *dims, int64_t *st);
 
 /* Prepared weights (reordered or packed once, read-only, shared by every
  * plan and request of the model). Returns in *out the copy stored under key

@@ -162,6 +162,21 @@ int es__tdesc_same_shape(const es_tdesc *a, const es_tdesc *b) {
 
 void *es__kinst_alloc(es_kinst *k, size_t size) { return es__ctx_alloc(k->ctx, size); }
 
+void *es__kinst_params(es_kinst *k, size_t size) {
+  void *p = es__kinst_alloc(k, size);
+  if (!p)
+    ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
+  return p;
+}
+
+void es__strides_of(int rank, const int64_t *dims, int64_t *st) {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; i--) {
+    st[i] = s;
+    s *= dims[i];
+  }
+}
+
 int es__kfail(const es_kinst *k, int err, const char *fmt, ...) {
   char msg[400];
   va_list ap;

@@ -154,22 +154,6 @@ static int axes_norm(es_kinst *k, const int64_t *axes, size_t n, int rank, const
   return 0;
 }
 
-static void *params_alloc(es_kinst *k, size_t size) {
-  void *p = es__kinst_alloc(k, size);
-  if (!p)
-    ES_KFAIL(k, ES_ENOMEM, "out of memory for %zu bytes of parameters", size);
-  return p;
-}
-
-/* Row-major element strides of a shape. */
-static void strides_of(int rank, const int64_t *dims, int64_t *st) {
-  int64_t s = 1;
-  for (int i = rank - 1; i >= 0; i--) {
-    st[i] = s;
-    s *= dims[i];
-  }
-}
-
 /* ==========================================================================
  * Element moves
  * ======================================================================== */
@@ -361,7 +345,7 @@ static void copy_plan_init(copy_plan *p, size_t esz, int rank, const int64_t *n,
   p->soff = soff;
   p->tile = -1;
   p->identity = false;
-  strides_of(rank, n, ds);
+  es__strides_of(rank, n, ds);
   for (int i = 0; i < rank; i++)
     if (n[i] == 0) {
       p->rank = -1;
@@ -513,7 +497,7 @@ static int shape_infer(es_kinst *k) {
     end += rank;
   start = start < 0 ? 0 : start > rank ? rank : start;
   end = end < 0 ? 0 : end > rank ? rank : end;
-  shape_params *p = params_alloc(k, sizeof *p);
+  shape_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->n = end > start ? (int)(end - start) : 0;
@@ -546,7 +530,7 @@ static int view_finish(es_kinst *k, int rank, const int64_t *dims) {
   if (k->out[0]->count != k->in[0]->count)
     return ES_KFAIL(k, ES_EMODEL, "output has %zu elements, the input %zu", k->out[0]->count,
                     k->in[0]->count);
-  view_params *p = params_alloc(k, sizeof *p);
+  view_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->nbytes = k->in[0]->nbytes;
@@ -731,8 +715,8 @@ static int concat_infer(es_kinst *k) {
     return rc;
   es_tdesc *y = k->out[0];
   y->layout = lay;
-  concat_params *p = params_alloc(k, sizeof *p);
-  if (!p || !(p->block = params_alloc(k, (size_t)k->n_in * sizeof *p->block)))
+  concat_params *p = es__kinst_params(k, sizeof *p);
+  if (!p || !(p->block = es__kinst_params(k, (size_t)k->n_in * sizeof *p->block)))
     return ES_ENOMEM;
   /* Blocks along the physical axis: in NHWC a channel concat interleaves
    * one run of C_i channels per input for every pixel. */
@@ -877,13 +861,13 @@ static int slice_infer(es_kinst *k) {
   if ((rc = out_set(k, 0, x->dtype, x->rank, dims)) < 0)
     return rc;
   int64_t ist[ES_MAX_RANK], ss[ES_MAX_RANK], soff = 0;
-  strides_of(x->rank, x->dims, ist);
+  es__strides_of(x->rank, x->dims, ist);
   for (int d = 0; d < x->rank; d++) {
     ss[d] = step[d] * ist[d];
     if (dims[d] > 0)
       soff += first[d] * ist[d];
   }
-  copy_plan *p = params_alloc(k, sizeof *p);
+  copy_plan *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   copy_plan_init(p, es_dtype_size(x->dtype), x->rank, dims, ss, soff);
@@ -923,7 +907,7 @@ static int split_infer(es_kinst *k) {
     return rc;
   int n = k->n_out;
   int64_t dim = x->dims[axis];
-  int64_t *sizes = params_alloc(k, (size_t)n * sizeof *sizes);
+  int64_t *sizes = es__kinst_params(k, (size_t)n * sizeof *sizes);
   if (!sizes)
     return ES_ENOMEM;
   size_t ns = 0;
@@ -969,9 +953,9 @@ static int split_infer(es_kinst *k) {
   if (sum != dim)
     return ES_KFAIL(k, ES_EMODEL, "split sums to %lld, expected axis %d's size %lld",
                     (long long)sum, axis, (long long)dim);
-  split_params *p = params_alloc(k, sizeof *p);
-  if (!p || !(p->block = params_alloc(k, (size_t)n * sizeof *p->block)) ||
-      !(p->off = params_alloc(k, (size_t)n * sizeof *p->off)))
+  split_params *p = es__kinst_params(k, sizeof *p);
+  if (!p || !(p->block = es__kinst_params(k, (size_t)n * sizeof *p->block)) ||
+      !(p->off = es__kinst_params(k, (size_t)n * sizeof *p->off)))
     return ES_ENOMEM;
   /* Blocks along the physical axis; every output keeps X's layout (in
    * NHWC a channel split takes one run of channels per pixel). */
@@ -1068,10 +1052,10 @@ static int transpose_infer(es_kinst *k) {
     return rc;
   /* Element stride in X's memory of each logical axis of X. */
   es__tdesc_phys_dims(x, pd);
-  strides_of(r, pd, pst);
+  es__strides_of(r, pd, pst);
   for (int a = 0; a < r; a++)
     lst[a] = pst[es__layout_axis(x, a)];
-  copy_plan *p = params_alloc(k, sizeof *p);
+  copy_plan *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   /* The output layout that makes the move an identity if one does (plain
@@ -1145,7 +1129,7 @@ static int pad_infer(es_kinst *k) {
   const char *mode;
   if ((rc = es__attr_string(k, "mode", "constant", &mode)) < 0)
     return rc;
-  pad_params *p = params_alloc(k, sizeof *p);
+  pad_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   if (!strcmp(mode, "constant"))
@@ -1219,7 +1203,7 @@ static int pad_infer(es_kinst *k) {
       return ES_KFAIL(k, ES_EMODEL, "mode '%s' cannot pad dim %d: no element of it is left", mode,
                       d);
   }
-  strides_of(r, p->in_dims, p->in_st);
+  es__strides_of(r, p->in_dims, p->in_st);
   k->params = p;
   return out_set(k, 0, x->dtype, r, p->out_dims);
 }
@@ -1301,7 +1285,7 @@ static int constant_of_shape_infer(es_kinst *k) {
   for (size_t i = 0; i < n; i++)
     if (dims[i] < 0)
       return ES_KFAIL(k, ES_EMODEL, "shape[%zu] = %lld, expected >= 0", i, (long long)dims[i]);
-  fill_params *p = params_alloc(k, sizeof *p);
+  fill_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   es_dtype dt = ES_DTYPE_FLOAT; /* without 'value': float32 zeros */
@@ -1420,7 +1404,7 @@ static int expand_infer(es_kinst *k) {
     return rc;
   int r = x->rank > (int)n ? x->rank : (int)n;
   int64_t dims[ES_MAX_RANK], ist[ES_MAX_RANK], ss[ES_MAX_RANK];
-  strides_of(x->rank, x->dims, ist);
+  es__strides_of(x->rank, x->dims, ist);
   for (int i = 0; i < r; i++) {
     int xi = i - (r - x->rank), si = i - (r - (int)n);
     int64_t a = xi >= 0 ? x->dims[xi] : 1, b = si >= 0 ? shape[si] : 1;
@@ -1434,7 +1418,7 @@ static int expand_infer(es_kinst *k) {
   }
   if ((rc = out_set(k, 0, x->dtype, r, dims)) < 0)
     return rc;
-  copy_plan *p = params_alloc(k, sizeof *p);
+  copy_plan *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   copy_plan_init(p, es_dtype_size(x->dtype), r, dims, ss, 0);
@@ -1468,7 +1452,7 @@ static int tile_infer(es_kinst *k) {
   if (n != (size_t)x->rank)
     return ES_KFAIL(k, ES_EMODEL, "repeats has %zu values, expected the input rank %d", n,
                     x->rank);
-  tile_params *p = params_alloc(k, sizeof *p);
+  tile_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   for (int i = 0; i < x->rank; i++) {
@@ -1485,7 +1469,7 @@ static int tile_infer(es_kinst *k) {
   p->rank = x->rank;
   p->esz = es_dtype_size(x->dtype);
   p->empty = k->out[0]->count == 0;
-  strides_of(x->rank, dims, p->out_st);
+  es__strides_of(x->rank, dims, p->out_st);
   k->params = p;
   return 0;
 }
@@ -1581,7 +1565,7 @@ static int range_infer(es_kinst *k) {
                       "values", (long long)s, (long long)l, (long long)d);
     n = c > 0 ? (int64_t)c : 0;
   }
-  range_params *p = params_alloc(k, sizeof *p);
+  range_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->dtype = dt;
@@ -1679,7 +1663,7 @@ static int d2s_infer(es_kinst *k) {
   }
   if ((rc = out_set(k, 0, x->dtype, 4, dims)) < 0)
     return rc;
-  copy_plan *p = params_alloc(k, sizeof *p);
+  copy_plan *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   copy_plan_init(p, es_dtype_size(x->dtype), 6, n, ss, 0);
@@ -1709,7 +1693,7 @@ static int trilu_infer(es_kinst *k) {
     return rc;
   if (x->rank < 2)
     return ES_KFAIL(k, ES_EMODEL, "input has rank %d, expected at least 2", x->rank);
-  trilu_params *p = params_alloc(k, sizeof *p);
+  trilu_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   if (k->n_in > 1 && k->in[1]) {
@@ -1815,7 +1799,7 @@ static int onehot_infer(es_kinst *k) {
     dims[i] = i == a ? depth : ind->dims[j++];
   if ((rc = out_set(k, 0, val->dtype, r, dims)) < 0)
     return rc;
-  onehot_params *p = params_alloc(k, sizeof *p);
+  onehot_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->idx_dtype = ind->dtype;
@@ -1858,7 +1842,7 @@ static int size_infer(es_kinst *k) {
   int rc = io_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
-  int64_t *p = params_alloc(k, sizeof *p);
+  int64_t *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   *p = (int64_t)k->in[0]->count;
@@ -1901,7 +1885,7 @@ static int eyelike_infer(es_kinst *k) {
   if (dt < 0 || dt > INT32_MAX || es_dtype_size((es_dtype)dt) == 0)
     return ES_KFAIL(k, ES_ENOTSUP, "dtype %lld (%s) is not supported", (long long)dt,
                     onnx_dtype_name(dt));
-  eye_params *p = params_alloc(k, sizeof *p);
+  eye_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   p->rows = x->dims[0];
@@ -1959,11 +1943,11 @@ static int revseq_infer(es_kinst *k) {
       lens->dims[0] != x->dims[ba])
     return ES_KFAIL(k, ES_EMODEL, "sequence_lens is %s of %zu values, expected %lld int64",
                     es_dtype_name(lens->dtype), lens->count, (long long)x->dims[ba]);
-  revseq_params *p = params_alloc(k, sizeof *p);
+  revseq_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   int64_t st[ES_MAX_RANK];
-  strides_of(x->rank, x->dims, st);
+  es__strides_of(x->rank, x->dims, st);
   p->steps = x->dims[ta];
   p->batch = x->dims[ba];
   p->st_t = st[ta];
@@ -2022,7 +2006,7 @@ static int compress_infer(es_kinst *k) {
     return ES_KFAIL(k, ES_ENOTSUP, "condition (input 1) is not known when planning; Compress's "
                     "output shape depends on it (data-dependent shapes are not supported)");
   const uint8_t *cond = k->in_static[1];
-  compress_params *p = params_alloc(k, sizeof *p);
+  compress_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
   int64_t dims[ES_MAX_RANK];
@@ -2055,7 +2039,7 @@ static int compress_infer(es_kinst *k) {
                       (long long)p->dim);
     n++;
   }
-  if (!(p->sel = params_alloc(k, (size_t)n * sizeof *p->sel + 1)))
+  if (!(p->sel = es__kinst_params(k, (size_t)n * sizeof *p->sel + 1)))
     return ES_ENOMEM;
   p->n_sel = 0;
   for (size_t i = 0; i < c->count; i++)
