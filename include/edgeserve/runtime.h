@@ -363,8 +363,8 @@ typedef struct es_runtime_config {
                                 go back to the kernel (the monitor runs
                                 es_buddy_purge ten times per period), so
                                 RSS follows the working set of the last
-                                period, not the historic peak; 0: never
-                                (default 10000) */
+                                period, not the historic peak; 0: never,
+                                else at least 100 (default 10000) */
   int watch_ms;              /* memory watch period; 0: off (default 100) */
   double soft_ratio, hard_ratio; /* watermarks (default 0.85, 0.95) */
   int max_models;            /* registry slots (default 32, at most 1024) */

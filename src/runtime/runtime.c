@@ -735,8 +735,9 @@ static int config_check(const es_runtime_config *c) {
                     RT_MAX_MODELS);
   if (c->watch_ms < 0)
     return es__fail(ES_EINVAL, "runtime config: watch_ms must be >= 0");
-  if (c->buddy_decay_ms < 0)
-    return es__fail(ES_EINVAL, "runtime config: buddy_decay_ms must be >= 0");
+  if (c->buddy_decay_ms < 0 || (c->buddy_decay_ms > 0 && c->buddy_decay_ms < 100))
+    return es__fail(ES_EINVAL, "runtime config: buddy_decay_ms must be 0 (never) or >= 100 "
+                    "(its passes run every tenth of it)");
   if (c->buddy_bytes < ((size_t)1 << 20))
     return es__fail(ES_EINVAL, "runtime config: buddy_bytes must be >= 1 MiB");
   return 0;
