@@ -353,27 +353,31 @@ static void mvn_pass(const es_rgroups *g, int what, const float *x, float *y, fl
   int last = g->ng - 1;
   int64_t run = g->ext[last], idx[ES_MAX_RANK] = {0}, off = 0;
   int64_t runs = es__rgroups_runs(g);
-  for (int64_t st = 0; st < runs; st++, x += run, y += run) {
+  /* y is NULL on the first two passes: index from the run's start rather
+   * than advancing the pointers (NULL + n is undefined). */
+  for (int64_t st = 0, at = 0; st < runs; st++, at += run) {
+    const float *xr = x + at;
+    float *yr = what == MVN_OUT ? y + at : NULL;
     if (g->red[last]) {
       float m = mean[off];
       if (what == MVN_SUM)
-        mean[off] += es__ew_sum_f32(x, run);
+        mean[off] += es__ew_sum_f32(xr, run);
       else if (what == MVN_SQDEV)
-        var[off] += norm_sqdev(x, run, m);
+        var[off] += norm_sqdev(xr, run, m);
       else
         for (int64_t j = 0; j < run; j++)
-          y[j] = (x[j] - m) * var[off];
+          yr[j] = (xr[j] - m) * var[off];
     } else {
       float *restrict mo = mean + off, *restrict vo = var + off;
       if (what == MVN_SUM)
         for (int64_t j = 0; j < run; j++)
-          mo[j] += x[j];
+          mo[j] += xr[j];
       else if (what == MVN_SQDEV)
         for (int64_t j = 0; j < run; j++)
-          vo[j] += (x[j] - mo[j]) * (x[j] - mo[j]);
+          vo[j] += (xr[j] - mo[j]) * (xr[j] - mo[j]);
       else
         for (int64_t j = 0; j < run; j++)
-          y[j] = (x[j] - mo[j]) * vo[j];
+          yr[j] = (xr[j] - mo[j]) * vo[j];
     }
     es__walk_step(last, g->ext, idx, 1, &off, g->ostr);
   }
