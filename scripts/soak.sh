@@ -42,6 +42,8 @@
 # face-jpeg:FILE, ocr:FILE, ocr-jpeg:FILE, health). ES_BIN overrides the
 # server binary (default build-release/edgeserve), ES_HOSTILE the client
 # (default build-release/tests/es_hostile); both are built when missing.
+# ES_SOAK_SMAPS=DIR keeps the server's /proc/PID/smaps at each idle sample
+# (DIR/smaps.<answers>), to see which mapping grows when RSS creeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 requests=1000000 max_seconds=0 clients=4 report_every=10000 warmup=0.1 tolerance=0.02 idle_wait=13

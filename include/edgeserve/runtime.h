@@ -361,9 +361,10 @@ typedef struct es_runtime_config {
                                 (default 64 MiB) */
   int buddy_decay_ms;        /* pages of the buddy pool left free this long
                                 go back to the kernel (the monitor runs
-                                es_buddy_purge ten times per period), so
-                                RSS follows the working set of the last
-                                period, not the historic peak; 0: never,
+                                es_buddy_purge ten times per period, and
+                                trims the C heap once), so RSS follows the
+                                working set of the last period, not the
+                                historic peak; 0: never,
                                 else at least 100 (default 10000) */
   int watch_ms;              /* memory watch period; 0: off (default 100) */
   double soft_ratio, hard_ratio; /* watermarks (default 0.85, 0.95) */

@@ -138,6 +138,7 @@ struct es_runtime {
   int monitor_started;
   uint64_t next_watch_ns;
   uint64_t next_purge_ns; /* next es_buddy_purge of the pool */
+  unsigned purge_passes;  /* since the last malloc_trim */
 };
 
 struct es_request {
@@ -692,8 +693,17 @@ static void *monitor_main(void *arg) {
       /* Ten passes per decay period, each giving back what has been free
        * for ten: pages idle for the period go back within a tenth of it.
        * The pool's own lock only: requests keep flowing meanwhile. */
+      int trim = ++rt->purge_passes >= RT_DECAY_PASSES;
+      if (trim)
+        rt->purge_passes = 0;
       pthread_mutex_unlock(&rt->lock);
       es_buddy_purge(rt->buddy, RT_DECAY_PASSES, NULL);
+      /* Once per period the C heap too: glibc gives back only the top of
+       * each arena on free, so pages freed in the middle of an arena (the
+       * HTTP layer's request bodies, JSON trees, images) stay resident
+       * until trimmed, and RSS creeps with the heap's historic layout. */
+      if (trim)
+        malloc_trim(0);
       pthread_mutex_lock(&rt->lock);
       rt->next_purge_ns =
           es__now_ns() + (uint64_t)rt->cfg.buddy_decay_ms * 1000000ull / RT_DECAY_PASSES;

@@ -1179,6 +1179,22 @@ static void soak_report(void) {
       rss = again;
     }
   }
+  /* ES_SOAK_SMAPS=DIR keeps the server's smaps at each idle sample (which
+   * mapping grows when RSS creeps): DIR/smaps.<answers>. */
+  const char *smaps_dir = getenv("ES_SOAK_SMAPS");
+  if (smaps_dir && opt.server_pid > 0) {
+    char src[64], path[4096], buf[65536];
+    snprintf(src, sizeof src, "/proc/%d/smaps", opt.server_pid);
+    snprintf(path, sizeof path, "%s/smaps.%lld", smaps_dir, cl.answered);
+    FILE *in = fopen(src, "r"), *out = in ? fopen(path, "w") : NULL;
+    size_t n;
+    while (out && (n = fread(buf, 1, sizeof buf, in)) > 0)
+      fwrite(buf, 1, n, out);
+    if (out)
+      fclose(out);
+    if (in)
+      fclose(in);
+  }
   char *m = NULL;
   double frag = NAN, inuse = NAN, counted = NAN, peak = NAN;
   if (http_get(opt.probe_src, "/metrics", &m, 10) == 200) {
