@@ -1,0 +1,77 @@
+// The model zoo's manifest and error measure, for the shell scripts that
+// compare and time the zoo (tests/e2e/test_zoo.sh, scripts/bench/bench_vs_ort.sh --zoo).
+//
+//   node zoo.js list MANIFEST [--all] [--models a,b] [--variants plain,randnorm]
+//     One line per export, tab-separated, paths absolute, "-" for none:
+//     name variant status file output shape input shape2 input2 torch torch2 bench_shape
+//     bench_input (output: the .npy name `edgeserve run` gives the model's output)
+//     status: ok, "skip: why" (a variant the model does not have) or
+//     "export failed: why". Shapes as edgeserve writes them (1x3x224x224).
+//     The core models unless --all; --models picks by name.
+//
+//   node zoo.js error A.npy B.npy
+//     max |A - B| / max(1, range of B): absolute for outputs within a unit
+//     range (logits of a random network, probabilities), relative to the range
+//     for larger ones. Prints it (%.3e); a shape or type mismatch prints
+//     "shape ..." and exits 1; NaN anywhere counts as an infinite error.
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const npy = require('../ort/npy');
+
+function die(msg, code) {
+  console.error(`zoo: ${msg}`);
+  process.exit(code);
+}
+
+function list(args) {
+  const file = args[0];
+  if (!file) die('list wants MANIFEST', 2);
+  let all = false, models = null, variants = null;
+  for (let i = 1; i < args.length; i++) {
+    if (args[i] === '--all') all = true;
+    else if (args[i] === '--models') models = (args[++i] || '').split(',').filter(Boolean);
+    else if (args[i] === '--variants') variants = (args[++i] || '').split(',').filter(Boolean);
+    else die(`unknown argument '${args[i]}'`, 2);
+  }
+  let m;
+  try { m = JSON.parse(fs.readFileSync(file, 'utf8')); } catch (e) { die(`${file}: ${e.message}`, 1); }
+  const dir = path.dirname(file);
+  const abs = f => (f ? path.resolve(dir, f) : '-');
+  const shp = s => (s ? s.join('x') : '-');
+  for (const e of m.models || []) {
+    if (models ? !models.includes(e.name) : !(all || e.tier === 'core')) continue;
+    if (variants && !variants.includes(e.variant)) continue;
+    const status = e.skip ? `skip: ${e.skip}` : e.error ? `export failed: ${e.error}` : 'ok';
+    const out = e.output ? `${e.output.replace(/[^A-Za-z0-9._-]/g, '_')}.npy` : '-';
+    console.log([e.name, e.variant, status.replace(/\s+/g, ' '), abs(e.file), out, shp(e.shape),
+      abs(e.input_file), shp(e.shape2), abs(e.input2_file), abs(e.torch_file), abs(e.torch2_file),
+      shp(e.bench_shape), abs(e.bench_file)].join('\t'));
+  }
+}
+
+function error(args) {
+  if (args.length !== 2) die('error wants A.npy B.npy', 2);
+  const [a, b] = args.map(f => {
+    try { return npy.read(f); } catch (e) { return die(`${f}: ${e.message}`, 1); }
+  });
+  if (a.type !== b.type || a.shape.join('x') !== b.shape.join('x')) {
+    console.log(`shape ${a.type}[${a.shape.join('x')}] vs ${b.type}[${b.shape.join('x')}]`);
+    process.exit(1);
+  }
+  let err = 0, lo = Infinity, hi = -Infinity;
+  for (let i = 0; i < a.data.length; i++) {
+    const u = Number(a.data[i]), v = Number(b.data[i]);
+    const e = Math.abs(u - v);
+    if (!(e <= err)) err = Number.isNaN(e) ? Infinity : e;
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
+  const range = a.data.length ? hi - lo : 0;
+  console.log((err / Math.max(1, Number.isNaN(range) ? Infinity : range)).toExponential(3));
+}
+
+const [cmd, ...rest] = process.argv.slice(2);
+if (cmd === 'list') list(rest);
+else if (cmd === 'error') error(rest);
+else die('usage: node zoo.js list MANIFEST [...] | error A.npy B.npy', 2);

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The model zoo against ONNX Runtime: torchvision's architectures with random
+# weights, exported by scripts/zoo/export.sh into .cache/zoo (plain and
+# random-normalisation variants, the manifest names the shapes).
+#
+# For every export, at batch 1 and at its second shape (batch 4 at another
+# H x W, or batch 2 where H and W are fixed), edgeserve (`edgeserve run`) and
+# ORT run the same seeded input; the error is max |es - ort| / max(1, range of
+# ORT's output) and must be at most 1e-3. ORT is itself checked against
+# PyTorch's outputs saved at export: where they disagree the export is not
+# faithful at that shape and edgeserve's result there is reported, not judged.
+#
+# A model edgeserve refuses with ES_ENOTSUP (an operator, attribute or type
+# it does not run yet; es_zoo_probe gives the code) is "not supported yet",
+# counted and listed, not a failure: operators are being added. A model that
+# loads and plans but then fails to run, crashes, is refused with any other
+# code, or mismatches ORT fails the test.
+#
+# Exit 77 (skipped) when node, ONNX Runtime or the exports are missing.
+# The core models by default; ES_ZOO_ALL=1 adds the extra ones exported with
+# export.sh --all, ES_ZOO_MODELS=a,b picks some. ES_ZOO_SECONDS (default
+# 600) bounds the time: models not reached by then are listed as not run.
+# Latencies are printed, never asserted.
+#   test_zoo.sh EDGESERVE_BINARY ES_ZOO_PROBE_BINARY SOURCE_DIR
+set -uo pipefail
+es=$1
+probe=$2
+src=$3
+zoo=${ES_ZOO_DIR:-$src/.cache/zoo}
+manifest=$zoo/manifest.json
+tol=1e-3
+budget=${ES_ZOO_SECONDS:-600}
+
+command -v node >/dev/null ||
+  { echo "test_zoo: 'node' is missing (scripts/setup/deps.sh installs it): skipped"; exit 77; }
+node -e "require('$src/.cache/ort/node_modules/onnxruntime-node')" 2>/dev/null ||
+  { echo "test_zoo: onnxruntime-node missing (scripts/setup/install-ort.sh): skipped"; exit 77; }
+[ -f "$manifest" ] ||
+  { echo "test_zoo: no zoo exports in $zoo (scripts/zoo/export.sh makes them): skipped"; exit 77; }
+
+sel=()
+[ "${ES_ZOO_ALL:-0}" = 1 ] && sel+=(--all)
+[ -n "${ES_ZOO_MODELS:-}" ] && sel+=(--models "$ES_ZOO_MODELS")
+list=$(node "$src/scripts/zoo/zoo.js" list "$manifest" "${sel[@]}") || exit 1
+[ -n "$list" ] || { echo "test_zoo: the manifest lists no models to test: skipped"; exit 77; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+over() { awk -v e="$1" -v t="$tol" 'BEGIN { exit !(e !~ /^[0-9.]+(e[-+]?[0-9]+)?$/ || e + 0 > t + 0) }'; }
+err_of() { node "$src/scripts/zoo/zoo.js" error "$1" "$2" 2>&1 | head -1; }
+
+# es_run K SHAPE INPUT: `edgeserve run` at one shape into $w/esK. 0 when it
+# ran; else res and why say whether the model is not supported yet (the
+# probe's ES_ENOTSUP) or failed.
+es_run() {
+  local k=$1 sh=$2 sin=$3 rc prc
+  "$es" run "$file" "$sin" --output-dir "$w/es$k" >"$w/es$k.log" 2>&1
+  rc=$?
+  [ $rc -eq 0 ] && return 0
+  if [ $rc -ge 128 ]; then
+    res=FAIL why="edgeserve crashed at $sh (signal $((rc - 128))): $(tail -3 "$w/es$k.log")"
+    return 1
+  fi
+  local pargs=("input=$shape")
+  [ "$shape2" = - ] || pargs+=("input=$shape2")
+  "$probe" "$file" "${pargs[@]}" >"$w/probe.log" 2>&1
+  prc=$?
+  case $prc in
+    3) res=unsup why=$(sed "s|^ES_ENOTSUP: ||; s|^$file: ||" "$w/probe.log" | head -1) ;;
+    0) res=FAIL why="loads and plans, but the run at $sh fails: $(tail -1 "$w/es$k.log")" ;;
+    1) res=FAIL why="refused: $(head -1 "$w/probe.log")" ;;
+    *) res=FAIL why="es_zoo_probe exit $prc: $(tail -3 "$w/probe.log")" ;;
+  esac
+  return 1
+}
+
+# judge K SHAPE TORCH_NPY: ORT against PyTorch (is the export faithful at
+# this shape?), then edgeserve against ORT.
+judge() {
+  local k=$1 sh=$2 e faithful=1
+  e=$(err_of "$w/ort$k/$outnpy" "$3")
+  over "$e" && faithful=0
+  case $e in
+    [0-9]*) [ "$rtmax" = mismatch ] ||
+              rtmax=$(printf '%s\n' "$e" "$rtmax" | grep -v '^-$' | sort -g | tail -1) ;;
+    *) rtmax=mismatch ;;
+  esac
+  e=$(err_of "$w/es$k/$outnpy" "$w/ort$k/$outnpy")
+  errs[$((k - 1))]=$e
+  over "$e" || return 0
+  if [ $faithful = 1 ]; then
+    res=FAIL why="${why}differs from ORT at $sh ($e); "
+  elif [ $res = ok ]; then
+    res=unfaithful why="${why}the export differs from PyTorch at $sh, so ORT is no reference there; "
+  fi
+}
+
+# test_one: one export, at both shapes. ORT runs only for a model edgeserve
+# runs, both shapes on one session, alongside edgeserve's second shape.
+test_one() {
+  local ortpid ortrc ran2=0
+  res=ok errs=(- -) es_ms=- arena=- ort_ms=- rtmax=- why=""
+  es_run 1 "$shape" "$in1" || return
+  es_ms=$(awk '/latency ms/ { print $4 }' "$w/es1.log")
+  arena=$(awk '/planned arena bytes/ { print $4 }' "$w/es1.log")
+  local cases=(--out "$w/ort1" "$in1")
+  [ "$shape2" = - ] || cases+=(--out "$w/ort2" "$in2")
+  node "$src/scripts/ort/zoo_ort.js" "$file" "${cases[@]}" >"$w/ort.log" 2>&1 &
+  ortpid=$!
+  if [ "$shape2" != - ] && es_run 2 "$shape2" "$in2"; then ran2=1; fi
+  wait $ortpid
+  ortrc=$?
+  if [ $ortrc -ne 0 ]; then
+    [ $res != ok ] || { res=noref why="ORT refuses the export: $(tail -1 "$w/ort.log")"; }
+    return
+  fi
+  ort_ms=$(awk 'NR == 1 { print $(NF - 1) }' "$w/ort.log")
+  judge 1 "$shape" "$t1"
+  [ $ran2 = 0 ] || judge 2 "$shape2" "$t2"
+}
+
+n=0 ok=0 unsup=0 fail=0 unfaithful=0 noexport=0 noref=0 notrun=()
+unsupported=()
+start=$SECONDS
+printf '%-38s %-8s %10s %10s %10s %9s %9s %12s\n' model result "err b1" "err 2nd" "ort-torch" \
+  "es ms" "ort ms" "arena B"
+while IFS=$'\t' read -r name variant status file outnpy shape in1 shape2 in2 t1 t2 _ _; do
+  label=$name
+  [ "$variant" = plain ] || label="$name.$variant"
+  case $status in
+    skip:*) continue ;;
+    "export failed"*) printf '%-38s %s\n' "$label" "$status"; noexport=$((noexport + 1)); continue ;;
+  esac
+  if [ $((SECONDS - start)) -ge "$budget" ]; then notrun+=("$label"); continue; fi
+  if [ ! -f "$file" ] || [ ! -f "$in1" ]; then
+    printf '%-38s %s\n' "$label" "export missing: $file (scripts/zoo/export.sh)"
+    noexport=$((noexport + 1)); continue
+  fi
+  n=$((n + 1))
+  w=$work/$label
+  mkdir -p "$w"
+  test_one
+  case $res in
+    ok) ok=$((ok + 1)); shown=ok ;;
+    unsup) unsup=$((unsup + 1)); shown=no; unsupported+=("$why") ;;
+    unfaithful) unfaithful=$((unfaithful + 1)); shown=export? ;;
+    noref) noref=$((noref + 1)); shown=no-ref ;;
+    FAIL) fail=$((fail + 1)); shown=FAIL ;;
+  esac
+  printf '%-38s %-8s %10s %10s %10s %9s %9s %12s\n' "$label" "$shown" "${errs[0]}" "${errs[1]}" \
+    "${rtmax:--}" "$es_ms" "$ort_ms" "$arena"
+  case $res in
+    unsup) echo "    not supported yet: $why" ;;
+    FAIL | unfaithful | noref) echo "    $why" ;;
+  esac
+done <<<"$list"
+
+echo "$n exports tested in $((SECONDS - start)) s: $ok match ONNX Runtime, $unsup not supported yet," \
+  "$fail failed; $unfaithful unfaithful exports, $noref refused by ORT, $noexport failed to export"
+if [ ${#unsupported[@]} -gt 0 ]; then
+  echo "not supported yet, by first missing operator:"
+  printf '%s\n' "${unsupported[@]}" | grep -o "operator '[^']*'" | sort | uniq -c | sort -rn |
+    awk '{ printf "  %s %s (%d)\n", $2, $3, $1 }'
+fi
+[ ${#notrun[@]} -eq 0 ] ||
+  echo "not run (ES_ZOO_SECONDS=$budget reached): ${notrun[*]}"
+[ $fail -eq 0 ]
