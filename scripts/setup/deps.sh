@@ -41,6 +41,8 @@ command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 # of apt, so only on request; nothing else needs them.
 [ $zoo -eq 0 ] || pkgs+=(
   python3-torch python3-torchvision  # torch.onnx and the model definitions (torch 1.13, torchvision 0.14)
+  libopenblas0-pthread               # Debian's torch calls the system BLAS: the reference one runs
+                                     # ViT's matrix products 13x slower
 )
 
 missing=()

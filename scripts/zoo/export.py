@@ -39,10 +39,16 @@ import traceback
 import warnings
 import zlib
 
-import numpy as np
-import torch
-import torchvision
-from torchvision import models as tvm
+# One thread (ES_ZOO_THREADS to change): the eager runs are a small part of
+# the time, and on a busy machine more threads than free cores only spin.
+# OpenBLAS reads its variable when it loads, so before torch is imported.
+THREADS = int(os.environ.get("ES_ZOO_THREADS", "1"))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))
+
+import numpy as np  # noqa: E402 (after the thread settings)
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+from torchvision import models as tvm  # noqa: E402
 
 FORMAT = 1  # bump when shapes, inputs or export options change
 
@@ -199,7 +205,10 @@ def trace_agrees(model, x1, x2):
 
 
 def onnx_export(model, x1, path, opset, dyn):
-    with warnings.catch_warnings():
+    # With gradients on: under no_grad, nn.MultiheadAttention in eval mode
+    # takes its fused fast path (aten::_native_multi_head_attention), which
+    # has no ONNX export; the composite path exports as MatMul and Softmax.
+    with warnings.catch_warnings(), torch.enable_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, x1, path, opset_version=opset, input_names=["input"],
                           output_names=["output"], dynamic_axes=dyn, do_constant_folding=True)
@@ -364,9 +373,7 @@ def main():
             for e in json.load(f).get("models", []):
                 old[(e["name"], e["variant"])] = e
     no_downloads()
-    # One thread: the eager runs are a small part of the time, and on a busy
-    # machine more threads than free cores only spin.
-    torch.set_num_threads(int(os.environ.get("ES_ZOO_THREADS", "1")))
+    torch.set_num_threads(THREADS)
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, "
           f"{len(names)} models into {out}", flush=True)
     t0 = time.monotonic()
