@@ -280,7 +280,7 @@ def export_one(name, variants, out, opset_override, old, force):
                 entries.append(entry)
                 continue
             if kind == "seg":
-                model = SegOut(model)
+                model = SegOut(model).eval()
             file = f"{name}.onnx" if v == "plain" else f"{name}.{v}.onnx"
             tmp = os.path.join(out, file + ".tmp")
             cands = [("hw", x2hw), ("batch", x2b)][1 if opts.get("fixed_hw") else 0:]
@@ -289,6 +289,9 @@ def export_one(name, variants, out, opset_override, old, force):
                                                tmp, opset, chosen)
                 chosen = label or ""
                 why = "; ".join(notes)
+                # torch.onnx.export puts back the training flag it found on
+                # every module: the outputs below must be inference ones.
+                model.eval()
                 y1 = model(x1).numpy()
                 y2 = model(x2).numpy() if label else None
             os.replace(tmp, os.path.join(out, file))
