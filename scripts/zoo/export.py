@@ -11,8 +11,11 @@ in two variants:
             a wrong BatchNorm fold would go unseen;
   randnorm  the same weights with random BatchNorm statistics and affine
             parameters (and random LayerNorm/GroupNorm affine parameters), so
-            normalisation changes every value. Models without normalisation
-            layers (alexnet, vgg11, squeezenet) have only the plain variant.
+            normalisation changes every value, exported with the
+            BatchNormalization nodes kept (torch.onnx's default folds them
+            into the convolutions, as in the plain variant): the engine's own
+            folding is what is checked. Models without normalisation layers
+            (alexnet, vgg11, squeezenet) have only the plain variant.
 
 Each export has a dynamic batch axis, and dynamic height and width (and
 frames for video) where the traced graph allows them: the model is traced at
@@ -204,17 +207,21 @@ def trace_agrees(model, x1, x2):
     return None if e <= 1e-4 else f"the trace differs by {e:.2e}"
 
 
-def onnx_export(model, x1, path, opset, dyn):
+def onnx_export(model, x1, path, opset, dyn, keep_norm):
     # With gradients on: under no_grad, nn.MultiheadAttention in eval mode
     # takes its fused fast path (aten::_native_multi_head_attention), which
     # has no ONNX export; the composite path exports as MatMul and Softmax.
     with warnings.catch_warnings(), torch.enable_grad():
         warnings.simplefilter("ignore")
+        # PRESERVE exports the eval-mode model as it is; EVAL (the default)
+        # also folds BatchNormalization into the preceding Conv.
+        mode = torch.onnx.TrainingMode.PRESERVE if keep_norm else torch.onnx.TrainingMode.EVAL
         torch.onnx.export(model, x1, path, opset_version=opset, input_names=["input"],
-                          output_names=["output"], dynamic_axes=dyn, do_constant_folding=True)
+                          output_names=["output"], dynamic_axes=dyn, do_constant_folding=True,
+                          training=mode)
 
 
-def export_axes(model, kind, x1, cands, path, opset, fixed):
+def export_axes(model, kind, x1, cands, path, opset, fixed, keep_norm):
     """Exports with the first candidate second shape (label, input) that the
     trace runs faithfully and torch.onnx accepts as dynamic, else with static
     axes. Returns (label or None, second input or None, notes). fixed: the
@@ -226,12 +233,12 @@ def export_axes(model, kind, x1, cands, path, opset, fixed):
         why = trace_agrees(model, x1, x2) if fixed is None else None
         if why is None:
             try:
-                onnx_export(model, x1, path, opset, axes(kind, label == "hw"))
+                onnx_export(model, x1, path, opset, axes(kind, label == "hw"), keep_norm)
                 return label, x2, notes
             except Exception as ex:
                 why = f"{type(ex).__name__}: {str(ex).strip().splitlines()[0][:120]}"
         notes.append(f"{label}: {why}")
-    onnx_export(model, x1, path, opset, None)
+    onnx_export(model, x1, path, opset, None, keep_norm)
     return None, None, notes
 
 
@@ -246,7 +253,8 @@ def export_one(name, variants, out, opset_override, old, force):
     one, two_hw, two_b, bench = shapes(name, kind, opts)
     data = os.path.join(out, "data", name)
     keys = {v: f"{name}|{v}|torch {torch.__version__}|torchvision {torchvision.__version__}|"
-               f"opset {opset}|format {FORMAT}" for v in variants}
+               f"opset {opset}|format {FORMAT}" + ("|norm nodes kept" if v == "randnorm" else "")
+            for v in variants}
     todo = [v for v in variants
             if force or not (old.get((name, v), {}).get("key") == keys[v]
                              and ("skip" in old[(name, v)]
@@ -285,8 +293,8 @@ def export_one(name, variants, out, opset_override, old, force):
             tmp = os.path.join(out, file + ".tmp")
             cands = [("hw", x2hw), ("batch", x2b)][1 if opts.get("fixed_hw") else 0:]
             with torch.no_grad():
-                label, x2, notes = export_axes(model, kind, x1, cands,
-                                               tmp, opset, chosen)
+                label, x2, notes = export_axes(model, kind, x1, cands, tmp, opset, chosen,
+                                               v == "randnorm")
                 chosen = label or ""
                 why = "; ".join(notes)
                 # torch.onnx.export puts back the training flag it found on

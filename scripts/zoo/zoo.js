@@ -14,6 +14,12 @@
 //     range (logits of a random network, probabilities), relative to the range
 //     for larger ones. Prints it (%.3e); a shape or type mismatch prints
 //     "shape ..." and exits 1; NaN anywhere counts as an infinite error.
+//
+//   node zoo.js ops FILE.onnx...
+//     The operators of each model's main graph with their counts, one model
+//     a line ("resnet18.onnx: Conv 20, Relu 17, ..."), read straight from the
+//     protobuf (no ONNX library): what a model needs, not only the first
+//     operator an engine stops at.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -71,7 +77,60 @@ function error(args) {
   console.log((err / Math.max(1, Number.isNaN(range) ? Infinity : range)).toExponential(3));
 }
 
+// Protobuf wire format, just enough for ModelProto.graph (7) ->
+// GraphProto.node (1) -> NodeProto.op_type (4) and domain (7).
+function* fields(buf, start, end) {
+  let p = start;
+  const varint = () => {
+    let v = 0, mul = 1, b;
+    do {
+      if (p >= end) throw new Error('truncated varint');
+      b = buf[p++];
+      v += (b & 0x7f) * mul;
+      mul *= 128;
+    } while (b & 0x80);
+    return v;
+  };
+  while (p < end) {
+    const key = varint(), field = Math.floor(key / 8), wire = key & 7;
+    if (wire === 0) { varint(); continue; }
+    if (wire === 1) { p += 8; continue; }
+    if (wire === 5) { p += 4; continue; }
+    if (wire !== 2) throw new Error(`wire type ${wire}`);
+    const len = varint();
+    if (p + len > end) throw new Error('truncated field');
+    yield { field, start: p, end: p + len };
+    p += len;
+  }
+}
+
+function ops(files) {
+  if (files.length === 0) die('ops wants FILE.onnx...', 2);
+  for (const f of files) {
+    const buf = fs.readFileSync(f);
+    const counts = new Map();
+    try {
+      for (const g of fields(buf, 0, buf.length)) {
+        if (g.field !== 7) continue;
+        for (const n of fields(buf, g.start, g.end)) {
+          if (n.field !== 1) continue;
+          let op = '?', domain = '';
+          for (const a of fields(buf, n.start, n.end)) {
+            if (a.field === 4) op = buf.toString('utf8', a.start, a.end);
+            else if (a.field === 7) domain = buf.toString('utf8', a.start, a.end);
+          }
+          const name = domain && domain !== 'ai.onnx' ? `${domain}.${op}` : op;
+          counts.set(name, (counts.get(name) || 0) + 1);
+        }
+      }
+    } catch (e) { die(`${f}: ${e.message}`, 1); }
+    const list = [...counts].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+    console.log(`${path.basename(f)}: ${list.map(([o, c]) => `${o} ${c}`).join(', ')}`);
+  }
+}
+
 const [cmd, ...rest] = process.argv.slice(2);
 if (cmd === 'list') list(rest);
 else if (cmd === 'error') error(rest);
-else die('usage: node zoo.js list MANIFEST [...] | error A.npy B.npy', 2);
+else if (cmd === 'ops') ops(rest);
+else die('usage: node zoo.js list MANIFEST [...] | error A.npy B.npy | ops FILE.onnx...', 2);
