@@ -12,7 +12,8 @@
 # the core set, or every export with --all), one thread, each at its usual
 # size (224x224, inception_v3 299x299, segmentation 520x520, r3d_18
 # 16x112x112). Per model: whether edgeserve loads it ("no: <reason>" if not),
-# the error against ORT on one seeded input (max |es - ort| / max(1, range)),
+# the error against ORT on one seeded input (max |es - ort| / max(1, range),
+# and scale-free: / max(range, max |ort|)),
 # R interleaved rounds of ITERS timed runs (default 10) of each engine,
 # edgeserve's load + plan time and planned arena, ORT's session load time
 # and the RSS growth of one more ORT session on the model (after both
@@ -52,8 +53,8 @@ if [ $zoo -eq 1 ]; then
   node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-30s %-6s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "es ms" "ort ms" \
-    ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
+  printf '%-30s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
+    "es ms" "ort ms" ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
   while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin; do
     if [ "$status" != ok ]; then printf '%-30s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
@@ -66,6 +67,7 @@ if [ $zoo -eq 1 ]; then
       printf '%-30s %-6s ORT refuses it: %s\n' "$name" yes "$(tail -1 "$w/ort.log")"; continue
     fi
     err=$(node scripts/zoo/zoo.js error "$w/es/$outnpy" "$w/ort/$outnpy" | head -1) || true
+    case $err in [0-9]*) rel=${err#* } err=${err% *} ;; *) rel=- ;; esac
     for r in $(seq 1 "$rounds"); do
       run_es() { OMP_NUM_THREADS=1 "$es" bench "$file" "$bin" --threads 1 --iters "$iters" --json >>"$w/es.txt"; }
       run_ort() { node scripts/ort/zoo_ort.js "$file" --bench "$bin" --iters "$iters" --json >>"$w/ort.txt"; }
@@ -76,13 +78,14 @@ if [ $zoo -eq 1 ]; then
     lp=$(while read -r l; do
       awk -v a="$(json_field "$l" load_ms)" -v b="$(json_field "$l" plan_ms)" 'BEGIN { print a + b }'
     done <"$w/es.txt" | median)
-    awk -v n="$name ($bshape)" -v e="$err" -v em="$es_med" -v om="$ort_med" -v lp="$lp" \
+    awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" \
         -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
         -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
-      printf "%-30s %-6s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
-        n, "yes", e, em, om, em / om, lp, ol, ar / 1048576, os / 1048576 }'
+      printf "%-30s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
+        n, "yes", e, re, em, om, em / om, lp, ol, ar / 1048576, os / 1048576 }'
   done <"$work/list"
-  echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown;"
+  echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
+  echo " rel err the same / max(range, max |ORT|);"
   echo " ratio = edgeserve median / ORT median; ORT: onnxruntime-node, graph optimisation all;"
   echo " ort +sess MB = RSS growth of a second ORT session on the model)"
   exit 0

@@ -17,6 +17,12 @@ in two variants:
             folding is what is checked. Models without normalisation layers
             (alexnet, vgg11, squeezenet) have only the plain variant.
 
+Two things torchvision's initialisation leaves silent get random values in
+both variants, or part of the network would not reach the output and an
+engine error there would go unseen: weights initialised to zero (ViT's
+classification head: every output would be 0) and ConvNeXt's layer scale
+(1e-6: each block an identity to six digits).
+
 Each export has a dynamic batch axis, and dynamic height and width (and
 frames for video) where the traced graph allows them: the model is traced at
 the first shape and the trace is run at the second; when it disagrees with
@@ -53,7 +59,7 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 from torchvision import models as tvm  # noqa: E402
 
-FORMAT = 1  # bump when shapes, inputs or export options change
+FORMAT = 2  # bump when shapes, inputs or export options change
 
 # name: kind, tier, options. kind: cls (N,3,H,W -> N,K), seg (N,3,H,W ->
 # N,K,H,W), video (N,3,T,H,W -> N,K). tier core: the set the test runs by
@@ -165,6 +171,26 @@ def randomise_norms(model, name):
                 u(mod.bias, -0.5, 0.5)
             n += 1
     return n
+
+
+def liven(model, name):
+    """Random values for what torchvision's initialisation silences (see the
+    design note). Returns the names changed."""
+    g = torch.Generator().manual_seed(seed_of(name, "liven"))
+    changed = []
+    with torch.no_grad():
+        for mname, mod in model.named_modules():
+            w = getattr(mod, "weight", None)
+            if isinstance(mod, (torch.nn.Linear, torch.nn.modules.conv._ConvNd)) and \
+                    w is not None and not torch.any(w):
+                fan_in = w[0].numel()
+                w.copy_(torch.randn(w.shape, generator=g) / fan_in ** 0.5)
+                changed.append(f"{mname}.weight")
+        for pname, p in model.named_parameters():
+            if pname.endswith("layer_scale"):
+                p.copy_(0.2 + 0.8 * torch.rand(p.shape, generator=g))
+                changed.append(pname)
+    return changed
 
 
 class SegOut(torch.nn.Module):
@@ -282,6 +308,7 @@ def export_one(name, variants, out, opset_override, old, force):
         tmp = None
         try:
             model = build(name, opts)
+            livened = liven(model, name)
             if v == "randnorm" and randomise_norms(model, name) == 0:
                 print(f"{name:32s} {v:9s} no normalisation layers: plain only")
                 entry["skip"] = "no normalisation layers"
@@ -322,6 +349,8 @@ def export_one(name, variants, out, opset_override, old, force):
                 save(os.path.join(data, "input.bench.npy"), xb)
                 entry["bench_file"] = f"data/{name}/input.bench.npy"
             entry["bytes"] = os.path.getsize(os.path.join(out, file))
+            if livened:
+                entry["livened"] = len(livened)
             entry["params"] = sum(p.numel() for p in model.parameters())
             entry["export_s"] = round(time.monotonic() - t0, 2)
             entry["export_cpu_s"] = round(time.process_time() - c0, 2)

@@ -10,10 +10,15 @@
 //     The core models unless --all; --models picks by name.
 //
 //   node zoo.js error A.npy B.npy
-//     max |A - B| / max(1, range of B): absolute for outputs within a unit
-//     range (logits of a random network, probabilities), relative to the range
-//     for larger ones. Prints it (%.3e); a shape or type mismatch prints
-//     "shape ..." and exits 1; NaN anywhere counts as an infinite error.
+//     Prints two measures of max |A - B| against B, the reference (%.3e):
+//       E = max |A - B| / max(1, range of B): absolute within a unit range,
+//           relative to the range for larger outputs;
+//       R = max |A - B| / max(range of B, max |B|): scale-free. Random
+//           networks can end in tiny outputs (torchvision's initialisation
+//           gives mobilenet_v2 logits of 1e-9), where E would pass anything;
+//           floating point keeps its relative precision at any scale.
+//     A shape or type mismatch prints "shape ..." and exits 1; NaN anywhere
+//     counts as an infinite error.
 //
 //   node zoo.js ops FILE.onnx...
 //     The operators of each model's main graph with their counts, one model
@@ -65,16 +70,19 @@ function error(args) {
     console.log(`shape ${a.type}[${a.shape.join('x')}] vs ${b.type}[${b.shape.join('x')}]`);
     process.exit(1);
   }
-  let err = 0, lo = Infinity, hi = -Infinity;
+  let err = 0, lo = Infinity, hi = -Infinity, big = 0;
   for (let i = 0; i < a.data.length; i++) {
     const u = Number(a.data[i]), v = Number(b.data[i]);
     const e = Math.abs(u - v);
     if (!(e <= err)) err = Number.isNaN(e) ? Infinity : e;
     if (v < lo) lo = v;
     if (v > hi) hi = v;
+    if (!(Math.abs(v) <= big)) big = Number.isNaN(v) ? Infinity : Math.abs(v);
   }
   const range = a.data.length ? hi - lo : 0;
-  console.log((err / Math.max(1, Number.isNaN(range) ? Infinity : range)).toExponential(3));
+  const scale = Math.max(range, big);
+  const rel = err === 0 ? 0 : err / scale;
+  console.log(`${(err / Math.max(1, range)).toExponential(3)} ${rel.toExponential(3)}`);
 }
 
 // Protobuf wire format, just enough for ModelProto.graph (7) ->
