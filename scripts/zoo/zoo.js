@@ -4,7 +4,8 @@
 //   node zoo.js list MANIFEST [--all] [--models a,b] [--variants plain,randnorm]
 //     One line per export, tab-separated, paths absolute, "-" for none:
 //     name variant status file output shape input shape2 input2 torch torch2 bench_shape
-//     bench_input (output: the .npy name `edgeserve run` gives the model's output)
+//     bench_input sensitivity (output: the .npy name `edgeserve run` gives the
+//     model's output; sensitivity: how much another input moves it, relative)
 //     status: ok, "skip: why" (a variant the model does not have) or
 //     "export failed: why". Shapes as edgeserve writes them (1x3x224x224).
 //     The core models unless --all; --models picks by name.
@@ -57,7 +58,7 @@ function list(args) {
     const out = e.output ? `${e.output.replace(/[^A-Za-z0-9._-]/g, '_')}.npy` : '-';
     console.log([e.name, e.variant, status.replace(/\s+/g, ' '), abs(e.file), out, shp(e.shape),
       abs(e.input_file), shp(e.shape2), abs(e.input2_file), abs(e.torch_file), abs(e.torch2_file),
-      shp(e.bench_shape), abs(e.bench_file)].join('\t'));
+      shp(e.bench_shape), abs(e.bench_file), e.sensitivity ?? '-'].join('\t'));
   }
 }
 
