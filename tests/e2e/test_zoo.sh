@@ -4,8 +4,8 @@
 # random-normalisation variants, the manifest names the shapes).
 #
 # For every export, at batch 1 and at its second shape (batch 4 at another
-# H x W, or batch 2 where H and W are fixed), edgeserve (`edgeserve run`) and
-# ORT run the same seeded input; the error max |es - ort| / max(1, range of
+# H x W, or batch 2 where H and W are fixed), edgeserve (tests/e2e/zoo_run.c:
+# the C API, one load for both shapes) and ORT run the same seeded input; the error max |es - ort| / max(1, range of
 # ORT's output) must be at most 1e-3, and so must the scale-free one,
 # max |es - ort| / max(range, max |ort|) ("rel"), since a random network can
 # end in outputs of 1e-9 where the first passes anything. ORT is itself
@@ -14,7 +14,7 @@
 # reported, not judged.
 #
 # A model edgeserve refuses with ES_ENOTSUP (an operator, attribute or type
-# it does not run yet; es_zoo_probe gives the code) is "not supported yet",
+# it does not run yet; es_zoo_run gives the code) is "not supported yet",
 # counted and listed, not a failure: operators are being added. A model that
 # loads and plans but then fails to run, crashes, is refused with any other
 # code, or mismatches ORT fails the test.
@@ -24,11 +24,10 @@
 # export.sh --all, ES_ZOO_MODELS=a,b picks some. ES_ZOO_SECONDS (default
 # 600) bounds the time: models not reached by then are listed as not run.
 # Latencies are printed, never asserted.
-#   test_zoo.sh EDGESERVE_BINARY ES_ZOO_PROBE_BINARY SOURCE_DIR
+#   test_zoo.sh ES_ZOO_RUN_BINARY SOURCE_DIR
 set -uo pipefail
-es=$1
-probe=$2
-src=$3
+run=$1
+src=$2
 zoo=${ES_ZOO_DIR:-$src/.cache/zoo}
 manifest=$zoo/manifest.json
 tol=1e-3
@@ -66,31 +65,6 @@ worst() {
   esac
 }
 
-# es_run K SHAPE INPUT: `edgeserve run` at one shape into $w/esK. 0 when it
-# ran; else res and why say whether the model is not supported yet (the
-# probe's ES_ENOTSUP) or failed.
-es_run() {
-  local k=$1 sh=$2 sin=$3 rc prc
-  "$es" run "$file" "$sin" --output-dir "$w/es$k" >"$w/es$k.log" 2>&1
-  rc=$?
-  [ $rc -eq 0 ] && return 0
-  if [ $rc -ge 128 ]; then
-    res=FAIL why="edgeserve crashed at $sh (signal $((rc - 128))): $(tail -3 "$w/es$k.log")"
-    return 1
-  fi
-  local pargs=("input=$shape")
-  [ "$shape2" = - ] || pargs+=("input=$shape2")
-  "$probe" "$file" "${pargs[@]}" >"$w/probe.log" 2>&1
-  prc=$?
-  case $prc in
-    3) res=unsup why=$(sed "s|^ES_ENOTSUP: ||; s|^$file: ||" "$w/probe.log" | head -1) ;;
-    0) res=FAIL why="loads and plans, but the run at $sh fails: $(tail -1 "$w/es$k.log")" ;;
-    1) res=FAIL why="refused: $(head -1 "$w/probe.log")" ;;
-    *) res=FAIL why="es_zoo_probe exit $prc: $(tail -3 "$w/probe.log")" ;;
-  esac
-  return 1
-}
-
 # judge K SHAPE TORCH_NPY: ORT against PyTorch (is the export faithful at
 # this shape?), then edgeserve against ORT.
 judge() {
@@ -110,28 +84,45 @@ judge() {
   fi
 }
 
-# test_one: one export, at both shapes. ORT runs only for a model edgeserve
-# runs, both shapes on one session, alongside edgeserve's second shape.
+# test_one: one export, at both shapes: es_zoo_run (one load, a plan and a
+# run per shape) and ORT (one session) side by side; ORT is stopped when
+# edgeserve does not support the model.
 test_one() {
-  local ortpid ortrc ran2=0
+  local ortpid rc ortrc cases=(--out "$w/ort1" "$in1") escases=("$in1" "$w/es1")
   res=ok errs=(- -) es_ms=- arena=- ort_ms=- rtmax=- relmax=- why=""
-  es_run 1 "$shape" "$in1" || return
-  es_ms=$(awk '/latency ms/ { print $4 }' "$w/es1.log")
-  arena=$(awk '/planned arena bytes/ { print $4 }' "$w/es1.log")
-  local cases=(--out "$w/ort1" "$in1")
-  [ "$shape2" = - ] || cases+=(--out "$w/ort2" "$in2")
+  [ "$shape2" = - ] || { cases+=(--out "$w/ort2" "$in2"); escases+=("$in2" "$w/es2"); }
   node "$src/scripts/ort/zoo_ort.js" "$file" "${cases[@]}" >"$w/ort.log" 2>&1 &
   ortpid=$!
-  if [ "$shape2" != - ] && es_run 2 "$shape2" "$in2"; then ran2=1; fi
+  "$run" "$file" "${escases[@]}" >"$w/es.log" 2>&1
+  rc=$?
+  es_ms=$(awk '/^case 1:/ { print $(NF - 1) }' "$w/es.log")
+  arena=$(awk '/^case 1:/ { sub(",", "", $4); print $4 }' "$w/es.log")
+  local last
+  last=$(tail -1 "$w/es.log" | sed "s|$file: ||")
+  case $rc in
+    0) ;;
+    3) res=unsup why=${last#ES_ENOTSUP: } ;;
+    1) res=FAIL why="refused while loading or planning: $last" ;;
+    4) res=FAIL why="planned, but a run fails: $last" ;;
+    *) if [ $rc -ge 128 ]; then res=FAIL why="es_zoo_run crashed (signal $((rc - 128))): $(tail -3 "$w/es.log")"
+       else res=FAIL why="es_zoo_run exit $rc: $last"; fi ;;
+  esac
+  if [ $res = unsup ] && [ ! -d "$w/es1" ]; then
+    kill $ortpid 2>/dev/null
+    wait $ortpid 2>/dev/null
+    es_ms=- arena=-
+    return
+  fi
   wait $ortpid
   ortrc=$?
   if [ $ortrc -ne 0 ]; then
-    [ $res != ok ] || { res=noref why="ORT refuses the export: $(tail -1 "$w/ort.log")"; }
+    [ $res != ok ] || res=noref why="ORT refuses the export: $(tail -1 "$w/ort.log")"
     return
   fi
   ort_ms=$(awk 'NR == 1 { print $(NF - 1) }' "$w/ort.log")
-  judge 1 "$shape" "$t1"
-  [ $ran2 = 0 ] || judge 2 "$shape2" "$t2"
+  # Whatever ran is judged, also when a later shape was refused.
+  [ ! -d "$w/es1" ] || judge 1 "$shape" "$t1"
+  [ ! -d "$w/es2" ] || judge 2 "$shape2" "$t2"
 }
 
 n=0 ok=0 unsup=0 fail=0 unfaithful=0 noexport=0 noref=0 weak=0 notrun=()
