@@ -164,6 +164,7 @@ while IFS=$'\t' read -r name variant status file outnpy shape in1 shape2 in2 t1 
       "before the last layers; the randnorm variant is the one that does)"
     weak=$((weak + 1))
   fi
+  rm -rf "$w" # up to 50 MB of outputs a model
 done <<<"$list"
 
 echo "$n exports tested in $((SECONDS - start)) s: $ok match ONNX Runtime ($weak with an output that" \
