@@ -55,7 +55,7 @@ if [ $zoo -eq 1 ]; then
     "$rounds interleaved rounds of $iters runs"
   printf '%-30s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
     "es ms" "ort ms" ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
-  while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin; do
+  while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
     if [ "$status" != ok ]; then printf '%-30s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
     mkdir -p "$w"
