@@ -53,18 +53,18 @@ if [ $zoo -eq 1 ]; then
   node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-30s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
+  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
     "es ms" "ort ms" ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
   while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
-    if [ "$status" != ok ]; then printf '%-30s no: %s\n' "$name" "$status"; continue; fi
+    if [ "$status" != ok ]; then printf '%-44s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
     mkdir -p "$w"
     if ! "$es" run "$file" "$bin" --output-dir "$w/es" >"$w/run.log" 2>&1; then
-      printf '%-30s no: %s\n' "$name" "$(tail -1 "$w/run.log" | sed "s|^edgeserve run: $file: ||")"
+      printf '%-44s no: %s\n' "$name" "$(tail -1 "$w/run.log" | sed "s|^edgeserve run: $file: ||")"
       continue
     fi
     if ! node scripts/ort/zoo_ort.js "$file" --out "$w/ort" "$bin" >"$w/ort.log" 2>&1; then
-      printf '%-30s %-6s ORT refuses it: %s\n' "$name" yes "$(tail -1 "$w/ort.log")"; continue
+      printf '%-44s %-6s ORT refuses it: %s\n' "$name" yes "$(tail -1 "$w/ort.log")"; continue
     fi
     err=$(node scripts/zoo/zoo.js error "$w/es/$outnpy" "$w/ort/$outnpy" | head -1) || true
     case $err in [0-9]*) rel=${err#* } err=${err% *} ;; *) rel=- ;; esac
@@ -81,7 +81,7 @@ if [ $zoo -eq 1 ]; then
     awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" \
         -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
         -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
-      printf "%-30s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
+      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
         n, "yes", e, re, em, om, em / om, lp, ol, ar / 1048576, os / 1048576 }'
   done <"$work/list"
   echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
