@@ -6,24 +6,90 @@
 # per-round medians, p99, the ratio edgeserve / ORT, and edgeserve's GFLOP/s
 # against one core's FP32 peak (ES_PEAK_GFLOPS, default 210 per thread).
 #   scripts/bench/bench_vs_ort.sh [--iters N] [--rounds R] [--threads "1 2"] [--models "det rec ..."]
+#
+# --zoo: the model zoo instead (torchvision's architectures, random weights,
+# exported by scripts/zoo/export.sh into .cache/zoo; the plain variant of each,
+# the core set, or every export with --all), one thread, each at its usual
+# size (224x224, inception_v3 299x299, segmentation 520x520, r3d_18
+# 16x112x112). Per model: whether edgeserve loads it ("no: <reason>" if not),
+# the error against ORT on one seeded input (max |es - ort| / max(1, range),
+# and scale-free: / max(range, max |ort|)),
+# R interleaved rounds of ITERS timed runs (default 10) of each engine,
+# edgeserve's load + plan time and planned arena, ORT's session load time
+# and the RSS growth of one more ORT session on the model (after both
+# sessions' warm-up runs, as scripts/ort/bench_streams.js measures it).
+#   scripts/bench/bench_vs_ort.sh --zoo [--all] [--iters N] [--rounds R] [--models "resnet18 vgg11"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-iters=30 rounds=3 threads="1 2" only=""
+iters=30 rounds=3 threads="1 2" only="" zoo=0 all=0 iters_set=0
 while [ $# -gt 0 ]; do
   case $1 in
-    --iters) iters=$2; shift 2 ;;
+    --iters) iters=$2; iters_set=1; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --models) only=$2; shift 2 ;;
-    *) echo "usage: $0 [--iters N] [--rounds R] [--threads \"1 2\"] [--models \"front back cls rec det\"]" >&2; exit 2 ;;
+    --zoo) zoo=1; shift ;;
+    --all) all=1; shift ;;
+    *) echo "usage: $0 [--iters N] [--rounds R] [--threads \"1 2\"] [--models \"front back cls rec det\"]" >&2
+       echo "       $0 --zoo [--all] [--iters N] [--rounds R] [--models \"resnet18 vgg11 ...\"]" >&2; exit 2 ;;
   esac
 done
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || { scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null; }
-scripts/setup/fetch-models.sh >/dev/null
+[ $zoo -eq 1 ] || scripts/setup/fetch-models.sh >/dev/null
 scripts/setup/install-ort.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+json_field() { sed -E "s/.*\"$2\": ?([0-9.e+-]+).*/\1/" <<<"$1"; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+if [ $zoo -eq 1 ]; then
+  manifest=${ES_ZOO_DIR:-.cache/zoo}/manifest.json
+  [ -f "$manifest" ] || { echo "bench_vs_ort: no zoo exports ($manifest): run scripts/zoo/export.sh" >&2; exit 1; }
+  [ $iters_set -eq 1 ] || iters=10
+  sel=(--variants plain)
+  [ $all -eq 0 ] || sel+=(--all)
+  [ -z "$only" ] || sel+=(--models "$(tr ' ' ',' <<<"$only")")
+  node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
+  echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
+    "$rounds interleaved rounds of $iters runs"
+  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
+    "es ms" "ort ms" ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
+  while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
+    if [ "$status" != ok ]; then printf '%-44s no: %s\n' "$name" "$status"; continue; fi
+    w=$work/$name
+    mkdir -p "$w"
+    if ! "$es" run "$file" "$bin" --output-dir "$w/es" >"$w/run.log" 2>&1; then
+      printf '%-44s no: %s\n' "$name" "$(tail -1 "$w/run.log" | sed "s|^edgeserve run: $file: ||")"
+      continue
+    fi
+    if ! node scripts/ort/zoo_ort.js "$file" --out "$w/ort" "$bin" >"$w/ort.log" 2>&1; then
+      printf '%-44s %-6s ORT refuses it: %s\n' "$name" yes "$(tail -1 "$w/ort.log")"; continue
+    fi
+    err=$(node scripts/zoo/zoo.js error "$w/es/$outnpy" "$w/ort/$outnpy" | head -1) || true
+    case $err in [0-9]*) rel=${err#* } err=${err% *} ;; *) rel=- ;; esac
+    for r in $(seq 1 "$rounds"); do
+      run_es() { OMP_NUM_THREADS=1 "$es" bench "$file" "$bin" --threads 1 --iters "$iters" --json >>"$w/es.txt"; }
+      run_ort() { node scripts/ort/zoo_ort.js "$file" --bench "$bin" --iters "$iters" --json >>"$w/ort.txt"; }
+      if [ $((r % 2)) -eq 1 ]; then run_es; run_ort; else run_ort; run_es; fi
+    done
+    col() { while read -r l; do json_field "$l" "$2"; done <"$1" | median; }
+    es_med=$(col "$w/es.txt" median_ms) ort_med=$(col "$w/ort.txt" median_ms)
+    lp=$(while read -r l; do
+      awk -v a="$(json_field "$l" load_ms)" -v b="$(json_field "$l" plan_ms)" 'BEGIN { print a + b }'
+    done <"$w/es.txt" | median)
+    awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" \
+        -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
+        -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
+      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
+        n, "yes", e, re, em, om, em / om, lp, ol, ar / 1048576, os / 1048576 }'
+  done <"$work/list"
+  echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
+  echo " rel err the same / max(range, max |ORT|);"
+  echo " ratio = edgeserve median / ORT median; ORT: onnxruntime-node, graph optimisation all;"
+  echo " ort +sess MB = RSS growth of a second ORT session on the model)"
+  exit 0
+fi
 node scripts/ort/make_inputs.js "$work" >/dev/null
 m=.cache/models
 peak=${ES_PEAK_GFLOPS:-210}
@@ -36,9 +102,6 @@ cases=(
   "rec $m/ppocr_rec.onnx $work/ppocr_rec_w320.npy"
   "det $m/ppocr_det.onnx $work/ppocr_det_640.npy"
 )
-
-json_field() { sed -E "s/.*\"$2\": ?([0-9.e+-]+).*/\1/" <<<"$1"; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 printf '%-6s %3s %11s %11s %11s %11s %7s %9s %6s\n' model thr "es med ms" "es p99 ms" \
   "ort med ms" "ort p99 ms" ratio "GFLOP/s" "%peak"

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build, the tests and the benchmarks need.
 # Safe to run again: it only calls apt-get when something is missing.
+#   deps.sh          the packages above
+#   deps.sh --zoo    and the optional group below (exporting the model zoo)
 set -euo pipefail
+zoo=0
+for a in "$@"; do
+  case $a in
+    --zoo) zoo=1 ;;
+    *) echo "usage: $0 [--zoo]" >&2; exit 2 ;;
+  esac
+done
 
 pkgs=(
   build-essential cmake pkg-config       # compiler and build
@@ -27,6 +36,14 @@ pkgs=(
 # Node.js and npm fetch the models and run ONNX Runtime for comparisons; a
 # machine that already has them (from any source) keeps its own.
 command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
+# Optional: PyTorch and torchvision export torchvision's architectures to ONNX
+# for the model zoo (scripts/zoo/export.sh). About 180 packages and 5 minutes
+# of apt, so only on request; nothing else needs them.
+[ $zoo -eq 0 ] || pkgs+=(
+  python3-torch python3-torchvision  # torch.onnx and the model definitions (torch 1.13, torchvision 0.14)
+  libopenblas0-pthread               # Debian's torch calls the system BLAS: the reference one runs
+                                     # ViT's matrix products 13x slower
+)
 
 missing=()
 for p in "${pkgs[@]}"; do

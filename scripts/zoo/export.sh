@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Exports the model zoo: torchvision's architectures with random weights, to
+# ONNX, into .cache/zoo (scripts/zoo/export.py; its options pass through, e.g.
+# --all for the extra models, --models a,b). Installs Debian's PyTorch and
+# torchvision first (scripts/setup/deps.sh --zoo). Models already exported
+# with the same torch version, opset and variant are skipped.
+#   scripts/zoo/export.sh [export.py options]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+scripts/setup/deps.sh --zoo
+# Debian's interpreter: its dist-packages hold python3-torch, whatever
+# python3 comes first on PATH.
+exec /usr/bin/python3 scripts/zoo/export.py "$@"
