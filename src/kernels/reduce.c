@@ -846,6 +846,8 @@ static void softmax_cols(int mode, const float *x, float *y, int64_t outer, int6
 static int softmax_run(const es_kinst *k, const void *const *in, void *const *out,
                        void *scratch) {
   const softmax_params *p = k->params;
+  if (p->outer == 0 || p->n == 0 || p->inner == 0)
+    return 0; /* an empty output: the column passes would read a first row */
   if (p->inner == 1)
     softmax_rows(p->mode, in[0], out[0], p->outer, p->n);
   else if (p->mode == SM_HARD)
