@@ -20,7 +20,7 @@ struct es_ctx_chunk {
 
 #define ES_CTX_CHUNK 65536
 
-void *es__ctx_alloc(es_ctx *c, size_t size) {
+void *es__ctx_alloc_raw(es_ctx *c, size_t size) {
   size_t need = es__align_up(size ? size : 1, 16);
   if (need == 0)
     return NULL;
@@ -47,7 +47,13 @@ void *es__ctx_alloc(es_ctx *c, size_t size) {
   }
   void *p = (char *)h->pad + h->used;
   h->used += need;
-  memset(p, 0, need);
+  return p;
+}
+
+void *es__ctx_alloc(es_ctx *c, size_t size) {
+  void *p = es__ctx_alloc_raw(c, size);
+  if (p)
+    memset(p, 0, size);
   return p;
 }
 

@@ -14,6 +14,9 @@ typedef struct es_ctx {
 } es_ctx;
 
 void *es__ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
+/* The same, not zeroed: for callers that write every byte (a parser's
+ * output), where zeroing megabytes first is a pass for nothing. */
+void *es__ctx_alloc_raw(es_ctx *c, size_t size);
 char *es__ctx_strdup(es_ctx *c, const char *s);
 void es__ctx_free_all(es_ctx *c);
 

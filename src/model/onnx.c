@@ -34,7 +34,10 @@
 #include "onnx.pb-c.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #define ES_ONNX_MAX_ELEMS ((uint64_t)1 << 40)
 #define ES_ONNX_MAX_NODES (1 << 22)
@@ -66,7 +69,7 @@ typedef struct pb_arena {
 
 static void *pb_alloc(void *user, size_t size) {
   pb_arena *a = user;
-  void *p = es__ctx_alloc(&a->ctx, size);
+  void *p = es__ctx_alloc_raw(&a->ctx, size); /* protobuf-c initialises what it uses */
   if (!p)
     a->oom = 1;
   return p;
@@ -224,6 +227,281 @@ static int pb_depth_check(const ProtobufCMessageDescriptor *top, const void *dat
 }
 
 /* ==========================================================================
+ * Weights left out of the parse
+ * ======================================================================== */
+
+/* protobuf-c copies every bytes field it unpacks, so a model's weights
+ * (TensorProto.raw_data, nearly all of the file) would be copied once into
+ * the tree, then again into staging, then into the sealed region: three
+ * passes over hundreds of megabytes and a page fault per fresh page each
+ * time. Instead the bytes are unpacked from a copy of the file without the
+ * large raw_data payloads (a few KB to a few MB of structure), each payload
+ * replaced by a 16-byte marker: a per-parse nonce and the payload's index in
+ * a table of (offset, length) into the original bytes, where the loader
+ * reads it. Dropping bytes shortens every enclosing message, so a first
+ * walk (the same non-recursive walk as the depth check, over a model that
+ * has passed it) adds up what each message loses and records the new
+ * length of every message that changes; a second walk writes the copy.
+ * A forged marker can only name another payload of the same file (its
+ * length is then checked against the shape like any raw_data). */
+#define ES_RAW_STRIP_MIN 1024 /* payloads shorter than this stay in place */
+#define ES_RAW_MARK 16
+
+typedef struct raw_ref {
+  size_t off, len; /* payload in the original bytes */
+} raw_ref;
+
+typedef struct raw_table {
+  const uint8_t *base; /* the original bytes */
+  raw_ref *refs;
+  size_t n, cap;
+  uint64_t nonce;
+} raw_table;
+
+typedef struct msg_len {
+  size_t start;   /* offset of the message's payload in the original */
+  size_t new_len; /* its length once stripped */
+} msg_len;
+
+static size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t *varint_put(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+
+static int push_item(void **arr, size_t *n, size_t *cap, size_t esz, const void *item) {
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 64;
+    void *a = *arr ? es_mem_realloc(*arr, c * esz) : es_mem_alloc(ES_MEM_MODEL, c * esz);
+    if (!a)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    *arr = a;
+    *cap = c;
+  }
+  memcpy((char *)*arr + *n * esz, item, esz);
+  (*n)++;
+  return 0;
+}
+
+static int msg_len_cmp(const void *a, const void *b) {
+  size_t x = ((const msg_len *)a)->start, y = ((const msg_len *)b)->start;
+  return x < y ? -1 : x > y;
+}
+
+/* One field at w->p of a message of type desc (wire format already
+ * validated by pb_depth_check): its tag's end in *after_tag, the payload
+ * and its length for length-prefixed fields, the field's end in *next. */
+typedef struct pb_field {
+  uint32_t num;
+  unsigned wire;
+  const uint8_t *after_tag, *payload, *next;
+  size_t len;
+} pb_field;
+
+static void pb_field_read(const uint8_t *p, const uint8_t *end, pb_field *f) {
+  pb_walk sub = {p, end, NULL};
+  uint64_t v = 0;
+  pb_tag(&sub, &f->num, &f->wire);
+  f->after_tag = sub.p;
+  f->payload = NULL;
+  f->len = 0;
+  switch (f->wire) {
+  case PROTOBUF_C_WIRE_TYPE_VARINT:
+    pb_varint(&sub, 10, &v);
+    break;
+  case PROTOBUF_C_WIRE_TYPE_64BIT:
+    sub.p += 8;
+    break;
+  case PROTOBUF_C_WIRE_TYPE_32BIT:
+    sub.p += 4;
+    break;
+  default: /* length-prefixed */
+    pb_varint(&sub, 5, &v);
+    f->payload = sub.p;
+    f->len = (size_t)v;
+    sub.p += v;
+    break;
+  }
+  f->next = sub.p;
+}
+
+/* A copy of the model in *out (es_mem, *out_size bytes) without its large
+ * raw_data payloads, listed in rt; *out NULL when there is none to leave
+ * out (the original is then unpacked as is). */
+static int pb_strip_raw(const void *data, size_t size, raw_table *rt, uint8_t **out,
+                        size_t *out_size) {
+  struct {
+    const ProtobufCMessageDescriptor *desc;
+    const uint8_t *end;
+    size_t start, len, removed;
+  } stack[ES_ONNX_MAX_DEPTH + 1];
+  const uint8_t *base = data;
+  const ProtobufCFieldDescriptor *rawf =
+      protobuf_c_message_descriptor_get_field_by_name(&onnx__tensor_proto__descriptor, "raw_data");
+  uint32_t raw_id = rawf ? rawf->id : 9;
+  msg_len *changed = NULL;
+  size_t n_changed = 0, cap_changed = 0;
+  int rc = 0;
+  *out = NULL;
+  *out_size = 0;
+  rt->base = base;
+
+  /* Pass 1: what each message loses. */
+  int depth = 0;
+  stack[0].desc = &onnx__model_proto__descriptor;
+  stack[0].end = base + size;
+  stack[0].start = 0;
+  stack[0].len = size;
+  stack[0].removed = 0;
+  const uint8_t *p = base;
+  for (;;) {
+    if (p == stack[depth].end) {
+      if (depth == 0)
+        break;
+      size_t r = stack[depth].removed;
+      if (r) {
+        size_t nl = stack[depth].len - r;
+        msg_len m = {stack[depth].start, nl};
+        if ((rc = push_item((void **)&changed, &n_changed, &cap_changed, sizeof m, &m)) < 0)
+          goto fail;
+        stack[depth - 1].removed += r + varint_size(stack[depth].len) - varint_size(nl);
+      }
+      depth--;
+      continue;
+    }
+    pb_field f;
+    pb_field_read(p, stack[depth].end, &f);
+    if (f.wire == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) {
+      if (stack[depth].desc == &onnx__tensor_proto__descriptor && f.num == raw_id &&
+          f.len >= ES_RAW_STRIP_MIN) {
+        raw_ref ref = {(size_t)(f.payload - base), f.len};
+        if ((rc = push_item((void **)&rt->refs, &rt->n, &rt->cap, sizeof ref, &ref)) < 0)
+          goto fail;
+        stack[depth].removed += varint_size(f.len) + f.len - (1 + ES_RAW_MARK);
+        p = f.next;
+        continue;
+      }
+      const ProtobufCFieldDescriptor *fd =
+          protobuf_c_message_descriptor_get_field(stack[depth].desc, f.num);
+      if (fd && fd->type == PROTOBUF_C_TYPE_MESSAGE && fd->descriptor) {
+        depth++; /* pb_depth_check bounded it */
+        stack[depth].desc = fd->descriptor;
+        stack[depth].end = f.next;
+        stack[depth].start = (size_t)(f.payload - base);
+        stack[depth].len = f.len;
+        stack[depth].removed = 0;
+        p = f.payload;
+        continue;
+      }
+    }
+    p = f.next;
+  }
+  if (rt->n == 0)
+    goto done;
+  qsort(changed, n_changed, sizeof *changed, msg_len_cmp);
+  if (getrandom(&rt->nonce, sizeof rt->nonce, GRND_NONBLOCK) != (ssize_t)sizeof rt->nonce)
+    rt->nonce = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(uintptr_t)rt;
+
+  /* Pass 2: the copy. Unchanged fields, sub-messages included, go over
+   * whole; a changed message gets its new length and is walked into. */
+  size_t total = size - stack[0].removed;
+  uint8_t *o = es_mem_alloc(ES_MEM_MODEL, total ? total : 1), *q = o;
+  if (!o) {
+    rc = es__fail(ES_ENOMEM, "out of memory loading the model");
+    goto fail;
+  }
+  size_t ci = 0, ri = 0;
+  depth = 0;
+  p = base;
+  for (;;) {
+    if (p == stack[depth].end) {
+      if (depth == 0)
+        break;
+      depth--;
+      continue;
+    }
+    pb_field f;
+    pb_field_read(p, stack[depth].end, &f);
+    if (f.wire == PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED) {
+      size_t at = (size_t)(f.payload - base);
+      if (ri < rt->n && rt->refs[ri].off == at) {
+        memcpy(q, p, (size_t)(f.after_tag - p));
+        q += f.after_tag - p;
+        *q++ = ES_RAW_MARK;
+        uint64_t idx = ri++;
+        memcpy(q, &rt->nonce, 8);
+        memcpy(q + 8, &idx, 8);
+        q += ES_RAW_MARK;
+        p = f.next;
+        continue;
+      }
+      if (ci < n_changed && changed[ci].start == at) {
+        const ProtobufCFieldDescriptor *fd =
+            protobuf_c_message_descriptor_get_field(stack[depth].desc, f.num);
+        memcpy(q, p, (size_t)(f.after_tag - p));
+        q += f.after_tag - p;
+        q = varint_put(q, changed[ci].new_len);
+        ci++;
+        depth++;
+        stack[depth].desc = fd->descriptor;
+        stack[depth].end = f.next;
+        p = f.payload;
+        continue;
+      }
+    }
+    memcpy(q, p, (size_t)(f.next - p));
+    q += f.next - p;
+    p = f.next;
+  }
+  if ((size_t)(q - o) != total || ri != rt->n || ci != n_changed) {
+    es_mem_free(o);
+    rc = es__fail(ES_ESTATE, "stripping the model's weights went wrong (%zu of %zu bytes)",
+                  (size_t)(q - o), total);
+    goto fail;
+  }
+  *out = o;
+  *out_size = total;
+done:
+  es_mem_free(changed);
+  return 0;
+fail:
+  es_mem_free(changed);
+  es_mem_free(rt->refs);
+  rt->refs = NULL;
+  rt->n = rt->cap = 0;
+  return rc;
+}
+
+/* A TensorProto's raw bytes: from the original when the parse left them
+ * out (a marker of this parse naming a listed payload), else its own. */
+static void raw_of(const raw_table *rt, const Onnx__TensorProto *t, const uint8_t **p,
+                   size_t *n) {
+  *p = t->raw_data.data;
+  *n = t->raw_data.len;
+  if (rt && rt->n && t->raw_data.len == ES_RAW_MARK &&
+      !memcmp(t->raw_data.data, &rt->nonce, 8)) {
+    uint64_t idx;
+    memcpy(&idx, t->raw_data.data + 8, 8);
+    if (idx < rt->n) {
+      *p = rt->base + rt->refs[idx].off;
+      *n = rt->refs[idx].len;
+    }
+  }
+}
+
+/* ==========================================================================
  * Element types and shapes
  * ======================================================================== */
 
@@ -258,6 +536,7 @@ typedef struct pending_const {
 
 typedef struct loader {
   es_graph *g;
+  const raw_table *raw; /* payloads the parse left out */
   const Onnx__GraphProto *gp;
   /* name -> value index, open addressing */
   int *slots;
@@ -320,7 +599,8 @@ static int value_add(loader *L, const char *name, es_value_kind kind, const char
  * ES_ENOTSUP, key (size KEY_MAX) says what, without the tensor's name, for
  * the list of what a model needs. */
 #define KEY_MAX 160
-static int tensor_check(const Onnx__TensorProto *t, es_value *v, const char *what, char *key) {
+static int tensor_check(const raw_table *rt, const Onnx__TensorProto *t, es_value *v,
+                        const char *what, char *key) {
   es_dtype dt = (es_dtype)t->data_type;
   size_t esz = es_dtype_size(dt);
   if (!t->has_data_type || esz == 0) {
@@ -355,9 +635,12 @@ static int tensor_check(const Onnx__TensorProto *t, es_value *v, const char *wha
   v->nbytes = (size_t)n * esz;
   size_t have;
   if (t->has_raw_data) {
-    if (t->raw_data.len != v->nbytes)
+    const uint8_t *raw;
+    size_t raw_len;
+    raw_of(rt, t, &raw, &raw_len);
+    if (raw_len != v->nbytes)
       return es__fail(ES_EMODEL, "%s: raw_data holds %zu bytes, its shape needs %zu", what,
-                      t->raw_data.len, v->nbytes);
+                      raw_len, v->nbytes);
     return 0;
   }
   switch (dt) {
@@ -377,11 +660,15 @@ static int tensor_check(const Onnx__TensorProto *t, es_value *v, const char *wha
   return 0;
 }
 
-static void tensor_copy(const Onnx__TensorProto *t, const es_value *v, void *dst) {
+static void tensor_copy(const raw_table *rt, const Onnx__TensorProto *t, const es_value *v,
+                        void *dst) {
   if (v->nbytes == 0)
     return;
   if (t->has_raw_data) {
-    memcpy(dst, t->raw_data.data, v->nbytes); /* little-endian host, as ONNX */
+    const uint8_t *raw;
+    size_t raw_len;
+    raw_of(rt, t, &raw, &raw_len);
+    memcpy(dst, raw, v->nbytes); /* little-endian host, as ONNX; tensor_check matched it */
     return;
   }
   size_t n = v->nbytes / es_dtype_size(v->dtype);
@@ -438,7 +725,7 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
     return rc;
   *out = v;
   char key[KEY_MAX];
-  rc = tensor_check(t, &L->g->values[v], what, key);
+  rc = tensor_check(L->raw, t, &L->g->values[v], what, key);
   if (rc == ES_ENOTSUP)
     return value_unsupported(L, v, key);
   if (rc < 0)
@@ -461,7 +748,7 @@ static int const_stage(loader *L) {
       return es__fail(ES_ENOMEM, "out of memory staging constant '%s' (%zu bytes)", v->name,
                       v->nbytes);
     if (c->t)
-      tensor_copy(c->t, v, dst);
+      tensor_copy(L->raw, c->t, v, dst);
     else if (v->nbytes)
       memcpy(dst, c->attr_data, v->nbytes);
     v->data = dst;
@@ -1097,11 +1384,19 @@ static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
                           "ONNX model");
   if (rc < 0)
     return rc;
+  raw_table rt = {0};
+  uint8_t *stripped;
+  size_t stripped_size;
+  if ((rc = pb_strip_raw(data, size, &rt, &stripped, &stripped_size)) < 0)
+    return rc;
   pb_arena pb = {0};
   ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
-  Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
+  Onnx__ModelProto *mp = stripped ? onnx__model_proto__unpack(&al, stripped_size, stripped)
+                                  : onnx__model_proto__unpack(&al, size, data);
+  es_mem_free(stripped); /* the tree holds copies of all it keeps */
   if (!mp) {
     es__ctx_free_all(&pb.ctx);
+    es_mem_free(rt.refs);
     if (pb.oom)
       return es__fail(ES_ENOMEM, "out of memory decoding the ONNX model (%zu bytes)", size);
     return es__fail(ES_EMODEL,
@@ -1109,12 +1404,13 @@ static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
                     "(%zu bytes)",
                     size);
   }
-  loader L = {.g = g};
+  loader L = {.g = g, .raw = &rt};
   rc = graph_load(&L, mp);
   if (rc == 0)
     rc = const_stage(&L);
   es_mem_free(L.slots);
   es_mem_free(L.consts);
+  es_mem_free(rt.refs);
   es__ctx_free_all(&pb.ctx); /* the whole protobuf tree */
   if (rc == 0)
     rc = es__graph_toposort(g);
@@ -1165,14 +1461,14 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
   v->producer = -1;
   v->kind = ES_VALUE_CONST;
   char key[KEY_MAX];
-  rc = tensor_check(t, v, "tensor", key);
+  rc = tensor_check(NULL, t, v, "tensor", key);
   void *d = NULL;
   if (rc == 0) {
     d = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, v->nbytes ? v->nbytes : 1);
     if (!d)
       rc = es__fail(ES_ENOMEM, "out of memory reading a tensor of %zu bytes", v->nbytes);
     else
-      tensor_copy(t, v, d);
+      tensor_copy(NULL, t, v, d);
   }
   es__ctx_free_all(&pb.ctx);
   v->data = d;
