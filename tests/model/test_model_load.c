@@ -252,6 +252,104 @@ static void test_bad_tensors(void **state) {
   load_expect(&b, ES_ENOTSUP, "external");
 }
 
+/* The loader leaves raw_data payloads of 1 KiB and more out of the protobuf
+ * parse and reads them from the original bytes: weights of every size
+ * around the cut, one in a Constant node's attribute, one in a subgraph
+ * (whose enclosing messages all change length), must come out intact. */
+static void test_large_weights_read_from_file(void **state) {
+  (void)state;
+  enum { N = 700 }; /* 2800 bytes: left out of the parse */
+  static float big[N], mid[256], small[4] = {4, 3, 2, 1}, cst[N];
+  for (int i = 0; i < N; i++) {
+    big[i] = (float)i * 0.5f;
+    cst[i] = (float)(N - i);
+  }
+  for (int i = 0; i < 256; i++)
+    mid[i] = (float)i - 100.0f; /* exactly 1024 bytes: the cut itself */
+  const int64_t dn[1] = {N}, dm[1] = {256}, ds[1] = {4};
+  ob *b = ob_new(13);
+  ob_input(b, "x", 1, dn);
+  Onnx__TensorProto *w = ob_init_f32(b, "w", 1, dn, big);
+  Onnx__TensorProto *m = ob_init_f32(b, "m", 1, dm, mid);
+  Onnx__TensorProto *sm = ob_init_f32(b, "s", 1, ds, small);
+  const struct {
+    Onnx__TensorProto *t;
+    const float *v;
+    size_t n;
+  } raw[3] = {{w, big, N}, {m, mid, 256}, {sm, small, 4}};
+  for (int i = 0; i < 3; i++) {
+    raw[i].t->n_float_data = 0;
+    raw[i].t->has_raw_data = 1;
+    raw[i].t->raw_data.len = raw[i].n * sizeof(float);
+    raw[i].t->raw_data.data = (uint8_t *)raw[i].v;
+  }
+  int c = ob_node(b, "Constant", "c", 0);
+  Onnx__TensorProto ct;
+  onnx__tensor_proto__init(&ct);
+  int64_t ctd[1] = {N};
+  ct.has_data_type = 1;
+  ct.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  ct.n_dims = 1;
+  ct.dims = ctd;
+  ct.has_raw_data = 1;
+  ct.raw_data.len = sizeof cst;
+  ct.raw_data.data = (uint8_t *)cst;
+  ob_attr_tensor(b, c, "value", &ct);
+  int add = ob_node(b, "Add", "a", 2, "x", "w");
+  ob_node(b, "Add", "y", 2, "a", "c");
+  ob_node(b, "ReduceSum", "rm", 1, "m");
+  ob_node(b, "ReduceSum", "rs", 1, "s");
+  ob_output_typed(b, "y", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  ob_output_typed(b, "rm", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  ob_output_typed(b, "rs", ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT);
+  size_t size;
+  uint8_t *buf = ob_pack(b, &size);
+  es_model *mo;
+  ES_CHECK_RC(es_model_load_buffer(buf, size, NULL, &mo));
+  free(buf);
+  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {N}};
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(mo, &shape, 1, &p));
+  static float x[N];
+  for (int i = 0; i < N; i++)
+    x[i] = 1.0f;
+  es_arena *ar;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &ar));
+  es_tensor in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {N}, .data = x,
+                  .nbytes = sizeof x};
+  es_tensor out[3];
+  memset(out, 0, sizeof out);
+  ES_CHECK_RC(es_plan_run(p, &in, 1, ar, out, 3));
+  const float *y = out[0].data, *rm = out[1].data, *rs = out[2].data;
+  for (int i = 0; i < N; i++)
+    assert_float_equal(y[i], 1.0f + big[i] + cst[i], 0.0f);
+  float em = 0;
+  for (int i = 0; i < 256; i++)
+    em += mid[i];
+  assert_float_equal(rm[0], em, 1e-3f);
+  assert_float_equal(rs[0], 10.0f, 0.0f);
+  es_arena_destroy(ar);
+  es_plan_release(p);
+  es_model_release(mo);
+
+  /* The same weight inside a subgraph: every message above it shrinks; the
+   * subgraph is listed (not run), the file read to its end. */
+  Onnx__GraphProto sub;
+  onnx__graph_proto__init(&sub);
+  Onnx__TensorProto *subinit[1] = {w};
+  sub.n_initializer = 1;
+  sub.initializer = subinit;
+  ob_attr_graph(b, add, "body", &sub);
+  buf = ob_pack(b, &size);
+  es_model *m2 = NULL;
+  int rc = es_model_load_buffer(buf, size, NULL, &m2);
+  free(buf);
+  if (rc != ES_ENOTSUP)
+    fail_msg("subgraph: %s (%s), want ES_ENOTSUP", es_err_name(rc), es_last_error_detail());
+  es_model_release(m2);
+  free(b);
+}
+
 static void test_subgraph_attribute(void **state) {
   (void)state;
   ob b;
@@ -686,6 +784,7 @@ int main(void) {
       cmocka_unit_test(test_every_truncation_fails_cleanly),
       cmocka_unit_test(test_random_corruption_never_crashes),
       cmocka_unit_test(test_not_protobuf),
+      cmocka_unit_test(test_large_weights_read_from_file),
       cmocka_unit_test(test_no_graph),
       cmocka_unit_test(test_unsupported_op_names_node),
       cmocka_unit_test(test_unsupported_domain),
