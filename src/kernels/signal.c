@@ -15,8 +15,8 @@
  * double (n of them: k t is taken modulo n) and the sums accumulated in
  * double, so a bin near zero stays within the float tolerance of its
  * exact value. That is O(n^2) per transform, which is what the models seen
- * need (short frames of audio features); a long transform would want an
- * FFT.
+ * need (short frames of audio features); transforms are limited to 2^16
+ * points (ES_ENOTSUP beyond), where an FFT would be wanted.
  *
  * Windows and MelWeightMatrix follow ONNX's reference definitions: Hamming
  * uses a0 = 25/46, the mel scale is 2595 log10(1 + f / 700), and mel bins
@@ -193,8 +193,16 @@ static int window_run(const es_kinst *k, const void *const *in, void *const *out
  * Direct transforms (DFT and STFT share them)
  * ======================================================================== */
 
+/* The longest transform: a direct sum of 2^16 points is already ~2^32
+ * multiply-adds per transform (and a 1 MiB table); longer ones want an FFT. */
+#define MAX_DFT ((int64_t)1 << 16)
+
 /* cos and sin of 2 pi j / n for j in [0, n), in plan memory. */
 static int twiddles_make(es_kinst *k, int64_t n, const double **cs, const double **sn) {
+  if (n > MAX_DFT)
+    return ES_KFAIL(k, ES_ENOTSUP, "a transform of %lld points is longer than the %lld "
+                    "supported (the transform is a direct sum, not an FFT)", (long long)n,
+                    (long long)MAX_DFT);
   double *c = es__kinst_alloc(k, (size_t)n * 2 * sizeof *c);
   if (!c)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for %lld twiddle factors", (long long)n);
