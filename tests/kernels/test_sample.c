@@ -8,7 +8,8 @@
  * without undefined behaviour (the sanitizer build checks). TopK is
  * compared with a brute-force stable selection over random arrays full of
  * ties (and NaNs), every supported type, axis, k and direction, at opset
- * 1 (k attribute) and 11, and inside a loaded model with K an initializer.
+ * 1 (k attribute) and 11, and inside loaded models with K an initializer
+ * or the input's own length (a shape chain folded while planning).
  * Det is compared with the permutation expansion. MaxUnpool in 1-D and
  * 3-D, with a larger output_shape, and its run-time refusals. Invalid
  * nodes must fail with the right code. */
@@ -382,6 +383,25 @@ static void test_topk_in_model(void **state) {
   assert_int_equal(count, 6);
   static const float want[6] = {1, 1, 3, -2, -2, 0};
   assert_memory_equal(y, want, sizeof want);
+  free(y);
+  es_model_release(m);
+  /* K from the input's own shape (Shape with start 1, end 2): folded while
+   * planning each shape, so the whole row comes back sorted */
+  b = ob_new(15);
+  ob_input(b, "x", 2, (int64_t[]){2, -1});
+  int s = ob_node(b, "Shape", "K", 1, "x");
+  ob_attr_int(b, s, "start", 1);
+  ob_attr_int(b, s, "end", 2);
+  t = ob_node(b, "TopK", "values", 2, "x", "K");
+  ob_node_out(b, t, "indices");
+  ob_output(b, "values");
+  m = ob_load(b);
+  free(b);
+  in = ob_tensor_f32("x", 2, (int64_t[]){2, 6}, x);
+  ob_run(m, 1, &in, 1, &y, &count);
+  assert_int_equal(count, 12);
+  static const float sorted[12] = {9, 5, 4, 3, 1, 1, 8, 7, 7, 0, -2, -2};
+  assert_memory_equal(y, sorted, sizeof sorted);
   free(y);
   es_model_release(m);
 }
