@@ -151,6 +151,17 @@
   XX(ReduceProd, 1)                                                            \
   XX(ReduceSum, 1)                                                             \
   XX(ReduceSumSquare, 1)                                                       \
+  /* signal processing, sampling and selection (signal.c, sample.c) */         \
+  XX(BlackmanWindow, 17)                                                       \
+  XX(Det, 11)                                                                  \
+  XX(DFT, 17)                                                                  \
+  XX(GridSample, 16)                                                           \
+  XX(HammingWindow, 17)                                                        \
+  XX(HannWindow, 17)                                                           \
+  XX(MaxUnpool, 9)                                                             \
+  XX(MelWeightMatrix, 17)                                                      \
+  XX(STFT, 17)                                                                 \
+  XX(TopK, 1)                                                                  \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)
