@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ==========================================================================
  * Node helpers
@@ -238,6 +239,35 @@ static void const_mark_live(const es_graph *g, unsigned char *live) {
     live[g->outputs[i]] = 1;
 }
 
+unsigned char *es__graph_stage_slab(es_graph *g, size_t len) {
+  if (g->stage_slab || len == 0)
+    return NULL;
+  unsigned char *p = es_mem_map(ES_MEM_MODEL, len);
+  if (!p)
+    return NULL;
+  /* Filled once from the file, then copied into the sealed region and
+   * unmapped: a fault per 2 MiB rather than per 4 KiB where THP is on. */
+  if (len >= ((size_t)2 << 20))
+    (void)madvise(p, len, MADV_HUGEPAGE);
+  g->stage_slab = p;
+  g->stage_len = len;
+  return p;
+}
+
+void es__graph_const_free(es_graph *g, const void *data) {
+  const unsigned char *d = data;
+  if (g->stage_slab && d >= g->stage_slab && d < g->stage_slab + g->stage_len)
+    return;
+  es_mem_free((void *)data);
+}
+
+static void stage_slab_drop(es_graph *g) {
+  if (g->stage_slab)
+    es_mem_unmap(ES_MEM_MODEL, g->stage_slab, g->stage_len);
+  g->stage_slab = NULL;
+  g->stage_len = 0;
+}
+
 int es__graph_seal(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "the graph's weights are already sealed");
@@ -285,9 +315,10 @@ int es__graph_seal(es_graph *g) {
     es_value *val = &g->values[v];
     if (val->kind != ES_VALUE_CONST)
       continue;
-    es_mem_free((void *)val->data);
+    es__graph_const_free(g, val->data);
     val->data = live[v] ? ro + offset[v] : NULL;
   }
+  stage_slab_drop(g);
   g->weights = w;
   g->weight_bytes = total;
   g->n_constants = count;
@@ -332,7 +363,8 @@ void es__graph_fini(es_graph *g) {
   else /* still staging: every constant's data is its own block (or NULL) */
     for (int v = 0; v < g->n_values; v++)
       if (g->values[v].kind == ES_VALUE_CONST)
-        es_mem_free((void *)g->values[v].data);
+        es__graph_const_free(g, g->values[v].data);
+  stage_slab_drop(g);
   es__ctx_free_all(&g->ctx);
   memset(g, 0, sizeof *g);
 }

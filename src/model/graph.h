@@ -136,6 +136,10 @@ typedef struct es_graph {
   int64_t opset;
   int64_t ir_version;
   es_weights *weights;   /* constant data, sealed read-only; NULL while staging */
+  /* While staging, the constants read from the file share one mapping
+   * (es__graph_stage_slab) rather than a block each; gone once sealed. */
+  unsigned char *stage_slab;
+  size_t stage_len;
   size_t weight_bytes;   /* bytes of the region in use (set by es__graph_seal) */
   size_t n_constants;    /* constants in the region (set by es__graph_seal) */
   int folded_nodes;      /* nodes evaluated away at load (the engine's folding) */
@@ -146,6 +150,13 @@ typedef struct es_graph {
   struct es_sub_issue *sub;
   int n_sub, cap_sub;
 } es_graph;
+
+/* A mapping of len bytes for staged constants (es_mem, huge pages advised),
+ * owned by g until it is sealed or finished; NULL on OOM. */
+unsigned char *es__graph_stage_slab(es_graph *g, size_t len);
+/* Frees a staged constant's data: its own block, or nothing for one inside
+ * the slab. */
+void es__graph_const_free(es_graph *g, const void *data);
 
 typedef struct es_sub_issue {
   int owner;         /* file_index of the main-graph node holding the subgraph */

@@ -740,10 +740,27 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
  * skips. */
 static int const_stage(loader *L) {
   es_graph *g = L->g;
+  /* Constants of 1 KiB and more (the weights) go into one slab: one
+   * mapping, huge pages where the kernel has them, instead of a block each
+   * (a fresh block faults every 4 KiB page it is copied into). */
+  size_t slab = 0, at = 0;
+  for (int i = 0; i < L->n_consts; i++) {
+    size_t n = g->values[L->consts[i].value].nbytes;
+    if (n >= ES_RAW_STRIP_MIN && slab <= SIZE_MAX - 64 - n)
+      slab = es__align_up(slab, 64) + n;
+  }
+  unsigned char *base = slab >= ((size_t)1 << 20) ? es__graph_stage_slab(g, slab) : NULL;
   for (int i = 0; i < L->n_consts; i++) {
     const pending_const *c = &L->consts[i];
     es_value *v = &g->values[c->value];
-    void *dst = es_mem_alloc(ES_MEM_MODEL, v->nbytes ? v->nbytes : 1);
+    void *dst;
+    if (base && v->nbytes >= ES_RAW_STRIP_MIN) {
+      at = es__align_up(at, 64);
+      dst = base + at;
+      at += v->nbytes;
+    } else {
+      dst = es_mem_alloc(ES_MEM_MODEL, v->nbytes ? v->nbytes : 1);
+    }
     if (!dst)
       return es__fail(ES_ENOMEM, "out of memory staging constant '%s' (%zu bytes)", v->name,
                       v->nbytes);
