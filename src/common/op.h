@@ -151,6 +151,14 @@
   XX(ReduceProd, 1)                                                            \
   XX(ReduceSum, 1)                                                             \
   XX(ReduceSumSquare, 1)                                                       \
+  /* quantisation: 8-bit quantize and dequantize, integer products (quant.c) */ \
+  XX(ConvInteger, 10)                                                          \
+  XX(DequantizeLinear, 10)                                                     \
+  XX(DynamicQuantizeLinear, 11)                                                \
+  XX(MatMulInteger, 10)                                                        \
+  XX(QLinearConv, 10)                                                          \
+  XX(QLinearMatMul, 10)                                                        \
+  XX(QuantizeLinear, 10)                                                       \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)

@@ -24,6 +24,7 @@ const es_kernel *es__kernel_for(es_op op) {
       es__kernels_resize,      es__kernels_norm,  es__kernels_conv, es__kernels_matmul,
       es__kernels_layout,      es__kernels_layernorm, es__kernels_fused,
       es__kernels_indexing,    es__kernels_linalg,
+      es__kernels_quant,
   };
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const es_kernel *k = families[i](op);
