@@ -163,9 +163,9 @@ static void test_blocks(void **state) {
   kh_rand_f32(&seed, x, 15, -10, 10);
   for (int axis = 0; axis < 2; axis++) {
     int64_t sdims[2] = {axis ? 3 : 2, axis ? 3 : 5};
-    float s[9];
-    int8_t z[9];
-    for (int i = 0; i < 9; i++) {
+    float s[10]; /* [3, 3] along axis 1, [2, 5] along axis 0 */
+    int8_t z[10];
+    for (int i = 0; i < 10; i++) {
       s[i] = 0.03f * (float)(i + 1);
       z[i] = (int8_t)rnd(&seed, -20, 20);
     }
