@@ -162,6 +162,14 @@
   XX(MelWeightMatrix, 17)                                                      \
   XX(STFT, 17)                                                                 \
   XX(TopK, 1)                                                                  \
+  /* quantisation: 8-bit quantize and dequantize, integer products (quant.c) */ \
+  XX(ConvInteger, 10)                                                          \
+  XX(DequantizeLinear, 10)                                                     \
+  XX(DynamicQuantizeLinear, 11)                                                \
+  XX(MatMulInteger, 10)                                                        \
+  XX(QLinearConv, 10)                                                          \
+  XX(QLinearMatMul, 10)                                                        \
+  XX(QuantizeLinear, 10)                                                       \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)

@@ -445,10 +445,37 @@ static void shape_transpose(const es_node *nd, const sshape *x, sshape *o) {
   o->rank = x->rank;
 }
 
+/* The element type of input i, ES_DTYPE_UNDEFINED when absent or unknown. */
+static es_dtype input_dtype(const fuser *f, const es_node *nd, int i) {
+  sshape s;
+  es__fz_shape_of(f, i < nd->n_in ? nd->in[i] : -1, &s);
+  return s.dt;
+}
+
 /* The element type of output 0, from input 0's (x). */
-static es_dtype node_dtype(const es_node *nd, const sshape *x) {
+static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
   int64_t to;
   switch (nd->op) {
+  case ES_OP_QuantizeLinear: /* the zero point's type, else output_dtype, else uint8 */
+    if (nd->n_in > 2 && nd->in[2] >= 0)
+      return input_dtype(f, nd, 2);
+    if (f->g->opset < 21)
+      return ES_DTYPE_UINT8;
+    if (!es__fz_attr_int(nd, "output_dtype", 0, &to))
+      return ES_DTYPE_UNDEFINED;
+    return to == 0 ? ES_DTYPE_UINT8
+           : to == ES_DTYPE_UINT8 || to == ES_DTYPE_INT8 ? (es_dtype)to
+                                                         : ES_DTYPE_UNDEFINED;
+  case ES_OP_DequantizeLinear:
+    return ES_DTYPE_FLOAT;
+  case ES_OP_DynamicQuantizeLinear:
+    return ES_DTYPE_UINT8;
+  case ES_OP_MatMulInteger:
+  case ES_OP_ConvInteger:
+    return ES_DTYPE_INT32;
+  case ES_OP_QLinearMatMul:
+  case ES_OP_QLinearConv:
+    return input_dtype(f, nd, 7); /* y_zero_point's */
   case ES_OP_Cast:
     return es__fz_attr_int(nd, "to", 0, &to) && es_dtype_size((es_dtype)to) ? (es_dtype)to
                                                                       : ES_DTYPE_UNDEFINED;
@@ -514,8 +541,11 @@ static void shape_node(fuser *f, const es_node *nd) {
     es__fz_shape_of(f, nd->n_in > 1 ? nd->in[1] : -1, &b);
     shape_broadcast(f, &x, &b, &o);
     break;
-  case ES_OP_Conv: {
-    int w = nd->n_in > 1 ? nd->in[1] : -1;
+  case ES_OP_Conv:
+  case ES_OP_ConvInteger:
+  case ES_OP_QLinearConv: {
+    int wi = nd->op == ES_OP_QLinearConv ? 3 : 1;
+    int w = nd->n_in > wi ? nd->in[wi] : -1;
     if (x.rank < 0 && es__fz_is_const(f->g, w))
       shape_fresh(f, &x, f->g->values[w].rank);
     if (es__fz_is_const(f->g, w) && f->g->values[w].rank == x.rank)
@@ -545,8 +575,18 @@ static void shape_node(fuser *f, const es_node *nd) {
     shape_transpose(nd, &x, &o);
     break;
   case ES_OP_MatMul:
+  case ES_OP_MatMulInteger:
     es__fz_shape_of(f, nd->n_in > 1 ? nd->in[1] : -1, &b);
     shape_matmul(f, &x, &b, &o);
+    break;
+  case ES_OP_QLinearMatMul:
+    es__fz_shape_of(f, nd->n_in > 3 ? nd->in[3] : -1, &b);
+    shape_matmul(f, &x, &b, &o);
+    break;
+  case ES_OP_QuantizeLinear:
+  case ES_OP_DequantizeLinear:
+  case ES_OP_DynamicQuantizeLinear:
+    o = x;
     break;
   case ES_OP_Reshape:
     shape_reshape(f, nd, &x, &o);
@@ -577,7 +617,7 @@ static void shape_node(fuser *f, const es_node *nd) {
     }
     break;
   }
-  o.dt = node_dtype(nd, &x);
+  o.dt = node_dtype(f, nd, &x);
   for (int i = 0; i < o.rank; i++)
     if (o.d[i] >= DIM_MAX)
       o.d[i] = sym_fresh(f);
@@ -587,6 +627,9 @@ static void shape_node(fuser *f, const es_node *nd) {
       continue;
     if (k == 0) {
       f->shape[v] = o;
+    } else if (nd->op == ES_OP_DynamicQuantizeLinear) { /* scalar scale, zero point */
+      f->shape[v].rank = 0;
+      f->shape[v].dt = k == 1 ? ES_DTYPE_FLOAT : ES_DTYPE_UINT8;
     } else {
       shape_fresh(f, &f->shape[v], nd->op == ES_OP_Split ? x.rank : -1);
       f->shape[v].dt = nd->op == ES_OP_Split ? x.dt : ES_DTYPE_UNDEFINED;

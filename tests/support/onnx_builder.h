@@ -29,7 +29,7 @@
 #define OB_INITS 16
 #define OB_IO 3
 #define OB_ATTRS 6
-#define OB_NODE_IN 6
+#define OB_NODE_IN 9 /* QLinearConv */
 #define OB_NODE_OUT 2
 #define OB_RANK 4
 

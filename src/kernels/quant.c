@@ -1,0 +1,1000 @@
+/* Quantisation operators: QuantizeLinear, DequantizeLinear,
+ * DynamicQuantizeLinear, and the integer products MatMulInteger,
+ * ConvInteger, QLinearMatMul and QLinearConv (8-bit, uint8 or int8).
+ *
+ * The arithmetic is ONNX's, in the order ONNX Runtime evaluates it, so
+ * results agree to the bit:
+ *   - quantize: q = saturate(rint(x / scale) + zero_point), the division in
+ *     float32 and rint rounding half to even (the default rounding mode);
+ *     saturate clamps to the output type's range. NaN has no integer: it
+ *     gives the zero point (the real value 0), so no float is ever converted
+ *     to an integer outside its range (undefined in C).
+ *   - dequantize: x = (q - zero_point) * scale, the difference exact in
+ *     int64 (an int32 q minus an int32 zero point can leave int32).
+ *   - integer products accumulate exactly in 32 bits: each term
+ *     (a - za) * (b - zb) fits in int32, and the sum wraps modulo 2^32 as
+ *     ONNX Runtime's does, computed in uint32 so a long sum that leaves the
+ *     int32 range is defined behaviour.
+ *   - the QLinear ops requantize the int32 sum (plus QLinearConv's int32
+ *     bias) with one float32 multiplier per output channel or column,
+ *     a_scale * b_scale / y_scale, then round and saturate as quantize does.
+ *
+ * Scales and zero points are ordinary inputs, read at run time. Their shapes
+ * pick the granularity while planning: one element is per tensor; a 1-D
+ * tensor along `axis` (opset 13) is per axis; a tensor of x's rank whose
+ * `axis` extent is ceil(x's / block_size) (opset 21) is per block. The
+ * integer products take per-row zero points for A, per-column ones for B
+ * (MatMulInteger also their N-D forms, [..., M, 1] and [..., 1, N]) and
+ * per-output-channel ones for the convolutions' weights.
+ *
+ * Float8, 4-bit and 16-bit integer types (saturate, output_dtype of opsets
+ * 19 and 21) are legal ONNX the engine has no element type for: ES_ENOTSUP
+ * naming them.
+ *
+ * These are the plain C kernels: clear loops, correct for every attribute
+ * combination. The convolutions accumulate one output row per kernel tap
+ * over the valid range of the row (the reference Conv's order); the
+ * products accumulate rows of B scaled by A's elements and subtract B's
+ * zero points once per output element (sum (a - za)(b - zb) =
+ * sum (a - za) b - zb sum (a - za)), keeping the inner loop a plain
+ * multiply-add. */
+#include "kernels/kernel.h"
+#include "kernels/walk.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Shared helpers
+ * ======================================================================== */
+
+/* Bounds that keep size arithmetic far from int64 overflow (as conv.c). */
+#define Q_DIM_MAX ((int64_t)1 << 40)
+#define Q_ATTR_MAX ((int64_t)1 << 20)
+
+static int q_is_8bit(es_dtype t) { return t == ES_DTYPE_UINT8 || t == ES_DTYPE_INT8; }
+
+static void q_range(es_dtype t, int32_t *lo, int32_t *hi) {
+  *lo = t == ES_DTYPE_INT8 ? -128 : 0;
+  *hi = t == ES_DTYPE_INT8 ? 127 : 255;
+}
+
+/* Element i of an 8-bit tensor, widened. */
+static inline int32_t q_at8(const void *p, int is_signed, int64_t i) {
+  return is_signed ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+
+/* Element i of an 8-bit or int32 tensor, widened; q_at8 where the type is
+ * known to be 8-bit. */
+static inline int64_t q_at(const void *p, es_dtype t, int64_t i) {
+  switch (t) {
+  case ES_DTYPE_INT8:
+    return ((const int8_t *)p)[i];
+  case ES_DTYPE_UINT8:
+    return ((const uint8_t *)p)[i];
+  default:
+    return ((const int32_t *)p)[i];
+  }
+}
+
+/* rint(v) + zp, saturated to [lo, hi]; NaN gives zp. */
+static inline int32_t q_round_sat(float v, int32_t zp, int32_t lo, int32_t hi) {
+  float r = rintf(v);
+  if (r != r)
+    r = 0.0f;
+  r += (float)zp;
+  if (r <= (float)lo)
+    return lo;
+  if (r >= (float)hi)
+    return hi;
+  return (int32_t)r;
+}
+
+static inline void q_store8(void *p, int is_signed, int64_t i, int32_t v) {
+  if (is_signed)
+    ((int8_t *)p)[i] = (int8_t)v;
+  else
+    ((uint8_t *)p)[i] = (uint8_t)v;
+}
+
+/* acc[j] += a * b[j] over n, wrapping (see the note). Per signedness of b
+ * so the inner loop has no branch. */
+static void q_axpy_u8(uint32_t *restrict acc, const uint8_t *restrict b, int32_t a, int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    acc[j] += (uint32_t)(a * (int32_t)b[j]);
+}
+
+static void q_axpy_i8(uint32_t *restrict acc, const int8_t *restrict b, int32_t a, int64_t n) {
+  for (int64_t j = 0; j < n; j++)
+    acc[j] += (uint32_t)(a * (int32_t)b[j]);
+}
+
+/* Input i is present (or the node is malformed). */
+static int q_need(es_kinst *k, int i, const char *name) {
+  if (i >= k->n_in || !k->in[i])
+    return ES_KFAIL(k, ES_EMODEL, "input %d (%s) is missing", i, name);
+  return 0;
+}
+
+static int q_io(es_kinst *k, int min_in, int max_in) {
+  if (k->n_in < min_in || k->n_in > max_in)
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1", k->n_out);
+  return 0;
+}
+
+static int q_dtype_8bit(es_kinst *k, const es_tdesc *t, const char *name) {
+  if (!q_is_8bit(t->dtype))
+    return ES_KFAIL(k, ES_EMODEL, "%s is %s, expected uint8 or int8", name,
+                    es_dtype_name(t->dtype));
+  return 0;
+}
+
+static int q_dtype_float(es_kinst *k, const es_tdesc *t, const char *name) {
+  if (t->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_EMODEL, "%s is %s, expected float32", name, es_dtype_name(t->dtype));
+  return 0;
+}
+
+/* One element: a scalar or a 1-D tensor of one (both are "per tensor"). */
+static int q_is_single(const es_tdesc *t) { return t->rank <= 1 && t->count == 1; }
+
+static int q_single(es_kinst *k, const es_tdesc *t, const char *name) {
+  if (!q_is_single(t))
+    return ES_KFAIL(k, ES_EMODEL, "%s must be a scalar (has rank %d, %zu elements)", name,
+                    t->rank, t->count);
+  return 0;
+}
+
+/* A vector along one dimension of extent n: a single element (broadcast,
+ * *per = 0) or 1-D [n] (*per = 1). */
+static int q_vec(es_kinst *k, const es_tdesc *t, int64_t n, const char *name, const char *of,
+                 int *per) {
+  *per = 0;
+  if (q_is_single(t))
+    return 0;
+  if (t->rank != 1 || t->dims[0] != n)
+    return ES_KFAIL(k, ES_EMODEL, "%s must be a scalar or 1-D with %lld elements (%s), has rank "
+                    "%d and %zu elements", name, (long long)n, of, t->rank, t->count);
+  *per = 1;
+  return 0;
+}
+
+static int q_out_set(es_kinst *k, int i, es_dtype dt, int rank, const int64_t *dims) {
+  int rc = es__tdesc_set(k->out[i], dt, rank, dims);
+  if (rc < 0)
+    return ES_KFAIL(k, rc, "output %d: %s", i, es_last_error_detail());
+  return 0;
+}
+
+/* Product of dims[a..b): 0 when one is 0, else saturated at INT64_MAX (a
+ * zero-sized tensor's other dims are unbounded, so their product may not
+ * fit; callers use it only where a nonzero product is known to be small). */
+static int64_t q_prod(const int64_t *dims, int a, int b) {
+  int64_t n = 1;
+  for (int i = a; i < b; i++)
+    if (dims[i] == 0)
+      return 0;
+  for (int i = a; i < b; i++)
+    if (__builtin_mul_overflow(n, dims[i], &n))
+      return INT64_MAX;
+  return n;
+}
+
+/* ==========================================================================
+ * QuantizeLinear and DequantizeLinear
+ * ======================================================================== */
+
+/* How x's elements find their scale and zero point: x viewed as
+ * [outer, d, inner] around the quantisation axis; the parameter of element
+ * (o, a, i) is at o * so + (a / block) * sa + i * si. Per tensor all
+ * strides are 0; per axis sa = 1; per block so = ceil(d / block) * inner,
+ * sa = inner, si = 1. */
+typedef struct q_map {
+  int64_t outer, d, inner, block;
+  int64_t so, sa, si;
+} q_map;
+
+typedef struct qlin_params {
+  q_map map;
+  es_dtype xt, yt; /* element types of the input and the output */
+  int has_zp;
+  int32_t lo, hi;  /* QuantizeLinear: the output type's range */
+} qlin_params;
+
+/* The granularity of scale (input 1) and zero point (input 2, may be
+ * absent) over x (input 0), from their shapes and the attributes axis
+ * (opset 13) and block_size (opset 21). */
+static int q_map_parse(es_kinst *k, q_map *m) {
+  const es_tdesc *x = k->in[0], *s = k->in[1], *z = k->n_in > 2 ? k->in[2] : NULL;
+  const char *sn = k->node.op == ES_OP_QuantizeLinear ? "y_scale" : "x_scale";
+  const char *zn = k->node.op == ES_OP_QuantizeLinear ? "y_zero_point" : "x_zero_point";
+  int64_t axis = 1, block = 0;
+  int rc;
+  if (k->opset >= 13 && (rc = es__attr_int(k, "axis", 1, &axis)) < 0)
+    return rc;
+  if (k->opset >= 21 && (rc = es__attr_int(k, "block_size", 0, &block)) < 0)
+    return rc;
+  if (block < 0)
+    return ES_KFAIL(k, ES_EMODEL, "block_size is %lld, expected 0 (none) or more",
+                    (long long)block);
+  if (z && (z->rank != s->rank || !es__tdesc_same_shape(z, s)) &&
+      !(q_is_single(z) && q_is_single(s)))
+    return ES_KFAIL(k, ES_EMODEL, "%s and %s have different shapes (ranks %d and %d, %zu and "
+                    "%zu elements)", zn, sn, z->rank, s->rank, z->count, s->count);
+  memset(m, 0, sizeof *m);
+  m->outer = 1;
+  m->d = (int64_t)x->count;
+  m->inner = 1;
+  m->block = 1;
+  if (q_is_single(s) && (block == 0 || s->rank == 0))
+    return 0; /* per tensor */
+  if (k->opset < 13)
+    return ES_KFAIL(k, ES_EMODEL, "%s must be a scalar before opset 13 (has rank %d, %zu "
+                    "elements; model opset %lld)", sn, s->rank, s->count, (long long)k->opset);
+  int ax;
+  if ((rc = es__axis_norm(k, axis, x->rank, &ax)) < 0)
+    return rc;
+  m->d = x->dims[ax];
+  /* an empty x walks nothing (outer 0); otherwise every product is below
+   * x's element count */
+  m->outer = x->count ? q_prod(x->dims, 0, ax) : 0;
+  m->inner = q_prod(x->dims, ax + 1, x->rank);
+  if (block == 0) {
+    if (s->rank != 1 || s->dims[0] != m->d)
+      return ES_KFAIL(k, ES_EMODEL, "%s must be a scalar or 1-D with %lld elements (axis %d of "
+                      "x), has rank %d and %zu elements", sn, (long long)m->d, ax, s->rank,
+                      s->count);
+    m->sa = 1;
+    return 0;
+  }
+  if (block > Q_DIM_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "block_size %lld is more than 2^40", (long long)block);
+  int64_t nb = (m->d + block - 1) / block;
+  int ok = s->rank == x->rank;
+  for (int i = 0; ok && i < x->rank; i++)
+    ok = s->dims[i] == (i == ax ? nb : x->dims[i]);
+  if (!ok)
+    return ES_KFAIL(k, ES_EMODEL, "with block_size %lld along axis %d, %s must have x's shape "
+                    "with %lld (ceil(%lld / %lld)) on that axis", (long long)block, ax, sn,
+                    (long long)nb, (long long)m->d, (long long)block);
+  m->block = block;
+  m->so = x->count ? nb * m->inner : 0;
+  m->sa = m->inner;
+  m->si = 1;
+  return 0;
+}
+
+/* QuantizeLinear's output type: the zero point's, else output_dtype
+ * (opset 21), else uint8. */
+static int quant_out_type(es_kinst *k, const es_tdesc *z, es_dtype *out) {
+  int64_t odt = 0, sat = 1;
+  int rc;
+  if (k->opset >= 21 && (rc = es__attr_int(k, "output_dtype", 0, &odt)) < 0)
+    return rc;
+  if (k->opset >= 19 && (rc = es__attr_int(k, "saturate", 1, &sat)) < 0)
+    return rc;
+  if (sat != 0 && sat != 1)
+    return ES_KFAIL(k, ES_EMODEL, "saturate is %lld, expected 0 or 1", (long long)sat);
+  if (odt >= 17 && odt <= 20)
+    return ES_KFAIL(k, ES_ENOTSUP, "output_dtype %lld is a float8 type: float8 quantisation "
+                    "(and its saturate attribute) is not supported", (long long)odt);
+  if (odt == 4 || odt == 5 || odt == 21 || odt == 22)
+    return ES_KFAIL(k, ES_ENOTSUP, "output_dtype %lld (%s) is not supported: uint8 and int8 only",
+                    (long long)odt, odt == 4 ? "uint16" : odt == 5 ? "int16" : odt == 21 ? "uint4"
+                                                                                         : "int4");
+  if (odt != 0 && odt != ES_DTYPE_UINT8 && odt != ES_DTYPE_INT8)
+    return ES_KFAIL(k, ES_EMODEL, "output_dtype %lld is not a quantised integer type",
+                    (long long)odt);
+  if (z) {
+    if ((rc = q_dtype_8bit(k, z, "y_zero_point")) < 0)
+      return rc;
+    if (odt && odt != (int64_t)z->dtype)
+      return ES_KFAIL(k, ES_EMODEL, "output_dtype %lld differs from y_zero_point's type %s",
+                      (long long)odt, es_dtype_name(z->dtype));
+    *out = z->dtype;
+  } else {
+    *out = odt ? (es_dtype)odt : ES_DTYPE_UINT8;
+  }
+  return 0;
+}
+
+static int qlin_infer(es_kinst *k) {
+  qlin_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  int quant = k->node.op == ES_OP_QuantizeLinear;
+  int rc;
+  if ((rc = q_io(k, 2, 3)) < 0 || (rc = q_need(k, 0, "x")) < 0 ||
+      (rc = q_need(k, 1, quant ? "y_scale" : "x_scale")) < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *s = k->in[1], *z = k->n_in > 2 ? k->in[2] : NULL;
+  if ((rc = q_dtype_float(k, s, quant ? "y_scale" : "x_scale")) < 0)
+    return rc;
+  p->xt = x->dtype;
+  p->has_zp = z != NULL;
+  if (quant) {
+    if (x->dtype != ES_DTYPE_FLOAT && x->dtype != ES_DTYPE_INT32)
+      return ES_KFAIL(k, ES_EMODEL, "x is %s, expected float32 or int32", es_dtype_name(x->dtype));
+    if ((rc = quant_out_type(k, z, &p->yt)) < 0)
+      return rc;
+    q_range(p->yt, &p->lo, &p->hi);
+  } else {
+    if (!q_is_8bit(x->dtype) && x->dtype != ES_DTYPE_INT32)
+      return ES_KFAIL(k, ES_EMODEL, "x is %s, expected uint8, int8 or int32",
+                      es_dtype_name(x->dtype));
+    if (z && z->dtype != x->dtype)
+      return ES_KFAIL(k, ES_EMODEL, "x_zero_point is %s, x %s: they must be the same type",
+                      es_dtype_name(z->dtype), es_dtype_name(x->dtype));
+    p->yt = ES_DTYPE_FLOAT;
+  }
+  if ((rc = q_map_parse(k, &p->map)) < 0)
+    return rc;
+  k->inplace = -1;
+  return q_out_set(k, 0, p->yt, x->rank, x->dims);
+}
+
+static int quant_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const qlin_params *p = k->params;
+  const q_map *m = &p->map;
+  const float *s = in[1];
+  const void *z = p->has_zp ? in[2] : NULL;
+  int ysg = p->yt == ES_DTYPE_INT8;
+  int64_t e = 0;
+  for (int64_t o = 0; o < m->outer; o++)
+    for (int64_t a = 0; a < m->d; a++) {
+      int64_t base = o * m->so + (a / m->block) * m->sa;
+      for (int64_t i = 0; i < m->inner; i++, e++) {
+        int64_t q = base + i * m->si;
+        float xv = p->xt == ES_DTYPE_FLOAT ? ((const float *)in[0])[e]
+                                           : (float)((const int32_t *)in[0])[e];
+        int32_t zp = z ? q_at8(z, ysg, q) : 0;
+        q_store8(out[0], ysg, e, q_round_sat(xv / s[q], zp, p->lo, p->hi));
+      }
+    }
+  return 0;
+}
+
+static int dequant_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const qlin_params *p = k->params;
+  const q_map *m = &p->map;
+  const float *s = in[1];
+  const void *z = p->has_zp ? in[2] : NULL;
+  float *y = out[0];
+  int64_t e = 0;
+  for (int64_t o = 0; o < m->outer; o++)
+    for (int64_t a = 0; a < m->d; a++) {
+      int64_t base = o * m->so + (a / m->block) * m->sa;
+      for (int64_t i = 0; i < m->inner; i++, e++) {
+        int64_t q = base + i * m->si;
+        int64_t zp = z ? q_at(z, p->xt, q) : 0;
+        y[e] = (float)(q_at(in[0], p->xt, e) - zp) * s[q];
+      }
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * DynamicQuantizeLinear
+ * ======================================================================== */
+
+typedef struct dql_params {
+  int64_t count;
+  int has[3]; /* outputs y, y_scale, y_zero_point present */
+} dql_params;
+
+static int dql_infer(es_kinst *k) {
+  dql_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  int rc;
+  if (k->n_in != 1 || !k->in[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected 1 (x)", k->n_in);
+  if (k->n_out < 1 || k->n_out > 3)
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1 to 3", k->n_out);
+  const es_tdesc *x = k->in[0];
+  if ((rc = q_dtype_float(k, x, "x")) < 0)
+    return rc;
+  p->count = (int64_t)x->count;
+  for (int i = 0; i < k->n_out; i++)
+    p->has[i] = k->out[i] != NULL;
+  if (p->has[0] && (rc = q_out_set(k, 0, ES_DTYPE_UINT8, x->rank, x->dims)) < 0)
+    return rc;
+  if (p->has[1] && (rc = q_out_set(k, 1, ES_DTYPE_FLOAT, 0, NULL)) < 0)
+    return rc;
+  if (p->has[2] && (rc = q_out_set(k, 2, ES_DTYPE_UINT8, 0, NULL)) < 0)
+    return rc;
+  k->inplace = -1;
+  return 0;
+}
+
+/* The range [min(x, 0), max(x, 0)] mapped onto [0, 255] (NaNs ignored);
+ * an empty range (all zeros) gets scale 1, as ONNX Runtime gives it,
+ * instead of the 0 that would divide by zero. */
+static int dql_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const dql_params *p = k->params;
+  const float *x = in[0];
+  float mn = 0.0f, mx = 0.0f;
+  for (int64_t i = 0; i < p->count; i++) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  float scale = mx == mn ? 1.0f : (mx - mn) / 255.0f;
+  float zf = 0.0f - mn / scale;
+  if (zf != zf)
+    zf = 0.0f; /* an infinite range */
+  zf = zf < 0.0f ? 0.0f : zf > 255.0f ? 255.0f : zf;
+  int32_t zp = (int32_t)rintf(zf);
+  if (p->has[0])
+    for (int64_t i = 0; i < p->count; i++)
+      ((uint8_t *)out[0])[i] = (uint8_t)q_round_sat(x[i] / scale, zp, 0, 255);
+  if (p->has[1])
+    *(float *)out[1] = scale;
+  if (p->has[2])
+    *(uint8_t *)out[2] = (uint8_t)zp;
+  return 0;
+}
+
+/* ==========================================================================
+ * MatMulInteger and QLinearMatMul
+ * ======================================================================== */
+
+/* The operands of the product: A, B, and A's and B's zero points. */
+enum { MM_A, MM_B, MM_ZA, MM_ZB, MM_OPS };
+
+typedef struct qmm_params {
+  int qlinear;
+  int64_t m, k, n;
+  int nb;                              /* output batch rank */
+  int64_t bdims[ES_MAX_RANK];          /* output batch dims */
+  int64_t st[ES_MAX_RANK * MM_OPS];    /* per batch dim and operand: element stride */
+  int64_t batch;
+  int empty;                           /* the output has no element: run does nothing */
+  int as, bs;                          /* A, B signed */
+  int has_za, has_zb;
+  int za_rows, zb_cols;                /* zero point per row of A, per column of B */
+  /* QLinearMatMul */
+  int sa_rows, sb_cols;                /* scale per row of A, per column of B */
+  int ys;                              /* Y signed */
+  int32_t lo, hi;
+} qmm_params;
+
+/* Input indices per op: A, B, za, zb (MatMulInteger: 0 1 2 3; QLinearMatMul:
+ * 0 3 2 5, scales 1 4, Y's 6 7). */
+static const int mmi_idx[MM_OPS] = {0, 1, 2, 3}, qlmm_idx[MM_OPS] = {0, 3, 2, 5};
+
+static void qmm_batch_of(const es_tdesc *t, int nb, int64_t *dims) {
+  int tb = t->rank > 2 ? t->rank - 2 : 0;
+  for (int i = 0; i < nb; i++) {
+    int j = i - (nb - tb);
+    dims[i] = j >= 0 ? t->dims[j] : 1;
+  }
+}
+
+/* A zero point of A (is_a) or B: one element, a vector along M (of A's
+ * rows) or N (of B's columns), or (MatMulInteger) the operand's shape with
+ * K replaced by 1. Sets *per (per row / column) and *nd (batched). */
+static int qmm_zero_point(es_kinst *k, const qmm_params *p, const es_tdesc *z, const es_tdesc *x,
+                          int is_a, const char *name, int *per, int *nd) {
+  *per = *nd = 0;
+  if (q_is_single(z))
+    return 0;
+  int64_t n = is_a ? p->m : p->n;
+  if (z->rank == 1 && z->dims[0] == n && x->rank >= 2) {
+    *per = 1;
+    return 0;
+  }
+  int ok = !p->qlinear && x->rank > 2 && z->rank == x->rank;
+  for (int i = 0; ok && i < x->rank; i++)
+    ok = z->dims[i] == (i == x->rank - (is_a ? 1 : 2) ? 1 : x->dims[i]);
+  if (!ok)
+    return ES_KFAIL(k, ES_EMODEL, "%s must be a scalar, 1-D with %lld elements (one per %s)%s; "
+                    "has rank %d and %zu elements", name, (long long)n,
+                    is_a ? "row of A" : "column of B",
+                    p->qlinear ? "" : is_a ? " or A's shape with K = 1" : " or B's shape with K = 1",
+                    z->rank, z->count);
+  *per = *nd = 1;
+  return 0;
+}
+
+static int qmm_infer(es_kinst *k) {
+  qmm_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  p->qlinear = k->node.op == ES_OP_QLinearMatMul;
+  const int *ix = p->qlinear ? qlmm_idx : mmi_idx;
+  int rc;
+  if (p->qlinear) {
+    static const char *names[8] = {"a", "a_scale", "a_zero_point", "b",
+                                   "b_scale", "b_zero_point", "y_scale", "y_zero_point"};
+    if ((rc = q_io(k, 8, 8)) < 0)
+      return rc;
+    for (int i = 0; i < 8; i++)
+      if ((rc = q_need(k, i, names[i])) < 0)
+        return rc;
+  } else if ((rc = q_io(k, 2, 4)) < 0 || (rc = q_need(k, 0, "A")) < 0 ||
+             (rc = q_need(k, 1, "B")) < 0) {
+    return rc;
+  }
+  const es_tdesc *a = k->in[ix[MM_A]], *b = k->in[ix[MM_B]];
+  const es_tdesc *za = k->n_in > ix[MM_ZA] ? k->in[ix[MM_ZA]] : NULL;
+  const es_tdesc *zb = k->n_in > ix[MM_ZB] ? k->in[ix[MM_ZB]] : NULL;
+  if ((rc = q_dtype_8bit(k, a, "A")) < 0 || (rc = q_dtype_8bit(k, b, "B")) < 0)
+    return rc;
+  if (za && za->dtype != a->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "A's zero point is %s, A %s: they must be the same type",
+                    es_dtype_name(za->dtype), es_dtype_name(a->dtype));
+  if (zb && zb->dtype != b->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "B's zero point is %s, B %s: they must be the same type",
+                    es_dtype_name(zb->dtype), es_dtype_name(b->dtype));
+  p->as = a->dtype == ES_DTYPE_INT8;
+  p->bs = b->dtype == ES_DTYPE_INT8;
+  if (a->rank < 1 || b->rank < 1)
+    return ES_KFAIL(k, ES_EMODEL, "A and B must have rank 1 or more (A %d, B %d)", a->rank,
+                    b->rank);
+  for (int t = 0; t < 2; t++) {
+    const es_tdesc *x = t ? b : a;
+    for (int i = 0; i < x->rank; i++)
+      if (x->dims[i] > Q_DIM_MAX)
+        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %c is %lld, more than 2^40", i,
+                        t ? 'B' : 'A', (long long)x->dims[i]);
+  }
+  /* numpy's MatMul: A [K] is [1, K] and B [K] is [K, 1], the 1 dropped */
+  p->m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
+  p->k = a->dims[a->rank - 1];
+  int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
+  p->n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+  if (kb != p->k)
+    return ES_KFAIL(k, ES_EMODEL, "inner dimensions differ: A has K = %lld, B has K = %lld",
+                    (long long)p->k, (long long)kb);
+  int za_nd = 0, zb_nd = 0;
+  if (za && (rc = qmm_zero_point(k, p, za, a, 1, "A's zero point", &p->za_rows, &za_nd)) < 0)
+    return rc;
+  if (zb && (rc = qmm_zero_point(k, p, zb, b, 0, "B's zero point", &p->zb_cols, &zb_nd)) < 0)
+    return rc;
+  p->has_za = za != NULL;
+  p->has_zb = zb != NULL;
+  int ab = a->rank > 2 ? a->rank - 2 : 0, bb = b->rank > 2 ? b->rank - 2 : 0;
+  p->nb = ab > bb ? ab : bb;
+  int64_t ad[ES_MAX_RANK], bd[ES_MAX_RANK], od[ES_MAX_RANK + 2];
+  qmm_batch_of(a, p->nb, ad);
+  qmm_batch_of(b, p->nb, bd);
+  int r = 0;
+  for (int i = 0; i < p->nb; i++) {
+    if (ad[i] != bd[i] && ad[i] != 1 && bd[i] != 1)
+      return ES_KFAIL(k, ES_EMODEL,
+                      "batch dimensions do not broadcast: %lld vs %lld (output batch axis %d)",
+                      (long long)ad[i], (long long)bd[i], i);
+    p->bdims[i] = od[r++] = ad[i] == 1 ? bd[i] : ad[i];
+  }
+  if (a->rank > 1)
+    od[r++] = p->m;
+  if (b->rank > 1)
+    od[r++] = p->n;
+  if (r > ES_MAX_RANK)
+    return ES_KFAIL(k, ES_ENOTSUP, "the output has rank %d, more than %d", r, ES_MAX_RANK);
+  es_dtype yt = ES_DTYPE_INT32;
+  if (p->qlinear) {
+    const es_tdesc *sa = k->in[1], *sb = k->in[4], *sy = k->in[6], *zy = k->in[7];
+    if ((rc = q_dtype_float(k, sa, "a_scale")) < 0 || (rc = q_dtype_float(k, sb, "b_scale")) < 0 ||
+        (rc = q_dtype_float(k, sy, "y_scale")) < 0 || (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
+        (rc = q_vec(k, sa, p->m, "a_scale", "one per row of a", &p->sa_rows)) < 0 ||
+        (rc = q_vec(k, sb, p->n, "b_scale", "one per column of b", &p->sb_cols)) < 0 ||
+        (rc = q_single(k, sy, "y_scale")) < 0 || (rc = q_single(k, zy, "y_zero_point")) < 0)
+      return rc;
+    if (p->sa_rows && a->rank < 2)
+      return ES_KFAIL(k, ES_EMODEL, "a_scale has one value per row, but a is 1-D");
+    if (p->sb_cols && b->rank < 2)
+      return ES_KFAIL(k, ES_EMODEL, "b_scale has one value per column, but b is 1-D");
+    yt = zy->dtype;
+    p->ys = yt == ES_DTYPE_INT8;
+    q_range(yt, &p->lo, &p->hi);
+    k->scratch_bytes = (size_t)p->n * sizeof(uint32_t);
+  }
+  if ((rc = q_out_set(k, 0, yt, r, od)) < 0)
+    return rc;
+  k->inplace = -1;
+  p->empty = k->out[0]->count == 0;
+  if (p->empty)
+    return 0;
+  /* Element strides per output batch dim (0 where an operand broadcasts).
+   * With a nonzero output every operand's dims are at least 1 except K, so
+   * each product stays below its operand's element count (or is 0). */
+  int64_t sz[MM_OPS] = {p->m * p->k, p->k * p->n, za_nd ? p->m : 0, zb_nd ? p->n : 0};
+  p->batch = 1;
+  for (int i = p->nb - 1; i >= 0; i--) {
+    int64_t *st = p->st + (size_t)i * MM_OPS;
+    st[MM_A] = ad[i] == 1 ? 0 : sz[MM_A];
+    st[MM_B] = bd[i] == 1 ? 0 : sz[MM_B];
+    st[MM_ZA] = ad[i] == 1 ? 0 : sz[MM_ZA];
+    st[MM_ZB] = bd[i] == 1 ? 0 : sz[MM_ZB];
+    sz[MM_A] *= ad[i];
+    sz[MM_B] *= bd[i];
+    sz[MM_ZA] *= ad[i];
+    sz[MM_ZB] *= bd[i];
+    p->batch *= p->bdims[i];
+  }
+  k->flops = 2 * (uint64_t)k->out[0]->count * (uint64_t)p->k;
+  return 0;
+}
+
+static int qmm_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  const qmm_params *p = k->params;
+  const int *ix = p->qlinear ? qlmm_idx : mmi_idx;
+  const void *a = in[ix[MM_A]], *b = in[ix[MM_B]];
+  const void *za = p->has_za ? in[ix[MM_ZA]] : NULL, *zb = p->has_zb ? in[ix[MM_ZB]] : NULL;
+  int64_t m = p->m, kk = p->k, n = p->n;
+  if (p->empty)
+    return 0;
+  int64_t idx[ES_MAX_RANK] = {0}, off[MM_OPS] = {0};
+  for (int64_t bt = 0; bt < p->batch; bt++) {
+    uint32_t *yi = p->qlinear ? NULL : (uint32_t *)out[0] + bt * m * n;
+    for (int64_t i = 0; i < m; i++) {
+      uint32_t *acc = p->qlinear ? scratch : yi + i * n;
+      memset(acc, 0, (size_t)n * sizeof *acc);
+      int32_t zai = za ? q_at8(za, p->as, off[MM_ZA] + (p->za_rows ? i : 0)) : 0;
+      const int64_t arow = off[MM_A] + i * kk;
+      uint32_t asum = 0; /* sum of (a - za) over the row, for B's zero points */
+      for (int64_t t = 0; t < kk; t++) {
+        int32_t av = q_at8(a, p->as, arow + t) - zai;
+        asum += (uint32_t)av;
+        if (av == 0)
+          continue;
+        if (p->bs)
+          q_axpy_i8(acc, (const int8_t *)b + off[MM_B] + t * n, av, n);
+        else
+          q_axpy_u8(acc, (const uint8_t *)b + off[MM_B] + t * n, av, n);
+      }
+      if (zb)
+        for (int64_t j = 0; j < n; j++)
+          acc[j] -= asum * (uint32_t)q_at8(zb, p->bs, off[MM_ZB] + (p->zb_cols ? j : 0));
+      if (!p->qlinear)
+        continue;
+      /* requantize the row */
+      const float *sa = in[1], *sb = in[4], *sy = in[6];
+      int32_t zy = q_at8(in[7], p->ys, 0);
+      float sai = sa[p->sa_rows ? i : 0];
+      float mult = sai * sb[0] / sy[0];
+      for (int64_t j = 0; j < n; j++) {
+        if (p->sb_cols)
+          mult = sai * sb[j] / sy[0];
+        q_store8(out[0], p->ys, (bt * m + i) * n + j,
+                 q_round_sat((float)(int32_t)acc[j] * mult, zy, p->lo, p->hi));
+      }
+    }
+    es__walk_step(p->nb, p->bdims, idx, MM_OPS, off, p->st);
+  }
+  return 0;
+}
+
+/* ==========================================================================
+ * ConvInteger and QLinearConv
+ * ======================================================================== */
+
+typedef struct qconv_params {
+  int qlinear;
+  int nsp;                 /* spatial rank: 1..3 */
+  int64_t n, c, m, g;      /* batch, input channels, output channels, groups */
+  /* spatial geometry right-aligned in 3 slots (leading ones: size 1) */
+  int64_t in[3], out[3], ker[3], str[3], dil[3], pb[3];
+  int xs, ws, ys;          /* X, W, Y signed */
+  int has_zx, has_zw;
+  int zw_per;              /* W's zero point per output channel */
+  int sw_per;              /* QLinearConv: W's scale per output channel */
+  int has_bias;
+  int32_t lo, hi;
+  int64_t ivol, ovol, kvol; /* spatial volumes of x, y and the kernel */
+  int empty;                /* the output has no element: run does nothing */
+} qconv_params;
+
+/* Input indices: X, W, x's zero point, w's zero point (ConvInteger 0 1 2 3;
+ * QLinearConv 0 3 2 5, scales 1 4, Y's 6 7, bias 8). */
+enum { QC_X, QC_W, QC_ZX, QC_ZW };
+static const int ci_idx[4] = {0, 1, 2, 3}, qlc_idx[4] = {0, 3, 2, 5};
+
+/* An ints attribute of exactly len values in [min, 2^20] (def when absent). */
+static int qconv_ints(es_kinst *k, const char *name, int len, int64_t min, int64_t def,
+                      int64_t *out) {
+  const int64_t *v;
+  size_t n;
+  int rc = es__attr_ints(k, name, &v, &n);
+  if (rc < 0)
+    return rc;
+  for (int i = 0; i < len; i++) {
+    if (v && n != (size_t)len)
+      return ES_KFAIL(k, ES_EMODEL, "attribute %s has %zu values, expected %d", name, n, len);
+    out[i] = v ? v[i] : def;
+    if (out[i] < min || out[i] > Q_ATTR_MAX)
+      return ES_KFAIL(k, ES_EMODEL, "%s[%d] is %lld, expected %lld to 2^20", name, i,
+                      (long long)out[i], (long long)min);
+  }
+  return 0;
+}
+
+/* Conv's geometry (the ONNX Conv attributes) for X and W. */
+static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
+  if (x->rank < 3)
+    return ES_KFAIL(k, ES_EMODEL, "x has rank %d, expected N x C x D1 ... (rank 3 or more)",
+                    x->rank);
+  if (x->rank > 5)
+    return ES_KFAIL(k, ES_ENOTSUP, "x has rank %d: only 1-D to 3-D convolutions are supported",
+                    x->rank);
+  if (w->rank != x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "w has rank %d, expected %d (as x)", w->rank, x->rank);
+  for (int t = 0; t < 2; t++) {
+    const es_tdesc *d = t ? w : x;
+    for (int i = 0; i < d->rank; i++)
+      if (d->dims[i] > Q_DIM_MAX)
+        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %s is %lld, more than 2^40", i,
+                        t ? "w" : "x", (long long)d->dims[i]);
+  }
+  int nsp = x->rank - 2, rc;
+  p->nsp = nsp;
+  if ((rc = es__attr_int(k, "group", 1, &p->g)) < 0)
+    return rc;
+  if (p->g < 1 || p->g > Q_DIM_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "group is %lld, expected at least 1", (long long)p->g);
+  p->n = x->dims[0];
+  p->c = x->dims[1];
+  p->m = w->dims[0];
+  if (p->c % p->g || p->m % p->g)
+    return ES_KFAIL(k, ES_EMODEL, "x's %lld channels and w's %lld output channels must be "
+                    "multiples of group %lld", (long long)p->c, (long long)p->m, (long long)p->g);
+  if (w->dims[1] * p->g != p->c)
+    return ES_KFAIL(k, ES_EMODEL, "w has %lld input channels per group, expected %lld (x's %lld "
+                    "/ group %lld)", (long long)w->dims[1], (long long)(p->c / p->g),
+                    (long long)p->c, (long long)p->g);
+  int64_t st[3], dl[3], pads[6];
+  const int64_t *kv;
+  size_t kn;
+  if ((rc = es__attr_ints(k, "kernel_shape", &kv, &kn)) < 0)
+    return rc;
+  if (kv && kn != (size_t)nsp)
+    return ES_KFAIL(k, ES_EMODEL, "kernel_shape has %zu values, expected %d", kn, nsp);
+  for (int i = 0; i < nsp; i++) {
+    if (w->dims[2 + i] < 1)
+      return ES_KFAIL(k, ES_EMODEL, "w's kernel dimension %d is %lld, expected at least 1", i,
+                      (long long)w->dims[2 + i]);
+    if (kv && kv[i] != w->dims[2 + i])
+      return ES_KFAIL(k, ES_EMODEL, "kernel_shape[%d] is %lld but w's kernel is %lld", i,
+                      (long long)kv[i], (long long)w->dims[2 + i]);
+  }
+  if ((rc = qconv_ints(k, "strides", nsp, 1, 1, st)) < 0 ||
+      (rc = qconv_ints(k, "dilations", nsp, 1, 1, dl)) < 0 ||
+      (rc = qconv_ints(k, "pads", 2 * nsp, 0, 0, pads)) < 0)
+    return rc;
+  const char *ap;
+  if ((rc = es__attr_string(k, "auto_pad", "NOTSET", &ap)) < 0)
+    return rc;
+  int same = !strcmp(ap, "SAME_UPPER") ? 1 : !strcmp(ap, "SAME_LOWER") ? 2 : 0;
+  if (!same && strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+    return ES_KFAIL(k, ES_EMODEL, "auto_pad '%s' is not one of NOTSET, SAME_UPPER, SAME_LOWER, "
+                    "VALID", ap);
+  int valid = !strcmp(ap, "VALID");
+  for (int s = 0; s < 3; s++) {
+    int i = s - (3 - nsp);
+    if (i < 0) {
+      p->in[s] = p->out[s] = p->ker[s] = p->str[s] = p->dil[s] = 1;
+      p->pb[s] = 0;
+      continue;
+    }
+    p->in[s] = x->dims[2 + i];
+    p->ker[s] = w->dims[2 + i];
+    p->str[s] = st[i];
+    p->dil[s] = dl[i];
+    int64_t dk = (p->ker[s] - 1) * p->dil[s] + 1, pe;
+    if (same) {
+      int64_t o = (p->in[s] + st[i] - 1) / st[i];
+      int64_t total = (o - 1) * st[i] + dk - p->in[s];
+      total = total > 0 ? total : 0;
+      p->pb[s] = same == 1 ? total / 2 : total - total / 2;
+      pe = total - p->pb[s];
+    } else if (valid) {
+      p->pb[s] = pe = 0;
+    } else {
+      p->pb[s] = pads[i];
+      pe = pads[nsp + i];
+    }
+    int64_t span = p->in[s] + p->pb[s] + pe;
+    if (span < dk)
+      return ES_KFAIL(k, ES_EMODEL, "kernel extent %lld (kernel %lld, dilation %lld) is larger "
+                      "than the padded input %lld on spatial axis %d", (long long)dk,
+                      (long long)p->ker[s], (long long)p->dil[s], (long long)span, i);
+    p->out[s] = (span - dk) / p->str[s] + 1;
+  }
+  return 0;
+}
+
+static int qconv_infer(es_kinst *k) {
+  qconv_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  p->qlinear = k->node.op == ES_OP_QLinearConv;
+  const int *ix = p->qlinear ? qlc_idx : ci_idx;
+  int rc;
+  if (p->qlinear) {
+    static const char *names[8] = {"x", "x_scale", "x_zero_point", "w",
+                                   "w_scale", "w_zero_point", "y_scale", "y_zero_point"};
+    if ((rc = q_io(k, 8, 9)) < 0)
+      return rc;
+    for (int i = 0; i < 8; i++)
+      if ((rc = q_need(k, i, names[i])) < 0)
+        return rc;
+  } else if ((rc = q_io(k, 2, 4)) < 0 || (rc = q_need(k, 0, "x")) < 0 ||
+             (rc = q_need(k, 1, "w")) < 0) {
+    return rc;
+  }
+  const es_tdesc *x = k->in[ix[QC_X]], *w = k->in[ix[QC_W]];
+  const es_tdesc *zx = k->n_in > ix[QC_ZX] ? k->in[ix[QC_ZX]] : NULL;
+  const es_tdesc *zw = k->n_in > ix[QC_ZW] ? k->in[ix[QC_ZW]] : NULL;
+  if ((rc = q_dtype_8bit(k, x, "x")) < 0 || (rc = q_dtype_8bit(k, w, "w")) < 0)
+    return rc;
+  if (zx && zx->dtype != x->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "x_zero_point is %s, x %s: they must be the same type",
+                    es_dtype_name(zx->dtype), es_dtype_name(x->dtype));
+  if (zw && zw->dtype != w->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "w_zero_point is %s, w %s: they must be the same type",
+                    es_dtype_name(zw->dtype), es_dtype_name(w->dtype));
+  p->xs = x->dtype == ES_DTYPE_INT8;
+  p->ws = w->dtype == ES_DTYPE_INT8;
+  if ((rc = qconv_geometry(k, p, x, w)) < 0)
+    return rc;
+  if (zx && (rc = q_single(k, zx, "x_zero_point")) < 0)
+    return rc;
+  if (zw && (rc = q_vec(k, zw, p->m, "w_zero_point", "one per output channel", &p->zw_per)) < 0)
+    return rc;
+  p->has_zx = zx != NULL;
+  p->has_zw = zw != NULL;
+  es_dtype yt = ES_DTYPE_INT32;
+  if (p->qlinear) {
+    const es_tdesc *sx = k->in[1], *sw = k->in[4], *sy = k->in[6], *zy = k->in[7];
+    const es_tdesc *bias = k->n_in > 8 ? k->in[8] : NULL;
+    if ((rc = q_dtype_float(k, sx, "x_scale")) < 0 || (rc = q_dtype_float(k, sw, "w_scale")) < 0 ||
+        (rc = q_dtype_float(k, sy, "y_scale")) < 0 || (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
+        (rc = q_single(k, sx, "x_scale")) < 0 ||
+        (rc = q_vec(k, sw, p->m, "w_scale", "one per output channel", &p->sw_per)) < 0 ||
+        (rc = q_single(k, sy, "y_scale")) < 0 || (rc = q_single(k, zy, "y_zero_point")) < 0)
+      return rc;
+    if (bias && (bias->dtype != ES_DTYPE_INT32 || bias->rank != 1 || bias->dims[0] != p->m))
+      return ES_KFAIL(k, ES_EMODEL, "B must be int32 and 1-D with %lld values (the output "
+                      "channels); it is %s with rank %d", (long long)p->m,
+                      es_dtype_name(bias->dtype), bias->rank);
+    p->has_bias = bias != NULL;
+    yt = zy->dtype;
+    p->ys = yt == ES_DTYPE_INT8;
+    q_range(yt, &p->lo, &p->hi);
+  }
+  int64_t od[5] = {p->n, p->m};
+  for (int i = 0; i < p->nsp; i++)
+    od[2 + i] = p->out[3 - p->nsp + i];
+  if ((rc = q_out_set(k, 0, yt, 2 + p->nsp, od)) < 0)
+    return rc;
+  /* With a nonzero output, n, m and the output's spatial dims are at least
+   * 1, so ovol is below the output's count; x's volume is 0 or below its
+   * count once it has a channel, the kernel's below w's count. */
+  p->empty = k->out[0]->count == 0;
+  p->ovol = q_prod(p->out, 0, 3);
+  p->ivol = q_prod(p->in, 0, 3);
+  p->kvol = q_prod(p->ker, 0, 3);
+  k->inplace = -1;
+  if (p->empty)
+    return 0;
+  if (p->qlinear)
+    k->scratch_bytes = (size_t)p->ovol * sizeof(uint32_t);
+  k->flops = 2 * (uint64_t)k->out[0]->count * (uint64_t)(p->c / p->g) * (uint64_t)p->kvol;
+  return 0;
+}
+
+/* The output positions o in [0, out) whose input o * st - pb + tap lies in
+ * [0, in): [*lo, *hi). */
+static void qconv_range(int64_t out, int64_t in, int64_t st, int64_t pb, int64_t tap, int64_t *lo,
+                        int64_t *hi) {
+  int64_t first = pb - tap; /* o * st >= first */
+  int64_t l = first <= 0 ? 0 : (first + st - 1) / st;
+  int64_t last = in - 1 + pb - tap; /* o * st <= last */
+  int64_t h = last < 0 ? 0 : last / st + 1;
+  *lo = l < out ? l : out;
+  *hi = h < out ? h : out;
+  if (*hi < *lo)
+    *hi = *lo;
+}
+
+/* One output channel's plane of int32 sums: for each input channel of the
+ * group and kernel tap, the rows it reaches. */
+static void qconv_plane(const qconv_params *p, const void *x, const void *w, int32_t zx,
+                        int32_t zw, int64_t nb, int64_t oc, uint32_t *acc) {
+  int64_t cg = p->c / p->g, mg = p->m / p->g, grp = oc / mg;
+  int64_t ivol = p->ivol, ovol = p->ovol, kvol = p->kvol;
+  memset(acc, 0, (size_t)ovol * sizeof *acc);
+  for (int64_t ic = 0; ic < cg; ic++) {
+    int64_t xbase = (nb * p->c + grp * cg + ic) * ivol;
+    int64_t wbase = (oc * cg + ic) * kvol;
+    for (int64_t kd = 0; kd < p->ker[0]; kd++)
+      for (int64_t kh = 0; kh < p->ker[1]; kh++)
+        for (int64_t kw = 0; kw < p->ker[2]; kw++) {
+          int32_t wv = q_at8(w, p->ws, wbase + (kd * p->ker[1] + kh) * p->ker[2] + kw) - zw;
+          if (wv == 0)
+            continue;
+          int64_t d0, d1, h0, h1, w0, w1;
+          qconv_range(p->out[0], p->in[0], p->str[0], p->pb[0], kd * p->dil[0], &d0, &d1);
+          qconv_range(p->out[1], p->in[1], p->str[1], p->pb[1], kh * p->dil[1], &h0, &h1);
+          qconv_range(p->out[2], p->in[2], p->str[2], p->pb[2], kw * p->dil[2], &w0, &w1);
+          for (int64_t od = d0; od < d1; od++) {
+            int64_t id = od * p->str[0] - p->pb[0] + kd * p->dil[0];
+            for (int64_t oh = h0; oh < h1; oh++) {
+              int64_t ih = oh * p->str[1] - p->pb[1] + kh * p->dil[1];
+              uint32_t *row = acc + (od * p->out[1] + oh) * p->out[2];
+              int64_t xrow = xbase + (id * p->in[1] + ih) * p->in[2] - p->pb[2] + kw * p->dil[2];
+              for (int64_t ow = w0; ow < w1; ow++)
+                row[ow] += (uint32_t)(wv * (q_at8(x, p->xs, xrow + ow * p->str[2]) - zx));
+            }
+          }
+        }
+  }
+}
+
+static int qconv_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  const qconv_params *p = k->params;
+  const int *ix = p->qlinear ? qlc_idx : ci_idx;
+  const void *x = in[ix[QC_X]], *w = in[ix[QC_W]];
+  if (p->empty)
+    return 0;
+  int32_t zx = p->has_zx ? q_at8(in[ix[QC_ZX]], p->xs, 0) : 0;
+  int64_t ovol = p->ovol;
+  for (int64_t nb = 0; nb < p->n; nb++)
+    for (int64_t oc = 0; oc < p->m; oc++) {
+      int32_t zw = p->has_zw ? q_at8(in[ix[QC_ZW]], p->ws, p->zw_per ? oc : 0) : 0;
+      int64_t obase = (nb * p->m + oc) * ovol;
+      if (!p->qlinear) {
+        qconv_plane(p, x, w, zx, zw, nb, oc, (uint32_t *)out[0] + obase);
+        continue;
+      }
+      uint32_t *acc = scratch;
+      qconv_plane(p, x, w, zx, zw, nb, oc, acc);
+      const float *sx = in[1], *sw = in[4], *sy = in[6];
+      int32_t zy = q_at8(in[7], p->ys, 0);
+      uint32_t bias = p->has_bias ? (uint32_t)((const int32_t *)in[8])[oc] : 0;
+      float mult = sx[0] * sw[p->sw_per ? oc : 0] / sy[0];
+      for (int64_t e = 0; e < ovol; e++)
+        q_store8(out[0], p->ys, obase + e,
+                 q_round_sat((float)(int32_t)(acc[e] + bias) * mult, zy, p->lo, p->hi));
+    }
+  return 0;
+}
+
+/* ==========================================================================
+ * Family
+ * ======================================================================== */
+
+static const es_kernel quant_kernel = {qlin_infer, quant_run, NULL, 0};
+static const es_kernel dequant_kernel = {qlin_infer, dequant_run, NULL, 0};
+static const es_kernel dql_kernel = {dql_infer, dql_run, NULL, 0};
+static const es_kernel qmm_kernel = {qmm_infer, qmm_run, NULL, 0};
+static const es_kernel qconv_kernel = {qconv_infer, qconv_run, NULL, 0};
+
+const es_kernel *es__kernels_quant(es_op op) {
+  switch (op) {
+  case ES_OP_QuantizeLinear:
+    return &quant_kernel;
+  case ES_OP_DequantizeLinear:
+    return &dequant_kernel;
+  case ES_OP_DynamicQuantizeLinear:
+    return &dql_kernel;
+  case ES_OP_MatMulInteger:
+  case ES_OP_QLinearMatMul:
+    return &qmm_kernel;
+  case ES_OP_ConvInteger:
+  case ES_OP_QLinearConv:
+    return &qconv_kernel;
+  default:
+    return NULL;
+  }
+}

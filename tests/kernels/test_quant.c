@@ -1,0 +1,904 @@
+/* Kernels of the quantisation family (quant.c), on what ONNX's node tests
+ * leave out: rounding ties and saturation at both ends of uint8 and int8,
+ * NaN and infinities, int32 inputs, per-axis parameters on every axis
+ * (negative ones too), blocks (opset 21), DynamicQuantizeLinear on an
+ * all-zero input; MatMulInteger with per-row, per-column and batched zero
+ * points, broadcast batches, every mix of uint8 and int8, and a sum that
+ * leaves int32 (it must wrap as ONNX Runtime's does); the convolutions in
+ * 1-D to 3-D with strides, dilations, pads, groups and per-channel weight
+ * parameters, against plain loops; QLinearMatMul per row and column. Each
+ * is run with its parameters known while planning and only at run time.
+ * Malformed nodes must fail with the right code. */
+#include "es_test.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernel.h"
+#include "support/kernel_harness.h"
+#include "support/onnx_builder.h"
+
+static int64_t rnd(uint64_t *s, int64_t lo, int64_t hi) {
+  return lo + (int64_t)(es_test_rand(s) % (uint64_t)(hi - lo + 1));
+}
+
+static void rand_q(uint64_t *s, void *p, es_dtype t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == ES_DTYPE_INT8)
+      ((int8_t *)p)[i] = (int8_t)rnd(s, -128, 127);
+    else
+      ((uint8_t *)p)[i] = (uint8_t)rnd(s, 0, 255);
+  }
+}
+
+static int32_t get_q(const void *p, es_dtype t, size_t i) {
+  return t == ES_DTYPE_INT8 ? ((const int8_t *)p)[i] : ((const uint8_t *)p)[i];
+}
+
+/* The rule the kernels implement, written independently: rint half to
+ * even, + zp, clamp; NaN is the zero point. */
+static int32_t want_q(float v, int32_t zp, es_dtype t) {
+  int32_t lo = t == ES_DTYPE_INT8 ? -128 : 0, hi = t == ES_DTYPE_INT8 ? 127 : 255;
+  if (isnan(v))
+    return zp;
+  double r = nearbyint((double)v) + zp;
+  return r < lo ? lo : r > hi ? hi : (int32_t)r;
+}
+
+/* ==========================================================================
+ * QuantizeLinear / DequantizeLinear
+ * ======================================================================== */
+
+static void test_quantize_rounding_saturation(void **state) {
+  (void)state;
+  static const float x[] = {0.5f,   1.5f,    2.5f,     -0.5f, -1.5f, -2.5f, 127.5f, 128.5f,
+                            300.0f, -300.0f, NAN,      INFINITY, -INFINITY, 254.5f, 3.49f, -3.51f};
+  static const uint8_t want_u0[] = {0, 2, 2, 0, 0, 0, 128, 128, 255, 0, 0, 255, 0, 254, 3, 0};
+  static const int8_t want_i1[] = {1,   3,    3, 1, -1,   -1, 127, 127,
+                                   127, -128, 1, 127, -128, 127, 4, -3};
+  enum { N = sizeof x / sizeof x[0] };
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, N), sd = kh_td(ES_DTYPE_FLOAT, 0, NULL);
+  es_tdesc zu = kh_td(ES_DTYPE_UINT8, 0, NULL), zi = KH_TD(ES_DTYPE_INT8, 1);
+  float one = 1.0f;
+  uint8_t z0 = 0;
+  int8_t z1 = 1;
+  es_knode node = kh_knode(ES_OP_QuantizeLinear, NULL, 0);
+  for (unsigned dyn = 0; dyn < 8; dyn += 6) {
+    kh_opts o = {.opset = 13, .dyn = dyn};
+    es_tdesc out;
+    void *od;
+    const es_tdesc *in_u[] = {&xd, &sd, &zu};
+    const void *data_u[] = {x, &one, &z0};
+    ES_CHECK_RC(kh_eval_with(&node, &o, 3, in_u, data_u, 1, &out, &od));
+    assert_int_equal(out.dtype, ES_DTYPE_UINT8);
+    assert_memory_equal(od, want_u0, N);
+    es_mem_free(od);
+    /* no zero point: uint8 with zero point 0 */
+    ES_CHECK_RC(kh_eval_with(&node, &o, 2, in_u, data_u, 1, &out, &od));
+    assert_int_equal(out.dtype, ES_DTYPE_UINT8);
+    assert_memory_equal(od, want_u0, N);
+    es_mem_free(od);
+    const es_tdesc *in_i[] = {&xd, &sd, &zi};
+    const void *data_i[] = {x, &one, &z1};
+    ES_CHECK_RC(kh_eval_with(&node, &o, 3, in_i, data_i, 1, &out, &od));
+    assert_int_equal(out.dtype, ES_DTYPE_INT8);
+    assert_memory_equal(od, want_i1, N);
+    es_mem_free(od);
+  }
+  /* int32 input, scale 2: 5 / 2 = 2.5 -> 2, 7 / 2 = 3.5 -> 4 */
+  static const int32_t xi[] = {5, 7, -5, -7, 1000, -1000, 2147483647};
+  static const uint8_t want_xi[] = {12, 14, 8, 6, 255, 0, 255};
+  es_tdesc xid = KH_TD(ES_DTYPE_INT32, 7);
+  float two = 2.0f;
+  uint8_t z10 = 10;
+  const es_tdesc *in[] = {&xid, &sd, &zu};
+  const void *data[] = {xi, &two, &z10};
+  es_tdesc out;
+  void *od;
+  ES_CHECK_RC(kh_eval(&node, 13, 3, in, data, &out, &od));
+  assert_memory_equal(od, want_xi, 7);
+  es_mem_free(od);
+}
+
+/* x [2, 3, 4, 2] quantized and dequantized per axis on each axis (as given
+ * and counted from the end), with random scales and zero points. */
+static void test_per_axis(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  static const int64_t dims[4] = {2, 3, 4, 2};
+  enum { N = 48 };
+  float x[N];
+  kh_rand_f32(&seed, x, N, -40, 40);
+  for (int t = 0; t < 2; t++) {
+    es_dtype qt = t ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+    for (int axis = -4; axis < 4; axis++) {
+      int ax = axis < 0 ? axis + 4 : axis;
+      int64_t d = dims[ax], inner = 1;
+      for (int i = ax + 1; i < 4; i++)
+        inner *= dims[i];
+      float s[4];
+      uint8_t z[4];
+      for (int i = 0; i < d; i++)
+        s[i] = 0.05f + 0.1f * (float)rnd(&seed, 0, 5);
+      rand_q(&seed, z, qt, (size_t)d);
+      es_tdesc xd = kh_td(ES_DTYPE_FLOAT, 4, dims), sd = KH_TD(ES_DTYPE_FLOAT, d),
+               zd = KH_TD(qt, d), qd, yd;
+      es_attr attrs[] = {KH_INT("axis", axis)};
+      es_knode qn = kh_knode(ES_OP_QuantizeLinear, attrs, 1);
+      es_knode dn = kh_knode(ES_OP_DequantizeLinear, attrs, 1);
+      kh_opts o = {.opset = 13, .dyn = (unsigned)(axis & 1) * 6};
+      void *q, *y;
+      const es_tdesc *qin[] = {&xd, &sd, &zd};
+      const void *qdata[] = {x, s, z};
+      ES_CHECK_RC(kh_eval_with(&qn, &o, 3, qin, qdata, 1, &qd, &q));
+      assert_int_equal(qd.dtype, qt);
+      es_tdesc qdesc = kh_td(qt, 4, dims);
+      const es_tdesc *din[] = {&qdesc, &sd, &zd};
+      const void *ddata[] = {q, s, z};
+      ES_CHECK_RC(kh_eval_with(&dn, &o, 3, din, ddata, 1, &yd, &y));
+      assert_int_equal(yd.dtype, ES_DTYPE_FLOAT);
+      for (int i = 0; i < N; i++) {
+        int c = (int)((i / inner) % d);
+        int32_t zc = get_q(z, qt, (size_t)c);
+        int32_t wq = want_q(x[i] / s[c], zc, qt);
+        if (get_q(q, qt, (size_t)i) != wq)
+          fail_msg("%s axis %d [%d]: q %d, expected %d", es_dtype_name(qt), axis, i,
+                   get_q(q, qt, (size_t)i), wq);
+        float wy = (float)(wq - zc) * s[c];
+        if (((float *)y)[i] != wy)
+          fail_msg("%s axis %d [%d]: y %g, expected %g", es_dtype_name(qt), axis, i,
+                   (double)((float *)y)[i], (double)wy);
+      }
+      es_mem_free(q);
+      es_mem_free(y);
+    }
+  }
+}
+
+/* Opset 21 blocks: x [3, 5] with block_size 2 along axis 1 (3 blocks, the
+ * last one short) and 2 along axis 0. */
+static void test_blocks(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  float x[15];
+  kh_rand_f32(&seed, x, 15, -10, 10);
+  for (int axis = 0; axis < 2; axis++) {
+    int64_t sdims[2] = {axis ? 3 : 2, axis ? 3 : 5};
+    float s[10]; /* [3, 3] along axis 1, [2, 5] along axis 0 */
+    int8_t z[10];
+    for (int i = 0; i < 10; i++) {
+      s[i] = 0.03f * (float)(i + 1);
+      z[i] = (int8_t)rnd(&seed, -20, 20);
+    }
+    es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 3, 5), sd = kh_td(ES_DTYPE_FLOAT, 2, sdims),
+             zd = kh_td(ES_DTYPE_INT8, 2, sdims), qd, yd;
+    es_attr attrs[] = {KH_INT("axis", axis), KH_INT("block_size", 2)};
+    es_knode qn = kh_knode(ES_OP_QuantizeLinear, attrs, 2);
+    es_knode dn = kh_knode(ES_OP_DequantizeLinear, attrs, 2);
+    void *q, *y;
+    const es_tdesc *qin[] = {&xd, &sd, &zd};
+    const void *qdata[] = {x, s, z};
+    ES_CHECK_RC(kh_eval(&qn, 21, 3, qin, qdata, &qd, &q));
+    es_tdesc qdesc = KH_TD(ES_DTYPE_INT8, 3, 5);
+    const es_tdesc *din[] = {&qdesc, &sd, &zd};
+    const void *ddata[] = {q, s, z};
+    ES_CHECK_RC(kh_eval(&dn, 21, 3, din, ddata, &yd, &y));
+    for (int r = 0; r < 3; r++)
+      for (int c = 0; c < 5; c++) {
+        int i = r * 5 + c;
+        int si = axis ? r * 3 + c / 2 : (r / 2) * 5 + c;
+        int32_t wq = want_q(x[i] / s[si], z[si], ES_DTYPE_INT8);
+        assert_int_equal(((int8_t *)q)[i], wq);
+        assert_true(((float *)y)[i] == (float)(wq - z[si]) * s[si]);
+      }
+    es_mem_free(q);
+    es_mem_free(y);
+  }
+}
+
+/* int32 dequantization: the difference is exact even where it leaves int32. */
+static void test_dequantize_int32(void **state) {
+  (void)state;
+  static const int32_t x[] = {2147483647, -2147483647 - 1, 0, 123456789};
+  int32_t z = -2147483647 - 1;
+  float s = 0.5f;
+  es_tdesc xd = KH_TD(ES_DTYPE_INT32, 4), sd = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+           zd = kh_td(ES_DTYPE_INT32, 0, NULL), yd;
+  const es_tdesc *in[] = {&xd, &sd, &zd};
+  const void *data[] = {x, &s, &z};
+  es_knode node = kh_knode(ES_OP_DequantizeLinear, NULL, 0);
+  void *y;
+  ES_CHECK_RC(kh_eval(&node, 13, 3, in, data, &yd, &y));
+  for (int i = 0; i < 4; i++)
+    assert_true(((float *)y)[i] == (float)((int64_t)x[i] - z) * 0.5f);
+  es_mem_free(y);
+}
+
+static void test_quantize_errors(void **state) {
+  (void)state;
+  float buf[64] = {0};
+  const void *data[] = {buf, buf, buf};
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+           s3 = KH_TD(ES_DTYPE_FLOAT, 3), s2 = KH_TD(ES_DTYPE_FLOAT, 2),
+           z3 = KH_TD(ES_DTYPE_UINT8, 3), z2 = KH_TD(ES_DTYPE_UINT8, 2),
+           zi32 = kh_td(ES_DTYPE_INT32, 0, NULL), xb = KH_TD(ES_DTYPE_BOOL, 2, 3),
+           si = kh_td(ES_DTYPE_INT32, 0, NULL), x8 = KH_TD(ES_DTYPE_UINT8, 2, 3),
+           zi8 = kh_td(ES_DTYPE_INT8, 0, NULL), sb = KH_TD(ES_DTYPE_FLOAT, 2, 2);
+  es_tdesc out;
+  void *od = NULL;
+  es_knode q = kh_knode(ES_OP_QuantizeLinear, NULL, 0);
+  es_knode dq = kh_knode(ES_OP_DequantizeLinear, NULL, 0);
+  struct {
+    es_knode *node;
+    int64_t opset;
+    const es_tdesc *in[3];
+    int n;
+    int want;
+  } cases[] = {
+      {&q, 13, {&x, &s3, &z3}, 3, 0},         /* per axis 1: fine */
+      {&q, 10, {&x, &s3, &z3}, 3, ES_EMODEL}, /* per axis before opset 13 */
+      {&q, 13, {&x, &s2, &z2}, 3, ES_EMODEL}, /* 2 scales for axis 1 of extent 3 */
+      {&q, 13, {&x, &s3, &z2}, 3, ES_EMODEL}, /* zero point's shape differs */
+      {&q, 13, {&x, &s0, &zi32}, 3, ES_EMODEL}, /* int32 zero point to quantize */
+      {&q, 13, {&xb, &s0}, 2, ES_EMODEL},     /* bool x */
+      {&q, 13, {&x, &si}, 2, ES_EMODEL},      /* int32 scale */
+      {&q, 13, {&x}, 1, ES_EMODEL},           /* no scale */
+      {&q, 13, {&x, &sb}, 2, ES_EMODEL},      /* 2-D scale without block_size */
+      {&dq, 13, {&x8, &s0, &zi8}, 3, ES_EMODEL}, /* zero point int8, x uint8 */
+      {&dq, 13, {&x, &s0}, 2, ES_EMODEL},     /* float x to dequantize */
+      {&dq, 13, {&x8, &s3}, 2, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = es__kernel_eval(cases[i].node, cases[i].opset, cases[i].n, cases[i].in, data, 1,
+                             &out, &od);
+    if (rc != cases[i].want)
+      fail_msg("case %zu: %d %s, expected %s (%s)", i, rc, es_err_name(rc),
+               es_err_name(cases[i].want), es_last_error_detail());
+    if (rc == 0)
+      es_mem_free(od);
+  }
+  /* attributes */
+  struct {
+    es_attr a;
+    int64_t opset;
+    const es_tdesc *s;
+    int want;
+  } acases[] = {
+      {KH_INT("axis", 2), 13, &s3, ES_EMODEL},         /* x has rank 2 */
+      {KH_INT("axis", -3), 13, &s3, ES_EMODEL},
+      {KH_INT("axis", 7), 13, &s0, 0},                 /* per tensor: axis unused */
+      {KH_INT("saturate", 2), 19, &s0, ES_EMODEL},
+      {KH_INT("saturate", 0), 19, &s0, 0},             /* integer outputs: ignored */
+      {KH_INT("output_dtype", 17), 21, &s0, ES_ENOTSUP}, /* float8 */
+      {KH_INT("output_dtype", 21), 21, &s0, ES_ENOTSUP}, /* uint4 */
+      {KH_INT("output_dtype", 1), 21, &s0, ES_EMODEL},   /* float */
+      {KH_INT("output_dtype", 3), 21, &s0, 0},
+      {KH_INT("block_size", -1), 21, &s0, ES_EMODEL},
+      {KH_INT("block_size", 2), 21, &sb, 0},           /* [2, 3] in blocks of 2 on axis 1 */
+      {KH_INT("block_size", 3), 21, &sb, ES_EMODEL},   /* would be [2, 1] */
+  };
+  for (size_t i = 0; i < sizeof acases / sizeof acases[0]; i++) {
+    es_knode n = kh_knode(ES_OP_QuantizeLinear, &acases[i].a, 1);
+    const es_tdesc *in[] = {&x, acases[i].s};
+    int rc = es__kernel_eval(&n, acases[i].opset, 2, in, data, 1, &out, &od);
+    if (rc != acases[i].want)
+      fail_msg("attribute case %zu (%s): %d %s, expected %s (%s)", i, acases[i].a.name, rc,
+               es_err_name(rc), es_err_name(acases[i].want), es_last_error_detail());
+    if (rc == 0) {
+      if (!strcmp(acases[i].a.name, "output_dtype"))
+        assert_int_equal(out.dtype, ES_DTYPE_INT8);
+      es_mem_free(od);
+    }
+  }
+  /* output_dtype against the zero point's type */
+  es_attr a = KH_INT("output_dtype", 3);
+  es_knode n = kh_knode(ES_OP_QuantizeLinear, &a, 1);
+  es_tdesc zu = kh_td(ES_DTYPE_UINT8, 0, NULL);
+  const es_tdesc *in[] = {&x, &s0, &zu};
+  ES_EXPECT_RC(es__kernel_eval(&n, 21, 3, in, data, 1, &out, &od), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * DynamicQuantizeLinear
+ * ======================================================================== */
+
+static void dql_eval(const float *x, int64_t n, uint8_t *y, float *scale, uint8_t *zp) {
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, n), out[3];
+  const es_tdesc *in[] = {&xd};
+  const void *data[] = {x};
+  void *od[3];
+  es_knode node = kh_knode(ES_OP_DynamicQuantizeLinear, NULL, 0);
+  ES_CHECK_RC(es__kernel_eval(&node, 11, 1, in, data, 3, out, od));
+  assert_int_equal(out[0].dtype, ES_DTYPE_UINT8);
+  assert_int_equal(out[1].rank, 0);
+  assert_int_equal(out[2].dtype, ES_DTYPE_UINT8);
+  memcpy(y, od[0], (size_t)n);
+  *scale = *(float *)od[1];
+  *zp = *(uint8_t *)od[2];
+  for (int i = 0; i < 3; i++)
+    es_mem_free(od[i]);
+}
+
+static void test_dynamic_quantize(void **state) {
+  (void)state;
+  uint8_t y[64], zp;
+  float scale;
+  /* all zeros: an empty range gets scale 1 (no division by zero) */
+  float zeros[4] = {0};
+  dql_eval(zeros, 4, y, &scale, &zp);
+  assert_true(scale == 1.0f);
+  assert_int_equal(zp, 0);
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(y[i], 0);
+  /* all positive: the range starts at 0, zero point 0 */
+  float pos[3] = {1.0f, 2.0f, 5.1f};
+  dql_eval(pos, 3, y, &scale, &zp);
+  assert_true(scale == 5.1f / 255.0f);
+  assert_int_equal(zp, 0);
+  assert_int_equal(y[2], 255);
+  /* all negative: zero point 255 */
+  float neg[3] = {-1.0f, -2.0f, -5.1f};
+  dql_eval(neg, 3, y, &scale, &zp);
+  assert_int_equal(zp, 255);
+  assert_int_equal(y[2], 0);
+  /* NaN is ignored by the range and quantizes to the zero point */
+  float withnan[3] = {NAN, -1.0f, 3.0f};
+  dql_eval(withnan, 3, y, &scale, &zp);
+  assert_true(scale == 4.0f / 255.0f);
+  assert_int_equal(zp, 64); /* rint(1 / (4 / 255)) = rint(63.75) */
+  assert_int_equal(y[0], zp);
+  /* random: the rule, element by element */
+  uint64_t seed = es_test_seed();
+  float x[64];
+  kh_rand_f32(&seed, x, 64, -3, 7);
+  dql_eval(x, 64, y, &scale, &zp);
+  float mn = 0, mx = 0;
+  for (int i = 0; i < 64; i++) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  assert_true(scale == (mx - mn) / 255.0f);
+  assert_int_equal(zp, want_q(-mn / scale, 0, ES_DTYPE_UINT8));
+  for (int i = 0; i < 64; i++)
+    assert_int_equal(y[i], want_q(x[i] / scale, zp, ES_DTYPE_UINT8));
+}
+
+/* ==========================================================================
+ * MatMulInteger and QLinearMatMul
+ * ======================================================================== */
+
+/* Zero point forms: scalar, [1], per row / column (1-D), batched N-D. */
+enum { ZP_NONE, ZP_SCALAR, ZP_ONE, ZP_VEC, ZP_ND, ZP_FORMS };
+
+static void test_matmul_integer(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  int cases = 0;
+  for (int types = 0; types < 4; types++)
+    for (int za_form = 0; za_form < ZP_FORMS; za_form++)
+      for (int zb_form = 0; zb_form < ZP_FORMS; zb_form++) {
+        es_dtype at = types & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+        es_dtype bt = types & 2 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+        int64_t m = rnd(&seed, 1, 5), k = rnd(&seed, 1, 9), n = rnd(&seed, 1, 6);
+        /* A [2, 1, m, k] x B [3, k, n] -> [2, 3, m, n]; the batched zero
+         * points follow their operand's batch ([2, 1, m, 1], [3, 1, n]) */
+        int64_t adims[4] = {2, 1, m, k}, bdims[3] = {3, k, n};
+        int64_t zadims[4] = {2, 1, m, 1}, zbdims[3] = {3, 1, n};
+        size_t na = (size_t)(2 * m * k), nb = (size_t)(3 * k * n);
+        uint8_t a[2 * 5 * 9], b[3 * 9 * 6], za[2 * 5], zb[3 * 6];
+        rand_q(&seed, a, at, na);
+        rand_q(&seed, b, bt, nb);
+        rand_q(&seed, za, at, sizeof za);
+        rand_q(&seed, zb, bt, sizeof zb);
+        es_tdesc ad = kh_td(at, 4, adims), bd = kh_td(bt, 3, bdims), zad, zbd;
+        switch (za_form) {
+        case ZP_SCALAR: zad = kh_td(at, 0, NULL); break;
+        case ZP_ONE: zad = KH_TD(at, 1); break;
+        case ZP_VEC: zad = KH_TD(at, m); break;
+        default: zad = kh_td(at, 4, zadims); break;
+        }
+        switch (zb_form) {
+        case ZP_SCALAR: zbd = kh_td(bt, 0, NULL); break;
+        case ZP_ONE: zbd = KH_TD(bt, 1); break;
+        case ZP_VEC: zbd = KH_TD(bt, n); break;
+        default: zbd = kh_td(bt, 3, zbdims); break;
+        }
+        const es_tdesc *in[4] = {&ad, &bd, za_form ? &zad : NULL, zb_form ? &zbd : NULL};
+        const void *data[4] = {a, b, za, zb};
+        int n_in = zb_form ? 4 : za_form ? 3 : 2;
+        es_knode node = kh_knode(ES_OP_MatMulInteger, NULL, 0);
+        kh_opts o = {.opset = 10, .dyn = (unsigned)rnd(&seed, 0, 15)};
+        es_tdesc out;
+        void *od;
+        ES_CHECK_RC(kh_eval_with(&node, &o, n_in, in, data, 1, &out, &od));
+        assert_int_equal(out.dtype, ES_DTYPE_INT32);
+        assert_int_equal(out.rank, 4);
+        assert_int_equal(out.dims[1], 3);
+        const int32_t *y = od;
+        for (int64_t b0 = 0; b0 < 2; b0++)
+          for (int64_t b1 = 0; b1 < 3; b1++)
+            for (int64_t i = 0; i < m; i++)
+              for (int64_t j = 0; j < n; j++) {
+                int32_t zai = za_form == ZP_NONE ? 0
+                              : za_form == ZP_VEC ? get_q(za, at, (size_t)i)
+                              : za_form == ZP_ND  ? get_q(za, at, (size_t)(b0 * m + i))
+                                                  : get_q(za, at, 0);
+                int32_t zbj = zb_form == ZP_NONE ? 0
+                              : zb_form == ZP_VEC ? get_q(zb, bt, (size_t)j)
+                              : zb_form == ZP_ND  ? get_q(zb, bt, (size_t)(b1 * n + j))
+                                                  : get_q(zb, bt, 0);
+                int64_t s = 0;
+                for (int64_t t = 0; t < k; t++)
+                  s += (int64_t)(get_q(a, at, (size_t)((b0 * m + i) * k + t)) - zai) *
+                       (get_q(b, bt, (size_t)((b1 * k + t) * n + j)) - zbj);
+                int32_t got = y[((b0 * 3 + b1) * m + i) * n + j];
+                if (got != s)
+                  fail_msg("%s x %s, zero points %d/%d: [%lld,%lld,%lld,%lld] = %d, expected "
+                           "%lld", es_dtype_name(at), es_dtype_name(bt), za_form, zb_form,
+                           (long long)b0, (long long)b1, (long long)i, (long long)j, got,
+                           (long long)s);
+              }
+        es_mem_free(od);
+        cases++;
+      }
+  assert_int_equal(cases, 4 * ZP_FORMS * ZP_FORMS);
+}
+
+/* K = 40000 products of 255 * 255: 2.6e9 does not fit int32; the sum wraps
+ * modulo 2^32 (as ONNX Runtime's int32 accumulator does), defined here. */
+static void test_matmul_integer_wraps(void **state) {
+  (void)state;
+  enum { K = 40000 };
+  uint8_t *a = malloc(K), *b = malloc(K);
+  memset(a, 255, K);
+  memset(b, 255, K);
+  es_tdesc ad = KH_TD(ES_DTYPE_UINT8, 1, K), bd = KH_TD(ES_DTYPE_UINT8, K, 1), out;
+  const es_tdesc *in[] = {&ad, &bd};
+  const void *data[] = {a, b};
+  es_knode node = kh_knode(ES_OP_MatMulInteger, NULL, 0);
+  void *od;
+  ES_CHECK_RC(kh_eval(&node, 10, 2, in, data, &out, &od));
+  uint32_t want = (uint32_t)(65025ull * K);
+  assert_int_equal(*(int32_t *)od, (int32_t)want);
+  es_mem_free(od);
+  free(a);
+  free(b);
+}
+
+static void test_qlinear_matmul(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int c = 0; c < 16; c++) {
+    int per_a = c & 1, per_b = (c >> 1) & 1;
+    es_dtype at = c & 4 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8, yt = c & 8 ? ES_DTYPE_INT8
+                                                                      : ES_DTYPE_UINT8;
+    es_dtype bt = ES_DTYPE_INT8;
+    int64_t m = rnd(&seed, 1, 6), k = rnd(&seed, 1, 12), n = rnd(&seed, 1, 7);
+    uint8_t a[6 * 12], b[12 * 7], za[6], zb[7], zy;
+    float sa[6], sb[7], sy = 0.37f;
+    rand_q(&seed, a, at, (size_t)(m * k));
+    rand_q(&seed, b, bt, (size_t)(k * n));
+    rand_q(&seed, za, at, 6);
+    rand_q(&seed, zb, bt, 7);
+    rand_q(&seed, &zy, yt, 1);
+    kh_rand_f32(&seed, sa, 6, 0.001f, 0.05f);
+    kh_rand_f32(&seed, sb, 7, 0.001f, 0.05f);
+    es_tdesc ad = KH_TD(at, m, k), bd = KH_TD(bt, k, n);
+    es_tdesc sad = per_a ? KH_TD(ES_DTYPE_FLOAT, m) : kh_td(ES_DTYPE_FLOAT, 0, NULL);
+    es_tdesc zad = per_a ? KH_TD(at, m) : kh_td(at, 0, NULL);
+    es_tdesc sbd = per_b ? KH_TD(ES_DTYPE_FLOAT, n) : KH_TD(ES_DTYPE_FLOAT, 1);
+    es_tdesc zbd = per_b ? KH_TD(bt, n) : KH_TD(bt, 1);
+    es_tdesc syd = kh_td(ES_DTYPE_FLOAT, 0, NULL), zyd = kh_td(yt, 0, NULL), out;
+    const es_tdesc *in[8] = {&ad, &sad, &zad, &bd, &sbd, &zbd, &syd, &zyd};
+    const void *data[8] = {a, sa, za, b, sb, zb, &sy, &zy};
+    es_knode node = kh_knode(ES_OP_QLinearMatMul, NULL, 0);
+    kh_opts o = {.opset = 10, .dyn = c & 8 ? 0xffu : 0x36u};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &o, 8, in, data, 1, &out, &od));
+    assert_int_equal(out.dtype, yt);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        int32_t zai = get_q(za, at, per_a ? (size_t)i : 0);
+        int32_t zbj = get_q(zb, bt, per_b ? (size_t)j : 0);
+        int32_t s = 0;
+        for (int64_t t = 0; t < k; t++)
+          s += (get_q(a, at, (size_t)(i * k + t)) - zai) * (get_q(b, bt, (size_t)(t * n + j)) - zbj);
+        float mult = sa[per_a ? i : 0] * sb[per_b ? j : 0] / sy;
+        int32_t want = want_q((float)s * mult, get_q(&zy, yt, 0), yt);
+        int32_t got = get_q(od, yt, (size_t)(i * n + j));
+        if (got != want)
+          fail_msg("case %d [%lld,%lld]: %d, expected %d", c, (long long)i, (long long)j, got,
+                   want);
+      }
+    es_mem_free(od);
+  }
+}
+
+static void test_matmul_errors(void **state) {
+  (void)state;
+  uint8_t buf[256] = {0};
+  const void *data[8] = {buf, buf, buf, buf, buf, buf, buf, buf};
+  es_tdesc a = KH_TD(ES_DTYPE_UINT8, 3, 4), b = KH_TD(ES_DTYPE_INT8, 4, 2),
+           bk = KH_TD(ES_DTYPE_INT8, 5, 2), af = KH_TD(ES_DTYPE_FLOAT, 3, 4),
+           za2 = KH_TD(ES_DTYPE_UINT8, 2), za3 = KH_TD(ES_DTYPE_UINT8, 3),
+           zai8 = KH_TD(ES_DTYPE_INT8, 3), zb3 = KH_TD(ES_DTYPE_INT8, 3),
+           a3 = KH_TD(ES_DTYPE_UINT8, 2, 3, 4), b3 = KH_TD(ES_DTYPE_INT8, 3, 4, 2), out;
+  void *od = NULL;
+  es_knode node = kh_knode(ES_OP_MatMulInteger, NULL, 0);
+  struct {
+    const es_tdesc *in[4];
+    int n;
+    int want;
+  } cases[] = {
+      {{&a, &b, &za3}, 3, 0},
+      {{&a, &bk}, 2, ES_EMODEL},           /* K differs */
+      {{&af, &b}, 2, ES_EMODEL},           /* float A */
+      {{&a, &b, &za2}, 3, ES_EMODEL},      /* 2 zero points for 3 rows */
+      {{&a, &b, &zai8}, 3, ES_EMODEL},     /* zero point's type differs from A's */
+      {{&a, &b, NULL, &zb3}, 4, ES_EMODEL}, /* 3 zero points for 2 columns */
+      {{&a3, &b3}, 2, ES_EMODEL},          /* batches 2 and 3 */
+      {{&a}, 1, ES_EMODEL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = es__kernel_eval(&node, 10, cases[i].n, cases[i].in, data, 1, &out, &od);
+    if (rc != cases[i].want)
+      fail_msg("case %zu: %d %s, expected %s (%s)", i, rc, es_err_name(rc),
+               es_err_name(cases[i].want), es_last_error_detail());
+    if (rc == 0)
+      es_mem_free(od);
+  }
+  /* QLinearMatMul: every input required; y's parameters scalar */
+  es_tdesc s = kh_td(ES_DTYPE_FLOAT, 0, NULL), z = kh_td(ES_DTYPE_UINT8, 0, NULL),
+           zb = kh_td(ES_DTYPE_INT8, 0, NULL), s2 = KH_TD(ES_DTYPE_FLOAT, 2),
+           zy32 = kh_td(ES_DTYPE_INT32, 0, NULL);
+  es_knode ql = kh_knode(ES_OP_QLinearMatMul, NULL, 0);
+  const es_tdesc *ok[8] = {&a, &s, &z, &b, &s, &zb, &s, &z};
+  ES_CHECK_RC(es__kernel_eval(&ql, 10, 8, ok, data, 1, &out, &od));
+  es_mem_free(od);
+  const es_tdesc *bad_ys[8] = {&a, &s, &z, &b, &s, &zb, &s2, &z};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 8, bad_ys, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *bad_zy[8] = {&a, &s, &z, &b, &s, &zb, &s, &zy32};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 8, bad_zy, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *missing[8] = {&a, &s, NULL, &b, &s, &zb, &s, &z};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 8, missing, data, 1, &out, &od), ES_EMODEL);
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 7, ok, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *bad_sa[8] = {&a, &s2, &z, &b, &s, &zb, &s, &z}; /* 2 scales, 3 rows */
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 8, bad_sa, data, 1, &out, &od), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * ConvInteger and QLinearConv
+ * ======================================================================== */
+
+typedef struct conv_case {
+  int nsp;
+  int64_t n, c, m, g;
+  int64_t in[3], ker[3], str[3], dil[3], pb[3], pe[3];
+} conv_case;
+
+/* Output extent per spatial axis. */
+static int64_t conv_out(const conv_case *cc, int i) {
+  return (cc->in[i] + cc->pb[i] + cc->pe[i] - (cc->ker[i] - 1) * cc->dil[i] - 1) / cc->str[i] + 1;
+}
+
+/* The int32 sums of (x - zx)(w - zw), by the definition; padding adds
+ * nothing (it holds the zero point). */
+static void conv_ref(const conv_case *cc, const void *x, es_dtype xt, int32_t zx, const void *w,
+                     es_dtype wt, const int32_t *zw, int64_t *y) {
+  int64_t in[3] = {1, 1, 1}, k[3] = {1, 1, 1}, o[3] = {1, 1, 1}, st[3] = {1, 1, 1},
+          dl[3] = {1, 1, 1}, pb[3] = {0, 0, 0};
+  for (int i = 0; i < cc->nsp; i++) {
+    int s = 3 - cc->nsp + i;
+    in[s] = cc->in[i];
+    k[s] = cc->ker[i];
+    o[s] = conv_out(cc, i);
+    st[s] = cc->str[i];
+    dl[s] = cc->dil[i];
+    pb[s] = cc->pb[i];
+  }
+  int64_t cg = cc->c / cc->g, mg = cc->m / cc->g;
+  for (int64_t nb = 0; nb < cc->n; nb++)
+    for (int64_t oc = 0; oc < cc->m; oc++)
+      for (int64_t od = 0; od < o[0]; od++)
+        for (int64_t oh = 0; oh < o[1]; oh++)
+          for (int64_t ow = 0; ow < o[2]; ow++) {
+            int64_t s = 0;
+            for (int64_t ic = 0; ic < cg; ic++)
+              for (int64_t a = 0; a < k[0]; a++)
+                for (int64_t b = 0; b < k[1]; b++)
+                  for (int64_t c = 0; c < k[2]; c++) {
+                    int64_t id = od * st[0] - pb[0] + a * dl[0];
+                    int64_t ih = oh * st[1] - pb[1] + b * dl[1];
+                    int64_t iw = ow * st[2] - pb[2] + c * dl[2];
+                    if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1] || iw < 0 || iw >= in[2])
+                      continue;
+                    int64_t xc = nb * cc->c + (oc / mg) * cg + ic;
+                    int32_t xv = get_q(x, xt, (size_t)(((xc * in[0] + id) * in[1] + ih) * in[2] + iw));
+                    int32_t wv = get_q(w, wt, (size_t)((((oc * cg + ic) * k[0] + a) * k[1] + b) * k[2] + c));
+                    s += (int64_t)(xv - zx) * (wv - zw[oc]);
+                  }
+            *y++ = s;
+          }
+}
+
+static void conv_attrs(const conv_case *cc, int64_t *pads, es_attr *attrs) {
+  for (int i = 0; i < cc->nsp; i++) {
+    pads[i] = cc->pb[i];
+    pads[cc->nsp + i] = cc->pe[i];
+  }
+  attrs[0] = (es_attr){.name = "strides", .type = ES_ATTR_INTS, .n = (size_t)cc->nsp,
+                       .ints = cc->str, .tensor = -1};
+  attrs[1] = (es_attr){.name = "dilations", .type = ES_ATTR_INTS, .n = (size_t)cc->nsp,
+                       .ints = cc->dil, .tensor = -1};
+  attrs[2] = (es_attr){.name = "pads", .type = ES_ATTR_INTS, .n = 2 * (size_t)cc->nsp,
+                       .ints = pads, .tensor = -1};
+  attrs[3] = KH_INT("group", cc->g);
+}
+
+static void random_case(uint64_t *seed, int nsp, conv_case *cc) {
+  memset(cc, 0, sizeof *cc);
+  cc->nsp = nsp;
+  cc->n = rnd(seed, 1, 2);
+  cc->g = rnd(seed, 1, 2);
+  cc->c = cc->g * rnd(seed, 1, 3);
+  cc->m = cc->g * rnd(seed, 1, 3);
+  for (int i = 0; i < nsp; i++) {
+    cc->ker[i] = rnd(seed, 1, 3);
+    cc->str[i] = rnd(seed, 1, 2);
+    cc->dil[i] = rnd(seed, 1, 2);
+    cc->pb[i] = rnd(seed, 0, 2);
+    cc->pe[i] = rnd(seed, 0, 2);
+    int64_t span = (cc->ker[i] - 1) * cc->dil[i] + 1;
+    cc->in[i] = rnd(seed, span, span + (nsp == 3 ? 3 : 6));
+  }
+}
+
+static size_t count_of(const int64_t *d, int n) {
+  size_t c = 1;
+  for (int i = 0; i < n; i++)
+    c *= (size_t)d[i];
+  return c;
+}
+
+static void test_conv_integer(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int r = 0; r < 36; r++) {
+    conv_case cc;
+    random_case(&seed, 1 + r % 3, &cc);
+    es_dtype xt = r & 4 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8, wt = r & 8 ? ES_DTYPE_INT8
+                                                                      : ES_DTYPE_UINT8;
+    int per_ch = (r >> 4) & 1, qlinear = r >= 18;
+    int64_t xd[5] = {cc.n, cc.c}, wd[5] = {cc.m, cc.c / cc.g}, yd[5] = {cc.n, cc.m};
+    for (int i = 0; i < cc.nsp; i++) {
+      xd[2 + i] = cc.in[i];
+      wd[2 + i] = cc.ker[i];
+      yd[2 + i] = conv_out(&cc, i);
+    }
+    size_t nx = count_of(xd, 2 + cc.nsp), nw = count_of(wd, 2 + cc.nsp),
+           ny = count_of(yd, 2 + cc.nsp);
+    uint8_t *x = malloc(nx), *w = malloc(nw), zx, zwv[6];
+    int32_t zw[6], bias[6];
+    rand_q(&seed, x, xt, nx);
+    rand_q(&seed, w, wt, nw);
+    rand_q(&seed, &zx, xt, 1);
+    rand_q(&seed, zwv, wt, 6);
+    for (int i = 0; i < 6; i++) {
+      zw[i] = get_q(zwv, wt, per_ch ? (size_t)i : 0);
+      bias[i] = (int32_t)rnd(&seed, -5000, 5000);
+    }
+    int64_t pads[6];
+    es_attr attrs[4];
+    conv_attrs(&cc, pads, attrs);
+    es_tdesc xdesc = kh_td(xt, 2 + cc.nsp, xd), wdesc = kh_td(wt, 2 + cc.nsp, wd);
+    es_tdesc zxd = kh_td(xt, 0, NULL), zwd = per_ch ? KH_TD(wt, cc.m) : KH_TD(wt, 1), out;
+    int64_t *want = malloc(ny * sizeof *want);
+    conv_ref(&cc, x, xt, get_q(&zx, xt, 0), w, wt, zw, want);
+    void *od;
+    kh_opts o = {.opset = 10, .dyn = (unsigned)rnd(&seed, 0, 511)};
+    if (!qlinear) {
+      es_knode node = kh_knode(ES_OP_ConvInteger, attrs, 4);
+      const es_tdesc *in[4] = {&xdesc, &wdesc, &zxd, &zwd};
+      const void *data[4] = {x, w, &zx, zwv};
+      ES_CHECK_RC(kh_eval_with(&node, &o, 4, in, data, 1, &out, &od));
+      assert_int_equal(out.dtype, ES_DTYPE_INT32);
+      for (size_t i = 0; i < ny; i++)
+        if (((int32_t *)od)[i] != want[i])
+          fail_msg("ConvInteger case %d [%zu]: %d, expected %lld", r, i, ((int32_t *)od)[i],
+                   (long long)want[i]);
+    } else {
+      es_dtype yt = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+      float sx = 0.02f, sw[6], sy = 0.7f;
+      uint8_t zy;
+      rand_q(&seed, &zy, yt, 1);
+      kh_rand_f32(&seed, sw, 6, 0.001f, 0.1f);
+      es_tdesc s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), zyd = kh_td(yt, 0, NULL),
+               swd = per_ch ? KH_TD(ES_DTYPE_FLOAT, cc.m) : KH_TD(ES_DTYPE_FLOAT, 1),
+               bd = KH_TD(ES_DTYPE_INT32, cc.m);
+      int has_bias = r & 2;
+      es_knode node = kh_knode(ES_OP_QLinearConv, attrs, 4);
+      const es_tdesc *in[9] = {&xdesc, &s0, &zxd, &wdesc, &swd, &zwd, &s0, &zyd, &bd};
+      const void *data[9] = {x, &sx, &zx, w, sw, zwv, &sy, &zy, bias};
+      /* the two scalars share one descriptor but not one value */
+      data[6] = &sy;
+      ES_CHECK_RC(kh_eval_with(&node, &o, has_bias ? 9 : 8, in, data, 1, &out, &od));
+      assert_int_equal(out.dtype, yt);
+      int64_t ovol = (int64_t)ny / (cc.n * cc.m);
+      for (size_t i = 0; i < ny; i++) {
+        int64_t oc = ((int64_t)i / ovol) % cc.m;
+        int32_t acc = (int32_t)want[i] + (has_bias ? bias[oc] : 0);
+        float mult = sx * sw[per_ch ? oc : 0] / sy;
+        int32_t wq = want_q((float)acc * mult, get_q(&zy, yt, 0), yt);
+        if (get_q(od, yt, i) != wq)
+          fail_msg("QLinearConv case %d [%zu]: %d, expected %d", r, i, get_q(od, yt, i), wq);
+      }
+    }
+    es_mem_free(od);
+    free(want);
+    free(x);
+    free(w);
+  }
+}
+
+static void test_conv_errors(void **state) {
+  (void)state;
+  uint8_t buf[512] = {0};
+  const void *data[9] = {buf, buf, buf, buf, buf, buf, buf, buf, buf};
+  es_tdesc x = KH_TD(ES_DTYPE_UINT8, 1, 2, 5, 5), w = KH_TD(ES_DTYPE_UINT8, 4, 2, 3, 3),
+           wg = KH_TD(ES_DTYPE_UINT8, 4, 1, 3, 3), w7 = KH_TD(ES_DTYPE_UINT8, 4, 2, 7, 7),
+           x2 = KH_TD(ES_DTYPE_UINT8, 1, 2), xf = KH_TD(ES_DTYPE_FLOAT, 1, 2, 5, 5),
+           zx3 = KH_TD(ES_DTYPE_UINT8, 3), zw3 = KH_TD(ES_DTYPE_UINT8, 3),
+           zw4 = KH_TD(ES_DTYPE_UINT8, 4), zwi = KH_TD(ES_DTYPE_INT8, 4),
+           x6 = KH_TD(ES_DTYPE_UINT8, 1, 1, 1, 1, 1, 1), w6 = KH_TD(ES_DTYPE_UINT8, 1, 1, 1, 1, 1, 1),
+           out;
+  void *od = NULL;
+  es_knode plain = kh_knode(ES_OP_ConvInteger, NULL, 0);
+  struct {
+    const es_tdesc *in[4];
+    int n;
+    int want;
+  } cases[] = {
+      {{&x, &w, NULL, &zw4}, 4, 0},
+      {{&x, &wg}, 2, ES_EMODEL},             /* 1 input channel per group, group 1 */
+      {{&x, &w7}, 2, ES_EMODEL},             /* kernel larger than the input */
+      {{&x2, &w}, 2, ES_EMODEL},             /* rank 2 */
+      {{&xf, &w}, 2, ES_EMODEL},             /* float x */
+      {{&x, &w, &zx3}, 3, ES_EMODEL},        /* x's zero point not a scalar */
+      {{&x, &w, NULL, &zw3}, 4, ES_EMODEL},  /* 3 zero points for 4 channels */
+      {{&x, &w, NULL, &zwi}, 4, ES_EMODEL},  /* zero point's type differs from w's */
+      {{&x6, &w6}, 2, ES_ENOTSUP},           /* 4-D convolution */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc = es__kernel_eval(&plain, 10, cases[i].n, cases[i].in, data, 1, &out, &od);
+    if (rc != cases[i].want)
+      fail_msg("case %zu: %d %s, expected %s (%s)", i, rc, es_err_name(rc),
+               es_err_name(cases[i].want), es_last_error_detail());
+    if (rc == 0)
+      es_mem_free(od);
+  }
+  struct {
+    es_attr a;
+    int want;
+  } acases[] = {
+      {KH_INTS("strides", 0, 1), ES_EMODEL},
+      {KH_INTS("strides", 1), ES_EMODEL},            /* one value for 2 axes */
+      {KH_INTS("pads", 1, 1, 1, -1), ES_EMODEL},
+      {KH_INTS("dilations", 1, 2000000), ES_EMODEL},
+      {KH_INTS("kernel_shape", 3, 2), ES_EMODEL},
+      {KH_STR("auto_pad", "SAME"), ES_EMODEL},
+      {KH_STR("auto_pad", "SAME_LOWER"), 0},
+      {KH_INT("group", 0), ES_EMODEL},
+      {KH_INT("group", 3), ES_EMODEL},
+  };
+  const es_tdesc *ok[] = {&x, &w};
+  for (size_t i = 0; i < sizeof acases / sizeof acases[0]; i++) {
+    es_knode n = kh_knode(ES_OP_ConvInteger, &acases[i].a, 1);
+    int rc = es__kernel_eval(&n, 10, 2, ok, data, 1, &out, &od);
+    if (rc != acases[i].want)
+      fail_msg("attribute case %zu (%s): %d %s, expected %s (%s)", i, acases[i].a.name, rc,
+               es_err_name(rc), es_err_name(acases[i].want), es_last_error_detail());
+    if (rc == 0) {
+      assert_int_equal(out.dims[2], 5); /* SAME keeps 5 x 5 */
+      es_mem_free(od);
+    }
+  }
+  /* QLinearConv: a bias of the wrong type or length, a vector x_scale */
+  es_tdesc s = kh_td(ES_DTYPE_FLOAT, 0, NULL), z = kh_td(ES_DTYPE_UINT8, 0, NULL),
+           s4 = KH_TD(ES_DTYPE_FLOAT, 4), b4 = KH_TD(ES_DTYPE_INT32, 4),
+           b3 = KH_TD(ES_DTYPE_INT32, 3), bf = KH_TD(ES_DTYPE_FLOAT, 4);
+  es_knode ql = kh_knode(ES_OP_QLinearConv, NULL, 0);
+  const es_tdesc *good[9] = {&x, &s, &z, &w, &s4, &zw4, &s, &z, &b4};
+  ES_CHECK_RC(es__kernel_eval(&ql, 10, 9, good, data, 1, &out, &od));
+  es_mem_free(od);
+  const es_tdesc *bad_b3[9] = {&x, &s, &z, &w, &s4, &zw4, &s, &z, &b3};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 9, bad_b3, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *bad_bf[9] = {&x, &s, &z, &w, &s4, &zw4, &s, &z, &bf};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 9, bad_bf, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *bad_sx[9] = {&x, &s4, &z, &w, &s4, &zw4, &s, &z, &b4};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 9, bad_sx, data, 1, &out, &od), ES_EMODEL);
+  const es_tdesc *no_w[9] = {&x, &s, &z, NULL, &s4, &zw4, &s, &z, &b4};
+  ES_EXPECT_RC(es__kernel_eval(&ql, 10, 9, no_w, data, 1, &out, &od), ES_EMODEL);
+}
+
+/* ==========================================================================
+ * In a model
+ * ======================================================================== */
+
+/* A QDQ model's weights: int8 W with per-output-channel scales through
+ * DequantizeLinear into a float Conv. The DequantizeLinear of constants is
+ * folded at load (one node left), and the model computes the convolution
+ * with the dequantized weights. */
+static void test_qdq_weights_fold(void **state) {
+  (void)state;
+  enum { M = 3, C = 2, K = 3 };
+  static int32_t w[M * C * K * K];
+  static const float ws[M] = {0.5f, 0.25f, 0.125f};
+  static const int32_t wz[M] = {0, 0, 0};
+  for (int i = 0; i < M * C * K * K; i++)
+    w[i] = (i * 29) % 255 - 127;
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, (int64_t[]){1, C, 5, 5});
+  Onnx__TensorProto *t = ob_init_f32(b, "Wq", 4, (int64_t[]){M, C, K, K}, NULL);
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
+  t->n_float_data = 0;
+  t->n_int32_data = M * C * K * K;
+  t->int32_data = w;
+  ob_init_f32(b, "ws", 1, (int64_t[]){M}, ws);
+  t = ob_init_f32(b, "wz", 1, (int64_t[]){M}, NULL);
+  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
+  t->n_float_data = 0;
+  t->n_int32_data = M;
+  t->int32_data = (int32_t *)wz;
+  int dq = ob_node(b, "DequantizeLinear", "W", 3, "Wq", "ws", "wz");
+  ob_attr_int(b, dq, "axis", 0);
+  ob_node(b, "Conv", "y", 2, "x", "W");
+  ob_output(b, "y");
+  es_model *m = ob_load(b);
+  free(b);
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  assert_int_equal(st.nodes, 1);
+  assert_int_equal(st.folded_nodes, 1);
+  float x[C * 25];
+  for (int i = 0; i < C * 25; i++)
+    x[i] = (float)((i * 7) % 11 - 5) / 4.0f;
+  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, 5, 5}, x);
+  float *y;
+  size_t count;
+  ob_run(m, 1, &in, 1, &y, &count);
+  assert_int_equal(count, M * 9);
+  for (int oc = 0; oc < M; oc++)
+    for (int oh = 0; oh < 3; oh++)
+      for (int ow = 0; ow < 3; ow++) {
+        double s = 0;
+        for (int c = 0; c < C; c++)
+          for (int kh = 0; kh < K; kh++)
+            for (int kw = 0; kw < K; kw++)
+              s += (double)x[(c * 5 + oh + kh) * 5 + ow + kw] *
+                   (w[((oc * C + c) * K + kh) * K + kw] * (double)ws[oc]);
+        float got = y[(oc * 3 + oh) * 3 + ow];
+        if (fabs(got - s) > 1e-4 * (1 + fabs(s)))
+          fail_msg("y[%d,%d,%d] = %g, expected %g", oc, oh, ow, (double)got, s);
+      }
+  free(y);
+  es_model_release(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_quantize_rounding_saturation),
+      cmocka_unit_test(test_per_axis),
+      cmocka_unit_test(test_blocks),
+      cmocka_unit_test(test_dequantize_int32),
+      cmocka_unit_test(test_quantize_errors),
+      cmocka_unit_test(test_dynamic_quantize),
+      cmocka_unit_test(test_matmul_integer),
+      cmocka_unit_test(test_matmul_integer_wraps),
+      cmocka_unit_test(test_qlinear_matmul),
+      cmocka_unit_test(test_matmul_errors),
+      cmocka_unit_test(test_conv_integer),
+      cmocka_unit_test(test_conv_errors),
+      cmocka_unit_test(test_qdq_weights_fold),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
