@@ -160,6 +160,7 @@
   XX(HannWindow, 17)                                                           \
   XX(MaxUnpool, 9)                                                             \
   XX(MelWeightMatrix, 17)                                                      \
+  XX(RoiAlign, 10)                                                             \
   XX(STFT, 17)                                                                 \
   XX(TopK, 1)                                                                  \
   /* quantisation: 8-bit quantize and dequantize, integer products (quant.c) */ \
