@@ -113,6 +113,7 @@
   XX(Gather, 1)                                                                \
   XX(GatherElements, 11)                                                       \
   XX(GatherND, 11)                                                             \
+  XX(NonZero, 9)                                                               \
   XX(OneHot, 9)                                                                \
   XX(Range, 11)                                                                \
   XX(ReverseSequence, 10)                                                      \

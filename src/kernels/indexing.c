@@ -18,7 +18,12 @@
  * it; infer lets the output share data's buffer (k->inplace), which makes
  * the copy free when data has no other use (a cache updated in place).
  * Duplicate indices apply in order: with reduction 'none' the last write
- * wins, otherwise every update is reduced in. */
+ * wins, otherwise every update is reduced in.
+ *
+ * NonZero sets its output's shape from its input's values,
+ * so, like Compress and Range, it needs that input known while planning
+ * (a constant, or a folded shape chain) and refuses otherwise: infer
+ * computes the coordinates into plan memory, and run copies them out. */
 #include "kernels/kernel.h"
 #include "kernels/walk.h"
 
@@ -562,6 +567,89 @@ static int scatter_nd_run(const es_kinst *k, const void *const *in, void *const 
 }
 
 /* ==========================================================================
+ * Values as numbers (NonZero)
+ * ======================================================================== */
+
+static int value_dtype_check(es_kinst *k, es_dtype dt) {
+  if (dt != ES_DTYPE_FLOAT && dt != ES_DTYPE_UINT8 && dt != ES_DTYPE_INT8 &&
+      dt != ES_DTYPE_INT32 && dt != ES_DTYPE_INT64 && dt != ES_DTYPE_BOOL)
+    return ES_KFAIL(k, ES_ENOTSUP, "input is %s (float32, uint8, int8, int32, int64, bool "
+                    "supported)", es_dtype_name(dt));
+  return 0;
+}
+
+static bool value_nonzero(es_dtype dt, const void *d, int64_t i) {
+  switch (dt) {
+  case ES_DTYPE_FLOAT:
+    return ((const float *)d)[i] != 0; /* NaN counts, -0 does not */
+  case ES_DTYPE_INT32:
+    return ((const int32_t *)d)[i] != 0;
+  case ES_DTYPE_INT64:
+    return ((const int64_t *)d)[i] != 0;
+  default:
+    return ((const uint8_t *)d)[i] != 0;
+  }
+}
+
+/* ==========================================================================
+ * NonZero
+ * ======================================================================== */
+
+typedef struct nonzero_params {
+  size_t bytes;         /* of the output */
+  const int64_t *coord; /* the output, computed while planning */
+} nonzero_params;
+
+static int nonzero_infer(es_kinst *k) {
+  int rc = io_check(k, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  if ((rc = value_dtype_check(k, x->dtype)) < 0)
+    return rc;
+  if (!k->in_static || !k->in_static[0])
+    return ES_KFAIL(k, ES_ENOTSUP, "X (input 0) is not known when planning; NonZero's output "
+                    "shape depends on its values (data-dependent shapes are not supported)");
+  const void *d = k->in_static[0];
+  int r = x->rank ? x->rank : 1; /* a scalar counts as one element of a 1-D tensor */
+  int64_t nz = 0;
+  for (int64_t i = 0; i < (int64_t)x->count; i++)
+    nz += value_nonzero(x->dtype, d, i);
+  nonzero_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  int64_t dims[2] = {r, nz};
+  if ((rc = out_set(k, ES_DTYPE_INT64, 2, dims)) < 0)
+    return rc;
+  int64_t *c = es__kinst_params(k, k->out[0]->nbytes + 1);
+  if (!c)
+    return ES_ENOMEM;
+  int64_t st[ES_MAX_RANK];
+  int64_t one = 1;
+  es__strides_of(r, x->rank ? x->dims : &one, st);
+  for (int64_t i = 0, j = 0; i < (int64_t)x->count; i++) {
+    if (!value_nonzero(x->dtype, d, i))
+      continue;
+    for (int a = 0; a < r; a++)
+      c[a * nz + j] = (i / st[a]) % (x->rank ? x->dims[a] : 1);
+    j++;
+  }
+  p->bytes = k->out[0]->nbytes;
+  p->coord = c;
+  k->params = p;
+  return 0;
+}
+
+static int nonzero_run(const es_kinst *k, const void *const *in, void *const *out,
+                       void *scratch) {
+  (void)in;
+  (void)scratch;
+  const nonzero_params *p = k->params;
+  memcpy(out[0], p->coord, p->bytes);
+  return 0;
+}
+
+/* ==========================================================================
  * Family
  * ======================================================================== */
 
@@ -571,6 +659,7 @@ static const es_kernel k_gather_nd = {gather_nd_infer, gather_nd_run, NULL, 0};
 static const es_kernel k_scatter_elements = {scatter_elements_infer, scatter_elements_run, NULL,
                                              0};
 static const es_kernel k_scatter_nd = {scatter_nd_infer, scatter_nd_run, NULL, 0};
+static const es_kernel k_nonzero = {nonzero_infer, nonzero_run, NULL, 0};
 
 const es_kernel *es__kernels_indexing(es_op op) {
   switch (op) {
@@ -583,6 +672,8 @@ const es_kernel *es__kernels_indexing(es_op op) {
   case ES_OP_Scatter: /* opset 9-10's name for ScatterElements, without reduction */
   case ES_OP_ScatterElements:
     return &k_scatter_elements;
+  case ES_OP_NonZero:
+    return &k_nonzero;
   case ES_OP_ScatterND:
     return &k_scatter_nd;
   default:

@@ -1,5 +1,5 @@
 /* Indexing kernels (Gather, GatherElements, GatherND, ScatterND,
- * ScatterElements, Scatter) one node at a time, and a shape chain of a
+ * ScatterElements, Scatter, NonZero) one node at a time, and a shape chain of a
  * detection export (Shape -> Gather -> Unsqueeze -> Concat -> Reshape)
  * through a whole model, where it must fold while planning.
  *
@@ -11,6 +11,7 @@
  * with a naive reference over random shapes, axes and element sizes. */
 #include "es_test.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,46 @@ static void test_shape_chain(void **state) {
   }
 }
 
+/* ==========================================================================
+ * NonZero
+ * ======================================================================== */
+
+/* Coordinates in row-major order, one row per dim; NaN counts as non-zero
+ * and -0 as zero; a scalar is one element of a 1-D tensor; an input not
+ * known while planning is refused (its output's shape depends on it). */
+static void test_nonzero(void **state) {
+  (void)state;
+  float v[6] = {0, NAN, -0.0f, 2, 0, -1};
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_NonZero);
+  const es_tdesc *in[1] = {&x};
+  const void *data[1] = {v};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 3});
+  assert_memory_equal(o, ((int64_t[]){0, 1, 1, 1, 0, 2}), 6 * sizeof(int64_t));
+  es_mem_free(o);
+  int32_t s = 7;
+  es_tdesc sc = KH_TD(ES_DTYPE_INT32);
+  in[0] = &sc;
+  data[0] = &s;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){1, 1});
+  assert_int_equal(*(int64_t *)o, 0);
+  es_mem_free(o);
+  uint8_t none[4] = {0};
+  es_tdesc b = KH_TD(ES_DTYPE_BOOL, 2, 2);
+  in[0] = &b;
+  data[0] = none;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 0});
+  es_mem_free(o);
+  data[0] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "not known when planning"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gather),
@@ -456,6 +497,7 @@ int main(void) {
       cmocka_unit_test(test_gather_nd),
       cmocka_unit_test(test_scatter_nd),
       cmocka_unit_test(test_shape_chain),
+      cmocka_unit_test(test_nonzero),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
