@@ -124,6 +124,7 @@
   XX(SpaceToDepth, 1)                                                          \
   XX(Tile, 6)                                                                  \
   XX(Trilu, 14)                                                                \
+  XX(Unique, 11)                                                               \
   XX(Unsqueeze, 1)                                                             \
   XX(Upsample, 7)                                                              \
   /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
