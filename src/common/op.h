@@ -113,6 +113,7 @@
   XX(Gather, 1)                                                                \
   XX(GatherElements, 11)                                                       \
   XX(GatherND, 11)                                                             \
+  XX(NonZero, 9)                                                               \
   XX(OneHot, 9)                                                                \
   XX(Range, 11)                                                                \
   XX(ReverseSequence, 10)                                                      \
@@ -123,6 +124,7 @@
   XX(SpaceToDepth, 1)                                                          \
   XX(Tile, 6)                                                                  \
   XX(Trilu, 14)                                                                \
+  XX(Unique, 11)                                                               \
   XX(Unsqueeze, 1)                                                             \
   XX(Upsample, 7)                                                              \
   /* reductions, softmax, normalisation, linear algebra (reduce.c, norm.c,     \
@@ -160,6 +162,7 @@
   XX(HannWindow, 17)                                                           \
   XX(MaxUnpool, 9)                                                             \
   XX(MelWeightMatrix, 17)                                                      \
+  XX(RoiAlign, 10)                                                             \
   XX(STFT, 17)                                                                 \
   XX(TopK, 1)                                                                  \
   /* quantisation: 8-bit quantize and dequantize, integer products (quant.c) */ \

@@ -18,7 +18,17 @@
  * it; infer lets the output share data's buffer (k->inplace), which makes
  * the copy free when data has no other use (a cache updated in place).
  * Duplicate indices apply in order: with reduction 'none' the last write
- * wins, otherwise every update is reduced in. */
+ * wins, otherwise every update is reduced in.
+ *
+ * NonZero and Unique set their outputs' shapes from their input's values,
+ * so, like Compress and Range, they need that input known while planning
+ * (a constant, or a folded shape chain) and refuse otherwise: infer
+ * computes the answer (NonZero's coordinates; Unique's first occurrences,
+ * inverse indices and counts) into plan memory, and run copies it out,
+ * taking Unique's values from the input it is given. Unique orders items
+ * (elements, or slices along axis compared element by element in row-major
+ * order, as numpy does) by a stable merge sort: NaN sorts after every
+ * number and equals itself, so all NaNs count as one value. */
 #include "kernels/kernel.h"
 #include "kernels/walk.h"
 
@@ -562,6 +572,291 @@ static int scatter_nd_run(const es_kinst *k, const void *const *in, void *const 
 }
 
 /* ==========================================================================
+ * Values as numbers (NonZero, Unique)
+ * ======================================================================== */
+
+static int value_dtype_check(es_kinst *k, es_dtype dt) {
+  if (dt != ES_DTYPE_FLOAT && dt != ES_DTYPE_UINT8 && dt != ES_DTYPE_INT8 &&
+      dt != ES_DTYPE_INT32 && dt != ES_DTYPE_INT64 && dt != ES_DTYPE_BOOL)
+    return ES_KFAIL(k, ES_ENOTSUP, "input is %s (float32, uint8, int8, int32, int64, bool "
+                    "supported)", es_dtype_name(dt));
+  return 0;
+}
+
+/* Element i compared with element j of the same tensor: -1, 0 or 1 (NaN
+ * after every number, equal to itself). */
+static int value_cmp(es_dtype dt, const void *d, int64_t i, int64_t j) {
+  switch (dt) {
+  case ES_DTYPE_FLOAT: {
+    float a = ((const float *)d)[i], b = ((const float *)d)[j];
+    if (a != a || b != b)
+      return (a != a) - (b != b);
+    return (a > b) - (a < b);
+  }
+  case ES_DTYPE_INT32: {
+    int32_t a = ((const int32_t *)d)[i], b = ((const int32_t *)d)[j];
+    return (a > b) - (a < b);
+  }
+  case ES_DTYPE_INT64: {
+    int64_t a = ((const int64_t *)d)[i], b = ((const int64_t *)d)[j];
+    return (a > b) - (a < b);
+  }
+  case ES_DTYPE_INT8: {
+    int8_t a = ((const int8_t *)d)[i], b = ((const int8_t *)d)[j];
+    return (a > b) - (a < b);
+  }
+  default: { /* uint8, bool */
+    uint8_t a = ((const uint8_t *)d)[i], b = ((const uint8_t *)d)[j];
+    return (a > b) - (a < b);
+  }
+  }
+}
+
+static bool value_nonzero(es_dtype dt, const void *d, int64_t i) {
+  switch (dt) {
+  case ES_DTYPE_FLOAT:
+    return ((const float *)d)[i] != 0; /* NaN counts, -0 does not */
+  case ES_DTYPE_INT32:
+    return ((const int32_t *)d)[i] != 0;
+  case ES_DTYPE_INT64:
+    return ((const int64_t *)d)[i] != 0;
+  default:
+    return ((const uint8_t *)d)[i] != 0;
+  }
+}
+
+/* ==========================================================================
+ * NonZero
+ * ======================================================================== */
+
+typedef struct nonzero_params {
+  size_t bytes;         /* of the output */
+  const int64_t *coord; /* the output, computed while planning */
+} nonzero_params;
+
+static int nonzero_infer(es_kinst *k) {
+  int rc = io_check(k, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  if ((rc = value_dtype_check(k, x->dtype)) < 0)
+    return rc;
+  if (!k->in_static || !k->in_static[0])
+    return ES_KFAIL(k, ES_ENOTSUP, "X (input 0) is not known when planning; NonZero's output "
+                    "shape depends on its values (data-dependent shapes are not supported)");
+  const void *d = k->in_static[0];
+  int r = x->rank ? x->rank : 1; /* a scalar counts as one element of a 1-D tensor */
+  int64_t nz = 0;
+  for (int64_t i = 0; i < (int64_t)x->count; i++)
+    nz += value_nonzero(x->dtype, d, i);
+  nonzero_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  int64_t dims[2] = {r, nz};
+  if ((rc = out_set(k, ES_DTYPE_INT64, 2, dims)) < 0)
+    return rc;
+  int64_t *c = es__kinst_params(k, k->out[0]->nbytes + 1);
+  if (!c)
+    return ES_ENOMEM;
+  int64_t st[ES_MAX_RANK];
+  int64_t one = 1;
+  es__strides_of(r, x->rank ? x->dims : &one, st);
+  for (int64_t i = 0, j = 0; i < (int64_t)x->count; i++) {
+    if (!value_nonzero(x->dtype, d, i))
+      continue;
+    for (int a = 0; a < r; a++)
+      c[a * nz + j] = (i / st[a]) % (x->rank ? x->dims[a] : 1);
+    j++;
+  }
+  p->bytes = k->out[0]->nbytes;
+  p->coord = c;
+  k->params = p;
+  return 0;
+}
+
+static int nonzero_run(const es_kinst *k, const void *const *in, void *const *out,
+                       void *scratch) {
+  (void)in;
+  (void)scratch;
+  const nonzero_params *p = k->params;
+  memcpy(out[0], p->coord, p->bytes);
+  return 0;
+}
+
+/* ==========================================================================
+ * Unique
+ * ======================================================================== */
+
+typedef struct unique_params {
+  int64_t outer, n, u;  /* X as [outer, n, inner] items along the axis; u unique */
+  size_t inner;         /* bytes of one item's piece per outer index */
+  const int64_t *first; /* [u] item of each unique value, in output order */
+  const int64_t *inv;   /* [n] */
+  const int64_t *cnt;   /* [u] */
+  bool want[4];
+} unique_params;
+
+typedef struct unique_sort {
+  es_dtype dt;
+  const void *d;
+  int64_t outer, n, inner; /* inner in elements */
+} unique_sort;
+
+/* Item a compared with item b, element by element in row-major order. */
+static int unique_cmp(const unique_sort *s, int64_t a, int64_t b) {
+  for (int64_t o = 0; o < s->outer; o++)
+    for (int64_t j = 0; j < s->inner; j++) {
+      int64_t base = o * s->n * s->inner + j;
+      int c = value_cmp(s->dt, s->d, base + a * s->inner, base + b * s->inner);
+      if (c)
+        return c;
+    }
+  return 0;
+}
+
+/* Stable bottom-up merge sort of v[0..n) by unique_cmp (tmp: n more). */
+static void unique_msort(const unique_sort *s, int64_t *v, int64_t *tmp, int64_t n) {
+  for (int64_t w = 1; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int64_t i = lo, j = mid, t = lo;
+      while (i < mid && j < hi)
+        tmp[t++] = unique_cmp(s, v[j], v[i]) < 0 ? v[j++] : v[i++];
+      while (i < mid)
+        tmp[t++] = v[i++];
+      while (j < hi)
+        tmp[t++] = v[j++];
+    }
+    memcpy(v, tmp, (size_t)n * sizeof *v);
+  }
+}
+
+static int unique_infer(es_kinst *k) {
+  if (k->n_in != 1 || !k->in[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected 1", k->n_in);
+  if (k->n_out < 1 || k->n_out > 4 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1 to 4 with Y present", k->n_out);
+  const es_tdesc *x = k->in[0];
+  int rc = value_dtype_check(k, x->dtype);
+  if (rc < 0)
+    return rc;
+  int64_t sorted;
+  if ((rc = es__attr_int(k, "sorted", 1, &sorted)) < 0)
+    return rc;
+  if (sorted != 0 && sorted != 1)
+    return ES_KFAIL(k, ES_EMODEL, "sorted is %lld, expected 0 or 1", (long long)sorted);
+  int axis = -1;
+  if (es__kattr(k, "axis")) {
+    int64_t a;
+    if ((rc = es__attr_int(k, "axis", 0, &a)) < 0)
+      return rc;
+    if (x->rank == 0)
+      return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1 with an axis");
+    if ((rc = es__axis_norm(k, a, x->rank, &axis)) < 0)
+      return rc;
+  }
+  if (!k->in_static || !k->in_static[0])
+    return ES_KFAIL(k, ES_ENOTSUP, "X (input 0) is not known when planning; Unique's output "
+                    "shapes depend on its values (data-dependent shapes are not supported)");
+  unique_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  unique_sort s = {x->dtype, k->in_static[0], 1, (int64_t)x->count, 1};
+  if (axis >= 0) {
+    s.outer = dims_prod(x->dims, 0, axis);
+    s.n = x->dims[axis];
+    s.inner = dims_prod(x->dims, axis + 1, x->rank);
+  }
+  int64_t n = s.n;
+  int64_t *ord = es__kinst_alloc(k, 2 * (size_t)n * sizeof *ord + 1);
+  int64_t *inv = es__kinst_params(k, (size_t)n * sizeof *inv + 1);
+  int64_t *grp = es__kinst_alloc(k, (size_t)n * sizeof *grp + 1);   /* group of each item */
+  int64_t *first = es__kinst_params(k, (size_t)n * sizeof *first + 1);
+  int64_t *cnt = es__kinst_params(k, (size_t)n * sizeof *cnt + 1);
+  if (!ord || !inv || !grp || !first || !cnt)
+    return ES_KFAIL(k, ES_ENOMEM, "out of plan memory for %lld items", (long long)n);
+  for (int64_t i = 0; i < n; i++)
+    ord[i] = i;
+  /* groups in sorted order; ties keep index order, so a group's first item
+   * is its first occurrence */
+  unique_msort(&s, ord, ord + n, n);
+  int64_t u = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (i == 0 || unique_cmp(&s, ord[i - 1], ord[i]) != 0) {
+      first[u] = ord[i];
+      cnt[u] = 0;
+      u++;
+    }
+    grp[ord[i]] = u - 1;
+    cnt[u - 1]++;
+  }
+  if (!sorted) { /* renumber groups by first occurrence */
+    int64_t *ren = ord; /* reused: sorted order is no longer needed */
+    for (int64_t g = 0; g < u; g++)
+      ren[g] = -1;
+    int64_t next = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (ren[grp[i]] < 0)
+        ren[grp[i]] = next++;
+    int64_t *f2 = ord + n, *c2 = grp; /* grp is rewritten below from ren */
+    for (int64_t g = 0; g < u; g++)
+      f2[ren[g]] = first[g];
+    for (int64_t i = 0; i < n; i++)
+      inv[i] = ren[grp[i]];
+    for (int64_t g = 0; g < u; g++)
+      c2[ren[g]] = cnt[g];
+    memcpy(first, f2, (size_t)u * sizeof *first);
+    memcpy(cnt, c2, (size_t)u * sizeof *cnt);
+  } else {
+    memcpy(inv, grp, (size_t)n * sizeof *inv);
+  }
+  int64_t dims[ES_MAX_RANK];
+  int r = 1;
+  dims[0] = u;
+  if (axis >= 0) {
+    r = x->rank;
+    memcpy(dims, x->dims, sizeof dims);
+    dims[axis] = u;
+  }
+  int64_t du = u, dn = n;
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, r, dims)) < 0)
+    return ES_KFAIL(k, rc, "output Y: %s", es_last_error_detail());
+  for (int o = 1; o < k->n_out; o++)
+    if (k->out[o] && (rc = es__tdesc_set(k->out[o], ES_DTYPE_INT64, 1, o == 2 ? &dn : &du)) < 0)
+      return ES_KFAIL(k, rc, "output %d: %s", o, es_last_error_detail());
+  p->outer = s.outer;
+  p->n = n;
+  p->u = u;
+  p->inner = (size_t)s.inner * es_dtype_size(x->dtype);
+  p->first = first;
+  p->inv = inv;
+  p->cnt = cnt;
+  for (int o = 0; o < k->n_out; o++)
+    p->want[o] = k->out[o] != NULL;
+  k->params = p;
+  return 0;
+}
+
+static int unique_run(const es_kinst *k, const void *const *in, void *const *out,
+                      void *scratch) {
+  (void)scratch;
+  const unique_params *p = k->params;
+  const char *x = in[0];
+  char *y = out[0];
+  for (int64_t o = 0; o < p->outer; o++)
+    for (int64_t g = 0; g < p->u; g++)
+      memcpy(y + (size_t)(o * p->u + g) * p->inner,
+             x + (size_t)(o * p->n + p->first[g]) * p->inner, p->inner);
+  if (p->want[1])
+    memcpy(out[1], p->first, (size_t)p->u * sizeof(int64_t));
+  if (p->want[2])
+    memcpy(out[2], p->inv, (size_t)p->n * sizeof(int64_t));
+  if (p->want[3])
+    memcpy(out[3], p->cnt, (size_t)p->u * sizeof(int64_t));
+  return 0;
+}
+
+/* ==========================================================================
  * Family
  * ======================================================================== */
 
@@ -571,6 +866,8 @@ static const es_kernel k_gather_nd = {gather_nd_infer, gather_nd_run, NULL, 0};
 static const es_kernel k_scatter_elements = {scatter_elements_infer, scatter_elements_run, NULL,
                                              0};
 static const es_kernel k_scatter_nd = {scatter_nd_infer, scatter_nd_run, NULL, 0};
+static const es_kernel k_nonzero = {nonzero_infer, nonzero_run, NULL, 0};
+static const es_kernel k_unique = {unique_infer, unique_run, NULL, 0};
 
 const es_kernel *es__kernels_indexing(es_op op) {
   switch (op) {
@@ -583,6 +880,10 @@ const es_kernel *es__kernels_indexing(es_op op) {
   case ES_OP_Scatter: /* opset 9-10's name for ScatterElements, without reduction */
   case ES_OP_ScatterElements:
     return &k_scatter_elements;
+  case ES_OP_NonZero:
+    return &k_nonzero;
+  case ES_OP_Unique:
+    return &k_unique;
   case ES_OP_ScatterND:
     return &k_scatter_nd;
   default:

@@ -1,5 +1,5 @@
-/* Sampling, placing and selecting: GridSample, MaxUnpool, TopK, and the
- * determinant Det.
+/* Sampling, placing and selecting: GridSample, RoiAlign, MaxUnpool, TopK,
+ * and the determinant Det.
  *
  * GridSample reads X (float32 [N, C, D1..Dr]) at the points of a grid
  * ([N, O1..Or, r], normalised to [-1, 1], the last axis giving the
@@ -15,6 +15,20 @@
  * weight, at most 64: 2^r for linear, 4^r for cubic) used for every
  * channel. Coordinates that are NaN or huge become far-outside indices,
  * never an undefined float-to-integer conversion.
+ *
+ * RoiAlign pools each region of interest (rois [R, 4]: x1, y1, x2, y2 in
+ * input coordinates times spatial_scale, on the image batch_indices names)
+ * into an output_height x output_width grid of bins. Each bin averages (avg)
+ * or takes the largest (max) of a grid of bilinear samples, sampling_ratio
+ * per side or, when 0, ceil(bin size) per side. It follows ONNX's reference
+ * (ONNX Runtime's kernel) exactly: half_pixel shifts coordinates by -0.5
+ * (opset 16's default; opset 10 has only output_half_pixel, which instead
+ * makes every roi at least 1 x 1); a sample more than one pixel outside the
+ * image reads 0; max mode takes each sample's largest weighted corner (not
+ * the interpolated value). Rois and batch indices are request data: run
+ * checks each (a batch index out of range, a coordinate that is not finite
+ * or an adaptive grid past RA_MAX_GRID samples per side is an error naming
+ * the roi).
  *
  * MaxUnpool writes X into a zero output at MaxPool's indices, flat over
  * the whole unpooled tensor (N, C, then each spatial dim (in - 1) * stride
@@ -296,6 +310,216 @@ static int gs_run(const es_kinst *k, const void *const *in, void *const *out, vo
         yq[c * p->points] = (float)s;
       }
     }
+  return 0;
+}
+
+/* ==========================================================================
+ * RoiAlign
+ * ======================================================================== */
+
+/* Adaptive sampling makes ceil(bin size) samples per side; a roi whose bins
+ * would need more than this is refused rather than computed for minutes. */
+#define RA_MAX_GRID 1024
+
+typedef struct ra_params {
+  int64_t n, c, h, w;   /* X */
+  int64_t rois;         /* R */
+  int64_t oh, ow;       /* output_height, output_width */
+  int64_t ratio;        /* sampling_ratio; 0: adaptive */
+  float scale;          /* spatial_scale */
+  int half_pixel;
+  int max_mode;
+} ra_params;
+
+static int ra_infer(es_kinst *k) {
+  int rc = io_check(k, 3, 3, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *r = k->in[1], *bi = k->in[2];
+  if (x->dtype != ES_DTYPE_FLOAT || r->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_ENOTSUP, "X is %s and rois %s, only float32 is supported",
+                    es_dtype_name(x->dtype), es_dtype_name(r->dtype));
+  if (bi->dtype != ES_DTYPE_INT64)
+    return ES_KFAIL(k, ES_EMODEL, "batch_indices is %s, expected int64",
+                    es_dtype_name(bi->dtype));
+  if (x->rank != 4)
+    return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected 4 ([N, C, H, W])", x->rank);
+  if (r->rank != 2 || r->dims[1] != 4)
+    return ES_KFAIL(k, ES_EMODEL, "rois must have shape [num_rois, 4]");
+  if (bi->rank != 1 || bi->dims[0] != r->dims[0])
+    return ES_KFAIL(k, ES_EMODEL, "batch_indices must have shape [%lld] (one per roi)",
+                    (long long)r->dims[0]);
+  const char *mode, *ctm = "output_half_pixel";
+  int64_t oh, ow, ratio;
+  float scale;
+  if ((rc = es__attr_string(k, "mode", "avg", &mode)) < 0 ||
+      (rc = es__attr_int(k, "output_height", 1, &oh)) < 0 ||
+      (rc = es__attr_int(k, "output_width", 1, &ow)) < 0 ||
+      (rc = es__attr_int(k, "sampling_ratio", 0, &ratio)) < 0 ||
+      (rc = es__attr_float(k, "spatial_scale", 1.0f, &scale)) < 0)
+    return rc;
+  if (k->opset >= 16 &&
+      (rc = es__attr_string(k, "coordinate_transformation_mode", "half_pixel", &ctm)) < 0)
+    return rc;
+  ra_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  if (!strcmp(mode, "avg"))
+    p->max_mode = 0;
+  else if (!strcmp(mode, "max"))
+    p->max_mode = 1;
+  else
+    return ES_KFAIL(k, ES_EMODEL, "mode '%s' is not avg or max", mode);
+  if (!strcmp(ctm, "half_pixel"))
+    p->half_pixel = 1;
+  else if (!strcmp(ctm, "output_half_pixel"))
+    p->half_pixel = 0;
+  else
+    return ES_KFAIL(k, ES_EMODEL, "coordinate_transformation_mode '%s' is not half_pixel or "
+                    "output_half_pixel", ctm);
+  if (oh < 1 || ow < 1 || oh > (1 << 20) || ow > (1 << 20))
+    return ES_KFAIL(k, ES_EMODEL, "output_height %lld and output_width %lld must be 1 to 2^20",
+                    (long long)oh, (long long)ow);
+  if (ratio < 0 || ratio > RA_MAX_GRID)
+    return ES_KFAIL(k, ES_EMODEL, "sampling_ratio is %lld, expected 0 (adaptive) to %d",
+                    (long long)ratio, RA_MAX_GRID);
+  if (!isfinite(scale))
+    return ES_KFAIL(k, ES_EMODEL, "spatial_scale is not finite");
+  p->n = x->dims[0];
+  p->c = x->dims[1];
+  p->h = x->dims[2];
+  p->w = x->dims[3];
+  p->rois = r->dims[0];
+  p->oh = oh;
+  p->ow = ow;
+  p->ratio = ratio;
+  p->scale = scale;
+  k->params = p;
+  int64_t dims[4] = {p->rois, p->c, oh, ow};
+  return out_set(k, 0, ES_DTYPE_FLOAT, 4, dims);
+}
+
+/* One bilinear sample: the four corners' offsets within a channel and
+ * their weights (all zero for a sample more than a pixel outside). */
+typedef struct ra_sample {
+  int64_t o[4];
+  float w[4];
+} ra_sample;
+
+static void ra_sample_at(const ra_params *p, double y, double x, ra_sample *s) {
+  if (y < -1.0 || y > (double)p->h || x < -1.0 || x > (double)p->w) {
+    memset(s, 0, sizeof *s);
+    return;
+  }
+  if (y <= 0)
+    y = 0;
+  if (x <= 0)
+    x = 0;
+  int64_t y0 = (int64_t)y, x0 = (int64_t)x, y1, x1;
+  if (y0 >= p->h - 1) {
+    y0 = y1 = p->h - 1;
+    y = (double)y0;
+  } else {
+    y1 = y0 + 1;
+  }
+  if (x0 >= p->w - 1) {
+    x0 = x1 = p->w - 1;
+    x = (double)x0;
+  } else {
+    x1 = x0 + 1;
+  }
+  double ly = y - (double)y0, lx = x - (double)x0, hy = 1 - ly, hx = 1 - lx;
+  s->o[0] = y0 * p->w + x0;
+  s->o[1] = y0 * p->w + x1;
+  s->o[2] = y1 * p->w + x0;
+  s->o[3] = y1 * p->w + x1;
+  s->w[0] = (float)(hy * hx);
+  s->w[1] = (float)(hy * lx);
+  s->w[2] = (float)(ly * hx);
+  s->w[3] = (float)(ly * lx);
+}
+
+/* Samples per side of a bin of the given size: sampling_ratio, or
+ * ceil(size) when adaptive (0 or negative sizes give none). -1 when too
+ * many. */
+static int64_t ra_grid(const ra_params *p, double size) {
+  if (p->ratio > 0)
+    return p->ratio;
+  double g = ceil(size);
+  if (!(g <= RA_MAX_GRID))
+    return -1;
+  return g > 0 ? (int64_t)g : 0;
+}
+
+static int ra_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const ra_params *p = k->params;
+  const float *x = in[0], *rois = in[1];
+  const int64_t *bidx = in[2];
+  float *y = out[0];
+  int64_t plane = p->h * p->w, bins = p->oh * p->ow;
+  double off = p->half_pixel ? 0.5 : 0;
+  for (int64_t r = 0; r < p->rois; r++) {
+    const float *roi = rois + r * 4;
+    int64_t b = bidx[r];
+    if (b < 0 || b >= p->n)
+      return ES_KFAIL(k, ES_EINVAL, "roi %lld: batch index %lld is outside X's batch of %lld",
+                      (long long)r, (long long)b, (long long)p->n);
+    for (int i = 0; i < 4; i++)
+      if (!isfinite(roi[i]))
+        return ES_KFAIL(k, ES_EINVAL, "roi %lld: coordinate %d is not finite", (long long)r, i);
+    double x1 = roi[0] * (double)p->scale - off, y1 = roi[1] * (double)p->scale - off;
+    double rw = roi[2] * (double)p->scale - off - x1, rh = roi[3] * (double)p->scale - off - y1;
+    if (!p->half_pixel) { /* output_half_pixel: rois are at least 1 x 1 */
+      rw = rw > 1 ? rw : 1;
+      rh = rh > 1 ? rh : 1;
+    }
+    double bh = rh / (double)p->oh, bw = rw / (double)p->ow;
+    int64_t gh = ra_grid(p, bh), gw = ra_grid(p, bw);
+    if (gh < 0 || gw < 0)
+      return ES_KFAIL(k, ES_EINVAL, "roi %lld: adaptive sampling would take more than %d "
+                      "samples per side of a bin", (long long)r, RA_MAX_GRID);
+    double count = gh * gw > 0 ? (double)(gh * gw) : 1;
+    const float *xb = x + b * p->c * plane;
+    float *yr = y + r * p->c * bins;
+    if (plane == 0 || gh * gw == 0) { /* nothing to sample: zeros, as the reference gives */
+      for (int64_t i = 0; i < p->c * bins; i++)
+        yr[i] = 0;
+      continue;
+    }
+    for (int64_t ph = 0; ph < p->oh; ph++)
+      for (int64_t pw = 0; pw < p->ow; pw++) {
+        float *yo = yr + ph * p->ow + pw;
+        for (int64_t iy = 0; iy < gh; iy++) {
+          double sy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
+          for (int64_t ix = 0; ix < gw; ix++) {
+            double sx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
+            ra_sample s;
+            ra_sample_at(p, sy, sx, &s);
+            int first = iy == 0 && ix == 0;
+            for (int64_t c = 0; c < p->c; c++) {
+              const float *xc = xb + c * plane;
+              float *o = yo + c * bins;
+              if (p->max_mode) {
+                float v = s.w[0] * xc[s.o[0]];
+                for (int j = 1; j < 4; j++) {
+                  float t = s.w[j] * xc[s.o[j]];
+                  v = t > v ? t : v;
+                }
+                *o = first || v > *o ? v : *o;
+              } else {
+                float v = s.w[0] * xc[s.o[0]] + s.w[1] * xc[s.o[1]] + s.w[2] * xc[s.o[2]] +
+                          s.w[3] * xc[s.o[3]];
+                *o = first ? v : *o + v;
+              }
+            }
+          }
+        }
+        if (!p->max_mode)
+          for (int64_t c = 0; c < p->c; c++)
+            yo[c * bins] = (float)(yo[c * bins] / count);
+      }
+  }
   return 0;
 }
 
@@ -679,6 +903,7 @@ static int det_run(const es_kinst *k, const void *const *in, void *const *out, v
  * ======================================================================== */
 
 static const es_kernel gs_kernel = {gs_infer, gs_run, NULL, 0};
+static const es_kernel ra_kernel = {ra_infer, ra_run, NULL, 0};
 static const es_kernel unpool_kernel = {unpool_infer, unpool_run, NULL, 0};
 static const es_kernel topk_kernel = {topk_infer, topk_run, NULL, 0};
 static const es_kernel det_kernel = {det_infer, det_run, NULL, 0};
@@ -687,6 +912,8 @@ const es_kernel *es__kernels_sample(es_op op) {
   switch (op) {
   case ES_OP_GridSample:
     return &gs_kernel;
+  case ES_OP_RoiAlign:
+    return &ra_kernel;
   case ES_OP_MaxUnpool:
     return &unpool_kernel;
   case ES_OP_TopK:

@@ -1,5 +1,5 @@
 /* Indexing kernels (Gather, GatherElements, GatherND, ScatterND,
- * ScatterElements, Scatter) one node at a time, and a shape chain of a
+ * ScatterElements, Scatter, NonZero, Unique) one node at a time, and a shape chain of a
  * detection export (Shape -> Gather -> Unsqueeze -> Concat -> Reshape)
  * through a whole model, where it must fold while planning.
  *
@@ -11,6 +11,7 @@
  * with a naive reference over random shapes, axes and element sizes. */
 #include "es_test.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,107 @@ static void test_shape_chain(void **state) {
   }
 }
 
+/* ==========================================================================
+ * NonZero
+ * ======================================================================== */
+
+/* Coordinates in row-major order, one row per dim; NaN counts as non-zero
+ * and -0 as zero; a scalar is one element of a 1-D tensor; an input not
+ * known while planning is refused (its output's shape depends on it). */
+static void test_nonzero(void **state) {
+  (void)state;
+  float v[6] = {0, NAN, -0.0f, 2, 0, -1};
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 2, 3), od;
+  void *o;
+  kh_node t;
+  kh_node_init(&t, ES_OP_NonZero);
+  const es_tdesc *in[1] = {&x};
+  const void *data[1] = {v};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 3});
+  assert_memory_equal(o, ((int64_t[]){0, 1, 1, 1, 0, 2}), 6 * sizeof(int64_t));
+  es_mem_free(o);
+  int32_t s = 7;
+  es_tdesc sc = KH_TD(ES_DTYPE_INT32);
+  in[0] = &sc;
+  data[0] = &s;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){1, 1});
+  assert_int_equal(*(int64_t *)o, 0);
+  es_mem_free(o);
+  uint8_t none[4] = {0};
+  es_tdesc b = KH_TD(ES_DTYPE_BOOL, 2, 2);
+  in[0] = &b;
+  data[0] = none;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 0});
+  es_mem_free(o);
+  data[0] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 13, 1, in, data, 1, &od, &o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "not known when planning"));
+}
+
+/* ==========================================================================
+ * Unique
+ * ======================================================================== */
+
+/* Sorted and in order of first occurrence, all four outputs; NaNs are one
+ * value after every number; slices along an axis compare row-major; an
+ * input not known while planning is refused. */
+static void test_unique(void **state) {
+  (void)state;
+  float v[7] = {3, NAN, 1, 3, NAN, -1, 1};
+  es_tdesc x = KH_TD(ES_DTYPE_FLOAT, 7), od[4];
+  void *o[4];
+  kh_node t;
+  kh_node_init(&t, ES_OP_Unique);
+  kh_attr_int(&t, "sorted", 1);
+  const es_tdesc *in[1] = {&x};
+  const void *data[1] = {v};
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 1, in, data, 4, od, o));
+  check_dims(&od[0], 1, (int64_t[]){4});
+  const float *y = o[0];
+  assert_true(y[0] == -1 && y[1] == 1 && y[2] == 3 && isnan(y[3]));
+  assert_memory_equal(o[1], ((int64_t[]){5, 2, 0, 1}), 4 * sizeof(int64_t));
+  assert_memory_equal(o[2], ((int64_t[]){2, 3, 1, 2, 3, 0, 1}), 7 * sizeof(int64_t));
+  assert_memory_equal(o[3], ((int64_t[]){1, 2, 2, 2}), 4 * sizeof(int64_t));
+  for (int i = 0; i < 4; i++)
+    es_mem_free(o[i]);
+  t.attrs[0].i = 0;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 1, in, data, 4, od, o));
+  y = o[0];
+  assert_true(y[0] == 3 && isnan(y[1]) && y[2] == 1 && y[3] == -1);
+  assert_memory_equal(o[1], ((int64_t[]){0, 1, 2, 5}), 4 * sizeof(int64_t));
+  assert_memory_equal(o[2], ((int64_t[]){0, 1, 2, 0, 1, 3, 2}), 7 * sizeof(int64_t));
+  assert_memory_equal(o[3], ((int64_t[]){2, 2, 2, 1}), 4 * sizeof(int64_t));
+  for (int i = 0; i < 4; i++)
+    es_mem_free(o[i]);
+  /* int64 [2, 3] along axis 1: columns (1,4) (0,5) (1,4) -> (0,5) (1,4) */
+  int64_t m[6] = {1, 0, 1, 4, 5, 4};
+  es_tdesc xm = KH_TD(ES_DTYPE_INT64, 2, 3);
+  kh_attr_int(&t, "axis", -1);
+  t.attrs[0].i = 1;
+  in[0] = &xm;
+  data[0] = m;
+  ES_CHECK_RC(es__kernel_eval(&t.node, 11, 1, in, data, 3, od, o));
+  check_dims(&od[0], 2, (int64_t[]){2, 2});
+  assert_memory_equal(o[0], ((int64_t[]){0, 1, 5, 4}), 4 * sizeof(int64_t));
+  assert_memory_equal(o[1], ((int64_t[]){1, 0}), 2 * sizeof(int64_t));
+  assert_memory_equal(o[2], ((int64_t[]){1, 0, 1}), 3 * sizeof(int64_t));
+  for (int i = 0; i < 3; i++)
+    es_mem_free(o[i]);
+  /* errors: an axis out of range, sorted not 0 or 1, values unknown */
+  t.attrs[1].i = 2;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 1, in, data, 1, od, o), ES_EMODEL);
+  t.attrs[1].i = 0;
+  t.attrs[0].i = 2;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 1, in, data, 1, od, o), ES_EMODEL);
+  t.attrs[0].i = 1;
+  data[0] = NULL;
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 1, in, data, 1, od, o), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "not known when planning"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gather),
@@ -456,6 +558,8 @@ int main(void) {
       cmocka_unit_test(test_gather_nd),
       cmocka_unit_test(test_scatter_nd),
       cmocka_unit_test(test_shape_chain),
+      cmocka_unit_test(test_nonzero),
+      cmocka_unit_test(test_unique),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

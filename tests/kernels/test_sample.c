@@ -1,4 +1,4 @@
-/* Kernels of the sample family: GridSample, MaxUnpool, TopK, Det.
+/* Kernels of the sample family: GridSample, RoiAlign, MaxUnpool, TopK, Det.
  *
  * ONNX's node tests cover GridSample in 2-D at opset 16; here every mode
  * (the opset-16 and opset-20 names) samples the exact pixels back from a
@@ -10,6 +10,12 @@
  * ties (and NaNs), every supported type, axis, k and direction, at opset
  * 1 (k attribute) and 11, and inside loaded models with K an initializer
  * or the input's own length (a shape chain folded while planning).
+ * RoiAlign (covered by ONNX's node tests in avg mode with a fixed
+ * sampling_ratio only): max mode takes the largest sample, each sample its
+ * largest weighted corner; adaptive sampling takes ceil(bin size) samples
+ * per side, seen through a single lit pixel that only the adaptive grid
+ * touches; half_pixel equals output_half_pixel shifted by half a pixel;
+ * rois pick their batch image; bad rois fail at run time.
  * Det is compared with the permutation expansion. MaxUnpool in 1-D and
  * 3-D, with a larger output_shape, and its run-time refusals. Invalid
  * nodes must fail with the right code. */
@@ -459,6 +465,155 @@ static void test_det(void **state) {
 }
 
 /* ==========================================================================
+ * RoiAlign
+ * ======================================================================== */
+
+/* Runs RoiAlign (opset 16 unless ctm is NULL: opset 10) on X [n, c, h, w]
+ * and r rois with their batch indices; returns the code. */
+static int ra_eval(const char *mode, const char *ctm, int64_t ratio, int64_t oh, int64_t ow,
+                   const es_tdesc *xd, const float *x, int64_t r, const float *rois,
+                   const int64_t *bi, es_tdesc *out, void **od) {
+  es_attr attrs[] = {KH_STR("mode", mode), KH_INT("sampling_ratio", ratio),
+                     KH_INT("output_height", oh), KH_INT("output_width", ow),
+                     KH_STR("coordinate_transformation_mode", ctm ? ctm : "")};
+  es_knode node = kh_knode(ES_OP_RoiAlign, attrs, ctm ? 5 : 4);
+  es_tdesc rd = KH_TD(ES_DTYPE_FLOAT, r, 4), bd = KH_TD(ES_DTYPE_INT64, r);
+  const es_tdesc *in[] = {xd, &rd, &bd};
+  const void *data[] = {x, rois, bi};
+  return kh_eval_with(&node, &(kh_opts){.opset = ctm ? 16 : 10, .dyn = 7}, 3, in, data, 1, out,
+                      od);
+}
+
+/* Max mode: samples on pixel centres (integer coordinates with
+ * output_half_pixel) read one pixel each at weight 1, so a bin is the
+ * largest of its sampled pixels, avg their mean; each roi reads its own
+ * batch image and every channel. */
+static void test_roialign_max(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  float x[2 * 2 * 5 * 5];
+  kh_rand_f32(&seed, x, KH_LEN(x), 1, 2);
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 2, 2, 5, 5), out;
+  /* roi 0..4 on batch 1, one bin of 2 x 2 samples: rows and cols 1 and 3 */
+  float rois[4] = {0, 0, 4, 4};
+  int64_t bi[1] = {1};
+  void *od;
+  for (int m = 0; m < 2; m++) {
+    ES_CHECK_RC(ra_eval(m ? "max" : "avg", "output_half_pixel", 2, 1, 1, &xd, x, 1, rois, bi,
+                        &out, &od));
+    assert_int_equal(out.rank, 4);
+    assert_int_equal(out.dims[0], 1);
+    assert_int_equal(out.dims[1], 2);
+    for (int c = 0; c < 2; c++) {
+      const float *xc = x + (1 * 2 + c) * 25;
+      float v[4] = {xc[1 * 5 + 1], xc[1 * 5 + 3], xc[3 * 5 + 1], xc[3 * 5 + 3]};
+      float want = m ? fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]))
+                     : (v[0] + v[1] + v[2] + v[3]) / 4;
+      assert_true(fabsf(((float *)od)[c] - want) <= 1e-5f);
+    }
+    es_mem_free(od);
+  }
+  /* between pixels, max mode takes each sample's largest weighted corner:
+   * all ones, samples at x.5 (2 x 2 bins of 1 pixel, 1 sample) give 0.25 */
+  float ones[1 * 1 * 4 * 4];
+  for (int i = 0; i < 16; i++)
+    ones[i] = 1;
+  es_tdesc od1 = KH_TD(ES_DTYPE_FLOAT, 1, 1, 4, 4);
+  float r2[4] = {0, 0, 2, 2};
+  int64_t b0[1] = {0};
+  ES_CHECK_RC(ra_eval("max", "output_half_pixel", 1, 2, 2, &od1, ones, 1, r2, b0, &out, &od));
+  for (int i = 0; i < 4; i++)
+    assert_true(fabsf(((float *)od)[i] - 0.25f) <= 1e-6f);
+  es_mem_free(od);
+  ES_CHECK_RC(ra_eval("avg", "output_half_pixel", 1, 2, 2, &od1, ones, 1, r2, b0, &out, &od));
+  for (int i = 0; i < 4; i++)
+    assert_true(fabsf(((float *)od)[i] - 1.0f) <= 1e-6f);
+  es_mem_free(od);
+}
+
+/* Adaptive sampling (sampling_ratio 0): a bin 4 high and 2 wide takes 4 x 2
+ * samples at (0.5, 1.5, ...); only the one at (0.5, 0.5) touches pixel
+ * (0, 0), at weight 1/4, so avg gives 1/4 / 8 and max 1/4 of the pixel.
+ * Fixed grids of 1 or 2 per side miss the pixel. half_pixel with the roi
+ * shifted by half a pixel gives the same. */
+static void test_roialign_adaptive(void **state) {
+  (void)state;
+  float x[6 * 6] = {0};
+  x[0] = 8;
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 6, 6), out;
+  float rois[4] = {0, 0, 2, 4}; /* x1 y1 x2 y2 */
+  float shifted[4] = {0.5f, 0.5f, 2.5f, 4.5f};
+  int64_t bi[1] = {0};
+  void *od;
+  ES_CHECK_RC(ra_eval("avg", "output_half_pixel", 0, 1, 1, &xd, x, 1, rois, bi, &out, &od));
+  assert_true(fabsf(*(float *)od - 8.0f / 4 / 8) <= 1e-6f);
+  es_mem_free(od);
+  ES_CHECK_RC(ra_eval("avg", NULL, 0, 1, 1, &xd, x, 1, rois, bi, &out, &od)); /* opset 10 */
+  assert_true(fabsf(*(float *)od - 8.0f / 4 / 8) <= 1e-6f);
+  es_mem_free(od);
+  ES_CHECK_RC(ra_eval("avg", "half_pixel", 0, 1, 1, &xd, x, 1, shifted, bi, &out, &od));
+  assert_true(fabsf(*(float *)od - 8.0f / 4 / 8) <= 1e-6f);
+  es_mem_free(od);
+  ES_CHECK_RC(ra_eval("max", "output_half_pixel", 0, 1, 1, &xd, x, 1, rois, bi, &out, &od));
+  assert_true(fabsf(*(float *)od - 2.0f) <= 1e-6f);
+  es_mem_free(od);
+  for (int64_t ratio = 1; ratio <= 2; ratio++) {
+    ES_CHECK_RC(ra_eval("avg", "output_half_pixel", ratio, 1, 1, &xd, x, 1, rois, bi, &out,
+                        &od));
+    assert_true(*(float *)od == 0.0f);
+    es_mem_free(od);
+  }
+  /* with output_half_pixel a degenerate roi is 1 x 1: one adaptive sample
+   * at (0.5, 0.5); with half_pixel it has no samples and gives 0 */
+  float dot[4] = {0, 0, 0, 0};
+  ES_CHECK_RC(ra_eval("avg", "output_half_pixel", 0, 1, 1, &xd, x, 1, dot, bi, &out, &od));
+  assert_true(fabsf(*(float *)od - 2.0f) <= 1e-6f);
+  es_mem_free(od);
+  ES_CHECK_RC(ra_eval("max", "half_pixel", 0, 1, 1, &xd, x, 1, dot, bi, &out, &od));
+  assert_true(*(float *)od == 0.0f);
+  es_mem_free(od);
+}
+
+static void test_roialign_errors(void **state) {
+  (void)state;
+  float x[1 * 1 * 4 * 4] = {0};
+  es_tdesc xd = KH_TD(ES_DTYPE_FLOAT, 1, 1, 4, 4), out;
+  float ok[4] = {0, 0, 2, 2}, nan_roi[4] = {0, NAN, 2, 2}, huge[4] = {0, 0, 1e9f, 2};
+  int64_t b0[1] = {0}, b1[1] = {1}, bneg[1] = {-1};
+  void *od;
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &xd, x, 1, ok, b1, &out, &od), ES_EINVAL);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &xd, x, 1, ok, bneg, &out, &od),
+                   ES_EINVAL);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &xd, x, 1, nan_roi, b0, &out, &od),
+                   ES_EINVAL);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &xd, x, 1, huge, b0, &out, &od),
+                   ES_EINVAL);
+  ES_CHECK_RC(ra_eval("avg", "half_pixel", 2, 1, 1, &xd, x, 1, huge, b0, &out, &od));
+  es_mem_free(od);
+  assert_int_equal(ra_eval("min", "half_pixel", 0, 1, 1, &xd, x, 1, ok, b0, &out, &od), ES_EMODEL);
+  assert_int_equal(ra_eval("avg", "align", 0, 1, 1, &xd, x, 1, ok, b0, &out, &od), ES_EMODEL);
+  assert_int_equal(ra_eval("avg", "half_pixel", -1, 1, 1, &xd, x, 1, ok, b0, &out, &od),
+                   ES_EMODEL);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 0, 1, &xd, x, 1, ok, b0, &out, &od), ES_EMODEL);
+  es_tdesc x3 = KH_TD(ES_DTYPE_FLOAT, 1, 4, 4), xi = KH_TD(ES_DTYPE_INT32, 1, 1, 4, 4);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &x3, x, 1, ok, b0, &out, &od), ES_EMODEL);
+  assert_int_equal(ra_eval("avg", "half_pixel", 0, 1, 1, &xi, x, 1, ok, b0, &out, &od),
+                   ES_ENOTSUP);
+  /* rois [1, 3] and batch_indices of the wrong length or type */
+  es_attr none[1];
+  es_knode node = kh_knode(ES_OP_RoiAlign, none, 0);
+  es_tdesc r3 = KH_TD(ES_DTYPE_FLOAT, 1, 3), r4 = KH_TD(ES_DTYPE_FLOAT, 1, 4);
+  es_tdesc b2 = KH_TD(ES_DTYPE_INT64, 2), bi32 = KH_TD(ES_DTYPE_INT32, 1),
+           bok = KH_TD(ES_DTYPE_INT64, 1);
+  const void *data[] = {x, ok, b0};
+  const es_tdesc *bad[][3] = {{&xd, &r3, &bok}, {&xd, &r4, &b2}, {&xd, &r4, &bi32}};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(kh_eval_with(&node, &(kh_opts){.opset = 16, .dyn = 7}, 3, bad[i], data, 1,
+                                  &out, &od),
+                     ES_EMODEL);
+}
+
+/* ==========================================================================
  * MaxUnpool
  * ======================================================================== */
 
@@ -546,7 +701,8 @@ int main(void) {
       cmocka_unit_test(test_gridsample_padding),  cmocka_unit_test(test_gridsample_errors),
       cmocka_unit_test(test_topk),                cmocka_unit_test(test_topk_errors),
       cmocka_unit_test(test_topk_in_model),       cmocka_unit_test(test_det),
-      cmocka_unit_test(test_maxunpool),
+      cmocka_unit_test(test_maxunpool),           cmocka_unit_test(test_roialign_max),
+      cmocka_unit_test(test_roialign_adaptive),   cmocka_unit_test(test_roialign_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
