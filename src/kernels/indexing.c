@@ -40,18 +40,6 @@
  * Shared checks
  * ======================================================================== */
 
-/* Exactly n_in inputs, all present, and one output. */
-static int io_check(es_kinst *k, int n_in) {
-  if (k->n_in != n_in)
-    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d", k->n_in, n_in);
-  for (int i = 0; i < n_in; i++)
-    if (!k->in[i])
-      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
-  if (k->n_out != 1 || !k->out[0])
-    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1", k->n_out);
-  return 0;
-}
-
 static int indices_check(es_kinst *k, int i) {
   es_dtype dt = k->in[i]->dtype;
   if (dt != ES_DTYPE_INT64 && dt != ES_DTYPE_INT32)
@@ -123,7 +111,7 @@ typedef struct gather_params {
 } gather_params;
 
 static int gather_infer(es_kinst *k) {
-  int rc = io_check(k, 2);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0 || (rc = indices_check(k, 1)) < 0)
     return rc;
   const es_tdesc *x = k->in[0], *ind = k->in[1];
@@ -236,7 +224,7 @@ static int reduction_attr(es_kinst *k, red_op *out) {
 /* GatherElements (n_in 2) and the element scatters (n_in 3: data,
  * indices, updates of the indices' shape). */
 static int elems_infer(es_kinst *k, int n_in) {
-  int rc = io_check(k, n_in);
+  int rc = es__kio_check(k, n_in, n_in, 1, 1);
   if (rc < 0 || (rc = indices_check(k, 1)) < 0)
     return rc;
   const es_tdesc *x = k->in[0], *ind = k->in[1];
@@ -474,7 +462,7 @@ static int nd_common(es_kinst *k, nd_params *p, int b) {
 }
 
 static int gather_nd_infer(es_kinst *k) {
-  int rc = io_check(k, 2);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0 || (rc = indices_check(k, 1)) < 0)
     return rc;
   int64_t b;
@@ -526,7 +514,7 @@ static int gather_nd_run(const es_kinst *k, const void *const *in, void *const *
 }
 
 static int scatter_nd_infer(es_kinst *k) {
-  int rc = io_check(k, 3);
+  int rc = es__kio_check(k, 3, 3, 1, 1);
   if (rc < 0 || (rc = indices_check(k, 1)) < 0)
     return rc;
   nd_params *p = es__kinst_params(k, sizeof *p);
@@ -635,7 +623,7 @@ typedef struct nonzero_params {
 } nonzero_params;
 
 static int nonzero_infer(es_kinst *k) {
-  int rc = io_check(k, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];

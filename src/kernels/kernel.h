@@ -91,6 +91,10 @@ void *es__kinst_alloc(es_kinst *k, size_t size);
 /* The same for a kernel's parameters: on OOM also sets the node's error
  * (ES_ENOMEM naming it), so infer can return ES_ENOMEM at once. */
 void *es__kinst_params(es_kinst *k, size_t size);
+/* Inputs [0, min_in) are required and at most max_in are accepted; outputs
+ * likewise, where required outputs must not have been omitted. 0, or
+ * ES_EMODEL naming the node. */
+int es__kio_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out);
 /* Row-major element strides of a shape (st[rank - 1] = 1). */
 void es__strides_of(int rank, const int64_t *dims, int64_t *st);
 

@@ -64,6 +64,31 @@ void es__kernels_threads_default(void) {
 }
 
 /* ==========================================================================
+ * Node arity
+ * ======================================================================== */
+
+int es__kio_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out) {
+  if (k->n_in < min_in || k->n_in > max_in) {
+    if (min_in == max_in)
+      return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d", k->n_in, min_in);
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
+  }
+  for (int i = 0; i < min_in; i++)
+    if (!k->in[i])
+      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
+  if (k->n_out < min_out || k->n_out > max_out) {
+    if (min_out == max_out)
+      return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d", k->n_out, min_out);
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d to %d", k->n_out, min_out,
+                    max_out);
+  }
+  for (int i = 0; i < min_out; i++)
+    if (!k->out[i])
+      return ES_KFAIL(k, ES_EMODEL, "required output %d is missing", i);
+  return 0;
+}
+
+/* ==========================================================================
  * Tensor descriptors
  * ======================================================================== */
 

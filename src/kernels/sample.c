@@ -58,21 +58,6 @@
  * Shared checks
  * ======================================================================== */
 
-static int io_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out) {
-  if (k->n_in < min_in || k->n_in > max_in)
-    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
-  for (int i = 0; i < min_in; i++)
-    if (!k->in[i])
-      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
-  if (k->n_out < min_out || k->n_out > max_out)
-    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d to %d", k->n_out, min_out,
-                    max_out);
-  for (int i = 0; i < min_out; i++)
-    if (!k->out[i])
-      return ES_KFAIL(k, ES_EMODEL, "required output %d is missing", i);
-  return 0;
-}
-
 static int out_set(es_kinst *k, int o, es_dtype dt, int rank, const int64_t *dims) {
   int rc = es__tdesc_set(k->out[o], dt, rank, dims);
   if (rc < 0)
@@ -107,7 +92,7 @@ typedef struct gs_params {
 } gs_params;
 
 static int gs_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0], *g = k->in[1];
@@ -332,7 +317,7 @@ typedef struct ra_params {
 } ra_params;
 
 static int ra_infer(es_kinst *k) {
-  int rc = io_check(k, 3, 3, 1, 1);
+  int rc = es__kio_check(k, 3, 3, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0], *r = k->in[1], *bi = k->in[2];
@@ -541,7 +526,7 @@ typedef struct unpool_params {
 } unpool_params;
 
 static int unpool_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 3, 1, 1);
+  int rc = es__kio_check(k, 2, 3, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0], *ind = k->in[1];
@@ -663,7 +648,7 @@ typedef struct topk_params {
 
 static int topk_infer(es_kinst *k) {
   int old = k->opset < 10;
-  int rc = io_check(k, old ? 1 : 2, old ? 1 : 2, 1, 2);
+  int rc = es__kio_check(k, old ? 1 : 2, old ? 1 : 2, 1, 2);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -834,7 +819,7 @@ typedef struct det_params {
 } det_params;
 
 static int det_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];

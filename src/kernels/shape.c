@@ -64,23 +64,6 @@
  * Input checks and static values
  * ======================================================================== */
 
-/* Inputs [0, min_in) are required, at most max_in are accepted; outputs
- * likewise, where required outputs must not have been omitted. */
-static int io_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out) {
-  if (k->n_in < min_in || k->n_in > max_in)
-    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
-  for (int i = 0; i < min_in; i++)
-    if (!k->in[i])
-      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
-  if (k->n_out < min_out || k->n_out > max_out)
-    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d to %d", k->n_out, min_out,
-                    max_out);
-  for (int i = 0; i < min_out; i++)
-    if (!k->out[i])
-      return ES_KFAIL(k, ES_EMODEL, "required output %d is missing", i);
-  return 0;
-}
-
 /* A 1-D int32/int64 input whose values are needed while planning. */
 static int static_vec(es_kinst *k, int i, const char *what, const void **data, size_t *n) {
   const es_tdesc *t = k->in[i];
@@ -482,7 +465,7 @@ typedef struct shape_params {
 } shape_params;
 
 static int shape_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   int rank = k->in[0]->rank;
@@ -548,7 +531,7 @@ static int view_run(const es_kinst *k, const void *const *in, void *const *out, 
 }
 
 static int reshape_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -597,7 +580,7 @@ static int reshape_infer(es_kinst *k) {
 
 static int squeeze_infer(es_kinst *k) {
   bool attr_form = k->opset < 13;
-  int rc = io_check(k, 1, attr_form ? 1 : 2, 1, 1);
+  int rc = es__kio_check(k, 1, attr_form ? 1 : 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -677,7 +660,7 @@ static int concat_layout(es_kinst *k, es_layout *lay) {
 static int concat_infer(es_kinst *k) {
   if (k->n_in < 1)
     return ES_KFAIL(k, ES_EMODEL, "has no inputs, expected at least 1");
-  int rc = io_check(k, k->n_in, k->n_in, 1, 1);
+  int rc = es__kio_check(k, k->n_in, k->n_in, 1, 1);
   if (rc < 0)
     return rc;
   if (!es__kattr(k, "axis"))
@@ -801,7 +784,7 @@ static int64_t slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, i
 
 static int slice_infer(es_kinst *k) {
   bool attr_form = k->opset < 10;
-  int rc = io_check(k, attr_form ? 1 : 3, attr_form ? 1 : 5, 1, 1);
+  int rc = es__kio_check(k, attr_form ? 1 : 3, attr_form ? 1 : 5, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -893,7 +876,7 @@ static int split_infer(es_kinst *k) {
   bool attr_form = k->opset < 13;
   if (k->n_out < 1)
     return ES_KFAIL(k, ES_EMODEL, "has no outputs, expected at least 1");
-  int rc = io_check(k, 1, attr_form ? 1 : 2, 1, k->n_out);
+  int rc = es__kio_check(k, 1, attr_form ? 1 : 2, 1, k->n_out);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1022,7 +1005,7 @@ static bool transpose_plan(copy_plan *p, es_tdesc *y, es_layout lay, size_t esz,
 }
 
 static int transpose_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1121,7 +1104,7 @@ static int64_t pad_src(const pad_params *p, int d, int64_t o) {
 
 static int pad_infer(es_kinst *k) {
   bool attr_form = k->opset < 11;
-  int rc = io_check(k, attr_form ? 1 : 2, attr_form ? 1 : 4, 1, 1);
+  int rc = es__kio_check(k, attr_form ? 1 : 2, attr_form ? 1 : 4, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1275,7 +1258,7 @@ typedef struct fill_params {
 } fill_params;
 
 static int constant_of_shape_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   int64_t dims[ES_MAX_RANK];
@@ -1338,7 +1321,7 @@ static int64_t dims_prod(const int64_t *dims, int a, int b) {
 }
 
 static int flatten_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1357,7 +1340,7 @@ static int flatten_infer(es_kinst *k) {
 
 static int unsqueeze_infer(es_kinst *k) {
   bool attr_form = k->opset < 13;
-  int rc = io_check(k, attr_form ? 1 : 2, attr_form ? 1 : 2, 1, 1);
+  int rc = es__kio_check(k, attr_form ? 1 : 2, attr_form ? 1 : 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1394,7 +1377,7 @@ static int unsqueeze_infer(es_kinst *k) {
 
 /* A strided gather where every broadcast dim has source stride 0. */
 static int expand_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1441,7 +1424,7 @@ typedef struct tile_params {
 } tile_params;
 
 static int tile_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1521,7 +1504,7 @@ typedef struct range_params {
 } range_params;
 
 static int range_infer(es_kinst *k) {
-  int rc = io_check(k, 3, 3, 1, 1);
+  int rc = es__kio_check(k, 3, 3, 1, 1);
   if (rc < 0)
     return rc;
   static const char *const names[3] = {"start", "limit", "delta"};
@@ -1607,7 +1590,7 @@ static int range_run(const es_kinst *k, const void *const *in, void *const *out,
 /* Both are a reshape to rank 6, a transpose and a reshape back: one strided
  * gather that walks the output in order over the six dims. */
 static int d2s_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1684,7 +1667,7 @@ typedef struct trilu_params {
 } trilu_params;
 
 static int trilu_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 2, 1, 1);
+  int rc = es__kio_check(k, 1, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1769,7 +1752,7 @@ typedef struct onehot_params {
 } onehot_params;
 
 static int onehot_infer(es_kinst *k) {
-  int rc = io_check(k, 3, 3, 1, 1);
+  int rc = es__kio_check(k, 3, 3, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *ind = k->in[0], *dep = k->in[1], *val = k->in[2];
@@ -1839,7 +1822,7 @@ static int onehot_run(const es_kinst *k, const void *const *in, void *const *out
  * ======================================================================== */
 
 static int size_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   int64_t *p = es__kinst_params(k, sizeof *p);
@@ -1872,7 +1855,7 @@ typedef struct eye_params {
 } eye_params;
 
 static int eyelike_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -1926,7 +1909,7 @@ typedef struct revseq_params {
 } revseq_params;
 
 static int revseq_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0], *lens = k->in[1];
@@ -1995,7 +1978,7 @@ typedef struct compress_params {
 } compress_params;
 
 static int compress_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 2, 1, 1);
+  int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0], *c = k->in[1];

@@ -31,20 +31,6 @@
  * Shared checks
  * ======================================================================== */
 
-static int io_check(es_kinst *k, int min_in, int max_in, int n_out) {
-  if (k->n_in < min_in || k->n_in > max_in)
-    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected %d to %d", k->n_in, min_in, max_in);
-  for (int i = 0; i < min_in; i++)
-    if (!k->in[i])
-      return ES_KFAIL(k, ES_EMODEL, "required input %d is missing", i);
-  if (k->n_out != n_out)
-    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected %d", k->n_out, n_out);
-  for (int i = 0; i < n_out; i++)
-    if (!k->out[i])
-      return ES_KFAIL(k, ES_EMODEL, "required output %d is missing", i);
-  return 0;
-}
-
 static int out_set(es_kinst *k, int o, es_dtype dt, int rank, const int64_t *dims) {
   int rc = es__tdesc_set(k->out[o], dt, rank, dims);
   if (rc < 0)
@@ -140,7 +126,7 @@ typedef struct window_params {
 } window_params;
 
 static int window_infer(es_kinst *k) {
-  int rc = io_check(k, 1, 1, 1);
+  int rc = es__kio_check(k, 1, 1, 1, 1);
   int64_t size, periodic;
   es_dtype dt = ES_DTYPE_FLOAT;
   if (rc < 0 || (rc = static_int(k, 0, "size", &size)) < 0 ||
@@ -260,7 +246,7 @@ typedef struct dft_params {
 
 static int dft_infer(es_kinst *k) {
   int v20 = k->opset >= 20;
-  int rc = io_check(k, 1, v20 ? 3 : 2, 1);
+  int rc = es__kio_check(k, 1, v20 ? 3 : 2, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -365,7 +351,7 @@ typedef struct stft_params {
 } stft_params;
 
 static int stft_infer(es_kinst *k) {
-  int rc = io_check(k, 2, 4, 1);
+  int rc = es__kio_check(k, 2, 4, 1, 1);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
@@ -457,7 +443,7 @@ typedef struct mel_params {
 } mel_params;
 
 static int mel_infer(es_kinst *k) {
-  int rc = io_check(k, 5, 5, 1);
+  int rc = es__kio_check(k, 5, 5, 1, 1);
   int64_t mels, dft;
   es_dtype dt = ES_DTYPE_FLOAT;
   if (rc < 0 || (rc = static_int(k, 0, "num_mel_bins", &mels)) < 0 ||
