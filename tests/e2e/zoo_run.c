@@ -11,16 +11,18 @@
  *   es_zoo_run MODEL IN.npy OUTDIR [IN.npy OUTDIR]...
  *
  * For each pair: read IN.npy (the model's single input), plan for its shape,
- * run in an arena of exactly the planned size, write every output to
+ * run in an arena of exactly the planned size (the run must then have used
+ * exactly that: planned bytes = measured bytes), write every output to
  * OUTDIR/NAME.npy (NAME with characters outside [A-Za-z0-9._-] replaced by
  * '_', as `edgeserve run` names them), print
- *   case K: arena BYTES, run MS ms
+ *   case K: arena BYTES (planned = used), run MS ms
  * Exit status, with one line "ES_<code>: <detail>" on stdout before it:
  *   0  every case ran
  *   3  ES_ENOTSUP while loading or planning: an operator, attribute or type
  *      the engine does not run (yet)
  *   1  any other refusal while loading or planning
- *   4  a run failed after its plan was made
+ *   4  a run failed after its plan was made, or used other than the
+ *      planned arena bytes
  *   2  usage, or an input or output file that cannot be read or written */
 #include "cli/npy.h"
 #include "edgeserve/engine.h"
@@ -96,6 +98,14 @@ static int run_case(es_model *m, int k, const char *in_path, const char *out_dir
     goto out;
   }
   double ms = now_ms() - t0;
+  /* The planner's promise: the arena it sized is exactly what the run used
+   * (outputs included), no byte more or less. */
+  if (es_arena_used(a) != bytes || es_arena_peak(a) != bytes) {
+    printf("arena: planned %zu bytes, the run used %zu (peak %zu)\n", bytes, es_arena_used(a),
+           es_arena_peak(a));
+    status = 4;
+    goto out;
+  }
   if (mkdir(out_dir, 0777) < 0 && errno != EEXIST) {
     printf("cannot create %s: %s\n", out_dir, strerror(errno));
     status = 2;
@@ -111,7 +121,7 @@ static int run_case(es_model *m, int k, const char *in_path, const char *out_dir
       goto out;
     }
   }
-  printf("case %d: arena %zu, run %.3f ms\n", k, bytes, ms);
+  printf("case %d: arena %zu (planned = used), run %.3f ms\n", k, bytes, ms);
 out:
   es_arena_destroy(a);
   es_plan_release(p);
