@@ -45,17 +45,6 @@ static int make_dirs(const char *dir) {
   return 0;
 }
 
-static void sanitize(const char *in, char *out, size_t size) {
-  size_t i = 0;
-  for (; in[i] && i + 1 < size; i++) {
-    char c = in[i];
-    int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    out[i] = ok ? c : '_';
-  }
-  out[i] = '\0';
-}
-
 /* The options. -1 to go on, else the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, cli_inputs *ci, const char **model_path,
                       const char **out_dir, long *repeat) {
@@ -101,7 +90,7 @@ static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
     printf("]\n");
     if (out_dir) {
       char name[256], path[1024];
-      sanitize(outs[o].name, name, sizeof name);
+      cli_npy_file_name(outs[o].name, name, sizeof name);
       snprintf(path, sizeof path, "%s/%s.npy", out_dir, name);
       if (cli_npy_write(path, &outs[o]) < 0) {
         fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());

@@ -170,3 +170,14 @@ int cli_npy_write(const char *path, const es_tensor *t) {
   ok = fclose(f) == 0 && ok;
   return ok ? 0 : es__fail(ES_EIO, "short write to '%s'", path);
 }
+
+void cli_npy_file_name(const char *name, char *out, size_t size) {
+  size_t i = 0;
+  for (; name[i] && i + 1 < size; i++) {
+    char c = name[i];
+    int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+             c == '.' || c == '_' || c == '-';
+    out[i] = ok ? c : '_';
+  }
+  out[i] = '\0';
+}

@@ -11,5 +11,8 @@
 int cli_npy_read(const char *path, es_tensor *t);
 /* Writes t (dtype, rank, dims, data) to path. */
 int cli_npy_write(const char *path, const es_tensor *t);
+/* A tensor name as a file name for its .npy: characters outside
+ * [A-Za-z0-9._-] become '_'; out holds at most size - 1 of them. */
+void cli_npy_file_name(const char *name, char *out, size_t size);
 
 #endif

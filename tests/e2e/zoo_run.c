@@ -47,17 +47,6 @@ static int refused(int rc) {
   return rc == ES_ENOTSUP ? 3 : 1;
 }
 
-static void sanitize(const char *in, char *out, size_t size) {
-  size_t i = 0;
-  for (; in[i] && i + 1 < size; i++) {
-    char c = in[i];
-    int ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-             c == '.' || c == '_' || c == '-';
-    out[i] = ok ? c : '_';
-  }
-  out[i] = '\0';
-}
-
 /* One case: 0, or the exit status (printed). */
 static int run_case(es_model *m, int k, const char *in_path, const char *out_dir) {
   es_tensor in;
@@ -113,7 +102,7 @@ static int run_case(es_model *m, int k, const char *in_path, const char *out_dir
   }
   for (int o = 0; o < nout; o++) {
     char name[256], path[4096];
-    sanitize(outs[o].name, name, sizeof name);
+    cli_npy_file_name(outs[o].name, name, sizeof name);
     snprintf(path, sizeof path, "%s/%s.npy", out_dir, name);
     if (cli_npy_write(path, &outs[o]) < 0) {
       printf("output %s: %s\n", path, es_last_error_detail());
