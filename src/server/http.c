@@ -22,15 +22,26 @@
  * deadlines and admission bound it); a response being sent is bounded by
  * the library's inactivity timeout (idle_timeout_s).
  *
- * Memory: a body is charged to a server-wide budget (max_buffered_bytes)
- * as its bytes arrive, never from the announced Content-Length, so a client
- * that announces 64 MiB and sends a byte every few seconds holds a few
- * bytes, not the budget. A body that could never be held (announced above
- * min(max_body_bytes, max_buffered_bytes)) is refused at once with 413. The
- * buffer grows by doubling (the charge is what is allocated, at most twice
- * what arrived) and is counted under ES_MEM_SERVER. When the budget is
- * spent mid-body, the rest is read and dropped and the answer is 503 with
- * Retry-After: refusing mid-upload makes most clients see a reset instead.
+ * Memory: a body is charged to a server-wide budget (max_buffered_bytes),
+ * never from the announced Content-Length alone, so a client that
+ * announces 64 MiB and sends a byte every few seconds holds a few bytes,
+ * not the budget. A body that could never be held (announced above
+ * min(max_body_bytes, max_buffered_bytes)) is refused at once with 413.
+ * The first 64 KiB are charged as they arrive. A body with a
+ * Content-Length that outgrows them reserves all of it at once, all or
+ * nothing: when the budget cannot take it, the body is refused there and
+ * its buffer freed. Why not grow by doubling all the way: many uploads at
+ * once would each hold a part of the budget and refuse each other's next
+ * growth until none could finish (24 clients of 4.9 MB bodies against
+ * 16 MiB got no answer but 503). Now an upload holds either at most 64 KiB
+ * or its whole reservation, and a reservation always completes. A body
+ * without a Content-Length (chunked) grows by doubling. The buffer is
+ * counted under ES_MEM_SERVER and freed as soon as the answer is queued.
+ * A body announced when the budget cannot take it is refused with 503
+ * before any of it is read (a client that sent "Expect: 100-continue"
+ * never sends it); one refused mid-body has the rest read and dropped and
+ * gets 503 with Retry-After: refusing mid-upload makes most clients see a
+ * reset instead.
  *
  * The routes, the codec and the runtime are behind es__srv_handle
  * (handler.c), which sees a complete request and no socket. */
@@ -69,6 +80,7 @@ typedef struct conn {
   char *block;               /* the buffer; the body starts pad bytes in */
   size_t pad, len, cap;
   size_t charged;            /* bytes charged to the buffered budget */
+  size_t announced;          /* Content-Length, 0 when there is none */
   size_t header_len;         /* Inference-Header-Content-Length, for the
                                 alignment of the tensor bytes after it */
   int reject;                /* HTTP status decided before the body was read */
@@ -110,12 +122,20 @@ static conn *conn_new(es_server *s, struct MHD_Connection *c) {
   return k;
 }
 
+/* Free the body and give its charge back (refused, or answered). */
+static void body_release(es_server *s, conn *k) {
+  es_mem_free(k->block);
+  k->block = NULL;
+  k->len = k->cap = k->pad = 0;
+  if (k->charged)
+    uncharge(s, k->charged);
+  k->charged = 0;
+}
+
 static void conn_free(es_server *s, conn *k) {
   if (k->job)
     es__srv_job_free(k->job); /* answered or never woken: not running */
-  es_mem_free(k->block);
-  if (k->charged)
-    uncharge(s, k->charged);
+  body_release(s, k);
   if (k->started)
     atomic_fetch_sub(&s->active, 1);
   es_mem_free(k);
@@ -260,6 +280,7 @@ static enum MHD_Result send_resp(es_server *s, struct MHD_Connection *c, conn *k
   MHD_destroy_response(m);
   atomic_fetch_add(&s->served, 1);
   if (k) {
+    body_release(s, k); /* the answer is made: the inputs are not needed */
     phase_set(s, k->sc, PH_SEND);
     if (!s->cfg.quiet)
       log_request(method, url, r->status, es__now_ns() - k->start_ns);
@@ -308,10 +329,16 @@ static size_t body_limit(const es_server *s) {
                                                            : s->cfg.max_buffered_bytes;
 }
 
-static void reject(conn *k, int status, const char *msg) {
+/* Refuse the request; what was buffered is freed (the rest is dropped). */
+static void reject(es_server *s, conn *k, int status, const char *msg) {
   k->reject = status;
   snprintf(k->reject_msg, sizeof k->reject_msg, "%s", msg);
+  body_release(s, k);
 }
+
+/* The first bytes of a body are charged as they arrive; past them a body
+ * with a Content-Length reserves the whole of it (the note at the top). */
+#define BODY_FIRST_BYTES ((size_t)64 << 10)
 
 /* The headers are in: decide what can be decided before any body byte. */
 static void on_headers(es_server *s, struct MHD_Connection *c, conn *k) {
@@ -332,11 +359,18 @@ static void on_headers(es_server *s, struct MHD_Connection *c, conn *k) {
   errno = 0;
   unsigned long long v = strtoull(cl, &end, 10);
   if (errno || end == cl || *end) {
-    reject(k, 400, "bad Content-Length");
+    reject(s, k, 400, "bad Content-Length");
   } else if (v > body_limit(s)) {
     char msg[160];
     snprintf(msg, sizeof msg, "body of %llu bytes is over the limit of %zu", v, body_limit(s));
-    reject(k, 413, msg);
+    reject(s, k, 413, msg);
+  } else {
+    k->announced = (size_t)v;
+    /* Would its reservation fail now? Then say so before the client sends
+     * it (a hint only: the reservation itself is made when the bytes come). */
+    if (k->announced > BODY_FIRST_BYTES &&
+        atomic_load(&s->buffered) + k->announced > s->cfg.max_buffered_bytes)
+      reject(s, k, 503, "too many request bytes in flight");
   }
 }
 
@@ -345,20 +379,28 @@ static void body_append(es_server *s, conn *k, const char *data, size_t n) {
   if (k->reject)
     return; /* read and dropped */
   size_t want = k->len + n;
-  if (want > body_limit(s) || want < n) {
+  size_t limit = k->announced ? k->announced : body_limit(s);
+  if (want > limit || want < n) {
     char msg[160];
-    snprintf(msg, sizeof msg, "body over the limit of %zu bytes", body_limit(s));
-    reject(k, 413, msg);
+    if (k->announced)
+      snprintf(msg, sizeof msg, "body longer than its Content-Length of %zu bytes", limit);
+    else
+      snprintf(msg, sizeof msg, "body over the limit of %zu bytes", limit);
+    reject(s, k, k->announced ? 400 : 413, msg);
     return;
   }
   if (want > k->cap) {
-    size_t cap = k->cap ? k->cap * 2 : (size_t)64 << 10;
-    if (cap < want)
-      cap = want;
-    if (cap > body_limit(s))
-      cap = body_limit(s);
+    size_t cap;
+    if (want <= BODY_FIRST_BYTES)
+      cap = BODY_FIRST_BYTES;
+    else if (k->announced)
+      cap = k->announced; /* all of it, once */
+    else
+      cap = k->cap * 2 > want ? k->cap * 2 : want;
+    if (cap > limit)
+      cap = limit;
     if (charge(s, cap - k->charged) < 0) {
-      reject(k, 503, "too many request bytes in flight");
+      reject(s, k, 503, "too many request bytes in flight");
       return;
     }
     /* 64 bytes of slack: the body starts at the offset that puts the
@@ -367,7 +409,7 @@ static void body_append(es_server *s, conn *k, const char *data, size_t n) {
     char *nb = k->block ? es_mem_realloc(k->block, cap + 64) : es_mem_alloc(ES_MEM_SERVER, cap + 64);
     if (!nb) {
       uncharge(s, cap - k->charged);
-      reject(k, 503, "no memory for the body");
+      reject(s, k, 503, "no memory for the body");
       return;
     }
     size_t pad = (64 - ((uintptr_t)nb + k->header_len) % 64) % 64;
@@ -399,7 +441,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     on_headers(s, c, k);
     /* Refused before the body is read (clients that send "Expect:
      * 100-continue" then never send it). */
-    if (k->reject == 413 || k->reject == 400)
+    if (k->reject)
       return send_reject(s, c, k, method, url);
     return MHD_YES;
   }
