@@ -114,7 +114,7 @@ typedef struct es_server_config {
                                  file private) */
   size_t max_body_bytes;      /* per request (default 64 MiB): 413 above */
   size_t max_buffered_bytes;  /* all request bodies being received or
-                                 served at once (default 256 MiB, at most the
+                                 served, and answers being sent, at once (default 256 MiB, at most the
                                  runtime's memory budget when one is set):
                                  503 above */
   size_t max_header_bytes;    /* per connection, headers (default 16 KiB) */

@@ -37,11 +37,12 @@
  * or its whole reservation, and a reservation always completes. A body
  * without a Content-Length (chunked) grows by doubling. The buffer is
  * counted under ES_MEM_SERVER and freed as soon as the answer is queued.
- * A body announced when the budget cannot take it is refused with 503
- * before any of it is read (a client that sent "Expect: 100-continue"
- * never sends it); one refused mid-body has the rest read and dropped and
- * gets 503 with Retry-After: refusing mid-upload makes most clients see a
- * reset instead.
+ * An answer's bytes are charged the same way until they are sent (see
+ * sent_free). A body announced when the budget cannot take it is refused
+ * with 503 before any of it is read (a client that sent "Expect:
+ * 100-continue" never sends it); one refused mid-body has the rest read
+ * and dropped and gets 503 with Retry-After: refusing mid-upload makes
+ * most clients see a reset instead.
  *
  * The routes, the codec and the runtime are behind es__srv_handle
  * (handler.c), which sees a complete request and no socket. */
@@ -111,6 +112,25 @@ static int charge(es_server *s, size_t n) {
 }
 
 static void uncharge(es_server *s, size_t n) { atomic_fetch_sub(&s->buffered, n); }
+
+/* An answer being sent: its bytes are charged like a body's until the
+ * library has sent them and frees it, so clients that ask and never read
+ * hold the buffered budget (new bodies then get 503), not memory outside
+ * it. The charge is forced: the work is done and its answer is not thrown
+ * away; it replaces the body's larger or similar charge, and the budget
+ * refuses new bodies until answers drain. */
+typedef struct sent {
+  es_server *s;
+  void *body;
+  size_t len;
+} sent;
+
+static void sent_free(void *cls) {
+  sent *t = cls;
+  uncharge(t->s, t->len);
+  es_mem_free(t->body);
+  es_mem_free(t);
+}
 
 static conn *conn_new(es_server *s, struct MHD_Connection *c) {
   conn *k = es_mem_calloc(ES_MEM_SERVER, 1, sizeof *k);
@@ -253,14 +273,30 @@ static enum MHD_Result send_resp(es_server *s, struct MHD_Connection *c, conn *k
                                  const char *method, const char *url) {
   /* No body: the answer itself could not be allocated (a 503). */
   static const char oom_body[] = "{\"error\":\"the server is out of memory for this answer\"}";
+  sent *t = NULL;
+  if (r->body) {
+    t = es_mem_alloc(ES_MEM_SERVER, sizeof *t);
+    if (!t) { /* the answer cannot be kept: say so instead */
+      es__srv_resp_free(r);
+      r->status = 503;
+      r->ctype = NULL;
+      r->header_len = 0;
+      r->retry_after_ms = es__srv_retry_after_ms(503, ES_ENOMEM, 0);
+    } else {
+      *t = (sent){s, r->body, r->len};
+    }
+  }
   struct MHD_Response *m =
-      r->body ? MHD_create_response_from_buffer_with_free_callback(r->len, r->body, es_mem_free)
-              : MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
-                                                MHD_RESPMEM_PERSISTENT);
+      t ? MHD_create_response_from_buffer_with_free_callback_cls(r->len, r->body, sent_free, t)
+        : MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body,
+                                          MHD_RESPMEM_PERSISTENT);
   if (!m) {
+    es_mem_free(t);
     es__srv_resp_free(r);
     return MHD_NO;
   }
+  if (t)
+    atomic_fetch_add(&s->buffered, t->len); /* given back by sent_free */
   r->body = NULL; /* the response owns it now */
   MHD_add_response_header(m, "Content-Type", r->ctype ? r->ctype : "application/json");
   char buf[32];

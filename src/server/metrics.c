@@ -186,7 +186,7 @@ static void http_state(es_strbuf *b, es_server *s) {
   for (int i = 0; i < SRV_REJECT_COUNT; i++)
     es__sb_printf(b, "edgeserve_http_rejected_total{reason=\"%s\"} %llu\n", rej[i],
         (unsigned long long)atomic_load(&s->rejected[i]));
-  head(b, "edgeserve_http_buffered_bytes", "gauge", "Request body bytes held now.");
+  head(b, "edgeserve_http_buffered_bytes", "gauge", "Request bodies and answers being sent: bytes held now.");
   es__sb_printf(b, "edgeserve_http_buffered_bytes %zu\n", atomic_load(&s->buffered));
   size_t open = 0;
   unsigned queued = 0, running = 0;
