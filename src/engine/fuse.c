@@ -15,6 +15,9 @@
  *   1. Identities. Mul or Div by ones, Add or Sub of zeros (a constant that
  *      does not broadcast the other operand to a larger shape) are removed;
  *      PP-OCR writes Swish as x * Sigmoid(x * 1).
+ *   1b. Zero padding: a constant-zero Pad of the spatial axes read only by
+ *      a Conv, or by an AveragePool whose averages count the zeros, becomes
+ *      that node's pads.
  *   2. Convolutions, in topological order:
  *      - a per-channel affine map y = s * x + t after a Conv or
  *        ConvTranspose (Mul, Add, Sub or Div by a scalar or per-channel
@@ -498,6 +501,155 @@ int es__fuse_identities(fuser *f) {
 }
 
 /* ==========================================================================
+ * Pass 1b: zero padding into the window that reads it
+ * ======================================================================== */
+
+/* Pad's spatial pads (begin..., end... of the trailing rank - 2 axes) when
+ * it is a zero constant pad of a rank-4 or rank-5 tensor that leaves N and C
+ * alone; 0 otherwise. PyTorch exports avg_pool2d(padding=p,
+ * count_include_pad=True) as Pad then AveragePool, and some exporters pad
+ * before a Conv the same way: run as written, the Pad is one more pass over
+ * the activations (and a layout conversion around it, as Pad is plain). */
+static int zero_pad_of(const es_graph *g, const es_node *nd, int *rank, int64_t *sp) {
+  if (nd->op != ES_OP_Pad || nd->n_out != 1 || nd->n_in < 1 || nd->in[0] < 0)
+    return 0;
+  const char *mode = es__fz_attr_str(nd, "mode", "constant");
+  if (!mode || strcmp(mode, "constant"))
+    return 0;
+  int64_t pads[2 * ES_MAX_RANK];
+  int n = 0;
+  float value = 0.0f;
+  if (g->opset < 11) {
+    const es_attr *a = es__node_attr(nd, "pads");
+    if (!a || a->type != ES_ATTR_INTS || a->n > 2 * ES_MAX_RANK ||
+        !es__fz_attr_float(nd, "value", 0.0f, &value))
+      return 0;
+    n = (int)a->n;
+    memcpy(pads, a->ints, (size_t)n * sizeof *pads);
+  } else {
+    if (nd->n_in < 2 || nd->n_in > 3 || nd->in[1] < 0 ||
+        !es__fz_const_ints(g, nd->in[1], 2 * ES_MAX_RANK, pads, &n))
+      return 0;
+    if (nd->n_in == 3 && nd->in[2] >= 0 && !es__fz_const_scalar(g, nd->in[2], &value))
+      return 0;
+  }
+  int r = n / 2;
+  if (value != 0.0f || n % 2 || (r != 4 && r != 5))
+    return 0;
+  for (int i = 0; i < n; i++)
+    if (pads[i] < 0 || pads[i] > ATTR_MAX)
+      return 0;
+  if (pads[0] || pads[1] || pads[r] || pads[r + 1])
+    return 0;
+  for (int i = 0; i < r - 2; i++) {
+    sp[i] = pads[2 + i];
+    sp[r - 2 + i] = pads[r + 2 + i];
+  }
+  *rank = r;
+  return 1;
+}
+
+/* Sets attribute name of *nd (a copy whose arrays are in the graph's
+ * context) to ints v[0..n) or, with n < 0, to the int v[0]. */
+static int attr_set(es_graph *g, es_node *nd, const char *name, const int64_t *v, int n) {
+  es_attr *attrs = es__fz_attrs_extend(g, nd, 1);
+  int64_t *ints = n > 0 ? es__ctx_alloc(&g->ctx, (size_t)n * sizeof *ints) : NULL;
+  char *nm = es__ctx_strdup(&g->ctx, name);
+  if (!attrs || !nm || (n > 0 && !ints))
+    return es__fail(ES_ENOMEM, "out of memory fusing a Pad");
+  es_attr a = n >= 0 ? (es_attr){.name = nm, .type = ES_ATTR_INTS, .n = (size_t)n, .ints = ints}
+                     : (es_attr){.name = nm, .type = ES_ATTR_INT, .i = v[0]};
+  if (n > 0)
+    memcpy(ints, v, (size_t)n * sizeof *ints);
+  int at = nd->n_attr;
+  for (int i = 0; i < nd->n_attr; i++)
+    if (!strcmp(attrs[i].name, name))
+      at = i;
+  attrs[at] = a;
+  nd->n_attr += at == nd->n_attr;
+  nd->attrs = attrs;
+  return 0;
+}
+
+/* Pad node p read only by node c: c with the padding added to its own, or 0
+ * when c cannot take it. A Conv pads with zeros: its pads grow. An
+ * AveragePool can when the zeros count in its averages as they did in the
+ * padded tensor: count_include_pad 1 (then its own pads count too), or no
+ * pads of its own; without ceil_mode, where a window may run past the
+ * padding and the two would count differently. */
+static int pad_into(fuser *f, int p, int c) {
+  es_graph *g = f->g;
+  int r;
+  int64_t sp[2 * ES_MAX_RANK], own[2 * ES_MAX_RANK], inc, ceil_mode;
+  if (!zero_pad_of(g, &g->nodes[p], &r, sp))
+    return 0;
+  const es_node *cn = &g->nodes[c];
+  int ns = r - 2;
+  if ((cn->op != ES_OP_Conv && cn->op != ES_OP_AveragePool) || cn->in[0] != g->nodes[p].out[0])
+    return 0;
+  const char *ap = es__fz_attr_str(cn, "auto_pad", "NOTSET");
+  if (!ap || strcmp(ap, "NOTSET") || !es__fz_attr_ints(cn, "pads", 2 * ns, 0, own))
+    return 0;
+  int own_any = 0;
+  for (int i = 0; i < 2 * ns; i++)
+    own_any |= own[i] != 0;
+  if (cn->op == ES_OP_AveragePool) {
+    if (!es__fz_attr_int(cn, "count_include_pad", 0, &inc) ||
+        !es__fz_attr_int(cn, "ceil_mode", 0, &ceil_mode) || ceil_mode || (own_any && !inc))
+      return 0;
+  }
+  /* The window's rank must be the Pad's: kernel_shape (pools) or W. */
+  const es_attr *ks = es__node_attr(cn, "kernel_shape");
+  if (ks ? ks->n != (size_t)ns
+         : (cn->op != ES_OP_Conv || cn->n_in < 2 || cn->in[1] < 0 ||
+            g->values[cn->in[1]].rank != r))
+    return 0;
+  for (int i = 0; i < 2 * ns; i++)
+    own[i] += sp[i];
+  int rc = es__fz_touch(f, p);
+  if (rc == 0)
+    rc = es__fz_touch(f, c);
+  if (rc < 0)
+    return rc;
+  es_node nd = *cn;
+  int64_t one = 1;
+  rc = attr_set(g, &nd, "pads", own, 2 * ns);
+  if (rc == 0 && nd.op == ES_OP_AveragePool)
+    rc = attr_set(g, &nd, "count_include_pad", &one, -1);
+  int *in = es__ctx_alloc(&g->ctx, (size_t)nd.n_in * sizeof *in);
+  if (rc == 0 && !in)
+    rc = es__fail(ES_ENOMEM, "out of memory fusing a Pad");
+  if (rc < 0)
+    return rc;
+  memcpy(in, nd.in, (size_t)nd.n_in * sizeof *in);
+  in[0] = g->nodes[p].in[0];
+  nd.in = in;
+  g->nodes[c] = nd;
+  f->gone[p] = 1;
+  rc = es__fz_commit(f);
+  return rc < 0 ? rc : 1;
+}
+
+int es__fuse_pads(fuser *f) {
+  es_graph *g = f->g;
+  int changed = 0;
+  for (int p = 0; p < g->n_nodes; p++) {
+    const es_node *nd = &g->nodes[p];
+    if (f->gone[p] || nd->op != ES_OP_Pad || nd->n_out != 1 || nd->out[0] < 0 ||
+        !es__fz_inner(g, nd->out[0], 1))
+      continue;
+    int c = es__fz_consumer(f, nd->out[0]);
+    if (c < 0)
+      continue;
+    int rc = pad_into(f, p, c);
+    if (rc < 0)
+      return rc;
+    changed |= rc;
+  }
+  return changed ? es__fz_nodes_compact(f) : 0;
+}
+
+/* ==========================================================================
  * Entry point
  * ======================================================================== */
 
@@ -532,6 +684,8 @@ int es__graph_fuse(es_graph *g) {
     rc = es__fuse_shapes(&f);
   if (rc == 0)
     rc = es__fuse_identities(&f);
+  if (rc == 0)
+    rc = es__fuse_pads(&f);
   if (rc == 0)
     rc = es__fuse_convs(&f);
   if (rc == 0)

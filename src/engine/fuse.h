@@ -69,6 +69,7 @@ int es__fuse_shapes(fuser *f);      /* fuse_shapes.c: symbolic shapes and types 
 /* Frees what the passes allocated in f (not f itself). */
 void es__fuser_fini(fuser *f);
 int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */
+int es__fuse_pads(fuser *f);        /* fuse.c: zero Pad into Conv / AveragePool */
 int es__fuse_convs(fuser *f);       /* fuse_conv.c: affine maps and post-ops */
 int es__fuse_layernorms(fuser *f);  /* fuse_layernorm.c */
 int es__fuse_elementwise(fuser *f); /* fuse_ew.c: FusedElementwise programs */

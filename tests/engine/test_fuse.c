@@ -477,6 +477,72 @@ static void test_affine_before_conv(void **state) {
 }
 
 /* ==========================================================================
+ * Zero padding into the window that reads it
+ * ======================================================================== */
+
+/* x [1,4,6,7] -> Pad -> a window node -> y. Each case: what reads the
+ * padding, how it pads, and how many nodes must be left. */
+static void test_pad_into_window(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 6, 7}, pd8[1] = {8}, wd[4] = {5, 4, 3, 3},
+                       k3[2] = {3, 3}, st2[2] = {2, 2}, own1[4] = {1, 1, 1, 1},
+                       sp[8] = {0, 0, 1, 2, 0, 0, 2, 1}, batch[8] = {1, 0, 1, 1, 0, 0, 1, 1};
+  static float w[180], one_ = 1.0f;
+  fill_random(w, 180, -1, 1);
+  /* The first five fuse; from AVG_VALUE1 on the Pad must stay. */
+  enum { AVG, AVG_STRIDE, AVG_OWN_INC, CONV, CONV_OPSET9,
+         AVG_VALUE1, AVG_OWN_EXCL, AVG_CEIL, MAXPOOL, CONV_BATCH, REFLECT, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    ob *b = ob_new(c == CONV_OPSET9 ? 9 : 13);
+    ob_input(b, "x", 4, xd);
+    int n;
+    if (c == CONV_OPSET9) {
+      n = ob_node(b, "Pad", "p", 1, "x");
+      ob_attr_ints(b, n, "pads", 8, sp);
+    } else {
+      ob_init_i64(b, "pads", 1, pd8, c == CONV_BATCH ? batch : sp);
+      if (c == AVG_VALUE1) {
+        ob_init_f32(b, "v", 0, NULL, &one_);
+        n = ob_node(b, "Pad", "p", 3, "x", "pads", "v");
+      } else {
+        n = ob_node(b, "Pad", "p", 2, "x", "pads");
+      }
+      if (c == REFLECT)
+        ob_attr_string(b, n, "mode", "reflect");
+    }
+    if (c == CONV || c == CONV_OPSET9 || c == CONV_BATCH) {
+      ob_init_f32(b, "W", 4, wd, w);
+      n = ob_node(b, "Conv", "y", 2, "p", "W");
+      ob_attr_ints(b, n, "pads", 4, own1);
+    } else {
+      n = ob_node(b, c == MAXPOOL ? "MaxPool" : "AveragePool", "y", 1, "p");
+      ob_attr_ints(b, n, "kernel_shape", 2, k3);
+      if (c == AVG_STRIDE || c == AVG_CEIL)
+        ob_attr_ints(b, n, "strides", 2, st2);
+      if (c == AVG_CEIL)
+        ob_attr_int(b, n, "ceil_mode", 1);
+      if (c == AVG_OWN_INC || c == AVG_OWN_EXCL)
+        ob_attr_ints(b, n, "pads", 4, own1);
+      if (c == AVG_OWN_INC)
+        ob_attr_int(b, n, "count_include_pad", 1);
+    }
+    ob_output(b, "y");
+    es_graph g;
+    lowered_graph(b, &g);
+    int want = c < AVG_VALUE1 ? 1 : 2;
+    if (g.n_nodes != want || graph_count(&g, ES_OP_Pad) != want - 1)
+      fail_msg("case %d: %d nodes (%d Pad), want %d", c, g.n_nodes, graph_count(&g, ES_OP_Pad),
+               want);
+    es__graph_fini(&g);
+    feed f = {0};
+    feed_add(&f, "x", 4, xd);
+    check_same(b, &f, 1e-5f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* ==========================================================================
  * What must not fuse
  * ======================================================================== */
 
@@ -834,6 +900,7 @@ int main(void) {
       cmocka_unit_test(test_conv_not_fused),
       cmocka_unit_test(test_layernorm),
       cmocka_unit_test(test_layernorm_not_fused),
+      cmocka_unit_test(test_pad_into_window),
       cmocka_unit_test(test_layernorm_kernel),
       cmocka_unit_test(test_elementwise_chain),
       cmocka_unit_test(test_elementwise_boundaries),
