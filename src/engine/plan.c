@@ -18,6 +18,13 @@
  *      time (TensorFlow Lite Micro's greedy-by-size). The highest end is the
  *      arena's exact size.
  *
+ * Layouts. Each value has one (plain, or channels-last: NHWC at rank 4,
+ * NDHWC at rank 5; src/kernels/kernel.h). A kernel that does not know
+ * layouts gets its inputs plain, one written for rank 4 only gets rank-5
+ * inputs plain, and a layout-aware kernel may ask for other input layouts
+ * (ES_KRELAYOUT). Each conversion is a Relayout step, made once per value
+ * and layout and shared by its readers; graph outputs leave plain.
+ *
  * A run is then a loop over steps with pointers computed from the arena's
  * base: nothing is allocated and the plan is only read, so one plan serves
  * any number of concurrent requests, each in its own arena.
@@ -455,7 +462,7 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
     return rc;
   es_kinst *k = &st->k;
   snprintf(k->label, sizeof k->label, "relayout of '%.60s' to %s", P->v[v].name,
-           lay == ES_LAYOUT_NHWC ? "NHWC" : "plain");
+           lay == ES_LAYOUT_PLAIN ? "plain" : P->v[v].desc.rank == 5 ? "NDHWC" : "NHWC");
   int all_static;
   rc = kinst_bind(P, st, nd, &all_static);
   if (rc == 0)
@@ -553,14 +560,17 @@ static int plan_nodes(planner *P) {
     }
     if (nd->n_in > ES_PLAN_MAX_IO || nd->n_out > ES_PLAN_MAX_IO)
       return es__fail(ES_ENOTSUP, "%s: more than %d inputs or outputs", label, ES_PLAN_MAX_IO);
-    /* Kernels that do not know layouts see every input in plain order. */
-    if (!kern->layout_aware)
-      for (int i = 0; i < nd->n_in; i++)
-        if (nd->in[i] >= 0 && P->v[nd->in[i]].desc.layout != ES_LAYOUT_PLAIN) {
-          int rc = node_input_relayout(P, &nd, &copied, i, ES_LAYOUT_PLAIN);
-          if (rc < 0)
-            return rc;
-        }
+    /* Kernels that do not know layouts see every input in plain order;
+     * layout-aware ones written for rank 4 see rank-5 inputs plain. */
+    for (int i = 0; i < nd->n_in; i++) {
+      const es_tdesc *d = nd->in[i] >= 0 ? &P->v[nd->in[i]].desc : NULL;
+      if (d && d->layout != ES_LAYOUT_PLAIN &&
+          (!kern->layout_aware || (d->rank == 5 && kern->layout_aware != ES_KLAYOUT_5D))) {
+        int rc = node_input_relayout(P, &nd, &copied, i, ES_LAYOUT_PLAIN);
+        if (rc < 0)
+          return rc;
+      }
+    }
     step *st;
     int rc = step_new(P, &st);
     if (rc < 0)
@@ -586,6 +596,10 @@ static int plan_nodes(planner *P) {
         int want = (want_plain >> i) & 1 ? ES_LAYOUT_PLAIN
                    : (want_nhwc >> i) & 1 ? ES_LAYOUT_NHWC
                                           : -1;
+        if (want == ES_LAYOUT_NHWC && nd->in[i] >= 0 && P->v[nd->in[i]].desc.rank == 5 &&
+            kern->layout_aware != ES_KLAYOUT_5D)
+          return es__fail(ES_ECORRUPT, "%s: kernel asked for a rank-5 input channels-last",
+                          label);
         if (want >= 0 && nd->in[i] >= 0 &&
             (rc = node_input_relayout(P, &nd, &copied, i, (es_layout)want)) < 0)
           return rc;

@@ -15,16 +15,22 @@
  *     negative begin pad or an end pad below -(stride - 1) (output_shape or
  *     output_padding), and any geometry it reports as unimplemented.
  *
- * Layouts (the kernels are layout-aware). A 2-D conv on the oneDNN path
- * runs channels-last: X is read and Y written in NHWC (oneDNN's nhwc tag),
- * where oneDNN 2.6 has its fast kernels (brgconv and brdgmm depthwise, at
- * 100-200 GFLOP/s on one AVX-512 core; with nchw it runs im2col + sgemm,
- * and depthwise convs 10-16x slower). X and Y always share the layout: a
- * mixed pair (nchw in, nhwc out) gets oneDNN's reference kernel. So inside
- * a model's plan a plain X is asked for in NHWC (ES_KRELAYOUT);
+ * Layouts (the kernels are layout-aware). 2-D and 3-D convs on the oneDNN
+ * path run channels-last: X is read and Y written in NHWC, or NDHWC for
+ * 3-D (oneDNN's nhwc and ndhwc tags), where oneDNN 2.6 has its fast
+ * kernels (brgconv and brdgmm depthwise, at 100-200 GFLOP/s on one AVX-512
+ * core; with nchw it runs im2col + sgemm, and depthwise convs 10-16x
+ * slower). For 3-D convs, plain ncdhw also gets im2col + sgemm (r3d_18's
+ * 3x3x3 convs: 45-97 GFLOP/s, its 7x7x3 stem 17, its 1x1x1 downsamplings
+ * 3), ndhwc jit:avx512_core (105-210 GFLOP/s; the stem 176, 1x1x1 115).
+ * oneDNN's blocked nCdhw16c is 8-20% faster still on the 3x3x3 convs but
+ * has no fast kernel for 3 input channels and would be one more layout
+ * for every other kernel to know. X and Y always share the layout: a mixed
+ * pair (nchw in, nhwc out) gets oneDNN's reference kernel. So inside a
+ * model's plan a plain X is asked for channels-last (ES_KRELAYOUT);
  * es__kernel_eval, which has no prepared-weights store (constant folding,
  * the tests' plain tensors), keeps plain in and out unless X already is
- * NHWC. 1-D and 3-D convs and the reference path are plain and ask for a
+ * channels-last. 1-D convs and the reference path are plain and ask for a
  * plain X.
  *
  * Fused post-ops (attributes "_post" and "_post_f", written by the graph's
@@ -85,7 +91,7 @@ typedef struct conv_params {
   size_t count;      /* output elements */
   int empty;         /* the output has no element: run does nothing */
   int use_dnnl;
-  int nhwc;              /* X read and Y written channels-last (oneDNN 2-D only) */
+  int nhwc;              /* X read and Y written channels-last (oneDNN 2-D and 3-D only) */
   int epilogue;          /* oneDNN path: bias and post-ops are ours (conv_epilogue) */
   int kxs;               /* ConvTranspose as one matmul (conv_kxs_setup) ... */
   const float *kxs_bias; /* ... with this bias, repeated per kernel column */
@@ -438,12 +444,14 @@ static int conv_dnnl_fits(const conv_params *p) {
 }
 
 /* An activation descriptor: plain row-major, or channels-last for a 2-D
- * conv's NHWC tensor. */
+ * conv's NHWC or a 3-D conv's NDHWC tensor. */
 static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, int nhwc) {
   if (!nhwc)
     return es__dnnl_plain_md(md, nd, dims);
-  dnnl_dims_t d = {dims[0], dims[1], dims[2], dims[3]};
-  return dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, dnnl_nhwc);
+  dnnl_dims_t d = {0};
+  for (int i = 0; i < nd; i++)
+    d[i] = dims[i];
+  return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, nd == 5 ? dnnl_ndhwc : dnnl_nhwc);
 }
 
 /* The post-ops as oneDNN's attribute: eltwise ops where oneDNN has them
@@ -796,8 +804,8 @@ static void conv_post_ref(const conv_params *p, float *y, const float *res, size
 }
 
 /* Bias and post-ops after a oneDNN primitive that computed neither: the
- * bias per channel plane (plain) or per pixel (NHWC; one channel: the
- * whole output), vectorisable either way, then the post-ops. */
+ * bias per channel plane (plain) or per pixel (channels-last; one channel:
+ * the whole output), vectorisable either way, then the post-ops. */
 static void conv_epilogue(const conv_params *p, float *y, const float *b, const float *res) {
   if (b) {
     size_t planes = (size_t)p->n * (size_t)p->m, psz = p->count / (planes ? planes : 1);
@@ -822,15 +830,17 @@ static void conv_epilogue(const conv_params *p, float *y, const float *b, const 
  * Kernels
  * ======================================================================== */
 
-/* Whether the conv runs channels-last (X read and Y written NHWC): on
- * oneDNN's 2-D path, inside a model's plan (k->prep set: the planner tracks
- * layouts, converts a plain X for us and the graph's outputs back) or when
- * X already is NHWC. es__kernel_eval, which folds constants and serves the
- * tests with plain tensors, has no store and so gets plain results. X and
- * Y always share a layout: oneDNN 2.6 runs a mixed pair (nchw in, nhwc out)
- * with its reference kernel, hundreds of times slower. */
+/* Whether the conv runs channels-last (X read and Y written NHWC, or
+ * NDHWC): on oneDNN's 2-D and 3-D paths, inside a model's plan (k->prep
+ * set: the planner tracks layouts, converts a plain X for us and the
+ * graph's outputs back) or when X already is channels-last.
+ * es__kernel_eval, which folds constants and serves the tests with plain
+ * tensors, has no store and so gets plain results. X and Y always share a
+ * layout: oneDNN 2.6 runs a mixed pair (nchw in, nhwc out) with its
+ * reference kernel, hundreds of times slower. */
 static int conv_wants_nhwc(const es_kinst *k, const conv_params *p) {
-  return p->use_dnnl && p->nsp == 2 && (k->in[0]->layout == ES_LAYOUT_NHWC || k->prep);
+  return p->use_dnnl && (p->nsp == 2 || p->nsp == 3) &&
+         (k->in[0]->layout == ES_LAYOUT_NHWC || k->prep);
 }
 
 static int conv_infer_common(es_kinst *k, int transpose) {
@@ -923,8 +933,9 @@ static void conv_release(es_kinst *k) {
     es__dnnl_prim_destroy(&p->dnnl);
 }
 
-static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, 1};
-static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release, 1};
+static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, ES_KLAYOUT_5D};
+static const es_kernel convtranspose_kernel = {convtranspose_infer, conv_run, conv_release,
+                                               ES_KLAYOUT_5D};
 
 const es_kernel *es__kernels_conv(es_op op) {
   switch (op) {

@@ -27,16 +27,19 @@
  * whose innermost collapsed dim is one contiguous run.
  *
  * Layouts. Unary ops keep their input's layout: the output has the same
- * bytes order. Binary ops are plain when no input is NHWC. When one is, the
- * output is NHWC and every other input must be readable in NHWC order: NHWC
- * itself, or plain but es__tdesc_nhwc_compatible (a scalar, a per-channel
- * vector, a one-channel map), whose bytes need no move. Any other rank-4
- * plain input is asked for in NHWC (ES_KRELAYOUT); one of another rank
- * cannot be, so the NHWC inputs are asked for in plain instead. The
- * broadcast above then runs on physical shapes: each operand right-aligned
- * to rank 4 and permuted to (N, H, W, C), which for a compatible plain
- * operand only moves dims of size 1. So the SE block's [1,C,1,1] gate times
- * an NHWC [1,C,H,W] map is [H*W, C] op [C]: the repeated-rows fast path.
+ * bytes order (rank-5 NDHWC included). Binary ops are plain when no input
+ * is channels-last (NHWC, or NDHWC at rank 5). When one is, the output is
+ * channels-last and every other input must be readable in that order:
+ * channels-last itself, or plain but es__tdesc_cl_compatible (a scalar, a
+ * per-channel vector, a one-channel map), whose bytes need no move. Any
+ * other plain input of the output's rank is asked for channels-last
+ * (ES_KRELAYOUT); one of another rank cannot be, so the channels-last
+ * inputs are asked for in plain instead. The broadcast above then runs on
+ * physical shapes: each operand right-aligned to the output's rank and
+ * permuted to (N, spatial..., C), which for a compatible plain operand only
+ * moves dims of size 1. So the SE block's [1,C,1,1] gate times an NHWC
+ * [1,C,H,W] map is [H*W, C] op [C]: the repeated-rows fast path. The
+ * variadic ops keep channels-last at rank 4 only.
  *
  * In place: infer offers output 0 to the input whose shape and type equal
  * the output's. Run functions process 16-element chunks that load every
@@ -842,21 +845,15 @@ static ew_un_fn ew_pow_fast(const es_kinst *k) {
   return v == 2.0 ? ew_pow_square_f32 : v == 0.5 ? ew_sqrt_f32 : NULL;
 }
 
-/* Physical dims of t broadcast into a rank-4 NHWC output: right-aligned to
- * rank 4, then in memory order (N, H, W, C). For a compatible plain tensor
- * the permutation only moves dims of size 1, so its bytes are read as they
- * are. */
-static void ew_nhwc_view(const es_tdesc *t, es_tdesc *v) {
-  int64_t d[4] = {1, 1, 1, 1};
-  for (int i = 0; i < t->rank; i++)
-    d[4 - t->rank + i] = t->dims[i];
+/* Physical dims of t broadcast into a channels-last output of rank `rank`
+ * (es__tdesc_cl_view: right-aligned, then N, spatial..., C). For a
+ * compatible plain tensor the permutation only moves dims of size 1, so
+ * its bytes are read as they are. */
+static void ew_nhwc_view(const es_tdesc *t, int rank, es_tdesc *v) {
   *v = *t;
   v->layout = ES_LAYOUT_NHWC;
-  v->rank = 4;
-  v->dims[0] = d[0];
-  v->dims[1] = d[2];
-  v->dims[2] = d[3];
-  v->dims[3] = d[1];
+  v->rank = rank;
+  es__tdesc_cl_view(t, rank, v->dims);
 }
 
 
@@ -910,9 +907,9 @@ static int ew_binary_infer(es_kinst *k) {
     p->fast = ew_pow_fast(k);
   if (p->count && nhwc) {
     es_tdesc va, vb, vo;
-    ew_nhwc_view(a, &va);
-    ew_nhwc_view(b, &vb);
-    ew_nhwc_view(o, &vo);
+    ew_nhwc_view(a, o->rank, &va);
+    ew_nhwc_view(b, o->rank, &vb);
+    ew_nhwc_view(o, o->rank, &vo);
     ew_binary_layout(p, &va, &vb, &vo);
   } else if (p->count) {
     ew_binary_layout(p, a, b, o);
@@ -1419,11 +1416,11 @@ static int ew_nary_collapse(es_kinst *k, ew_nary_plan *p, const es_tdesc *o, int
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the plan");
   vo = *o;
   if (nhwc)
-    ew_nhwc_view(o, &vo);
+    ew_nhwc_view(o, o->rank, &vo);
   for (int i = 0; i < n; i++) {
     v[i] = *k->in[i];
     if (nhwc)
-      ew_nhwc_view(k->in[i], &v[i]);
+      ew_nhwc_view(k->in[i], o->rank, &v[i]);
   }
   int r = 0;
   for (int d = 0; d < vo.rank; d++) {
@@ -1718,17 +1715,18 @@ static int ew_copy_run(const es_kinst *k, const void *const *in, void *const *ou
  * Family lookup
  * ======================================================================== */
 
-static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL, 1};
-static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, 1};
-static const es_kernel ew_math_kernel = {ew_math_infer, ew_unary_run, NULL, 1};
+static const es_kernel ew_binary_kernel = {ew_binary_infer, ew_binary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_relu_kernel = {ew_relu_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_sigmoid_kernel = {ew_sigmoid_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_hardsigmoid_kernel = {ew_hardsigmoid_infer, ew_unary_run, NULL,
+                                                ES_KLAYOUT_5D};
+static const es_kernel ew_clip_kernel = {ew_clip_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_sqrt_kernel = {ew_sqrt_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_cast_kernel = {ew_cast_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_math_kernel = {ew_math_infer, ew_unary_run, NULL, ES_KLAYOUT_5D};
 static const es_kernel ew_nary_kernel = {ew_nary_infer, ew_nary_run, NULL, 1};
-static const es_kernel ew_identity_kernel = {ew_identity_infer, ew_copy_run, NULL, 1};
-static const es_kernel ew_dropout_kernel = {ew_dropout_infer, ew_copy_run, NULL, 1};
+static const es_kernel ew_identity_kernel = {ew_identity_infer, ew_copy_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel ew_dropout_kernel = {ew_dropout_infer, ew_copy_run, NULL, ES_KLAYOUT_5D};
 
 const es_kernel *es__kernels_elementwise(es_op op) {
   switch (op) {

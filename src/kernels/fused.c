@@ -29,12 +29,14 @@
  * block buffers as values alive at once. The last instruction stores into
  * the output directly.
  *
- * Layouts, as binary ops (elementwise.c): plain unless an input is NHWC.
- * Then the output is NHWC and every other input must be NHWC or
- * es__tdesc_nhwc_compatible; a rank-4 input that is neither is asked for in
- * NHWC, and with one of another rank the NHWC inputs are asked for in plain
- * instead (ES_KRELAYOUT). The collapse then runs on physical shapes (each
- * operand right-aligned to rank 4, dims in (N, H, W, C) order).
+ * Layouts, as binary ops (elementwise.c): plain unless an input is
+ * channels-last (NHWC, or NDHWC at rank 5). Then the output is too and
+ * every other input must be channels-last or es__tdesc_cl_compatible; an
+ * input of the output's rank that is neither is asked for channels-last,
+ * and with one of another rank the channels-last inputs are asked for in
+ * plain instead (ES_KRELAYOUT). The collapse then runs on physical shapes
+ * (each operand right-aligned to the output's rank, dims in (N, spatial...,
+ * C) order).
  *
  * In place: output 0 may take an input of the output's shape. Every loop
  * loads a chunk of its operands before storing it, so out == in (and dst ==
@@ -407,33 +409,28 @@ static int fe_slots(const fe_plan *p, int *slot) {
 }
 
 
-/* t's dims as read by the broadcast: as they are, or for an NHWC output
- * right-aligned to rank 4 and in (N, H, W, C) order. */
-static void fe_view(const es_tdesc *t, int nhwc, int *rank, int64_t *dims) {
+/* t's dims as read by the broadcast into output o: as they are, or for a
+ * channels-last output right-aligned to its rank and in (N, spatial..., C)
+ * order. */
+static void fe_view(const es_tdesc *t, const es_tdesc *o, int nhwc, int *rank, int64_t *dims) {
   *rank = t->rank;
   for (int i = 0; i < t->rank; i++)
     dims[i] = t->dims[i];
   if (!nhwc)
     return;
-  int64_t d[4] = {1, 1, 1, 1};
-  for (int i = 0; i < t->rank; i++)
-    d[4 - t->rank + i] = t->dims[i];
-  *rank = 4;
-  dims[0] = d[0];
-  dims[1] = d[2];
-  dims[2] = d[3];
-  dims[3] = d[1];
+  *rank = o->rank;
+  es__tdesc_cl_view(t, o->rank, dims);
 }
 
 /* Collapse the broadcast (design note) into p->rank, dims, strides. */
 static int fe_collapse(es_kinst *k, fe_plan *p, const es_tdesc *o, int nhwc) {
   int n = k->n_in, orank;
   int64_t od[ES_MAX_RANK];
-  fe_view(o, nhwc, &orank, od);
+  fe_view(o, o, nhwc, &orank, od);
   int ir[ES_FE_MAX_REGS];
   int64_t id[ES_FE_MAX_REGS][ES_MAX_RANK];
   for (int i = 0; i < n; i++)
-    fe_view(k->in[i], nhwc, &ir[i], id[i]);
+    fe_view(k->in[i], o, nhwc, &ir[i], id[i]);
   uint32_t mask[ES_MAX_RANK];
   int r = 0;
   for (int d = 0; d < orank; d++) {
@@ -715,7 +712,7 @@ static int fe_run(const es_kinst *k, const void *const *in, void *const *out, vo
  * Family lookup
  * ======================================================================== */
 
-static const es_kernel fe_kernel = {fe_infer, fe_run, NULL, 1};
+static const es_kernel fe_kernel = {fe_infer, fe_run, NULL, ES_KLAYOUT_5D};
 
 const es_kernel *es__kernels_fused(es_op op) {
   return op == ES_OP_FusedElementwise ? &fe_kernel : NULL;

@@ -34,9 +34,12 @@
 #include "memory/ctx.h"
 
 /* Physical order of a tensor's elements. Shapes (dims) are always logical,
- * as ONNX defines them; a rank-4 tensor in ES_LAYOUT_NHWC holds logical
- * [N, C, H, W] in memory as [N, H, W, C] (channels last, what oneDNN's fast
- * convolutions want). Every other tensor is plain. */
+ * as ONNX defines them. ES_LAYOUT_NHWC is channels-last, what oneDNN's fast
+ * convolutions want: a rank-4 tensor holds logical [N, C, H, W] in memory
+ * as [N, H, W, C], a rank-5 one logical [N, C, D, H, W] as [N, D, H, W, C]
+ * (NDHWC). Only ranks 4 and 5 are ever channels-last; a kernel sees a rank-5
+ * one only if it says it handles it (es_kernel.layout_aware). Every other
+ * tensor is plain. */
 typedef enum es_layout { ES_LAYOUT_PLAIN = 0, ES_LAYOUT_NHWC = 1 } es_layout;
 
 typedef struct es_tdesc {
@@ -136,9 +139,14 @@ typedef struct es_kernel {
    * outputs are plain. 1: infer sees inputs in whatever layout they are, sets
    * each output's layout, and may ask for other input layouts by setting
    * want_plain / want_nhwc bits and returning ES_KRELAYOUT (once); the
-   * planner then adds the conversions and calls infer again. */
+   * planner then adds the conversions and calls infer again. Channels-last
+   * inputs are rank 4 (NHWC) only: the planner converts rank-5 ones to
+   * plain first, so a kernel written for NHWC never meets NDHWC.
+   * ES_KLAYOUT_5D (2): as 1, and rank-5 inputs may be channels-last too. */
   int layout_aware;
 } es_kernel;
+
+#define ES_KLAYOUT_5D 2
 
 /* Positive: not an error, "convert the inputs I marked and ask me again". */
 #define ES_KRELAYOUT 1
@@ -204,19 +212,31 @@ static inline const es_attr *es__kattr(const es_kinst *k, const char *name) {
 void es__tdesc_phys_dims(const es_tdesc *t, int64_t *dims);
 /* The physical position of logical axis a (in [0, rank)). */
 int es__layout_axis(const es_tdesc *t, int a);
-/* 1 if a plain tensor's bytes, broadcast against a rank-4 NHWC tensor, can
- * be read in NHWC order as they are: after right-aligning to rank 4, its
- * channel dim is 1 or its H and W dims are both 1 (a per-channel vector or
- * a scalar), so no element moves. */
+/* 1 if a plain tensor's bytes, broadcast against a channels-last tensor of
+ * rank `rank` (4 or 5), can be read in channels-last order as they are:
+ * after right-aligning to that rank, its channel dim is 1 or all its spatial
+ * dims are 1 (a per-channel vector or a scalar), so no element moves. A
+ * channels-last tensor of that rank is compatible too. */
+int es__tdesc_cl_compatible(const es_tdesc *t, int rank);
+/* The same against a rank-4 NHWC tensor. */
 int es__tdesc_nhwc_compatible(const es_tdesc *t);
+/* t's dims as a broadcast into a channels-last output of rank `rank` reads
+ * them: right-aligned to that rank (leading 1s), in memory order (N,
+ * spatial..., C). For a compatible plain tensor this only moves dims of
+ * size 1, so its bytes are read as they are. rank in [2, ES_MAX_RANK] and
+ * at least t->rank (else dims is left as it is). */
+void es__tdesc_cl_view(const es_tdesc *t, int rank, int64_t *dims);
 
 /* The layout rule of broadcasting elementwise ops over inputs 0..n_in-1
  * whose broadcast output has rank `rank`: no NHWC input -> plain output
- * (*nhwc = 0); otherwise the output is NHWC (*nhwc = 1) when every other
- * input reads correctly in NHWC order (es__tdesc_nhwc_compatible); inputs that
- * do not are marked for conversion and ES_KRELAYOUT is returned (to NHWC for
- * rank-4 ones; when a rank other than 4 is involved, the NHWC inputs go back
- * to plain instead). */
+ * (*nhwc = 0); otherwise the output is channels-last (*nhwc = 1) when the
+ * output has rank 4 or 5, every channels-last input has that rank and every
+ * other input reads correctly in that order (es__tdesc_cl_compatible);
+ * inputs that do not are marked for conversion and ES_KRELAYOUT is returned
+ * (to channels-last for ones of the output's rank; when another rank is
+ * involved, the channels-last inputs go back to plain instead). A caller
+ * that is not ES_KLAYOUT_5D never meets a rank-5 channels-last input, so
+ * never gets a rank-5 channels-last output. */
 int es__broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc);
 
 /* y[i] += a * x[i] for i in [0, n): the inner loop of the reference Conv

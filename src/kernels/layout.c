@@ -1,9 +1,11 @@
-/* Relayout: the planner's conversion between plain (NCHW) and NHWC.
+/* Relayout: the planner's conversion between plain and channels-last
+ * (NCHW <-> NHWC at rank 4, NCDHW <-> NDHWC at rank 5).
  *
  * Inserted where a tensor produced in one layout is read by a kernel that
  * wants the other (src/engine/plan.c). Per image it is a transpose of a
- * [C, H*W] matrix, done in 16x16 tiles so both the reads and the writes stay
- * within a few cache lines at a time. Any element size. */
+ * [C, pixels] matrix (pixels = H*W, or D*H*W), done in 16x16 tiles so both
+ * the reads and the writes stay within a few cache lines at a time. Any
+ * element size. */
 #include "kernels/kernel.h"
 
 #include <string.h>
@@ -22,18 +24,23 @@ static int relayout_infer(es_kinst *k) {
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
-  if (x->rank != 4 || (to != ES_LAYOUT_PLAIN && to != ES_LAYOUT_NHWC))
-    return ES_KFAIL(k, ES_EMODEL, "only rank-4 tensors change layout");
+  if (to != ES_LAYOUT_PLAIN && to != ES_LAYOUT_NHWC)
+    return ES_KFAIL(k, ES_EMODEL, "'to' is %lld, not a layout", (long long)to);
+  if (x->rank != 4 && x->rank != 5)
+    return ES_KFAIL(k, ES_EMODEL, "only rank-4 and rank-5 tensors change layout, got rank %d",
+                    x->rank);
   relayout_params *p = es__kinst_alloc(k, sizeof *p);
   if (!p)
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
-  if ((rc = es__tdesc_set(k->out[0], x->dtype, 4, x->dims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, x->rank, x->dims)) < 0)
     return rc;
   k->out[0]->layout = (es_layout)to;
   p->n = x->dims[0];
   p->c = x->dims[1];
-  p->hw = x->dims[2] * x->dims[3];
+  p->hw = 1;
+  for (int i = 2; i < x->rank; i++)
+    p->hw *= x->dims[i];
   p->esz = es_dtype_size(x->dtype);
   p->to_nhwc = to == ES_LAYOUT_NHWC && x->layout != ES_LAYOUT_NHWC;
   /* Same layout, or a tensor with one channel or one pixel: same bytes. */
@@ -111,7 +118,7 @@ static int relayout_run(const es_kinst *k, const void *const *in, void *const *o
   return 0;
 }
 
-static const es_kernel relayout_kernel = {relayout_infer, relayout_run, NULL, 1};
+static const es_kernel relayout_kernel = {relayout_infer, relayout_run, NULL, ES_KLAYOUT_5D};
 
 const es_kernel *es__kernels_layout(es_op op) {
   return op == ES_OP_Relayout ? &relayout_kernel : NULL;

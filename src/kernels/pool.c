@@ -25,18 +25,19 @@
  * MaxPool's optional Indices output (flat indices into X; storage_order 1
  * orders the spatial axes column-major) takes a scalar path.
  *
- * Layouts. The kernels are layout-aware so that activations stay in NHWC
- * between convolutions. A 2-D pool of an NHWC input writes NHWC: the same
- * tap tables, walked per output pixel, with the channel loop innermost (a
- * contiguous max/add over C that vectorises whatever the stride). Plain
- * inputs (every 1-D and 3-D pool, since only rank-4 tensors are NHWC) take
- * the plane path above; MaxPool with Indices asks for a plain input, as its
- * indices are defined on the NCHW order. The global pools of an NHWC input
- * fold pixel rows of C channels (sum, max, or sum of |x|^p then the p-th
- * root); their [N, C, 1, 1] output has the same bytes in both layouts and
- * is marked NHWC, the layout of the squeeze-and-excitation convolution that
- * usually reads it (a plain one would cost a Relayout step there, if a free
- * one); elementwise ops take it against NHWC tensors as they are. */
+ * Layouts. The kernels are layout-aware so that activations stay
+ * channels-last between convolutions. A 2-D or 3-D pool of a channels-last
+ * input (NHWC, NDHWC) writes channels-last: the same tap tables, walked per
+ * output pixel, with the channel loop innermost (a contiguous max/add over
+ * C that vectorises whatever the stride). Plain inputs (every 1-D pool)
+ * take the plane path above; MaxPool with Indices asks for a plain input,
+ * as its indices are defined on the NCHW order. The global pools of a
+ * channels-last input fold pixel rows of C channels (sum, max, or sum of
+ * |x|^p then the p-th root); their [N, C, 1, 1(, 1)] output has the same
+ * bytes in both layouts and is marked channels-last, the layout of the
+ * squeeze-and-excitation convolution that usually reads it (a plain one
+ * would cost a Relayout step there, if a free one); elementwise ops take
+ * it against channels-last tensors as they are. */
 #include "kernels/kernel.h"
 
 #include <math.h>
@@ -72,7 +73,7 @@ typedef struct pool_params {
   int64_t *col_hi;    /* [ax[2].k]: one past the last */
   int indices;        /* MaxPool: write output 1 */
   int col_major;      /* storage_order 1: Indices count the spatial axes column-major */
-  int nhwc;           /* X and Y in NHWC (2-D only): pixel-major walk */
+  int nhwc;           /* X and Y channels-last (NHWC, NDHWC): pixel-major walk */
   int64_t n, c;       /* N and C, for the NHWC walk */
 } pool_params;
 
@@ -366,57 +367,67 @@ static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
     }
 }
 
-/* NHWC: each output pixel is a max over its window's input pixels, C
- * channels at a time; empty windows give lowest. */
+/* Channels-last: each output pixel is a max over its window's input
+ * pixels, C channels at a time; empty windows give lowest. A 2-D pool has
+ * depth 1 (one tap). */
 #define POOL_MAX_NHWC(name, T, lowest)                                                    \
   static void name(const pool_params *p, const T *restrict src, T *restrict dst) {        \
-    const pool_axis *ah = &p->ax[1], *aw = &p->ax[2];                                     \
+    const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];                    \
     int64_t nc = p->c;                                                                    \
-    for (int64_t b = 0; b < p->n; b++, src += ah->in * aw->in * nc)                       \
-      for (int64_t oh = 0; oh < ah->out; oh++)                                            \
-        for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {                             \
-          for (int64_t c = 0; c < nc; c++)                                                \
-            dst[c] = (lowest);                                                            \
-          for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {                  \
-            int64_t ih = oh * ah->s - ah->pb + kh * ah->d;                                \
-            for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {                \
-              int64_t iw = ow * aw->s - aw->pb + kw * aw->d;                              \
-              const T *restrict px = src + (ih * aw->in + iw) * nc;                       \
-              for (int64_t c = 0; c < nc; c++)                                            \
-                dst[c] = px[c] > dst[c] ? px[c] : dst[c];                                 \
+    for (int64_t b = 0; b < p->n; b++, src += ad->in * ah->in * aw->in * nc)              \
+      for (int64_t od = 0; od < ad->out; od++)                                            \
+        for (int64_t oh = 0; oh < ah->out; oh++)                                          \
+          for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {                           \
+            for (int64_t c = 0; c < nc; c++)                                              \
+              dst[c] = (lowest);                                                          \
+            for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {                \
+              int64_t id = od * ad->s - ad->pb + kd * ad->d;                              \
+              for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {              \
+                int64_t ih = oh * ah->s - ah->pb + kh * ah->d;                            \
+                for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {            \
+                  int64_t iw = ow * aw->s - aw->pb + kw * aw->d;                          \
+                  const T *restrict px = src + ((id * ah->in + ih) * aw->in + iw) * nc;   \
+                  for (int64_t c = 0; c < nc; c++)                                        \
+                    dst[c] = px[c] > dst[c] ? px[c] : dst[c];                             \
+                }                                                                         \
+              }                                                                           \
             }                                                                             \
           }                                                                               \
-        }                                                                                 \
   }
 
 POOL_MAX_NHWC(pool_max_nhwc_f32, float, -INFINITY)
 POOL_MAX_NHWC(pool_max_nhwc_u8, uint8_t, 0)
 POOL_MAX_NHWC(pool_max_nhwc_i8, int8_t, INT8_MIN)
 
-/* NHWC average: the same sums in the same order as the plane path, so both
- * layouts give identical results. */
+/* Channels-last average: the same sums in the same order as the plane
+ * path (kd, kh, kw), scaled by the same product, so both layouts give
+ * identical results. */
 static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
                               float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   int64_t nc = p->c;
-  for (int64_t b = 0; b < p->n; b++, src += ah->in * aw->in * nc)
-    for (int64_t oh = 0; oh < ah->out; oh++)
-      for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {
-        for (int64_t c = 0; c < nc; c++)
-          dst[c] = 0.0f;
-        for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
-          int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
-          for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
-            int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
-            const float *restrict px = src + (ih * aw->in + iw) * nc;
-            for (int64_t c = 0; c < nc; c++)
-              dst[c] += px[c];
+  for (int64_t b = 0; b < p->n; b++, src += ad->in * ah->in * aw->in * nc)
+    for (int64_t od = 0; od < ad->out; od++)
+      for (int64_t oh = 0; oh < ah->out; oh++)
+        for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {
+          for (int64_t c = 0; c < nc; c++)
+            dst[c] = 0.0f;
+          for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
+            int64_t id = od * ad->s - ad->pb + kd * ad->d;
+            for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
+              int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
+              for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
+                int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
+                const float *restrict px = src + ((id * ah->in + ih) * aw->in + iw) * nc;
+                for (int64_t c = 0; c < nc; c++)
+                  dst[c] += px[c];
+              }
+            }
           }
+          float f = ad->inv[od] * ah->inv[oh] * aw->inv[ow];
+          for (int64_t c = 0; c < nc; c++)
+            dst[c] *= f;
         }
-        float f = ad->inv[0] * ah->inv[oh] * aw->inv[ow];
-        for (int64_t c = 0; c < nc; c++)
-          dst[c] *= f;
-      }
 }
 
 /* Max with flat indices into X, counting N and C, the spatial axes row-major
@@ -494,7 +505,7 @@ enum { GP_AVG, GP_MAX, GP_LP };
 
 typedef struct gap_params {
   int64_t planes, size; /* N * C planes of `size` elements */
-  int nhwc;             /* X in NHWC: N images of `size` pixels of c channels */
+  int nhwc;             /* X channels-last: N images of `size` pixels of c channels */
   int64_t n, c;
   int kind;             /* GP_* */
   int64_t p;            /* GlobalLpPool's p */
@@ -662,9 +673,9 @@ static int gap_run(const es_kinst *k, const void *const *in, void *const *out, v
  * Family
  * ======================================================================== */
 
-static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, 1};
-static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, 1};
-static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, 1};
+static const es_kernel maxpool_kernel = {maxpool_infer, pool_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel avgpool_kernel = {avgpool_infer, pool_run, NULL, ES_KLAYOUT_5D};
+static const es_kernel gap_kernel = {gap_infer, gap_run, NULL, ES_KLAYOUT_5D};
 
 const es_kernel *es__kernels_pool(es_op op) {
   switch (op) {

@@ -116,54 +116,77 @@ int es__tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims) {
   return 0;
 }
 
+/* Channels-last: N, the spatial axes in order, then C (ranks 4 and 5). */
+static int cl_tensor(const es_tdesc *t) {
+  return t->layout == ES_LAYOUT_NHWC && (t->rank == 4 || t->rank == 5);
+}
+
 void es__tdesc_phys_dims(const es_tdesc *t, int64_t *dims) {
-  if (t->layout == ES_LAYOUT_NHWC && t->rank == 4) {
-    dims[0] = t->dims[0];
-    dims[1] = t->dims[2];
-    dims[2] = t->dims[3];
-    dims[3] = t->dims[1];
-    return;
-  }
   for (int i = 0; i < t->rank; i++)
     dims[i] = t->dims[i];
+  if (cl_tensor(t)) {
+    for (int i = 1; i < t->rank - 1; i++)
+      dims[i] = t->dims[i + 1];
+    dims[t->rank - 1] = t->dims[1];
+  }
 }
 
 int es__layout_axis(const es_tdesc *t, int a) {
-  static const int nhwc[4] = {0, 3, 1, 2};
-  return t->layout == ES_LAYOUT_NHWC && t->rank == 4 && a >= 0 && a < 4 ? nhwc[a] : a;
+  if (!cl_tensor(t) || a < 0 || a >= t->rank)
+    return a;
+  return a == 0 ? 0 : a == 1 ? t->rank - 1 : a - 1;
 }
 
-int es__tdesc_nhwc_compatible(const es_tdesc *t) {
+int es__tdesc_cl_compatible(const es_tdesc *t, int rank) {
   if (t->layout == ES_LAYOUT_NHWC)
-    return 1;
-  if (t->rank > 4)
+    return t->rank == rank;
+  if (t->rank > rank || rank < 3 || rank > ES_MAX_RANK)
     return 0;
-  int64_t d[4] = {1, 1, 1, 1};
-  for (int i = 0; i < t->rank; i++)
-    d[4 - t->rank + i] = t->dims[i];
-  return d[1] == 1 || (d[2] == 1 && d[3] == 1);
+  int64_t d[ES_MAX_RANK] = {0};
+  for (int i = 0; i < rank; i++)
+    d[i] = i < rank - t->rank ? 1 : t->dims[i - (rank - t->rank)];
+  int spatial_one = 1;
+  for (int i = 2; i < rank; i++)
+    spatial_one &= d[i] == 1;
+  return d[1] == 1 || spatial_one;
+}
+
+int es__tdesc_nhwc_compatible(const es_tdesc *t) { return es__tdesc_cl_compatible(t, 4); }
+
+void es__tdesc_cl_view(const es_tdesc *t, int rank, int64_t *dims) {
+  int64_t d[ES_MAX_RANK] = {0};
+  if (rank < 2 || rank > ES_MAX_RANK || t->rank > rank)
+    return;
+  for (int i = 0; i < rank; i++)
+    d[i] = i < rank - t->rank ? 1 : t->dims[i - (rank - t->rank)];
+  dims[0] = d[0];
+  for (int i = 1; i < rank - 1; i++)
+    dims[i] = d[i + 1];
+  dims[rank - 1] = d[1];
 }
 
 int es__broadcast_layout_pick(es_kinst *k, int n_in, int rank, int *nhwc) {
-  uint32_t nhwc_in = 0, bad = 0;
-  int other_rank = 0;
+  uint32_t cl_in = 0, bad = 0;
+  int other_rank = rank != 4 && rank != 5;
   *nhwc = 0;
   for (int i = 0; i < n_in && i < 32; i++) {
     if (!k->in[i])
       continue;
     if (k->in[i]->layout == ES_LAYOUT_NHWC) {
-      nhwc_in |= 1u << i;
-    } else if (!es__tdesc_nhwc_compatible(k->in[i])) {
+      cl_in |= 1u << i;
+      other_rank |= k->in[i]->rank != rank;
+    } else if (!es__tdesc_cl_compatible(k->in[i], rank)) {
       bad |= 1u << i;
-      other_rank |= k->in[i]->rank != 4;
+      other_rank |= k->in[i]->rank != rank;
     }
   }
-  if (!nhwc_in)
+  if (!cl_in)
     return 0;
-  /* Relayout converts rank-4 tensors only: with any other shape in play,
-   * everything goes back to plain instead. */
-  if (rank != 4 || other_rank) {
-    k->want_plain = nhwc_in;
+  /* Relayout converts whole tensors of rank 4 or 5: with a shape that
+   * would have to be broadcast first in play, everything goes back to plain
+   * instead. */
+  if (other_rank) {
+    k->want_plain = cl_in;
     return ES_KRELAYOUT;
   }
   if (bad) {

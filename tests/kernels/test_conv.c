@@ -10,12 +10,12 @@
  * node; one planned node must serve two threads at once.
  *
  * Layouts go through hand-built instances that act as the planner does
- * (converting the inputs a kernel asks for, once): 2-D convs on oneDNN run
- * NHWC (asking for X in NHWC inside a plan), the reference path, 1-D, 3-D
- * and refused geometries run plain; outputs are compared in plain order.
- * Fused post-ops ("_post" / "_post_f") are checked code by code and in
- * combinations, on both paths and with NHWC residuals, against the ops
- * applied naively after the unfused conv. */
+ * (converting the inputs a kernel asks for, once): 2-D and 3-D convs on
+ * oneDNN run channels-last (NHWC, NDHWC; asking for X so inside a plan),
+ * the reference path, 1-D and refused geometries run plain; outputs are
+ * compared in plain order. Fused post-ops ("_post" / "_post_f") are checked
+ * code by code and in combinations, on both paths and with channels-last
+ * residuals, against the ops applied naively after the unfused conv. */
 #include "es_test.h"
 
 #include <math.h>
@@ -725,6 +725,16 @@ static const cconf layout_confs[] = {
      .pads = {1, 1, 1, 1}},
     {"convT 2x2 stride 2", 1, 2, 1, 16, 8, 1, {10, 12}, {2, 2}, {2, 2}, .bias = 1},
     {"convT 2x2 stride 2 to one channel", 1, 2, 1, 8, 1, 1, {9, 7}, {2, 2}, {2, 2}, .bias = 1},
+    /* r3d_18's kinds of 3-D conv: 3x3x3, the 3x7x7 stem on 3 channels, a
+     * strided 1x1x1 downsampling; then asymmetric pads and a transpose */
+    {"3-D 3x3x3 pad 1", 0, 3, 1, 8, 16, 1, {5, 6, 7}, {3, 3, 3}, .pads = {1, 1, 1, 1, 1, 1}},
+    {"3-D stem 3->16 3x7x7 stride (1,2,2)", 0, 3, 1, 3, 16, 1, {4, 13, 12}, {3, 7, 7},
+     {1, 2, 2}, .pads = {1, 3, 3, 1, 3, 3}},
+    {"3-D 1x1x1 stride 2, batch 2", 0, 3, 2, 16, 24, 1, {5, 7, 6}, {1, 1, 1}, {2, 2, 2},
+     .bias = 1},
+    {"3-D asymmetric pads, group 2", 0, 3, 1, 4, 6, 2, {5, 6, 7}, {3, 3, 3},
+     .pads = {1, 0, 1, 1, 1, 0}},
+    {"convT 3-D 2x2x2 stride 2", 1, 3, 1, 8, 4, 1, {3, 4, 5}, {2, 2, 2}, {2, 2, 2}, .bias = 1},
 };
 
 static void test_conv_layouts(void **state) {
@@ -768,21 +778,22 @@ static void test_conv_layouts(void **state) {
     kh_end(&h);
     cnode_fini(&c);
   }
-  /* 1-D and 3-D convs stay plain, even in a plan; so does a 2-D geometry
-   * oneDNN refuses (the reference loops take it), asking for X plain. */
+  /* 1-D convs stay plain, even in a plan; so do 2-D and 3-D geometries
+   * oneDNN refuses (the reference loops take them), asking for X plain. */
   static const cconf plain_confs[] = {
       {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}},
-      {"3-D", 0, 3, 1, 2, 4, 1, {5, 6, 7}, {3, 3, 3}, .pads = {1, 0, 1, 1, 1, 0}},
       {"convT output_padding = stride", 1, 2, 1, 4, 4, 1, {5, 5}, {3, 3}, {2, 2},
        .outpad = {2, 0}},
+      {"convT 3-D output_padding = stride", 1, 3, 1, 4, 4, 1, {3, 4, 5}, {3, 3, 3}, {2, 2, 2},
+       .outpad = {2, 0, 0}},
   };
   for (size_t ci = 0; ci < sizeof plain_confs / sizeof plain_confs[0]; ci++) {
     cnode c;
     cnode_init(&c, &plain_confs[ci]);
-    c.xt.layout = c.xt.rank == 4 ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
+    c.xt.layout = c.xt.rank >= 4 ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
     kh_run h;
     hinst_infer(&h, &c.t.node, 3, c.in, c.data, store);
-    assert_int_equal(h.relayouts, c.xt.rank == 4 ? 1 : 0);
+    assert_int_equal(h.relayouts, c.xt.rank >= 4 ? 1 : 0);
     assert_int_equal(h.desc[0].layout, ES_LAYOUT_PLAIN);
     assert_int_equal(h.out[0].layout, ES_LAYOUT_PLAIN);
     hinst_check(&h, &c.t, 3, c.in, c.data);
@@ -891,6 +902,7 @@ static const cconf post_confs[] = {
      .pads = {2, 2, 2, 2}},
     {"convT 2x2 stride 2", 1, 2, 1, 16, 8, 1, {10, 12}, {2, 2}, {2, 2}, .bias = 1},
     {"1-D", 0, 1, 2, 4, 6, 1, {20}, {3}, {2}, .pads = {1, 0}},
+    {"3-D 3x3x3 pad 1", 0, 3, 1, 8, 16, 1, {4, 6, 5}, {3, 3, 3}, .pads = {1, 1, 1, 1, 1, 1}},
 };
 
 /* Every post-op alone and in combinations, through es__kernel_eval on both
@@ -940,11 +952,12 @@ static void test_conv_post_nhwc(void **state) {
   (void)state;
   es__kernels_use_reference(0);
   static const int pick[] = {0, 8, 9, 10}; /* Relu, HardSwish+Add, Add+Relu, Clip+Add+Sigmoid */
-  for (size_t ci = 0; ci < 4; ci++)
+  static const int confs[] = {0, 1, 2, 3, 5}; /* the 2-D and 3-D ones */
+  for (size_t cj = 0; cj < sizeof confs / sizeof confs[0]; cj++)
     for (size_t pi = 0; pi < sizeof pick / sizeof pick[0]; pi++) {
       const post_case *pc = &post_cases[pick[pi]];
       cnode c;
-      cnode_init(&c, &post_confs[ci]);
+      cnode_init(&c, &post_confs[confs[cj]]);
       es_tdesc od;
       void *base;
       ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));

@@ -309,6 +309,18 @@ static void test_nhwc_binary(void **state) {
   check_nhwc_binary(ES_OP_Pow, 4, x, 1, 0, NULL, 0);
   /* long rows: full 16-element chunks and tails */
   check_nhwc_binary(ES_OP_Mul, 4, (int64_t[]){1, 37, 5, 3}, 1, 4, (int64_t[]){1, 37, 1, 1}, 0);
+
+  /* rank 5 (NDHWC): the same forms with a depth axis */
+  const int64_t v[5] = {2, 3, 2, 4, 5};
+  check_nhwc_binary(ES_OP_Add, 5, v, 1, 5, v, 1);
+  check_nhwc_binary(ES_OP_Sub, 5, v, 1, 0, NULL, 0);
+  check_nhwc_binary(ES_OP_Mul, 5, v, 1, 4, (int64_t[]){3, 1, 1, 1}, 0);
+  check_nhwc_binary(ES_OP_Div, 5, (int64_t[]){2, 3, 1, 1, 1}, 0, 5, v, 1);
+  check_nhwc_binary(ES_OP_Sub, 5, v, 1, 5, (int64_t[]){2, 1, 2, 4, 5}, 0);
+  check_nhwc_binary(ES_OP_Sub, 3, (int64_t[]){2, 4, 5}, 0, 5, v, 1);
+  check_nhwc_binary(ES_OP_Sub, 5, (int64_t[]){1, 3, 2, 4, 5}, 1, 5, v, 1);
+  check_nhwc_binary(ES_OP_Mul, 5, (int64_t[]){1, 37, 2, 3, 3}, 1, 5, (int64_t[]){1, 37, 1, 1, 1},
+                    0);
 }
 
 /* Static-exponent Pow, Equal's bool output and in-place aliasing in NHWC. */
@@ -381,6 +393,23 @@ static void test_nhwc_relayout(void **state) {
                           (const void *[]){NULL, NULL}),
                ES_KRELAYOUT);
   assert_int_equal(h.k.want_plain, 2);
+  kh_end(&h);
+  /* NDHWC: a full plain rank-5 tensor is converted to NDHWC; a rank-4
+   * [D,H,W,C]-sized one cannot be, so the NDHWC input goes plain */
+  es_tdesc vn = kh_as_nhwc(kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){2, 3, 2, 4, 5}));
+  es_tdesc full5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){2, 3, 2, 4, 5});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&full5, &vn},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_nhwc, 1);
+  assert_int_equal(h.k.want_plain, 0);
+  kh_end(&h);
+  es_tdesc chw4 = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){3, 2, 4, 5});
+  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&vn, &chw4},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_plain, 1);
+  assert_int_equal(h.k.want_nhwc, 0);
   kh_end(&h);
   /* plain inputs only: plain output, whatever their shapes */
   ES_CHECK_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&full, &chw},
@@ -1186,6 +1215,42 @@ static void test_fused_nhwc(void **state) {
   free(want);
   free(xn);
   es_mem_free(plain);
+
+  /* NDHWC: r3d_18's unfused residual tail, Relu(a + b) of two NDHWC maps,
+   * in place; and the SE-style gate of a [N,C,1,1,1] plain tensor */
+  es_tdesc a5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 19, 3, 5, 4});
+  es_tdesc g5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 19, 1, 1, 1});
+  static const int64_t w3[] = {ADD, 0, 1, 2, RELU, 2, 0, 2};
+  static const int64_t w4[] = {HSIG, 1, IMM(0), 2, MUL, 0, 2, 2};
+  fe_prog progs[2] = {{w3, 8, NULL, 0}, FE_PROG(w4, f)};
+  const es_tdesc *second[2] = {&a5, &g5};
+  for (int t = 0; t < 2; t++) {
+    float *av = fe_data(a5.count, &s, -4, 4), *bv = fe_data(second[t]->count, &s, -4, 4);
+    plain = fe_reference(&progs[t], 2, (const es_tdesc *[]){&a5, second[t]},
+                         (const void *[]){av, bv}, &po);
+    want = malloc(a5.count * sizeof *want);
+    float *an = malloc(a5.count * sizeof *an), *bn = malloc(a5.count * sizeof *bn);
+    kh_reorder4_into(want, plain, &a5, 1);
+    kh_reorder4_into(an, av, &a5, 1);
+    kh_reorder4_into(bn, bv, second[t], 1);
+    es_tdesc al = kh_as_nhwc(a5), bl = t == 0 ? kh_as_nhwc(a5) : g5;
+    na = fe_attrs(&progs[t], at);
+    ES_CHECK_RC(hand_infer(&h, ES_OP_FusedElementwise, 13, at, na, 2,
+                           (const es_tdesc *[]){&al, &bl}, (const void *[]){NULL, NULL}));
+    assert_int_equal(h.out[0].layout, ES_LAYOUT_NHWC);
+    assert_int_equal(h.k.inplace, 0);
+    scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, h.k.scratch_bytes + 1);
+    ES_CHECK_RC(h.kern->run(&h.k, (const void *[]){an, bn}, (void *[]){an}, scratch));
+    assert_floats_near(an, want, a5.count, 0);
+    es_mem_free(scratch);
+    kh_end(&h);
+    free(av);
+    free(bv);
+    free(an);
+    free(bn);
+    free(want);
+    es_mem_free(plain);
+  }
 }
 
 static void test_fused_invalid(void **state) {

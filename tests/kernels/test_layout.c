@@ -1,6 +1,7 @@
-/* The Relayout kernel (plain <-> NHWC) against a naive transpose, for the
- * channel counts that take different paths (1, 3, 5, 17, 64) and element
- * sizes 4 and 1, both directions, and a round trip. */
+/* The Relayout kernel (plain <-> NHWC, and NCDHW <-> NDHWC at rank 5)
+ * against a naive transpose, for the channel counts that take different
+ * paths (1, 3, 5, 17, 64) and element sizes 4 and 1, both directions, and a
+ * round trip. */
 #include "es_test.h"
 
 #include <string.h>
@@ -15,9 +16,8 @@ static int relayout(const es_tdesc *in, const void *data, es_layout to, es_tdesc
   return kh_eval1(&nd, 13, in, data, od, out);
 }
 
-static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
-  int64_t dims[4] = {n, c, h, w};
-  es_tdesc in = kh_td(dt, 4, dims);
+static void check_rank(int rank, const int64_t *dims, es_dtype dt) {
+  es_tdesc in = kh_td(dt, rank, dims);
   unsigned char *x = malloc(in.nbytes);
   for (size_t i = 0; i < in.nbytes; i++)
     x[i] = (unsigned char)(i * 131 + 7);
@@ -39,22 +39,31 @@ static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
   free(x);
 }
 
+static void check(int64_t n, int64_t c, int64_t h, int64_t w, es_dtype dt) {
+  check_rank(4, (const int64_t[]){n, c, h, w}, dt);
+}
+
 static void test_relayout_paths(void **state) {
   (void)state;
   static const int64_t cs[] = {1, 3, 5, 17, 64};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
     check(2, cs[i], 7, 9, ES_DTYPE_FLOAT);
     check(1, cs[i], 19, 21, ES_DTYPE_UINT8);
+    check_rank(5, (const int64_t[]){2, cs[i], 3, 5, 7}, ES_DTYPE_FLOAT);
+    check_rank(5, (const int64_t[]){1, cs[i], 4, 6, 3}, ES_DTYPE_UINT8);
   }
 }
 
 static void test_relayout_rejects(void **state) {
   (void)state;
-  es_tdesc in = KH_TD(ES_DTYPE_FLOAT, 1, 3, 4);
-  float x[12] = {0};
+  float x[64] = {0};
   es_tdesc od;
   void *y = NULL;
-  ES_EXPECT_RC(relayout(&in, x, ES_LAYOUT_NHWC, &od, &y), ES_EMODEL);
+  es_tdesc r3 = KH_TD(ES_DTYPE_FLOAT, 1, 3, 4), r6 = KH_TD(ES_DTYPE_FLOAT, 1, 2, 2, 2, 2, 2);
+  ES_EXPECT_RC(relayout(&r3, x, ES_LAYOUT_NHWC, &od, &y), ES_EMODEL);
+  ES_EXPECT_RC(relayout(&r6, x, ES_LAYOUT_NHWC, &od, &y), ES_EMODEL);
+  es_tdesc r4 = KH_TD(ES_DTYPE_FLOAT, 1, 2, 2, 2);
+  ES_EXPECT_RC(relayout(&r4, x, (es_layout)7, &od, &y), ES_EMODEL);
 }
 
 int main(void) {

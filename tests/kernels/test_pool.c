@@ -938,38 +938,39 @@ static void expect_nhwc_of(const void *nhwc, const void *plain, const es_tdesc *
   es_mem_free(want);
 }
 
-/* Random 2-D max and average pools of NHWC inputs (channel counts around
- * the vector widths) match the plain path exactly. */
+/* Random 2-D and 3-D max and average pools of channels-last inputs (NHWC,
+ * NDHWC; channel counts around the vector widths) match the plain path
+ * exactly. */
 static void test_pool_nhwc(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
   static const char *const autos[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
   static const es_dtype types[] = {ES_DTYPE_FLOAT, ES_DTYPE_UINT8, ES_DTYPE_INT8};
-  int ran = 0;
-  for (int iter = 0; iter < 300; iter++) {
-    int avg = (int)rnd(&seed, 0, 1);
+  int ran = 0, ran3 = 0;
+  for (int iter = 0; iter < 400; iter++) {
+    int avg = (int)rnd(&seed, 0, 1), nsp = (int)rnd(&seed, 2, 3);
     es_dtype dt = avg ? ES_DTYPE_FLOAT : types[rnd(&seed, 0, 2)];
-    int64_t k[2], s[2], d[2], pads[4], dims[4] = {rnd(&seed, 1, 2), rnd(&seed, 1, 19)};
-    for (int i = 0; i < 2; i++) {
-      dims[2 + i] = rnd(&seed, 1, 9);
+    int64_t k[3], s[3], d[3], pads[6], dims[5] = {rnd(&seed, 1, 2), rnd(&seed, 1, 19)};
+    for (int i = 0; i < nsp; i++) {
+      dims[2 + i] = rnd(&seed, 1, nsp == 2 ? 9 : 6);
       k[i] = rnd(&seed, 1, 3);
       s[i] = rnd(&seed, 1, 3);
       d[i] = rnd(&seed, 1, 2);
       pads[i] = rnd(&seed, 0, k[i] - 1);
-      pads[i + 2] = rnd(&seed, 0, k[i] - 1);
+      pads[i + nsp] = rnd(&seed, 0, k[i] - 1);
     }
     es_attr attrs[] = {
-        {.name = "kernel_shape", .type = ES_ATTR_INTS, .n = 2, .ints = k},
-        {.name = "strides", .type = ES_ATTR_INTS, .n = 2, .ints = s},
-        {.name = "dilations", .type = ES_ATTR_INTS, .n = 2, .ints = d},
-        {.name = "pads", .type = ES_ATTR_INTS, .n = 4, .ints = pads},
+        {.name = "kernel_shape", .type = ES_ATTR_INTS, .n = (size_t)nsp, .ints = k},
+        {.name = "strides", .type = ES_ATTR_INTS, .n = (size_t)nsp, .ints = s},
+        {.name = "dilations", .type = ES_ATTR_INTS, .n = (size_t)nsp, .ints = d},
+        {.name = "pads", .type = ES_ATTR_INTS, .n = 2 * (size_t)nsp, .ints = pads},
         KH_STR("auto_pad", autos[rnd(&seed, 0, 5) % 4]),
         KH_INT("ceil_mode", rnd(&seed, 0, 1)),
         KH_INT("count_include_pad", rnd(&seed, 0, 1)),
     };
     int na = avg ? 7 : 6;
     es_op op = avg ? ES_OP_AveragePool : ES_OP_MaxPool;
-    es_tdesc x = kh_td(dt, 4, dims), xn = kh_as_nhwc(x);
+    es_tdesc x = kh_td(dt, 2 + nsp, dims), xn = kh_as_nhwc(x);
     float *xd = rand_f32(&seed, x.count);
     if (dt != ES_DTYPE_FLOAT) /* bytes of random floats are random bytes */
       for (size_t i = 0; i < x.count; i++)
@@ -985,10 +986,11 @@ static void test_pool_nhwc(void **state) {
     assert_int_equal(rc, rcn);
     if (rc == 0) {
       ran++;
+      ran3 += nsp == 3;
       assert_int_equal(outn.layout, ES_LAYOUT_NHWC);
       assert_true(es__tdesc_same_shape(&out, &outn));
       char what[64];
-      snprintf(what, sizeof what, "NHWC pool iteration %d", iter);
+      snprintf(what, sizeof what, "%s pool iteration %d", nsp == 3 ? "NDHWC" : "NHWC", iter);
       expect_nhwc_of(odn, od, &out, 0, what);
     }
     es_mem_free(od);
@@ -996,7 +998,7 @@ static void test_pool_nhwc(void **state) {
     es_mem_free(xnd);
     free(xd);
   }
-  assert_true(ran > 200);
+  assert_true(ran > 250 && ran3 > 100);
 
   /* Indices are NCHW positions: MaxPool asks for a plain X. */
   es_tdesc xn = kh_as_nhwc(KH_TD(ES_DTYPE_FLOAT, 1, 2, 4, 4));
@@ -1013,14 +1015,17 @@ static void test_pool_nhwc(void **state) {
   assert_int_equal(wn, 0);
 }
 
-/* GlobalAveragePool of NHWC inputs (pixel counts below, at and past a
- * summing block) gives the plain path's [N, C, 1, 1] values. */
+/* GlobalAveragePool of NHWC and NDHWC inputs (pixel counts below, at and
+ * past a summing block) gives the plain path's [N, C, 1, 1(, 1)] values. */
 static void test_global_avgpool_nhwc(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
-  int64_t shapes[][4] = {{2, 3, 4, 5}, {1, 17, 8, 8}, {1, 9, 13, 11}, {2, 5, 1, 1}, {1, 4, 0, 3}};
+  int64_t shapes[][5] = {{2, 3, 4, 5},    {1, 17, 8, 8},     {1, 9, 13, 11},   {2, 5, 1, 1},
+                         {1, 4, 0, 3},    {1, 6, 2, 3, 5},   {2, 17, 4, 5, 7}, {1, 3, 1, 1, 1},
+                         {1, 33, 2, 7, 7}};
   for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
-    es_tdesc x = kh_td(ES_DTYPE_FLOAT, 4, shapes[t]), xn = kh_as_nhwc(x);
+    int rank = shapes[t][4] ? 5 : 4;
+    es_tdesc x = kh_td(ES_DTYPE_FLOAT, rank, shapes[t]), xn = kh_as_nhwc(x);
     float *xd = rand_f32(&seed, x.count);
     void *xnd = kh_reorder4(xd, &x, 1);
     const es_tdesc *in[] = {&x}, *inn[] = {&xn};

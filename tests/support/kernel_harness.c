@@ -65,12 +65,14 @@ es_tdesc kh_as_nhwc(es_tdesc t) {
 }
 
 void kh_reorder4_into(void *dst, const void *src, const es_tdesc *t, int to_nhwc) {
-  if (t->rank != 4) {
+  if (t->rank != 4 && t->rank != 5) {
     memcpy(dst, src, t->nbytes);
     return;
   }
   int64_t esz = (int64_t)es_dtype_size(t->dtype);
   int64_t n = t->dims[0], c = t->dims[1], hw = t->dims[2] * t->dims[3];
+  if (t->rank == 5)
+    hw *= t->dims[4];
   for (int64_t b = 0; b < n; b++)
     for (int64_t ci = 0; ci < c; ci++)
       for (int64_t p = 0; p < hw; p++) {

@@ -68,8 +68,9 @@ es_tdesc kh_td(es_dtype dt, int rank, const int64_t *dims);
 /* t with layout NHWC (same logical dims). */
 es_tdesc kh_as_nhwc(es_tdesc t);
 
-/* A rank-4 tensor's elements [N, C, HW] reordered to [N, HW, C] (to_nhwc)
- * or back, into dst (t->nbytes). Other ranks are copied as they are. */
+/* A rank-4 or rank-5 tensor's elements [N, C, pixels] reordered to
+ * [N, pixels, C] (to_nhwc: NHWC or NDHWC) or back, into dst (t->nbytes).
+ * Other ranks are copied as they are. */
 void kh_reorder4_into(void *dst, const void *src, const es_tdesc *t, int to_nhwc);
 /* The same into a new buffer (t->nbytes + 1 bytes). */
 void *kh_reorder4(const void *src, const es_tdesc *t, int to_nhwc);

@@ -31,7 +31,7 @@
 #define OB_ATTRS 6
 #define OB_NODE_IN 9 /* QLinearConv */
 #define OB_NODE_OUT 2
-#define OB_RANK 4
+#define OB_RANK 5
 
 typedef struct ob {
   Onnx__ModelProto model;
