@@ -15,7 +15,9 @@
  * the reference path, 1-D and refused geometries run plain; outputs are
  * compared in plain order. Fused post-ops ("_post" / "_post_f") are checked
  * code by code and in combinations, on both paths and with channels-last
- * residuals, against the ops applied naively after the unfused conv. */
+ * residuals, against the ops applied naively after the unfused conv; a
+ * residual Add that comes first (oneDNN's sum) also with Y in the
+ * residual's own buffer. */
 #include "es_test.h"
 
 #include <math.h>
@@ -1001,6 +1003,59 @@ static void test_conv_post_nhwc(void **state) {
   }
 }
 
+/* A residual Add that comes first is oneDNN's sum into Y: infer offers Y
+ * the residual's buffer (inplace 3), and the result is right both in that
+ * buffer and in a separate Y (into which run copies the residual). An Add
+ * after another post-op, and the reference path, offer nothing. */
+static void test_conv_residual_sum(void **state) {
+  (void)state;
+  static const int pick[] = {7, 9, 8}; /* Add, Add+Relu (sums); HardSwish+Add (binary) */
+  static const int confs[] = {0, 1, 5}; /* 3x3, 1x1, 3-D */
+  for (size_t cj = 0; cj < sizeof confs / sizeof confs[0]; cj++)
+    for (size_t pi = 0; pi < sizeof pick / sizeof pick[0]; pi++) {
+      const post_case *pc = &post_cases[pick[pi]];
+      int sum = pc->codes[0] == 7;
+      cnode c;
+      cnode_init(&c, &post_confs[confs[cj]]);
+      es_tdesc od;
+      void *base;
+      es__kernels_use_reference(1);
+      ES_CHECK_RC(eval(&c.t, 3, c.in, c.data, &od, &base));
+      cnode_residual(&c, &od);
+      post_naive(pc, base, c.r, od.count);
+      post_attrs(&c.t, pc);
+      c.xt.layout = c.rt.layout = ES_LAYOUT_NHWC;
+      kh_run h;
+      hinst_infer(&h, &c.t.node, 4, c.in, c.data, NULL);
+      assert_int_equal(h.k.inplace, -1); /* reference path */
+      kh_end(&h);
+      es__kernels_use_reference(0);
+      hinst_infer(&h, &c.t.node, 4, c.in, c.data, NULL);
+      assert_int_equal(h.k.inplace, sum ? 3 : -1);
+      /* channels-last copies of X and the residual; the plain expectation */
+      float *x = kh_reorder4(c.x, &c.xt, 1), *r = kh_reorder4(c.r, &c.rt, 1);
+      float *want = kh_reorder4(base, &h.out[0], 1);
+      void *y = NULL;
+      const void *in[4] = {x, c.w, c.b, r};
+      ES_CHECK_RC(kh_exec(&h, in, 0, &y));
+      expect_close(pc->name, y, want, od.count);
+      es_mem_free(y);
+      if (sum) { /* Y is the residual's buffer */
+        void *scratch = es_mem_aligned_alloc(ES_MEM_OTHER, 64, h.k.scratch_bytes + 1);
+        assert_non_null(scratch);
+        ES_CHECK_RC(h.kern->run(&h.k, in, (void *[]){r}, scratch));
+        expect_close(pc->name, r, want, od.count);
+        es_mem_free(scratch);
+      }
+      kh_end(&h);
+      es_mem_free(x);
+      es_mem_free(r);
+      es_mem_free(want);
+      es_mem_free(base);
+      cnode_fini(&c);
+    }
+}
+
 static void post_expect(cnode *c, int n_in, const int64_t *codes, size_t n, const float *f,
                         size_t nf, int want) {
   kh_node_init(&c->t, ES_OP_Conv);
@@ -1101,7 +1156,8 @@ int main(void) {
       cmocka_unit_test(test_matmul_errors),    cmocka_unit_test(test_prepared_shared),
       cmocka_unit_test(test_threads_share_plan),
       cmocka_unit_test(test_conv_layouts),     cmocka_unit_test(test_conv_post_ops),
-      cmocka_unit_test(test_conv_post_nhwc),   cmocka_unit_test(test_conv_post_errors),
+      cmocka_unit_test(test_conv_post_nhwc),   cmocka_unit_test(test_conv_residual_sum),
+      cmocka_unit_test(test_conv_post_errors),
       cmocka_unit_test(test_many_primitives_one_thread),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
