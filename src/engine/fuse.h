@@ -24,7 +24,8 @@ typedef struct sshape {
 
 typedef enum sym_kind {
   SYM_FRESH = 0,   /* unknown, equal only to itself */
-  SYM_WINDOW = 1,  /* sliding window: a = input, p = {pb, pe, span, stride, ceil} */
+  SYM_WINDOW = 1,  /* sliding window: a = input, p = {pb, pe, span, stride, ceil}; without
+                      ceil {0, pb + pe - span, 0, stride, 0}, all that decides it */
   SYM_CEILDIV = 2, /* ceil(a / p0): SAME padding */
   SYM_DECONV = 3,  /* p0 * (a - 1) + p1: ConvTranspose */
   SYM_SCALE = 4,   /* floor(a * float bits p0): Resize */

@@ -137,6 +137,12 @@ static int64_t window_dim(fuser *f, int64_t in, int64_t pb, int64_t pe, int64_t 
     int64_t room = in + pb + pe - span;
     return room < 0 ? sym_fresh(f) : room / s + 1;
   }
+  /* Without ceil_mode the extent is floor((in + pb + pe - span) / s) + 1:
+   * only pb + pe - span and s matter, so a 3x3 stride-2 window padded by 1
+   * and a 1x1 stride-2 window unpadded (a residual block's two branches)
+   * get the same symbol. */
+  if (!ceil_mode)
+    return sym_get(f, SYM_WINDOW, in, 0, pb + pe - span, 0, s, 0);
   return sym_get(f, SYM_WINDOW, in, pb, pe, span, s, ceil_mode);
 }
 

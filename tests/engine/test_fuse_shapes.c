@@ -121,17 +121,22 @@ static void test_target_models(void **state) {
  * post-op, and computes what the unfused graph does. Interning is what
  * proves it: a symbol table that stored nothing made every derived
  * dimension a stranger to every other. */
-static es_model *two_branch_model(int fuse, float *w) {
-  static const int64_t wd[4] = {4, 4, 3, 3}, st[2] = {2, 2}, pads[4] = {1, 1, 1, 1};
+/* x [1,4,H,W] -> two stride-2 Convs -> Add. down: the second is 1x1 and
+ * unpadded, as in a ResNet's downsampling block (the same extents as a
+ * 3x3 padded by 1, by another formula). */
+static es_model *two_branch_model(int fuse, float *w, int down) {
+  static const int64_t wd[4] = {4, 4, 3, 3}, w1d[4] = {4, 4, 1, 1}, st[2] = {2, 2},
+                       pads[4] = {1, 1, 1, 1};
   ob *b = ob_new(13);
   ob_input(b, "x", 4, (int64_t[]){1, 4, -1, -1});
   ob_init_f32(b, "W1", 4, wd, w);
-  ob_init_f32(b, "W2", 4, wd, w + 144);
+  ob_init_f32(b, "W2", 4, down ? w1d : wd, w + 144);
   int c1 = ob_node(b, "Conv", "a", 2, "x", "W1");
   int c2 = ob_node(b, "Conv", "c", 2, "x", "W2");
   for (int c = 0; c < 2; c++) {
     ob_attr_ints(b, c ? c2 : c1, "strides", 2, st);
-    ob_attr_ints(b, c ? c2 : c1, "pads", 4, pads);
+    if (!c || !down)
+      ob_attr_ints(b, c ? c2 : c1, "pads", 4, pads);
   }
   ob_node(b, "Add", "y", 2, "a", "c");
   ob_output(b, "y");
@@ -149,25 +154,27 @@ static void test_symbolic_residual(void **state) {
     w[i] = (float)((i * 37) % 17 - 8) / 16.0f;
   for (int i = 0; i < 4 * 9 * 7; i++)
     x[i] = (float)((i * 11) % 13 - 6) / 8.0f;
-  es_model *fused = two_branch_model(1, w), *plain = two_branch_model(0, w);
-  es_model_stats sf, sp;
-  ES_CHECK_RC(es_model_stats_get(fused, &sf));
-  ES_CHECK_RC(es_model_stats_get(plain, &sp));
-  assert_int_equal(sp.nodes, 3);
-  assert_int_equal(sf.nodes, 2); /* the Add is the second Conv's post-op */
-  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, 4, 9, 7}, x);
-  float *yf, *yp;
-  size_t nf, np;
-  ob_run(fused, 1, &in, 1, &yf, &nf);
-  ob_run(plain, 1, &in, 1, &yp, &np);
-  assert_int_equal(nf, np);
-  assert_int_equal(nf, 4 * 5 * 4);
-  for (size_t i = 0; i < nf; i++)
-    assert_true(fabsf(yf[i] - yp[i]) <= 1e-5f * (1.0f + fabsf(yp[i])));
-  free(yf);
-  free(yp);
-  es_model_release(fused);
-  es_model_release(plain);
+  for (int down = 0; down < 2; down++) {
+    es_model *fused = two_branch_model(1, w, down), *plain = two_branch_model(0, w, down);
+    es_model_stats sf, sp;
+    ES_CHECK_RC(es_model_stats_get(fused, &sf));
+    ES_CHECK_RC(es_model_stats_get(plain, &sp));
+    assert_int_equal(sp.nodes, 3);
+    assert_int_equal(sf.nodes, 2); /* the Add is the second Conv's post-op */
+    es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, 4, 9, 7}, x);
+    float *yf, *yp;
+    size_t nf, np;
+    ob_run(fused, 1, &in, 1, &yf, &nf);
+    ob_run(plain, 1, &in, 1, &yp, &np);
+    assert_int_equal(nf, np);
+    assert_int_equal(nf, 4 * 5 * 4);
+    for (size_t i = 0; i < nf; i++)
+      assert_true(fabsf(yf[i] - yp[i]) <= 1e-5f * (1.0f + fabsf(yp[i])));
+    free(yf);
+    free(yp);
+    es_model_release(fused);
+    es_model_release(plain);
+  }
 }
 
 /* An initializer of an 8-bit or int32 type, carried in int32_data as ONNX
