@@ -401,7 +401,12 @@ POOL_MAX_NHWC(pool_max_nhwc_i8, int8_t, INT8_MIN)
 
 /* Channels-last average: the same sums in the same order as the plane
  * path (kd, kh, kw), scaled by the same product, so both layouts give
- * identical results. */
+ * identical results. The channels go in blocks of AVG_CB held in a local
+ * accumulator the compiler keeps in vector registers, so each tap costs
+ * loads and adds, not a load and store of the output as well (inception_v3's
+ * 35x35x288 3x3 pools took about 3x longer that way). */
+#define AVG_CB 64
+
 static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
                               float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
@@ -410,23 +415,30 @@ static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
     for (int64_t od = 0; od < ad->out; od++)
       for (int64_t oh = 0; oh < ah->out; oh++)
         for (int64_t ow = 0; ow < aw->out; ow++, dst += nc) {
-          for (int64_t c = 0; c < nc; c++)
-            dst[c] = 0.0f;
-          for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
-            int64_t id = od * ad->s - ad->pb + kd * ad->d;
-            for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
-              int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
-              for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
-                int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
-                const float *restrict px = src + ((id * ah->in + ih) * aw->in + iw) * nc;
-                for (int64_t c = 0; c < nc; c++)
-                  dst[c] += px[c];
+          float f = ad->inv[od] * ah->inv[oh] * aw->inv[ow];
+          for (int64_t c0 = 0; c0 < nc; c0 += AVG_CB) {
+            int64_t cn = nc - c0 < AVG_CB ? nc - c0 : AVG_CB;
+            float acc[AVG_CB] = {0};
+            for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
+              int64_t id = od * ad->s - ad->pb + kd * ad->d;
+              for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
+                int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
+                for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
+                  int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
+                  const float *restrict px =
+                      src + ((id * ah->in + ih) * aw->in + iw) * nc + c0;
+                  if (cn == AVG_CB)
+                    for (int c = 0; c < AVG_CB; c++)
+                      acc[c] += px[c];
+                  else
+                    for (int64_t c = 0; c < cn; c++)
+                      acc[c] += px[c];
+                }
               }
             }
+            for (int64_t c = 0; c < cn; c++)
+              dst[c0 + c] = acc[c] * f;
           }
-          float f = ad->inv[od] * ah->inv[oh] * aw->inv[ow];
-          for (int64_t c = 0; c < nc; c++)
-            dst[c] *= f;
         }
 }
 
