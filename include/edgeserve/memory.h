@@ -100,6 +100,11 @@ ES_API void es_mem_free(void *p);
  * rounded up to the page size. Returns NULL on failure. Unmap with the same
  * size. Thread-safe. */
 ES_API void *es_mem_map(es_mem_tag tag, size_t size);
+/* The same at an address that is a multiple of align (a power of two; the
+ * page size when smaller): a mapping that starts on 2 MiB can be backed by
+ * huge pages from its first byte. NULL also for an align that is not a
+ * power of two. Unmap with es_mem_unmap. Thread-safe. */
+ES_API void *es_mem_map_aligned(es_mem_tag tag, size_t size, size_t align);
 ES_API void es_mem_unmap(es_mem_tag tag, void *p, size_t size);
 
 /* Accounts a file mapping made elsewhere (delta may be negative). */

@@ -17,6 +17,12 @@
  *      at the lowest offset that overlaps no placed buffer alive at the same
  *      time (TensorFlow Lite Micro's greedy-by-size). The highest end is the
  *      arena's exact size.
+ *   4. Prepared weights. What kernels asked for while inferring (weights
+ *      reordered into oneDNN's layouts) and the model does not hold yet is
+ *      filled after the walk, all into one region (es__prep_batch_commit):
+ *      one mapping in huge pages instead of one per node, whose 4 KiB page
+ *      faults were most of a plan's time. A node folded while planning
+ *      that asked for some gets the batch filled before it runs.
  *
  * Layouts. Each value has one (plain, or channels-last: NHWC at rank 4,
  * NDHWC at rank 5; src/kernels/kernel.h). A kernel that does not know
@@ -276,6 +282,7 @@ typedef struct planner {
   pval *v;             /* es_mem */
   int nv, cap_v;
   int cap_steps;
+  es_prep_batch *prep; /* prepared weights asked for and not filled yet */
   es_issues *issues;   /* the nodes that cannot run */
   int diagnose;        /* es__plan_diagnose: model errors are listed too */
   int unreached;       /* nodes skipped after one that cannot run */
@@ -366,14 +373,19 @@ static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) 
   k->inplace = -1;
   k->ctx = &p->ctx;
   k->prep = p->model->prep;
+  k->prep_batch = P->prep;
   return 0;
 }
 
 /* Runs a node whose inputs are all known now; its outputs become plan
- * constants. */
-static int fold_step(planner *P, step *st, const es_kernel *kern) {
+ * constants. asked: the node asked for prepared weights while inferring,
+ * which are filled first (with the rest of the plan's so far). */
+static int fold_step(planner *P, step *st, const es_kernel *kern, int asked) {
   const es_node *nd = st->nd;
   es_kinst *k = &st->k;
+  int rc = asked ? es__prep_batch_commit(P->prep, P->p->model->prep) : 0;
+  if (rc < 0)
+    return rc;
   void *outs[ES_PLAN_MAX_IO];
   for (int o = 0; o < nd->n_out; o++) {
     outs[o] = NULL;
@@ -389,7 +401,7 @@ static int fold_step(planner *P, step *st, const es_kernel *kern) {
                                        k->scratch_bytes ? k->scratch_bytes : 1);
   if (!scratch)
     return es__fail(ES_ENOMEM, "out of memory folding %s", k->label);
-  int rc = kern->run(k, k->in_static, outs, scratch);
+  rc = kern->run(k, k->in_static, outs, scratch);
   es_mem_free(scratch);
   if (rc < 0)
     return rc;
@@ -468,7 +480,7 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   if (rc == 0)
     rc = kern->infer(k);
   if (rc == 0 && all_static)
-    return fold_step(P, st, kern) < 0 ? ES_ENOMEM : c;
+    return fold_step(P, st, kern, 0) < 0 ? ES_ENOMEM : c;
   if (rc < 0)
     return rc;
   p->relayouts++;
@@ -577,7 +589,7 @@ static int plan_nodes(planner *P) {
       return rc;
     es_kinst *k = &st->k;
     memcpy(k->label, label, sizeof label);
-    int all_static;
+    int all_static, asks = es__prep_batch_asks(P->prep);
     for (int attempt = 0;; attempt++) {
       if ((rc = kinst_bind(P, st, nd, &all_static)) < 0)
         return rc;
@@ -631,7 +643,7 @@ static int plan_nodes(planner *P) {
     if (nd->op == ES_OP_Shape || nd->op == ES_OP_Size)
       all_static = 1;
     if (all_static) {
-      rc = fold_step(P, st, kern);
+      rc = fold_step(P, st, kern, es__prep_batch_asks(P->prep) != asks);
       if (kern->release)
         kern->release(k);
       if (rc < 0)
@@ -829,6 +841,8 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
   int rc = 0;
   if (!P.v || !p->steps || !p->in_desc || !p->out_desc || !p->out_loc || !p->out_value)
     rc = es__fail(ES_ENOMEM, "out of memory planning");
+  if (rc == 0)
+    rc = es__prep_batch_create(&P.prep);
   for (int v = 0; rc == 0 && v < g->n_values; v++) {
     pval *pv = &P.v[v];
     const es_value *val = &g->values[v];
@@ -868,6 +882,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
       rc = es__issues_fail(&own, "nodes the engine cannot run with these shapes");
     es__issues_fini(&own);
     es_mem_free(P.v);
+    es__prep_batch_destroy(P.prep);
     if (rc < 0) {
       es_plan_release(p);
       return rc;
@@ -876,6 +891,9 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
     return 0;
   }
   es__issues_fini(&own);
+  if (rc == 0)
+    rc = es__prep_batch_commit(P.prep, m->prep);
+  es__prep_batch_destroy(P.prep);
   if (rc == 0)
     rc = plan_memory(&P);
   if (rc == 0 && p->n_steps > 0 && p->n_steps < P.cap_steps) {

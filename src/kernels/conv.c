@@ -100,7 +100,8 @@ typedef struct conv_params {
   int nhwc;              /* X read and Y written channels-last (oneDNN 2-D and 3-D only) */
   int epilogue;          /* oneDNN path: bias and post-ops are ours (conv_epilogue) */
   int kxs;               /* ConvTranspose as one matmul (conv_kxs_setup) ... */
-  const float *kxs_bias; /* ... with this bias, repeated per kernel column */
+  size_t kxs_bias_at;    /* ... its bias repeated per kernel column, at this float
+                            offset of the prepared weights (with has_bias) */
   int npost;             /* fused post-ops, applied after the bias in order */
   conv_post post[ES_POST_MAX];
   int has_res;           /* a post-op adds input 3 (the residual) */
@@ -585,11 +586,9 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
            (long long)kw, (long long)p->m, p->has_bias ? "+b" : "");
   conv_kxs_job job = {p, k->in_static[1], p->has_bias ? k->in_static[2] : NULL};
   size_t wn = (size_t)(kh * p->c * n), bn = p->has_bias ? (size_t)n : 0;
-  rc = es__kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job,
-                          &p->dnnl.weights);
-  if (rc == 0 && p->has_bias)
-    p->kxs_bias = (const float *)p->dnnl.weights + wn;
-  return rc;
+  p->kxs_bias_at = wn;
+  return es__kinst_prepared(k, key, (wn + bn) * sizeof(float), conv_kxs_fill, &job, sizeof job,
+                            &p->dnnl.weights);
 }
 
 static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
@@ -926,8 +925,8 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
   const void *bias = p->has_bias ? in[2] : NULL;
   const void *res = p->has_res ? in[3] : NULL;
   if (p->use_dnnl) {
-    if (p->kxs)
-      bias = p->kxs_bias;
+    if (p->kxs) /* prepared weights, then the bias */
+      bias = p->has_bias ? (const float *)p->dnnl.weights + p->kxs_bias_at : NULL;
     if (p->res_sum && out[0] != res)
       memcpy(out[0], res, p->count * sizeof(float));
     int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],

@@ -69,29 +69,38 @@ static void dnnl_init_once(void) {
   es_dnnl_key_ok_ = pthread_key_create(&es_dnnl_thread_key_, dnnl_thread_free) == 0;
 }
 
-static int dnnl_engine_get(const es_kinst *k, dnnl_engine_t *out) {
+/* A oneDNN failure as our code, with a message naming who failed (a
+ * node's label) and what. */
+static int dnnl_fail_at(const char *who, dnnl_status_t st, const char *what) {
+  int err = st == dnnl_out_of_memory   ? ES_ENOMEM
+            : st == dnnl_unimplemented ? ES_ENOTSUP
+                                       : ES_EINVAL;
+  return es__fail(err, "%s: oneDNN failed %s: %s", who, what, dnnl_status2str(st));
+}
+
+static int dnnl_engine_get(const char *who, dnnl_engine_t *out) {
   pthread_once(&es_dnnl_once_, dnnl_init_once);
   if (es_dnnl_engine_status_ != dnnl_success)
-    return es__dnnl_fail(k, es_dnnl_engine_status_, "creating the CPU engine");
+    return dnnl_fail_at(who, es_dnnl_engine_status_, "creating the CPU engine");
   *out = es_dnnl_engine_;
   return 0;
 }
 
 /* The calling thread's state; its stream is made on first use. */
-static int dnnl_thread_get(const es_kinst *k, dnnl_thread **out) {
+static int dnnl_thread_get(const char *who, dnnl_thread **out) {
   dnnl_thread *t = &es_dnnl_thread_;
   if (t->stream) {
     *out = t;
     return 0;
   }
   dnnl_engine_t eng = NULL;
-  int rc = dnnl_engine_get(k, &eng);
+  int rc = dnnl_engine_get(who, &eng);
   if (rc < 0)
     return rc;
   dnnl_status_t st = dnnl_stream_create(&t->stream, eng, dnnl_stream_default_flags);
   if (st != dnnl_success) {
     t->stream = NULL;
-    return es__dnnl_fail(k, st, "creating this thread's stream");
+    return dnnl_fail_at(who, st, "creating this thread's stream");
   }
   if (es_dnnl_key_ok_)
     pthread_setspecific(es_dnnl_thread_key_, t);
@@ -99,19 +108,16 @@ static int dnnl_thread_get(const es_kinst *k, dnnl_thread **out) {
   return 0;
 }
 
-static int dnnl_stream_get(const es_kinst *k, dnnl_stream_t *out) {
+static int dnnl_stream_get(const char *who, dnnl_stream_t *out) {
   dnnl_thread *t;
-  int rc = dnnl_thread_get(k, &t);
+  int rc = dnnl_thread_get(who, &t);
   if (rc == 0)
     *out = t->stream;
   return rc;
 }
 
 int es__dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what) {
-  int err = st == dnnl_out_of_memory   ? ES_ENOMEM
-            : st == dnnl_unimplemented ? ES_ENOTSUP
-                                       : ES_EINVAL;
-  return ES_KFAIL(k, err, "oneDNN failed %s: %s", what, dnnl_status2str(st));
+  return dnnl_fail_at(k->label, st, what);
 }
 
 dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims) {
@@ -128,7 +134,7 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
-  int rc = dnnl_engine_get(k, &eng);
+  int rc = dnnl_engine_get(k->label, &eng);
   if (rc < 0)
     return rc;
   dnnl_primitive_attr_t attr;
@@ -252,10 +258,12 @@ static uint64_t dnnl_md_hash(const dnnl_memory_desc_t *md) {
   return h;
 }
 
+/* Filled when the plan commits its prepared weights, after infer: the
+ * descriptors are copies (the primitive that owned them may be gone). */
 typedef struct dnnl_reorder_job {
-  const es_kinst *k;
-  const dnnl_memory_desc_t *src_md, *dst_md;
-  const void *src;
+  dnnl_memory_desc_t src_md, dst_md;
+  const void *src; /* the model's weights: live as long as the model */
+  char who[120];   /* the node's label, for errors */
 } dnnl_reorder_job;
 
 /* es_prep_fill_fn: reorder the model's weights into oneDNN's layout. */
@@ -264,21 +272,22 @@ static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
   (void)bytes;
   dnnl_engine_t eng = NULL;
   dnnl_stream_t s = NULL;
-  int rc = dnnl_engine_get(j->k, &eng);
+  int rc = dnnl_engine_get(j->who, &eng);
   if (rc == 0)
-    rc = dnnl_stream_get(j->k, &s);
+    rc = dnnl_stream_get(j->who, &s);
   if (rc < 0)
     return rc;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t prim = NULL;
   dnnl_memory_t ms = NULL, md = NULL;
-  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, j->src_md, eng, j->dst_md, eng, NULL);
+  dnnl_status_t st =
+      dnnl_reorder_primitive_desc_create(&pd, &j->src_md, eng, &j->dst_md, eng, NULL);
   if (st == dnnl_success)
     st = dnnl_primitive_create(&prim, pd);
   if (st == dnnl_success)
-    st = dnnl_memory_create(&ms, j->src_md, eng, (void *)j->src);
+    st = dnnl_memory_create(&ms, &j->src_md, eng, (void *)j->src);
   if (st == dnnl_success)
-    st = dnnl_memory_create(&md, j->dst_md, eng, dst);
+    st = dnnl_memory_create(&md, &j->dst_md, eng, dst);
   if (st == dnnl_success) {
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
     st = dnnl_primitive_execute(prim, s, 2, args);
@@ -293,7 +302,7 @@ static int dnnl_reorder_fill(void *user, void *dst, size_t bytes) {
     dnnl_primitive_destroy(prim);
   if (pd)
     dnnl_primitive_desc_destroy(pd);
-  return st == dnnl_success ? 0 : es__dnnl_fail(j->k, st, "reordering the weights");
+  return st == dnnl_success ? 0 : dnnl_fail_at(j->who, st, "reordering the weights");
 }
 
 int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
@@ -305,16 +314,17 @@ int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_des
   dnnl_md_tag(p->wei_md, tag, sizeof tag);
   snprintf(key, sizeof key, "%s#%d:w:%s:%016llx", es__op_name(k->node.op), k->node.id,
            tag, (unsigned long long)dnnl_md_hash(p->wei_md));
-  dnnl_reorder_job job = {.k = k, .src_md = user_md, .dst_md = p->wei_md, .src = user_data};
+  dnnl_reorder_job job = {.src_md = *user_md, .dst_md = *p->wei_md, .src = user_data};
+  snprintf(job.who, sizeof job.who, "%s", k->label);
   return es__kinst_prepared(k, key, dnnl_memory_desc_get_size(p->wei_md), dnnl_reorder_fill, &job,
-                            &p->weights);
+                            sizeof job, &p->weights);
 }
 
 int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
                       const void *weights, const void *bias, void *dst, const void *bin,
                       void *scratch) {
   dnnl_thread *t;
-  int rc = dnnl_thread_get(k, &t);
+  int rc = dnnl_thread_get(k->label, &t);
   if (rc < 0)
     return rc;
   const struct {

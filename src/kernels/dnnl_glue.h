@@ -54,7 +54,9 @@ int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_p
 /* Give the primitive its weights: user_md describes user_data (static, as
  * the model stores it). When oneDNN chose another layout, the weights are
  * reordered once into a prepared copy shared by every plan of the model
- * (keyed by node and layout) and p->weights points to it. */
+ * (keyed by node and layout) and p->weights points to it: at once, or in a
+ * model's plan when the plan commits its prepared weights (after infer;
+ * es__kinst_prepared), non-NULL from then on. */
 int es__dnnl_weights_prepare(es_kinst *k, es_dnnl_prim *p, const dnnl_memory_desc_t *user_md,
                              const void *user_data);
 

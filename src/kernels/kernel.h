@@ -59,6 +59,7 @@ int es__tdesc_set(es_tdesc *t, es_dtype dtype, int rank, const int64_t *dims);
 int es__tdesc_same_shape(const es_tdesc *a, const es_tdesc *b);
 
 typedef struct es_prep_store es_prep_store;
+typedef struct es_prep_batch es_prep_batch;
 
 /* What a kernel sees of a node: its operator and resolved attributes
  * (tensor attributes included, es_attr.t), never the graph around it. */
@@ -86,6 +87,8 @@ typedef struct es_kinst {
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
+  es_prep_batch *prep_batch;    /* the plan's prepared weights still to fill, or NULL:
+                                   filled when asked for (es__kinst_prepared) */
   char label[120];              /* "node 'name' (#12 Conv)" */
 } es_kinst;
 
@@ -102,14 +105,32 @@ int es__kio_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out)
 void es__strides_of(int rank, const int64_t *dims, int64_t *st);
 
 /* Prepared weights (reordered or packed once, read-only, shared by every
- * plan and request of the model). Returns in *out the copy stored under key
- * (unique per node and format, e.g. "conv:12:w:ABcd16b16a"), creating it the
- * first time with fill(user, dst, bytes) into writable memory that is then
- * sealed read-only. Without a model store (k->prep NULL, as in
- * es__kernel_eval) the copy lives in plan memory. Thread-safe. */
+ * plan and request of the model). Gives in *out the copy stored under key
+ * (unique per node and format, e.g. "conv:12:w:ABcd16b16a"), creating it
+ * the first time with fill(user, dst, bytes) into writable memory that is
+ * then sealed read-only. In a model's plan (k->prep_batch set) a copy not
+ * stored yet is only asked for: *out is NULL until the planner commits the
+ * batch (es__prep_batch_commit), which fills the plan's new copies into one
+ * region, so infer must not read *out (run may). fill then gets a copy of
+ * user's user_size bytes, taken now: user may live on infer's stack but
+ * must not point to anything that dies before the plan. Without a model
+ * store (k->prep NULL, as in es__kernel_eval) the copy lives in plan memory
+ * and is filled now. Thread-safe. */
 typedef int (*es_prep_fill_fn)(void *user, void *dst, size_t bytes);
 int es__kinst_prepared(es_kinst *k, const char *key, size_t bytes, es_prep_fill_fn fill,
-                       void *user, const void **out);
+                       const void *user, size_t user_size, const void **out);
+
+/* A plan's requests for prepared weights (owned by the planner, used by
+ * one thread). Commit fills every request whose key the store does not
+ * hold yet into one new region (huge pages, 64-byte aligned copies), seals
+ * it, adds the entries to s and sets each reader's pointer; the batch is
+ * then empty. On failure nothing is stored and the pointers stay NULL. */
+int es__prep_batch_create(es_prep_batch **out);
+void es__prep_batch_destroy(es_prep_batch *b);
+/* Requests made into b so far, each reader counted (a node that asked
+ * while inferring moved it): 0 for NULL. */
+int es__prep_batch_asks(const es_prep_batch *b);
+int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s);
 
 /* The store: owned by a model, one sealed es_weights region per entry. */
 int es__prep_store_create(es_prep_store **out);

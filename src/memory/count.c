@@ -296,6 +296,36 @@ void *es_mem_map(es_mem_tag tag, size_t size) {
   return p;
 }
 
+void *es_mem_map_aligned(es_mem_tag tag, size_t size, size_t align) {
+  if (!tag_ok(tag))
+    return NULL;
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  if (align < pg)
+    align = pg;
+  size_t n = size ? page_round(size) : 0;
+  if (n == 0 || (align & (align - 1)) || n > SIZE_MAX - align) {
+    count_fail(tag);
+    return NULL;
+  }
+  /* Mapped long enough to hold an aligned start (the mapping starts on a
+   * page already), then the head before it and the tail after n given back. */
+  unsigned char *raw = fault_hit(tag, n, CALLER())
+                           ? MAP_FAILED
+                           : mmap(NULL, n + align - pg, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    count_fail(tag);
+    return NULL;
+  }
+  size_t head = (align - (uintptr_t)raw % align) % align, tail = align - pg - head;
+  if (head)
+    munmap(raw, head);
+  if (tail)
+    munmap(raw + head + n, tail);
+  count_add(tag, n);
+  return raw + head;
+}
+
 void es_mem_unmap(es_mem_tag tag, void *p, size_t size) {
   if (!p || !tag_ok(tag))
     return;

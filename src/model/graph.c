@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 /* ==========================================================================
  * Node helpers
@@ -239,33 +238,71 @@ static void const_mark_live(const es_graph *g, unsigned char *live) {
     live[g->outputs[i]] = 1;
 }
 
-unsigned char *es__graph_stage_slab(es_graph *g, size_t len) {
-  if (g->stage_slab || len == 0)
+unsigned char *es__graph_stage_slab(es_graph *g, size_t len, size_t room) {
+  if (g->stage || len == 0 || room > SIZE_MAX - len)
     return NULL;
-  unsigned char *p = es_mem_map(ES_MEM_MODEL, len);
-  if (!p)
+  /* Filled once from the file: es_weights regions start on a huge page and
+   * have them advised, a fault per 2 MiB rather than per 4 KiB. */
+  es_weights *w;
+  void *p;
+  if (es_weights_create(len + room, &w) < 0)
     return NULL;
-  /* Filled once from the file, then copied into the sealed region and
-   * unmapped: a fault per 2 MiB rather than per 4 KiB where THP is on. */
-  if (len >= ((size_t)2 << 20))
-    (void)madvise(p, len, MADV_HUGEPAGE);
+  if (es_weights_data_mut(w, &p) < 0) {
+    es_weights_release(w);
+    return NULL;
+  }
+  g->stage = w;
   g->stage_slab = p;
   g->stage_len = len;
+  g->stage_room = room;
   return p;
 }
 
-void es__graph_const_free(es_graph *g, const void *data) {
+static int in_slab(const es_graph *g, const void *data) {
   const unsigned char *d = data;
-  if (g->stage_slab && d >= g->stage_slab && d < g->stage_slab + g->stage_len)
-    return;
-  es_mem_free((void *)data);
+  return g->stage_slab && d >= g->stage_slab && d < g->stage_slab + g->stage_len + g->stage_room;
+}
+
+void es__graph_const_free(es_graph *g, const void *data) {
+  if (!in_slab(g, data))
+    es_mem_free((void *)data);
 }
 
 static void stage_slab_drop(es_graph *g) {
-  if (g->stage_slab)
-    es_mem_unmap(ES_MEM_MODEL, g->stage_slab, g->stage_len);
+  es_weights_release(g->stage);
+  g->stage = NULL;
   g->stage_slab = NULL;
-  g->stage_len = 0;
+  g->stage_len = g->stage_room = 0;
+}
+
+/* Where each live constant goes when the slab is sealed in place: slab
+ * constants stay, the others follow in its room. 1 and *end (the bytes in
+ * use) when the slab lost at most 1/16 of its bytes to the passes and the
+ * others fit; 0 otherwise. */
+static int seal_in_place_fits(const es_graph *g, const unsigned char *live, size_t *offset,
+                              size_t *end) {
+  if (!g->stage)
+    return 0;
+  size_t kept = 0, at = g->stage_len, cap = g->stage_len + g->stage_room;
+  for (int v = 0; v < g->n_values; v++) {
+    const es_value *val = &g->values[v];
+    if (val->kind != ES_VALUE_CONST || !live[v])
+      continue;
+    if (in_slab(g, val->data) && (const unsigned char *)val->data < g->stage_slab + g->stage_len) {
+      kept += val->nbytes;
+      offset[v] = (size_t)((const unsigned char *)val->data - g->stage_slab);
+      continue;
+    }
+    size_t off = es__align_up(at, ES_WEIGHT_ALIGN);
+    if (off > cap || val->nbytes > cap - off)
+      return 0;
+    offset[v] = off;
+    at = off + val->nbytes;
+  }
+  if (kept < g->stage_len - g->stage_len / 16)
+    return 0;
+  *end = at;
+  return 1;
 }
 
 int es__graph_seal(es_graph *g) {
@@ -281,34 +318,51 @@ int es__graph_seal(es_graph *g) {
   }
   const_mark_live(g, live);
   size_t total = 0, count = 0;
-  for (int v = 0; v < nv; v++) {
-    const es_value *val = &g->values[v];
-    if (val->kind != ES_VALUE_CONST || !live[v])
-      continue;
-    size_t off = es__align_up(total, ES_WEIGHT_ALIGN);
-    if ((off == 0 && total) || val->nbytes > SIZE_MAX - off) {
-      rc = es__fail(ES_EMODEL, "constant data size overflows");
-      goto out;
-    }
-    offset[v] = off;
-    total = off + val->nbytes;
-    count++;
-  }
-  /* Fill and seal a region of our own first: if any step fails, the staging
-   * blocks are untouched and still the graph's to free. */
+  for (int v = 0; v < nv; v++)
+    count += g->values[v].kind == ES_VALUE_CONST && live[v];
   es_weights *w = NULL;
   void *base;
-  rc = es_weights_create(total ? total : 1, &w);
-  if (rc == 0)
-    rc = es_weights_data_mut(w, &base);
-  for (int v = 0; rc == 0 && v < nv; v++)
-    if (g->values[v].kind == ES_VALUE_CONST && live[v] && g->values[v].nbytes)
-      memcpy((unsigned char *)base + offset[v], g->values[v].data, g->values[v].nbytes);
-  if (rc == 0)
+  if (seal_in_place_fits(g, live, offset, &total)) {
+    /* The weights are where they stay: the others join them, and the
+     * region (dead bytes included, at most 1/16) is sealed as it is. */
+    w = g->stage;
+    base = g->stage_slab;
+    for (int v = 0; v < nv; v++) {
+      const es_value *val = &g->values[v];
+      if (val->kind == ES_VALUE_CONST && live[v] && val->nbytes &&
+          (unsigned char *)base + offset[v] != val->data)
+        memcpy((unsigned char *)base + offset[v], val->data, val->nbytes);
+    }
     rc = es_weights_seal(w);
-  if (rc < 0) {
-    es_weights_release(w);
-    goto out;
+    if (rc < 0)
+      goto out;
+  } else {
+    for (int v = 0; v < nv; v++) {
+      const es_value *val = &g->values[v];
+      if (val->kind != ES_VALUE_CONST || !live[v])
+        continue;
+      size_t off = es__align_up(total, ES_WEIGHT_ALIGN);
+      if ((off == 0 && total) || val->nbytes > SIZE_MAX - off) {
+        rc = es__fail(ES_EMODEL, "constant data size overflows");
+        goto out;
+      }
+      offset[v] = off;
+      total = off + val->nbytes;
+    }
+    /* Fill and seal a region of our own first: if any step fails, the
+     * staging blocks are untouched and still the graph's to free. */
+    rc = es_weights_create(total ? total : 1, &w);
+    if (rc == 0)
+      rc = es_weights_data_mut(w, &base);
+    for (int v = 0; rc == 0 && v < nv; v++)
+      if (g->values[v].kind == ES_VALUE_CONST && live[v] && g->values[v].nbytes)
+        memcpy((unsigned char *)base + offset[v], g->values[v].data, g->values[v].nbytes);
+    if (rc == 0)
+      rc = es_weights_seal(w);
+    if (rc < 0) {
+      es_weights_release(w);
+      goto out;
+    }
   }
   const unsigned char *ro = es_weights_data(w);
   for (int v = 0; v < nv; v++) {
@@ -318,6 +372,8 @@ int es__graph_seal(es_graph *g) {
     es__graph_const_free(g, val->data);
     val->data = live[v] ? ro + offset[v] : NULL;
   }
+  if (w == g->stage)
+    g->stage = NULL; /* the graph's weights now */
   stage_slab_drop(g);
   g->weights = w;
   g->weight_bytes = total;

@@ -9,10 +9,14 @@
  * constant's bytes sit in a staging block of their own (es_mem, writable),
  * so the engine's load-time passes (engine/fold.c, engine/fuse*.c) can add,
  * rewrite and drop constants.
- * es__graph_seal then copies exactly the constants something still reads into
+ * es__graph_seal then puts exactly the constants something still reads into
  * one es_weights region, 64-byte aligned each, seals it read-only and frees
  * the staging: that region is the model's tier-1 memory, shared by every
- * request. g->weights is NULL until then, which is how es__graph_fini knows
+ * request. The weights read from the file are staged in one slab that is
+ * itself such a region, with room after them, so that when the passes kept
+ * (nearly) all of them the slab is sealed where it is, the few other
+ * constants copied into its room, instead of copying every weight once
+ * more. g->weights is NULL until then, which is how es__graph_fini knows
  * whose memory the data pointers are.
  *
  * All IR memory (names, index arrays, attributes) comes from one context
@@ -136,10 +140,14 @@ typedef struct es_graph {
   int64_t opset;
   int64_t ir_version;
   es_weights *weights;   /* constant data, sealed read-only; NULL while staging */
-  /* While staging, the constants read from the file share one mapping
-   * (es__graph_stage_slab) rather than a block each; gone once sealed. */
-  unsigned char *stage_slab;
-  size_t stage_len;
+  /* While staging, the constants read from the file share one region
+   * (es__graph_stage_slab) rather than a block each: sealed as the weights
+   * or gone once sealed. */
+  es_weights *stage;
+  unsigned char *stage_slab; /* its writable bytes */
+  size_t stage_len;          /* the bytes staged from the file; the region holds
+                                stage_room more after them */
+  size_t stage_room;
   size_t weight_bytes;   /* bytes of the region in use (set by es__graph_seal) */
   size_t n_constants;    /* constants in the region (set by es__graph_seal) */
   int folded_nodes;      /* nodes evaluated away at load (the engine's folding) */
@@ -151,9 +159,10 @@ typedef struct es_graph {
   int n_sub, cap_sub;
 } es_graph;
 
-/* A mapping of len bytes for staged constants (es_mem, huge pages advised),
- * owned by g until it is sealed or finished; NULL on OOM. */
-unsigned char *es__graph_stage_slab(es_graph *g, size_t len);
+/* A writable es_weights region of len bytes for the staged constants, and
+ * room bytes after them for the constants sealing may add to it (huge
+ * pages advised), owned by g until it is sealed or finished; NULL on OOM. */
+unsigned char *es__graph_stage_slab(es_graph *g, size_t len, size_t room);
 /* Frees a staged constant's data: its own block, or nothing for one inside
  * the slab. */
 void es__graph_const_free(es_graph *g, const void *data);
@@ -214,10 +223,13 @@ int es__graph_elide(es_graph *g);
  * the load-time passes before es__graph_seal. Index in *out. */
 int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
                            const int64_t *dims, void *data, size_t nbytes, int *out);
-/* Copies every constant a node input, a node's tensor attribute or a graph
- * output refers to into one new es_weights region (64-byte aligned each),
+/* Puts every constant a node input, a node's tensor attribute or a graph
+ * output refers to into one es_weights region (64-byte aligned each),
  * seals it and frees all staging blocks; sets weight_bytes and n_constants.
- * On failure the staging is left for es__graph_fini. */
+ * The region is the stage slab when the passes dropped at most 1/16 of it
+ * and the other constants fit in its room (their data moves, the slab's
+ * stays), else a new one. On failure the staging is left for
+ * es__graph_fini. */
 int es__graph_seal(es_graph *g);
 
 /* Points every tensor attribute's view (es_attr.t) at its constant's

@@ -742,14 +742,22 @@ static int const_stage(loader *L) {
   es_graph *g = L->g;
   /* Constants of 1 KiB and more (the weights) go into one slab: one
    * mapping, huge pages where the kernel has them, instead of a block each
-   * (a fresh block faults every 4 KiB page it is copied into). */
-  size_t slab = 0, at = 0;
+   * (a fresh block faults every 4 KiB page it is copied into). The slab
+   * keeps room for the small constants and for what the passes add, so
+   * that sealing can keep it as the weights' region instead of copying
+   * them all again (es__graph_seal): in the torchvision zoo the passes
+   * kept every byte of the slab and added 1 to 25 KB, 64 KiB is ample. */
+  size_t slab = 0, small = 0, at = 0;
   for (int i = 0; i < L->n_consts; i++) {
     size_t n = g->values[L->consts[i].value].nbytes;
     if (n >= ES_RAW_STRIP_MIN && slab <= SIZE_MAX - 64 - n)
       slab = es__align_up(slab, 64) + n;
+    else if (n < ES_RAW_STRIP_MIN)
+      small += es__align_up(n ? n : 1, 64);
   }
-  unsigned char *base = slab >= ((size_t)1 << 20) ? es__graph_stage_slab(g, slab) : NULL;
+  unsigned char *base = slab >= ((size_t)1 << 20)
+                            ? es__graph_stage_slab(g, slab, small + ((size_t)64 << 10))
+                            : NULL;
   for (int i = 0; i < L->n_consts; i++) {
     const pending_const *c = &L->consts[i];
     es_value *v = &g->values[c->value];

@@ -4,7 +4,9 @@
  * delta is checked exactly. */
 #include "es_test.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Let the sanitizers' allocators return NULL for absurd sizes, as malloc
@@ -223,6 +225,35 @@ static void test_map_unmap(void **state) {
   assert_null(es_mem_map(ES_MEM_ARENA, 0));
   assert_null(es_mem_map(ES_MEM_ARENA, SIZE_MAX)); /* page rounding overflows */
   ASSERT_DELTA(delta_of(s0, stats_of(ES_MEM_ARENA)), 0, 2, 2, 2);
+}
+
+/* An aligned map starts on its alignment, counts exactly its page-rounded
+ * size as one block, and keeps nothing mapped beyond it. */
+static void test_map_aligned(void **state) {
+  (void)state;
+  size_t page = pg(), huge = (size_t)2 << 20, n = (huge + huge / 2 + page) / page * page;
+  es_mem_stats s0 = stats_of(ES_MEM_ARENA);
+  for (int i = 0; i < 4; i++) {
+    unsigned char *a = es_mem_map_aligned(ES_MEM_ARENA, huge + huge / 2 + 1, huge);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a % huge, 0);
+    a[0] = 1;
+    a[n - 1] = 1;
+    ASSERT_DELTA(delta_of(s0, stats_of(ES_MEM_ARENA)), (long long)n, i + 1, i, 0);
+    unsigned char v;
+    assert_int_equal(mincore(a + n, page, &v), -1); /* the tail went back */
+    assert_int_equal(errno, ENOMEM);
+    es_mem_unmap(ES_MEM_ARENA, a, huge + huge / 2 + 1);
+  }
+  ASSERT_DELTA(delta_of(s0, stats_of(ES_MEM_ARENA)), 0, 4, 4, 0);
+  unsigned char *b = es_mem_map_aligned(ES_MEM_ARENA, 1, 1); /* below a page: a page */
+  assert_non_null(b);
+  assert_int_equal((uintptr_t)b % page, 0);
+  es_mem_unmap(ES_MEM_ARENA, b, 1);
+  assert_null(es_mem_map_aligned(ES_MEM_ARENA, page, 3 * page)); /* not a power of two */
+  assert_null(es_mem_map_aligned(ES_MEM_ARENA, 0, huge));
+  assert_null(es_mem_map_aligned(ES_MEM_ARENA, SIZE_MAX - page, huge));
+  ASSERT_DELTA(delta_of(s0, stats_of(ES_MEM_ARENA)), 0, 5, 5, 3);
 }
 
 static void test_account_file(void **state) {
@@ -503,6 +534,7 @@ int main(void) {
       cmocka_unit_test(test_realloc_resizes),
       cmocka_unit_test(test_strdup),
       cmocka_unit_test(test_map_unmap),
+      cmocka_unit_test(test_map_aligned),
       cmocka_unit_test(test_account_file),
       cmocka_unit_test(test_total_is_sum),
       cmocka_unit_test(test_tag_names),

@@ -1,0 +1,242 @@
+/* Prepared weights in a plan (es__prep_batch_*, src/kernels/registry.c):
+ * a plan fills every copy it asks for into one region (one mapping, not
+ * one per node), a second plan of the same shapes adds nothing, a conv
+ * folded while planning finds its weights filled before it runs, and two
+ * threads planning one model at once prepare each copy once. Results are
+ * checked against the reference kernels, which prepare nothing. Models
+ * are built in memory (tests/support/onnx_builder.h). */
+#include "es_test.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "edgeserve/engine.h"
+#include "support/onnx_builder.h"
+
+enum { C = 16, HW = 12 };
+
+static float w1_[32 * C * 9], w2_[32 * 32 * 9], w3_[C * 32 * 9], b3_[C];
+static float fill_one_ = 1.0f;
+
+static void weights_init(void) {
+  uint64_t s = 7;
+  float *all[4] = {w1_, w2_, w3_, b3_};
+  size_t n[4] = {sizeof w1_ / 4, sizeof w2_ / 4, sizeof w3_ / 4, sizeof b3_ / 4};
+  for (int t = 0; t < 4; t++)
+    for (size_t i = 0; i < n[t]; i++)
+      all[t][i] = (float)(es_test_rand(&s) % 2001) / 8000.0f - 0.125f;
+}
+
+static int add_conv(ob *b, const char *out, int n_in, const char *x, const char *w,
+                    const char *bias) {
+  static const int64_t ks[2] = {3, 3}, pads[4] = {1, 1, 1, 1};
+  int n = n_in == 3 ? ob_node(b, "Conv", out, 3, x, w, bias) : ob_node(b, "Conv", out, 2, x, w);
+  ob_attr_ints(b, n, "kernel_shape", 2, ks);
+  ob_attr_ints(b, n, "pads", 4, pads);
+  return n;
+}
+
+/* x [1, 16, H, W] -> three 3x3 convs (16 -> 32 -> 32 -> 16) -> y. */
+static void chain_model(ob *b) {
+  static const int64_t xd[4] = {1, C, -1, -1}, d1[4] = {32, C, 3, 3}, d2[4] = {32, 32, 3, 3},
+                       d3[4] = {C, 32, 3, 3}, db[1] = {C};
+  ob_init(b, 13);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W1", 4, d1, w1_);
+  ob_init_f32(b, "W2", 4, d2, w2_);
+  ob_init_f32(b, "W3", 4, d3, w3_);
+  ob_init_f32(b, "B3", 1, db, b3_);
+  add_conv(b, "c1", 2, "x", "W1", NULL);
+  add_conv(b, "c2", 2, "c1", "W2", NULL);
+  add_conv(b, "y", 3, "c2", "W3", "B3");
+  ob_output(b, "y");
+}
+
+/* y = Conv(ConstantOfShape(Shape(x)), W3) + x[:, :16]: the conv's input
+ * is known only once the plan knows x's shape (H and W are free), so the
+ * plan folds the conv, which needs its prepared weights right then. */
+static void folded_model(ob *b) {
+  static const int64_t xd[4] = {1, 32, -1, -1}, d3[4] = {C, 32, 3, 3}, db[1] = {C},
+                       one_d[1] = {1}, starts[1] = {0}, ends[1] = {C}, axes[1] = {1};
+  static Onnx__TensorProto one;
+  onnx__tensor_proto__init(&one);
+  one.has_data_type = 1;
+  one.data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+  one.n_dims = 1;
+  one.dims = (int64_t *)one_d;
+  one.n_float_data = 1;
+  one.float_data = &fill_one_;
+  ob_init(b, 13);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W3", 4, d3, w3_);
+  ob_init_f32(b, "B3", 1, db, b3_);
+  ob_init_i64(b, "st", 1, one_d, starts);
+  ob_init_i64(b, "en", 1, one_d, ends);
+  ob_init_i64(b, "ax", 1, one_d, axes);
+  ob_node(b, "Shape", "s", 1, "x");
+  ob_attr_tensor(b, ob_node(b, "ConstantOfShape", "ones", 1, "s"), "value", &one);
+  add_conv(b, "k", 3, "ones", "W3", "B3");
+  ob_node(b, "Slice", "xs", 4, "x", "st", "en", "ax");
+  ob_node(b, "Add", "y", 2, "k", "xs");
+  ob_output(b, "y");
+}
+
+static uint64_t weights_allocs(void) {
+  es_mem_stats st;
+  es_mem_stats_get(ES_MEM_WEIGHTS, &st);
+  return st.allocs;
+}
+
+static size_t prepared_bytes(es_model *m) {
+  es_model_stats st;
+  ES_CHECK_RC(es_model_stats_get(m, &st));
+  return st.prepared_bytes;
+}
+
+static float *input_of(int c, int h, int w, size_t *n) {
+  *n = (size_t)c * h * w;
+  float *x = malloc(*n * sizeof *x);
+  assert_non_null(x);
+  uint64_t s = 11;
+  for (size_t i = 0; i < *n; i++)
+    x[i] = (float)(es_test_rand(&s) % 2001) / 1000.0f - 1.0f;
+  return x;
+}
+
+/* The model's output for x by the reference kernels (nothing prepared). */
+static float *reference_out(const ob *b, const es_tensor *x, size_t *count) {
+  es_engine_reference_kernels_set(1);
+  es_model *m = ob_load(b);
+  float *out;
+  ob_run(m, 1, x, 1, &out, count);
+  es_model_release(m);
+  es_engine_reference_kernels_set(0);
+  return out;
+}
+
+static void assert_close(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (fabsf(a[i] - b[i]) > 1e-4f)
+      fail_msg("element %zu: %g, want %g", i, (double)a[i], (double)b[i]);
+}
+
+static void test_one_region_per_plan(void **state) {
+  (void)state;
+  ob *b = malloc(sizeof *b);
+  assert_non_null(b);
+  chain_model(b);
+  es_model *m = ob_load(b);
+  size_t n;
+  float *x = input_of(C, HW, HW, &n);
+  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, HW, HW}, x);
+  assert_int_equal(prepared_bytes(m), 0);
+
+  /* Three convs ask for blocked weights: one region (its handle and its
+   * mapping) holds all three, where each used to get its own. */
+  uint64_t a0 = weights_allocs();
+  float *out;
+  size_t count, want_count;
+  ob_run(m, 1, &in, 1, &out, &count);
+  assert_int_equal(weights_allocs() - a0, 2);
+  size_t bytes = prepared_bytes(m);
+  size_t plain = sizeof w1_ + sizeof w2_ + sizeof w3_;
+  assert_true(bytes >= plain);
+  assert_true(bytes < plain + 3 * 4096); /* packed, not a page-rounded region each */
+
+  /* The same shapes again: everything is in the store already. */
+  float *again;
+  ob_run(m, 1, &in, 1, &again, &count);
+  assert_int_equal(weights_allocs() - a0, 2);
+  assert_int_equal(prepared_bytes(m), bytes);
+
+  float *want = reference_out(b, &in, &want_count);
+  assert_int_equal(count, want_count);
+  assert_close(out, want, count);
+  assert_close(again, want, count);
+  free(out);
+  free(again);
+  free(want);
+  free(x);
+  es_model_release(m);
+  free(b);
+}
+
+static void test_folded_conv_gets_its_weights(void **state) {
+  (void)state;
+  ob *b = malloc(sizeof *b);
+  assert_non_null(b);
+  folded_model(b);
+  es_model *m = ob_load(b);
+  size_t n;
+  float *x = input_of(32, 5, 7, &n);
+  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, 32, 5, 7}, x);
+  float *out, *want;
+  size_t count, want_count;
+  ob_run(m, 1, &in, 1, &out, &count);
+  assert_true(prepared_bytes(m) >= sizeof w3_);
+  want = reference_out(b, &in, &want_count);
+  assert_int_equal(count, want_count);
+  assert_int_equal(count, (size_t)C * 5 * 7);
+  assert_close(out, want, count);
+  free(out);
+  free(want);
+  free(x);
+  es_model_release(m);
+  free(b);
+}
+
+typedef struct plan_job {
+  es_model *m;
+  const es_tensor *in;
+  float *out;
+  size_t count;
+} plan_job;
+
+static void *plan_thread(void *arg) {
+  plan_job *j = arg;
+  ob_run(j->m, 1, j->in, 1, &j->out, &j->count);
+  return NULL;
+}
+
+/* Both plans ask for the same three copies; whichever commits second finds
+ * them stored and fills nothing. */
+static void test_two_plans_at_once(void **state) {
+  (void)state;
+  ob *b = malloc(sizeof *b);
+  assert_non_null(b);
+  chain_model(b);
+  es_model *m = ob_load(b);
+  size_t n;
+  float *x = input_of(C, HW, HW, &n);
+  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, HW, HW}, x);
+  uint64_t a0 = weights_allocs();
+  plan_job j[2] = {{m, &in, NULL, 0}, {m, &in, NULL, 0}};
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, plan_thread, &j[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
+  assert_int_equal(weights_allocs() - a0, 2);
+  size_t want_count;
+  float *want = reference_out(b, &in, &want_count);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(j[i].count, want_count);
+    assert_close(j[i].out, want, want_count);
+    free(j[i].out);
+  }
+  free(want);
+  free(x);
+  es_model_release(m);
+  free(b);
+}
+
+int main(void) {
+  weights_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_one_region_per_plan),
+      cmocka_unit_test(test_folded_conv_gets_its_weights),
+      cmocka_unit_test(test_two_plans_at_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
