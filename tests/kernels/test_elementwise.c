@@ -357,6 +357,19 @@ static void test_nhwc_binary_misc(void **state) {
   kh_end(&h);
 }
 
+/* Binary op on a and b must ask for other layouts (ES_KRELAYOUT) with
+ * these want_plain / want_nhwc bits. */
+static void expect_relayout(es_op op, const es_tdesc *a, const es_tdesc *b, uint32_t plain,
+                            uint32_t nhwc) {
+  kh_run h;
+  ES_EXPECT_RC(hand_infer(&h, op, 13, NULL, 0, 2, (const es_tdesc *[]){a, b},
+                          (const void *[]){NULL, NULL}),
+               ES_KRELAYOUT);
+  assert_int_equal(h.k.want_plain, plain);
+  assert_int_equal(h.k.want_nhwc, nhwc);
+  kh_end(&h);
+}
+
 /* Inputs that cannot be read in NHWC order are asked for in another
  * layout, once; with the conversions made, infer succeeds. */
 static void test_nhwc_relayout(void **state) {
@@ -366,51 +379,23 @@ static void test_nhwc_relayout(void **state) {
   kh_run h;
   /* a full plain rank-4 tensor: converted to NHWC */
   es_tdesc full = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){2, 3, 4, 5});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &full},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_nhwc, 2);
-  assert_int_equal(h.k.want_plain, 0);
-  kh_end(&h);
+  expect_relayout(ES_OP_Add, &xn, &full, 0, 2);
   /* [1,C,H,1] rank 4 on the left: converted too */
   es_tdesc part = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){1, 3, 4, 1});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Mul, 13, NULL, 0, 2, (const es_tdesc *[]){&part, &xn},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_nhwc, 1);
-  kh_end(&h);
+  expect_relayout(ES_OP_Mul, &part, &xn, 0, 1);
   /* rank 3 [C,H,W] cannot become NHWC: the NHWC input goes plain */
   es_tdesc chw = kh_td(ES_DTYPE_FLOAT, 3, (int64_t[]){3, 4, 5});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&xn, &chw},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_plain, 1);
-  assert_int_equal(h.k.want_nhwc, 0);
-  kh_end(&h);
+  expect_relayout(ES_OP_Sub, &xn, &chw, 1, 0);
   /* a rank-5 output cannot be NHWC */
   es_tdesc r5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){1, 1, 1, 1, 1});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&r5, &xn},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_plain, 2);
-  kh_end(&h);
+  expect_relayout(ES_OP_Sub, &r5, &xn, 2, 0);
   /* NDHWC: a full plain rank-5 tensor is converted to NDHWC; a rank-4
    * [D,H,W,C]-sized one cannot be, so the NDHWC input goes plain */
   es_tdesc vn = kh_as_nhwc(kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){2, 3, 2, 4, 5}));
   es_tdesc full5 = kh_td(ES_DTYPE_FLOAT, 5, (int64_t[]){2, 3, 2, 4, 5});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&full5, &vn},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_nhwc, 1);
-  assert_int_equal(h.k.want_plain, 0);
-  kh_end(&h);
+  expect_relayout(ES_OP_Add, &full5, &vn, 0, 1);
   es_tdesc chw4 = kh_td(ES_DTYPE_FLOAT, 4, (int64_t[]){3, 2, 4, 5});
-  ES_EXPECT_RC(hand_infer(&h, ES_OP_Add, 13, NULL, 0, 2, (const es_tdesc *[]){&vn, &chw4},
-                          (const void *[]){NULL, NULL}),
-               ES_KRELAYOUT);
-  assert_int_equal(h.k.want_plain, 1);
-  assert_int_equal(h.k.want_nhwc, 0);
-  kh_end(&h);
+  expect_relayout(ES_OP_Add, &vn, &chw4, 1, 0);
   /* plain inputs only: plain output, whatever their shapes */
   ES_CHECK_RC(hand_infer(&h, ES_OP_Sub, 13, NULL, 0, 2, (const es_tdesc *[]){&full, &chw},
                          (const void *[]){NULL, NULL}));
