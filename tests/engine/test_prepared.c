@@ -121,23 +121,58 @@ static void assert_close(const float *a, const float *b, size_t n) {
       fail_msg("element %zu: %g, want %g", i, (double)a[i], (double)b[i]);
 }
 
+/* What every test runs: a model built by build, loaded, and an input of
+ * 1 x c x h x w named "x". */
+typedef struct case_ {
+  ob *b;
+  es_model *m;
+  float *x;
+  es_tensor in;
+  float *want;      /* the reference kernels' output, made once when asked */
+  size_t want_count;
+} case_;
+
+static void case_open(case_ *t, void (*build)(ob *), int c, int h, int w) {
+  t->b = malloc(sizeof *t->b);
+  assert_non_null(t->b);
+  build(t->b);
+  t->m = ob_load(t->b);
+  size_t n;
+  t->x = input_of(c, h, w, &n);
+  t->in = ob_tensor_f32("x", 4, (int64_t[]){1, c, h, w}, t->x);
+  t->want = NULL;
+}
+
+static void case_close(case_ *t) {
+  free(t->want);
+  free(t->x);
+  es_model_release(t->m);
+  free(t->b);
+}
+
+/* out (count values) is what the reference kernels give for the case's
+ * input; out is freed. */
+static void expect_reference(case_ *t, float *out, size_t count) {
+  if (!t->want)
+    t->want = reference_out(t->b, &t->in, &t->want_count);
+  assert_int_equal(count, t->want_count);
+  assert_close(out, t->want, count);
+  free(out);
+}
+
 static void test_one_region_per_plan(void **state) {
   (void)state;
-  ob *b = malloc(sizeof *b);
-  assert_non_null(b);
-  chain_model(b);
-  es_model *m = ob_load(b);
-  size_t n;
-  float *x = input_of(C, HW, HW, &n);
-  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, HW, HW}, x);
+  case_ t;
+  case_open(&t, chain_model, C, HW, HW);
+  es_model *m = t.m;
   assert_int_equal(prepared_bytes(m), 0);
 
   /* Three convs ask for blocked weights: one region (its handle and its
    * mapping) holds all three, where each used to get its own. */
   uint64_t a0 = weights_allocs();
   float *out;
-  size_t count, want_count;
-  ob_run(m, 1, &in, 1, &out, &count);
+  size_t count, again_count;
+  ob_run(m, 1, &t.in, 1, &out, &count);
   assert_int_equal(weights_allocs() - a0, 2);
   size_t bytes = prepared_bytes(m);
   size_t plain = sizeof w1_ + sizeof w2_ + sizeof w3_;
@@ -146,44 +181,26 @@ static void test_one_region_per_plan(void **state) {
 
   /* The same shapes again: everything is in the store already. */
   float *again;
-  ob_run(m, 1, &in, 1, &again, &count);
+  ob_run(m, 1, &t.in, 1, &again, &again_count);
   assert_int_equal(weights_allocs() - a0, 2);
   assert_int_equal(prepared_bytes(m), bytes);
 
-  float *want = reference_out(b, &in, &want_count);
-  assert_int_equal(count, want_count);
-  assert_close(out, want, count);
-  assert_close(again, want, count);
-  free(out);
-  free(again);
-  free(want);
-  free(x);
-  es_model_release(m);
-  free(b);
+  expect_reference(&t, out, count);
+  expect_reference(&t, again, again_count);
+  case_close(&t);
 }
 
 static void test_folded_conv_gets_its_weights(void **state) {
   (void)state;
-  ob *b = malloc(sizeof *b);
-  assert_non_null(b);
-  folded_model(b);
-  es_model *m = ob_load(b);
-  size_t n;
-  float *x = input_of(32, 5, 7, &n);
-  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, 32, 5, 7}, x);
-  float *out, *want;
-  size_t count, want_count;
-  ob_run(m, 1, &in, 1, &out, &count);
-  assert_true(prepared_bytes(m) >= sizeof w3_);
-  want = reference_out(b, &in, &want_count);
-  assert_int_equal(count, want_count);
+  case_ t;
+  case_open(&t, folded_model, 32, 5, 7);
+  float *out;
+  size_t count;
+  ob_run(t.m, 1, &t.in, 1, &out, &count);
+  assert_true(prepared_bytes(t.m) >= sizeof w3_);
   assert_int_equal(count, (size_t)C * 5 * 7);
-  assert_close(out, want, count);
-  free(out);
-  free(want);
-  free(x);
-  es_model_release(m);
-  free(b);
+  expect_reference(&t, out, count);
+  case_close(&t);
 }
 
 typedef struct plan_job {
@@ -203,32 +220,19 @@ static void *plan_thread(void *arg) {
  * them stored and fills nothing. */
 static void test_two_plans_at_once(void **state) {
   (void)state;
-  ob *b = malloc(sizeof *b);
-  assert_non_null(b);
-  chain_model(b);
-  es_model *m = ob_load(b);
-  size_t n;
-  float *x = input_of(C, HW, HW, &n);
-  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, HW, HW}, x);
+  case_ t;
+  case_open(&t, chain_model, C, HW, HW);
   uint64_t a0 = weights_allocs();
-  plan_job j[2] = {{m, &in, NULL, 0}, {m, &in, NULL, 0}};
-  pthread_t t[2];
+  plan_job j[2] = {{t.m, &t.in, NULL, 0}, {t.m, &t.in, NULL, 0}};
+  pthread_t th[2];
   for (int i = 0; i < 2; i++)
-    assert_int_equal(pthread_create(&t[i], NULL, plan_thread, &j[i]), 0);
+    assert_int_equal(pthread_create(&th[i], NULL, plan_thread, &j[i]), 0);
   for (int i = 0; i < 2; i++)
-    pthread_join(t[i], NULL);
+    pthread_join(th[i], NULL);
   assert_int_equal(weights_allocs() - a0, 2);
-  size_t want_count;
-  float *want = reference_out(b, &in, &want_count);
-  for (int i = 0; i < 2; i++) {
-    assert_int_equal(j[i].count, want_count);
-    assert_close(j[i].out, want, want_count);
-    free(j[i].out);
-  }
-  free(want);
-  free(x);
-  es_model_release(m);
-  free(b);
+  for (int i = 0; i < 2; i++)
+    expect_reference(&t, j[i].out, j[i].count);
+  case_close(&t);
 }
 
 int main(void) {
