@@ -92,13 +92,7 @@ typedef struct ew_bin_fns {
 #define EW_CHUNK 16
 /* Compute-bound loops (Sigmoid's exp) are built once per x86-64 vector
  * width, the loader picking the one the CPU runs. */
-/* Not under ThreadSanitizer: the loader runs the clone resolvers before
- * the sanitizer runtime is up, and instrumented resolvers crash. */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-#define EW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EW_CLONES
-#endif
+#define EW_CLONES ES_KCLONES
 #define EW_UNROLL _Pragma("GCC unroll 16")
 
 /* o[i] = OP(a[i], b[i]) in the three operand patterns. */

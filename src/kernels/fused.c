@@ -66,13 +66,7 @@
  * CPU runs: a block of a few instructions over L1 data is bound by vector
  * width, not memory. */
 #define FE_INLINE static inline __attribute__((always_inline))
-/* Not under ThreadSanitizer: the loader runs the clone resolvers before
- * the sanitizer runtime is up, and instrumented resolvers crash. */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-#define FE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FE_CLONES
-#endif
+#define FE_CLONES ES_KCLONES
 #define FE_UNROLL _Pragma("GCC unroll 16")
 
 /* o[i] = OP(a[i], b[i]) with either side a vector (v) or one value (s). */

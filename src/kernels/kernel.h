@@ -149,6 +149,18 @@ int es__prep_store_each(es_prep_store *s,
                         void *user);
 
 #define ES_KFAIL(k, err, ...) es__kfail((k), (err), __VA_ARGS__)
+
+/* A hot loop over runtime lengths built once per x86-64 vector width, the
+ * loader picking the one the CPU runs: the default build targets baseline
+ * x86-64 (SSE2), where a pooling window's 64-channel accumulator does not
+ * even fit the registers. Not under ThreadSanitizer: the loader runs the
+ * clone resolvers before the sanitizer runtime is up, and instrumented
+ * resolvers crash. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define ES_KCLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define ES_KCLONES
+#endif
 int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

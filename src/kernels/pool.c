@@ -299,6 +299,7 @@ static int avgpool_infer(es_kinst *k) { return pool_infer_common(k, POOL_AVG); }
 
 /* One plane of max pooling for element type T; empty windows give lowest. */
 #define POOL_MAX_PLANE(name, T, lowest)                                                   \
+  ES_KCLONES                                                                              \
   static void name(const pool_params *p, const T *restrict src, T *restrict dst) {        \
     const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];                    \
     int64_t ow_n = aw->out, sw = aw->s;                                                   \
@@ -335,7 +336,7 @@ POOL_MAX_PLANE(pool_max_plane_f32, float, -INFINITY)
 POOL_MAX_PLANE(pool_max_plane_u8, uint8_t, 0)
 POOL_MAX_PLANE(pool_max_plane_i8, int8_t, INT8_MIN)
 
-static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
+ES_KCLONES static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
                                float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   int64_t ow_n = aw->out, sw = aw->s;
@@ -371,6 +372,7 @@ static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
  * pixels, C channels at a time; empty windows give lowest. A 2-D pool has
  * depth 1 (one tap). */
 #define POOL_MAX_NHWC(name, T, lowest)                                                    \
+  ES_KCLONES                                                                              \
   static void name(const pool_params *p, const T *restrict src, T *restrict dst) {        \
     const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];                    \
     int64_t nc = p->c;                                                                    \
@@ -407,7 +409,7 @@ POOL_MAX_NHWC(pool_max_nhwc_i8, int8_t, INT8_MIN)
  * 35x35x288 3x3 pools took about 3x longer that way). */
 #define AVG_CB 64
 
-static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
+ES_KCLONES static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
                               float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   int64_t nc = p->c;
@@ -593,7 +595,7 @@ static float gap_lp_root(float s, int64_t pw) {
 
 /* NHWC: one image's channels (nc contiguous per pixel) folded over its
  * pixels into y, by blocks of pixels into part. */
-static void gap_nhwc_image(const gap_params *p, const float *x, float *y, float *restrict part) {
+ES_KCLONES static void gap_nhwc_image(const gap_params *p, const float *x, float *y, float *restrict part) {
   int64_t nc = p->c;
   for (int64_t c = 0; c < nc; c++)
     y[c] = p->kind == GP_MAX ? -INFINITY : 0.0f;

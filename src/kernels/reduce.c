@@ -726,9 +726,11 @@ static int softmax_infer(es_kinst *k) {
   return 0;
 }
 
+#define SM_CHUNK 16
+
 /* sum of e^(x[j] - m): eight partial sums, stored nowhere (LogSoftmax still
  * reads x after, and y may be x). */
-static float sm_sumexp(const float *restrict x, int64_t n, float m) {
+ES_KCLONES static float sm_sumexp(const float *restrict x, int64_t n, float m) {
   float acc[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -742,7 +744,7 @@ static float sm_sumexp(const float *restrict x, int64_t n, float m) {
 
 /* Exp, sum and scale are separate loops: a running sum inside the exp loop
  * would be a float reduction, which the vectoriser may not reorder. */
-static void softmax_rows(int mode, const float *x, float *y, int64_t rows, int64_t n) {
+ES_KCLONES static void softmax_rows(int mode, const float *x, float *y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; r++, x += n, y += n) {
     if (mode == SM_HARD) {
       float b = n > 0 ? x[0] : 0.0f;
@@ -765,10 +767,20 @@ static void softmax_rows(int mode, const float *x, float *y, int64_t rows, int64
         y[j] = (x[j] - m) - ls;
       continue;
     }
-    for (int64_t j = 0; j < n; j++)
+    /* In chunks through a local array: y is often x (the planner runs
+     * Softmax in place), and on a possible overlap the vectoriser falls
+     * back to its scalar loop. */
+    int64_t j = 0;
+    for (; j + SM_CHUNK <= n; j += SM_CHUNK) {
+      float t[SM_CHUNK];
+      for (int l = 0; l < SM_CHUNK; l++)
+        t[l] = es__ew_exp_neg_floor(x[j + l] - m);
+      memcpy(y + j, t, sizeof t);
+    }
+    for (; j < n; j++)
       y[j] = es__ew_exp_neg_floor(x[j] - m);
     float inv = 1.0f / es__ew_sum_f32(y, n);
-    for (int64_t j = 0; j < n; j++)
+    for (j = 0; j < n; j++)
       y[j] *= inv;
   }
 }
@@ -796,7 +808,7 @@ static void hardmax_cols(const float *x, float *y, int64_t outer, int64_t n, int
   }
 }
 
-static void softmax_cols(int mode, const float *x, float *y, int64_t outer, int64_t n,
+ES_KCLONES static void softmax_cols(int mode, const float *x, float *y, int64_t outer, int64_t n,
                          int64_t inner, float *restrict m, float *restrict s) {
   for (int64_t o = 0; o < outer; o++, x += n * inner, y += n * inner) {
     for (int64_t i = 0; i < inner; i++) {
