@@ -595,7 +595,8 @@ static float gap_lp_root(float s, int64_t pw) {
 
 /* NHWC: one image's channels (nc contiguous per pixel) folded over its
  * pixels into y, by blocks of pixels into part. */
-ES_KCLONES static void gap_nhwc_image(const gap_params *p, const float *x, float *y, float *restrict part) {
+ES_KCLONES static void gap_nhwc_image(const gap_params *p, const float *x, float *y,
+                                      float *restrict part) {
   int64_t nc = p->c;
   for (int64_t c = 0; c < nc; c++)
     y[c] = p->kind == GP_MAX ? -INFINITY : 0.0f;
