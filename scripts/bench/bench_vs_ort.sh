@@ -15,7 +15,8 @@
 # the error against ORT on one seeded input (max |es - ort| / max(1, range),
 # and scale-free: / max(range, max |ort|)),
 # R interleaved rounds of ITERS timed runs (default 10) of each engine,
-# edgeserve's load + plan time and planned arena, ORT's session load time
+# edgeserve's load + plan time (from the ONNX file, and from the model compiled
+# once with `edgeserve compile`) and planned arena, ORT's session load time
 # and the RSS growth of one more ORT session on the model (after both
 # sessions' warm-up runs, as scripts/ort/bench_streams.js measures it).
 #   scripts/bench/bench_vs_ort.sh --zoo [--all] [--iters N] [--rounds R] [--models "resnet18 vgg11"]
@@ -53,8 +54,9 @@ if [ $zoo -eq 1 ]; then
   node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %12s %10s %13s\n' model loads "max err" "rel err" \
-    "es ms" "ort ms" ratio "load+plan ms" "ort load ms" "arena MB" "ort +sess MB"
+  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %12s %12s %10s %13s\n' model loads "max err" \
+    "rel err" "es ms" "ort ms" ratio "load+plan ms" "esm l+p ms" "ort load ms" "arena MB" \
+    "ort +sess MB"
   while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
     if [ "$status" != ok ]; then printf '%-44s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
@@ -68,25 +70,42 @@ if [ $zoo -eq 1 ]; then
     fi
     err=$(node scripts/zoo/zoo.js error "$w/es/$outnpy" "$w/ort/$outnpy" | head -1) || true
     case $err in [0-9]*) rel=${err#* } err=${err% *} ;; *) rel=- ;; esac
+    # The same model compiled (.esm: mapped, weights already reordered),
+    # planned at the bench shape (every zoo export names its input "input").
+    esm_ok=0
+    "$es" compile "$file" -o "$w/model.esm" --shape "input=$bshape" >"$w/compile.log" 2>&1 && esm_ok=1
     for r in $(seq 1 "$rounds"); do
+      if [ $esm_ok -eq 1 ]; then
+        OMP_NUM_THREADS=1 "$es" bench "$w/model.esm" "$bin" --threads 1 --iters 1 --warmup 0 --json \
+          >>"$w/esm.txt" || esm_ok=0
+      fi
       run_es() { OMP_NUM_THREADS=1 "$es" bench "$file" "$bin" --threads 1 --iters "$iters" --json >>"$w/es.txt"; }
       run_ort() { node scripts/ort/zoo_ort.js "$file" --bench "$bin" --iters "$iters" --json >>"$w/ort.txt"; }
       if [ $((r % 2)) -eq 1 ]; then run_es; run_ort; else run_ort; run_es; fi
     done
     col() { while read -r l; do json_field "$l" "$2"; done <"$1" | median; }
     es_med=$(col "$w/es.txt" median_ms) ort_med=$(col "$w/ort.txt" median_ms)
-    lp=$(while read -r l; do
-      awk -v a="$(json_field "$l" load_ms)" -v b="$(json_field "$l" plan_ms)" 'BEGIN { print a + b }'
-    done <"$w/es.txt" | median)
+    load_plan() {
+      while read -r l; do
+        awk -v a="$(json_field "$l" load_ms)" -v b="$(json_field "$l" plan_ms)" 'BEGIN { print a + b }'
+      done <"$1" | median
+    }
+    lp=$(load_plan "$w/es.txt")
+    elp=nan
+    [ $esm_ok -eq 0 ] || elp=$(load_plan "$w/esm.txt")
+    rm -f "$w/model.esm"
     awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" \
-        -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
+        -v elp="$elp" -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
         -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
-      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12.1f %10.1f %13.1f\n",
-        n, "yes", e, re, em, om, em / om, lp, ol, ar / 1048576, os / 1048576 }'
+      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %12s %12.1f %10.1f %13.1f\n",
+        n, "yes", e, re, em, om, em / om, lp, elp == "nan" ? "-" : sprintf("%.1f", elp), ol,
+        ar / 1048576, os / 1048576 }'
   done <"$work/list"
   echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
   echo " rel err the same / max(range, max |ORT|);"
   echo " ratio = edgeserve median / ORT median; ORT: onnxruntime-node, graph optimisation all;"
+  echo " load+plan: from the ONNX file; esm l+p: from the model compiled once (edgeserve compile:"
+  echo " mapped, weights already in the kernels' layouts), median over the rounds;"
   echo " ort +sess MB = RSS growth of a second ORT session on the model)"
   exit 0
 fi
