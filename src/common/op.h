@@ -203,6 +203,7 @@ typedef enum es_attr_type {
   ES_ATTR_TENSOR = 4,
   ES_ATTR_FLOATS = 6,
   ES_ATTR_INTS = 7,
+  ES_ATTR_STRINGS = 8,
 } es_attr_type;
 
 /* A tensor attribute's value, as a kernel reads it (ConstantOfShape's
@@ -221,9 +222,10 @@ typedef struct es_attr {
   float f;
   int64_t i;
   const char *s;
-  size_t n;              /* elements of ints / floats */
+  size_t n;              /* elements of ints / floats / strs */
   const int64_t *ints;
   const float *floats;
+  const char *const *strs; /* STRINGS: n strings */
   int tensor;            /* TENSOR: the graph's constant value holding it (the
                             model layer's index), or -1 */
   const es_attr_tensor *t; /* TENSOR: its value, resolved by the model layer

@@ -181,12 +181,17 @@ static void graph_write(wbuf *b, const es_graph *g, const uint64_t *data_off) {
       put(b, &at->f, 4);
       put_i64(b, at->i);
       put_str(b, at->type == ES_ATTR_STRING ? at->s : "");
-      uint64_t cnt = at->type == ES_ATTR_INTS || at->type == ES_ATTR_FLOATS ? at->n : 0;
+      int listed = at->type == ES_ATTR_INTS || at->type == ES_ATTR_FLOATS ||
+                   at->type == ES_ATTR_STRINGS;
+      uint64_t cnt = listed ? at->n : 0;
       put_u64(b, cnt);
       if (at->type == ES_ATTR_INTS)
         put(b, at->ints, cnt * 8);
       else if (at->type == ES_ATTR_FLOATS)
         put(b, at->floats, cnt * 4);
+      else if (at->type == ES_ATTR_STRINGS)
+        for (uint64_t i = 0; i < cnt; i++)
+          put_str(b, at->strs[i]);
       put_i32(b, at->type == ES_ATTR_TENSOR ? at->tensor : -1);
     }
   }
@@ -490,6 +495,15 @@ static int graph_read(rcur *c, es_graph *g, const unsigned char *weights, uint64
         if (!v || take(c, v, at->n * 4) < 0)
           return BAD("compiled model: attribute of node #%u is corrupt", n);
         at->floats = v;
+      } else if (at->type == ES_ATTR_STRINGS) {
+        /* each string is at least its 4-byte length: cnt is bounded above */
+        const char **v = es__ctx_alloc(&g->ctx, (at->n + 1) * sizeof *v);
+        if (!v)
+          return es__fail(ES_ENOMEM, "out of memory loading a compiled model");
+        for (size_t i = 0; i < at->n; i++)
+          if (!(v[i] = get_str(c, &g->ctx)))
+            return BAD("compiled model: attribute of node #%u is corrupt", n);
+        at->strs = v;
       } else if (cnt) {
         return BAD("compiled model: attribute of node #%u is corrupt", n);
       }

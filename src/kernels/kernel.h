@@ -226,6 +226,7 @@ int es__attr_string(const es_kinst *k, const char *name, const char *def, const 
 /* *n = 0 and *v = NULL when absent. */
 int es__attr_ints(const es_kinst *k, const char *name, const int64_t **v, size_t *n);
 int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t *n);
+int es__attr_strings(const es_kinst *k, const char *name, const char *const **v, size_t *n);
 
 /* Evaluate one node outside a plan: infer, then run into fresh outputs.
  * Used for load-time folding and by tests. out_data[i] is allocated with

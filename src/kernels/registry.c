@@ -699,6 +699,14 @@ int es__attr_floats(const es_kinst *k, const char *name, const float **v, size_t
   return rc;
 }
 
+int es__attr_strings(const es_kinst *k, const char *name, const char *const **v, size_t *n) {
+  int rc;
+  const es_attr *a = attr_typed(k, name, ES_ATTR_STRINGS, &rc);
+  *v = a ? a->strs : NULL;
+  *n = a ? a->n : 0;
+  return rc;
+}
+
 /* ==========================================================================
  * Shared helpers
  * ======================================================================== */

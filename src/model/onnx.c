@@ -890,6 +890,30 @@ static int attr_convert(loader *L, const es_node *n, const Onnx__AttributeProto 
     out->floats = v;
     return 0;
   }
+  case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: {
+    out->type = ES_ATTR_STRINGS;
+    out->n = a->n_strings;
+    if (a->n_strings > 4096)
+      return es__fail(ES_EMODEL, "%s: attribute '%s' has %zu strings", label, a->name,
+                      a->n_strings);
+    const char **v = es__ctx_alloc(&g->ctx, (a->n_strings + 1) * sizeof *v);
+    if (!v)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    for (size_t i = 0; i < a->n_strings; i++) {
+      const ProtobufCBinaryData *b = &a->strings[i];
+      if (b->len > 4096 || (b->len && memchr(b->data, '\0', b->len)))
+        return es__fail(ES_EMODEL, "%s: string %zu of attribute '%s' is too long or holds a NUL",
+                        label, i, a->name);
+      char *c = es__ctx_alloc(&g->ctx, b->len + 1);
+      if (!c)
+        return es__fail(ES_ENOMEM, "out of memory loading the model");
+      if (b->len)
+        memcpy(c, b->data, b->len);
+      v[i] = c;
+    }
+    out->strs = v;
+    return 0;
+  }
   case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
     out->type = ES_ATTR_TENSOR;
     if (!a->t)
