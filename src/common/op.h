@@ -173,6 +173,10 @@
   XX(QLinearConv, 10)                                                          \
   XX(QLinearMatMul, 10)                                                        \
   XX(QuantizeLinear, 10)                                                       \
+  /* recurrent layers (recurrent.c) */                                         \
+  XX(GRU, 7)                                                                   \
+  XX(LSTM, 7)                                                                  \
+  XX(RNN, 7)                                                                   \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)
