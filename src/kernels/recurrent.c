@@ -546,9 +546,8 @@ static const es_tdesc *rnn_in(const es_kinst *k, int i) { return i < k->n_in ? k
 
 static int rnn_shapes(es_kinst *k, rnn_params *p, int64_t hidden_attr) {
   const es_tdesc *x = k->in[0], *w = k->in[1], *r = k->in[2];
-  if (x->dtype != ES_DTYPE_FLOAT)
-    return ES_KFAIL(k, ES_ENOTSUP, "X is %s: only float32 is implemented",
-                    es_dtype_name(x->dtype));
+  if (x->dtype != ES_DTYPE_FLOAT) /* the other types allowed are outside es_dtype */
+    return ES_KFAIL(k, ES_EMODEL, "X is %s, expected float32", es_dtype_name(x->dtype));
   if (x->rank != 3)
     return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected 3", x->rank);
   p->t = x->dims[p->layout ? 1 : 0];
