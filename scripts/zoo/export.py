@@ -2,7 +2,8 @@
 """Exports torchvision's architectures to ONNX: the model zoo.
 
 The zoo is how edgeserve is checked against the models users bring, not only
-the five it was built around. Every model gets random weights (torchvision's
+the five it was built around; a few recurrent models of speech sizes (torch's
+LSTM, GRU and RNN, kind rnn) sit beside torchvision's. Every model gets random weights (torchvision's
 own initialisation, seeded by the model's name; nothing is ever downloaded)
 in two variants:
 
@@ -63,9 +64,10 @@ from torchvision import models as tvm  # noqa: E402
 FORMAT = 3  # bump when shapes, inputs or export options change
 
 # name: kind, tier, options. kind: cls (N,3,H,W -> N,K), seg (N,3,H,W ->
-# N,K,H,W), video (N,3,T,H,W -> N,K). tier core: the set the test runs by
-# default; extra: exported with --all. opset 17 for the transformers (native
-# LayerNormalization); size: H=W of the usual input (video: T, H=W);
+# N,K,H,W), video (N,3,T,H,W -> N,K), rnn (N,T,F -> N,T,K: a torch LSTM,
+# GRU or RNN stack, then a per-frame linear layer; class Recurrent). tier
+# core: the set the test runs by default; extra: exported with --all. opset
+# 17 for the transformers (native LayerNormalization); size: H=W of the usual input (video: T, H=W);
 # fixed_hw: H and W cannot be dynamic (AdaptiveAvgPool to a size above 1,
 # whose ONNX export needs the input size; ViT's position embeddings), so the
 # export does not spend a trace and a failed export finding it out.
@@ -92,6 +94,18 @@ MODELS = {
     "lraspp_mobilenet_v3_large": ("seg", "core", {}),
     "fcn_resnet50": ("seg", "core", {}),
     "r3d_18": ("video", "core", {}),
+    # Recurrent models of edge speech and sensor sizes (batch 1, 50-200
+    # frames, 40-256 features, hidden 64-512): opts cell, features, hidden,
+    # layers, bidirectional, steps (frames at the first shape, default 100).
+    "lstm_speech": ("rnn", "core", {"cell": "LSTM", "features": 40, "hidden": 128, "layers": 2,
+                                    "bidirectional": True, "opset": 14}),
+    "lstm_large": ("rnn", "core", {"cell": "LSTM", "features": 256, "hidden": 512, "layers": 1,
+                                   "steps": 200, "opset": 14}),
+    "gru_speech": ("rnn", "core", {"cell": "GRU", "features": 40, "hidden": 256, "layers": 2}),
+    "gru_small_bi": ("rnn", "core", {"cell": "GRU", "features": 40, "hidden": 64, "layers": 1,
+                                     "bidirectional": True, "steps": 50, "opset": 14}),
+    "rnn_tanh": ("rnn", "core", {"cell": "RNN", "features": 64, "hidden": 256, "layers": 2,
+                                 "opset": 14}),
     # The rest of torchvision 0.14's classification, segmentation and video
     # models up to about 70M parameters (the larger ones add gigabytes and
     # minutes and nothing an architecture above does not already cover).
@@ -131,6 +145,9 @@ def seed_of(*parts):
 
 def shapes(name, kind, opts):
     """(first, second with dynamic H/W, second batch-only, bench) shapes."""
+    if kind == "rnn":  # H/W stands for the frames here
+        t, f = opts.get("steps", 100), opts["features"]
+        return [1, t, f], [4, t * 7 // 10, f], [2, t, f], [1, t, f]
     if kind == "video":
         t, s = opts.get("size", (16, 112))
         one = [1, 3, t, s, s]
@@ -143,7 +160,28 @@ def shapes(name, kind, opts):
     return one, [4, 3, s * 17 // 28, s * 15 // 28], [2, 3, s, s], one
 
 
+class Recurrent(torch.nn.Module):
+    """features [N, T, F] -> a recurrent stack (batch first) -> per-frame
+    scores [N, T, 32]. The states the stack returns are left out: one output,
+    as the other kinds."""
+
+    def __init__(self, opts):
+        super().__init__()
+        cell = getattr(torch.nn, opts["cell"])
+        bi = opts.get("bidirectional", False)
+        self.rnn = cell(opts["features"], opts["hidden"], num_layers=opts.get("layers", 1),
+                        bidirectional=bi, batch_first=True)
+        self.head = torch.nn.Linear(opts["hidden"] * (2 if bi else 1), 32)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y)
+
+
 def build(name, opts):
+    if MODELS[name][0] == "rnn":
+        torch.manual_seed(seed_of(name))
+        return Recurrent(opts).eval()
     kw = dict(opts.get("kw", {}))
     kw["weights"] = None
     if MODELS[name][0] == "seg":
@@ -225,6 +263,9 @@ class SegOut(torch.nn.Module):
 
 
 def axes(kind, hw):
+    if kind == "rnn":
+        i = {0: "batch", 1: "time"} if hw else {0: "batch"}
+        return {"input": i, "output": dict(i)}
     if kind == "video":
         i = {0: "batch", 2: "frames", 3: "height", 4: "width"} if hw else {0: "batch"}
         return {"input": i, "output": {0: "batch"}}
@@ -337,7 +378,8 @@ def export_one(name, variants, out, opset_override, old, force):
     chosen = None
     for e in entries:
         if "file" in e:
-            chosen = "hw" if "height" in e["dynamic"] else "batch" if e["dynamic"] else ""
+            dyn = e["dynamic"]
+            chosen = "hw" if "height" in dyn or "time" in dyn else "batch" if dyn else ""
     for v in todo:
         t0, c0 = time.monotonic(), time.process_time()
         entry = {"name": name, "variant": v, "kind": kind, "tier": tier, "opset": opset,
