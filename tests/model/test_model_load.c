@@ -167,8 +167,9 @@ static void test_unsupported_op_names_node(void **state) {
   (void)state;
   ob b;
   valid_model(&b);
-  b.nodes[1].op_type = "LSTM";
-  load_expect(&b, ES_ENOTSUP, "node 'relu0' (#1 LSTM): operator 'LSTM' is not supported");
+  b.nodes[1].op_type = "NonMaxSuppression";
+  load_expect(&b, ES_ENOTSUP,
+              "node 'relu0' (#1 NonMaxSuppression): operator 'NonMaxSuppression' is not supported");
 }
 
 static void test_unsupported_domain(void **state) {
