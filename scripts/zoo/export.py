@@ -3,9 +3,10 @@
 
 The zoo is how edgeserve is checked against the models users bring, not only
 the five it was built around; a few recurrent models of speech sizes (torch's
-LSTM, GRU and RNN, kind rnn) sit beside torchvision's. Every model gets random weights (torchvision's
-own initialisation, seeded by the model's name; nothing is ever downloaded)
-in two variants:
+LSTM, GRU and RNN, kind rnn) sit beside torchvision's. Every model gets
+random weights (torchvision's own initialisation, or torch's for the
+recurrent ones, seeded by the model's name; nothing is ever downloaded) in
+two variants (the recurrent models, without normalisation, only plain):
 
   plain     torchvision's initialisation as it is: BatchNorm with mean 0,
             variance 1, scale 1, shift 0, so normalisation is the identity and
