@@ -22,17 +22,27 @@
  *      gate arithmetic in vectorised passes of H elements.
  *
  * Why our own GEMV and not a oneDNN matmul per step: at batch 1 the step is
- * a matrix-vector product whose cost is streaming R from cache, and a
- * oneDNN call costs about 1-2 us of setup and dispatch on top: for an LSTM
- * of H = 128 a step's product is 64K multiply-adds (about 3 us), so the
- * calls alone would add half. The panel GEMV has no call overhead, reads R
- * once per step as 64-byte lines, and keeps four independent accumulator
- * chains (k split by 4) so the FMA latency does not bound it. Rows of a
- * batch share each panel read (up to 4 at a time).
+ * a matrix-vector product bound by streaming R from cache, and a library
+ * call per step would add its dispatch to each of hundreds of steps (an
+ * expectation: a oneDNN-per-step variant was not built to compare). The panel
+ * GEMV reads R once per step as whole 64-byte lines, keeps four
+ * independent accumulator chains (k split by 4) so FMA latency does not
+ * bound it, and lets up to 4 rows of a batch share each panel read. Its
+ * multiply-adds fuse (-ffp-contract=fast for this file): lstm_large below
+ * went from 16.6-17.8 to 15.4-16.3 ms a run on the busy machine.
  *
- * Measured (single thread, batch 1, shared 2-core AMD EPYC, medians of
- * interleaved rounds against ONNX Runtime 1.x, whose per-step product is
- * MLAS's packed SGEMM): see the table at the end of this note.
+ * Measured with the zoo's recurrent models (bench_vs_ort --zoo, one thread,
+ * batch 1, 5 interleaved rounds of 20 runs, medians, on a shared 2-core
+ * AMD EPYC with a load average of 2.6, so only the ratios mean much),
+ * edgeserve / ONNX Runtime ms per run:
+ *   gru_small_bi  GRU bidir 40->64, 50 frames           0.05 / 0.26   0.19
+ *   rnn_tanh      RNN 2 layers 64->256, 100 frames      0.49 / 1.46   0.34
+ *   gru_speech    GRU 2 layers 40->256, 100 frames      1.57 / 2.71   0.58
+ *   lstm_speech   LSTM 2 layers bidir 40->128, 100      1.20 / 1.81   0.66
+ *   lstm_large    LSTM 256->512, 200 frames            17.9 / 20.6    0.87
+ * lstm_large's R (4 MB) does not fit the L2 cache: both engines stream it
+ * from L3 each step, and its ratio is the closest to 1 (0.96 before the
+ * multiply-adds were fused, 0.87 after).
  *
  * sequence_lens: a batch entry of length L runs L steps (the reverse
  * direction reads its steps L-1 .. 0); Y is zero past L, Y_h and Y_c hold
@@ -43,8 +53,10 @@
  * activation_beta are consumed in order by the functions that take one
  * (as ONNX Runtime reads them); a function without its value gets its ONNX
  * operator's default (LeakyRelu 0.01, ThresholdedRelu 1, HardSigmoid 0.2 /
- * 0.5, Elu 1, Affine 1 / 0, ScaledTanh 1 / 1). For a bidirectional layer a
- * list of one direction's functions serves both.
+ * 0.5, Elu 1, Affine 1 / 0, ScaledTanh 1 / 1; ONNX Runtime gives the last
+ * three 0 instead, so a model relying on those defaults differs from it).
+ * For a bidirectional layer a list of one direction's functions serves
+ * both.
  *
  * clip bounds every gate's input before its activation and, in an LSTM,
  * the cell state before h() (the cell state itself is kept unclipped), as
@@ -52,11 +64,7 @@
  *
  * Memory: the projection, the states, the recurrent products and, when B
  * or R are not known while planning, the biases and packed R are scratch
- * declared by infer; run allocates nothing.
- *
- * Timings, ms per run, edgeserve vs ONNX Runtime, one thread, batch 1:
- * (filled in below the kernel's measurements in the commit that adds
- * them). */
+ * declared by infer; run allocates nothing. */
 #include "kernels/dnnl_glue.h"
 #include "kernels/kernel.h"
 
