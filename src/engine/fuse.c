@@ -32,6 +32,9 @@
  *        (Mul(y, Sigmoid(y))), HardSwish (PP-OCR's Add 3, Clip 0..6, Mul,
  *        Div 6) and Add of a runtime tensor of exactly the conv's output
  *        shape (appended as input 3).
+ *   2b. A Relu that alone reads an inference BatchNormalization (one the
+ *      convolutions did not take: DenseNet's pre-activation) becomes its
+ *      "_relu" attribute, applied by norm.c in the same pass.
  *   3. LayerNorm: PP-OCR's decomposition over the last axis (ReduceMean,
  *      Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta)
  *      becomes one internal LayerNorm node (src/kernels/layernorm.c).
@@ -688,6 +691,8 @@ int es__graph_fuse(es_graph *g) {
     rc = es__fuse_pads(&f);
   if (rc == 0)
     rc = es__fuse_convs(&f);
+  if (rc == 0)
+    rc = es__fuse_bn_relu(&f);
   if (rc == 0)
     rc = es__fuse_layernorms(&f);
   if (rc == 0)

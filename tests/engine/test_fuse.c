@@ -542,6 +542,68 @@ static void test_pad_into_window(void **state) {
   }
 }
 
+/* A Relu alone after an inference BatchNormalization that no convolution
+ * took becomes the BatchNormalization's "_relu" (DenseNet's pre-activation):
+ * plain input, and channels-last between convolutions (Concat of two convs,
+ * BatchNormalization, Relu, Conv). The pair stays when the
+ * BatchNormalization's output is read elsewhere too. */
+static void test_bn_relu(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {2, 6, 5, 4}, cd[1] = {6}, wd[4] = {3, 6, 1, 1},
+                       w2d[4] = {4, 6, 3, 3}, one1[4] = {1, 1, 1, 1};
+  static float scale[6], bias[6], mean[6], var[6], w[18], w2[216];
+  fill_random(scale, 6, -2, 2);
+  fill_random(bias, 6, -1, 1);
+  fill_random(mean, 6, -0.5f, 0.5f);
+  fill_random(var, 6, 0.1f, 2);
+  fill_random(w, 18, -1, 1);
+  fill_random(w2, 216, -1, 1);
+  enum { PLAIN, BETWEEN_CONVS, READ_TWICE, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    ob *b = ob_new(13);
+    ob_input(b, "x", 4, xd);
+    ob_init_f32(b, "s", 1, cd, scale);
+    ob_init_f32(b, "bb", 1, cd, bias);
+    ob_init_f32(b, "m", 1, cd, mean);
+    ob_init_f32(b, "v", 1, cd, var);
+    const char *bn_in = "x";
+    if (c == BETWEEN_CONVS) {
+      ob_init_f32(b, "W", 4, wd, w);
+      ob_init_f32(b, "W2", 4, wd, w2);
+      ob_node(b, "Conv", "c1", 2, "x", "W");
+      ob_node(b, "Conv", "c2", 2, "x", "W2");
+      int n = ob_node(b, "Concat", "cat", 2, "c1", "c2");
+      ob_attr_int(b, n, "axis", 1);
+      bn_in = "cat";
+    }
+    int n = ob_node(b, "BatchNormalization", "bn", 5, bn_in, "s", "bb", "m", "v");
+    ob_attr_float(b, n, "epsilon", 1e-3f);
+    ob_node(b, "Relu", c == BETWEEN_CONVS ? "r" : "y", 1, "bn");
+    if (c == BETWEEN_CONVS) {
+      ob_init_f32(b, "W3", 4, w2d, w2);
+      n = ob_node(b, "Conv", "y", 2, "r", "W3");
+      ob_attr_ints(b, n, "pads", 4, one1);
+    }
+    ob_output(b, "y");
+    if (c == READ_TWICE)
+      ob_output(b, "bn");
+    es_graph g;
+    lowered_graph(b, &g);
+    const es_node *bn = graph_find(&g, ES_OP_BatchNormalization);
+    int fused = c != READ_TWICE;
+    assert_non_null(bn);
+    if (graph_count(&g, ES_OP_Relu) != !fused || (es__node_attr(bn, "_relu") != NULL) != fused)
+      fail_msg("case %d: %d Relu, _relu %s; want %s", c, graph_count(&g, ES_OP_Relu),
+               es__node_attr(bn, "_relu") ? "set" : "unset", fused ? "fused" : "not fused");
+    es__graph_fini(&g);
+    feed f = {0};
+    feed_add(&f, "x", 4, xd);
+    check_same(b, &f, 1e-5f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
 /* ==========================================================================
  * What must not fuse
  * ======================================================================== */
@@ -901,6 +963,7 @@ int main(void) {
       cmocka_unit_test(test_layernorm),
       cmocka_unit_test(test_layernorm_not_fused),
       cmocka_unit_test(test_pad_into_window),
+      cmocka_unit_test(test_bn_relu),
       cmocka_unit_test(test_layernorm_kernel),
       cmocka_unit_test(test_elementwise_chain),
       cmocka_unit_test(test_elementwise_boundaries),
