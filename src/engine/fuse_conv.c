@@ -634,10 +634,14 @@ int es__fuse_bn_relu(fuser *f) {
     if (f->gone[n] || bn->op != ES_OP_BatchNormalization || bn->n_out < 1 ||
         es__node_attr(bn, "_relu"))
       continue;
-    int more = 0; /* the training statistics outputs, which norm.c refuses */
+    /* Only the inference form, which norm.c runs: a training one (its
+     * statistics outputs, training_mode 1, spatial 0) stays as the file has
+     * it, so its refusal names the nodes as they are. */
+    int more = 0;
     for (int o = 1; o < bn->n_out; o++)
       more |= bn->out[o] >= 0;
-    if (more || !es__fz_inner(g, bn->out[0], 1))
+    const es_attr *tm = es__node_attr(bn, "training_mode"), *sp = es__node_attr(bn, "spatial");
+    if (more || (tm && tm->i != 0) || (sp && sp->i != 1) || !es__fz_inner(g, bn->out[0], 1))
       continue;
     int r = es__fz_consumer(f, bn->out[0]);
     if (r < 0)
