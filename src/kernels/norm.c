@@ -143,33 +143,43 @@ static int bn_infer(es_kinst *k) {
   return 0;
 }
 
-/* y = x a + b per channel, clamped at 0 (NaN kept, as Relu) with relu:
- * channels-last, one multiply-add over the nc contiguous channels of each
- * pixel; plain, one over each channel's plane. Built per vector width: the
- * default build's SSE2 loop was a third of DenseNet's non-conv time. */
-ES_KCLONES static void bn_nhwc(const float *x, float *y, int64_t pixels, int64_t nc,
-                               const float *restrict a, const float *restrict b, int relu) {
-  for (int64_t i = 0; i < pixels; i++, x += nc, y += nc) {
-    if (relu)
-      for (int64_t c = 0; c < nc; c++) {
-        float v = x[c] * a[c] + b[c];
-        y[c] = v < 0.0f ? 0.0f : v;
-      }
-    else
-      for (int64_t c = 0; c < nc; c++)
-        y[c] = x[c] * a[c] + b[c];
+/* y = x a + b over rows of n elements with per-element a and b (rows of
+ * channels-last pixels) or one a and b (stride 0: a channel's plane),
+ * clamped at 0 (NaN kept, as Relu) with relu. Y may be X (infer allows it
+ * in place): that case gets a loop over y alone, since with two pointers
+ * that may overlap the vectoriser checks at run time and takes its scalar
+ * loop when they do. Built per vector width: the default build's SSE2
+ * loop was a third of DenseNet's non-conv time. */
+#define BN_LOOP(get)                                                                      \
+  for (int64_t r = 0; r < rows; r++, y += n) {                                            \
+    if (relu)                                                                             \
+      for (int64_t i = 0; i < n; i++) {                                                   \
+        float v = (get) * a[i * as] + b[i * as];                                          \
+        y[i] = v < 0.0f ? 0.0f : v;                                                       \
+      }                                                                                   \
+    else                                                                                  \
+      for (int64_t i = 0; i < n; i++)                                                     \
+        y[i] = (get) * a[i * as] + b[i * as];                                             \
   }
+
+ES_KCLONES static void bn_rows(const float *restrict x, float *restrict y, int64_t rows,
+                               int64_t n, const float *restrict a, const float *restrict b,
+                               int64_t as, int relu) {
+  BN_LOOP(x[r * n + i])
 }
 
-ES_KCLONES static void bn_plane(const float *x, float *y, int64_t n, float a, float b, int relu) {
-  if (relu)
-    for (int64_t i = 0; i < n; i++) {
-      float v = x[i] * a + b;
-      y[i] = v < 0.0f ? 0.0f : v;
-    }
+ES_KCLONES static void bn_rows_inplace(float *y, int64_t rows, int64_t n,
+                                       const float *restrict a, const float *restrict b,
+                                       int64_t as, int relu) {
+  BN_LOOP(y[i])
+}
+
+static void bn_apply(const float *x, float *y, int64_t rows, int64_t n, const float *a,
+                     const float *b, int64_t as, int relu) {
+  if (x == y)
+    bn_rows_inplace(y, rows, n, a, b, as, relu);
   else
-    for (int64_t i = 0; i < n; i++)
-      y[i] = x[i] * a + b;
+    bn_rows(x, y, rows, n, a, b, as, relu);
 }
 
 static int bn_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -184,12 +194,12 @@ static int bn_run(const es_kinst *k, const void *const *in, void *const *out, vo
   const float *x = in[0];
   float *y = out[0];
   if (p->nhwc) {
-    bn_nhwc(x, y, p->n * p->plane, p->c, a, b, p->relu);
+    bn_apply(x, y, p->n * p->plane, p->c, a, b, 1, p->relu);
     return 0;
   }
   for (int64_t n = 0; n < p->n; n++)
     for (int64_t c = 0; c < p->c; c++, x += p->plane, y += p->plane)
-      bn_plane(x, y, p->plane, a[c], b[c], p->relu);
+      bn_apply(x, y, 1, p->plane, a + c, b + c, 0, p->relu);
   return 0;
 }
 
