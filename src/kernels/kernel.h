@@ -149,6 +149,8 @@ int es__prep_store_each(es_prep_store *s,
                         void *user);
 
 #define ES_KFAIL(k, err, ...) es__kfail((k), (err), __VA_ARGS__)
+int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A hot loop over runtime lengths built once per x86-64 vector width, the
  * loader picking the one the CPU runs: the default build targets baseline
@@ -161,8 +163,6 @@ int es__prep_store_each(es_prep_store *s,
 #else
 #define ES_KCLONES
 #endif
-int es__kfail(const es_kinst *k, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 typedef struct es_kernel {
   int (*infer)(es_kinst *k);

@@ -337,7 +337,7 @@ POOL_MAX_PLANE(pool_max_plane_u8, uint8_t, 0)
 POOL_MAX_PLANE(pool_max_plane_i8, int8_t, INT8_MIN)
 
 ES_KCLONES static void pool_avg_plane_f32(const pool_params *p, const float *restrict src,
-                               float *restrict dst) {
+                                          float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   int64_t ow_n = aw->out, sw = aw->s;
   for (int64_t od = 0; od < ad->out; od++)
@@ -410,7 +410,7 @@ POOL_MAX_NHWC(pool_max_nhwc_i8, int8_t, INT8_MIN)
 #define AVG_CB 64
 
 ES_KCLONES static void pool_avg_nhwc_f32(const pool_params *p, const float *restrict src,
-                              float *restrict dst) {
+                                         float *restrict dst) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   int64_t nc = p->c;
   for (int64_t b = 0; b < p->n; b++, src += ad->in * ah->in * aw->in * nc)

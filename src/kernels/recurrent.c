@@ -163,7 +163,6 @@ typedef struct rnn_params {
 
 static int64_t rnn_panels(int64_t rows) { return (rows + RNN_NB - 1) / RNN_NB; }
 
-static size_t rnn_align(size_t v) { return (v + 63) & ~(size_t)63; }
 
 /* ==========================================================================
  * Packing R and the biases
@@ -722,12 +721,12 @@ static int rnn_infer_cell(es_kinst *k, rnn_cell cell) {
 
   /* Scratch after oneDNN's own. */
   rnn_scratch *s = &p->s;
-  size_t at = rnn_align(k->scratch_bytes), f = sizeof(float);
+  size_t at = es__align_up(k->scratch_bytes, 64), f = sizeof(float);
   size_t states = (size_t)(p->dirs * p->b * p->hid) * f;
 #define RNN_TAKE(field, bytes)                                                                   \
   do {                                                                                           \
     s->field = at;                                                                               \
-    at = rnn_align(at + (bytes));                                                                \
+    at = es__align_up(at + (bytes), 64);                                                                \
   } while (0)
   RNN_TAKE(proj, (size_t)(p->t * p->b * p->n) * f);
   if (p->has_b && !bst) {
