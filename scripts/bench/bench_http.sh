@@ -20,7 +20,8 @@
 # difference, non-2xx responses (and socket errors), CPU ms per request of
 # the server and of the in-process bench (the overhead in CPU, which is what
 # caps throughput on saturated cores and which noise moves much less), the
-# cores wrk used and the cores other processes used during each run; then
+# cores wrk used and the cores other processes used during each run; the rps
+# overhead with wrk's cores taken out (wrk shares the server's cores); then
 # where an HTTP request's time goes (wrk's mean latency minus the server's
 # queue + compute means from /metrics), the body's trip alone (the same POST
 # to a route that answers 404 after reading it), the server's CPU by thread,
@@ -347,6 +348,18 @@ echo " the lowest latency and CPU of each side. The server stayed up, idle, duri
 echo " runs: it used at most $idle_max cores then.)"
 [ "$settled_all" -eq 1 ] || echo "note: the machine was busy (other processes over 0.25 cores) before some runs" \
   "even after waiting ${settle}s (--settle)"
+echo
+# The client's share. wrk shares the server's cores here (the in-process bench
+# has no client), so part of the rps gap is wrk's own CPU, which a deployed
+# server does not pay (its clients are cameras and other hosts). The rps the
+# server gives per core left to it: http rps x cores / (cores - wrk cores).
+echo "rps overhead with the client's cores taken out (1 - http rps x $cores / ($cores - wrk cores) / in-process rps):"
+for n in $conns; do
+  per=$(awk -v c="$cores" '{ printf "%s%.1f%%", (NR > 1 ? " " : ""), 100 * (1 - $1 * c / (c - $13) / $4) }' \
+    "$work/rows_$n.txt")
+  med=$(awk -v c="$cores" '{ print 100 * (1 - $1 * c / (c - $13) / $4) }' "$work/rows_$n.txt" | median)
+  printf '%3d  rounds: %s  median: %.1f%%\n' "$n" "$per" "$med"
+done
 echo
 echo "where the HTTP request's time goes (medians over rounds, ms per request):"
 printf '%3s %10s %10s %12s %12s\n' N "wrk mean" "srv queue" "srv compute" "HTTP+client"
