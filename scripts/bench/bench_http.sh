@@ -131,6 +131,7 @@ child_secs() {
   awk -v u="$(secs "${l%% *}")" -v s="$(secs "${l##* }")" 'BEGIN { print u + s }'
 }
 now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 # Sum and count of a per-model histogram in /metrics.
 metric() { curl -sf "http://127.0.0.1:$port/metrics" |
   awk -v k="$1{model=\"$name\"}" '$1 == k {print $2}'; }
@@ -245,23 +246,55 @@ if [ "$floor_ok" -eq 1 ]; then
   done
   [ -n "$fport" ] || floor_ok=0
 fi
+# The floor's cost is the floor server's own CPU plus what its traffic takes
+# from the workers beside it: loopback TCP's softirq work runs on whatever
+# thread holds the core (so on the workers), and the copies evict their
+# caches. Measured A/B per round: the in-process bench at N streams alone,
+# then again while wrk drives http_floor at about the HTTP run's rate; the
+# bench's extra CPU per request, spread over the floor's requests in the
+# same time, is that cost per request.
+bench_cpu_ms() { # JSON line -> CPU ms per request, requests, seconds
+  awk -v c="$(json_field "$1" cpu_cores)" -v s="$(json_field "$1" seconds)" \
+    -v q="$(json_field "$1" requests)" 'BEGIN { printf "%.3f %d %.3f", (q > 0 ? 1e3 * c * s / q : 0), q, s }'
+}
+floor_alone() { # n -> appends "cpu_ms requests seconds" of the bench alone
+  "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$1" --duration "$duration" \
+    --json >"$work/fbench.out" 2>/dev/null || true
+  bench_cpu_ms "$(grep '^{' "$work/fbench.out" || echo '{}')" >>"$work/falone_$1.txt"
+  echo >>"$work/falone_$1.txt"
+}
+floor_beside() { # n delay_ms -> appends "floor_ms floor_rps bench_cpu_ms bench_req bench_s"
+  local n=$1 t=$wrk_threads f0 f1 fl
+  [ "$t" -gt "$n" ] && t=$n
+  f0=$(cpu_ticks "$floor_pid")
+  ES_WRK_DELAY_MS=$2 ES_WRK_BODY=$work/body.bin wrk -t"$t" -c"$n" -d"$((duration + 5))s" --timeout 30s \
+    -s scripts/bench/wrk/v2_infer.lua "http://127.0.0.1:$fport/floor" >"$work/floor_$n.out" 2>&1 &
+  local wp=$!
+  sleep 1
+  "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$n" --duration "$duration" \
+    --json >"$work/fbench.out" 2>/dev/null || true
+  wait "$wp" || true
+  f1=$(cpu_ticks "$floor_pid")
+  fl=$(grep '^ES_WRK ' "$work/floor_$n.out" || true)
+  awk -v d="$((f1 - f0))" -v tk="$tck" -v q="$(kv "$fl" requests)" -v r="$(kv "$fl" rps)" \
+    'BEGIN { printf "%.3f %.3f ", (q > 0 ? 1e3 * d / tk / q : 0), (r == "" ? 0 : r) }' >>"$work/fbeside_$n.txt"
+  bench_cpu_ms "$(grep '^{' "$work/fbench.out" || echo '{}')" >>"$work/fbeside_$n.txt"
+  echo >>"$work/fbeside_$n.txt"
+}
 if [ "$floor_ok" -eq 1 ]; then
   for n in $conns; do
-    settle_wait
-    "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "${workers:-$cores}" \
-      --duration "$((duration + 4))" --json >/dev/null 2>&1 &
-    bg=$!
-    sleep 3 # its load and warm-up
-    t=$wrk_threads
-    [ "$t" -gt "$n" ] && t=$n
-    f0=$(cpu_ticks "$floor_pid")
-    ES_WRK_BODY=$work/body.bin wrk -t"$t" -c"$n" -d"${duration}s" --timeout 30s \
-      -s scripts/bench/wrk/v2_infer.lua "http://127.0.0.1:$fport/floor" >"$work/floor_$n.out" 2>&1 || true
-    f1=$(cpu_ticks "$floor_pid")
-    wait "$bg" || true
-    fq=$(kv "$(grep '^ES_WRK ' "$work/floor_$n.out" || true)" requests)
-    awk -v d="$((f1 - f0))" -v tk="$tck" -v q="${fq:-0}" \
-      'BEGIN { printf "%.3f\n", (q > 0 ? 1e3 * d / tk / q : 0) }' >"$work/floor_ms_$n.txt"
+    : >"$work/falone_$n.txt"; : >"$work/fbeside_$n.txt"
+    # Pace: each connection at the HTTP run's median rate (less ~2 ms, the
+    # floor's own answer time for this body).
+    hr=$(while read -r h; do kv "$h" rps; done <"$work/http_$n.txt" | median)
+    pace=$(awk -v n="$n" -v r="$hr" 'BEGIN { d = (r > 0 ? 1000 * n / r - 2 : 0); printf "%d", (d > 0 ? d : 0) }')
+    for r in $(seq 1 "$rounds"); do
+      if [ $((r % 2)) -eq 1 ]; then
+        settle_wait; floor_alone "$n"; settle_wait; floor_beside "$n" "$pace"
+      else
+        settle_wait; floor_beside "$n" "$pace"; settle_wait; floor_alone "$n"
+      fi
+    done
   done
 fi
 # Where the server's CPU went, by thread (cumulative since start): workers,
@@ -275,7 +308,6 @@ done)
 hwm=$(awk '/VmHWM/ {print $2}' "/proc/$srv_pid/status")
 rss=$(awk '/VmRSS/ {print $2}' "/proc/$srv_pid/status")
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 fmt='%3s %6s | %8.2f %7.2f %7.2f | %8.2f %7.2f %7.2f | %5.1f%% %+7.2f %4d | %6.2f %6.2f %5.1f%% | %4.2f | %5.2f %5.2f\n'
 
 # One summary line from a rows file: medians of every column; the overheads
@@ -380,18 +412,33 @@ fi
 if [ "$floor_ok" -eq 1 ]; then
   echo
   echo "the transport's floor (scripts/bench/http_floor.c: blocking thread per connection, no HTTP"
-  echo " library, $floor_read-byte reads, the same body in and a $answer_bytes-byte answer out, wrk with N"
-  echo " connections while an in-process bench at ${workers:-$cores} streams keeps the cores busy), CPU ms per"
-  echo " request, against the server's CPU overhead per request over the in-process bench (medians):"
-  printf '%3s %10s %10s %10s %12s %12s\n' N floor "srv - inp" inp "floor/inp" "(srv-inp)/inp"
+  echo " library, $floor_read-byte reads, the same body in and a $answer_bytes-byte answer out), driven by wrk"
+  echo " with N connections paced to the HTTP run's rate, beside the in-process bench at N streams;"
+  echo " A/B over $rounds rounds against the bench alone. CPU ms per request (medians):"
+  printf '%3s %8s %8s %9s %8s %10s %10s %10s %14s\n' N "rps" floor "workers" total "srv - inp" inp \
+    "total/inp" "(srv-inp)/inp"
   for n in $conns; do
     col() { awk -v c="$1" '{print $c}' "$work/rows_$n.txt" | median; }
-    awk -v n="$n" -v f="$(cat "$work/floor_ms_$n.txt")" -v sc="$(col 10)" -v ic="$(col 11)" \
-      'BEGIN { printf "%3d %10.2f %10.2f %10.2f %11.1f%% %11.1f%%\n", n, f, sc - ic, ic,
-               (ic > 0 ? 100 * f / ic : 0), (ic > 0 ? 100 * (sc - ic) / ic : 0) }'
+    fcol() { awk -v c="$1" 'NF {print $c}' "$2" | median; }
+    # Per round: the bench's extra CPU beside the floor, spread over the
+    # floor's requests in the bench's timed phase.
+    paste -d' ' "$work/fbeside_$n.txt" "$work/falone_$n.txt" | awk 'NF >= 6 && $2 > 0 && $5 > 0 {
+        print ($3 - $6) * $4 / ($2 * $5) }' >"$work/finterf_$n.txt"
+    awk -v n="$n" -v fr="$(fcol 2 "$work/fbeside_$n.txt")" -v f="$(fcol 1 "$work/fbeside_$n.txt")" \
+      -v w="$(median <"$work/finterf_$n.txt")" -v sc="$(col 10)" -v ic="$(col 11)" \
+      'BEGIN { if (w == "") w = 0
+               printf "%3d %8.2f %8.2f %9.2f %8.2f %10.2f %10.2f %9.1f%% %13.1f%%\n", n, fr, f, w, f + w,
+                 sc - ic, ic, (ic > 0 ? 100 * (f + w) / ic : 0), (ic > 0 ? 100 * (sc - ic) / ic : 0) }'
+    echo "    per round: bench alone $(awk 'NF {printf "%s ", $1}' "$work/falone_$n.txt")ms/req;" \
+         "beside the floor $(awk 'NF {printf "%s ", $3}' "$work/fbeside_$n.txt")ms/req;" \
+         "workers' share $(awk '{printf "%.2f ", $1}' "$work/finterf_$n.txt")ms per floor request"
   done
-  echo "(floor/inp is the least CPU overhead any server pays here for this body over loopback TCP;"
-  echo " the rest of (srv-inp)/inp is the server's own: its event loop, copies, encoding, threads)"
+  echo "(floor: the floor server's own CPU per request; workers: what its traffic costs the bench"
+  echo " beside it per floor request (bench's extra CPU per request x its requests / the floor's);"
+  echo " total/inp is the least CPU overhead any server pays here for this body over loopback TCP"
+  echo " with its workers on the same cores; the rest of (srv-inp)/inp is the server's own: its"
+  echo " event loop, copies, encoding, threads. The bench-alone/beside difference is as noisy as"
+  echo " the runs: read it over several rounds)"
 else
   echo
   echo "the transport's floor: not measured (http_floor did not build or start: $(head -c 300 "$work/floor_cc.log" "$work/floor.log" 2>/dev/null | tr '\n' ' '))"

@@ -2,7 +2,8 @@
  *
  * Connections live in epoll sets served by http_threads threads (default
  * 2), not a thread each: a held or slow connection costs its socket, the
- * library's per-connection buffer (max_header_bytes + 32 KiB) and a few
+ * library's per-connection buffer (max_header_bytes + read_buffer_bytes,
+ * 16 + 32 KiB by default) and a few
  * hundred bytes here, so thousands fit (max_connections, default 4096, at
  * most max_connections_per_client, default 256, from one address). A
  * request that waits for the runtime is suspended (MHD_suspend_connection)
@@ -561,6 +562,10 @@ int es__srv_start_http(es_server *s) {
   addr.sin_port = htons((uint16_t)s->cfg.port);
   if (inet_pton(AF_INET, s->cfg.host, &addr.sin_addr) != 1)
     return es__fail(ES_EINVAL, "host '%s' is not an IPv4 address", s->cfg.host);
+  if (s->cfg.read_buffer_bytes &&
+      (s->cfg.read_buffer_bytes < ((size_t)4 << 10) || s->cfg.read_buffer_bytes > ((size_t)16 << 20)))
+    return es__fail(ES_EINVAL, "read_buffer_bytes %zu is outside 4 KiB to 16 MiB",
+                    s->cfg.read_buffer_bytes);
   pthread_mutex_init(&s->conn_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -586,7 +591,7 @@ int es__srv_start_http(es_server *s) {
       s->cfg.max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.idle_timeout_s,
       /* Headers and the read buffer share this pool, allocated per
        * connection: it bounds what thousands of connections can hold. */
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg.max_header_bytes + SRV_READ_BUFFER,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, SRV_CONN_BUFFER(s->cfg),
       MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK,
       on_request_line, s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);

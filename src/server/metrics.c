@@ -212,7 +212,7 @@ static void http_state(es_strbuf *b, es_server *s) {
        "Upper bound of the HTTP library's buffers of the open connections (headers and "
        "read buffer, allocated by the library per connection).");
   es__sb_printf(b, "edgeserve_http_connection_buffer_bytes %zu\n",
-                open * (s->cfg.max_header_bytes + SRV_READ_BUFFER));
+                open * SRV_CONN_BUFFER(s->cfg));
   head(b, "edgeserve_http_timeouts_total", "counter",
        "Connections closed for exceeding a phase's time limit.");
   static const char *const ph[SRV_PHASE_COUNT] = {"idle", "headers", "body"};

@@ -46,6 +46,7 @@ void es_server_config_default(es_server_config *cfg) {
   cfg->max_body_bytes = (size_t)64 << 20;
   cfg->max_buffered_bytes = (size_t)256 << 20;
   cfg->max_header_bytes = (size_t)16 << 10;
+  cfg->read_buffer_bytes = SRV_READ_BUFFER_DEFAULT;
   cfg->max_connections = 4096;
   cfg->max_connections_per_client = 256;
   cfg->idle_timeout_s = 30;
@@ -235,6 +236,7 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     SIZE_FIELD("max_body_bytes", cfg->max_body_bytes)
     SIZE_FIELD("max_buffered_bytes", cfg->max_buffered_bytes)
     SIZE_FIELD("max_header_bytes", cfg->max_header_bytes)
+    SIZE_FIELD("read_buffer_bytes", cfg->read_buffer_bytes)
     SIZE_FIELD("max_elements", cfg->max_elements)
     REAL_FIELD("soft_ratio", r->soft_ratio)
     REAL_FIELD("hard_ratio", r->hard_ratio)

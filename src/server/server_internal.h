@@ -73,8 +73,11 @@ typedef struct srv_tracked_req {
 #define SRV_MAX_PIPE_THREADS 64
 #define SRV_MAX_CONTROL 4    /* load/unload threads at once */
 #define SRV_CONTROL_QUEUE 64 /* loads and unloads waiting; 429 above */
-/* The HTTP library's read buffer per connection, beyond the headers. */
-#define SRV_READ_BUFFER ((size_t)32 << 10)
+/* The HTTP library's buffer per connection: headers plus the read buffer
+ * (read_buffer_bytes; 0 in the config: the default). */
+#define SRV_READ_BUFFER_DEFAULT ((size_t)32 << 10)
+#define SRV_CONN_BUFFER(cfg) \
+  ((cfg).max_header_bytes + ((cfg).read_buffer_bytes ? (cfg).read_buffer_bytes : SRV_READ_BUFFER_DEFAULT))
 
 /* Connection phases with a time limit (http.c), for the timeout counters. */
 enum { SRV_PHASE_IDLE = 0, SRV_PHASE_HEADERS, SRV_PHASE_BODY, SRV_PHASE_COUNT };

@@ -5,7 +5,8 @@
 -- (scripts/ort/make_v2_body.js writes one, and its header length next to it
 -- in body.bin.hlen, used when N is not given). Every request is the same
 -- POST with Content-Type application/octet-stream and
--- Inference-Header-Content-Length: N.
+-- Inference-Header-Content-Length: N. ES_WRK_DELAY_MS=D paces each connection
+-- (D ms before each request).
 -- done() prints one machine-readable line:
 --   ES_WRK requests=.. duration_s=.. rps=.. non2xx=.. connect=.. read=..
 --          write=.. timeout=.. p50_ms=.. p90_ms=.. p99_ms=.. max_ms=.. mean_ms=..
@@ -42,6 +43,13 @@ if env_body and env_body ~= "" then configure(env_body, os.getenv("ES_WRK_HLEN")
 
 function init(args)
   if args[1] then configure(args[1], args[2]) end
+end
+
+-- ES_WRK_DELAY_MS=D: each connection waits D ms before each request (an open
+-- pace instead of a closed loop: the transport floor at the server's rate).
+local delay_ms = tonumber(os.getenv("ES_WRK_DELAY_MS") or "")
+if delay_ms and delay_ms > 0 then
+  function delay() return delay_ms end
 end
 
 local threads = {}
