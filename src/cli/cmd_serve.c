@@ -192,9 +192,10 @@ int cli_cmd_serve(int argc, char **argv) {
    * 16 MiB. With the defaults the trim threshold follows the largest freed
    * block (about two bodies), so the heap shrank and grew by ~10 MB every
    * few requests: ~100 page faults per det request on the connection
-   * threads, and every shrink flushed the workers' TLBs (server CPU per
-   * request 54 ms; fixed, 48 ms, in-process 47). Idle memory still goes
-   * back: the monitor trims every buddy_decay_ms and under pressure. */
+   * threads (their CPU 5-6 ms per det request; fixed, 3.6-4.2 ms), and
+   * every shrink flushed the TLBs of the other cores running the process.
+   * Idle memory still goes back: the monitor trims every buddy_decay_ms
+   * and under pressure. */
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 16 << 20);
   /* Each connection is a descriptor: the soft limit (often 1024) would cap
