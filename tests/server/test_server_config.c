@@ -283,6 +283,42 @@ static void test_control_config(void **state) {
   assert_int_equal(server_bytes(), before);
 }
 
+/* read_buffer_bytes: bytes in the config file, checked at create (a read
+ * buffer under 4 KiB or over 16 MiB is refused with its name), nothing kept. */
+static void test_read_buffer_config(void **state) {
+  (void)state;
+  size_t before = server_bytes();
+  es_server_config c;
+  es_server_config_default(&c);
+  assert_int_equal(c.read_buffer_bytes, 32 << 10);
+  ES_CHECK_RC(load_text(&c, "{\"read_buffer_bytes\": \"256K\"}"));
+  assert_int_equal(c.read_buffer_bytes, 256 << 10);
+  es_server_config_fini(&c);
+  ES_EXPECT_RC(load_text(&c, "{\"read_buffer_bytes\": \"lots\"}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "read_buffer_bytes"));
+  const size_t bad[] = {1024, (size_t)32 << 20};
+  for (int i = 0; i < 2; i++) {
+    es_server_config_default(&c);
+    c.port = 0;
+    c.use_default_models = 0;
+    c.read_buffer_bytes = bad[i];
+    es_server *s = NULL;
+    ES_EXPECT_RC(es_server_create(&c, &s), ES_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(es_last_error_detail(), "read_buffer_bytes"));
+    es_server_config_fini(&c);
+  }
+  es_server_config_default(&c);
+  c.port = 0;
+  c.use_default_models = 0;
+  c.read_buffer_bytes = (size_t)256 << 10;
+  es_server *s = NULL;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  es_server_destroy(s);
+  es_server_config_fini(&c);
+  assert_int_equal(server_bytes(), before);
+}
+
 static size_t budget_of(es_server *s) {
   es_admission_stats as;
   ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(es_server_runtime(s)), &as));
@@ -404,6 +440,7 @@ int main(void) {
       cmocka_unit_test(test_null_handles),
       cmocka_unit_test(test_status_rule),
       cmocka_unit_test_setup_teardown(test_control_config, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_buffer_config, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_default, setup, teardown),
       cmocka_unit_test(test_level_of),
       cmocka_unit_test_setup_teardown(test_priority_cap_config, setup, teardown),
