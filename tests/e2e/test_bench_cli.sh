@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# edgeserve bench in-process, end to end, on BlazeFace front (the smallest
+# target model): one JSON line whose arena equals what `inspect --shape`
+# plans; --load-twice adds the second load and plan's times (and only then);
+# --load-twice with --concurrency is a usage error (exit 2); a missing model
+# is an error that names it (exit 1). Times are only checked to be numbers
+# above 0, never compared.
+#   test_bench_cli.sh EDGESERVE_BINARY SOURCE_DIR
+set -uo pipefail
+es=$1
+src=$2
+models=${ES_MODEL_DIR:-$src/.cache/models}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=$models/blazeface_front_128.onnx
+[ -f "$model" ] || { echo "test_bench_cli: models missing (scripts/setup/fetch-models.sh)"; exit 1; }
+
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+field() { sed -nE "s/.*\"$2\": ?([0-9.e+-]+).*/\1/p" "$1"; }
+positive() { awk -v v="$1" 'BEGIN { exit !(v + 0 > 0) }'; }
+
+"$es" bench "$model" --iters 2 --warmup 0 --load-twice --json >"$work/twice.json" 2>"$work/twice.err" ||
+  { bad "bench --load-twice exited $?"; cat "$work/twice.err"; }
+cat "$work/twice.json"
+[ "$(grep -c '^{' "$work/twice.json")" -eq 1 ] || bad "not one JSON line"
+for k in load_ms plan_ms load2_ms plan2_ms median_ms; do
+  v=$(field "$work/twice.json" "$k")
+  [ -n "$v" ] && positive "$v" || bad "$k is '$v', not a number above 0"
+done
+"$es" inspect "$model" >"$work/inspect.txt" 2>&1 || bad "inspect failed"
+want=$(awk '/planned arena bytes:/ {print $4}' "$work/inspect.txt")
+got=$(field "$work/twice.json" arena_bytes)
+[ -n "$want" ] && [ "$want" = "$got" ] || bad "arena: bench says '$got', inspect says '$want'"
+
+"$es" bench "$model" --iters 2 --warmup 0 --json >"$work/once.json" 2>&1 || bad "bench exited $?"
+grep -q '"load_ms"' "$work/once.json" || bad "no load_ms without --load-twice"
+grep -q '"load2_ms"' "$work/once.json" && bad "load2_ms without --load-twice"
+
+"$es" bench "$model" --load-twice --concurrency 2 >"$work/usage.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] || bad "--load-twice --concurrency exited $rc, not 2"
+grep -q -- '--load-twice is for the in-process mode' "$work/usage.txt" || bad "usage message: $(cat "$work/usage.txt")"
+
+"$es" bench "$work/none.onnx" --iters 1 >"$work/missing.txt" 2>&1
+rc=$?
+[ $rc -eq 1 ] || bad "a missing model exited $rc, not 1"
+grep -q 'none.onnx' "$work/missing.txt" || bad "the error does not name the file: $(cat "$work/missing.txt")"
+
+[ $fail -eq 0 ] && echo "test_bench_cli: ok"
+exit $fail
