@@ -1197,7 +1197,8 @@ int cli_cmd_bench(int argc, char **argv) {
   }
   if (a.iters_set || a.profile || a.load_twice) {
     fprintf(stderr, "edgeserve bench: %s is for the in-process mode (without --concurrency "
-                    "or --rate)\n", a.profile ? "--profile" : a.load_twice ? "--load-twice" : "--iters");
+                    "or --rate)\n",
+            a.profile ? "--profile" : a.load_twice ? "--load-twice" : "--iters");
     return 2;
   }
   if (a.no_share && !a.concurrency) {

@@ -562,10 +562,9 @@ int es__srv_start_http(es_server *s) {
   addr.sin_port = htons((uint16_t)s->cfg.port);
   if (inet_pton(AF_INET, s->cfg.host, &addr.sin_addr) != 1)
     return es__fail(ES_EINVAL, "host '%s' is not an IPv4 address", s->cfg.host);
-  if (s->cfg.read_buffer_bytes &&
-      (s->cfg.read_buffer_bytes < ((size_t)4 << 10) || s->cfg.read_buffer_bytes > ((size_t)16 << 20)))
-    return es__fail(ES_EINVAL, "read_buffer_bytes %zu is outside 4 KiB to 16 MiB",
-                    s->cfg.read_buffer_bytes);
+  size_t rb = s->cfg.read_buffer_bytes;
+  if (rb && (rb < ((size_t)4 << 10) || rb > ((size_t)16 << 20)))
+    return es__fail(ES_EINVAL, "read_buffer_bytes %zu is outside 4 KiB to 16 MiB", rb);
   pthread_mutex_init(&s->conn_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

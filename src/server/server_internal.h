@@ -76,8 +76,9 @@ typedef struct srv_tracked_req {
 /* The HTTP library's buffer per connection: headers plus the read buffer
  * (read_buffer_bytes; 0 in the config: the default). */
 #define SRV_READ_BUFFER_DEFAULT ((size_t)32 << 10)
-#define SRV_CONN_BUFFER(cfg) \
-  ((cfg).max_header_bytes + ((cfg).read_buffer_bytes ? (cfg).read_buffer_bytes : SRV_READ_BUFFER_DEFAULT))
+#define SRV_CONN_BUFFER(cfg)                                                                  \
+  ((cfg).max_header_bytes +                                                                   \
+   ((cfg).read_buffer_bytes ? (cfg).read_buffer_bytes : SRV_READ_BUFFER_DEFAULT))
 
 /* Connection phases with a time limit (http.c), for the timeout counters. */
 enum { SRV_PHASE_IDLE = 0, SRV_PHASE_HEADERS, SRV_PHASE_BODY, SRV_PHASE_COUNT };
