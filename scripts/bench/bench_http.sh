@@ -190,13 +190,22 @@ run_http() {
     "other=$other" >>"$work/http_$n.txt"
 }
 
+# The in-process bench at N streams, the model and input of the HTTP runs:
+# its JSON on stdout.
+inproc_bench() {
+  "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$1" --duration "$duration" --json
+}
+bench_cpu_ms() { # JSON line -> CPU ms per request, requests, seconds
+  awk -v c="$(json_field "$1" cpu_cores)" -v s="$(json_field "$1" seconds)" \
+    -v q="$(json_field "$1" requests)" 'BEGIN { printf "%.3f %d %.3f", (q > 0 ? 1e3 * c * s / q : 0), q, s }'
+}
+
 # (b) in-process, the server idle. Appends the JSON line + the server's CPU
 # over the run (cores; ~0 when idle).
 run_inproc() {
   local n=$1 s0 t0 t1 s1 y0 y1 j
   s0=$(cpu_ticks "$srv_pid"); y0=$(sys_ticks); t0=$(now)
-  ( "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$n" --duration "$duration" \
-      --json >"$work/bench.out"
+  ( inproc_bench "$n" >"$work/bench.out"
     times >"$work/bench.times" )
   t1=$(now); s1=$(cpu_ticks "$srv_pid"); y1=$(sys_ticks)
   j=$(grep '^{' "$work/bench.out") || { cat "$work/bench.out" >&2; echo "bench_http: bench failed" >&2; exit 1; }
@@ -253,13 +262,8 @@ fi
 # then again while wrk drives http_floor at about the HTTP run's rate; the
 # bench's extra CPU per request, spread over the floor's requests in the
 # same time, is that cost per request.
-bench_cpu_ms() { # JSON line -> CPU ms per request, requests, seconds
-  awk -v c="$(json_field "$1" cpu_cores)" -v s="$(json_field "$1" seconds)" \
-    -v q="$(json_field "$1" requests)" 'BEGIN { printf "%.3f %d %.3f", (q > 0 ? 1e3 * c * s / q : 0), q, s }'
-}
 floor_alone() { # n -> appends "cpu_ms requests seconds" of the bench alone
-  "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$1" --duration "$duration" \
-    --json >"$work/fbench.out" 2>/dev/null || true
+  inproc_bench "$1" >"$work/fbench.out" 2>/dev/null || true
   bench_cpu_ms "$(grep '^{' "$work/fbench.out" || echo '{}')" >>"$work/falone_$1.txt"
   echo >>"$work/falone_$1.txt"
 }
@@ -271,8 +275,7 @@ floor_beside() { # n delay_ms -> appends "floor_ms floor_rps bench_cpu_ms bench_
     -s scripts/bench/wrk/v2_infer.lua "http://127.0.0.1:$fport/floor" >"$work/floor_$n.out" 2>&1 &
   local wp=$!
   sleep 1
-  "$es" bench "$file" --input "$in_name=$work/$npy" --concurrency "$n" --duration "$duration" \
-    --json >"$work/fbench.out" 2>/dev/null || true
+  inproc_bench "$n" >"$work/fbench.out" 2>/dev/null || true
   wait "$wp" || true
   f1=$(cpu_ticks "$floor_pid")
   fl=$(grep '^ES_WRK ' "$work/floor_$n.out" || true)
@@ -339,8 +342,7 @@ for n in $conns; do
   for r in $(seq 0 $((rounds - 1))); do
     h=${H[$r]} i=${I[$r]}
     errs=$(( $(kv "$h" non2xx) + $(kv "$h" connect) + $(kv "$h" read) + $(kv "$h" write) + $(kv "$h" timeout) ))
-    ic=$(awk -v c="$(json_field "$i" cpu_cores)" -v s="$(json_field "$i" seconds)" \
-      -v q="$(json_field "$i" requests)" 'BEGIN { printf "%.3f", (q > 0 ? 1e3 * c * s / q : 0) }')
+    ic=$(bench_cpu_ms "$i" | cut -d' ' -f1)
     row=$(awk -v hr="$(kv "$h" rps)" -v h50="$(kv "$h" p50_ms)" -v h99="$(kv "$h" p99_ms)" \
       -v ir="$(json_field "$i" throughput_rps)" -v i50="$(json_field "$i" p50_ms)" \
       -v i99="$(json_field "$i" p99_ms)" -v e="$errs" -v sc="$(kv "$h" srv_cpu_ms_req)" -v ic="$ic" \
@@ -387,10 +389,9 @@ echo
 # server gives per core left to it: http rps x cores / (cores - wrk cores).
 echo "rps overhead with the client's cores taken out (1 - http rps x $cores / ($cores - wrk cores) / in-process rps):"
 for n in $conns; do
-  per=$(awk -v c="$cores" '{ printf "%s%.1f%%", (NR > 1 ? " " : ""), 100 * (1 - $1 * c / (c - $13) / $4) }' \
-    "$work/rows_$n.txt")
-  med=$(awk -v c="$cores" '{ print 100 * (1 - $1 * c / (c - $13) / $4) }' "$work/rows_$n.txt" | median)
-  printf '%3d  rounds: %s  median: %.1f%%\n' "$n" "$per" "$med"
+  awk -v c="$cores" '{ print 100 * (1 - $1 * c / (c - $13) / $4) }' "$work/rows_$n.txt" >"$work/noclient_$n.txt"
+  printf '%3d  rounds: %s  median: %.1f%%\n' "$n" "$(awk '{ printf "%s%.1f%%", (NR > 1 ? " " : ""), $1 }' \
+    "$work/noclient_$n.txt")" "$(median <"$work/noclient_$n.txt")"
 done
 echo
 echo "where the HTTP request's time goes (medians over rounds, ms per request):"

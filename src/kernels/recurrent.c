@@ -163,7 +163,6 @@ typedef struct rnn_params {
 
 static int64_t rnn_panels(int64_t rows) { return (rows + RNN_NB - 1) / RNN_NB; }
 
-
 /* ==========================================================================
  * Packing R and the biases
  * ======================================================================== */
@@ -726,7 +725,7 @@ static int rnn_infer_cell(es_kinst *k, rnn_cell cell) {
 #define RNN_TAKE(field, bytes)                                                                   \
   do {                                                                                           \
     s->field = at;                                                                               \
-    at = es__align_up(at + (bytes), 64);                                                                \
+    at = es__align_up(at + (bytes), 64);                                                         \
   } while (0)
   RNN_TAKE(proj, (size_t)(p->t * p->b * p->n) * f);
   if (p->has_b && !bst) {
