@@ -16,6 +16,18 @@
  *     or a C with alpha != 1, is written into Y as beta * C first and a sum
  *     post-op adds the product to it; alpha is an eltwise post-op (linear)
  *     on the product before that sum. beta = 0 drops C.
+ *   - a product of at most GEMV_MAX_M rows against a B stored [N, K]
+ *     (transB = 1: a classifier's fully connected layers at batch 1 to 4)
+ *     does not go to oneDNN: it is a matrix-vector product that reads every
+ *     weight once, so its speed is memory bandwidth whatever the layout,
+ *     and oneDNN runs it fast only on weights reordered into a prepared
+ *     copy. That copy is as large as the weights (vgg11: 494 MB of its 531)
+ *     and costs a write of all of it at every load. Dot products of our own
+ *     over B's rows as the model stores them (four rows at a time, 16 lanes
+ *     each, one pass over B per row of A) ran vgg11's three layers in 14 to
+ *     17 ms against oneDNN's 19 on its prepared copy and 26 on B as stored,
+ *     one thread. They use one thread whatever the request's intra-op
+ *     setting: a product this size is bound by memory, not by cores.
  * The reference path (ES_KERNELS=ref, shapes oneDNN refuses, K = 0) loops
  * in C: a dot product per output for transB (both rows contiguous), rows of
  * B scaled and accumulated otherwise, then alpha and beta * C.
@@ -40,6 +52,11 @@
  * Gemm
  * ======================================================================== */
 
+/* Rows of A up to which a transB Gemm is dot products over B as stored
+ * (above: see the design note). Four rows of B at 25,088 floats are 400 KB,
+ * still in L2 for the later rows of A. */
+#define GEMV_MAX_M 4
+
 /* How beta * C reaches oneDNN's result. */
 enum {
   GC_NONE, /* no C, or beta = 0 */
@@ -55,6 +72,7 @@ typedef struct gemm_params {
   int64_t cm, cn;        /* C as [cm, cn]: each 1 (broadcast) or m, n */
   int empty;             /* Y has no element */
   int use_dnnl;
+  int gemv;              /* dot products over B as stored (GEMV_MAX_M) */
   int cmode;             /* GC_*, on the oneDNN path */
   const float *bvec;     /* GC_BIAS: beta * C as [N], made while planning, or NULL */
   size_t bvec_off;       /* GC_BIAS with C known only at run: bvec's scratch offset, or 0 */
@@ -183,6 +201,10 @@ static int gemm_infer(es_kinst *k) {
   k->flops = 2 * (uint64_t)p->m * (uint64_t)p->n * (uint64_t)p->kk;
   p->empty = k->out[0]->count == 0;
   p->use_dnnl = !es__kernels_reference() && !p->empty && p->kk > 0;
+  if (p->use_dnnl && p->tb && p->m <= GEMV_MAX_M && (!p->ta || p->m == 1)) {
+    p->gemv = 1;
+    p->use_dnnl = 0;
+  }
   if (!p->use_dnnl)
     return 0;
 
@@ -209,6 +231,70 @@ static int gemm_infer(es_kinst *k) {
   return 0;
 }
 
+/* Y = alpha * Y + beta * C, C broadcast from [cm, cn]. */
+static void gemm_scale_add_c(const gemm_params *p, const float *c, float *y) {
+  if (p->alpha == 1.0f && !p->has_c)
+    return;
+  for (int64_t i = 0; i < p->m; i++)
+    for (int64_t j = 0; j < p->n; j++) {
+      float v = p->alpha * y[i * p->n + j];
+      if (p->has_c)
+        v += p->beta * c[(p->cm == 1 ? 0 : i * p->cn) + (p->cn == 1 ? 0 : j)];
+      y[i * p->n + j] = v;
+    }
+}
+
+/* 16 floats as one value, read from any 4-byte aligned address. */
+typedef float gemv_v16 __attribute__((vector_size(64)));
+typedef float gemv_v16u __attribute__((vector_size(64), aligned(4), may_alias));
+#define GEMV_AT(ptr) (*(const gemv_v16u *)(ptr))
+
+/* y[i, j] = A's row i . B's row j, B [n, kk] row-major, A [m, kk]: four
+ * rows of B at a time against one row of A, each row in a 16-lane partial
+ * sum held in a register, summed at the end of the row. Memory-bound:
+ * every float of B is read once from memory, the later rows of A reread
+ * the four rows from cache. */
+ES_KCLONES static void gemv_rows_f32(const float *restrict a, int64_t m, const float *restrict b,
+                                     int64_t n, int64_t kk, float *restrict y) {
+  int64_t j = 0, kv = kk - kk % 16;
+  for (; j + 4 <= n; j += 4) {
+    const float *restrict b0 = b + j * kk, *restrict b1 = b0 + kk, *restrict b2 = b1 + kk,
+                          *restrict b3 = b2 + kk;
+    for (int64_t i = 0; i < m; i++) {
+      const float *restrict ai = a + i * kk;
+      gemv_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+      for (int64_t t = 0; t < kv; t += 16) {
+        gemv_v16 x = GEMV_AT(ai + t);
+        s0 += x * GEMV_AT(b0 + t);
+        s1 += x * GEMV_AT(b1 + t);
+        s2 += x * GEMV_AT(b2 + t);
+        s3 += x * GEMV_AT(b3 + t);
+      }
+      float r[4] = {0, 0, 0, 0};
+      for (int l = 0; l < 16; l++) {
+        r[0] += s0[l];
+        r[1] += s1[l];
+        r[2] += s2[l];
+        r[3] += s3[l];
+      }
+      for (int64_t t = kv; t < kk; t++) {
+        r[0] += ai[t] * b0[t];
+        r[1] += ai[t] * b1[t];
+        r[2] += ai[t] * b2[t];
+        r[3] += ai[t] * b3[t];
+      }
+      memcpy(y + i * n + j, r, sizeof r);
+    }
+  }
+  for (; j < n; j++)
+    for (int64_t i = 0; i < m; i++) {
+      float s = 0.0f;
+      for (int64_t t = 0; t < kk; t++)
+        s += a[i * kk + t] * b[j * kk + t];
+      y[i * n + j] = s;
+    }
+}
+
 /* Y = alpha * A' B' + beta * C with plain loops. */
 static void gemm_ref(const gemm_params *p, const float *a, const float *b, const float *c,
                      float *y) {
@@ -229,13 +315,8 @@ static void gemm_ref(const gemm_params *p, const float *a, const float *b, const
       for (int64_t t = 0; t < kk; t++)
         es__axpy_f32(yr, b + t * n, p->ta ? a[t * m + i] : a[i * kk + t], n);
     }
-    for (int64_t j = 0; j < n; j++) {
-      float v = p->alpha * yr[j];
-      if (p->has_c)
-        v += p->beta * c[(p->cm == 1 ? 0 : i * p->cn) + (p->cn == 1 ? 0 : j)];
-      yr[j] = v;
-    }
   }
+  gemm_scale_add_c(p, c, y);
 }
 
 static int gemm_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -243,6 +324,11 @@ static int gemm_run(const es_kinst *k, const void *const *in, void *const *out, 
   if (p->empty)
     return 0;
   const float *c = p->has_c ? in[2] : NULL;
+  if (p->gemv) {
+    gemv_rows_f32(in[0], p->m, in[1], p->n, p->kk, out[0]);
+    gemm_scale_add_c(p, c, out[0]);
+    return 0;
+  }
   if (!p->use_dnnl) {
     gemm_ref(p, in[0], in[1], c, out[0]);
     return 0;

@@ -3,9 +3,11 @@
  * Gemm runs on every form of C (none, a scalar, [1], [N], [1, N], [M, 1],
  * [M, N], [1, 1]), both transposes, several alpha and beta, with B and C
  * known while planning or only at run time, on the oneDNN path and on the
- * reference loops, against a plain triple loop in double; then inside a
- * loaded model (static weights prepared through the model's store, a
- * classifier's last layer followed by Softmax). Einsum runs the common
+ * reference loops, against a plain triple loop in double; the dot products
+ * over B as stored (at most 4 rows of A, transB) at lengths that cover
+ * their 16-lane blocks, 4-row groups and tails; then inside a loaded model
+ * (a classifier's last layer followed by Softmax: batch 1 and 3 on the dot
+ * products, 8 on static weights prepared through the model's store). Einsum runs the common
  * equations (matrix products, transposes, inner and outer products,
  * diagonals, traces, ellipsis broadcast, implicit output) against a
  * reference that enumerates every assignment of the labels. Invalid nodes
@@ -111,7 +113,7 @@ static void test_gemm(void **state) {
           snprintf(what, sizeof what,
                    "Gemm %s, C %s, transA %d transB %d, alpha %g beta %g, M %lld N %lld K %lld, "
                    "dyn %u",
-                   ref ? "reference" : "oneDNN", c_forms[cf].name, ta, tb, (double)alpha,
+                   ref ? "reference" : "optimised", c_forms[cf].name, ta, tb, (double)alpha,
                    (double)beta, (long long)m, (long long)n, (long long)k, dyn);
           expect_close(od, want, (size_t)(m * n), 1e-5, what);
           cases++;
@@ -124,6 +126,64 @@ static void test_gemm(void **state) {
   }
   es__kernels_use_reference(0);
   assert_int_equal(cases, 2 * 8 * 4 * 3);
+}
+
+/* M <= 4 with transB: the dot products over B's rows, each length class
+ * (under one 16-lane block, whole blocks, blocks and a tail; rows in groups
+ * of 4 and a tail), with every C mode that matters to them. */
+static void test_gemm_gemv(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  static const int64_t ks[] = {1, 15, 16, 100, 1000}, ns[] = {1, 3, 4, 37};
+  int cases = 0;
+  for (int64_t m = 1; m <= 4; m++)
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+      for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        int64_t k = ks[ki], n = ns[ni];
+        int ta = m == 1 && (ki & 1), cf = (int)((ki + ni + (size_t)m) % 8);
+        float alpha = (ni & 1) ? 0.5f : 1.0f, beta = (ki & 1) ? 2.0f : 1.0f;
+        unsigned dyn = (unsigned)rnd(&seed, 0, 7) & 6;
+        es_tdesc ad = ta ? KH_TD(ES_DTYPE_FLOAT, k, m) : KH_TD(ES_DTYPE_FLOAT, m, k);
+        es_tdesc bd = KH_TD(ES_DTYPE_FLOAT, n, k);
+        int64_t cdims[2], cm = 1, cn = 1;
+        int crank = c_forms[cf].rank;
+        for (int i = 0; i < (crank > 0 ? crank : 0); i++)
+          cdims[i] = c_forms[cf].d[i] == -1 ? m : c_forms[cf].d[i] == -2 ? n : c_forms[cf].d[i];
+        if (crank == 2)
+          cm = cdims[0];
+        if (crank >= 1)
+          cn = cdims[crank - 1];
+        es_tdesc cd = crank >= 0 ? kh_td(ES_DTYPE_FLOAT, crank, cdims) : ad;
+        float *a = malloc((size_t)(m * k) * sizeof *a);
+        float *b = malloc((size_t)(k * n) * sizeof *b);
+        float *c = malloc((size_t)(cm * cn) * sizeof *c);
+        kh_rand_f32(&seed, a, (size_t)(m * k), -1, 1);
+        kh_rand_f32(&seed, b, (size_t)(k * n), -1, 1);
+        kh_rand_f32(&seed, c, (size_t)(cm * cn), -1, 1);
+        es_attr attrs[] = {KH_INT("transA", ta), KH_INT("transB", 1), KH_FLOAT("alpha", alpha),
+                           KH_FLOAT("beta", beta)};
+        const es_tdesc *in[] = {&ad, &bd, &cd};
+        const void *data[] = {a, b, c};
+        es_knode node = kh_knode(ES_OP_Gemm, attrs, 4);
+        kh_opts o = {.opset = 13, .dyn = dyn};
+        es_tdesc out;
+        void *od;
+        ES_CHECK_RC(kh_eval_with(&node, &o, crank >= 0 ? 3 : 2, in, data, 1, &out, &od));
+        double *want = malloc((size_t)(m * n) * sizeof *want);
+        gemm_ref(m, n, k, ta, 1, alpha, beta, a, b, crank >= 0 ? c : NULL, cm, cn, want);
+        char what[160];
+        snprintf(what, sizeof what, "Gemm dot products, C %s, transA %d, alpha %g beta %g, "
+                 "M %lld N %lld K %lld, dyn %u", c_forms[cf].name, ta, (double)alpha,
+                 (double)beta, (long long)m, (long long)n, (long long)k, dyn);
+        expect_close(od, want, (size_t)(m * n), 1e-5, what);
+        cases++;
+        free(want);
+        free(a);
+        free(b);
+        free(c);
+        es_mem_free(od);
+      }
+  assert_int_equal(cases, 4 * 5 * 4);
 }
 
 static void test_gemm_errors(void **state) {
@@ -182,7 +242,9 @@ static void test_gemm_in_model(void **state) {
   ob_output(b, "prob");
   es_model *m = ob_load(b);
   free(b);
-  for (int64_t batch = 1; batch <= 3; batch += 2) {
+  static const int64_t batches[] = {1, 3, 8};
+  for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+    int64_t batch = batches[bi];
     float *x = malloc((size_t)(batch * K) * sizeof *x);
     kh_rand_f32(&seed, x, (size_t)(batch * K), -1, 1);
     es_tensor in = ob_tensor_f32("x", 2, (int64_t[]){batch, K}, x);
@@ -411,7 +473,8 @@ static void test_einsum_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_gemm),   cmocka_unit_test(test_gemm_errors),
+      cmocka_unit_test(test_gemm),   cmocka_unit_test(test_gemm_gemv),
+      cmocka_unit_test(test_gemm_errors),
       cmocka_unit_test(test_gemm_in_model),
       cmocka_unit_test(test_einsum), cmocka_unit_test(test_einsum_errors),
   };
