@@ -37,7 +37,10 @@ typedef struct es_model_stats {
   size_t nodes;        /* after dead-node removal and load-time folding */
   size_t constants;    /* constants kept (initializers, Constant nodes, folded
                           results that something still reads) */
-  size_t weight_bytes; /* bytes of constant data in the read-only region */
+  size_t weight_bytes; /* bytes of constant data the model reads (read-only) */
+  size_t weight_file_bytes; /* of weight_bytes, those read in place from the ONNX file's
+                               shared mapping (stored there as they are, aligned) rather
+                               than copied: page cache, one copy for every process */
   size_t folded_nodes; /* nodes with constant inputs evaluated at load */
   size_t folded_bn;    /* BatchNormalization nodes merged into a Conv */
   size_t elided;       /* Identity and inference Dropout nodes removed at load */

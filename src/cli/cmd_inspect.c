@@ -213,8 +213,10 @@ int cli_cmd_inspect(int argc, char **argv) {
   printf("folded: %zu constant nodes, %zu BatchNormalization into Conv; removed: %zu Identity and "
          "Dropout\n",
          st.folded_nodes, st.folded_bn, st.elided);
-  printf("weights: %zu bytes (read-only, shared)\ncontext: %zu bytes\n", st.weight_bytes,
-         st.context_bytes);
+  printf("weights: %zu bytes (read-only, shared)", st.weight_bytes);
+  if (st.weight_file_bytes)
+    printf(", %zu of them read in place from the file", st.weight_file_bytes);
+  printf("\ncontext: %zu bytes\n", st.context_bytes);
   if (st.compiled)
     printf("compiled file: mapped read-only and shared; %d prepared weights from the file\n",
            st.compiled_prepared);

@@ -583,7 +583,7 @@ int es__esm_load(const char *path, es_model *m) {
   if (rc == 0) {
     es__graph_prune(g);
     g->weights = w; /* the graph holds the mapping's reference */
-    g->weight_bytes = h.weights_size;
+    g->weight_bytes = es__graph_const_bytes(g);
     rc = es__graph_attrs_resolve(g);
     if (rc == 0)
       rc = es__prep_store_create(&m->prep);

@@ -54,8 +54,9 @@ int es__graph_check(const es_graph *g, es_issues *out) {
 
 /* Reads, elides, folds and checks: g is the folded graph, not fused or
  * sealed, and l lists what it needs that the engine cannot run. */
-static int graph_prepare(const void *data, size_t size, es_graph *g, es_issues *l) {
-  int rc = es__onnx_load_keep(data, size, g);
+static int graph_prepare(const void *data, size_t size, es_weights *file, es_graph *g,
+                         es_issues *l) {
+  int rc = file ? es__onnx_load_file(file, g) : es__onnx_load_keep(data, size, g);
   if (rc < 0)
     return rc;
   if ((rc = es__graph_fold(g)) == 0)
@@ -67,7 +68,7 @@ static int graph_prepare(const void *data, size_t size, es_graph *g, es_issues *
 
 int es__graph_load_checked(const void *data, size_t size, es_graph *g, es_issues *issues) {
   es_issues own = {0}, *l = issues ? issues : &own;
-  int rc = graph_prepare(data, size, g, l);
+  int rc = graph_prepare(data, size, NULL, g, l);
   if (rc < 0) {
     es__issues_fini(&own);
     return rc;
@@ -141,18 +142,19 @@ typedef struct build_info {
   int planned, unreached;
 } build_info;
 
-/* A model from bytes, into *out. l (non-NULL) collects what the engine
+/* A model from bytes (file's whole mapping when file is not NULL: its
+ * large constants are then read in place), into *out. l (non-NULL) collects what the engine
  * cannot run; a model with anything on it is still built (unfused,
  * unsealed: for planning what can run, never for serving) and the caller
  * decides. With plan set, or when the list is not empty, a plan for the
  * given shapes (the model's own for the others) is attempted when they are
  * concrete, its refusals joining the list. */
-static int build_model(const void *data, size_t size, es_issues *l, int plan,
+static int build_model(const void *data, size_t size, es_weights *file, es_issues *l, int plan,
                        const es_tensor_info *given, int n_given, build_info *bi, es_model **out) {
   es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
   if (!m)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
-  int rc = graph_prepare(data, size, &m->g, l);
+  int rc = graph_prepare(data, size, file, &m->g, l);
   if (rc < 0) {
     es_mem_free(m);
     return rc;
@@ -184,14 +186,11 @@ static int build_model(const void *data, size_t size, es_issues *l, int plan,
   return 0;
 }
 
-int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
-  (void)opts;
-  if (!data || !out)
-    return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
+static int load_built(const void *data, size_t size, es_weights *file, es_model **out) {
   es_issues l = {0};
   build_info bi = {0};
-  es_model *m;
-  int rc = build_model(data, size, &l, 0, NULL, 0, &bi, &m);
+  es_model *m = NULL;
+  int rc = build_model(data, size, file, &l, 0, NULL, 0, &bi, &m);
   if (rc == 0 && l.n) {
     rc = es__issues_fail(&l, ES_LOAD_INTRO);
     es_model_release(m);
@@ -200,6 +199,13 @@ int es_model_load_buffer(const void *data, size_t size, const void *opts, es_mod
   }
   es__issues_fini(&l);
   return rc;
+}
+
+int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
+  (void)opts;
+  if (!data || !out)
+    return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
+  return load_built(data, size, NULL, out);
 }
 
 static int model_load_onnx(const char *path, const void *opts, es_model **out);
@@ -318,6 +324,19 @@ static int fail_in_file(int rc, const char *path) {
 }
 
 static int model_load_onnx(const char *path, const void *opts, es_model **out) {
+  (void)opts;
+  /* Mapped shared and kept while constants are read from it in place
+   * (graph.h); a file that cannot be mapped so (or is empty, or too
+   * large) goes the way below, which says why. */
+  es_weights *file;
+  if (es_weights_open(path, 0, &file) == 0) {
+    if (es_weights_size(file) <= ES_MODEL_MAX_FILE) {
+      int rc = load_built(es_weights_data(file), es_weights_size(file), file, out);
+      es_weights_release(file); /* the graph holds its own reference when it reads it */
+      return rc < 0 ? fail_in_file(rc, path) : rc;
+    }
+    es_weights_release(file);
+  }
   const unsigned char *buf;
   size_t size;
   int rc = file_map(path, &buf, &size);
@@ -364,7 +383,7 @@ int es_model_check_buffer(const void *data, size_t size, const es_tensor_info *s
   es_issues l = {0};
   build_info bi = {0};
   es_model *m;
-  int rc = build_model(data, size, &l, 1, shapes, n_shapes, &bi, &m);
+  int rc = build_model(data, size, NULL, &l, 1, shapes, n_shapes, &bi, &m);
   if (rc == 0) {
     rc = check_report(m, &l, &bi, fn, user, info);
     es_model_release(m);
@@ -468,6 +487,7 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->nodes = (size_t)m->g.n_nodes;
   out->constants = m->g.n_constants;
   out->weight_bytes = m->g.weight_bytes;
+  out->weight_file_bytes = m->g.file_weight_bytes;
   out->folded_nodes = (size_t)m->g.folded_nodes;
   out->folded_bn = (size_t)m->g.folded_bn;
   out->elided = (size_t)m->g.elided;
@@ -481,6 +501,9 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->weights_resident = 0;
   if (m->g.weights)
     (void)es_weights_resident(m->g.weights, &out->weights_resident);
+  size_t in_file = 0;
+  if (m->g.file && es_weights_resident(m->g.file, &in_file) == 0)
+    out->weights_resident += in_file < m->g.file_weight_bytes ? in_file : m->g.file_weight_bytes;
   return 0;
 }
 

@@ -263,8 +263,13 @@ static int in_slab(const es_graph *g, const void *data) {
   return g->stage_slab && d >= g->stage_slab && d < g->stage_slab + g->stage_len + g->stage_room;
 }
 
+static int in_file(const es_graph *g, const void *data) {
+  const unsigned char *d = data;
+  return g->file_lo && d >= g->file_lo && d < g->file_lo + g->file_len;
+}
+
 void es__graph_const_free(es_graph *g, const void *data) {
-  if (!in_slab(g, data))
+  if (!in_slab(g, data) && !in_file(g, data))
     es_mem_free((void *)data);
 }
 
@@ -286,7 +291,7 @@ static int seal_in_place_fits(const es_graph *g, const unsigned char *live, size
   size_t kept = 0, at = g->stage_len, cap = g->stage_len + g->stage_room;
   for (int v = 0; v < g->n_values; v++) {
     const es_value *val = &g->values[v];
-    if (val->kind != ES_VALUE_CONST || !live[v])
+    if (val->kind != ES_VALUE_CONST || !live[v] || in_file(g, val->data))
       continue;
     if (in_slab(g, val->data) && (const unsigned char *)val->data < g->stage_slab + g->stage_len) {
       kept += val->nbytes;
@@ -317,9 +322,17 @@ int es__graph_seal(es_graph *g) {
     goto out;
   }
   const_mark_live(g, live);
-  size_t total = 0, count = 0;
-  for (int v = 0; v < nv; v++)
-    count += g->values[v].kind == ES_VALUE_CONST && live[v];
+  size_t total = 0, count = 0, from_file = 0;
+  for (int v = 0; v < nv; v++) {
+    const es_value *val = &g->values[v];
+    if (val->kind != ES_VALUE_CONST || !live[v])
+      continue;
+    count++;
+    if (in_file(g, val->data)) {
+      from_file += val->nbytes;
+      live[v] = 2; /* read in place: neither copied nor freed */
+    }
+  }
   es_weights *w = NULL;
   void *base;
   if (seal_in_place_fits(g, live, offset, &total)) {
@@ -329,7 +342,7 @@ int es__graph_seal(es_graph *g) {
     base = g->stage_slab;
     for (int v = 0; v < nv; v++) {
       const es_value *val = &g->values[v];
-      if (val->kind == ES_VALUE_CONST && live[v] && val->nbytes &&
+      if (val->kind == ES_VALUE_CONST && live[v] == 1 && val->nbytes &&
           (unsigned char *)base + offset[v] != val->data)
         memcpy((unsigned char *)base + offset[v], val->data, val->nbytes);
     }
@@ -339,7 +352,7 @@ int es__graph_seal(es_graph *g) {
   } else {
     for (int v = 0; v < nv; v++) {
       const es_value *val = &g->values[v];
-      if (val->kind != ES_VALUE_CONST || !live[v])
+      if (val->kind != ES_VALUE_CONST || live[v] != 1)
         continue;
       size_t off = es__align_up(total, ES_WEIGHT_ALIGN);
       if ((off == 0 && total) || val->nbytes > SIZE_MAX - off) {
@@ -355,7 +368,7 @@ int es__graph_seal(es_graph *g) {
     if (rc == 0)
       rc = es_weights_data_mut(w, &base);
     for (int v = 0; rc == 0 && v < nv; v++)
-      if (g->values[v].kind == ES_VALUE_CONST && live[v] && g->values[v].nbytes)
+      if (g->values[v].kind == ES_VALUE_CONST && live[v] == 1 && g->values[v].nbytes)
         memcpy((unsigned char *)base + offset[v], g->values[v].data, g->values[v].nbytes);
     if (rc == 0)
       rc = es_weights_seal(w);
@@ -367,7 +380,7 @@ int es__graph_seal(es_graph *g) {
   const unsigned char *ro = es_weights_data(w);
   for (int v = 0; v < nv; v++) {
     es_value *val = &g->values[v];
-    if (val->kind != ES_VALUE_CONST)
+    if (val->kind != ES_VALUE_CONST || live[v] == 2)
       continue;
     es__graph_const_free(g, val->data);
     val->data = live[v] ? ro + offset[v] : NULL;
@@ -376,7 +389,14 @@ int es__graph_seal(es_graph *g) {
     g->stage = NULL; /* the graph's weights now */
   stage_slab_drop(g);
   g->weights = w;
-  g->weight_bytes = total;
+  g->weight_bytes = es__graph_const_bytes(g);
+  g->file_weight_bytes = from_file;
+  if (!from_file && g->file) { /* nothing reads the file: let it go */
+    es_weights_release(g->file);
+    g->file = NULL;
+    g->file_lo = NULL;
+    g->file_len = 0;
+  }
   g->n_constants = count;
   rc = es__graph_attrs_resolve(g);
 out:
@@ -411,6 +431,14 @@ int es__graph_attrs_resolve(es_graph *g) {
   return 0;
 }
 
+size_t es__graph_const_bytes(const es_graph *g) {
+  size_t n = 0;
+  for (int v = 0; v < g->n_values; v++)
+    if (g->values[v].kind == ES_VALUE_CONST && g->values[v].data)
+      n += g->values[v].nbytes;
+  return n;
+}
+
 void es__graph_fini(es_graph *g) {
   if (!g)
     return;
@@ -421,6 +449,8 @@ void es__graph_fini(es_graph *g) {
       if (g->values[v].kind == ES_VALUE_CONST)
         es__graph_const_free(g, g->values[v].data);
   stage_slab_drop(g);
+  if (g->file)
+    es_weights_release(g->file);
   es__ctx_free_all(&g->ctx);
   memset(g, 0, sizeof *g);
 }

@@ -19,6 +19,14 @@
  * more. g->weights is NULL until then, which is how es__graph_fini knows
  * whose memory the data pointers are.
  *
+ * A model read from a file has a third home: a large constant whose bytes
+ * the file holds as they are (raw_data, aligned to its element size in the
+ * file) is not staged at all but read where it is, in the file's read-only
+ * shared mapping (g->file): no copy at load, and the page cache's pages are
+ * shared by every process that loads the file and can be dropped and read
+ * again under pressure instead of being swapped. Sealing leaves those in
+ * place and keeps the mapping for the model's life.
+ *
  * All IR memory (names, index arrays, attributes) comes from one context
  * allocator owned by the graph (tier 3 of BRIEF §2), freed in one go. */
 #ifndef ES_MODEL_GRAPH_H
@@ -148,7 +156,15 @@ typedef struct es_graph {
   size_t stage_len;          /* the bytes staged from the file; the region holds
                                 stage_room more after them */
   size_t stage_room;
-  size_t weight_bytes;   /* bytes of the region in use (set by es__graph_seal) */
+  /* The model file's read-only mapping when constants are read in place
+   * (see above), else NULL; [file_lo, file_lo + file_len) its bytes. */
+  es_weights *file;
+  const unsigned char *file_lo;
+  size_t file_len;
+  size_t weight_bytes;   /* bytes of constant data the graph reads, in the region and in
+                            the file, alignment padding not counted (set by
+                            es__graph_seal, or by the compiled-file loader) */
+  size_t file_weight_bytes; /* of weight_bytes, those read in place from the file */
   size_t n_constants;    /* constants in the region (set by es__graph_seal) */
   int folded_nodes;      /* nodes evaluated away at load (the engine's folding) */
   int folded_bn;         /* BatchNormalization nodes merged into a Conv */
@@ -164,7 +180,7 @@ typedef struct es_graph {
  * pages advised), owned by g until it is sealed or finished; NULL on OOM. */
 unsigned char *es__graph_stage_slab(es_graph *g, size_t len, size_t room);
 /* Frees a staged constant's data: its own block, or nothing for one inside
- * the slab. */
+ * the slab or the file. */
 void es__graph_const_free(es_graph *g, const void *data);
 
 typedef struct es_sub_issue {
@@ -191,12 +207,18 @@ typedef struct es_sub_issue {
 #define ES_ONNX_MAX_OPSET 21
 int es__onnx_load(const void *data, size_t size, es_graph *g);
 int es__onnx_load_keep(const void *data, size_t size, es_graph *g);
+/* es__onnx_load_keep of a file's whole mapping, file (data and size are
+ * its bytes): large constants stored as they are in the file are read in
+ * place, the graph taking a reference to file (graph.h). */
+int es__onnx_load_file(es_weights *file, es_graph *g);
 /* Adds to out what the graph's live part needs that the loader found
  * unsupported: graph inputs and outputs, constants live nodes read, live
  * nodes, and the subgraphs those hold. */
 int es__graph_issues(const es_graph *g, es_issues *out);
 /* The operator as the file names it (for unsupported nodes too). */
 const char *es__node_op_type(const es_node *n);
+/* Bytes of the constants that hold data (padding between them not counted). */
+size_t es__graph_const_bytes(const es_graph *g);
 /* Frees the IR, the staging blocks (if not sealed) or the weight region. */
 void es__graph_fini(es_graph *g);
 /* Parse a serialized TensorProto (as ONNX test data is stored). Fills v's

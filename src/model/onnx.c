@@ -544,6 +544,8 @@ typedef struct loader {
   int cap_values;
   pending_const *consts;
   int n_consts, cap_consts;
+  const unsigned char *file_lo; /* bytes constants may be read from in place, or NULL */
+  size_t file_len;
 } loader;
 
 static uint64_t name_hash(const char *s) {
@@ -738,6 +740,23 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
  * constants one at a time, and es__graph_seal copies the survivors anyway. A
  * constant left unstaged by a failure has data NULL, which es__graph_fini
  * skips. */
+/* The file's own bytes of a constant that can be read where it is: raw
+ * data of 1 KiB or more, inside the file, aligned to its element size (the
+ * kernels read it through typed pointers); NULL when it must be staged. */
+static const void *const_in_file(const loader *L, const pending_const *c, const es_value *v) {
+  if (!L->file_lo || !c->t || !c->t->has_raw_data || v->nbytes < ES_RAW_STRIP_MIN)
+    return NULL;
+  const uint8_t *raw;
+  size_t raw_len;
+  raw_of(L->raw, c->t, &raw, &raw_len);
+  size_t es = es_dtype_size(v->dtype);
+  if (raw < L->file_lo || raw_len < v->nbytes || (size_t)(raw - L->file_lo) > L->file_len ||
+      v->nbytes > L->file_len - (size_t)(raw - L->file_lo) || !es ||
+      (uintptr_t)raw % es != 0)
+    return NULL;
+  return raw;
+}
+
 static int const_stage(loader *L) {
   es_graph *g = L->g;
   /* Constants of 1 KiB and more (the weights) go into one slab: one
@@ -750,6 +769,8 @@ static int const_stage(loader *L) {
   size_t slab = 0, small = 0, at = 0;
   for (int i = 0; i < L->n_consts; i++) {
     size_t n = g->values[L->consts[i].value].nbytes;
+    if (const_in_file(L, &L->consts[i], &g->values[L->consts[i].value]))
+      continue;
     if (n >= ES_RAW_STRIP_MIN && slab <= SIZE_MAX - 64 - n)
       slab = es__align_up(slab, 64) + n;
     else if (n < ES_RAW_STRIP_MIN)
@@ -762,6 +783,11 @@ static int const_stage(loader *L) {
     const pending_const *c = &L->consts[i];
     es_value *v = &g->values[c->value];
     void *dst;
+    const void *in_file = const_in_file(L, c, v);
+    if (in_file) {
+      v->data = in_file;
+      continue;
+    }
     if (base && v->nbytes >= ES_RAW_STRIP_MIN) {
       at = es__align_up(at, 64);
       dst = base + at;
@@ -1426,7 +1452,7 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   return 0;
 }
 
-static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
+static int onnx_load(const void *data, size_t size, int keep, es_weights *file, es_graph *g) {
   if (!data || !g)
     return es__fail(ES_EINVAL, "es__onnx_load: NULL argument");
   int rc = pb_depth_check(&onnx__model_proto__descriptor, data, size, ES_ONNX_MAX_DEPTH,
@@ -1454,6 +1480,13 @@ static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
                     size);
   }
   loader L = {.g = g, .raw = &rt};
+  if (file) {
+    g->file = es_weights_retain(file);
+    g->file_lo = data;
+    g->file_len = size;
+    L.file_lo = data;
+    L.file_len = size;
+  }
   rc = graph_load(&L, mp);
   if (rc == 0)
     rc = const_stage(&L);
@@ -1482,11 +1515,17 @@ static int onnx_load(const void *data, size_t size, int keep, es_graph *g) {
 }
 
 int es__onnx_load(const void *data, size_t size, es_graph *g) {
-  return onnx_load(data, size, 0, g);
+  return onnx_load(data, size, 0, NULL, g);
 }
 
 int es__onnx_load_keep(const void *data, size_t size, es_graph *g) {
-  return onnx_load(data, size, 1, g);
+  return onnx_load(data, size, 1, NULL, g);
+}
+
+int es__onnx_load_file(es_weights *file, es_graph *g) {
+  if (!file)
+    return es__fail(ES_EINVAL, "es__onnx_load_file: NULL file");
+  return onnx_load(es_weights_data(file), es_weights_size(file), 1, file, g);
 }
 
 int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data) {

@@ -9,7 +9,9 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "edgeserve/engine.h"
 #include "engine/engine_internal.h"
@@ -410,9 +412,10 @@ static void test_weights_sealed_in_place(void **state) {
     es_model_stats st;
     ES_CHECK_RC(es_model_stats_get(m, &st));
     assert_int_equal(st.constants, 2);
-    /* in place: W where it was staged, then c; else c, then W * 2 */
+    /* W (or W * 2) and c, their data bytes; where they sit is what the
+     * region counts above tell */
     size_t wb = N * sizeof(float);
-    assert_int_equal(st.weight_bytes, fold_w ? 64 + wb : (wb + 63) / 64 * 64 + sizeof(float));
+    assert_int_equal(st.weight_bytes, wb + sizeof(float));
     float *y;
     size_t n;
     es_tensor in = ob_tensor_f32("x", 1, (int64_t[]){N}, x);
@@ -427,6 +430,74 @@ static void test_weights_sealed_in_place(void **state) {
   }
   free(w);
   free(x);
+}
+
+/* es_model_load of a file reads a large constant in place, in the file's
+ * shared mapping, when the file stores it as it is and aligned to its
+ * element (4 bytes for float); else it is copied as from a buffer. The
+ * node's name shifts the weight's offset in the file through 0..3 mod 4,
+ * so both ways are taken. The model keeps working once the file is
+ * unlinked (its mapping holds the inode), and everything goes with it. */
+static void test_weights_read_in_place_from_file(void **state) {
+  (void)state;
+  enum { N = 2048 };
+  static float w[N], x[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (float)(i % 97) * 0.5f;
+    x[i] = (float)(i % 5);
+  }
+  const char *tmp = getenv("TMPDIR");
+  int seen[2] = {0, 0};
+  for (int shift = 0; shift < 4; shift++) {
+    ob b;
+    ob_init(&b, 13);
+    static const int64_t dn[1] = {N};
+    ob_input(&b, "x", 1, dn);
+    Onnx__TensorProto *t = ob_init_f32(&b, "W", 1, dn, w);
+    t->n_float_data = 0;
+    t->has_raw_data = 1;
+    t->raw_data.len = sizeof w;
+    t->raw_data.data = (uint8_t *)w;
+    static const char *names[4] = {"a", "ab", "abc", "abcd"};
+    ob_node_named(&b, "Add", names[shift], "y", 2, "x", "W");
+    ob_output(&b, "y");
+    size_t size;
+    uint8_t *buf = ob_pack(&b, &size);
+    const uint8_t *at = memmem(buf, size, w, sizeof w);
+    assert_non_null(at);
+    int aligned = (at - buf) % 4 == 0;
+    seen[aligned] = 1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/es-inplace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, size), (ssize_t)size);
+    assert_int_equal(close(fd), 0);
+    free(buf);
+    size_t before = es_mem_total();
+    es_model *m;
+    ES_CHECK_RC(es_model_load(path, NULL, &m));
+    assert_int_equal(unlink(path), 0);
+    es_model_stats st;
+    ES_CHECK_RC(es_model_stats_get(m, &st));
+    assert_int_equal(st.weight_bytes, sizeof w);
+    if (st.weight_file_bytes != (aligned ? sizeof w : 0))
+      fail_msg("shift %d: W at offset %td, %zu bytes read in place", shift, at - buf,
+               st.weight_file_bytes);
+    float *y;
+    size_t n;
+    es_tensor in = ob_tensor_f32("x", 1, dn, x);
+    ob_run(m, 1, &in, 1, &y, &n);
+    assert_int_equal(n, N);
+    for (int i = 0; i < N; i++)
+      if (y[i] != x[i] + w[i])
+        fail_msg("shift %d: y[%d] = %g, expected %g", shift, i, (double)y[i],
+                 (double)(x[i] + w[i]));
+    free(y);
+    es_model_release(m);
+    assert_int_equal(es_mem_total(), before);
+  }
+  assert_true(seen[0] && seen[1]);
 }
 
 static void test_subgraph_attribute(void **state) {
@@ -591,7 +662,7 @@ static void test_fold_conv_bn(void **state) {
     assert_int_equal(st.nodes, relu ? 2 : 1);
     /* W' and B' only: the BN parameters (and the old W, B) are gone */
     assert_int_equal(st.constants, 2);
-    assert_int_equal(st.weight_bytes, (6 * 2 * 3 * 3 * 4 + 63) / 64 * 64 + 6 * 4);
+    assert_int_equal(st.weight_bytes, 6 * 2 * 3 * 3 * 4 + 6 * 4);
     float *y;
     size_t n;
     model_run(m, t.x, 4, xd, 1, &y, &n);
@@ -865,6 +936,7 @@ int main(void) {
       cmocka_unit_test(test_not_protobuf),
       cmocka_unit_test(test_large_weights_read_from_file),
       cmocka_unit_test(test_weights_sealed_in_place),
+      cmocka_unit_test(test_weights_read_in_place_from_file),
       cmocka_unit_test(test_no_graph),
       cmocka_unit_test(test_unsupported_op_names_node),
       cmocka_unit_test(test_unsupported_domain),
