@@ -21,6 +21,7 @@
  * byte), so one big release never stalls other threads' acquires. */
 #include "edgeserve/memory.h"
 #include "common/internal.h"
+#include "memory/map.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -200,7 +201,8 @@ int es_arena_pool_create(size_t count, size_t arena_capacity, size_t align,
   es_arena_pool *p = es_mem_calloc(ES_MEM_ARENA_POOL, 1, sizeof *p);
   pool_slot *slots = es_mem_aligned_alloc(ES_MEM_ARENA_POOL, POOL_LINE, count * sizeof *slots);
   uint32_t *stack = es_mem_calloc(ES_MEM_ARENA_POOL, count, sizeof *stack);
-  unsigned char *map = es_mem_map(ES_MEM_ARENA_POOL, map_size);
+  /* Huge pages, as for es_arena_create (arena.c). */
+  unsigned char *map = es__mem_map_large(ES_MEM_ARENA_POOL, map_size);
   if (!p || !slots || !stack || !map) {
     rc = es__fail(ES_ENOMEM, "es_arena_pool_create: cannot allocate %zu arenas of %zu B", count,
                   arena_capacity);

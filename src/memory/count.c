@@ -18,6 +18,7 @@
  * configuration it belongs to. */
 #include "edgeserve/memory.h"
 #include "common/internal.h"
+#include "memory/map.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -324,6 +325,16 @@ void *es_mem_map_aligned(es_mem_tag tag, size_t size, size_t align) {
     munmap(raw + head + n, tail);
   count_add(tag, n);
   return raw + head;
+}
+
+void *es__mem_map_large(es_mem_tag tag, size_t size) {
+  const size_t huge = (size_t)2 << 20;
+  if (size < huge)
+    return es_mem_map(tag, size);
+  void *p = es_mem_map_aligned(tag, size, huge);
+  if (p)
+    (void)madvise(p, page_round(size), MADV_HUGEPAGE);
+  return p;
 }
 
 void es_mem_unmap(es_mem_tag tag, void *p, size_t size) {

@@ -32,6 +32,7 @@
  * region found in the list is skipped rather than resurrected. */
 #include "edgeserve/memory.h"
 #include "common/internal.h"
+#include "memory/map.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -163,14 +164,7 @@ int es_weights_create(size_t size, es_weights **out) {
    * fewer TLB misses in every run. The kernel puts huge pages only on
    * aligned 2 MiB of a mapping, so a large region starts on one. Advice
    * only: without THP nothing changes. */
-  const size_t huge = (size_t)2 << 20;
-  if (len >= huge) {
-    w->data = es_mem_map_aligned(ES_MEM_WEIGHTS, len, huge);
-    if (w->data)
-      (void)madvise(w->data, len, MADV_HUGEPAGE);
-  } else {
-    w->data = es_mem_map(ES_MEM_WEIGHTS, len);
-  }
+  w->data = es__mem_map_large(ES_MEM_WEIGHTS, len);
   if (!w->data) {
     es_mem_free(w);
     return es__fail(ES_ENOMEM, "es_weights_create: cannot map %zu B", len);
