@@ -263,13 +263,15 @@ static int in_slab(const es_graph *g, const void *data) {
   return g->stage_slab && d >= g->stage_slab && d < g->stage_slab + g->stage_len + g->stage_room;
 }
 
-static int in_file(const es_graph *g, const void *data) {
-  const unsigned char *d = data;
-  return g->file_lo && d >= g->file_lo && d < g->file_lo + g->file_len;
+int es__graph_in_file(const es_graph *g, const void *data) {
+  if (!g->file)
+    return 0;
+  uintptr_t d = (uintptr_t)data, lo = (uintptr_t)es_weights_data(g->file);
+  return d >= lo && d - lo < es_weights_size(g->file);
 }
 
 void es__graph_const_free(es_graph *g, const void *data) {
-  if (!in_slab(g, data) && !in_file(g, data))
+  if (!in_slab(g, data) && !es__graph_in_file(g, data))
     es_mem_free((void *)data);
 }
 
@@ -291,7 +293,7 @@ static int seal_in_place_fits(const es_graph *g, const unsigned char *live, size
   size_t kept = 0, at = g->stage_len, cap = g->stage_len + g->stage_room;
   for (int v = 0; v < g->n_values; v++) {
     const es_value *val = &g->values[v];
-    if (val->kind != ES_VALUE_CONST || !live[v] || in_file(g, val->data))
+    if (val->kind != ES_VALUE_CONST || !live[v] || es__graph_in_file(g, val->data))
       continue;
     if (in_slab(g, val->data) && (const unsigned char *)val->data < g->stage_slab + g->stage_len) {
       kept += val->nbytes;
@@ -328,7 +330,7 @@ int es__graph_seal(es_graph *g) {
     if (val->kind != ES_VALUE_CONST || !live[v])
       continue;
     count++;
-    if (in_file(g, val->data)) {
+    if (es__graph_in_file(g, val->data)) {
       from_file += val->nbytes;
       live[v] = 2; /* read in place: neither copied nor freed */
     }
@@ -394,8 +396,6 @@ int es__graph_seal(es_graph *g) {
   if (!from_file && g->file) { /* nothing reads the file: let it go */
     es_weights_release(g->file);
     g->file = NULL;
-    g->file_lo = NULL;
-    g->file_len = 0;
   }
   g->n_constants = count;
   rc = es__graph_attrs_resolve(g);

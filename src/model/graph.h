@@ -157,10 +157,8 @@ typedef struct es_graph {
                                 stage_room more after them */
   size_t stage_room;
   /* The model file's read-only mapping when constants are read in place
-   * (see above), else NULL; [file_lo, file_lo + file_len) its bytes. */
+   * (see above), else NULL. */
   es_weights *file;
-  const unsigned char *file_lo;
-  size_t file_len;
   size_t weight_bytes;   /* bytes of constant data the graph reads, in the region and in
                             the file, alignment padding not counted (set by
                             es__graph_seal, or by the compiled-file loader) */
@@ -217,6 +215,8 @@ int es__onnx_load_file(es_weights *file, es_graph *g);
 int es__graph_issues(const es_graph *g, es_issues *out);
 /* The operator as the file names it (for unsupported nodes too). */
 const char *es__node_op_type(const es_node *n);
+/* 1 if data points into the model file's mapping (g->file). */
+int es__graph_in_file(const es_graph *g, const void *data);
 /* Bytes of the constants that hold data (padding between them not counted). */
 size_t es__graph_const_bytes(const es_graph *g);
 /* Frees the IR, the staging blocks (if not sealed) or the weight region. */

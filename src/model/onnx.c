@@ -544,8 +544,6 @@ typedef struct loader {
   int cap_values;
   pending_const *consts;
   int n_consts, cap_consts;
-  const unsigned char *file_lo; /* bytes constants may be read from in place, or NULL */
-  size_t file_len;
 } loader;
 
 static uint64_t name_hash(const char *s) {
@@ -744,15 +742,14 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
  * data of 1 KiB or more, inside the file, aligned to its element size (the
  * kernels read it through typed pointers); NULL when it must be staged. */
 static const void *const_in_file(const loader *L, const pending_const *c, const es_value *v) {
-  if (!L->file_lo || !c->t || !c->t->has_raw_data || v->nbytes < ES_RAW_STRIP_MIN)
+  if (!L->g->file || !c->t || !c->t->has_raw_data || v->nbytes < ES_RAW_STRIP_MIN)
     return NULL;
   const uint8_t *raw;
   size_t raw_len;
   raw_of(L->raw, c->t, &raw, &raw_len);
   size_t es = es_dtype_size(v->dtype);
-  if (raw < L->file_lo || raw_len < v->nbytes || (size_t)(raw - L->file_lo) > L->file_len ||
-      v->nbytes > L->file_len - (size_t)(raw - L->file_lo) || !es ||
-      (uintptr_t)raw % es != 0)
+  if (raw_len < v->nbytes || !es || (uintptr_t)raw % es != 0 ||
+      !es__graph_in_file(L->g, raw) || !es__graph_in_file(L->g, raw + v->nbytes - 1))
     return NULL;
   return raw;
 }
@@ -1480,13 +1477,8 @@ static int onnx_load(const void *data, size_t size, int keep, es_weights *file, 
                     size);
   }
   loader L = {.g = g, .raw = &rt};
-  if (file) {
+  if (file)
     g->file = es_weights_retain(file);
-    g->file_lo = data;
-    g->file_len = size;
-    L.file_lo = data;
-    L.file_len = size;
-  }
   rc = graph_load(&L, mp);
   if (rc == 0)
     rc = const_stage(&L);

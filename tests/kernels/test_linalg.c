@@ -62,6 +62,54 @@ static void gemm_ref(int64_t m, int64_t n, int64_t k, int ta, int tb, double alp
     }
 }
 
+/* One Gemm node evaluated (B and C static or not per dyn) and checked
+ * against gemm_ref; path names the kernel path for the failure message. */
+static void gemm_case(uint64_t *seed, const char *path, int64_t m, int64_t n, int64_t k, int ta,
+                      int tb, size_t cf, float alpha, float beta, unsigned dyn) {
+  es_tdesc ad = ta ? KH_TD(ES_DTYPE_FLOAT, k, m) : KH_TD(ES_DTYPE_FLOAT, m, k);
+  es_tdesc bd = tb ? KH_TD(ES_DTYPE_FLOAT, n, k) : KH_TD(ES_DTYPE_FLOAT, k, n);
+  int64_t cdims[2], cm = 1, cn = 1;
+  int crank = c_forms[cf].rank;
+  for (int i = 0; i < (crank > 0 ? crank : 0); i++)
+    cdims[i] = c_forms[cf].d[i] == -1 ? m : c_forms[cf].d[i] == -2 ? n : c_forms[cf].d[i];
+  if (crank == 2)
+    cm = cdims[0];
+  if (crank >= 1)
+    cn = cdims[crank - 1];
+  es_tdesc cd = crank >= 0 ? kh_td(ES_DTYPE_FLOAT, crank, cdims) : ad;
+  float *a = malloc((size_t)(m * k + 1) * sizeof *a);
+  float *b = malloc((size_t)(k * n + 1) * sizeof *b);
+  float *c = malloc((size_t)(cm * cn) * sizeof *c);
+  kh_rand_f32(seed, a, (size_t)(m * k), -1, 1);
+  kh_rand_f32(seed, b, (size_t)(k * n), -1, 1);
+  kh_rand_f32(seed, c, (size_t)(cm * cn), -1, 1);
+  es_attr attrs[] = {KH_INT("transA", ta), KH_INT("transB", tb), KH_FLOAT("alpha", alpha),
+                     KH_FLOAT("beta", beta)};
+  const es_tdesc *in[] = {&ad, &bd, &cd};
+  const void *data[] = {a, b, c};
+  es_knode node = kh_knode(ES_OP_Gemm, attrs, 4);
+  kh_opts o = {.opset = 13, .dyn = dyn};
+  es_tdesc out;
+  void *od;
+  ES_CHECK_RC(kh_eval_with(&node, &o, crank >= 0 ? 3 : 2, in, data, 1, &out, &od));
+  assert_int_equal(out.rank, 2);
+  assert_int_equal(out.dims[0], m);
+  assert_int_equal(out.dims[1], n);
+  double *want = malloc((size_t)(m * n) * sizeof *want);
+  gemm_ref(m, n, k, ta, tb, alpha, beta, a, b, crank >= 0 ? c : NULL, cm, cn, want);
+  char what[160];
+  snprintf(what, sizeof what,
+           "Gemm %s, C %s, transA %d transB %d, alpha %g beta %g, M %lld N %lld K %lld, dyn %u",
+           path, c_forms[cf].name, ta, tb, (double)alpha, (double)beta, (long long)m,
+           (long long)n, (long long)k, dyn);
+  expect_close(od, want, (size_t)(m * n), 1e-5, what);
+  free(want);
+  free(a);
+  free(b);
+  free(c);
+  es_mem_free(od);
+}
+
 static void test_gemm(void **state) {
   (void)state;
   uint64_t seed = es_test_seed();
@@ -78,50 +126,9 @@ static void test_gemm(void **state) {
             k = 0; /* an empty product: Y is beta * C */
           float alpha = alphas[ab], beta = betas[(ab + cf) % 3];
           unsigned dyn = (unsigned)rnd(&seed, 0, 7) & 6; /* B and C static or not */
-          es_tdesc ad = ta ? KH_TD(ES_DTYPE_FLOAT, k, m) : KH_TD(ES_DTYPE_FLOAT, m, k);
-          es_tdesc bd = tb ? KH_TD(ES_DTYPE_FLOAT, n, k) : KH_TD(ES_DTYPE_FLOAT, k, n);
-          int64_t cdims[2], cm = 1, cn = 1;
-          int crank = c_forms[cf].rank;
-          for (int i = 0; i < (crank > 0 ? crank : 0); i++)
-            cdims[i] = c_forms[cf].d[i] == -1 ? m : c_forms[cf].d[i] == -2 ? n : c_forms[cf].d[i];
-          if (crank == 2)
-            cm = cdims[0];
-          if (crank >= 1)
-            cn = cdims[crank - 1];
-          es_tdesc cd = crank >= 0 ? kh_td(ES_DTYPE_FLOAT, crank, cdims) : ad;
-          float *a = malloc((size_t)(m * k + 1) * sizeof *a);
-          float *b = malloc((size_t)(k * n + 1) * sizeof *b);
-          float *c = malloc((size_t)(cm * cn) * sizeof *c);
-          kh_rand_f32(&seed, a, (size_t)(m * k), -1, 1);
-          kh_rand_f32(&seed, b, (size_t)(k * n), -1, 1);
-          kh_rand_f32(&seed, c, (size_t)(cm * cn), -1, 1);
-          es_attr attrs[] = {KH_INT("transA", ta), KH_INT("transB", tb),
-                             KH_FLOAT("alpha", alpha), KH_FLOAT("beta", beta)};
-          const es_tdesc *in[] = {&ad, &bd, &cd};
-          const void *data[] = {a, b, c};
-          es_knode node = kh_knode(ES_OP_Gemm, attrs, 4);
-          kh_opts o = {.opset = 13, .dyn = dyn};
-          es_tdesc out;
-          void *od;
-          ES_CHECK_RC(kh_eval_with(&node, &o, crank >= 0 ? 3 : 2, in, data, 1, &out, &od));
-          assert_int_equal(out.rank, 2);
-          assert_int_equal(out.dims[0], m);
-          assert_int_equal(out.dims[1], n);
-          double *want = malloc((size_t)(m * n) * sizeof *want);
-          gemm_ref(m, n, k, ta, tb, alpha, beta, a, b, crank >= 0 ? c : NULL, cm, cn, want);
-          char what[160];
-          snprintf(what, sizeof what,
-                   "Gemm %s, C %s, transA %d transB %d, alpha %g beta %g, M %lld N %lld K %lld, "
-                   "dyn %u",
-                   ref ? "reference" : "optimised", c_forms[cf].name, ta, tb, (double)alpha,
-                   (double)beta, (long long)m, (long long)n, (long long)k, dyn);
-          expect_close(od, want, (size_t)(m * n), 1e-5, what);
+          gemm_case(&seed, ref ? "reference" : "optimised", m, n, k, ta, tb, cf, alpha, beta,
+                    dyn);
           cases++;
-          free(want);
-          free(a);
-          free(b);
-          free(c);
-          es_mem_free(od);
         }
   }
   es__kernels_use_reference(0);
@@ -143,45 +150,8 @@ static void test_gemm_gemv(void **state) {
         int ta = m == 1 && (ki & 1), cf = (int)((ki + ni + (size_t)m) % 8);
         float alpha = (ni & 1) ? 0.5f : 1.0f, beta = (ki & 1) ? 2.0f : 1.0f;
         unsigned dyn = (unsigned)rnd(&seed, 0, 7) & 6;
-        es_tdesc ad = ta ? KH_TD(ES_DTYPE_FLOAT, k, m) : KH_TD(ES_DTYPE_FLOAT, m, k);
-        es_tdesc bd = KH_TD(ES_DTYPE_FLOAT, n, k);
-        int64_t cdims[2], cm = 1, cn = 1;
-        int crank = c_forms[cf].rank;
-        for (int i = 0; i < (crank > 0 ? crank : 0); i++)
-          cdims[i] = c_forms[cf].d[i] == -1 ? m : c_forms[cf].d[i] == -2 ? n : c_forms[cf].d[i];
-        if (crank == 2)
-          cm = cdims[0];
-        if (crank >= 1)
-          cn = cdims[crank - 1];
-        es_tdesc cd = crank >= 0 ? kh_td(ES_DTYPE_FLOAT, crank, cdims) : ad;
-        float *a = malloc((size_t)(m * k) * sizeof *a);
-        float *b = malloc((size_t)(k * n) * sizeof *b);
-        float *c = malloc((size_t)(cm * cn) * sizeof *c);
-        kh_rand_f32(&seed, a, (size_t)(m * k), -1, 1);
-        kh_rand_f32(&seed, b, (size_t)(k * n), -1, 1);
-        kh_rand_f32(&seed, c, (size_t)(cm * cn), -1, 1);
-        es_attr attrs[] = {KH_INT("transA", ta), KH_INT("transB", 1), KH_FLOAT("alpha", alpha),
-                           KH_FLOAT("beta", beta)};
-        const es_tdesc *in[] = {&ad, &bd, &cd};
-        const void *data[] = {a, b, c};
-        es_knode node = kh_knode(ES_OP_Gemm, attrs, 4);
-        kh_opts o = {.opset = 13, .dyn = dyn};
-        es_tdesc out;
-        void *od;
-        ES_CHECK_RC(kh_eval_with(&node, &o, crank >= 0 ? 3 : 2, in, data, 1, &out, &od));
-        double *want = malloc((size_t)(m * n) * sizeof *want);
-        gemm_ref(m, n, k, ta, 1, alpha, beta, a, b, crank >= 0 ? c : NULL, cm, cn, want);
-        char what[160];
-        snprintf(what, sizeof what, "Gemm dot products, C %s, transA %d, alpha %g beta %g, "
-                 "M %lld N %lld K %lld, dyn %u", c_forms[cf].name, ta, (double)alpha,
-                 (double)beta, (long long)m, (long long)n, (long long)k, dyn);
-        expect_close(od, want, (size_t)(m * n), 1e-5, what);
+        gemm_case(&seed, "dot products", m, n, k, ta, 1, (size_t)cf, alpha, beta, dyn);
         cases++;
-        free(want);
-        free(a);
-        free(b);
-        free(c);
-        es_mem_free(od);
       }
   assert_int_equal(cases, 4 * 5 * 4);
 }
