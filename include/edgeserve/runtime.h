@@ -220,6 +220,12 @@ ES_API int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admi
  * estimator. Thread-safe, lock-free. */
 ES_API int es_admission_reserve(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
                                 es_refusal *why);
+/* Grow a reservation made by es_admission_reserve by `bytes`, with the
+ * same checks and refusals (the ticket unchanged on refusal): memory that
+ * grows while it is held, such as a sequence's state. ES_EINVAL for a
+ * ticket that is not a live reservation of this gate. Thread-safe,
+ * lock-free. */
+ES_API int es_admission_grow(es_admission *a, es_admit_ticket *t, size_t bytes, es_refusal *why);
 
 /* Release an admitted request's slots and bytes and feed the drain-rate
  * estimators. duration_ns: how long the request took (0: since it was
@@ -374,6 +380,48 @@ typedef struct es_runtime_config {
   void *memstat_user;
 } es_runtime_config;
 
+/* Sequences (the semantics of Triton's sequence batcher). A model
+ * configured with states (pairs of an input and an output, such as an
+ * LSTM's h0 -> hn) serves sequences: requests with the same
+ * es_submit.sequence id.
+ *   - ES_SEQ_START begins one (or restarts a live one). Its state inputs
+ *     are the caller's when given (data set), else zeros of the configured
+ *     shape (es_model_config.shapes, or the model's when fixed).
+ *   - Every later request leaves the state inputs out (data NULL): the
+ *     runtime feeds each with its output of the sequence's previous
+ *     request that completed successfully.
+ *   - Requests of one sequence run one at a time, in the order they were
+ *     submitted: one submitted while another of its sequence is queued or
+ *     running waits beside the queue, without admission, until then (its
+ *     plan and admission happen then, and a refusal then completes it with
+ *     the refusal, as a queued request removed under pressure).
+ *   - ES_SEQ_END frees the state once its request completed; so does
+ *     sequence_idle_ms without a request (an eviction). A request for a
+ *     sequence that is not live is ES_ENOENT.
+ * State memory is one block of the buddy pool per sequence, reserved
+ * through admission on the model's behalf (es_admission_reserve) with its
+ * exact bytes: at the start; then, with ES_STATE_RESERVE_STEP, grown by
+ * what each request's state outputs add (a request whose growth is refused
+ * is refused, the state untouched), or, with ES_STATE_RESERVE_MAX,
+ * state_max_bytes at the start and a request that would pass it failing
+ * with ES_ENOSPC. A new sequence beyond max_sequences, or whose state the
+ * budget refuses, is refused (ES_EAGAIN: OVER_CONCURRENCY or OVER_MEMORY,
+ * with a retry-after). */
+
+/* A model's state: an input the runtime feeds, on each request of a
+ * sequence after its first, with the output of the previous one. */
+typedef struct es_state_pair {
+  const char *input, *output;
+} es_state_pair;
+
+enum {
+  ES_STATE_RESERVE_STEP = 0, /* reserve the state's bytes as it grows */
+  ES_STATE_RESERVE_MAX = 1,  /* reserve state_max_bytes at the start */
+};
+
+/* es_submit.sequence_flags */
+enum { ES_SEQ_START = 1, ES_SEQ_END = 2 };
+
 typedef struct es_model_config {
   const char *name;          /* unique, at most ES_RT_NAME_MAX-1 bytes */
   const char *path;          /* .onnx or .esm; a compiled .esm beside an
@@ -396,6 +444,19 @@ typedef struct es_model_config {
                                 registry entry is shared (one copy of its
                                 weights); 0: a private copy of everything,
                                 for the naive comparison mode */
+  /* Sequences (stateful models; see "Sequences" below). */
+  const es_state_pair *states; /* inputs fed from outputs between the
+                                  requests of a sequence; NULL: none */
+  int n_states;
+  unsigned max_sequences;    /* live at once (default 64) */
+  int sequence_idle_ms;      /* a live sequence with no request for this
+                                long is ended and its state freed
+                                (default 60000) */
+  int state_reserve;         /* ES_STATE_RESERVE_STEP (default) or _MAX */
+  size_t state_max_bytes;    /* _MAX: what a sequence reserves at its start,
+                                the most its state may grow to; 0: the
+                                state's size at the start (a state that
+                                never grows) */
 } es_model_config;
 
 typedef void (*es_request_done_fn)(void *user, es_request *r);
@@ -415,6 +476,10 @@ typedef struct es_submit {
                                  the request completed in any way; may call
                                  es_request_free. NULL: none */
   void *user;
+  uint64_t sequence;         /* a model with states: the sequence this
+                                request belongs to (0: none, every state
+                                input given by the caller) */
+  unsigned sequence_flags;   /* ES_SEQ_START, ES_SEQ_END */
 } es_submit;
 
 typedef struct es_request_info {
@@ -480,6 +545,10 @@ typedef struct es_runtime_model_stats {
   double mean_run_ns;
   unsigned pending;          /* submitted, not freed */
   int draining;
+  unsigned sequences;        /* live now */
+  size_t state_bytes;        /* their state memory, as reserved */
+  uint64_t sequences_started, sequences_ended, sequences_evicted; /* evicted:
+                                idle past sequence_idle_ms */
 } es_runtime_model_stats;
 
 ES_API void es_runtime_config_default(es_runtime_config *cfg);

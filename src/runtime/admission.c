@@ -507,6 +507,21 @@ int es_admission_reserve(es_admission *a, int model_id, size_t bytes, es_admit_t
   return 0;
 }
 
+int es_admission_grow(es_admission *a, es_admit_ticket *t, size_t bytes, es_refusal *why) {
+  int rc = gate_check(a, "es_admission_grow");
+  if (rc < 0)
+    return rc;
+  if (!t || !why || t->magic != TICKET_BYTES || t->owner != a || t->model_id < 0 ||
+      (size_t)t->model_id >= a->max_models)
+    return es__fail(ES_EINVAL, "es_admission_grow: not a live reservation of this gate");
+  if (bytes > SIZE_MAX - t->bytes)
+    return es__fail(ES_EINVAL, "es_admission_grow: size overflows");
+  if ((rc = reserve_bytes(a, &a->models[t->model_id], t->model_id, bytes, why)) < 0)
+    return rc;
+  t->bytes += bytes;
+  return 0;
+}
+
 static int ticket_release(es_admission *a, es_admit_ticket *t, uint64_t duration_ns, int feed);
 
 int es_admission_done(es_admission *a, es_admit_ticket *t, uint64_t duration_ns) {

@@ -64,8 +64,28 @@
 #define RT_DECAY_PASSES 10 /* es_buddy_purge calls per buddy_decay_ms */
 #define RT_EWMA 0.2
 
-enum { RQ_QUEUED = 1, RQ_RUNNING, RQ_DONE };
+enum { RQ_QUEUED = 1, RQ_RUNNING, RQ_DONE, RQ_PARKED };
 enum { SLOT_FREE = 0, SLOT_LOADING, SLOT_LIVE, SLOT_UNLOADING };
+
+/* A live sequence (see runtime.h, "Sequences"). Its fields change under
+ * rt->lock, but for the state block, which only the sequence's active
+ * request touches (one at a time), outside it. */
+typedef struct rt_seq {
+  uint64_t id;               /* 0: a free slot */
+  int busy;                  /* one of its requests is active: being
+                                planned, queued or running */
+  int has_state;             /* state[] holds the last request's outputs */
+  int ended;                 /* END completed: requests waiting get ENOENT
+                                unless they START it again */
+  uint64_t last_ns;          /* the last request's submit or completion */
+  es_request *wait_head, *wait_tail; /* submitted while busy, in order */
+  unsigned waiting;
+  es_tensor state[ES_RT_MAX_IO]; /* per pair: type and shape; data in block */
+  void *block;               /* buddy block with the states, or NULL */
+  size_t block_bytes;
+  es_admit_ticket ticket;    /* the state's reservation (bytes only) */
+  size_t reserved;           /* its bytes; 0: none yet */
+} rt_seq;
 
 typedef struct rt_model {
   int state; /* SLOT_* */
@@ -87,6 +107,17 @@ typedef struct rt_model {
   int draining;
   uint64_t completed, failed;
   double mean_run_ns;
+  /* sequences: state pairs as input/output indices */
+  int n_states;
+  int state_in[ES_RT_MAX_IO], state_out[ES_RT_MAX_IO];
+  es_tensor_info state_init[ES_RT_MAX_IO]; /* zeros at a start; rank -1:
+                                               the caller must give it */
+  rt_seq *seqs;
+  unsigned max_seqs, live_seqs;
+  uint64_t seq_idle_ns;
+  int state_reserve;
+  size_t state_max, state_bytes;
+  uint64_t seq_started, seq_ended, seq_evicted;
 } rt_model;
 
 typedef struct rt_worker {
@@ -139,6 +170,8 @@ struct es_runtime {
   uint64_t next_watch_ns;
   uint64_t next_purge_ns; /* next es_buddy_purge of the pool */
   unsigned purge_passes;  /* since the last malloc_trim */
+  es_request *activate;   /* sequence requests whose turn came, to plan and
+                             queue outside the lock (finish_list) */
 };
 
 struct es_request {
@@ -164,6 +197,10 @@ struct es_request {
   es_task_fn task;   /* a task: run instead of a plan (no arena, no outputs) */
   void *task_user;
   char detail[512];  /* why it failed, for es_request_wait's caller */
+  int seq_slot;      /* its sequence's slot in the model, or -1 */
+  int seq_active;    /* it holds the sequence (busy) */
+  uint64_t seq_id;
+  unsigned seq_flags;
   pthread_cond_t cv;
   es_request *prev, *next; /* queue links, then the completion list */
 };
@@ -281,7 +318,11 @@ static int all_idle(const es_runtime *rt) {
  * handle gives its slot back before es_request_free returns. With one, the
  * request goes on the list for finish_list() to call it once the lock is
  * released; so does a request whose last reference this was. */
+static void seq_done_locked(es_runtime *rt, es_request *r, int status);
+
 static void complete_locked(es_runtime *rt, es_request *r, int status, es_request **list) {
+  if (r->seq_slot >= 0)
+    seq_done_locked(rt, r, status);
   r->state = RQ_DONE;
   r->status = status;
   r->end_ns = es__now_ns();
@@ -349,8 +390,13 @@ static void drop_ref(es_request *r) {
     request_destroy(r);
 }
 
-/* Callbacks, then the runtime's reference; never under the lock. */
+static int seq_activate_next(es_runtime *rt, es_request **done);
+
+/* Callbacks, then the runtime's reference; never under the lock. Then the
+ * sequence requests whose turn came meanwhile are planned and queued (a
+ * refusal completes one, which goes round again). */
 static void finish_list(es_runtime *rt, es_request *list) {
+  for (;;) {
   while (list) {
     es_request *r = list;
     list = r->next;
@@ -372,6 +418,384 @@ static void finish_list(es_runtime *rt, es_request *list) {
       pthread_cond_broadcast(&rt->idle_cv);
     pthread_mutex_unlock(&rt->lock);
   }
+  if (!seq_activate_next(rt, &list))
+    return;
+  }
+}
+
+/* ---- sequences -------------------------------------------------------------- */
+
+static int plan_request(es_runtime *rt, const rt_model *m, const es_submit *s, es_request *r);
+static int arena_fits(es_runtime *rt, const rt_model *m, const es_request *r, es_refusal *why);
+static int request_admit(es_runtime *rt, rt_model *m, es_request *r, es_refusal *why);
+static void request_discard(es_runtime *rt, rt_model *m, es_request *r);
+
+/* Bytes of a sequence's state block: each state 64-byte aligned. */
+static size_t state_layout(const size_t *bytes, int n, size_t *off) {
+  size_t at = 0;
+  for (int k = 0; k < n; k++) {
+    off[k] = at;
+    at += es__align_up(bytes[k], RT_ALIGN);
+  }
+  return at;
+}
+
+static rt_seq *seq_find_locked(rt_model *m, uint64_t id) {
+  for (unsigned i = 0; i < m->max_seqs; i++)
+    if (m->seqs[i].id == id)
+      return &m->seqs[i];
+  return NULL;
+}
+
+/* The slot's state and reservation go back; the slot is free. */
+static void seq_free_locked(es_runtime *rt, rt_model *m, rt_seq *q) {
+  if (q->block)
+    es_buddy_free(rt->buddy, q->block);
+  if (q->reserved) {
+    es_admission_cancel(rt->adm, &q->ticket);
+    m->state_bytes -= q->reserved;
+  }
+  m->live_seqs--;
+  memset(q, 0, sizeof *q);
+}
+
+/* Sequences with no request for their idle time are ended. */
+static void seq_evict_locked(es_runtime *rt, rt_model *m, uint64_t now) {
+  for (unsigned i = 0; m->seqs && i < m->max_seqs; i++) {
+    rt_seq *q = &m->seqs[i];
+    if (q->id && !q->busy && now - q->last_ns >= m->seq_idle_ns) {
+      seq_free_locked(rt, m, q);
+      m->seq_evicted++;
+    }
+  }
+}
+
+/* The sequence's active request let go of it (done, or refused before it
+ * was queued): the next waiting request gets its turn (planned and queued
+ * by finish_list, outside the lock), or the sequence goes idle, or, ended,
+ * is freed. */
+static void seq_release_locked(es_runtime *rt, rt_model *m, rt_seq *q, const es_request *r,
+                               int status) {
+  q->last_ns = es__now_ns();
+  if ((r->seq_flags & ES_SEQ_END) && (status == 0 || r->ran)) {
+    q->ended = 1;
+    m->seq_ended++;
+  } else if (status < 0 && !q->has_state) {
+    q->ended = 1; /* a start that never got its state: nothing to go on from */
+  }
+  es_request *p = q->wait_head;
+  if (p) {
+    q->wait_head = p->next;
+    if (!q->wait_head)
+      q->wait_tail = NULL;
+    q->waiting--;
+    p->next = rt->activate;
+    rt->activate = p;
+    p->seq_active = 1;
+    p->state = RQ_RUNNING; /* being planned: not cancellable, like a run */
+    return;
+  }
+  q->busy = 0;
+  if (q->ended)
+    seq_free_locked(rt, m, q);
+}
+
+/* From complete_locked: a waiting request leaves its sequence's line; the
+ * active one hands the sequence on. */
+static void seq_done_locked(es_runtime *rt, es_request *r, int status) {
+  rt_model *m = &rt->models[r->model];
+  rt_seq *q = &m->seqs[r->seq_slot];
+  if (r->state == RQ_PARKED) {
+    es_request **pp = &q->wait_head, *prev = NULL;
+    while (*pp && *pp != r) {
+      prev = *pp;
+      pp = &(*pp)->next;
+    }
+    if (*pp) {
+      *pp = r->next;
+      if (q->wait_tail == r)
+        q->wait_tail = prev;
+      q->waiting--;
+    }
+    r->next = NULL;
+  } else if (r->seq_active) {
+    r->seq_active = 0;
+    seq_release_locked(rt, m, q, r, status);
+  }
+  r->seq_slot = -1;
+}
+
+/* What the sequence's state reserves before this request runs: `need`
+ * bytes, the larger of its state now and after the run. */
+static int seq_reserve(es_runtime *rt, rt_model *m, rt_seq *q, int model, size_t need,
+                       es_refusal *why) {
+  int max_mode = m->state_reserve == ES_STATE_RESERVE_MAX;
+  if (q->reserved && need <= q->reserved)
+    return 0;
+  if (q->reserved && max_mode)
+    return es__fail(ES_ENOSPC, "%s: the sequence's state would grow to %zu B, past the %zu B "
+                    "it reserved at its start (state_max_bytes)", m->name, need, q->reserved);
+  int rc;
+  size_t want = need;
+  if (!q->reserved) {
+    if (max_mode && m->state_max > want)
+      want = m->state_max;
+    if (!want)
+      return 0;
+    rc = es_admission_reserve(rt->adm, model, want, &q->ticket, why);
+  } else {
+    rc = es_admission_grow(rt->adm, &q->ticket, want - q->reserved, why);
+  }
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&rt->lock);
+  m->state_bytes += want - q->reserved;
+  q->reserved = want;
+  pthread_mutex_unlock(&rt->lock);
+  return 0;
+}
+
+/* A block for the state of `total` bytes, the old one given back first. */
+static int seq_block(es_runtime *rt, rt_seq *q, size_t total) {
+  if (q->block && q->block_bytes == total)
+    return 0;
+  if (q->block)
+    es_buddy_free(rt->buddy, q->block);
+  q->block = NULL;
+  q->block_bytes = 0;
+  if (total) {
+    int rc = es_buddy_alloc(rt->buddy, total, &q->block);
+    if (rc < 0)
+      return rc;
+  }
+  q->block_bytes = total;
+  return 0;
+}
+
+/* The sequence's turn for r (it is active): its state inputs bound, its
+ * plan, the state's reservation, admission and the queue. 0: queued. On
+ * failure r is not queued (the caller completes or discards it) and the
+ * sequence's state is as before, but for a START, which has reset it. */
+static int seq_activate(es_runtime *rt, es_request *r, es_refusal *why) {
+  rt_model *m = &rt->models[r->model];
+  rt_seq *q = &m->seqs[r->seq_slot];
+  int start = (r->seq_flags & ES_SEQ_START) != 0;
+  if (!start && (q->ended || !q->has_state))
+    return es__fail(ES_ENOENT, "%s: sequence %llu is not live (it ended, or its start failed)",
+                    m->name, (unsigned long long)r->seq_id);
+  es_tensor in[ES_RT_MAX_IO];
+  memcpy(in, r->inputs, (size_t)m->n_in * sizeof *in);
+  int rc;
+  if (start) { /* the state the caller gave, else zeros of the configured shape */
+    size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO];
+    for (int k = 0; k < m->n_states; k++) {
+      const es_tensor *t = &in[m->state_in[k]];
+      const es_tensor_info *z = &m->state_init[k];
+      bytes[k] = 0;
+      if (t->data)
+        continue;
+      if (z->rank < 0)
+        return es__fail(ES_EINVAL, "%s: state input '%s' has free dimensions: give it with the "
+                        "sequence's start, or configure its shape", m->name, z->name);
+      bytes[k] = es_dtype_size(z->dtype);
+      for (int d = 0; d < z->rank; d++)
+        bytes[k] *= (size_t)z->dims[d];
+    }
+    size_t total = state_layout(bytes, m->n_states, off);
+    if ((rc = seq_reserve(rt, m, q, r->model, total, why)) < 0)
+      return rc;
+    q->has_state = 0;
+    if (seq_block(rt, q, total) < 0)
+      goto short_mem;
+    if (total)
+      memset(q->block, 0, total);
+    for (int k = 0; k < m->n_states; k++) {
+      es_tensor *t = &in[m->state_in[k]];
+      if (t->data)
+        continue;
+      const es_tensor_info *z = &m->state_init[k];
+      t->dtype = z->dtype;
+      t->rank = z->rank;
+      memcpy(t->dims, z->dims, sizeof t->dims);
+      t->nbytes = bytes[k];
+      t->data = bytes[k] ? (char *)q->block + off[k] : NULL;
+    }
+    q->ended = 0;
+  } else {
+    for (int k = 0; k < m->n_states; k++) {
+      const char *nm = in[m->state_in[k]].name;
+      in[m->state_in[k]] = q->state[k];
+      in[m->state_in[k]].name = nm;
+    }
+  }
+  es_submit sub = {.model = r->model, .inputs = in, .n_inputs = m->n_in};
+  if ((rc = plan_request(rt, m, &sub, r)) < 0)
+    return rc;
+  size_t after = 0;
+  for (int k = 0; k < m->n_states; k++) {
+    es_tensor_info oi;
+    es_plan_output_info(r->plan, m->state_out[k], &oi);
+    size_t n = es_dtype_size(oi.dtype);
+    for (int d = 0; d < oi.rank; d++)
+      n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
+    after += es__align_up(n, RT_ALIGN);
+  }
+  size_t need = after > q->block_bytes ? after : q->block_bytes;
+  if ((rc = seq_reserve(rt, m, q, r->model, need, why)) < 0)
+    return rc;
+  if ((rc = arena_fits(rt, m, r, why)) < 0)
+    return rc;
+  return request_admit(rt, m, r, why);
+
+short_mem:
+  es_admission_refuse(rt->adm, r->model, ES_REFUSE_OVER_MEMORY, 0, why);
+  return es__fail(ES_EAGAIN, "%s: no block of the buddy pool for the sequence's state now; "
+                  "retry after %u ms", m->name, why->retry_after_ms);
+}
+
+/* After a successful run: the state outputs become the sequence's state.
+ * A block for a state that changed size is taken after the old one went
+ * back; if the pool has none now, the sequence ends (the request fails
+ * and says so: its state could not be kept). */
+static int seq_keep_state(es_runtime *rt, es_request *r) {
+  rt_model *m = &rt->models[r->model];
+  rt_seq *q = &m->seqs[r->seq_slot];
+  size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO];
+  for (int k = 0; k < m->n_states; k++)
+    bytes[k] = r->outputs[m->state_out[k]].nbytes;
+  size_t total = state_layout(bytes, m->n_states, off);
+  if (seq_block(rt, q, total) < 0) {
+    q->has_state = 0;
+    q->ended = 1;
+    return es__fail(ES_ENOMEM, "%s: sequence %llu ran, but the buddy pool had no %zu B block "
+                    "for its state: the sequence has ended", m->name,
+                    (unsigned long long)r->seq_id, total);
+  }
+  for (int k = 0; k < m->n_states; k++) {
+    const es_tensor *o = &r->outputs[m->state_out[k]];
+    q->state[k] = *o;
+    q->state[k].data = bytes[k] ? (char *)q->block + off[k] : NULL;
+    if (bytes[k])
+      memcpy(q->state[k].data, o->data, bytes[k]);
+  }
+  q->has_state = 1;
+  return 0;
+}
+
+/* finish_list's second half: the requests whose sequence turn came. A
+ * refusal then completes the request (its caller holds the handle). */
+static int seq_activate_next(es_runtime *rt, es_request **done) {
+  pthread_mutex_lock(&rt->lock);
+  es_request *p = rt->activate;
+  if (p) {
+    rt->activate = p->next;
+    p->next = NULL;
+  }
+  pthread_mutex_unlock(&rt->lock);
+  if (!p)
+    return 0;
+  es_refusal why;
+  memset(&why, 0, sizeof why);
+  int rc = seq_activate(rt, p, &why);
+  if (rc == 0)
+    return 1;
+  pthread_mutex_lock(&rt->lock);
+  snprintf(p->detail, sizeof p->detail, "%s", es_last_error_detail());
+  if (rc == ES_EAGAIN)
+    p->refusal = why;
+  complete_locked(rt, p, rc, done);
+  pthread_mutex_unlock(&rt->lock);
+  return 1;
+}
+
+/* A sequence request at submit: its sequence found (or started), then its
+ * turn taken now or its place in the sequence's line. 0: queued or
+ * waiting (*out set); else r was discarded. */
+static int seq_submit(es_runtime *rt, rt_model *m, const es_submit *s, es_request *r,
+                      es_refusal *why) {
+  int start = (s->sequence_flags & ES_SEQ_START) != 0;
+  if (!m->n_states) {
+    request_discard(rt, m, r);
+    return es__fail(ES_EINVAL, "%s has no state inputs: it takes no sequences", m->name);
+  }
+  if (s->n_inputs != m->n_in || !s->inputs) {
+    request_discard(rt, m, r);
+    return es__fail(ES_EINVAL, "%s takes %d inputs, got %d", m->name, m->n_in, s->n_inputs);
+  }
+  for (int k = 0; k < m->n_states; k++)
+    if (!start && s->inputs[m->state_in[k]].data) {
+      request_discard(rt, m, r);
+      return es__fail(ES_EINVAL, "%s: input '%s' is the sequence's state: the runtime feeds it "
+                      "after the start", m->name, m->state_init[k].name);
+    }
+  memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
+  r->seq_id = s->sequence;
+  r->seq_flags = s->sequence_flags;
+  pthread_mutex_lock(&rt->lock);
+  rt_seq *q = seq_find_locked(m, s->sequence);
+  if (!q && !start) {
+    pthread_mutex_unlock(&rt->lock);
+    request_discard(rt, m, r);
+    return es__fail(ES_ENOENT, "%s: sequence %llu is not live (never started, ended, or idle "
+                    "past its timeout): start it with sequence_start", m->name,
+                    (unsigned long long)s->sequence);
+  }
+  int reason = 0;
+  if (!q) {
+    if (m->live_seqs >= m->max_seqs)
+      seq_evict_locked(rt, m, es__now_ns());
+    q = seq_find_locked(m, 0);
+    if (!q)
+      reason = ES_REFUSE_OVER_CONCURRENCY;
+    else {
+      q->id = s->sequence;
+      m->live_seqs++;
+    }
+  }
+  if (!reason && q->busy && q->waiting >= rt->cfg.queue_capacity)
+    reason = ES_REFUSE_QUEUE_FULL;
+  if (reason) {
+    size_t backlog = reason == ES_REFUSE_QUEUE_FULL ? q->waiting : m->live_seqs;
+    rt->refused++;
+    pthread_mutex_unlock(&rt->lock);
+    es_admission_refuse(rt->adm, r->model, reason, backlog, why);
+    request_discard(rt, m, r);
+    if (reason == ES_REFUSE_QUEUE_FULL)
+      return es__fail(ES_EAGAIN, "%s: sequence %llu has %u requests waiting", m->name,
+                      (unsigned long long)s->sequence, q->waiting);
+    return es__fail(ES_EAGAIN, "%s: %u sequences are live, its most", m->name, m->max_seqs);
+  }
+  if (start)
+    m->seq_started++;
+  r->seq_slot = (int)(q - m->seqs);
+  q->last_ns = es__now_ns();
+  if (q->busy) { /* its turn comes when the one before it completes */
+    r->state = RQ_PARKED;
+    r->next = NULL;
+    if (q->wait_tail)
+      q->wait_tail->next = r;
+    else
+      q->wait_head = r;
+    q->wait_tail = r;
+    q->waiting++;
+    pthread_mutex_unlock(&rt->lock);
+    return 0;
+  }
+  q->busy = 1;
+  r->seq_active = 1;
+  pthread_mutex_unlock(&rt->lock);
+  int rc = seq_activate(rt, r, why);
+  if (rc == 0)
+    return 0;
+  char detail[512];
+  snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+  pthread_mutex_lock(&rt->lock);
+  r->seq_active = 0;
+  seq_release_locked(rt, m, q, r, rc);
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, NULL); /* a request that waited meanwhile gets its turn */
+  request_discard(rt, m, r);
+  return es__fail(rc, "%s", detail);
 }
 
 /* ---- dispatch (under the lock) ------------------------------------------- */
@@ -588,7 +1012,9 @@ static void *worker_main(void *arg) {
       r->ran = !short_mem;
       if (short_mem)
         rc = refuse_short(rt, r);
-      else if (rc < 0)
+      else if (rc == 0 && r->seq_slot >= 0)
+        rc = seq_keep_state(rt, r);
+      if (!short_mem && rc < 0)
         snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
     }
     uint64_t run_ns = es__now_ns() - r->start_ns;
@@ -685,6 +1111,9 @@ static void *monitor_main(void *arg) {
     es_request *done = NULL;
     uint64_t now = es__now_ns();
     uint64_t next = expire_locked(rt, now, &done);
+    for (int i = 0; i < rt->max_models; i++)
+      if (rt->models[i].state == SLOT_LIVE && rt->models[i].seqs)
+        seq_evict_locked(rt, &rt->models[i], now);
     if (rt->cfg.watch_ms > 0 && now >= rt->next_watch_ns) {
       watch_locked(rt, &done);
       rt->next_watch_ns = es__now_ns() + (uint64_t)rt->cfg.watch_ms * 1000000ull;
@@ -708,7 +1137,7 @@ static void *monitor_main(void *arg) {
       rt->next_purge_ns =
           es__now_ns() + (uint64_t)rt->cfg.buddy_decay_ms * 1000000ull / RT_DECAY_PASSES;
     }
-    if (done) {
+    if (done || rt->activate) {
       pthread_mutex_unlock(&rt->lock);
       finish_list(rt, done);
       pthread_mutex_lock(&rt->lock);
@@ -930,6 +1359,12 @@ static void lane_recompute_locked(es_runtime *rt, int lane) {
  * slot itself is cleared under the lock, since loads and stats read every
  * slot's state and name there. */
 static void unload_slot(es_runtime *rt, rt_model *m) {
+  pthread_mutex_lock(&rt->lock);
+  for (unsigned i = 0; m->seqs && i < m->max_seqs; i++)
+    if (m->seqs[i].id)
+      seq_free_locked(rt, m, &m->seqs[i]);
+  pthread_mutex_unlock(&rt->lock);
+  es_mem_free(m->seqs);
   es_arena_pool_destroy(m->pool);
   es_plan_release(m->cfg_plan);
   es_plan_cache_destroy(m->cache);
@@ -975,6 +1410,61 @@ static int configured_shapes(const rt_model *m, const es_model_config *cfg, es_t
     if (out[i].dtype == ES_DTYPE_UNDEFINED)
       out[i].dtype = ti.dtype;
   }
+  return 0;
+}
+
+/* A model's state pairs, by index, with the shape of the zeros each state
+ * starts from: the configured one (configured: the configured shapes in
+ * input order, or NULL), else the model's when fixed. */
+static int seq_config(rt_model *m, const es_model_config *cfg,
+                      const es_tensor_info *configured) {
+  if (cfg->n_states < 0 || cfg->n_states > ES_RT_MAX_IO || (cfg->n_states && !cfg->states))
+    return es__fail(ES_EINVAL, "%s: bad states (%d pairs)", cfg->name, cfg->n_states);
+  if (cfg->state_reserve != ES_STATE_RESERVE_STEP && cfg->state_reserve != ES_STATE_RESERVE_MAX)
+    return es__fail(ES_EINVAL, "%s: state_reserve %d is neither STEP nor MAX", cfg->name,
+                    cfg->state_reserve);
+  if (cfg->sequence_idle_ms < 0)
+    return es__fail(ES_EINVAL, "%s: sequence_idle_ms %d is negative", cfg->name,
+                    cfg->sequence_idle_ms);
+  for (int k = 0; k < cfg->n_states; k++) {
+    const es_state_pair *sp = &cfg->states[k];
+    int in = -1, out = -1;
+    es_tensor_info ti, oi;
+    for (int i = 0; sp->input && i < m->n_in && in < 0; i++)
+      if (es_model_input_info(m->model, i, &ti) == 0 && !strcmp(ti.name, sp->input))
+        in = i;
+    for (int o = 0; sp->output && o < m->n_out && out < 0; o++)
+      if (es_model_output_info(m->model, o, &oi) == 0 && !strcmp(oi.name, sp->output))
+        out = o;
+    if (in < 0 || out < 0)
+      return es__fail(ES_EINVAL, "%s: state pair %d: the model has no %s '%s'", cfg->name, k,
+                      in < 0 ? "input" : "output", in < 0 ? (sp->input ? sp->input : "(null)")
+                                                          : (sp->output ? sp->output : "(null)"));
+    for (int j = 0; j < k; j++)
+      if (m->state_in[j] == in || m->state_out[j] == out)
+        return es__fail(ES_EINVAL, "%s: state pair %d repeats an input or output", cfg->name, k);
+    if (oi.dtype != ES_DTYPE_UNDEFINED && oi.dtype != ti.dtype)
+      return es__fail(ES_EINVAL, "%s: state '%s' is %s, its output '%s' %s", cfg->name, ti.name,
+                      es_dtype_name(ti.dtype), oi.name, es_dtype_name(oi.dtype));
+    m->state_in[k] = in;
+    m->state_out[k] = out;
+    es_tensor_info z = configured ? configured[in] : ti;
+    z.name = ti.name;
+    for (int d = 0; d < z.rank; d++)
+      if (z.dims[d] < 0)
+        z.rank = -1;
+    m->state_init[k] = z;
+  }
+  m->n_states = cfg->n_states;
+  m->max_seqs = cfg->max_sequences ? cfg->max_sequences : 64;
+  m->seq_idle_ns = (uint64_t)(cfg->sequence_idle_ms ? cfg->sequence_idle_ms : 60000) * 1000000ull;
+  m->state_reserve = cfg->state_reserve;
+  m->state_max = cfg->state_max_bytes;
+  if (!m->n_states)
+    return 0;
+  m->seqs = es_mem_calloc(ES_MEM_RUNTIME, m->max_seqs, sizeof *m->seqs);
+  if (!m->seqs)
+    return es__fail(ES_ENOMEM, "%s: no memory for %u sequences", cfg->name, m->max_seqs);
   return 0;
 }
 
@@ -1068,6 +1558,8 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
                   "shape (its inputs have free dimensions)", cfg->name);
   if (rc == 0 && m->cfg_plan)
     m->planned = es_plan_arena_bytes(m->cfg_plan);
+  if (rc == 0 && cfg->n_states)
+    rc = seq_config(m, cfg, cfg->n_shapes ? fixed : NULL);
   if (rc == 0 && m->cfg_plan && cfg->lane < 0) {
     unsigned n = cfg->arenas ? cfg->arenas : (unsigned)rt->n_workers;
     rc = es_arena_pool_create(n, m->planned ? m->planned : RT_ALIGN, RT_ALIGN, &m->pool);
@@ -1083,6 +1575,7 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
 
   pthread_mutex_lock(&rt->lock);
   if (rc < 0) {
+    es_mem_free(m->seqs);
     es_arena_pool_destroy(m->pool);
     es_plan_release(m->cfg_plan);
     es_plan_cache_destroy(m->cache);
@@ -1334,6 +1827,7 @@ static es_request *request_new(es_runtime *rt, int model, int priority, uint64_t
   r->model = model;
   r->priority = priority;
   r->worker = -1;
+  r->seq_slot = -1;
   r->deadline_ns = deadline_ns;
   r->on_done = on_done;
   r->user = user;
@@ -1363,13 +1857,11 @@ static void model_unhold(es_runtime *rt, rt_model *m) {
   pthread_mutex_unlock(&rt->lock);
 }
 
-static void request_discard(es_runtime *rt, rt_model *m, es_request *r);
-
 /* A new request's way in, after its plan (or task) is known: deadline,
  * admission (a slot and the bytes, or the bytes alone for a task), the
- * scheduler's refusals, the queue. On failure the request is freed and the
- * model's pending count given back. */
-static int request_enqueue(es_runtime *rt, rt_model *m, es_request *r, es_refusal *why) {
+ * scheduler's refusals, the queue. On failure the request is not queued,
+ * its refusal counted. */
+static int request_admit(es_runtime *rt, rt_model *m, es_request *r, es_refusal *why) {
   int rc;
   if (r->deadline_ns && r->submit_ns >= r->deadline_ns) {
     es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, why);
@@ -1410,7 +1902,15 @@ refused:
   pthread_mutex_lock(&rt->lock);
   rt->refused++;
   pthread_mutex_unlock(&rt->lock);
-  request_discard(rt, m, r);
+  return rc;
+}
+
+/* The same for a request nobody holds yet: freed on failure, the model's
+ * pending count given back. */
+static int request_enqueue(es_runtime *rt, rt_model *m, es_request *r, es_refusal *why) {
+  int rc = request_admit(rt, m, r, why);
+  if (rc < 0)
+    request_discard(rt, m, r);
   return rc;
 }
 
@@ -1442,6 +1942,12 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
     return es__fail(ES_ENOMEM, "es_runtime_submit: no memory for the request");
   }
   r->n_in = s->n_inputs;
+  if (s->sequence) {
+    rc = seq_submit(rt, m, s, r, why);
+    if (rc == 0)
+      *out = r;
+    return rc;
+  }
   rc = plan_request(rt, m, s, r);
   if (rc == 0)
     rc = arena_fits(rt, m, r, why);
@@ -1530,8 +2036,9 @@ int es_request_cancel(es_request *r) {
   es_runtime *rt = r->rt;
   es_request *done = NULL;
   pthread_mutex_lock(&rt->lock);
-  if (r->state == RQ_QUEUED) {
-    queue_remove(rt, r);
+  if (r->state == RQ_QUEUED || r->state == RQ_PARKED) {
+    if (r->state == RQ_QUEUED)
+      queue_remove(rt, r);
     complete_locked(rt, r, ES_ECANCELED, &done);
     rc = 0;
   } else if (r->state == RQ_RUNNING) {
@@ -1597,8 +2104,9 @@ void es_request_free(es_request *r) {
   es_runtime *rt = r->rt;
   es_request *done = NULL;
   pthread_mutex_lock(&rt->lock);
-  if (r->state == RQ_QUEUED) {
-    queue_remove(rt, r);
+  if (r->state == RQ_QUEUED || r->state == RQ_PARKED) {
+    if (r->state == RQ_QUEUED)
+      queue_remove(rt, r);
     complete_locked(rt, r, ES_ECANCELED, &done);
   }
   pthread_mutex_unlock(&rt->lock);
@@ -1713,6 +2221,11 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
   out->mean_run_ns = m->mean_run_ns;
   out->pending = m->pending;
   out->draining = m->draining;
+  out->sequences = m->live_seqs;
+  out->state_bytes = m->state_bytes;
+  out->sequences_started = m->seq_started;
+  out->sequences_ended = m->seq_ended;
+  out->sequences_evicted = m->seq_evicted;
   pthread_mutex_unlock(&rt->lock);
   return 0;
 }

@@ -1560,6 +1560,25 @@ static int parse_top(const json_t *root, es_v2_request *r, es_v2_err *e) {
       return v2_fail(e, ES_EINVAL, "parameters.binary_data_output is not true or false");
     r->binary_output = json_is_true(v);
   }
+  /* Sequences (Triton's sequence batcher): a numeric id; string ids are
+   * not taken, since a hash of them could make two sequences one. */
+  if ((v = json_object_get(pa, "sequence_id")) != NULL) {
+    if (get_uint(v, &r->sequence_id) || r->sequence_id == 0)
+      return v2_fail(e, ES_EINVAL, "parameters.sequence_id is not a positive integer");
+  }
+  static const char *const flag_name[2] = {"sequence_start", "sequence_end"};
+  for (int f = 0; f < 2; f++) {
+    if ((v = json_object_get(pa, flag_name[f])) == NULL)
+      continue;
+    if (!json_is_boolean(v))
+      return v2_fail(e, ES_EINVAL, "parameters.%s is not true or false", flag_name[f]);
+    if (json_is_true(v)) {
+      if (!r->sequence_id)
+        return v2_fail(e, ES_EINVAL, "parameters.%s without parameters.sequence_id",
+                       flag_name[f]);
+      r->sequence_flags |= 1u << f;
+    }
+  }
   return 0;
 }
 

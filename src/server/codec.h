@@ -56,6 +56,9 @@ typedef struct es_v2_request {
   int has_timeout;
   uint64_t timeout_us;         /* parameters.timeout, microseconds */
   int binary_output;           /* parameters.binary_data_output (default 0) */
+  uint64_t sequence_id;        /* parameters.sequence_id; 0: none */
+  unsigned sequence_flags;     /* 1: parameters.sequence_start, 2: _end (as
+                                  ES_SEQ_START / ES_SEQ_END) */
   int n_inputs;
   es_v2_input inputs[ES_V2_MAX_IO];
   int n_outputs;               /* 0: all outputs */

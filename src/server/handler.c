@@ -291,6 +291,15 @@ static void infer_done(void *user, es_request *r) {
   j->wake(j->user);
 }
 
+/* 1: name is one of the model's state inputs and the request is part of a
+ * sequence. */
+static int state_input(const srv_model *sm, const es_v2_request *q, const char *name) {
+  for (int k = 0; q->sequence_id && k < sm->n_states; k++)
+    if (!strcmp(sm->state_in[k], name))
+      return 1;
+  return 0;
+}
+
 /* The request's inputs bound to the model's, in the model's order, and its
  * requested outputs checked. 0, or ES_EINVAL with the reason in why. The
  * tensors point into q. */
@@ -309,7 +318,19 @@ static int bind_inputs(const srv_model *sm, es_model *m, const es_v2_request *q,
       return ES_EINVAL;
     }
   }
-  if (q->n_inputs != n_in) {
+  /* In a sequence the state inputs are the runtime's to feed: they may be
+   * left out (and must be, after the start; the runtime says so). */
+  int states_left = 0;
+  for (int i = 0; i < n_in; i++) {
+    es_model_input_info(m, i, &ti);
+    if (!state_input(sm, q, ti.name))
+      continue;
+    int given = 0;
+    for (int j = 0; j < q->n_inputs; j++)
+      given |= !strcmp(q->inputs[j].name, ti.name);
+    states_left += !given;
+  }
+  if (q->n_inputs + states_left != n_in) {
     snprintf(why, whylen, "model '%s' takes %d inputs, the request has %d", sm->name, n_in,
              q->n_inputs);
     return ES_EINVAL;
@@ -320,6 +341,12 @@ static int bind_inputs(const srv_model *sm, es_model *m, const es_v2_request *q,
     for (int j = 0; j < q->n_inputs; j++)
       if (!strcmp(q->inputs[j].name, ti.name))
         x = &q->inputs[j];
+    if (!x && state_input(sm, q, ti.name)) {
+      memset(&in[i], 0, sizeof in[i]);
+      in[i].name = ti.name;
+      in[i].dtype = ti.dtype;
+      continue;
+    }
     if (!x) {
       snprintf(why, whylen, "input '%s' is missing", ti.name);
       return ES_EINVAL;
@@ -369,7 +396,8 @@ static int infer_submit(es_server *s, srv_job *j, srv_resp *out) {
   }
   es_submit sub = {.model = j->rt_id, .inputs = in, .n_inputs = es_model_input_count(m),
                    .priority = j->level, .deadline_ns = j->deadline_ns,
-                   .on_done = infer_done, .user = j};
+                   .on_done = infer_done, .user = j,
+                   .sequence = j->q.sequence_id, .sequence_flags = j->q.sequence_flags};
   es_model_release(m);
   es_refusal ref;
   memset(&ref, 0, sizeof ref);
@@ -378,11 +406,15 @@ static int infer_submit(es_server *s, srv_job *j, srv_resp *out) {
    * which reads j->r after this function returned. */
   int rc = es_runtime_submit(s->rt, &sub, &r, &ref);
   if (rc < 0) {
-    if (rc == ES_EAGAIN)
+    if (rc == ES_EAGAIN && j->q.sequence_id) /* the runtime's words: which limit */
+      resp_status(s, out, sm, rc, &ref, "refused: %s (%s)", es_refusal_name(ref.reason),
+                  es_last_error_detail());
+    else if (rc == ES_EAGAIN)
       resp_status(s, out, sm, rc, &ref, "refused: %s (model '%s')", es_refusal_name(ref.reason),
                   sm->name);
-    else
-      resp_status(s, out, sm, rc, &ref, "%s", es_last_error_detail());
+    else /* a sequence that is not live is the request's fault: 400, not 404 */
+      resp_status(s, out, sm, rc == ES_ENOENT && j->q.sequence_id ? ES_EINVAL : rc, &ref, "%s",
+                  es_last_error_detail());
     job_free(j);
     return 0;
   }
@@ -419,6 +451,9 @@ static void infer_answer(es_server *s, srv_job *j, srv_resp *out) {
                 es_refusal_name(info.refusal.reason));
   } else if (rc == ES_ECANCELED) {
     resp_status(s, out, sm, rc, &info.refusal, "cancelled: the server is shutting down");
+  } else if (rc == ES_ENOENT && j->q.sequence_id) {
+    es_request_wait(r, 0); /* its detail: why the sequence is not live */
+    resp_status(s, out, sm, ES_EINVAL, &info.refusal, "%s", es_last_error_detail());
   } else {
     resp_status(s, out, sm, rc, &info.refusal, "'%s' failed: %s", sm->name, es_strerror(rc));
   }

@@ -94,7 +94,22 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
               "counted for each name).", weights_bytes)
   MODEL_GAUGE("edgeserve_weights_resident_bytes", "Of the mapped weights, bytes in RAM.",
               weights_resident)
+  MODEL_GAUGE("edgeserve_sequences_live", "Live sequences of the model.", sequences)
+  MODEL_GAUGE("edgeserve_sequence_state_bytes",
+              "Bytes reserved for the state of the model's live sequences.", state_bytes)
 #undef MODEL_GAUGE
+#define MODEL_COUNTER(fam, help, field)                                                \
+  head(b, fam, "counter", help);                                                      \
+  for (int i = 0; i < n; i++)                                                          \
+    es__sb_printf(b, fam "{model=\"%s\"} %llu\n", snap[i].name,                        \
+                  (unsigned long long)ms[i].field);
+  MODEL_COUNTER("edgeserve_sequences_started_total", "Sequences started (or restarted).",
+                sequences_started)
+  MODEL_COUNTER("edgeserve_sequences_ended_total", "Sequences ended by their last request.",
+                sequences_ended)
+  MODEL_COUNTER("edgeserve_sequence_evictions_total",
+                "Sequences ended because they were idle past their timeout.", sequences_evicted)
+#undef MODEL_COUNTER
 }
 
 /* The runtime's queues, the admission gate, the buddy pool and the lanes. */

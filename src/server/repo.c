@@ -254,6 +254,61 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
 
 /* ---- model entries ----------------------------------------------------------------- */
 
+/* "sequence": {"states": {"h0": "hn", ...}, "max_sequences": 64,
+ * "idle_timeout_ms": 60000, "reserve": "step" | "max",
+ * "max_state_bytes": "1M"}: the model serves sequences (runtime.h). */
+static int sequence_from_json(srv_model *sm, json_t *o, const char *name, const char *src) {
+  if (!json_is_object(o))
+    return es__fail(ES_EINVAL, "%s: model '%s': sequence must be an object", src, name);
+  const char *key;
+  json_t *v;
+  long n;
+  json_object_foreach(o, key, v) {
+    if (!strcmp(key, "states")) {
+      const char *in;
+      json_t *out;
+      if (!json_is_object(v) || !json_object_size(v))
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.states must be {\"input\": "
+                        "\"output\", ...}", src, name);
+      json_object_foreach(v, in, out) {
+        if (sm->n_states >= ES_RT_MAX_IO || !json_is_string(out) || strlen(in) >= 64 ||
+            strlen(json_string_value(out)) >= 64)
+          return es__fail(ES_EINVAL, "%s: model '%s': bad state pair for '%s'", src, name, in);
+        snprintf(sm->state_in[sm->n_states], 64, "%s", in);
+        snprintf(sm->state_out[sm->n_states], 64, "%s", json_string_value(out));
+        sm->n_states++;
+      }
+    } else if (!strcmp(key, "max_sequences")) {
+      if (int_of(v, 1, 1 << 20, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.max_sequences must be 1..%d", src,
+                        name, 1 << 20);
+      sm->max_sequences = (unsigned)n;
+    } else if (!strcmp(key, "idle_timeout_ms")) {
+      if (int_of(v, 1, 1L << 30, &n) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.idle_timeout_ms must be positive",
+                        src, name);
+      sm->sequence_idle_ms = (int)n;
+    } else if (!strcmp(key, "reserve")) {
+      const char *r = json_is_string(v) ? json_string_value(v) : "";
+      sm->state_reserve = !strcmp(r, "step") ? ES_STATE_RESERVE_STEP
+                          : !strcmp(r, "max") ? ES_STATE_RESERVE_MAX : -1;
+      if (sm->state_reserve < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.reserve must be \"step\" or "
+                        "\"max\"", src, name);
+    } else if (!strcmp(key, "max_state_bytes")) {
+      if (size_of(v, &sm->state_max_bytes) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.max_state_bytes must be bytes "
+                        "(123, \"64K\", \"1M\")", src, name);
+    } else {
+      return es__fail(ES_EINVAL, "%s: model '%s': unknown field \"sequence.%s\"", src, name,
+                      key);
+    }
+  }
+  if (!sm->n_states)
+    return es__fail(ES_EINVAL, "%s: model '%s': sequence needs states", src, name);
+  return 0;
+}
+
 static int model_from_json(srv_model *sm, const char *name, json_t *o, const char *dir,
                            const char *src) {
   memset(sm, 0, sizeof *sm);
@@ -328,6 +383,10 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
         sm->share = json_is_true(v);
       else
         sm->load_at_start = json_is_true(v);
+    } else if (!strcmp(key, "sequence")) {
+      int rc = sequence_from_json(sm, v, name, src);
+      if (rc < 0)
+        return rc;
     } else if (!strcmp(key, "shape")) {
       const char *in;
       json_t *dims;
@@ -525,6 +584,15 @@ static int plain_load(es_server *s, const srv_model *sm, int *id) {
   mc.arenas = sm->instances;
   mc.share = sm->share;
   mc.plans = sm->plans;
+  es_state_pair states[ES_RT_MAX_IO];
+  for (int k = 0; k < sm->n_states; k++)
+    states[k] = (es_state_pair){sm->state_in[k], sm->state_out[k]};
+  mc.states = sm->n_states ? states : NULL;
+  mc.n_states = sm->n_states;
+  mc.max_sequences = sm->max_sequences;
+  mc.sequence_idle_ms = sm->sequence_idle_ms;
+  mc.state_reserve = sm->state_reserve;
+  mc.state_max_bytes = sm->state_max_bytes;
   return es_runtime_model_load(s->rt, &mc, id);
 }
 

@@ -46,6 +46,13 @@ typedef struct srv_model {
   int n_shapes;
   es_tensor_info shapes[ES_RT_MAX_IO];
   char shape_names[ES_RT_MAX_IO][64];
+  /* "sequence": state pairs and the runtime's sequence settings */
+  int n_states;
+  char state_in[ES_RT_MAX_IO][64], state_out[ES_RT_MAX_IO][64];
+  unsigned max_sequences;
+  int sequence_idle_ms;
+  int state_reserve;          /* ES_STATE_RESERVE_* */
+  size_t state_max_bytes;
   int pipeline;               /* SRV_PIPE_*: answers from an image */
   char member[3][ES_RT_NAME_MAX]; /* face: model; ocr: det, cls, rec ("" none) */
   char keys[1024];            /* ocr: the recogniser's character list */

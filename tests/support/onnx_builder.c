@@ -389,3 +389,23 @@ uint8_t *ob_nested_graphs_pack(int levels, size_t *size) {
   memmove(buf, buf + pos, *size);
   return buf;
 }
+
+void ob_seq_lstm(ob *b) {
+  enum { F = OB_SEQ_F, H = OB_SEQ_H };
+  static float w[4 * H * F + 4 * H * H + 8 * H];
+  for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+    w[i] = (float)((int)((i * 2654435761u) % 2001u) - 1000) / 4000.0f;
+  ob_input(b, "x", 3, (int64_t[]){-1, 1, F});
+  ob_input(b, "h0", 3, (int64_t[]){1, 1, H});
+  ob_input(b, "c0", 3, (int64_t[]){1, 1, H});
+  ob_init_f32(b, "W", 3, (int64_t[]){1, 4 * H, F}, w);
+  ob_init_f32(b, "R", 3, (int64_t[]){1, 4 * H, H}, w + 4 * H * F);
+  ob_init_f32(b, "B", 2, (int64_t[]){1, 8 * H}, w + 4 * H * F + 4 * H * H);
+  int n = ob_node(b, "LSTM", "y", 7, "x", "W", "R", "B", "", "h0", "c0");
+  ob_node_out(b, n, "hn");
+  ob_node_out(b, n, "cn");
+  ob_attr_int(b, n, "hidden_size", H);
+  ob_output(b, "y");
+  ob_output(b, "hn");
+  ob_output(b, "cn");
+}

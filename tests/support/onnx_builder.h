@@ -30,7 +30,7 @@
 #define OB_IO 3
 #define OB_ATTRS 6
 #define OB_NODE_IN 9 /* QLinearConv */
-#define OB_NODE_OUT 2
+#define OB_NODE_OUT 3 /* LSTM */
 #define OB_RANK 5
 
 typedef struct ob {
@@ -91,6 +91,14 @@ void ob_attr_ints(ob *b, int node, const char *name, size_t n, const int64_t *v)
 void ob_attr_floats(ob *b, int node, const char *name, size_t n, const float *v);
 void ob_attr_tensor(ob *b, int node, const char *name, Onnx__TensorProto *t);
 void ob_attr_graph(ob *b, int node, const char *name, Onnx__GraphProto *g);
+
+/* The stateful model of the sequence tests: an LSTM over x [T, 1, OB_SEQ_F]
+ * (T free) with its states as graph inputs and outputs, h0/c0
+ * [1, 1, OB_SEQ_H] -> y [T, 1, 1, OB_SEQ_H], hn, cn; deterministic weights
+ * (static: one such model at a time). b: empty, opset 14. */
+#define OB_SEQ_F 8
+#define OB_SEQ_H 16
+void ob_seq_lstm(ob *b);
 
 /* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
 

@@ -1,0 +1,145 @@
+// Sequences over KServe v2 (tests/e2e/test_server_sequence.sh): a stateful
+// LSTM (tests/e2e/seq_model.c: x [T, 1, 8], states h0/c0 -> hn/cn of
+// [1, 1, 16]) streamed in chunks by many interleaved sequences against one
+// whole-sequence run of each.
+//
+//   node seq_client.js stream URL MODEL --sequences N --chunks C --chunk T
+//       [--first ID]
+//     For each sequence s (its own input, seeded by s): one request with the
+//     whole sequence (C*T steps, h0 and c0 zeros, no sequence_id), then the
+//     same input in C chunks of T steps as sequence FIRST+s (start on the
+//     first chunk, end on the last; only x sent). The sequences run at once,
+//     each waiting for its previous answer. Prints one JSON line: {"ok",
+//     "requests", "statuses": {...}, "max_diff": of y chunk by chunk and hn,
+//     cn at the end against the whole run}. Exit 0 whatever the result (the
+//     caller checks it), 2 on usage or transport errors.
+//   node seq_client.js infer URL MODEL T SEED [--sequence ID] [--start] [--end]
+//       [--with-state]
+//     one request (x of T steps from SEED; --with-state: h0 and c0 zeros
+//     too); prints {"status", "retry_after", "error"?}.
+'use strict';
+const http = require('http');
+
+const F = 8, H = 16;
+
+function die(msg) {
+  process.stderr.write(`seq_client: ${msg}\n`);
+  process.exit(2);
+}
+
+function xOf(steps, seed) {
+  const x = new Array(steps * F);
+  for (let i = 0; i < x.length; i++) x[i] = Math.sin(i * 0.37 + seed * 1.7);
+  return x;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+function post(url, body) {
+  return new Promise((resolve, reject) => {
+    const data = Buffer.from(JSON.stringify(body));
+    const req = http.request(url, {
+      method: 'POST', agent,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': data.length },
+    }, (res) => {
+      const parts = [];
+      res.on('data', (c) => parts.push(c));
+      res.on('end', () => {
+        let j = null;
+        try { j = JSON.parse(Buffer.concat(parts).toString()); } catch (e) { j = null; }
+        resolve({ status: res.statusCode, retryAfter: res.headers['retry-after'], json: j });
+      });
+    });
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+function request(x, steps, opts) {
+  const inputs = [{ name: 'x', shape: [steps, 1, F], datatype: 'FP32', data: x }];
+  if (opts.withState)
+    for (const n of ['h0', 'c0'])
+      inputs.push({ name: n, shape: [1, 1, H], datatype: 'FP32', data: new Array(H).fill(0) });
+  const body = { inputs };
+  if (opts.sequence) {
+    body.parameters = { sequence_id: opts.sequence };
+    if (opts.start) body.parameters.sequence_start = true;
+    if (opts.end) body.parameters.sequence_end = true;
+  }
+  return body;
+}
+
+function output(res, name) {
+  const o = res.json && res.json.outputs && res.json.outputs.find((t) => t.name === name);
+  return o ? o.data : null;
+}
+
+function maxDiff(a, b, off) {
+  if (!a || !b) return Infinity;
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i] - b[off + i]));
+  return m;
+}
+
+async function stream(url, o) {
+  const statuses = {};
+  let requests = 0, maxd = 0;
+  const count = (r) => { statuses[r.status] = (statuses[r.status] || 0) + 1; requests++; };
+  async function one(s) {
+    const steps = o.chunks * o.chunk;
+    const x = xOf(steps, s);
+    const whole = await post(url, request(x, steps, { withState: true }));
+    count(whole);
+    const wy = output(whole, 'y');
+    for (let c = 0; c < o.chunks; c++) {
+      const xc = x.slice(c * o.chunk * F, (c + 1) * o.chunk * F);
+      const r = await post(url, request(xc, o.chunk, {
+        sequence: o.first + s, start: c === 0, end: c === o.chunks - 1,
+      }));
+      count(r);
+      if (r.status !== 200) { maxd = Infinity; return; }
+      maxd = Math.max(maxd, maxDiff(output(r, 'y'), wy, c * o.chunk * H));
+      if (c === o.chunks - 1)
+        for (const n of ['hn', 'cn']) maxd = Math.max(maxd, maxDiff(output(r, n), output(whole, n), 0));
+    }
+  }
+  const all = [];
+  for (let s = 0; s < o.sequences; s++) all.push(one(s));
+  await Promise.all(all);
+  const ok = maxd <= 1e-5 && statuses[200] === requests;
+  console.log(JSON.stringify({ ok, requests, statuses, max_diff: maxd }));
+}
+
+async function main() {
+  const [cmd, base, model, ...rest] = process.argv.slice(2);
+  if (!cmd || !base || !model) die('usage: see the top of the file');
+  const url = `${base}/v2/models/${model}/infer`;
+  if (cmd === 'stream') {
+    const o = { sequences: 4, chunks: 5, chunk: 4, first: 1 };
+    for (let i = 0; i < rest.length; i += 2) {
+      const k = rest[i].replace(/^--/, ''), v = Number(rest[i + 1]);
+      if (!(k in o) || !Number.isFinite(v)) die(`bad option ${rest[i]}`);
+      o[k] = v;
+    }
+    await stream(url, o);
+  } else if (cmd === 'infer') {
+    const [steps, seed, ...flags] = rest;
+    const opts = { withState: false };
+    for (let i = 0; i < flags.length; i++) {
+      if (flags[i] === '--sequence') opts.sequence = Number(flags[++i]);
+      else if (flags[i] === '--start') opts.start = true;
+      else if (flags[i] === '--end') opts.end = true;
+      else if (flags[i] === '--with-state') opts.withState = true;
+      else die(`bad option ${flags[i]}`);
+    }
+    const r = await post(url, request(xOf(Number(steps), Number(seed)), Number(steps), opts));
+    const out = { status: r.status, retry_after: r.retryAfter || null };
+    if (r.json && r.json.error) out.error = r.json.error;
+    console.log(JSON.stringify(out));
+  } else {
+    die(`unknown command ${cmd}`);
+  }
+  agent.destroy();
+}
+
+main().catch((e) => die(e.message));
