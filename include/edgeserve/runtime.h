@@ -386,7 +386,8 @@ typedef struct es_runtime_config {
  * es_submit.sequence id.
  *   - ES_SEQ_START begins one (or restarts a live one). Its state inputs
  *     are the caller's when given (data set), else zeros of the configured
- *     shape (es_model_config.shapes, or the model's when fixed).
+ *     shape (es_model_config.shapes), or of the model's with each free
+ *     dimension at 0 (a KV cache's empty past).
  *   - Every later request leaves the state inputs out (data NULL): the
  *     runtime feeds each with its output of the sequence's previous
  *     request that completed successfully.
@@ -404,9 +405,14 @@ typedef struct es_runtime_config {
  * what each request's state outputs add (a request whose growth is refused
  * is refused, the state untouched), or, with ES_STATE_RESERVE_MAX,
  * state_max_bytes at the start and a request that would pass it failing
- * with ES_ENOSPC. A new sequence beyond max_sequences, or whose state the
- * budget refuses, is refused (ES_EAGAIN: OVER_CONCURRENCY or OVER_MEMORY,
- * with a retry-after). */
+ * with ES_ENOSPC. A state is never reserved into the room the model's runs
+ * need: beside it the budget must keep as many requests like the one being
+ * admitted as there are workers, and all the model's states together stay
+ * within state_budget_bytes when set (else sequences whose states fill the
+ * budget would leave none of their steps able to run). A new sequence
+ * beyond max_sequences, or whose state does not fit, is refused
+ * (ES_EAGAIN: OVER_CONCURRENCY or OVER_MEMORY, with a retry-after), as is
+ * a step whose growth does not fit, its state untouched. */
 
 /* A model's state: an input the runtime feeds, on each request of a
  * sequence after its first, with the output of the previous one. */
@@ -457,6 +463,9 @@ typedef struct es_model_config {
                                 the most its state may grow to; 0: the
                                 state's size at the start (a state that
                                 never grows) */
+  size_t state_budget_bytes; /* the most all its sequences' states may hold
+                                together, leaving the rest of the memory
+                                budget to runs; 0: no cap of its own */
 } es_model_config;
 
 typedef void (*es_request_done_fn)(void *user, es_request *r);

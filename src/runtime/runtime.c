@@ -116,7 +116,7 @@ typedef struct rt_model {
   unsigned max_seqs, live_seqs;
   uint64_t seq_idle_ns;
   int state_reserve;
-  size_t state_max, state_bytes;
+  size_t state_max, state_budget, state_bytes;
   uint64_t seq_started, seq_ended, seq_evicted;
 } rt_model;
 
@@ -526,32 +526,74 @@ static void seq_done_locked(es_runtime *rt, es_request *r, int status) {
 }
 
 /* What the sequence's state reserves before this request runs: `need`
- * bytes, the larger of its state now and after the run. */
+ * bytes, the larger of its state now and after the run. A state never
+ * takes the room the model's runs need: the reservation is refused
+ * (OVER_MEMORY) unless the budget keeps, beside it, `keep` bytes, as many
+ * requests like this one as there are workers. Otherwise sequences whose
+ * states filled the budget would leave none of their own steps able to
+ * run, and every one of them would wait on the others for good. */
 static int seq_reserve(es_runtime *rt, rt_model *m, rt_seq *q, int model, size_t need,
-                       es_refusal *why) {
+                       size_t keep, es_refusal *why) {
   int max_mode = m->state_reserve == ES_STATE_RESERVE_MAX;
   if (q->reserved && need <= q->reserved)
     return 0;
   if (q->reserved && max_mode)
     return es__fail(ES_ENOSPC, "%s: the sequence's state would grow to %zu B, past the %zu B "
                     "it reserved at its start (state_max_bytes)", m->name, need, q->reserved);
-  int rc;
   size_t want = need;
-  if (!q->reserved) {
-    if (max_mode && m->state_max > want)
-      want = m->state_max;
-    if (!want)
-      return 0;
-    rc = es_admission_reserve(rt->adm, model, want, &q->ticket, why);
-  } else {
-    rc = es_admission_grow(rt->adm, &q->ticket, want - q->reserved, why);
-  }
-  if (rc < 0)
-    return rc;
+  if (!q->reserved && max_mode && m->state_max > want)
+    want = m->state_max;
+  if (!want)
+    return 0;
+  size_t grow = want - q->reserved;
+  if (m->state_budget && want > m->state_budget)
+    return es__fail(ES_ENOSPC, "%s: a sequence's state of %zu B exceeds the model's state "
+                    "budget of %zu B", m->name, want, m->state_budget);
+  /* The model's cap first, taken under the lock so that two starts cannot
+   * both pass it; given back if admission then refuses. */
   pthread_mutex_lock(&rt->lock);
-  m->state_bytes += want - q->reserved;
-  q->reserved = want;
+  int capped = m->state_budget && grow > m->state_budget - m->state_bytes;
+  size_t held = m->state_bytes;
+  if (!capped)
+    m->state_bytes += grow;
   pthread_mutex_unlock(&rt->lock);
+  int rc;
+  es_admission_stats as;
+  if (capped) {
+    es_admission_refuse(rt->adm, model, ES_REFUSE_OVER_MEMORY, 0, why);
+    why->requested = grow;
+    why->in_use = held;
+    why->limit = m->state_budget;
+    return es__fail(ES_EAGAIN, "%s: its sequences' states hold %zu B of their %zu B budget, "
+                    "%zu B more do not fit; retry after %u ms", m->name, held, m->state_budget,
+                    grow, why->retry_after_ms);
+  }
+  if (es_admission_stats_get(rt->adm, &as) == 0 && as.memory_budget_bytes &&
+      (keep > as.memory_budget_bytes || grow > as.memory_budget_bytes - keep ||
+       as.reserved_bytes > as.memory_budget_bytes - keep - grow)) {
+    es_admission_refuse(rt->adm, model, ES_REFUSE_OVER_MEMORY, 0, why);
+    why->requested = grow;
+    why->in_use = as.reserved_bytes;
+    why->limit = as.memory_budget_bytes;
+    if (keep + want > as.memory_budget_bytes) /* alone in the budget it would not fit */
+      rc = es__fail(ES_ENOSPC, "%s: a sequence's state of %zu B beside its runs (%zu B) "
+                    "exceeds the memory budget of %zu B", m->name, want, keep,
+                    as.memory_budget_bytes);
+    else
+      rc = es__fail(ES_EAGAIN, "%s: no room in the memory budget for %zu B more of the "
+                    "sequence's state beside its runs; retry after %u ms", m->name, grow,
+                    why->retry_after_ms);
+  } else {
+    rc = q->reserved ? es_admission_grow(rt->adm, &q->ticket, grow, why)
+                     : es_admission_reserve(rt->adm, model, want, &q->ticket, why);
+  }
+  if (rc < 0) {
+    pthread_mutex_lock(&rt->lock);
+    m->state_bytes -= grow;
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+  }
+  q->reserved = want;
   return 0;
 }
 
@@ -575,7 +617,8 @@ static int seq_block(es_runtime *rt, rt_seq *q, size_t total) {
 /* The sequence's turn for r (it is active): its state inputs bound, its
  * plan, the state's reservation, admission and the queue. 0: queued. On
  * failure r is not queued (the caller completes or discards it) and the
- * sequence's state is as before, but for a START, which has reset it. */
+ * sequence's state is as before, but for a START past its reservation,
+ * which has reset it. */
 static int seq_activate(es_runtime *rt, es_request *r, es_refusal *why) {
   rt_model *m = &rt->models[r->model];
   rt_seq *q = &m->seqs[r->seq_slot];
@@ -585,42 +628,28 @@ static int seq_activate(es_runtime *rt, es_request *r, es_refusal *why) {
                     m->name, (unsigned long long)r->seq_id);
   es_tensor in[ES_RT_MAX_IO];
   memcpy(in, r->inputs, (size_t)m->n_in * sizeof *in);
+  size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO], before = q->block_bytes;
   int rc;
   if (start) { /* the state the caller gave, else zeros of the configured shape */
-    size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO];
     for (int k = 0; k < m->n_states; k++) {
-      const es_tensor *t = &in[m->state_in[k]];
+      es_tensor *t = &in[m->state_in[k]];
       const es_tensor_info *z = &m->state_init[k];
       bytes[k] = 0;
       if (t->data)
         continue;
       if (z->rank < 0)
-        return es__fail(ES_EINVAL, "%s: state input '%s' has free dimensions: give it with the "
+        return es__fail(ES_EINVAL, "%s: state input '%s' has no known rank: give it with the "
                         "sequence's start, or configure its shape", m->name, z->name);
       bytes[k] = es_dtype_size(z->dtype);
       for (int d = 0; d < z->rank; d++)
         bytes[k] *= (size_t)z->dims[d];
-    }
-    size_t total = state_layout(bytes, m->n_states, off);
-    if ((rc = seq_reserve(rt, m, q, r->model, total, why)) < 0)
-      return rc;
-    q->has_state = 0;
-    if (seq_block(rt, q, total) < 0)
-      goto short_mem;
-    if (total)
-      memset(q->block, 0, total);
-    for (int k = 0; k < m->n_states; k++) {
-      es_tensor *t = &in[m->state_in[k]];
-      if (t->data)
-        continue;
-      const es_tensor_info *z = &m->state_init[k];
       t->dtype = z->dtype;
       t->rank = z->rank;
       memcpy(t->dims, z->dims, sizeof t->dims);
       t->nbytes = bytes[k];
-      t->data = bytes[k] ? (char *)q->block + off[k] : NULL;
+      t->data = bytes[k] ? (void *)in : NULL; /* for planning; the zeros' block below */
     }
-    q->ended = 0;
+    before = state_layout(bytes, m->n_states, off);
   } else {
     for (int k = 0; k < m->n_states; k++) {
       const char *nm = in[m->state_in[k]].name;
@@ -640,12 +669,30 @@ static int seq_activate(es_runtime *rt, es_request *r, es_refusal *why) {
       n *= (size_t)(oi.dims[d] > 0 ? oi.dims[d] : 0);
     after += es__align_up(n, RT_ALIGN);
   }
-  size_t need = after > q->block_bytes ? after : q->block_bytes;
-  if ((rc = seq_reserve(rt, m, q, r->model, need, why)) < 0)
+  size_t keep = (r->arena_bytes + r->out_bytes) * (size_t)rt->n_workers;
+  if ((rc = seq_reserve(rt, m, q, r->model, after > before ? after : before, keep, why)) < 0)
     return rc;
+  if (start) { /* the zeros go where the state will be */
+    q->has_state = 0;
+    if (seq_block(rt, q, before) < 0)
+      goto short_mem;
+    if (before)
+      memset(q->block, 0, before);
+    for (int k = 0; k < m->n_states; k++)
+      if (bytes[k])
+        r->inputs[m->state_in[k]].data = (char *)q->block + off[k];
+    q->ended = 0;
+  }
   if ((rc = arena_fits(rt, m, r, why)) < 0)
     return rc;
-  return request_admit(rt, m, r, why);
+  if ((rc = request_admit(rt, m, r, why)) < 0)
+    return rc;
+  if (start) { /* counted once admitted: a refused start began nothing */
+    pthread_mutex_lock(&rt->lock);
+    m->seq_started++;
+    pthread_mutex_unlock(&rt->lock);
+  }
+  return 0;
 
 short_mem:
   es_admission_refuse(rt->adm, r->model, ES_REFUSE_OVER_MEMORY, 0, why);
@@ -765,8 +812,6 @@ static int seq_submit(es_runtime *rt, rt_model *m, const es_submit *s, es_reques
                       (unsigned long long)s->sequence, q->waiting);
     return es__fail(ES_EAGAIN, "%s: %u sequences are live, its most", m->name, m->max_seqs);
   }
-  if (start)
-    m->seq_started++;
   r->seq_slot = (int)(q - m->seqs);
   q->last_ns = es__now_ns();
   if (q->busy) { /* its turn comes when the one before it completes */
@@ -1415,7 +1460,8 @@ static int configured_shapes(const rt_model *m, const es_model_config *cfg, es_t
 
 /* A model's state pairs, by index, with the shape of the zeros each state
  * starts from: the configured one (configured: the configured shapes in
- * input order, or NULL), else the model's when fixed. */
+ * input order, or NULL), else the model's with its free dimensions at 0
+ * (rank -1, unknown: the start must give it). */
 static int seq_config(rt_model *m, const es_model_config *cfg,
                       const es_tensor_info *configured) {
   if (cfg->n_states < 0 || cfg->n_states > ES_RT_MAX_IO || (cfg->n_states && !cfg->states))
@@ -1448,11 +1494,13 @@ static int seq_config(rt_model *m, const es_model_config *cfg,
                       es_dtype_name(ti.dtype), oi.name, es_dtype_name(oi.dtype));
     m->state_in[k] = in;
     m->state_out[k] = out;
+    /* A free dimension starts at 0: an empty history, as a KV cache's
+     * past length before the first token. */
     es_tensor_info z = configured ? configured[in] : ti;
     z.name = ti.name;
     for (int d = 0; d < z.rank; d++)
       if (z.dims[d] < 0)
-        z.rank = -1;
+        z.dims[d] = 0;
     m->state_init[k] = z;
   }
   m->n_states = cfg->n_states;
@@ -1460,6 +1508,7 @@ static int seq_config(rt_model *m, const es_model_config *cfg,
   m->seq_idle_ns = (uint64_t)(cfg->sequence_idle_ms ? cfg->sequence_idle_ms : 60000) * 1000000ull;
   m->state_reserve = cfg->state_reserve;
   m->state_max = cfg->state_max_bytes;
+  m->state_budget = cfg->state_budget_bytes;
   if (!m->n_states)
     return 0;
   m->seqs = es_mem_calloc(ES_MEM_RUNTIME, m->max_seqs, sizeof *m->seqs);

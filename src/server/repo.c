@@ -256,7 +256,8 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
 
 /* "sequence": {"states": {"h0": "hn", ...}, "max_sequences": 64,
  * "idle_timeout_ms": 60000, "reserve": "step" | "max",
- * "max_state_bytes": "1M"}: the model serves sequences (runtime.h). */
+ * "max_state_bytes": "1M", "state_budget_bytes": "64M"}: the model serves
+ * sequences (runtime.h). */
 static int sequence_from_json(srv_model *sm, json_t *o, const char *name, const char *src) {
   if (!json_is_object(o))
     return es__fail(ES_EINVAL, "%s: model '%s': sequence must be an object", src, name);
@@ -295,10 +296,10 @@ static int sequence_from_json(srv_model *sm, json_t *o, const char *name, const 
       if (sm->state_reserve < 0)
         return es__fail(ES_EINVAL, "%s: model '%s': sequence.reserve must be \"step\" or "
                         "\"max\"", src, name);
-    } else if (!strcmp(key, "max_state_bytes")) {
-      if (size_of(v, &sm->state_max_bytes) < 0)
-        return es__fail(ES_EINVAL, "%s: model '%s': sequence.max_state_bytes must be bytes "
-                        "(123, \"64K\", \"1M\")", src, name);
+    } else if (!strcmp(key, "max_state_bytes") || !strcmp(key, "state_budget_bytes")) {
+      if (size_of(v, key[0] == 'm' ? &sm->state_max_bytes : &sm->state_budget_bytes) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': sequence.%s must be bytes "
+                        "(123, \"64K\", \"1M\")", src, name, key);
     } else {
       return es__fail(ES_EINVAL, "%s: model '%s': unknown field \"sequence.%s\"", src, name,
                       key);
@@ -593,6 +594,7 @@ static int plain_load(es_server *s, const srv_model *sm, int *id) {
   mc.sequence_idle_ms = sm->sequence_idle_ms;
   mc.state_reserve = sm->state_reserve;
   mc.state_max_bytes = sm->state_max_bytes;
+  mc.state_budget_bytes = sm->state_budget_bytes;
   return es_runtime_model_load(s->rt, &mc, id);
 }
 

@@ -53,6 +53,7 @@ typedef struct srv_model {
   int sequence_idle_ms;
   int state_reserve;          /* ES_STATE_RESERVE_* */
   size_t state_max_bytes;
+  size_t state_budget_bytes;
   int pipeline;               /* SRV_PIPE_*: answers from an image */
   char member[3][ES_RT_NAME_MAX]; /* face: model; ocr: det, cls, rec ("" none) */
   char keys[1024];            /* ocr: the recogniser's character list */

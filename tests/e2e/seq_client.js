@@ -13,6 +13,19 @@
 //     "requests", "statuses": {...}, "max_diff": of y chunk by chunk and hn,
 //     cn at the end against the whole run}. Exit 0 whatever the result (the
 //     caller checks it), 2 on usage or transport errors.
+//   node seq_client.js load URL MODEL --streams N --steps S --seconds T
+//       [--abandon P] [--first ID] [--dim E]
+//     Growing state under load (tests/e2e/test_server_sequence_memory.sh):
+//     N streams, each starting sequence after sequence of the decoder step
+//     (x [1, 1, E], E 16; its KV cache is the state) and sending S steps,
+//     then sequence_end, or, with probability P, nothing more (left to the
+//     idle timeout). A refused request (429/503) is sent again after its
+//     Retry-After, at most 0.2 s (the state is untouched by a refusal); a
+//     step refused 5 times in a row gives its sequence up (left to the idle
+//     timeout, as a client that stops waiting), which is how sequences that
+//     all grow at once in a full budget make room again. For T seconds;
+//     then one JSON line: statuses, refusals without Retry-After, transport
+//     errors, sequences completed, abandoned and given up, steps answered.
 //   node seq_client.js infer URL MODEL T SEED [--sequence ID] [--start] [--end]
 //       [--with-state]
 //     one request (x of T steps from SEED; --with-state: h0 and c0 zeros
@@ -110,6 +123,55 @@ async function stream(url, o) {
   console.log(JSON.stringify({ ok, requests, statuses, max_diff: maxd }));
 }
 
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function load(url, o) {
+  const statuses = {};
+  let noRetryAfter = 0, transport = 0, completed = 0, abandoned = 0, gaveUp = 0, steps = 0;
+  const until = Date.now() + o.seconds * 1000;
+  let nextId = o.first;
+  let rng = 12345;
+  const rand = () => { rng = (rng * 1103515245 + 12345) % 2147483648; return rng / 2147483648; };
+  async function send(body, tries) { // until answered with something else than a refusal
+    for (let t = 1; ; t++) {
+      let r;
+      try { r = await post(url, body); } catch (e) { transport++; await sleep(50); continue; }
+      statuses[r.status] = (statuses[r.status] || 0) + 1;
+      if (r.status !== 429 && r.status !== 503) return r;
+      if (!r.retryAfter) noRetryAfter++;
+      if (Date.now() > until || t >= tries) return r;
+      await sleep(Math.min(200, 1000 * Number(r.retryAfter || 0.05)));
+    }
+  }
+  async function stream() {
+    while (Date.now() < until) {
+      const id = nextId++;
+      const abandon = rand() < o.abandon;
+      let ok = true;
+      for (let k = 0; k < o.steps && ok; k++) {
+        const body = {
+          inputs: [{ name: 'x', shape: [1, 1, o.dim], datatype: 'FP32',
+                     data: Array.from({ length: o.dim }, (_, i) => Math.sin(id + k + i)) }],
+          parameters: { sequence_id: id },
+        };
+        if (k === 0) body.parameters.sequence_start = true;
+        if (k === o.steps - 1 && !abandon) body.parameters.sequence_end = true;
+        const r = await send(body, k === 0 ? Infinity : 5);
+        ok = r.status === 200;
+        if (ok) steps++;
+        else if (k > 0 && Date.now() < until && (r.status === 429 || r.status === 503)) gaveUp++;
+      }
+      if (!ok) continue; // given up, cut off by the end of the run, or an error (counted)
+      if (abandon) abandoned++; else completed++;
+    }
+  }
+  const all = [];
+  for (let i = 0; i < o.streams; i++) all.push(stream());
+  await Promise.all(all);
+  console.log(JSON.stringify({ statuses, no_retry_after: noRetryAfter, transport, completed,
+                               abandoned, gave_up: gaveUp, steps }));
+}
+
 async function main() {
   const [cmd, base, model, ...rest] = process.argv.slice(2);
   if (!cmd || !base || !model) die('usage: see the top of the file');
@@ -122,6 +184,14 @@ async function main() {
       o[k] = v;
     }
     await stream(url, o);
+  } else if (cmd === 'load') {
+    const o = { streams: 8, steps: 16, seconds: 10, abandon: 0, first: 1, dim: 16 };
+    for (let i = 0; i < rest.length; i += 2) {
+      const k = rest[i].replace(/^--/, ''), v = Number(rest[i + 1]);
+      if (!(k in o) || !Number.isFinite(v)) die(`bad option ${rest[i]}`);
+      o[k] = v;
+    }
+    await load(url, o);
   } else if (cmd === 'infer') {
     const [steps, seed, ...flags] = rest;
     const opts = { withState: false };

@@ -351,11 +351,18 @@ static void test_order_and_growth(void **state) {
   for (int k = 0; k < N; k++)
     es_request_free(r[k]);
   assert_int_equal(reserved(rt), want);
-  /* a start without its state, which has a free dimension: refused */
+  /* a start without its state starts from an empty past (the free
+   * dimension at 0): the first state is the first step */
   es_tensor bad[2];
-  grow_inputs(bad, 0, NULL);
+  grow_inputs(bad, 5, NULL);
   es_request *q;
-  assert_int_equal(submit(rt, id, bad, 2, 8, ES_SEQ_START, &q), ES_EINVAL);
+  assert_int_equal(submit(rt, id, bad, 2, 8, ES_SEQ_START | ES_SEQ_END, &q), 0);
+  assert_int_equal(es_request_wait(q, -1), 0);
+  es_tensor p;
+  out_of(q, 0, &p);
+  assert_int_equal(p.dims[1], 1);
+  assert_true(((const float *)p.data)[0] == (float)(5 * STEP));
+  es_request_free(q);
   /* the state input given after the start: refused */
   grow_inputs(bad, 0, past0);
   assert_int_equal(submit(rt, id, bad, 2, 7, 0, &q), ES_EINVAL);

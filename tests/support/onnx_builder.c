@@ -3,7 +3,9 @@
  * builder itself, and a test can edit any field before packing. */
 #include "es_test.h"
 
+#include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "support/onnx_builder.h"
@@ -408,4 +410,38 @@ void ob_seq_lstm(ob *b) {
   ob_output(b, "y");
   ob_output(b, "hn");
   ob_output(b, "cn");
+}
+
+float *ob_seq_decoder(ob *b, int d) {
+  enum { E = OB_DEC_E, V = OB_DEC_V };
+  size_t nw = (size_t)3 * E * d + (size_t)d * V + 1;
+  float *w = malloc(nw * sizeof *w);
+  assert_non_null(w);
+  for (size_t i = 0; i + 1 < nw; i++)
+    w[i] = (float)((int)((i * 2654435761u) % 2001u) - 1000) / 1000.0f;
+  w[nw - 1] = 1.0f / sqrtf((float)d);
+  ob_input(b, "x", 3, (int64_t[]){1, 1, E});
+  ob_input(b, "past_k", 3, (int64_t[]){1, -1, d});
+  ob_input(b, "past_v", 3, (int64_t[]){1, -1, d});
+  ob_init_f32(b, "Wq", 2, (int64_t[]){E, d}, w);
+  ob_init_f32(b, "Wk", 2, (int64_t[]){E, d}, w + (size_t)E * d);
+  ob_init_f32(b, "Wv", 2, (int64_t[]){E, d}, w + (size_t)2 * E * d);
+  ob_init_f32(b, "Wo", 2, (int64_t[]){d, V}, w + (size_t)3 * E * d);
+  ob_init_f32(b, "scale", 0, NULL, w + nw - 1);
+  ob_node(b, "MatMul", "q", 2, "x", "Wq");
+  ob_node(b, "MatMul", "k", 2, "x", "Wk");
+  ob_node(b, "MatMul", "v", 2, "x", "Wv");
+  ob_attr_int(b, ob_node(b, "Concat", "present_k", 2, "past_k", "k"), "axis", 1);
+  ob_attr_int(b, ob_node(b, "Concat", "present_v", 2, "past_v", "v"), "axis", 1);
+  static const int64_t perm[3] = {0, 2, 1}; /* attribute values must outlive packing */
+  ob_attr_ints(b, ob_node(b, "Transpose", "kt", 1, "present_k"), "perm", 3, perm);
+  ob_node(b, "MatMul", "s", 2, "q", "kt");
+  ob_node(b, "Mul", "ss", 2, "s", "scale");
+  ob_attr_int(b, ob_node(b, "Softmax", "p", 1, "ss"), "axis", -1);
+  ob_node(b, "MatMul", "a", 2, "p", "present_v");
+  ob_node(b, "MatMul", "y", 2, "a", "Wo");
+  ob_output(b, "y");
+  ob_output(b, "present_k");
+  ob_output(b, "present_v");
+  return w;
 }

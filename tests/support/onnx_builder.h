@@ -99,6 +99,15 @@ void ob_attr_graph(ob *b, int node, const char *name, Onnx__GraphProto *g);
 #define OB_SEQ_F 8
 #define OB_SEQ_H 16
 void ob_seq_lstm(ob *b);
+/* A one-layer, one-head decoder step with a KV cache, the growing state of
+ * the sequence tests: x [1, 1, OB_DEC_E] (the new token's embedding),
+ * past_k and past_v [1, T, d] (T free) -> y [1, 1, OB_DEC_V] (logits of
+ * attention over the past and the token), present_k and present_v
+ * [1, T + 1, d]: each step's state grows by 2 d floats. Returns the
+ * weights (malloc'ed; free them after packing). b: empty, opset 13. */
+#define OB_DEC_E 16
+#define OB_DEC_V 32
+float *ob_seq_decoder(ob *b, int d);
 
 /* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
 
