@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Exports the model zoo: torchvision's architectures with random weights, to
 # ONNX, into .cache/zoo (scripts/zoo/export.py; its options pass through, e.g.
-# --all for the extra models, --models a,b). Installs Debian's PyTorch and
+# --all for the extra models, --models a,b), then the tiny decoder with a KV
+# cache (scripts/zoo/export_decoder.py). Installs Debian's PyTorch and
 # torchvision first (scripts/setup/deps.sh --zoo). Models already exported
 # with the same torch version, opset and variant are skipped.
 #   scripts/zoo/export.sh [export.py options]
@@ -10,4 +11,6 @@ cd "$(dirname "$0")/../.."
 scripts/setup/deps.sh --zoo
 # Debian's interpreter: its dist-packages hold python3-torch, whatever
 # python3 comes first on PATH.
-exec /usr/bin/python3 scripts/zoo/export.py "$@"
+/usr/bin/python3 scripts/zoo/export.py "$@"
+# The decoder with a KV cache the sequence tests serve (a few seconds).
+exec /usr/bin/python3 scripts/zoo/export_decoder.py

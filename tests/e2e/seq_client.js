@@ -26,6 +26,13 @@
 //     all grow at once in a full budget make room again. For T seconds;
 //     then one JSON line: statuses, refusals without Retry-After, transport
 //     errors, sequences completed, abandoned and given up, steps answered.
+//   node seq_client.js replay URL MODEL IDS.npy LOGITS.npy [--sequence ID]
+//     A decoder with a KV cache as its state (scripts/zoo/export_decoder.py:
+//     ids [1, 1] int64 a step): the tokens of IDS fed one request at a time
+//     as one sequence (start on the first, end on the last), each step's
+//     logits against LOGITS [steps, vocab] (PyTorch's). Prints {"ok",
+//     "steps", "statuses", "max_diff", "range"}: ok when every step is 200
+//     and max |diff| <= 1e-4 x max(1, range of the reference).
 //   node seq_client.js infer URL MODEL T SEED [--sequence ID] [--start] [--end]
 //       [--with-state]
 //     one request (x of T steps from SEED; --with-state: h0 and c0 zeros
@@ -172,6 +179,31 @@ async function load(url, o) {
                                abandoned, gave_up: gaveUp, steps }));
 }
 
+async function replay(url, idsPath, logitsPath, sequence) {
+  const npy = require('../../scripts/ort/npy.js');
+  const ids = npy.read(idsPath), ref = npy.read(logitsPath);
+  const steps = ids.shape[0], vocab = ref.shape[1];
+  let lo = Infinity, hi = -Infinity, maxd = 0;
+  for (const v of ref.data) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+  const statuses = {};
+  for (let k = 0; k < steps; k++) {
+    const body = {
+      inputs: [{ name: 'ids', shape: [1, 1], datatype: 'INT64', data: [Number(ids.data[k])] }],
+      parameters: { sequence_id: sequence },
+    };
+    if (k === 0) body.parameters.sequence_start = true;
+    if (k === steps - 1) body.parameters.sequence_end = true;
+    const r = await post(url, body);
+    statuses[r.status] = (statuses[r.status] || 0) + 1;
+    const got = output(r, 'logits');
+    if (r.status !== 200 || !got || got.length !== vocab) { maxd = Infinity; break; }
+    for (let i = 0; i < vocab; i++) maxd = Math.max(maxd, Math.abs(got[i] - ref.data[k * vocab + i]));
+  }
+  const range = hi - lo;
+  const ok = maxd <= 1e-4 * Math.max(1, range) && statuses[200] === steps;
+  console.log(JSON.stringify({ ok, steps, statuses, max_diff: maxd, range }));
+}
+
 async function main() {
   const [cmd, base, model, ...rest] = process.argv.slice(2);
   if (!cmd || !base || !model) die('usage: see the top of the file');
@@ -192,6 +224,10 @@ async function main() {
       o[k] = v;
     }
     await load(url, o);
+  } else if (cmd === 'replay') {
+    const [ids, logits, flag, id] = rest;
+    if (!ids || !logits || (flag && flag !== '--sequence')) die('usage: replay URL MODEL IDS LOGITS');
+    await replay(url, ids, logits, id ? Number(id) : 1);
   } else if (cmd === 'infer') {
     const [steps, seed, ...flags] = rest;
     const opts = { withState: false };
