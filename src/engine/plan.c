@@ -1008,8 +1008,10 @@ static const void *loc_ptr(const loc *l, unsigned char *base, const es_tensor *i
   switch (l->kind) {
   case LOC_STATIC:
     return l->ptr;
-  case LOC_INPUT:
-    return inputs[l->input].data;
+  case LOC_INPUT: /* an empty input may come without data: kernels get a
+                     valid pointer for every tensor (memcpy of 0 bytes from
+                     NULL is still undefined) */
+    return inputs[l->input].data ? inputs[l->input].data : base;
   case LOC_ARENA:
     return base + l->offset;
   default:

@@ -14,7 +14,7 @@
  * allocates nothing, writes nothing but out[] and scratch, and only reads
  * k (so one plan serves any number of threads at once). Buffers: outputs and
  * scratch are 64-byte aligned and never NULL (even for 0 bytes); inputs are
- * at least 4-byte aligned; an output never overlaps an input unless infer allowed it through k->inplace, in
+ * at least 4-byte aligned and never NULL either; an output never overlaps an input unless infer allowed it through k->inplace, in
  * which case out[0] == in[k->inplace] exactly.
  *
  * Errors: ES_EMODEL (bad attribute or input for this op) or ES_ENOTSUP (a

@@ -142,7 +142,12 @@ async function load(url, o) {
   async function send(body, tries) { // until answered with something else than a refusal
     for (let t = 1; ; t++) {
       let r;
-      try { r = await post(url, body); } catch (e) { transport++; await sleep(50); continue; }
+      try { r = await post(url, body); } catch (e) {
+        transport++;
+        if (Date.now() > until) return { status: 0 };
+        await sleep(50);
+        continue;
+      }
       statuses[r.status] = (statuses[r.status] || 0) + 1;
       if (r.status !== 429 && r.status !== 503) return r;
       if (!r.retryAfter) noRetryAfter++;

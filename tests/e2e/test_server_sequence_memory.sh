@@ -11,7 +11,7 @@
 # margin (48M; 32M more under ASan), as in test_server_overload.sh.
 # Phase 2, once per reservation mode ("max": 1M reserved at each start;
 # "step": reserved as the state grows), offers 3x that capacity: 48
-# streams of 16-step sequences for 8 s (tests/e2e/seq_client.js load; a
+# streams of 16-step sequences for 8 s (20 s under ASan; tests/e2e/seq_client.js load; a
 # quarter of the sequences are left without sequence_end, for the idle
 # timeout of 2 s; a step refused 5 times in a row is given up) and checks:
 #   - every answer is 200, 429 or 503, no transport error, and every 429 or
@@ -36,8 +36,10 @@ work=$(mktemp -d)
 MiB=$((1 << 20))
 budget=$((24 * MiB))
 margin=$((48 * MiB))
+seconds=8
 if grep -qa __asan_init "$es"; then
   margin=$((margin + 32 * MiB))
+  seconds=20 # a step takes ~10x longer: sequences need the time to finish
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   [[ $ASAN_OPTIONS == *quarantine_size_mb* ]] || ASAN_OPTIONS="$ASAN_OPTIONS:quarantine_size_mb=16"
 fi
@@ -120,7 +122,7 @@ for mode in max step; do
   echo "$limit" >"$cg/$f_limit" || { notok "cannot set $f_limit to $limit"; exit 1; }
   oom0=$(oom_kills)
   start_server "$mode" || exit 1
-  res=$(node "$client" load "$url" dec --streams 48 --steps 16 --seconds 8 --abandon 0.25 \
+  res=$(node "$client" load "$url" dec --streams 48 --steps 16 --seconds $seconds --abandon 0.25 \
     --first 1000)
   echo "# $mode: $res"
   check "$mode: only 200, 429 and 503, no transport error" \
