@@ -39,7 +39,17 @@
  * with a byte reservation and no slot (es_admission_reserve), queued and
  * expired like the others. The reservation lives in the handle, so memory
  * a task hands to its caller (a decoded image) stays budgeted until the
- * caller frees the handle. */
+ * caller frees the handle.
+ *
+ * Sequences (runtime.h): a model with state pairs keeps a table of live
+ * sequences, each with its state in one buddy block under a byte
+ * reservation of its own. One request of a sequence is active at a time;
+ * the others wait in the sequence's line (RQ_PARKED), outside the queues
+ * and without admission, because their inputs (the state) and so their
+ * plan and bytes are known only when the one before completes. Completion
+ * (complete_locked, under the lock) hands the sequence to the next in line
+ * by putting it on rt->activate; finish_list, which every path that
+ * completes requests calls outside the lock, plans and admits it there. */
 #include "edgeserve/runtime.h"
 #include "common/internal.h"
 
@@ -396,31 +406,29 @@ static int seq_activate_next(es_runtime *rt, es_request **done);
  * sequence requests whose turn came meanwhile are planned and queued (a
  * refusal completes one, which goes round again). */
 static void finish_list(es_runtime *rt, es_request *list) {
-  for (;;) {
-  while (list) {
-    es_request *r = list;
-    list = r->next;
-    r->next = NULL;
-    int last = 1; /* a request without callback is here only as the last ref */
-    if (r->on_done) {
-      r->on_done(r->user, r);
+  do {
+    while (list) {
+      es_request *r = list;
+      list = r->next;
+      r->next = NULL;
+      int last = 1; /* a request without callback is here only as the last ref */
+      if (r->on_done) {
+        r->on_done(r->user, r);
+        pthread_mutex_lock(&rt->lock);
+        r->settled = 1;
+        pthread_cond_broadcast(&r->cv);
+        last = --r->refs == 0;
+        pthread_mutex_unlock(&rt->lock);
+      }
+      if (last)
+        request_destroy(r);
       pthread_mutex_lock(&rt->lock);
-      r->settled = 1;
-      pthread_cond_broadcast(&r->cv);
-      last = --r->refs == 0;
+      rt->finishing--;
+      if (all_idle(rt))
+        pthread_cond_broadcast(&rt->idle_cv);
       pthread_mutex_unlock(&rt->lock);
     }
-    if (last)
-      request_destroy(r);
-    pthread_mutex_lock(&rt->lock);
-    rt->finishing--;
-    if (all_idle(rt))
-      pthread_cond_broadcast(&rt->idle_cv);
-    pthread_mutex_unlock(&rt->lock);
-  }
-  if (!seq_activate_next(rt, &list))
-    return;
-  }
+  } while (seq_activate_next(rt, &list));
 }
 
 /* ---- sequences -------------------------------------------------------------- */
