@@ -280,6 +280,14 @@ ES_API void es_engine_profile_set(int on);
 ES_API int es_plan_profile(const es_plan *p,
                     void (*fn)(void *user, const char *op, int nodes, double ms_per_run),
                     void *user);
+/* Per node, in run order: its label ("node 'name' (#12 Conv)"; a step the
+ * planner added, such as a layout conversion, has its own), mean
+ * milliseconds per profiled run, and its floating-point operations per run
+ * (0 for the nodes that do not count them). fn is called once per step. */
+ES_API int es_plan_profile_nodes(const es_plan *p,
+                                 void (*fn)(void *user, const char *label, double ms_per_run,
+                                            uint64_t flops),
+                                 void *user);
 
 /* Floating-point operations per run of the compute-heavy nodes (Conv,
  * ConvTranspose, MatMul: 2 x multiply-adds), for GFLOP/s figures. */

@@ -55,7 +55,8 @@ static void bench_usage(FILE *f) {
           "latency over N runs (default 50, after 5 warm-up runs), GFLOP/s of\n"
           "Conv/ConvTranspose/MatMul, peak RSS and the planned arena bytes. --threads\n"
           "sets the intra-op threads of a request (default 1). --profile also times\n"
-          "every node and prints the time per operator type. --load-twice loads and\n"
+          "every node and prints the time per operator type and the ten slowest\n"
+          "nodes (with GFLOP/s where counted). --load-twice loads and\n"
           "plans the model once and lets it go before the measured load and plan:\n"
           "the second pair's times (load2/plan2) are the engine's work on memory\n"
           "this process has just used, which a virtual machine whose host backs\n"
@@ -92,6 +93,31 @@ static void bench_usage(FILE *f) {
 static void print_profile(void *user, const char *op, int nodes, double ms) {
   (void)user;
   printf("  %-20s %4d nodes %9.3f ms\n", op, nodes, ms);
+}
+
+/* The slowest nodes: kept sorted, at most PROFILE_TOP. */
+#define PROFILE_TOP 10
+typedef struct slow_nodes {
+  int n;
+  struct {
+    char label[120];
+    double ms;
+    uint64_t flops;
+  } v[PROFILE_TOP];
+} slow_nodes;
+
+static void keep_slow(void *user, const char *label, double ms, uint64_t flops) {
+  slow_nodes *t = user;
+  if (t->n == PROFILE_TOP && ms <= t->v[PROFILE_TOP - 1].ms)
+    return;
+  int at = t->n < PROFILE_TOP ? t->n++ : PROFILE_TOP - 1;
+  while (at > 0 && t->v[at - 1].ms < ms) {
+    t->v[at] = t->v[at - 1];
+    at--;
+  }
+  snprintf(t->v[at].label, sizeof t->v[at].label, "%s", label);
+  t->v[at].ms = ms;
+  t->v[at].flops = flops;
 }
 
 static int parse_real(const char *s, double lo, double hi, double *out) {
@@ -206,6 +232,17 @@ static int bench_inproc(const bench_args *ba) {
   if (ba->profile && !ba->json) {
     printf("profile (ms per run, by operator; timing adds a little to each node):\n");
     es_plan_profile(s.plan, print_profile, NULL);
+    slow_nodes top = {0};
+    es_plan_profile_nodes(s.plan, keep_slow, &top);
+    printf("slowest nodes (ms per run; GFLOP/s where the node counts its work):\n");
+    for (int i = 0; i < top.n; i++) {
+      printf("  %9.3f ms  ", top.v[i].ms);
+      if (top.v[i].flops && top.v[i].ms > 0)
+        printf("%6.1f GFLOP/s  ", (double)top.v[i].flops / (top.v[i].ms * 1e6));
+      else
+        printf("%15s", "");
+      printf("%s\n", top.v[i].label);
+    }
   }
   status = 0;
 out:

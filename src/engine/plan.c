@@ -978,6 +978,20 @@ int es_plan_profile(const es_plan *p,
   return 0;
 }
 
+int es_plan_profile_nodes(const es_plan *p,
+                          void (*fn)(void *user, const char *label, double ms_per_run,
+                                     uint64_t flops),
+                          void *user) {
+  if (!plan_ok(p) || !fn)
+    return es__fail(ES_EINVAL, "es_plan_profile_nodes: bad argument");
+  uint64_t runs = atomic_load(&p->step_ns[p->n_steps]);
+  for (int s = 0; s < p->n_steps; s++)
+    fn(user, p->steps[s].k.label,
+       runs ? (double)atomic_load(&p->step_ns[s]) / 1e6 / (double)runs : 0,
+       p->steps[s].k.flops);
+  return 0;
+}
+
 static void info_from(const es_tdesc *t, const char *name, es_tensor_info *out) {
   out->name = name;
   out->dtype = t->dtype;

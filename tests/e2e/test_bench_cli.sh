@@ -3,7 +3,8 @@
 # target model): one JSON line whose arena equals what `inspect --shape`
 # plans; --load-twice adds the second load and plan's times (and only then);
 # --load-twice with --concurrency is a usage error (exit 2); a missing model
-# is an error that names it (exit 1). Times are only checked to be numbers
+# is an error that names it (exit 1); --profile lists the ten slowest nodes
+# in order. Times are only checked to be numbers
 # above 0, never compared.
 #   test_bench_cli.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
@@ -46,6 +47,14 @@ grep -q -- '--load-twice is for the in-process mode' "$work/usage.txt" || bad "u
 rc=$?
 [ $rc -eq 1 ] || bad "a missing model exited $rc, not 1"
 grep -q 'none.onnx' "$work/missing.txt" || bad "the error does not name the file: $(cat "$work/missing.txt")"
+
+# --profile: the table per operator, then the ten slowest nodes, slowest
+# first, each with its time (and GFLOP/s where the node counts its work).
+"$es" bench "$model" --iters 3 --warmup 0 --profile >"$work/profile.txt" 2>&1 || bad "bench --profile exited $?"
+sed -n '/^slowest nodes/,$p' "$work/profile.txt" | tail -n +2 >"$work/slow.txt"
+[ "$(wc -l <"$work/slow.txt")" -eq 10 ] || bad "not 10 slowest nodes: $(cat "$work/profile.txt")"
+awk '{print $1}' "$work/slow.txt" | sort -g -r -c 2>/dev/null || bad "slowest nodes not in order: $(cat "$work/slow.txt")"
+grep -q "GFLOP/s  node '.*' (#[0-9]* Conv)" "$work/slow.txt" || bad "no Conv with its GFLOP/s among them"
 
 [ $fail -eq 0 ] && echo "test_bench_cli: ok"
 exit $fail
