@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sequences over KServe v2, end to end: `edgeserve serve` on a repository
 # holding a stateful LSTM (tests/e2e/seq_model.c) configured with its state
-# pairs (h0 -> hn, c0 -> cn), at most 12 live sequences, idle timeout 5 s.
+# pairs (h0 -> hn, c0 -> cn), at most 12 live sequences, idle timeout 10 s
+# (long enough for 13 client runs to start sequences under a sanitizer on a
+# busy machine before the first expires).
 #   1. 12 sequences streamed in 5 chunks each, all at once, give what one
 #      whole-sequence run of each gives (max diff 1e-5), every request 200;
 #   2. then: no sequence live, 12 started and 12 ended in /metrics, state
@@ -50,7 +52,7 @@ mkdir -p "$work/repo/lstm"
 "$mk" "$work/repo/lstm/model.onnx" || { echo "not ok - es_seq_model wrote the model"; exit 1; }
 cat >"$work/repo/lstm/config.json" <<'EOF'
 {"sequence": {"states": {"h0": "hn", "c0": "cn"}, "max_sequences": 12,
-              "idle_timeout_ms": 5000}}
+              "idle_timeout_ms": 10000}}
 EOF
 "$es" serve --model-repository "$work/repo" --port 0 --workers 2 --memory 256M \
   >"$work/out" 2>"$work/err" &
@@ -104,7 +106,7 @@ check "the 13th start: 429 with Retry-After ($(field "$r" j.error))" \
   test "$(field "$r" j.status)" = 429 -a "$(field "$r" j.retry_after)" != null
 check "12 sequences live" test "$(metric edgeserve_sequences_live)" = 12
 check "their state: 12 x 2 x 64 bytes" test "$(metric edgeserve_sequence_state_bytes)" = 1536
-for ((i = 0; i < 200; i++)); do
+for ((i = 0; i < 300; i++)); do
   [ "$(metric edgeserve_sequences_live)" = 0 ] && break
   sleep 0.1
 done

@@ -383,7 +383,7 @@ static void test_reserve_max_limits_and_idle(void **state) {
   (void)state;
   size_t max = 4 * STEP * sizeof(float); /* room for 4 steps */
   es_runtime *rt = rt_new((size_t)1 << 20, 10);
-  int id = load_grow(rt, ES_STATE_RESERVE_MAX, max, 150);
+  int id = load_grow(rt, ES_STATE_RESERVE_MAX, max, 400);
   float past0[STEP] = {0};
   es_tensor in[2];
   es_request *r;
@@ -412,8 +412,8 @@ static void test_reserve_max_limits_and_idle(void **state) {
   assert_int_equal(es_runtime_submit(rt, &s, &r, &why), ES_EAGAIN);
   assert_int_equal(why.reason, ES_REFUSE_OVER_CONCURRENCY);
   assert_true(why.retry_after_ms > 0);
-  /* idle past 150 ms: both are evicted, their memory back */
-  for (int i = 0; i < 100 && mstats(rt, id).sequences; i++)
+  /* idle past 400 ms: both are evicted, their memory back */
+  for (int i = 0; i < 250 && mstats(rt, id).sequences; i++)
     usleep(20000);
   es_runtime_model_stats ms = mstats(rt, id);
   assert_int_equal(ms.sequences, 0);
