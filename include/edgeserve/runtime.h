@@ -383,7 +383,7 @@ typedef struct es_runtime_config {
 /* Sequences (the semantics of Triton's sequence batcher). A model
  * configured with states (pairs of an input and an output, such as an
  * LSTM's h0 -> hn) serves sequences: requests with the same
- * es_submit.sequence id.
+ * es_submit.sequence id, or the same string es_submit.sequence_key.
  *   - ES_SEQ_START begins one (or restarts a live one). Its state inputs
  *     are the caller's when given (data set), else zeros of the configured
  *     shape (es_model_config.shapes), or of the model's with each free
@@ -427,6 +427,7 @@ enum {
 
 /* es_submit.sequence_flags */
 enum { ES_SEQ_START = 1, ES_SEQ_END = 2 };
+#define ES_SEQ_KEY_MAX 128 /* a string sequence id: at most 127 bytes */
 
 typedef struct es_model_config {
   const char *name;          /* unique, at most ES_RT_NAME_MAX-1 bytes */
@@ -488,6 +489,9 @@ typedef struct es_submit {
   uint64_t sequence;         /* a model with states: the sequence this
                                 request belongs to (0: none, every state
                                 input given by the caller) */
+  const char *sequence_key;  /* or its id as a string (1 to
+                                ES_SEQ_KEY_MAX - 1 bytes; with sequence 0):
+                                its own namespace, compared whole */
   unsigned sequence_flags;   /* ES_SEQ_START, ES_SEQ_END */
 } es_submit;
 

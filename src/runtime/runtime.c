@@ -81,7 +81,9 @@ enum { SLOT_FREE = 0, SLOT_LOADING, SLOT_LIVE, SLOT_UNLOADING };
  * rt->lock, but for the state block, which only the sequence's active
  * request touches (one at a time), outside it. */
 typedef struct rt_seq {
-  uint64_t id;               /* 0: a free slot */
+  int used;                  /* 0: a free slot */
+  uint64_t id;               /* the caller's id, or 0 with key */
+  char key[ES_SEQ_KEY_MAX];  /* the caller's string id, or "" with id */
   int busy;                  /* one of its requests is active: being
                                 planned, queued or running */
   int has_state;             /* state[] holds the last request's outputs */
@@ -210,6 +212,7 @@ struct es_request {
   int seq_slot;      /* its sequence's slot in the model, or -1 */
   int seq_active;    /* it holds the sequence (busy) */
   uint64_t seq_id;
+  char seq_key[ES_SEQ_KEY_MAX];
   unsigned seq_flags;
   pthread_cond_t cv;
   es_request *prev, *next; /* queue links, then the completion list */
@@ -448,11 +451,30 @@ static size_t state_layout(const size_t *bytes, int n, size_t *off) {
   return at;
 }
 
-static rt_seq *seq_find_locked(rt_model *m, uint64_t id) {
+/* The live sequence of that id (key NULL) or string id, or NULL. */
+static rt_seq *seq_find_locked(rt_model *m, uint64_t id, const char *key) {
+  for (unsigned i = 0; i < m->max_seqs; i++) {
+    rt_seq *q = &m->seqs[i];
+    if (q->used && q->id == id && !strcmp(q->key, key ? key : ""))
+      return q;
+  }
+  return NULL;
+}
+
+static rt_seq *seq_free_slot_locked(rt_model *m) {
   for (unsigned i = 0; i < m->max_seqs; i++)
-    if (m->seqs[i].id == id)
+    if (!m->seqs[i].used)
       return &m->seqs[i];
   return NULL;
+}
+
+/* "sequence 12" or "sequence 'abc'", for messages. */
+static const char *seq_name(const es_request *r, char *buf, size_t size) {
+  if (r->seq_key[0])
+    snprintf(buf, size, "sequence '%s'", r->seq_key);
+  else
+    snprintf(buf, size, "sequence %llu", (unsigned long long)r->seq_id);
+  return buf;
 }
 
 /* The slot's state and reservation go back; the slot is free. */
@@ -471,7 +493,7 @@ static void seq_free_locked(es_runtime *rt, rt_model *m, rt_seq *q) {
 static void seq_evict_locked(es_runtime *rt, rt_model *m, uint64_t now) {
   for (unsigned i = 0; m->seqs && i < m->max_seqs; i++) {
     rt_seq *q = &m->seqs[i];
-    if (q->id && !q->busy && now - q->last_ns >= m->seq_idle_ns) {
+    if (q->used && !q->busy && now - q->last_ns >= m->seq_idle_ns) {
       seq_free_locked(rt, m, q);
       m->seq_evicted++;
     }
@@ -631,9 +653,10 @@ static int seq_activate(es_runtime *rt, es_request *r, es_refusal *why) {
   rt_model *m = &rt->models[r->model];
   rt_seq *q = &m->seqs[r->seq_slot];
   int start = (r->seq_flags & ES_SEQ_START) != 0;
+  char sname[ES_SEQ_KEY_MAX + 16];
   if (!start && (q->ended || !q->has_state))
-    return es__fail(ES_ENOENT, "%s: sequence %llu is not live (it ended, or its start failed)",
-                    m->name, (unsigned long long)r->seq_id);
+    return es__fail(ES_ENOENT, "%s: %s is not live (it ended, or its start failed)", m->name,
+                    seq_name(r, sname, sizeof sname));
   es_tensor in[ES_RT_MAX_IO];
   memcpy(in, r->inputs, (size_t)m->n_in * sizeof *in);
   size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO], before = q->block_bytes;
@@ -722,9 +745,9 @@ static int seq_keep_state(es_runtime *rt, es_request *r) {
   if (seq_block(rt, q, total) < 0) {
     q->has_state = 0;
     q->ended = 1;
-    return es__fail(ES_ENOMEM, "%s: sequence %llu ran, but the buddy pool had no %zu B block "
-                    "for its state: the sequence has ended", m->name,
-                    (unsigned long long)r->seq_id, total);
+    char nm[ES_SEQ_KEY_MAX + 16];
+    return es__fail(ES_ENOMEM, "%s: %s ran, but the buddy pool had no %zu B block for its "
+                    "state: the sequence has ended", m->name, seq_name(r, nm, sizeof nm), total);
   }
   for (int k = 0; k < m->n_states; k++) {
     const es_tensor *o = &r->outputs[m->state_out[k]];
@@ -785,25 +808,30 @@ static int seq_submit(es_runtime *rt, rt_model *m, const es_submit *s, es_reques
     }
   memcpy(r->inputs, s->inputs, (size_t)m->n_in * sizeof *r->inputs);
   r->seq_id = s->sequence;
+  if (s->sequence_key)
+    snprintf(r->seq_key, sizeof r->seq_key, "%s", s->sequence_key);
   r->seq_flags = s->sequence_flags;
+  char nm[ES_SEQ_KEY_MAX + 16];
+  seq_name(r, nm, sizeof nm);
   pthread_mutex_lock(&rt->lock);
-  rt_seq *q = seq_find_locked(m, s->sequence);
+  rt_seq *q = seq_find_locked(m, r->seq_id, r->seq_key);
   if (!q && !start) {
     pthread_mutex_unlock(&rt->lock);
     request_discard(rt, m, r);
-    return es__fail(ES_ENOENT, "%s: sequence %llu is not live (never started, ended, or idle "
-                    "past its timeout): start it with sequence_start", m->name,
-                    (unsigned long long)s->sequence);
+    return es__fail(ES_ENOENT, "%s: %s is not live (never started, ended, or idle past its "
+                    "timeout): start it with sequence_start", m->name, nm);
   }
   int reason = 0;
   if (!q) {
     if (m->live_seqs >= m->max_seqs)
       seq_evict_locked(rt, m, es__now_ns());
-    q = seq_find_locked(m, 0);
+    q = seq_free_slot_locked(m);
     if (!q)
       reason = ES_REFUSE_OVER_CONCURRENCY;
     else {
-      q->id = s->sequence;
+      q->used = 1;
+      q->id = r->seq_id;
+      memcpy(q->key, r->seq_key, sizeof q->key);
       m->live_seqs++;
     }
   }
@@ -816,8 +844,7 @@ static int seq_submit(es_runtime *rt, rt_model *m, const es_submit *s, es_reques
     es_admission_refuse(rt->adm, r->model, reason, backlog, why);
     request_discard(rt, m, r);
     if (reason == ES_REFUSE_QUEUE_FULL)
-      return es__fail(ES_EAGAIN, "%s: sequence %llu has %u requests waiting", m->name,
-                      (unsigned long long)s->sequence, q->waiting);
+      return es__fail(ES_EAGAIN, "%s: %s has %u requests waiting", m->name, nm, q->waiting);
     return es__fail(ES_EAGAIN, "%s: %u sequences are live, its most", m->name, m->max_seqs);
   }
   r->seq_slot = (int)(q - m->seqs);
@@ -1414,7 +1441,7 @@ static void lane_recompute_locked(es_runtime *rt, int lane) {
 static void unload_slot(es_runtime *rt, rt_model *m) {
   pthread_mutex_lock(&rt->lock);
   for (unsigned i = 0; m->seqs && i < m->max_seqs; i++)
-    if (m->seqs[i].id)
+    if (m->seqs[i].used)
       seq_free_locked(rt, m, &m->seqs[i]);
   pthread_mutex_unlock(&rt->lock);
   es_mem_free(m->seqs);
@@ -1999,7 +2026,13 @@ int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **out, es_r
     return es__fail(ES_ENOMEM, "es_runtime_submit: no memory for the request");
   }
   r->n_in = s->n_inputs;
-  if (s->sequence) {
+  if (s->sequence || s->sequence_key) {
+    if ((s->sequence && s->sequence_key) ||
+        (s->sequence_key && (!s->sequence_key[0] || strlen(s->sequence_key) >= ES_SEQ_KEY_MAX))) {
+      request_discard(rt, m, r);
+      return es__fail(ES_EINVAL, "es_runtime_submit: a sequence has a number or a string of 1 "
+                      "to %d bytes as its id, not both", ES_SEQ_KEY_MAX - 1);
+    }
     rc = seq_submit(rt, m, s, r, why);
     if (rc == 0)
       *out = r;

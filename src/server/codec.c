@@ -1560,11 +1560,19 @@ static int parse_top(const json_t *root, es_v2_request *r, es_v2_err *e) {
       return v2_fail(e, ES_EINVAL, "parameters.binary_data_output is not true or false");
     r->binary_output = json_is_true(v);
   }
-  /* Sequences (Triton's sequence batcher): a numeric id; string ids are
-   * not taken, since a hash of them could make two sequences one. */
+  /* Sequences (Triton's sequence batcher): the id is a positive integer or
+   * a string, each its own namespace (12 and "12" are two sequences). */
   if ((v = json_object_get(pa, "sequence_id")) != NULL) {
-    if (get_uint(v, &r->sequence_id) || r->sequence_id == 0)
-      return v2_fail(e, ES_EINVAL, "parameters.sequence_id is not a positive integer");
+    if (json_is_string(v)) {
+      size_t n = json_string_length(v);
+      if (n == 0 || n >= ES_SEQ_KEY_MAX || strlen(json_string_value(v)) != n)
+        return v2_fail(e, ES_EINVAL, "parameters.sequence_id is a string of %zu bytes: 1 to %d "
+                       "without NUL are allowed", n, ES_SEQ_KEY_MAX - 1);
+      memcpy(r->sequence_key, json_string_value(v), n + 1);
+    } else if (get_uint(v, &r->sequence_id) || r->sequence_id == 0) {
+      return v2_fail(e, ES_EINVAL, "parameters.sequence_id is neither a positive integer nor a "
+                     "string");
+    }
   }
   static const char *const flag_name[2] = {"sequence_start", "sequence_end"};
   for (int f = 0; f < 2; f++) {
@@ -1573,7 +1581,7 @@ static int parse_top(const json_t *root, es_v2_request *r, es_v2_err *e) {
     if (!json_is_boolean(v))
       return v2_fail(e, ES_EINVAL, "parameters.%s is not true or false", flag_name[f]);
     if (json_is_true(v)) {
-      if (!r->sequence_id)
+      if (!r->sequence_id && !r->sequence_key[0])
         return v2_fail(e, ES_EINVAL, "parameters.%s without parameters.sequence_id",
                        flag_name[f]);
       r->sequence_flags |= 1u << f;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "edgeserve/engine.h"
+#include "edgeserve/runtime.h"
 
 #define ES_V2_MAX_IO 16
 #define ES_V2_NAME_MAX 128
@@ -56,7 +57,8 @@ typedef struct es_v2_request {
   int has_timeout;
   uint64_t timeout_us;         /* parameters.timeout, microseconds */
   int binary_output;           /* parameters.binary_data_output (default 0) */
-  uint64_t sequence_id;        /* parameters.sequence_id; 0: none */
+  uint64_t sequence_id;        /* parameters.sequence_id as a number; 0: none */
+  char sequence_key[ES_SEQ_KEY_MAX]; /* ... or as a string; "": none */
   unsigned sequence_flags;     /* 1: parameters.sequence_start, 2: _end (as
                                   ES_SEQ_START / ES_SEQ_END) */
   int n_inputs;

@@ -294,7 +294,7 @@ static void infer_done(void *user, es_request *r) {
 /* 1: name is one of the model's state inputs and the request is part of a
  * sequence. */
 static int state_input(const srv_model *sm, const es_v2_request *q, const char *name) {
-  for (int k = 0; q->sequence_id && k < sm->n_states; k++)
+  for (int k = 0; (q->sequence_id || q->sequence_key[0]) && k < sm->n_states; k++)
     if (!strcmp(sm->state_in[k], name))
       return 1;
   return 0;
@@ -397,7 +397,9 @@ static int infer_submit(es_server *s, srv_job *j, srv_resp *out) {
   es_submit sub = {.model = j->rt_id, .inputs = in, .n_inputs = es_model_input_count(m),
                    .priority = j->level, .deadline_ns = j->deadline_ns,
                    .on_done = infer_done, .user = j,
-                   .sequence = j->q.sequence_id, .sequence_flags = j->q.sequence_flags};
+                   .sequence = j->q.sequence_id,
+                   .sequence_key = j->q.sequence_key[0] ? j->q.sequence_key : NULL,
+                   .sequence_flags = j->q.sequence_flags};
   es_model_release(m);
   es_refusal ref;
   memset(&ref, 0, sizeof ref);
@@ -406,14 +408,15 @@ static int infer_submit(es_server *s, srv_job *j, srv_resp *out) {
    * which reads j->r after this function returned. */
   int rc = es_runtime_submit(s->rt, &sub, &r, &ref);
   if (rc < 0) {
-    if (rc == ES_EAGAIN && j->q.sequence_id) /* the runtime's words: which limit */
+    int in_seq = j->q.sequence_id || j->q.sequence_key[0];
+    if (rc == ES_EAGAIN && in_seq) /* the runtime's words: which limit */
       resp_status(s, out, sm, rc, &ref, "refused: %s (%s)", es_refusal_name(ref.reason),
                   es_last_error_detail());
     else if (rc == ES_EAGAIN)
       resp_status(s, out, sm, rc, &ref, "refused: %s (model '%s')", es_refusal_name(ref.reason),
                   sm->name);
     else /* a sequence that is not live is the request's fault: 400, not 404 */
-      resp_status(s, out, sm, rc == ES_ENOENT && j->q.sequence_id ? ES_EINVAL : rc, &ref, "%s",
+      resp_status(s, out, sm, rc == ES_ENOENT && in_seq ? ES_EINVAL : rc, &ref, "%s",
                   es_last_error_detail());
     job_free(j);
     return 0;
@@ -451,7 +454,7 @@ static void infer_answer(es_server *s, srv_job *j, srv_resp *out) {
                 es_refusal_name(info.refusal.reason));
   } else if (rc == ES_ECANCELED) {
     resp_status(s, out, sm, rc, &info.refusal, "cancelled: the server is shutting down");
-  } else if (rc == ES_ENOENT && j->q.sequence_id) {
+  } else if (rc == ES_ENOENT && (j->q.sequence_id || j->q.sequence_key[0])) {
     es_request_wait(r, 0); /* its detail: why the sequence is not live */
     resp_status(s, out, sm, ES_EINVAL, &info.refusal, "%s", es_last_error_detail());
   } else {

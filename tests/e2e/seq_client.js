@@ -36,7 +36,8 @@
 //   node seq_client.js infer URL MODEL T SEED [--sequence ID] [--start] [--end]
 //       [--with-state]
 //     one request (x of T steps from SEED; --with-state: h0 and c0 zeros
-//     too); prints {"status", "retry_after", "error"?}.
+//     too; ID all digits is sent as a number, else as a string); prints
+//     {"status", "retry_after", "error"?, "y"?: the first 4 values of y}.
 'use strict';
 const http = require('http');
 
@@ -237,7 +238,10 @@ async function main() {
     const [steps, seed, ...flags] = rest;
     const opts = { withState: false };
     for (let i = 0; i < flags.length; i++) {
-      if (flags[i] === '--sequence') opts.sequence = Number(flags[++i]);
+      if (flags[i] === '--sequence') { // a number, or else a string id
+        const v = flags[++i];
+        opts.sequence = /^[0-9]+$/.test(v) ? Number(v) : v;
+      }
       else if (flags[i] === '--start') opts.start = true;
       else if (flags[i] === '--end') opts.end = true;
       else if (flags[i] === '--with-state') opts.withState = true;
@@ -246,6 +250,8 @@ async function main() {
     const r = await post(url, request(xOf(Number(steps), Number(seed)), Number(steps), opts));
     const out = { status: r.status, retry_after: r.retryAfter || null };
     if (r.json && r.json.error) out.error = r.json.error;
+    const y = output(r, 'y');
+    if (y) out.y = y.slice(0, 4);
     console.log(JSON.stringify(out));
   } else {
     die(`unknown command ${cmd}`);

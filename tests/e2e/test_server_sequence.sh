@@ -10,7 +10,7 @@
 #      bytes 0;
 #   3. misuse gets a clear 400: a sequence never started, one already
 #      ended, sequence_start without sequence_id, a state input sent after
-#      the start, a non-numeric sequence_id;
+#      the start, an empty string id; a string id streams as a numeric one;
 #   4. 12 sequences started and left open, the 13th start is refused with
 #      429 and Retry-After; /metrics shows 12 live and their exact state
 #      bytes (2 states x 64 bytes each); after the idle timeout they are
@@ -88,9 +88,18 @@ r=$(curl -s -w '\n%{http_code}' -H 'Content-Type: application/json' -d \
   "$url/v2/models/lstm/infer")
 check "sequence_start without sequence_id: 400 ($(head -1 <<<"$r"))" test "$(tail -1 <<<"$r")" = 400
 r=$(curl -s -w '\n%{http_code}' -H 'Content-Type: application/json' -d \
-  '{"inputs":[{"name":"x","shape":[1,1,8],"datatype":"FP32","data":[0,0,0,0,0,0,0,0]}],"parameters":{"sequence_id":"abc","sequence_start":true}}' \
+  '{"inputs":[{"name":"x","shape":[1,1,8],"datatype":"FP32","data":[0,0,0,0,0,0,0,0]}],"parameters":{"sequence_id":"","sequence_start":true}}' \
   "$url/v2/models/lstm/infer")
-check "a non-numeric sequence_id: 400" test "$(tail -1 <<<"$r")" = 400
+check "an empty string sequence_id: 400" test "$(tail -1 <<<"$r")" = 400
+# string ids: a namespace of their own ("7" is not 7), the same steps as a
+# numeric id give the same outputs
+a1=$(infer 4 3 --sequence 17 --start) a2=$(infer 4 4 --sequence 17 --end)
+b1=$(infer 4 3 --sequence cam-7 --start) b2=$(infer 4 4 --sequence cam-7 --end)
+check "a string sequence_id streams as a numeric one (${b2:0:90})" \
+  test "$(field "$a2" 'JSON.stringify(j.y)')" = "$(field "$b2" 'JSON.stringify(j.y)')" \
+    -a "$(field "$b1" j.status)" = 200 -a "$(field "$b2" j.status)" = 200
+r=$(infer 4 1 --sequence cam-7)
+check "a string sequence that ended: 400" test "$(field "$r" j.status)" = 400
 infer 4 1 --sequence 7 --start >/dev/null
 r=$(infer 4 1 --sequence 7 --with-state)
 check "a state input sent after the start: 400 ($(field "$r" j.error))" \

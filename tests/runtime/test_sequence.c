@@ -3,7 +3,8 @@
  * submission order even when submitted all at once; state memory is
  * reserved through admission with exact bytes, grows step by step or is
  * reserved up front, and comes back at the end, after an idle timeout and
- * at unload; every misuse gets its error. The models are built here: an
+ * at unload; string ids are sequences of their own; every misuse gets its
+ * error. The models are built here: an
  * LSTM (two state pairs, h and c) and a growing state (Concat of the past
  * and the new step, a KV cache in miniature). */
 #include "es_test.h"
@@ -473,6 +474,57 @@ static void test_misuse_and_cancel(void **state) {
   assert_int_equal(es_runtime_destroy(rt), 0);
 }
 
+/* String ids: compared whole, a namespace apart from numbers ("1" is not
+ * 1); an empty or too long one, or both kinds at once, is refused. */
+static void test_string_ids(void **state) {
+  (void)state;
+  es_runtime *rt = rt_new((size_t)64 << 20, 100);
+  int id = load_grow(rt, ES_STATE_RESERVE_STEP, 0, 0);
+  const char *keys[2] = {"cam-1", "1"}; /* the model's most: 2 live */
+  float past0[2][STEP] = {{1, 1, 1, 1}, {2, 2, 2, 2}};
+  es_tensor in[2];
+  es_request *r;
+  es_refusal why;
+  for (int k = 0; k < 2; k++) {
+    grow_inputs(in, k, past0[k]);
+    es_submit s = {.model = id, .inputs = in, .n_inputs = 2, .sequence_key = keys[k],
+                   .sequence_flags = ES_SEQ_START};
+    assert_int_equal(es_runtime_submit(rt, &s, &r, &why), 0);
+    assert_int_equal(es_request_wait(r, -1), 0);
+    es_request_free(r);
+  }
+  grow_inputs(in, 3, NULL);
+  assert_int_equal(submit(rt, id, in, 2, 1, 0, &r), ES_ENOENT); /* 1 is not "1" */
+  for (int k = 0; k < 2; k++) { /* each continues from its own state */
+    grow_inputs(in, 4, NULL);
+    es_submit s = {.model = id, .inputs = in, .n_inputs = 2, .sequence_key = keys[k],
+                   .sequence_flags = ES_SEQ_END};
+    assert_int_equal(es_runtime_submit(rt, &s, &r, &why), 0);
+    assert_int_equal(es_request_wait(r, -1), 0);
+    es_tensor p;
+    out_of(r, 0, &p);
+    assert_int_equal(p.dims[1], 3);
+    assert_true(((const float *)p.data)[0] == past0[k][0]);
+    es_request_free(r);
+  }
+  assert_int_equal(mstats(rt, id).sequences, 0);
+  char longkey[ES_SEQ_KEY_MAX + 1];
+  memset(longkey, 'k', ES_SEQ_KEY_MAX);
+  longkey[ES_SEQ_KEY_MAX] = 0;
+  const char *bad[2] = {"", longkey};
+  grow_inputs(in, 0, past0[0]);
+  for (int k = 0; k < 2; k++) {
+    es_submit s = {.model = id, .inputs = in, .n_inputs = 2, .sequence_key = bad[k],
+                   .sequence_flags = ES_SEQ_START};
+    assert_int_equal(es_runtime_submit(rt, &s, &r, &why), ES_EINVAL);
+  }
+  es_submit both = {.model = id, .inputs = in, .n_inputs = 2, .sequence = 5,
+                    .sequence_key = "five", .sequence_flags = ES_SEQ_START};
+  assert_int_equal(es_runtime_submit(rt, &both, &r, &why), ES_EINVAL);
+  assert_int_equal(reserved(rt), 0);
+  assert_int_equal(es_runtime_destroy(rt), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lstm_chunks_equal_whole),
@@ -480,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_order_and_growth),
       cmocka_unit_test(test_reserve_max_limits_and_idle),
       cmocka_unit_test(test_misuse_and_cancel),
+      cmocka_unit_test(test_string_ids),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
