@@ -63,6 +63,23 @@ cg_make() {
   echo "# cgroup v$version: $cg"
 }
 
+# cg_begin PREFIX: cg_make, with an EXIT trap that kills the server whose
+# pid is in spid (if any), removes the group and the test's $work folder.
+cg_begin() {
+  cg=""
+  spid=""
+  trap cg_cleanup EXIT
+  cg_make "$1"
+}
+cg_cleanup() {
+  if [ -n "${spid:-}" ]; then
+    kill -KILL "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+  fi
+  cg_remove
+  rm -rf "$work"
+}
+
 # cg_remove: the group, once its processes are gone (with retries).
 cg_remove() {
   if [ -n "${cg:-}" ] && [ -d "$cg" ]; then

@@ -210,26 +210,26 @@ async function replay(url, idsPath, logitsPath, sequence) {
   console.log(JSON.stringify({ ok, steps, statuses, max_diff: maxd, range }));
 }
 
+// --name N pairs over the defaults (every option a number).
+function numberOptions(args, defaults) {
+  const o = { ...defaults };
+  for (let i = 0; i < args.length; i += 2) {
+    const k = args[i].replace(/^--/, ''), v = Number(args[i + 1]);
+    if (!(k in o) || !Number.isFinite(v)) die(`bad option ${args[i]}`);
+    o[k] = v;
+  }
+  return o;
+}
+
 async function main() {
   const [cmd, base, model, ...rest] = process.argv.slice(2);
   if (!cmd || !base || !model) die('usage: see the top of the file');
   const url = `${base}/v2/models/${model}/infer`;
   if (cmd === 'stream') {
-    const o = { sequences: 4, chunks: 5, chunk: 4, first: 1 };
-    for (let i = 0; i < rest.length; i += 2) {
-      const k = rest[i].replace(/^--/, ''), v = Number(rest[i + 1]);
-      if (!(k in o) || !Number.isFinite(v)) die(`bad option ${rest[i]}`);
-      o[k] = v;
-    }
-    await stream(url, o);
+    await stream(url, numberOptions(rest, { sequences: 4, chunks: 5, chunk: 4, first: 1 }));
   } else if (cmd === 'load') {
-    const o = { streams: 8, steps: 16, seconds: 10, abandon: 0, first: 1, dim: 16 };
-    for (let i = 0; i < rest.length; i += 2) {
-      const k = rest[i].replace(/^--/, ''), v = Number(rest[i + 1]);
-      if (!(k in o) || !Number.isFinite(v)) die(`bad option ${rest[i]}`);
-      o[k] = v;
-    }
-    await load(url, o);
+    await load(url, numberOptions(rest,
+      { streams: 8, steps: 16, seconds: 10, abandon: 0, first: 1, dim: 16 }));
   } else if (cmd === 'replay') {
     const [ids, logits, flag, id] = rest;
     if (!ids || !logits || (flag && flag !== '--sequence')) die('usage: replay URL MODEL IDS LOGITS');

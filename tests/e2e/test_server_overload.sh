@@ -81,18 +81,7 @@ export ES_MODEL_DIR=$models
 # ---- the cgroup ------------------------------------------------------------------
 
 source "$(dirname "$0")/cgroup_lib.sh"
-cg=""
-spid=""
-cleanup() {
-  if [ -n "$spid" ]; then
-    kill -KILL "$spid" 2>/dev/null
-    wait "$spid" 2>/dev/null
-  fi
-  cg_remove
-  rm -rf "$work"
-}
-trap cleanup EXIT
-cg_make es_overload
+cg_begin es_overload
 
 # ---- the server ------------------------------------------------------------------------
 

@@ -61,18 +61,7 @@ done
 
 source "$src/tests/e2e/cgroup_lib.sh"
 source "$src/tests/e2e/serve_lib.sh"
-cg=""
-spid=""
-cleanup() {
-  if [ -n "$spid" ]; then
-    kill -KILL "$spid" 2>/dev/null
-    wait "$spid" 2>/dev/null
-  fi
-  cg_remove
-  rm -rf "$work"
-}
-trap cleanup EXIT
-cg_make es_seqmem
+cg_begin es_seqmem
 
 mkdir -p "$work/repo/dec"
 "$mk" --decoder 8192 "$work/repo/dec/model.onnx" || { echo "not ok - es_seq_model wrote the decoder"; exit 1; }

@@ -152,19 +152,27 @@ static es_runtime_model_stats mstats(es_runtime *rt, int id) {
   return ms;
 }
 
-/* Chunks through the sequence's state equal one whole run: y chunk by
- * chunk, hn and cn at the end; then the state is freed at the end. */
-static void test_lstm_chunks_equal_whole(void **state) {
-  (void)state;
-  es_runtime *rt = rt_new((size_t)64 << 20, 100);
-  int id = load_lstm(rt, 8);
-  fill_x(1);
+/* The reference: the whole of xs as one request outside any sequence,
+ * from zero states (seed picks xs); waited for, the caller frees it. */
+static es_request *whole_run(es_runtime *rt, int id, unsigned seed) {
+  fill_x(seed);
   float zeros[H] = {0};
   es_tensor in[3];
   es_request *whole;
   lstm_inputs(in, 0, CHUNK * CHUNKS, zeros, zeros);
   assert_int_equal(submit(rt, id, in, 3, 0, 0, &whole), 0);
   assert_int_equal(es_request_wait(whole, -1), 0);
+  return whole;
+}
+
+/* Chunks through the sequence's state equal one whole run: y chunk by
+ * chunk, hn and cn at the end; then the state is freed at the end. */
+static void test_lstm_chunks_equal_whole(void **state) {
+  (void)state;
+  es_runtime *rt = rt_new((size_t)64 << 20, 100);
+  int id = load_lstm(rt, 8);
+  es_request *whole = whole_run(rt, id, 1);
+  es_tensor in[3];
   es_tensor wy, wh, wc;
   out_of(whole, 0, &wy);
   out_of(whole, 1, &wh);
@@ -227,7 +235,6 @@ typedef struct seq_job {
 
 static void *seq_thread(void *arg) {
   seq_job *j = arg;
-  es_request *r[CHUNKS];
   for (int c = 0; c < CHUNKS; c++)
     for (int s = 0; s < j->n; s++) {
       es_tensor in[3];
@@ -250,7 +257,6 @@ static void *seq_thread(void *arg) {
       }
       es_request_free(q);
     }
-  (void)r;
   return NULL;
 }
 
@@ -258,13 +264,7 @@ static void test_interleaved_sequences(void **state) {
   (void)state;
   es_runtime *rt = rt_new((size_t)64 << 20, 100);
   int id = load_lstm(rt, 64);
-  fill_x(2);
-  float zeros[H] = {0};
-  es_tensor in[3];
-  es_request *whole;
-  lstm_inputs(in, 0, CHUNK * CHUNKS, zeros, zeros);
-  assert_int_equal(submit(rt, id, in, 3, 0, 0, &whole), 0);
-  assert_int_equal(es_request_wait(whole, -1), 0);
+  es_request *whole = whole_run(rt, id, 2);
   es_tensor wh;
   out_of(whole, 1, &wh);
   enum { THREADS = 4 };
