@@ -248,8 +248,34 @@ ES_API size_t es_plan_arena_bytes(const es_plan *p);
 /* Bytes of plan memory (shapes, folded constants, kernel parameters). */
 ES_API size_t es_plan_context_bytes(const es_plan *p);
 ES_API int es_plan_output_count(const es_plan *p);
-/* Shape and type of output i for this plan. */
+/* Shape and type of output i for this plan. For an output whose shape the
+ * data decides (es_plan_bound_count), the largest it can be: a run's
+ * es_tensor carries the actual one. */
 ES_API int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
+
+/* Data-dependent shapes. Some operators' output shapes depend on input
+ * values (NonZero, NonMaxSuppression, TopK with k from a tensor); the plan
+ * places each such tensor, and every tensor computed from one, at the
+ * largest shape its data can give, derived from shapes, attributes and
+ * constant inputs, so es_plan_arena_bytes() still bounds what a run takes.
+ * A run carries each tensor's actual shape with it and the nodes after a
+ * bounded one are inferred again for the actual shapes (in a region of the
+ * arena the plan counts). A run whose data would outgrow a bound (only a
+ * shape computation that shrinks as its inputs grow can) fails with
+ * ES_EBOUND, writing nothing past it.
+ *
+ * es_plan_bound_count: the values planned at a bound (0: a static plan).
+ * es_plan_bound_info: value i's name, the node making it, what bounds it
+ * (why: "" for a value whose bound follows from the values it is computed
+ * from) and the bound shape. Strings are owned by the plan. */
+typedef struct es_bound_info {
+  const char *value;
+  const char *node;
+  const char *why;
+  es_tensor_info bound;
+} es_bound_info;
+ES_API int es_plan_bound_count(const es_plan *p);
+ES_API int es_plan_bound_info(const es_plan *p, int i, es_bound_info *out);
 ES_API int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out);
 /* Number of nodes run per request (the others were folded while planning). */
 ES_API int es_plan_node_count(const es_plan *p);

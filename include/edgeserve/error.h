@@ -71,7 +71,8 @@ extern "C" {
   XX(EREWIND, -4006, "arena mark is stale or ahead of the current position")         \
   XX(ESTATE, -4007, "operation not allowed in the object's current state")            \
   XX(ECANCELED, -ECANCELED, "request cancelled")                                     \
-  XX(EMODEL, -4100, "malformed or invalid model")
+  XX(EMODEL, -4100, "malformed or invalid model")                                   \
+  XX(EBOUND, -4101, "a data-dependent shape outgrew the bound its plan holds")
 
 typedef enum es_error {
   ES_OK = 0,

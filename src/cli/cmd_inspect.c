@@ -85,6 +85,40 @@ static int report_unsupported(const char *path, const cli_shape *specs, int n_sp
   return 1;
 }
 
+/* The values the plan holds at a bound (their shapes depend on the data):
+ * each one an operator bounds, with what bounds it, then how many follow
+ * from those. */
+static void print_bounds(const es_plan *p) {
+  int n = es_plan_bound_count(p), inherited = 0;
+  if (n == 0)
+    return;
+  printf("  data-dependent shapes: %d values planned at a bound (a run carries the actual "
+         "shapes)\n", n);
+  for (int i = 0; i < n; i++) {
+    es_bound_info b;
+    if (es_plan_bound_info(p, i, &b) < 0)
+      continue;
+    if (!b.why[0]) {
+      inherited++;
+      continue;
+    }
+    printf("    %s [", b.value);
+    for (int d = 0; d < b.bound.rank; d++)
+      printf(d ? ",%lld" : "%lld", (long long)b.bound.dims[d]);
+    printf("] from %s, bounded by %s\n", b.node, b.why);
+  }
+  if (inherited) {
+    printf("    %d more follow from those:", inherited);
+    int shown = 0;
+    for (int i = 0; i < n && shown < 12; i++) {
+      es_bound_info b;
+      if (es_plan_bound_info(p, i, &b) == 0 && !b.why[0])
+        printf("%s %s", shown++ ? "," : "", b.value);
+    }
+    printf("%s\n", inherited > shown ? ", ..." : "");
+  }
+}
+
 /* Plans for the given shapes (inputs without one keep the model's dims) and
  * prints the arena bytes. 0 when nothing to do or done, 1 or 2 on error, 3
  * when some node cannot run (ES_ENOTSUP). */
@@ -145,6 +179,7 @@ static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
       printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
     printf("]\n");
   }
+  print_bounds(p);
   es_plan_cache_stats cs;
   es_plan_cache_stats_get(cache, &cs);
   printf("plan cache: %zu of %zu entries, %zu B of plan memory, largest arena %zu B\n",

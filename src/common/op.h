@@ -162,6 +162,7 @@
   XX(HannWindow, 17)                                                           \
   XX(MaxUnpool, 9)                                                             \
   XX(MelWeightMatrix, 17)                                                      \
+  XX(NonMaxSuppression, 10)                                                    \
   XX(RoiAlign, 10)                                                             \
   XX(STFT, 17)                                                                 \
   XX(TopK, 1)                                                                  \

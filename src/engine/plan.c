@@ -35,6 +35,22 @@
  * base: nothing is allocated and the plan is only read, so one plan serves
  * any number of concurrent requests, each in its own arena.
  *
+ * Data-dependent shapes. A kernel whose output shape depends on values the
+ * plan does not know (NonZero, NonMaxSuppression, TopK with k from data)
+ * gives the largest shape the data can make (kernel.h); the planner places
+ * that, and every value computed from it is planned at the bounds too:
+ * shape chains over bounded tensors (Shape -> Gather -> Min...) are
+ * computed now at the bounds, for the kernels that read them as sizes, and
+ * again by each run. Such values get a slot in the run's shape table; the
+ * steps that make them run with a private es_kinst whose outputs are those
+ * slots, and a step reading one is inferred again at run time, for the
+ * actual shapes, its parameters in a region of the arena as large as the
+ * largest planned ones and half again. Each inferred output must fit its
+ * planned bytes (a shape computation that shrinks as its inputs grow would
+ * not): else the run stops with ES_EBOUND, never writing past a buffer.
+ * The table and the region sit after the buffers, inside arena_bytes. A
+ * model without such ops plans and runs exactly as before.
+ *
  * A node whose kernel refuses it (ES_ENOTSUP: an attribute value, a type the
  * kernel does not run) does not end the walk: it is listed, its outputs are
  * lost, the nodes that read them are skipped, and the others are still
@@ -66,6 +82,10 @@ typedef enum loc_kind {
 typedef struct loc {
   loc_kind kind;
   int input;
+  int rt;  /* LOC_ARENA: the value's slot in the run's shape table (the data
+              decides its shape), or -1 */
+  int sym; /* the value is a shape computation's result over such shapes:
+              a step inferred again reads it as a value (in_static) */
   size_t offset;
   const void *ptr;
 } loc;
@@ -77,7 +97,21 @@ typedef struct step {
   loc *in;
   loc *out;
   size_t scratch_offset;
+  /* Data-dependent shapes: 0 runs k as planned; 1 runs a private copy of k
+   * whose outputs' shapes go to the run's table (a bounded output); 2 also
+   * infers again first, for its inputs' actual shapes. */
+  int dyn;
+  es_tdesc *in_desc;  /* dyn 2: the planned input descriptors (bounds) */
+  es_tdesc *out_desc; /* dyn: the planned output descriptors (bounds) */
 } step;
+
+/* A value whose shape the data decides, for es_plan_bound_info. */
+typedef struct bound_rec {
+  const char *value;
+  char node[120];
+  char why[96];  /* "" for a value inheriting its bound */
+  es_tdesc desc; /* the bound */
+} bound_rec;
 
 struct es_plan {
   uint64_t magic;
@@ -97,6 +131,13 @@ struct es_plan {
   uint64_t flops;      /* per run, from the kernels that report it */
   _Atomic uint64_t *step_ns; /* per step, summed over profiled runs; the
                                 extra last slot counts the runs */
+  /* Data-dependent shapes: the run's table of actual shapes (one es_tdesc
+   * per slot) and the region steps are inferred again in sit in the arena
+   * after the buffers: arena_bytes counts them. */
+  int n_rt;
+  size_t rt_offset;
+  size_t infer_offset, infer_bytes;
+  bound_rec *bounds; /* one per slot */
 };
 
 static _Atomic int es_profile_; /* es_engine_profile_set */
@@ -271,6 +312,10 @@ typedef struct pval {
   int buf;            /* arena buffer, or -1 */
   int copy[2];        /* the value holding it in layout L (ES_LAYOUT_*), or -1 */
   int lost;           /* not computed: made by a node that cannot run */
+  int rt;             /* its shape is decided by the data: its slot in the run's
+                         shape table (desc holds the bound), or -1 */
+  int sym;            /* sdata holds its value at the bounds, for planning the
+                         nodes that read it; a run computes it too */
 } pval;
 
 /* Both arrays grow as planning goes (doubling), so that a plan holds what
@@ -286,6 +331,8 @@ typedef struct planner {
   es_issues *issues;   /* the nodes that cannot run */
   int diagnose;        /* es__plan_diagnose: model errors are listed too */
   int unreached;       /* nodes skipped after one that cannot run */
+  int cap_rt;          /* p->bounds' room */
+  size_t infer_max;    /* the largest parameters a step inferred again takes */
 } planner;
 
 /* Room for one more element in *arr (es_mem, *cap elements of size). */
@@ -337,9 +384,19 @@ static int step_new(planner *P, step **out) {
   return 0;
 }
 
+/* Ops whose output shape counts input values rather than reading them as
+ * sizes: a value computed at the bounds says nothing of the actual count,
+ * so they read such an input as data the plan does not know. */
+static int counts_values(es_op op) {
+  return op == ES_OP_NonZero || op == ES_OP_Unique || op == ES_OP_Compress ||
+         op == ES_OP_NonMaxSuppression;
+}
+
 /* Fill st's kernel instance for node nd with the planner's current
- * descriptors. */
-static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) {
+ * descriptors. *all_static: every input is known (a value at the bounds
+ * counts); *dyn_in: some input's shape is decided by the data, or its value
+ * computed over such shapes. */
+static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static, int *dyn_in) {
   es_plan *p = P->p;
   es_kinst *k = &st->k;
   st->nd = nd;
@@ -349,6 +406,7 @@ static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) 
   if (!in || !out || !ins)
     return es__fail(ES_ENOMEM, "out of memory planning");
   *all_static = 1;
+  *dyn_in = 0;
   for (int i = 0; i < nd->n_in; i++) {
     int v = nd->in[i];
     if (v < 0)
@@ -357,9 +415,11 @@ static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static) 
       return es__fail(ES_EMODEL, "%s: input %d '%s' has no computed value", k->label, i,
                       P->v[v].name);
     in[i] = &P->v[v].desc;
-    ins[i] = P->v[v].sdata;
+    ins[i] = P->v[v].sym && counts_values(nd->op) ? NULL : P->v[v].sdata;
     if (!ins[i])
       *all_static = 0;
+    if (P->v[v].rt >= 0)
+      *dyn_in = 1;
   }
   for (int o = 0; o < nd->n_out; o++)
     out[o] = nd->out[o] >= 0 ? &P->v[nd->out[o]].desc : NULL;
@@ -423,6 +483,55 @@ static void step_commit(planner *P, step *st, const es_kernel *kern) {
   p->n_steps++;
 }
 
+/* A value at the bounds is computed while planning (for the nodes that read
+ * it as a size) only while it is this small: a shape chain's ints, not a
+ * tensor of zeros made at a bound's size. */
+#define SYM_FOLD_MAX 65536
+
+/* Records a step that runs with a data-dependent shape in or out (dyn 2:
+ * an input's; 1: only its own outputs'): the planned descriptors it checks
+ * a run's against, a slot in the run's shape table per output, and the
+ * parameter bytes its infer took (the region a run infers it again in). */
+static int dyn_commit(planner *P, step *st, const es_kernel *kern, int dyn_in, int sym,
+                      size_t param_bytes) {
+  es_plan *p = P->p;
+  const es_node *nd = st->nd;
+  es_kinst *k = &st->k;
+  st->dyn = dyn_in ? 2 : 1;
+  st->out_desc = es__ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(es_tdesc));
+  if (dyn_in)
+    st->in_desc = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(es_tdesc));
+  if (!st->out_desc || (dyn_in && !st->in_desc))
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  for (int i = 0; dyn_in && i < nd->n_in; i++)
+    if (nd->in[i] >= 0)
+      st->in_desc[i] = P->v[nd->in[i]].desc;
+  for (int o = 0; o < nd->n_out; o++) {
+    int v = nd->out[o];
+    if (v < 0)
+      continue;
+    st->out_desc[o] = P->v[v].desc;
+    void *arr = p->bounds;
+    int rc = grow(&arr, &P->cap_rt, p->n_rt, sizeof *p->bounds);
+    p->bounds = arr;
+    if (rc < 0)
+      return rc;
+    bound_rec *b = &p->bounds[p->n_rt];
+    memset(b, 0, sizeof *b);
+    b->value = P->v[v].name;
+    snprintf(b->node, sizeof b->node, "%s", k->label);
+    if (o < 32 && (k->out_bound >> o & 1))
+      snprintf(b->why, sizeof b->why, "%s", k->bound_why[0] ? k->bound_why : "the data");
+    b->desc = P->v[v].desc;
+    P->v[v].rt = p->n_rt++;
+    P->v[v].sym = sym;
+  }
+  if (dyn_in && param_bytes > P->infer_max)
+    P->infer_max = param_bytes;
+  step_commit(P, st, kern);
+  return 0;
+}
+
 /* Makes (or reuses) the copy of value v in layout lay: a conversion step,
  * or for a value known while planning, a conversion done now. Returns the
  * copy's value index or a negative error. */
@@ -444,6 +553,7 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   pv->input = -1;
   pv->last_use = -1;
   pv->buf = -1;
+  pv->rt = -1;
   pv->copy[0] = pv->copy[1] = -1;
   P->v[v].copy[lay] = c;
   pv->copy[P->v[v].desc.layout] = v;
@@ -475,15 +585,18 @@ static int value_in_layout(planner *P, int v, es_layout lay) {
   es_kinst *k = &st->k;
   snprintf(k->label, sizeof k->label, "relayout of '%.60s' to %s", P->v[v].name,
            lay == ES_LAYOUT_PLAIN ? "plain" : P->v[v].desc.rank == 5 ? "NDHWC" : "NHWC");
-  int all_static;
-  rc = kinst_bind(P, st, nd, &all_static);
+  int all_static, dyn_in;
+  rc = kinst_bind(P, st, nd, &all_static, &dyn_in);
+  size_t asked = p->ctx.asked;
   if (rc == 0)
     rc = kern->infer(k);
-  if (rc == 0 && all_static)
+  if (rc == 0 && all_static && !dyn_in)
     return fold_step(P, st, kern, 0) < 0 ? ES_ENOMEM : c;
   if (rc < 0)
     return rc;
   p->relayouts++;
+  if (dyn_in) /* a value at the bounds is converted at run time, as data */
+    return (rc = dyn_commit(P, st, kern, 1, 0, p->ctx.asked - asked)) < 0 ? rc : c;
   step_commit(P, st, kern);
   return c;
 }
@@ -589,12 +702,15 @@ static int plan_nodes(planner *P) {
       return rc;
     es_kinst *k = &st->k;
     memcpy(k->label, label, sizeof label);
-    int all_static, asks = es__prep_batch_asks(P->prep);
+    int all_static, dyn_in, asks = es__prep_batch_asks(P->prep);
+    size_t asked = 0;
     for (int attempt = 0;; attempt++) {
-      if ((rc = kinst_bind(P, st, nd, &all_static)) < 0)
+      if ((rc = kinst_bind(P, st, nd, &all_static, &dyn_in)) < 0)
         return rc;
       k->want_plain = k->want_nhwc = 0;
+      asked = p->ctx.asked;
       rc = kern->infer(k);
+      asked = p->ctx.asked - asked;
       if (rc != ES_KRELAYOUT)
         break;
       if (kern->release)
@@ -639,14 +755,33 @@ static int plan_nodes(planner *P) {
           kern->release(k);
         return es__fail(ES_ECORRUPT, "%s: kernel left output %d without a type", label, o);
       }
-    /* Shape and Size read only their input's shape, which planning knows. */
+    /* Shape and Size read only their input's shape, which planning knows
+     * (or its bound). */
     if (nd->op == ES_OP_Shape || nd->op == ES_OP_Size)
       all_static = 1;
-    if (all_static) {
+    if (all_static && !dyn_in) {
       rc = fold_step(P, st, kern, es__prep_batch_asks(P->prep) != asks);
       if (kern->release)
         kern->release(k);
       if (rc < 0)
+        return rc;
+      continue;
+    }
+    if (dyn_in || k->out_bound) {
+      /* A value computed from bounds (a shape chain over a bounded tensor)
+       * is computed now too, at the bounds, for the nodes that plan from
+       * it, and again by every run, at the actual shapes. */
+      size_t out_bytes = 0;
+      for (int o = 0; o < nd->n_out; o++)
+        if (k->out[o])
+          out_bytes += k->out[o]->nbytes;
+      int sym = all_static && !k->out_bound && out_bytes <= SYM_FOLD_MAX;
+      if (sym && (rc = fold_step(P, st, kern, es__prep_batch_asks(P->prep) != asks)) < 0) {
+        if (kern->release)
+          kern->release(k);
+        return rc;
+      }
+      if ((rc = dyn_commit(P, st, kern, dyn_in, sym, asked)) < 0)
         return rc;
       continue;
     }
@@ -672,9 +807,11 @@ static int plan_nodes(planner *P) {
 }
 
 static void loc_of(const planner *P, const buffer *b, int v, loc *l) {
+  l->rt = v >= 0 ? P->v[v].rt : -1;
+  l->sym = v >= 0 && P->v[v].sym;
   if (v < 0) {
     l->kind = LOC_NONE;
-  } else if (P->v[v].sdata) {
+  } else if (P->v[v].sdata && !P->v[v].sym) {
     l->kind = LOC_STATIC;
     l->ptr = P->v[v].sdata;
   } else if (P->v[v].input >= 0) {
@@ -712,8 +849,10 @@ static int plan_memory(planner *P) {
       if (last < s)
         last = s; /* unused output: still written at its step */
       size_t size = es__align_up(P->v[v].desc.nbytes, ES_PLAN_ALIGN);
-      /* In place: output 0 takes an input buffer that dies at this step. */
-      int ip = o == 0 ? st->k.inplace : -1;
+      /* In place: output 0 takes an input buffer that dies at this step
+       * (not where shapes are decided at run time: the kernel inferred
+       * again decides anew). */
+      int ip = o == 0 && !st->dyn ? st->k.inplace : -1;
       if (ip >= 0 && ip < nd->n_in && nd->in[ip] >= 0) {
         int u = nd->in[ip];
         int bu = P->v[u].buf;
@@ -749,7 +888,14 @@ static int plan_memory(planner *P) {
     rc = es__fail(ES_ENOMEM, "out of memory placing %d buffers", nb);
     goto out;
   }
-  p->arena_bytes = total;
+  /* The run's shape table and the region steps are inferred again in. */
+  p->rt_offset = es__align_up(total, ES_PLAN_ALIGN);
+  p->infer_offset = p->rt_offset + es__align_up((size_t)p->n_rt * sizeof(es_tdesc), ES_PLAN_ALIGN);
+  /* Parameters rarely differ with the dims, but may with a dim's value
+   * (a kernel choosing a path): room for half as much again. */
+  p->infer_bytes = P->infer_max ? es__align_up(P->infer_max + P->infer_max / 2 + 1024, ES_PLAN_ALIGN)
+                                : 0;
+  p->arena_bytes = p->n_rt ? p->infer_offset + p->infer_bytes : total;
 
   /* Resolve every step's tensor locations. */
   for (int s = 0; s < p->n_steps; s++) {
@@ -766,6 +912,8 @@ static int plan_memory(planner *P) {
     for (int o = 0; o < nd->n_out; o++) {
       int v = nd->out[o];
       st->out[o].kind = v < 0 ? LOC_NONE : LOC_ARENA;
+      st->out[o].rt = v >= 0 ? P->v[v].rt : -1;
+      st->out[o].sym = v >= 0 && P->v[v].sym;
       if (v >= 0)
         st->out[o].offset = b[P->v[v].buf].offset;
     }
@@ -851,6 +999,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
     pv->is_output = val->is_output;
     pv->last_use = -1;
     pv->buf = -1;
+    pv->rt = -1;
     pv->copy[0] = pv->copy[1] = -1;
     if (val->kind == ES_VALUE_CONST) {
       rc = es__tdesc_set(&pv->desc, val->dtype, val->rank, val->dims);
@@ -934,6 +1083,7 @@ void es_plan_release(es_plan *p) {
     if (p->steps[s].kern && p->steps[s].kern->release)
       p->steps[s].kern->release(&p->steps[s].k);
   es_mem_free(p->steps);
+  es_mem_free(p->bounds);
   es__ctx_free_all(&p->ctx);
   es_model_release(p->model);
   p->magic = 0;
@@ -950,6 +1100,7 @@ size_t es_plan_context_bytes(const es_plan *p) {
 }
 int es_plan_output_count(const es_plan *p) { return plan_ok(p) ? p->n_out : 0; }
 int es_plan_node_count(const es_plan *p) { return plan_ok(p) ? p->n_steps : 0; }
+int es_plan_bound_count(const es_plan *p) { return plan_ok(p) ? p->n_rt : 0; }
 uint64_t es_plan_flops(const es_plan *p) { return plan_ok(p) ? p->flops : 0; }
 int es_plan_relayout_count(const es_plan *p) { return plan_ok(p) ? p->relayouts : 0; }
 
@@ -1007,6 +1158,17 @@ int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out) {
   return 0;
 }
 
+int es_plan_bound_info(const es_plan *p, int i, es_bound_info *out) {
+  if (!plan_ok(p) || !out || i < 0 || i >= p->n_rt)
+    return es__fail(ES_EINVAL, "no bounded value #%d", i);
+  const bound_rec *b = &p->bounds[i];
+  out->value = b->value;
+  out->node = b->node;
+  out->why = b->why;
+  info_from(&b->desc, b->value, &out->bound);
+  return 0;
+}
+
 int es_plan_input_info(const es_plan *p, int i, es_tensor_info *out) {
   if (!plan_ok(p) || !out || i < 0 || i >= p->n_in)
     return es__fail(ES_EINVAL, "no input #%d", i);
@@ -1031,6 +1193,84 @@ static const void *loc_ptr(const loc *l, unsigned char *base, const es_tensor *i
   default:
     return NULL;
   }
+}
+
+/* Runs a step whose shapes the data decides, with its own es_kinst: its
+ * outputs' descriptors are the run's table entries (a bounded kernel's run
+ * writes the actual shape there), and for dyn 2 its infer runs first for the
+ * actual input shapes, its parameters in the arena's region ictx. What the
+ * kernel infers must fit what the plan placed: the outputs' bytes, the
+ * scratch, the parameters; else ES_EBOUND. */
+static int run_dyn(const es_plan *p, const step *st, const void *const *in, void *const *out,
+                   void *scratch, es_tdesc *table, es_ctx *ictx) {
+  const es_node *nd = st->nd;
+  const es_kernel *kern = st->kern;
+  es_kinst lk = st->k;
+  const es_tdesc *ind[ES_PLAN_MAX_IO];
+  es_tdesc *outd[ES_PLAN_MAX_IO];
+  const void *ins[ES_PLAN_MAX_IO];
+  for (int o = 0; o < nd->n_out; o++)
+    outd[o] = st->out[o].kind == LOC_NONE ? NULL : &table[st->out[o].rt];
+  lk.out = outd;
+  int rc;
+  if (st->dyn == 2) {
+    for (int i = 0; i < nd->n_in; i++) {
+      const loc *l = &st->in[i];
+      ind[i] = l->kind == LOC_NONE ? NULL : l->rt >= 0 ? &table[l->rt] : &st->in_desc[i];
+      /* what the plan read as a value: a constant, or now its actual value */
+      const void *planned = st->k.in_static ? st->k.in_static[i] : NULL;
+      ins[i] = !planned ? NULL : l->sym ? in[i] : planned;
+    }
+    for (int o = 0; o < nd->n_out; o++)
+      if (outd[o])
+        memset(outd[o], 0, sizeof *outd[o]);
+    lk.in = ind;
+    lk.in_static = ins;
+    lk.params = NULL;
+    lk.scratch_bytes = 0;
+    lk.want_plain = lk.want_nhwc = 0;
+    lk.flops = 0;
+    lk.inplace = -1;
+    lk.out_bound = 0;
+    lk.ctx = ictx;
+    lk.prep = p->model->prep;
+    lk.prep_batch = NULL;
+    es__ctx_free_all(ictx);
+    rc = kern->infer(&lk);
+    if (rc == ES_ENOMEM && ictx->exhausted) {
+      rc = es__fail(ES_EBOUND, "%s: its parameters for these shapes need more than the %zu "
+                    "bytes the plan holds", lk.label, p->infer_bytes);
+      goto out;
+    }
+    if (rc == ES_KRELAYOUT)
+      rc = es__fail(ES_ECORRUPT, "%s: asked for other input layouts at run time", lk.label);
+    if (rc < 0)
+      goto out;
+    if (lk.scratch_bytes > st->k.scratch_bytes) {
+      rc = es__fail(ES_EBOUND, "%s: %zu scratch bytes for these shapes, the plan holds %zu",
+                    lk.label, lk.scratch_bytes, st->k.scratch_bytes);
+      goto out;
+    }
+  } else {
+    for (int o = 0; o < nd->n_out; o++)
+      if (outd[o])
+        *outd[o] = st->out_desc[o];
+  }
+  for (int o = 0; o < nd->n_out; o++)
+    if (outd[o] && (outd[o]->nbytes > st->out_desc[o].nbytes ||
+                    outd[o]->layout != st->out_desc[o].layout)) {
+      rc = es__fail(ES_EBOUND, "%s: output %d takes %zu bytes for these inputs, its bound %zu",
+                    lk.label, o, outd[o]->nbytes, st->out_desc[o].nbytes);
+      goto out;
+    }
+  rc = kern->run(&lk, in, out, scratch);
+  for (int o = 0; rc == 0 && o < nd->n_out; o++)
+    if (outd[o] && outd[o]->nbytes > st->out_desc[o].nbytes)
+      rc = es__fail(ES_ECORRUPT, "%s: output %d wrote a shape past its bound", lk.label, o);
+out:
+  if (st->dyn == 2 && kern->release)
+    kern->release(&lk);
+  return rc;
 }
 
 int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
@@ -1069,6 +1309,9 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   if ((uintptr_t)blk % ES_PLAN_ALIGN)
     return es__fail(ES_EINVAL, "the arena's alignment is below %d bytes", ES_PLAN_ALIGN);
   unsigned char *base = blk;
+  es_tdesc *table = (es_tdesc *)(void *)(base + p->rt_offset);
+  es_ctx ictx;
+  es__ctx_init_fixed(&ictx, base + p->infer_offset, p->infer_bytes);
   const void *in[ES_PLAN_MAX_IO];
   void *out[ES_PLAN_MAX_IO];
   int profile = atomic_load_explicit(&es_profile_, memory_order_relaxed);
@@ -1085,7 +1328,8 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
     for (int o = 0; o < nd->n_out; o++)
       out[o] = (void *)loc_ptr(&st->out[o], base, inputs);
     void *scratch = base + st->scratch_offset; /* valid even when 0 bytes */
-    int rc = st->kern->run(&st->k, in, out, scratch);
+    int rc = st->dyn ? run_dyn(p, st, in, out, scratch, table, &ictx)
+                     : st->kern->run(&st->k, in, out, scratch);
     if (rc < 0)
       return rc;
     if (profile) {
@@ -1097,7 +1341,7 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   for (int i = 0; i < n_out; i++) {
     es_tensor *t = &outputs[i];
-    const es_tdesc *d = &p->out_desc[i];
+    const es_tdesc *d = p->out_loc[i].rt >= 0 ? &table[p->out_loc[i].rt] : &p->out_desc[i];
     t->name = g->values[g->outputs[i]].name;
     t->dtype = d->dtype;
     t->rank = d->rank;

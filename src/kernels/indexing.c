@@ -20,12 +20,13 @@
  * Duplicate indices apply in order: with reduction 'none' the last write
  * wins, otherwise every update is reduced in.
  *
- * NonZero and Unique set their outputs' shapes from their input's values,
- * so, like Compress and Range, they need that input known while planning
- * (a constant, or a folded shape chain) and refuse otherwise: infer
- * computes the answer (NonZero's coordinates; Unique's first occurrences,
- * inverse indices and counts) into plan memory, and run copies it out,
- * taking Unique's values from the input it is given. Unique orders items
+ * NonZero's output shape depends on its input's values: infer gives the
+ * bound (every element non-zero) and run the actual shape (kernel.h,
+ * "Data-dependent shapes"). Unique, like Compress and Range, still needs
+ * its input known while planning (a constant, or a folded shape chain) and
+ * refuses otherwise: infer computes the answer (first occurrences, inverse
+ * indices and counts) into plan memory, and run copies it out, taking the
+ * values from the input it is given. Unique orders items
  * (elements, or slices along axis compared element by element in row-major
  * order, as numpy does) by a stable merge sort: NaN sorts after every
  * number and equals itself, so all NaNs count as one value. */
@@ -34,6 +35,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ==========================================================================
@@ -618,10 +620,15 @@ static bool value_nonzero(es_dtype dt, const void *d, int64_t i) {
  * ======================================================================== */
 
 typedef struct nonzero_params {
-  size_t bytes;         /* of the output */
-  const int64_t *coord; /* the output, computed while planning */
+  es_dtype dtype;
+  int rank;                    /* of the output's first dim: X's rank, 1 for a scalar */
+  int64_t count;
+  int64_t dims[ES_MAX_RANK];   /* X's (a scalar's: {1}) */
 } nonzero_params;
 
+/* The output's shape depends on X's values: [rank, count] bounds it (every
+ * element non-zero), and run sets the actual [rank, nz]. With X known while
+ * planning the planner runs it then, so its shape is exact. */
 static int nonzero_infer(es_kinst *k) {
   int rc = es__kio_check(k, 1, 1, 1, 1);
   if (rc < 0)
@@ -629,45 +636,46 @@ static int nonzero_infer(es_kinst *k) {
   const es_tdesc *x = k->in[0];
   if ((rc = value_dtype_check(k, x->dtype)) < 0)
     return rc;
-  if (!k->in_static || !k->in_static[0])
-    return ES_KFAIL(k, ES_ENOTSUP, "X (input 0) is not known when planning; NonZero's output "
-                    "shape depends on its values (data-dependent shapes are not supported)");
-  const void *d = k->in_static[0];
-  int r = x->rank ? x->rank : 1; /* a scalar counts as one element of a 1-D tensor */
-  int64_t nz = 0;
-  for (int64_t i = 0; i < (int64_t)x->count; i++)
-    nz += value_nonzero(x->dtype, d, i);
   nonzero_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
-  int64_t dims[2] = {r, nz};
+  p->dtype = x->dtype;
+  p->rank = x->rank ? x->rank : 1;
+  p->count = (int64_t)x->count;
+  p->dims[0] = 1;
+  for (int a = 0; a < x->rank; a++)
+    p->dims[a] = x->dims[a];
+  int64_t dims[2] = {p->rank, p->count};
   if ((rc = out_set(k, ES_DTYPE_INT64, 2, dims)) < 0)
     return rc;
-  int64_t *c = es__kinst_params(k, k->out[0]->nbytes + 1);
-  if (!c)
-    return ES_ENOMEM;
-  int64_t st[ES_MAX_RANK];
-  int64_t one = 1;
-  es__strides_of(r, x->rank ? x->dims : &one, st);
-  for (int64_t i = 0, j = 0; i < (int64_t)x->count; i++) {
-    if (!value_nonzero(x->dtype, d, i))
-      continue;
-    for (int a = 0; a < r; a++)
-      c[a * nz + j] = (i / st[a]) % (x->rank ? x->dims[a] : 1);
-    j++;
-  }
-  p->bytes = k->out[0]->nbytes;
-  p->coord = c;
+  k->out_bound = 1;
+  snprintf(k->bound_why, sizeof k->bound_why, "X's %lld elements, all non-zero",
+           (long long)p->count);
   k->params = p;
   return 0;
 }
 
 static int nonzero_run(const es_kinst *k, const void *const *in, void *const *out,
                        void *scratch) {
-  (void)in;
   (void)scratch;
   const nonzero_params *p = k->params;
-  memcpy(out[0], p->coord, p->bytes);
+  int64_t nz = 0;
+  for (int64_t i = 0; i < p->count; i++)
+    nz += value_nonzero(p->dtype, in[0], i);
+  int64_t dims[2] = {p->rank, nz};
+  int rc = es__tdesc_set(k->out[0], ES_DTYPE_INT64, 2, dims);
+  if (rc < 0)
+    return rc;
+  int64_t *c = out[0];
+  int64_t st[ES_MAX_RANK];
+  es__strides_of(p->rank, p->dims, st);
+  for (int64_t i = 0, j = 0; i < p->count; i++) {
+    if (!value_nonzero(p->dtype, in[0], i))
+      continue;
+    for (int a = 0; a < p->rank; a++)
+      c[a * nz + j] = (i / st[a]) % p->dims[a];
+    j++;
+  }
   return 0;
 }
 

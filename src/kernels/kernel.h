@@ -17,6 +17,20 @@
  * at least 4-byte aligned and never NULL either; an output never overlaps an input unless infer allowed it through k->inplace, in
  * which case out[0] == in[k->inplace] exactly.
  *
+ * Data-dependent shapes. An op whose output shape depends on input values
+ * the plan does not know (NonZero's count, NonMaxSuppression's selection,
+ * TopK's k from a tensor) sets bit o of k->out_bound in infer, gives
+ * k->out[o] the largest shape the data can give (the plan places that many
+ * bytes) and says what bounds it in k->bound_why. Its run then writes the
+ * actual shape through k->out[o] (es__tdesc_set: same dtype and rank, at
+ * most the bound's bytes), packed in row-major order at the start of the
+ * buffer. The planner gives such a step, and every step that reads a value
+ * whose shape came from one, a private es_kinst per run: the nodes after it
+ * are inferred again for the actual shapes, so their infer may run at
+ * request time (in a fixed region, k->ctx, and without creating prepared
+ * weights into a batch) and must not keep pointers to the inputs' data
+ * beyond what in_static gave it.
+ *
  * Errors: ES_EMODEL (bad attribute or input for this op) or ES_ENOTSUP (a
  * legal ONNX feature the engine does not implement), via ES_KFAIL so the
  * message names the node and op.
@@ -85,6 +99,11 @@ typedef struct es_kinst {
   uint64_t flops;               /* set by infer for compute-heavy ops (multiply-adds x 2),
                                    for reporting GFLOP/s; 0 otherwise */
   int inplace;                  /* set by infer: input that out[0] may share, or -1 */
+  uint32_t out_bound;           /* set by infer: bit o when output o's shape is decided by
+                                   the data; k->out[o] then holds its upper bound, and run
+                                   sets the actual shape (see "Data-dependent shapes") */
+  char bound_why[96];           /* set by infer with out_bound: what bounds it ("the
+                                   element count of X", "k <= the axis' length 300") */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
   es_prep_batch *prep_batch;    /* the plan's prepared weights still to fill, or NULL:

@@ -43,8 +43,19 @@
  * first; equal values keep the lower index first, as ONNX requires, and
  * NaN counts as larger than any number (so the order is total). The
  * output is always sorted (sorted = 0 leaves the order to the engine). K
- * is an attribute before opset 10 and an input after, which must be known
- * while planning (it is the output's shape).
+ * is an attribute before opset 10 and an input after. An input the plan
+ * does not know makes the outputs' shape data-dependent: the axis' length
+ * bounds it and run reads k (kernel.h, "Data-dependent shapes").
+ *
+ * NonMaxSuppression selects, per batch and class, the boxes scoring above
+ * score_threshold, best first (ties: the lower box index), each kept when
+ * its IoU with every box kept before it in its class is at most
+ * iou_threshold, until max_output_boxes_per_class are kept; as ONNX
+ * Runtime does, a box of zero area suppresses nothing. The output
+ * [selected, 3] (batch, class, box) is data-dependent: bounded by batch x
+ * classes x min(max_output_boxes_per_class, boxes) when that input is
+ * known while planning, else by batch x classes x boxes. The candidates'
+ * order is a sort of scratch indices (no allocation).
  *
  * Det factors each matrix by Gaussian elimination with partial pivoting,
  * in double. */
@@ -52,6 +63,8 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ==========================================================================
@@ -640,7 +653,8 @@ static int unpool_run(const es_kinst *k, const void *const *in, void *const *out
  * ======================================================================== */
 
 typedef struct topk_params {
-  int64_t outer, n, inner, kk;
+  int64_t outer, n, inner, kk; /* kk < 0: k from the data */
+  int axis;
   es_dtype dt;
   int largest;
   bool vals, idx; /* which outputs are wanted */
@@ -681,10 +695,13 @@ static int topk_infer(es_kinst *k) {
       return ES_KFAIL(k, ES_EMODEL, "K is %s with %zu elements, expected one int64",
                       es_dtype_name(kt->dtype), kt->count);
     if (!k->in_static || !k->in_static[1])
-      return ES_KFAIL(k, ES_ENOTSUP, "K (input 1) is not known when planning; the outputs' "
-                      "shape depends on it (data-dependent shapes are not supported)");
-    kk = *(const int64_t *)k->in_static[1];
+      kk = -1; /* read by run: the axis' length bounds it */
+    else
+      kk = *(const int64_t *)k->in_static[1];
   }
+  int from_data = kk < 0 && !old && !(k->in_static && k->in_static[1]);
+  if (from_data)
+    kk = x->dims[axis];
   if (kk < 0 || kk > x->dims[axis])
     return ES_KFAIL(k, ES_EMODEL, "k is %lld, expected 0 to %lld (the axis' length)",
                     (long long)kk, (long long)x->dims[axis]);
@@ -701,12 +718,18 @@ static int topk_infer(es_kinst *k) {
   p->outer = dims_prod(x->dims, 0, axis);
   p->n = x->dims[axis];
   p->inner = dims_prod(x->dims, axis + 1, x->rank);
-  p->kk = kk;
+  p->kk = from_data ? -1 : kk;
+  p->axis = axis;
   p->dt = dt;
   p->largest = (int)largest;
   p->vals = k->out[0] != NULL;
   p->idx = k->n_out > 1 && k->out[1];
   k->params = p;
+  if (from_data) {
+    k->out_bound = (p->vals ? 1u : 0u) | (p->idx ? 2u : 0u);
+    snprintf(k->bound_why, sizeof k->bound_why, "the axis' length %lld, k's largest",
+             (long long)kk);
+  }
   k->scratch_bytes = (size_t)kk * sizeof(int64_t);
   return 0;
 }
@@ -787,7 +810,27 @@ TOPK_DEF(topk_i8, int8_t, GT_PLAIN)
 TOPK_DEF(topk_u8, uint8_t, GT_PLAIN)
 
 static int topk_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  topk_params own;
   const topk_params *p = k->params;
+  if (p->kk < 0) { /* k from the data: the outputs' shape too */
+    own = *p;
+    own.kk = *(const int64_t *)in[1];
+    if (own.kk < 0 || own.kk > p->n)
+      return ES_KFAIL(k, ES_EINVAL, "k is %lld, expected 0 to %lld (the axis' length)",
+                      (long long)own.kk, (long long)p->n);
+    for (int o = 0; o < 2; o++) {
+      if (!(k->out_bound >> o & 1))
+        continue;
+      es_tdesc *t = k->out[o];
+      int64_t dims[ES_MAX_RANK];
+      memcpy(dims, t->dims, sizeof dims);
+      dims[p->axis] = own.kk;
+      int rc = es__tdesc_set(t, t->dtype, t->rank, dims);
+      if (rc < 0)
+        return rc;
+    }
+    p = &own;
+  }
   void *yv = p->vals ? out[0] : NULL;
   int64_t *yi = p->idx ? out[1] : NULL;
   switch (p->dt) {
@@ -808,6 +851,170 @@ static int topk_run(const es_kinst *k, const void *const *in, void *const *out, 
     break;
   }
   return 0;
+}
+
+/* ==========================================================================
+ * NonMaxSuppression
+ * ======================================================================== */
+
+typedef struct nms_params {
+  int64_t batch, classes, boxes;
+  int64_t max_out; /* per class; -1: read from input 2 at run time */
+  int center;      /* center_point_box: [xc, yc, w, h] rather than corners */
+} nms_params;
+
+/* One float input of one element (iou_threshold, score_threshold). */
+static int nms_scalar_check(es_kinst *k, int i, es_dtype dt, const char *what) {
+  const es_tdesc *t = i < k->n_in ? k->in[i] : NULL;
+  if (t && (t->dtype != dt || t->count != 1 || t->rank > 1))
+    return ES_KFAIL(k, ES_EMODEL, "%s (input %d) is %s with %zu elements, expected one %s", what,
+                    i, es_dtype_name(t->dtype), t->count, es_dtype_name(dt));
+  return 0;
+}
+
+static int nms_infer(es_kinst *k) {
+  int rc = es__kio_check(k, 2, 5, 1, 1);
+  if (rc < 0)
+    return rc;
+  const es_tdesc *b = k->in[0], *sc = k->in[1];
+  if (b->dtype != ES_DTYPE_FLOAT || sc->dtype != ES_DTYPE_FLOAT)
+    return ES_KFAIL(k, ES_ENOTSUP, "boxes and scores are %s and %s, only float32 is supported",
+                    es_dtype_name(b->dtype), es_dtype_name(sc->dtype));
+  if (b->rank != 3 || b->dims[2] != 4 || sc->rank != 3 || sc->dims[0] != b->dims[0] ||
+      sc->dims[2] != b->dims[1])
+    return ES_KFAIL(k, ES_EMODEL, "boxes must be [batch, boxes, 4] and scores [batch, classes, "
+                    "boxes] of the same batch and boxes");
+  int64_t center;
+  if ((rc = es__attr_int(k, "center_point_box", 0, &center)) < 0)
+    return rc;
+  if (center != 0 && center != 1)
+    return ES_KFAIL(k, ES_EMODEL, "center_point_box is %lld, expected 0 or 1", (long long)center);
+  if ((rc = nms_scalar_check(k, 2, ES_DTYPE_INT64, "max_output_boxes_per_class")) < 0 ||
+      (rc = nms_scalar_check(k, 3, ES_DTYPE_FLOAT, "iou_threshold")) < 0 ||
+      (rc = nms_scalar_check(k, 4, ES_DTYPE_FLOAT, "score_threshold")) < 0)
+    return rc;
+  nms_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->batch = b->dims[0];
+  p->boxes = b->dims[1];
+  p->classes = sc->dims[1];
+  p->center = (int)center;
+  p->max_out = 0; /* absent: ONNX's default, nothing selected */
+  int64_t per = p->boxes;
+  if (k->n_in > 2 && k->in[2]) {
+    const void *m = k->in_static ? k->in_static[2] : NULL;
+    p->max_out = m ? *(const int64_t *)m : -1;
+    if (m)
+      per = p->max_out < 0 ? 0 : p->max_out < per ? p->max_out : per;
+  } else {
+    per = 0;
+  }
+  int64_t dims[2] = {p->batch * p->classes * per, 3};
+  if ((rc = out_set(k, 0, ES_DTYPE_INT64, 2, dims)) < 0)
+    return rc;
+  k->out_bound = 1;
+  snprintf(k->bound_why, sizeof k->bound_why, "%lld batch x %lld classes x %lld per class%s",
+           (long long)p->batch, (long long)p->classes, (long long)per,
+           p->max_out < 0 ? " (every box)" : per < p->boxes ? " (max_output_boxes_per_class)"
+                                                            : " (every box)");
+  /* per batch: corners [boxes][4]; candidates and kept, [boxes] each */
+  k->scratch_bytes = (size_t)p->boxes * (4 * sizeof(float) + 2 * sizeof(int64_t));
+  k->params = p;
+  return 0;
+}
+
+typedef struct nms_sort {
+  const float *score; /* this class's, indexed by box */
+} nms_sort;
+
+/* Best score first; equal scores by the lower box index. */
+static int nms_cmp(const void *a, const void *b, void *ctx) {
+  const nms_sort *s = ctx;
+  int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+  float x = s->score[i], y = s->score[j];
+  if (x != y)
+    return x > y ? -1 : 1;
+  return (i > j) - (i < j);
+}
+
+/* 1 when box a (corners) suppresses box b: IoU above thr, and both areas,
+ * the intersection and the union positive. */
+static bool nms_suppresses(const float *a, const float *b, float thr) {
+  float ix0 = fmaxf(a[0], b[0]), ix1 = fminf(a[2], b[2]);
+  float iy0 = fmaxf(a[1], b[1]), iy1 = fminf(a[3], b[3]);
+  if (ix1 <= ix0 || iy1 <= iy0)
+    return false;
+  float inter = (ix1 - ix0) * (iy1 - iy0);
+  float aa = (a[2] - a[0]) * (a[3] - a[1]), ab = (b[2] - b[0]) * (b[3] - b[1]);
+  float uni = aa + ab - inter;
+  if (inter <= 0 || aa <= 0 || ab <= 0 || uni <= 0)
+    return false;
+  return inter / uni > thr;
+}
+
+static int nms_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  const nms_params *p = k->params;
+  int64_t max_out = p->max_out;
+  if (max_out < 0)
+    max_out = *(const int64_t *)in[2];
+  if (max_out < 0)
+    max_out = 0;
+  float iou = k->n_in > 3 && in[3] ? *(const float *)in[3] : 0.0f;
+  int has_thr = k->n_in > 4 && in[4] != NULL;
+  float thr = has_thr ? *(const float *)in[4] : 0.0f;
+  int64_t n = p->boxes;
+  float *corner = scratch;
+  int64_t *cand = (int64_t *)(void *)(corner + 4 * n), *kept = cand + n;
+  int64_t *y = out[0], total = 0;
+  for (int64_t bt = 0; bt < p->batch && max_out > 0; bt++) {
+    const float *bx = (const float *)in[0] + bt * n * 4;
+    for (int64_t i = 0; i < n; i++) {
+      const float *q = bx + 4 * i;
+      float a0, a1, b0, b1; /* two corners, in either order */
+      if (p->center) {
+        a0 = q[0] - q[2] / 2;
+        b0 = q[0] + q[2] / 2;
+        a1 = q[1] - q[3] / 2;
+        b1 = q[1] + q[3] / 2;
+      } else {
+        a0 = q[0];
+        b0 = q[2];
+        a1 = q[1];
+        b1 = q[3];
+      }
+      float *c = corner + 4 * i;
+      c[0] = fminf(a0, b0);
+      c[2] = fmaxf(a0, b0);
+      c[1] = fminf(a1, b1);
+      c[3] = fmaxf(a1, b1);
+    }
+    for (int64_t cl = 0; cl < p->classes; cl++) {
+      const float *score = (const float *)in[1] + (bt * p->classes + cl) * n;
+      int64_t nc = 0;
+      for (int64_t i = 0; i < n; i++)
+        if (!has_thr || score[i] > thr)
+          cand[nc++] = i;
+      nms_sort ctx = {score};
+      qsort_r(cand, (size_t)nc, sizeof *cand, nms_cmp, &ctx);
+      int64_t nk = 0;
+      for (int64_t c = 0; c < nc && nk < max_out; c++) {
+        const float *cb = corner + 4 * cand[c];
+        bool keep = true;
+        for (int64_t j = 0; j < nk && keep; j++)
+          keep = !nms_suppresses(corner + 4 * kept[j], cb, iou);
+        if (!keep)
+          continue;
+        kept[nk++] = cand[c];
+        y[3 * total] = bt;
+        y[3 * total + 1] = cl;
+        y[3 * total + 2] = cand[c];
+        total++;
+      }
+    }
+  }
+  int64_t dims[2] = {total, 3};
+  return es__tdesc_set(k->out[0], ES_DTYPE_INT64, 2, dims);
 }
 
 /* ==========================================================================
@@ -892,6 +1099,7 @@ static const es_kernel ra_kernel = {ra_infer, ra_run, NULL, 0};
 static const es_kernel unpool_kernel = {unpool_infer, unpool_run, NULL, 0};
 static const es_kernel topk_kernel = {topk_infer, topk_run, NULL, 0};
 static const es_kernel det_kernel = {det_infer, det_run, NULL, 0};
+static const es_kernel nms_kernel = {nms_infer, nms_run, NULL, 0};
 
 const es_kernel *es__kernels_sample(es_op op) {
   switch (op) {
@@ -905,6 +1113,8 @@ const es_kernel *es__kernels_sample(es_op op) {
     return &topk_kernel;
   case ES_OP_Det:
     return &det_kernel;
+  case ES_OP_NonMaxSuppression:
+    return &nms_kernel;
   default:
     return NULL;
   }

@@ -24,6 +24,16 @@ void *es__ctx_alloc_raw(es_ctx *c, size_t size) {
   size_t need = es__align_up(size ? size : 1, 16);
   if (need == 0)
     return NULL;
+  if (c->fixed) {
+    if (c->fixed_size - c->asked < need) {
+      c->exhausted = 1;
+      return NULL;
+    }
+    void *p = c->fixed + c->asked;
+    c->asked += need;
+    return p;
+  }
+  c->asked += need;
   es_ctx_chunk *h = c->head;
   if (!h || h->size - h->used < need) {
     size_t payload = need > ES_CTX_CHUNK ? need : ES_CTX_CHUNK;
@@ -67,7 +77,18 @@ char *es__ctx_strdup(es_ctx *c, const char *s) {
   return d;
 }
 
+void es__ctx_init_fixed(es_ctx *c, void *buf, size_t size) {
+  memset(c, 0, sizeof *c);
+  c->fixed = buf;
+  c->fixed_size = size & ~(size_t)15;
+}
+
 void es__ctx_free_all(es_ctx *c) {
+  if (c->fixed) {
+    c->asked = 0;
+    c->exhausted = 0;
+    return;
+  }
   es_ctx_chunk *h = c->head;
   while (h) {
     es_ctx_chunk *next = h->next;
@@ -76,5 +97,6 @@ void es__ctx_free_all(es_ctx *c) {
   }
   c->head = NULL;
   c->bytes = 0;
+  c->asked = 0;
 }
 

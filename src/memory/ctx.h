@@ -11,7 +11,18 @@ typedef struct es_ctx_chunk es_ctx_chunk;
 typedef struct es_ctx {
   es_ctx_chunk *head;
   size_t bytes; /* total chunk bytes held */
+  size_t asked; /* bytes handed out (each rounded up to 16), over its life */
+  unsigned char *fixed; /* es__ctx_init_fixed: the one region it hands out */
+  size_t fixed_size;
+  int exhausted;        /* a fixed context refused an allocation */
 } es_ctx;
+
+/* A context over the caller's region [buf, buf + size) (16-byte aligned)
+ * that never takes memory elsewhere: an allocation that does not fit gets
+ * NULL. es__ctx_free_all empties it for reuse. How a run re-infers a node
+ * whose shapes the data decides: its parameters go to a region of the
+ * request's arena the plan sized. */
+void es__ctx_init_fixed(es_ctx *c, void *buf, size_t size);
 
 void *es__ctx_alloc(es_ctx *c, size_t size); /* 16-byte aligned, zeroed; NULL on OOM */
 /* The same, not zeroed: for callers that write every byte (a parser's

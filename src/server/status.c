@@ -22,7 +22,8 @@
  *   ES_ESTATE                409: the model's state does not allow it now
  *                            (unloading a model a loaded pipeline runs on)
  *   ES_EINVAL, ES_EMODEL,    400: the request (or the model it names) cannot
- *   ES_ENOTSUP, ES_EOVERFLOW      be run as given
+ *   ES_ENOTSUP, ES_EOVERFLOW,     be run as given (ES_EBOUND: its data made a
+ *   ES_EBOUND                     shape larger than the plan's bound)
  *   anything else            500
  *
  * Retry-After, on every 429 and 503: the admission's measured estimate of
@@ -77,6 +78,7 @@ srv_status es__srv_status_of(int rc, const es_refusal *why) {
   case ES_EMODEL:
   case ES_ENOTSUP:
   case ES_EOVERFLOW:
+  case ES_EBOUND:
     st = (srv_status){400, 0, SRV_OUT_BAD_REQUEST, ES_REFUSE_NONE};
     break;
   default:

@@ -14,7 +14,7 @@
  * Dims are copied; names, initializer data and attribute values are not
  * and must outlive packing. The structs stay public so a test can break
  * a valid model in one precise place before packing it (b->nodes[1].op_type
- * = "NonMaxSuppression"). A builder's room is fixed (OB_*); going past it fails the
+ * = "StringNormalizer"). A builder's room is fixed (OB_*); going past it fails the
  * test. */
 #ifndef ES_TEST_ONNX_BUILDER_H
 #define ES_TEST_ONNX_BUILDER_H
