@@ -177,7 +177,12 @@ static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
     printf("  output %s [", t.name);
     for (int d = 0; d < t.rank; d++)
       printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
-    printf("]\n");
+    int bounded = 0;
+    for (int i = 0; i < es_plan_bound_count(p) && !bounded; i++) {
+      es_bound_info b;
+      bounded = es_plan_bound_info(p, i, &b) == 0 && !strcmp(b.value, t.name);
+    }
+    printf("]%s\n", bounded ? " at most: its shape depends on the data" : "");
   }
   print_bounds(p);
   es_plan_cache_stats cs;

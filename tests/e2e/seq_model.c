@@ -1,8 +1,9 @@
-/* Writes a stateful model for the server's sequence tests: the LSTM of
- * tests/runtime/test_sequence.c (ob_seq_lstm), or with --decoder D the
+/* Writes a model for the server's end-to-end tests: the stateful LSTM of
+ * tests/runtime/test_sequence.c (ob_seq_lstm), with --decoder D the
  * one-layer decoder step whose KV cache grows by 2 D floats a step
- * (ob_seq_decoder).
- *   es_seq_model [--decoder D] OUT.onnx */
+ * (ob_seq_decoder), or with --nms the detector's tail whose output shapes
+ * depend on the data (ob_nms_tail).
+ *   es_seq_model [--decoder D | --nms] OUT.onnx */
 #include "support/onnx_builder.h"
 
 #include <stdio.h>
@@ -10,18 +11,20 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-  int d = 0;
+  int d = 0, nms = argc == 3 && !strcmp(argv[1], "--nms");
   if (argc == 4 && !strcmp(argv[1], "--decoder"))
     d = atoi(argv[2]);
-  if ((argc != 2 && argc != 4) || (argc == 4 && (d < 1 || d > (1 << 16)))) {
-    fprintf(stderr, "usage: es_seq_model [--decoder D] OUT.onnx\n");
+  if ((argc != 2 && argc != 4 && !nms) || (argc == 4 && (d < 1 || d > (1 << 16)))) {
+    fprintf(stderr, "usage: es_seq_model [--decoder D | --nms] OUT.onnx\n");
     return 2;
   }
   const char *path = argv[argc - 1];
-  ob *b = ob_new(d ? 13 : 14);
+  ob *b = ob_new(d || nms ? 13 : 14);
   float *w = NULL;
   if (d)
     w = ob_seq_decoder(b, d);
+  else if (nms)
+    ob_nms_tail(b);
   else
     ob_seq_lstm(b);
   size_t size;

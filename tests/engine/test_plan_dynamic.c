@@ -123,31 +123,13 @@ static void test_nonzero_select(void **state) {
   es_model_release(m);
 }
 
-/* A detector's tail: NonMaxSuppression keeps some boxes (ONNX's
- * suppress_by_IOU example), their boxes are gathered, and TopK takes the
- * best min(kept, 2) scores, k computed from the kept count's shape. */
+/* A detector's tail (ob_nms_tail): NonMaxSuppression keeps some boxes
+ * (ONNX's suppress_by_IOU example), their boxes are gathered, and TopK
+ * takes the best min(kept, 2) scores, k computed from the kept count's
+ * shape. */
 static es_model *nms_model(void) {
   ob *b = ob_new(13);
-  ob_input(b, "boxes", 3, (int64_t[]){1, 6, 4});
-  ob_input(b, "scores", 3, (int64_t[]){1, 1, 6});
-  ob_init_i64(b, "max_out", 1, (int64_t[]){1}, (int64_t[]){4});
-  ob_init_f32(b, "iou", 1, (int64_t[]){1}, (float[]){0.5f});
-  ob_init_f32(b, "thr", 1, (int64_t[]){1}, (float[]){0.0f});
-  ob_init_i64(b, "col", 0, NULL, (int64_t[]){2});
-  ob_init_i64(b, "two", 1, (int64_t[]){1}, (int64_t[]){2});
-  ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
-  int g = ob_node(b, "Gather", "bidx", 2, "sel", "col");
-  ob_attr_int(b, g, "axis", 1);
-  g = ob_node(b, "Gather", "kept", 2, "boxes", "bidx");
-  ob_attr_int(b, g, "axis", 1);
-  g = ob_node(b, "Gather", "ks", 2, "scores", "bidx");
-  ob_attr_int(b, g, "axis", 2);
-  ob_node(b, "Shape", "nkept", 1, "bidx");
-  ob_node(b, "Min", "k", 2, "nkept", "two");
-  int t = ob_node(b, "TopK", "best", 2, "ks", "k");
-  ob_node_out(b, t, "best_i");
-  ob_output(b, "kept");
-  ob_output(b, "best");
+  ob_nms_tail(b);
   es_model *m = ob_load(b);
   free(b);
   return m;

@@ -285,6 +285,32 @@ void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, 
   es_plan_release(p);
 }
 
+void ob_nms_tail(ob *b) {
+  /* initializer data must outlive packing */
+  static const int64_t max_out = 4, col = 2, two = 2;
+  static const float iou = 0.5f, thr = 0.0f;
+  ob_input(b, "boxes", 3, (int64_t[]){1, 6, 4});
+  ob_input(b, "scores", 3, (int64_t[]){1, 1, 6});
+  ob_init_i64(b, "max_out", 1, (int64_t[]){1}, &max_out);
+  ob_init_f32(b, "iou", 1, (int64_t[]){1}, &iou);
+  ob_init_f32(b, "thr", 1, (int64_t[]){1}, &thr);
+  ob_init_i64(b, "col", 0, NULL, &col);
+  ob_init_i64(b, "two", 1, (int64_t[]){1}, &two);
+  ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
+  int g = ob_node(b, "Gather", "bidx", 2, "sel", "col");
+  ob_attr_int(b, g, "axis", 1);
+  g = ob_node(b, "Gather", "kept", 2, "boxes", "bidx");
+  ob_attr_int(b, g, "axis", 1);
+  g = ob_node(b, "Gather", "ks", 2, "scores", "bidx");
+  ob_attr_int(b, g, "axis", 2);
+  ob_node(b, "Shape", "nkept", 1, "bidx");
+  ob_node(b, "Min", "k", 2, "nkept", "two");
+  int t = ob_node(b, "TopK", "best", 2, "ks", "k");
+  ob_node_out(b, t, "best_i");
+  ob_output(b, "kept");
+  ob_output(b, "best");
+}
+
 /* ---- large and hostile models ---------------------------------------------- */
 
 uint8_t *ob_chain_pack(const char *op, int n, int rank, const int64_t *dims, size_t *size) {
