@@ -19,12 +19,15 @@
 
 static void run_usage(FILE *f) {
   fprintf(f, "usage: edgeserve run MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
-             "                    [--shape NAME=DxDxD]... [--output-dir DIR] [--repeat N]\n\n"
+             "                    [--shape NAME=DxDxD]... [--output-dir DIR] [--repeat N]\n"
+             "                    [--bounds]\n\n"
              "Runs the model on inputs read from NumPy .npy files (by name, or positionally\n"
              "in the model's input order; --shape gives an input random values of that\n"
              "shape instead), writes every output to DIR/NAME.npy (NAME with\n"
              "characters outside [A-Za-z0-9._-] replaced by '_'), and prints each output's\n"
-             "shape, the planned arena bytes and the median latency over N runs.\n");
+             "shape, the planned arena bytes and the median latency over N runs. With\n"
+             "--bounds, also each value whose shape depends on the data: its planned bound\n"
+             "and the most the runs used of it (the runs are profiled to see it).\n");
 }
 
 /* mkdir -p */
@@ -47,7 +50,7 @@ static int make_dirs(const char *dir) {
 
 /* The options. -1 to go on, else the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, cli_inputs *ci, const char **model_path,
-                      const char **out_dir, long *repeat) {
+                      const char **out_dir, long *repeat, int *bounds) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int r;
@@ -57,6 +60,8 @@ static int parse_args(int argc, char **argv, cli_inputs *ci, const char **model_
     } else if ((r = cli_inputs_arg(ci, "run", argc, argv, &i)) != 0) {
       if (r == 2)
         return 2;
+    } else if (!strcmp(a, "--bounds")) {
+      *bounds = 1;
     } else if (!strcmp(a, "--output-dir") && i + 1 < argc) {
       *out_dir = argv[++i];
     } else if (!strcmp(a, "--repeat") && i + 1 < argc) {
@@ -101,12 +106,41 @@ static int write_outputs(const es_tensor *outs, int nout, const char *out_dir) {
   return 0;
 }
 
+/* Each value an operator bounds: its bound and the most the runs used;
+ * then the totals over every bounded value. */
+static void print_bounds_used(const es_plan *p) {
+  int n = es_plan_bound_count(p);
+  if (n == 0) {
+    printf("data-dependent shapes: none\n");
+    return;
+  }
+  size_t bound = 0, seen = 0;
+  printf("data-dependent shapes: %d values planned at a bound; used at most:\n", n);
+  for (int i = 0; i < n; i++) {
+    es_bound_info b;
+    if (es_plan_bound_info(p, i, &b) < 0)
+      continue;
+    bound += b.bound_bytes;
+    seen += b.seen_bytes;
+    if (!b.why[0])
+      continue;
+    printf("  %s [", b.value);
+    for (int d = 0; d < b.bound.rank; d++)
+      printf(d ? ",%lld" : "%lld", (long long)b.bound.dims[d]);
+    printf("] (%s): %zu of %zu bytes (%.1f%%)\n", b.why, b.seen_bytes, b.bound_bytes,
+           b.bound_bytes ? 100.0 * (double)b.seen_bytes / (double)b.bound_bytes : 0.0);
+  }
+  printf("  all %d: %zu of %zu bytes (%.1f%%)\n", n, seen, bound,
+         bound ? 100.0 * (double)seen / (double)bound : 0.0);
+}
+
 int cli_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
   cli_inputs ci;
   memset(&ci, 0, sizeof ci);
   long repeat = 1;
-  int status = parse_args(argc, argv, &ci, &model_path, &out_dir, &repeat);
+  int bounds = 0;
+  int status = parse_args(argc, argv, &ci, &model_path, &out_dir, &repeat, &bounds);
   if (status >= 0)
     return status;
   cli_session s;
@@ -123,6 +157,8 @@ int cli_cmd_run(int argc, char **argv) {
     fprintf(stderr, "edgeserve run: out of memory\n");
     goto out;
   }
+  if (bounds)
+    es_engine_profile_set(1);
   for (long r = 0; r < repeat; r++) {
     es_arena_reset(s.arena);
     double t0 = cli_now_ms();
@@ -140,6 +176,8 @@ int cli_cmd_run(int argc, char **argv) {
   printf("arena peak bytes: %zu\n", es_arena_peak(s.arena));
   printf("latency ms: median %.3f over %ld run%s\n", cli_median(lat, (size_t)repeat), repeat,
          repeat > 1 ? "s" : "");
+  if (bounds)
+    print_bounds_used(s.plan);
   status = 0;
 out:
   es_mem_free(outs);

@@ -178,6 +178,8 @@
   XX(GRU, 7)                                                                   \
   XX(LSTM, 7)                                                                  \
   XX(RNN, 7)                                                                   \
+  /* control flow: an If's merge, its branches inlined (control.c) */          \
+  XX(If, 1)                                                                    \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)

@@ -101,8 +101,14 @@ typedef struct step {
    * whose outputs' shapes go to the run's table (a bounded output); 2 also
    * infers again first, for its inputs' actual shapes. */
   int dyn;
-  es_tdesc *in_desc;  /* dyn 2: the planned input descriptors (bounds) */
+  es_tdesc *in_desc;  /* dyn: the planned input descriptors (bounds) */
   es_tdesc *out_desc; /* dyn: the planned output descriptors (bounds) */
+  /* An inlined If branch's step whose condition the plan does not know: it
+   * runs only when each guard's value (a bool) is guard_on[i]. */
+  int n_guard;
+  int *guard_v;       /* while planning: the values */
+  loc *guard;
+  unsigned char *guard_on;
 } step;
 
 /* A value whose shape the data decides, for es_plan_bound_info. */
@@ -138,6 +144,7 @@ struct es_plan {
   size_t rt_offset;
   size_t infer_offset, infer_bytes;
   bound_rec *bounds; /* one per slot */
+  _Atomic uint64_t *bound_seen; /* per slot: the most bytes a profiled run gave it */
 };
 
 static _Atomic int es_profile_; /* es_engine_profile_set */
@@ -316,6 +323,7 @@ typedef struct pval {
                          shape table (desc holds the bound), or -1 */
   int sym;            /* sdata holds its value at the bounds, for planning the
                          nodes that read it; a run computes it too */
+  int untaken;        /* made in an If branch the plan knows is not taken */
 } pval;
 
 /* Both arrays grow as planning goes (doubling), so that a plan holds what
@@ -333,6 +341,9 @@ typedef struct planner {
   int unreached;       /* nodes skipped after one that cannot run */
   int cap_rt;          /* p->bounds' room */
   size_t infer_max;    /* the largest parameters a step inferred again takes */
+  int *if_cond;        /* per If id, its merge's condition value (es__graph_if_conds) */
+  int max_if;
+  int reveal;          /* kinst_bind shows values at the bounds to every op */
 } planner;
 
 /* Room for one more element in *arr (es_mem, *cap elements of size). */
@@ -386,10 +397,12 @@ static int step_new(planner *P, step **out) {
 
 /* Ops whose output shape counts input values rather than reading them as
  * sizes: a value computed at the bounds says nothing of the actual count,
- * so they read such an input as data the plan does not know. */
+ * so they read such an input as data the plan does not know. An If merge
+ * too: a condition computed at the bounds does not say which branch a run
+ * takes. */
 static int counts_values(es_op op) {
   return op == ES_OP_NonZero || op == ES_OP_Unique || op == ES_OP_Compress ||
-         op == ES_OP_NonMaxSuppression;
+         op == ES_OP_NonMaxSuppression || op == ES_OP_If;
 }
 
 /* Fill st's kernel instance for node nd with the planner's current
@@ -411,11 +424,13 @@ static int kinst_bind(planner *P, step *st, const es_node *nd, int *all_static, 
     int v = nd->in[i];
     if (v < 0)
       continue;
+    if (P->v[v].untaken)
+      continue; /* an If merge's input from the branch not taken: omitted */
     if (P->v[v].desc.dtype == ES_DTYPE_UNDEFINED)
       return es__fail(ES_EMODEL, "%s: input %d '%s' has no computed value", k->label, i,
                       P->v[v].name);
     in[i] = &P->v[v].desc;
-    ins[i] = P->v[v].sym && counts_values(nd->op) ? NULL : P->v[v].sdata;
+    ins[i] = P->v[v].sym && counts_values(nd->op) && !P->reveal ? NULL : P->v[v].sdata;
     if (!ins[i])
       *all_static = 0;
     if (P->v[v].rt >= 0)
@@ -480,6 +495,8 @@ static void step_commit(planner *P, step *st, const es_kernel *kern) {
   for (int i = 0; i < nd->n_in; i++)
     if (nd->in[i] >= 0)
       P->v[nd->in[i]].last_use = p->n_steps;
+  for (int i = 0; i < st->n_guard; i++)
+    P->v[st->guard_v[i]].last_use = p->n_steps;
   p->n_steps++;
 }
 
@@ -499,12 +516,11 @@ static int dyn_commit(planner *P, step *st, const es_kernel *kern, int dyn_in, i
   es_kinst *k = &st->k;
   st->dyn = dyn_in ? 2 : 1;
   st->out_desc = es__ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof(es_tdesc));
-  if (dyn_in)
-    st->in_desc = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(es_tdesc));
-  if (!st->out_desc || (dyn_in && !st->in_desc))
+  st->in_desc = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof(es_tdesc));
+  if (!st->out_desc || !st->in_desc)
     return es__fail(ES_ENOMEM, "out of memory planning");
-  for (int i = 0; dyn_in && i < nd->n_in; i++)
-    if (nd->in[i] >= 0)
+  for (int i = 0; i < nd->n_in; i++)
+    if (nd->in[i] >= 0 && !P->v[nd->in[i]].untaken)
       st->in_desc[i] = P->v[nd->in[i]].desc;
   for (int o = 0; o < nd->n_out; o++) {
     int v = nd->out[o];
@@ -650,6 +666,36 @@ static void node_skip(planner *P, const es_node *nd) {
       P->v[nd->out[o]].lost = 1;
 }
 
+/* A guarded node (an inlined If branch's): 1 when the plan knows a guard
+ * fails (the node is not planned: its outputs are untaken, as are those of
+ * a node reading an untaken value other than a merge); else 0, with the
+ * guards the plan does not know in *n_rt and rt_v / rt_on (room for
+ * nd->n_guard). */
+static int guards_fail(const planner *P, const es_node *nd, int *n_rt, int *rt_v,
+                       unsigned char *rt_on) {
+  *n_rt = 0;
+  for (int i = 0; i < nd->n_in; i++)
+    if (nd->op != ES_OP_If && nd->in[i] >= 0 && P->v[nd->in[i]].untaken)
+      return 1;
+  for (int i = 0; i < nd->n_guard; i++) {
+    int id = abs(nd->guard[i]);
+    int c = id <= P->max_if && P->if_cond ? P->if_cond[id] : -1;
+    if (c < 0)
+      continue; /* its merge is gone: the node always runs */
+    const pval *cv = &P->v[c];
+    if (cv->untaken)
+      return 1;
+    if (cv->sdata && !cv->sym) {
+      if ((*(const uint8_t *)cv->sdata != 0) != (nd->guard[i] > 0))
+        return 1;
+      continue;
+    }
+    rt_v[*n_rt] = c;
+    rt_on[(*n_rt)++] = nd->guard[i] > 0;
+  }
+  return 0;
+}
+
 static int plan_nodes(planner *P) {
   es_plan *p = P->p;
   const es_graph *g = P->g;
@@ -663,6 +709,17 @@ static int plan_nodes(planner *P) {
     if (lost) {
       node_skip(P, nd);
       P->unreached++;
+      continue;
+    }
+    int n_guard = 0, guard_v[64];
+    unsigned char guard_on[64];
+    if (nd->n_guard > 64)
+      return es__fail(ES_ENOTSUP, "node #%d: If branches nested more than 64 deep",
+                      nd->file_index);
+    if (guards_fail(P, nd, &n_guard, guard_v, guard_on)) {
+      for (int o = 0; o < nd->n_out; o++)
+        if (nd->out[o] >= 0)
+          P->v[nd->out[o]].untaken = 1;
       continue;
     }
     const es_kernel *kern = es__kernel_for(nd->op);
@@ -737,6 +794,22 @@ static int plan_nodes(planner *P) {
       k = &st->k;
       memcpy(k->label, label, sizeof label);
     }
+    if (rc == ES_ENOTSUP && nd->op == ES_OP_If && nd->in[0] >= 0 && P->v[nd->in[0]].sym) {
+      /* Branches of different ranks (torchvision's Squeeze-or-not on a dim
+       * the data does not decide): planned for the branch the bounds take.
+       * A run infers the merge again on its actual condition, so one that
+       * takes the other branch still gets its outputs, if they fit. */
+      if (kern->release)
+        kern->release(k);
+      P->reveal = 1;
+      rc = kinst_bind(P, st, nd, &all_static, &dyn_in);
+      P->reveal = 0;
+      if (rc < 0)
+        return rc;
+      asked = p->ctx.asked;
+      rc = kern->infer(k);
+      asked = p->ctx.asked - asked;
+    }
     if (rc < 0) {
       if (kern->release)
         kern->release(k);
@@ -766,6 +839,18 @@ static int plan_nodes(planner *P) {
       if (rc < 0)
         return rc;
       continue;
+    }
+    if (n_guard) {
+      st->n_guard = n_guard;
+      st->guard_v = es__ctx_alloc(&p->ctx, (size_t)n_guard * sizeof *st->guard_v);
+      st->guard_on = es__ctx_alloc(&p->ctx, (size_t)n_guard);
+      if (!st->guard_v || !st->guard_on) {
+        if (kern->release)
+          kern->release(k);
+        return es__fail(ES_ENOMEM, "out of memory planning");
+      }
+      memcpy(st->guard_v, guard_v, (size_t)n_guard * sizeof *guard_v);
+      memcpy(st->guard_on, guard_on, (size_t)n_guard);
     }
     if (dyn_in || k->out_bound) {
       /* A value computed from bounds (a shape chain over a bounded tensor)
@@ -918,6 +1003,15 @@ static int plan_memory(planner *P) {
         st->out[o].offset = b[P->v[v].buf].offset;
     }
     st->scratch_offset = scratch_buf[s] >= 0 ? b[scratch_buf[s]].offset : 0;
+    if (st->n_guard) {
+      st->guard = es__ctx_alloc(&p->ctx, (size_t)st->n_guard * sizeof(loc));
+      if (!st->guard) {
+        rc = es__fail(ES_ENOMEM, "out of memory planning");
+        goto out;
+      }
+      for (int i = 0; i < st->n_guard; i++)
+        loc_of(P, b, st->guard_v[i], &st->guard[i]);
+    }
   }
   for (int i = 0; i < p->n_out; i++) {
     int v = p->out_value[i];
@@ -991,6 +1085,14 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
     rc = es__fail(ES_ENOMEM, "out of memory planning");
   if (rc == 0)
     rc = es__prep_batch_create(&P.prep);
+  if (rc == 0) {
+    P.if_cond = es__graph_if_conds(g, &P.max_if);
+    if (!P.if_cond && P.max_if < 0) {
+      for (int i = 0; i < g->n_nodes && rc == 0; i++)
+        if (g->nodes[i].if_id > 0)
+          rc = es__fail(ES_ENOMEM, "out of memory planning");
+    }
+  }
   for (int v = 0; rc == 0 && v < g->n_values; v++) {
     pval *pv = &P.v[v];
     const es_value *val = &g->values[v];
@@ -1031,6 +1133,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
       rc = es__issues_fail(&own, "nodes the engine cannot run with these shapes");
     es__issues_fini(&own);
     es_mem_free(P.v);
+    es_mem_free(P.if_cond);
     es__prep_batch_destroy(P.prep);
     if (rc < 0) {
       es_plan_release(p);
@@ -1052,13 +1155,15 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
   }
   if (rc == 0) {
     p->step_ns = es__ctx_alloc(&p->ctx, ((size_t)p->n_steps + 1) * sizeof *p->step_ns);
-    if (!p->step_ns)
+    p->bound_seen = es__ctx_alloc(&p->ctx, ((size_t)p->n_rt + 1) * sizeof *p->bound_seen);
+    if (!p->step_ns || !p->bound_seen)
       rc = es__fail(ES_ENOMEM, "out of memory planning");
   }
   if (rc == 0 && value_descs)
     for (int v = 0; v < g->n_values; v++)
       value_descs[v] = P.v[v].desc;
   es_mem_free(P.v);
+  es_mem_free(P.if_cond);
   if (rc < 0) {
     es_plan_release(p);
     return rc;
@@ -1166,6 +1271,8 @@ int es_plan_bound_info(const es_plan *p, int i, es_bound_info *out) {
   out->node = b->node;
   out->why = b->why;
   info_from(&b->desc, b->value, &out->bound);
+  out->bound_bytes = b->desc.nbytes;
+  out->seen_bytes = (size_t)atomic_load(&p->bound_seen[i]);
   return 0;
 }
 
@@ -1252,6 +1359,9 @@ static int run_dyn(const es_plan *p, const step *st, const void *const *in, void
       goto out;
     }
   } else {
+    for (int i = 0; i < nd->n_in; i++)
+      ind[i] = st->in[i].kind == LOC_NONE ? NULL : &st->in_desc[i];
+    lk.in = ind;
     for (int o = 0; o < nd->n_out; o++)
       if (outd[o])
         *outd[o] = st->out_desc[o];
@@ -1271,6 +1381,16 @@ out:
   if (st->dyn == 2 && kern->release)
     kern->release(&lk);
   return rc;
+}
+
+/* 1 when every guard of st has the value it runs under. */
+static int guards_hold(const step *st, unsigned char *base, const es_tensor *inputs) {
+  for (int i = 0; i < st->n_guard; i++) {
+    const uint8_t *c = loc_ptr(&st->guard[i], base, inputs);
+    if ((*c != 0) != st->guard_on[i])
+      return 0;
+  }
+  return 1;
 }
 
 int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
@@ -1323,6 +1443,14 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   for (int s = 0; s < p->n_steps; s++) {
     const step *st = &p->steps[s];
     const es_node *nd = st->nd;
+    if (st->n_guard && !guards_hold(st, base, inputs)) {
+      /* an If branch not taken: what reads its values (the merge) sees
+       * their planned shapes */
+      for (int o = 0; o < nd->n_out; o++)
+        if (st->out[o].rt >= 0)
+          table[st->out[o].rt] = st->out_desc[o];
+      continue;
+    }
     for (int i = 0; i < nd->n_in; i++)
       in[i] = loc_ptr(&st->in[i], base, inputs);
     for (int o = 0; o < nd->n_out; o++)
@@ -1332,6 +1460,17 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
                      : st->kern->run(&st->k, in, out, scratch);
     if (rc < 0)
       return rc;
+    if (profile && st->dyn)
+      for (int o = 0; o < nd->n_out; o++) {
+        if (st->out[o].rt < 0)
+          continue;
+        uint64_t b = table[st->out[o].rt].nbytes;
+        _Atomic uint64_t *m = &p->bound_seen[st->out[o].rt];
+        uint64_t cur = atomic_load_explicit(m, memory_order_relaxed);
+        while (b > cur && !atomic_compare_exchange_weak_explicit(m, &cur, b, memory_order_relaxed,
+                                                                 memory_order_relaxed))
+          ;
+      }
     if (profile) {
       clock_gettime(CLOCK_MONOTONIC, &t1);
       uint64_t ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));

@@ -224,6 +224,7 @@ const es_kernel *es__kernels_signal(es_op op);
 const es_kernel *es__kernels_sample(es_op op);
 const es_kernel *es__kernels_quant(es_op op);
 const es_kernel *es__kernels_recurrent(es_op op);
+const es_kernel *es__kernels_control(es_op op);
 
 /* Run heavy ops (Conv, ConvTranspose, MatMul) with the plain C reference
  * kernels instead of oneDNN, for plans made after the call (the public

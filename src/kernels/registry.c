@@ -25,7 +25,7 @@ const es_kernel *es__kernel_for(es_op op) {
       es__kernels_layout,      es__kernels_layernorm, es__kernels_fused,
       es__kernels_indexing,    es__kernels_linalg,
       es__kernels_signal,      es__kernels_sample,
-      es__kernels_quant,       es__kernels_recurrent,
+      es__kernels_quant,       es__kernels_recurrent, es__kernels_control,
   };
   for (size_t i = 0; i < sizeof families / sizeof families[0]; i++) {
     const es_kernel *k = families[i](op);

@@ -5,6 +5,7 @@
 #include "common/internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ==========================================================================
@@ -34,14 +35,45 @@ const char *es__node_op_type(const es_node *n) {
  * Topological order (Kahn's algorithm) and pruning
  * ======================================================================== */
 
+int *es__graph_if_conds(const es_graph *g, int *max_id) {
+  int m = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].if_id > m)
+      m = g->nodes[i].if_id;
+  *max_id = -1;
+  if (m == 0)
+    return NULL;
+  int *c = es_mem_alloc(ES_MEM_MODEL, ((size_t)m + 1) * sizeof *c);
+  if (!c)
+    return NULL;
+  for (int k = 0; k <= m; k++)
+    c[k] = -1;
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].if_id > 0 && g->nodes[i].n_in > 0)
+      c[g->nodes[i].if_id] = g->nodes[i].in[0];
+  *max_id = m;
+  return c;
+}
+
+/* Input k of nd, its guards' conditions counted after its inputs (a
+ * guarded node runs after its condition is known): -1 for none. */
+static int node_dep(const es_node *nd, const int *cond, int max_id, int k) {
+  if (k < nd->n_in)
+    return nd->in[k];
+  int id = abs(nd->guard[k - nd->n_in]);
+  return id <= max_id && cond ? cond[id] : -1;
+}
+
 int es__graph_toposort(es_graph *g) {
   int n = g->n_nodes, nv = g->n_values;
   if (n == 0)
     return 0;
+  int max_id;
+  int *cond = es__graph_if_conds(g, &max_id);
   /* Consumer lists in CSR form: first[v]..first[v+1] index into cons[]. */
   size_t edges = 0;
   for (int i = 0; i < n; i++)
-    edges += (size_t)g->nodes[i].n_in;
+    edges += (size_t)g->nodes[i].n_in + (size_t)g->nodes[i].n_guard;
   int *pending = es_mem_calloc(ES_MEM_MODEL, (size_t)n, sizeof(int)); /* unmet inputs */
   int *queue = es_mem_calloc(ES_MEM_MODEL, (size_t)n, sizeof(int));
   int *first = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof(int));
@@ -53,9 +85,11 @@ int es__graph_toposort(es_graph *g) {
     goto out;
   }
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].n_in; k++)
-      if (g->nodes[i].in[k] >= 0)
-        first[g->nodes[i].in[k] + 1]++;
+    for (int k = 0; k < g->nodes[i].n_in + g->nodes[i].n_guard; k++) {
+      int v = node_dep(&g->nodes[i], cond, max_id, k);
+      if (v >= 0)
+        first[v + 1]++;
+    }
   for (int v = 0; v < nv; v++)
     first[v + 1] += first[v];
   int *fill = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof(int));
@@ -64,8 +98,8 @@ int es__graph_toposort(es_graph *g) {
     goto out;
   }
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < g->nodes[i].n_in; k++) {
-      int v = g->nodes[i].in[k];
+    for (int k = 0; k < g->nodes[i].n_in + g->nodes[i].n_guard; k++) {
+      int v = node_dep(&g->nodes[i], cond, max_id, k);
       if (v >= 0)
         cons[first[v] + fill[v]++] = i;
     }
@@ -73,8 +107,8 @@ int es__graph_toposort(es_graph *g) {
 
   int head = 0, tail = 0;
   for (int i = 0; i < n; i++) {
-    for (int k = 0; k < g->nodes[i].n_in; k++) {
-      int v = g->nodes[i].in[k];
+    for (int k = 0; k < g->nodes[i].n_in + g->nodes[i].n_guard; k++) {
+      int v = node_dep(&g->nodes[i], cond, max_id, k);
       if (v >= 0 && g->values[v].producer >= 0)
         pending[i]++;
     }
@@ -111,6 +145,7 @@ int es__graph_toposort(es_graph *g) {
   }
   memcpy(g->nodes, sorted, (size_t)n * sizeof(es_node));
 out:
+  es_mem_free(cond);
   es_mem_free(pending);
   es_mem_free(queue);
   es_mem_free(first);

@@ -91,7 +91,17 @@ typedef struct es_node {
   const es_node_unsup *unsup; /* non-NULL: the node cannot run, and op is
                                  ES_OP_UNKNOWN (an operator, domain, opset or
                                  attribute the engine does not run) */
+  /* Inlined If branches (the loader's flatten_ifs). A merge (op If, no
+   * subgraphs: inputs cond, then's outputs, else's outputs) has if_id > 0;
+   * a branch's node has guards: +id runs only when merge id's condition
+   * (its input 0) holds, -id only when it does not. A pass that rebuilds a
+   * node may drop its guards: the node then always runs, which computes
+   * more but never differs. */
+  int if_id;
+  int n_guard;
+  int *guard;
 } es_node;
+
 
 /* ---- what a model needs that the engine cannot run -------------------------
  *
@@ -172,6 +182,11 @@ typedef struct es_graph {
   struct es_sub_issue *sub;
   int n_sub, cap_sub;
 } es_graph;
+
+/* The condition value of each merge, by if_id (cond[id], -1 where none):
+ * an es_mem array of max_id + 1, or NULL when the graph has no merge (or
+ * out of memory: *max_id is then -1). */
+int *es__graph_if_conds(const es_graph *g, int *max_id);
 
 /* A writable es_weights region of len bytes for the staged constants, and
  * room bytes after them for the constants sealing may add to it (huge

@@ -15,8 +15,9 @@
  * element type or kind of type it cannot hold. Such a node is kept, marked
  * (es_node.unsup, op ES_OP_UNKNOWN: its outputs still define the names the
  * rest reads), such a value becomes ES_VALUE_UNSUPPORTED, and subgraphs
- * (If, Loop, Scan bodies, which the engine does not run) are walked for
- * their operators and types. Once the graph is sorted and pruned, only what
+ * (Loop, Scan bodies, which the engine does not run) are walked for their
+ * operators and types. The main graph's If nodes are inlined first, both
+ * branches guarded (flatten_ifs). Once the graph is sorted and pruned, only what
  * the live part needs is listed (es__graph_issues): all of it in one error,
  * or, for the engine, after its folding. Opsets are whole-model: one
  * outside 7..21 is refused at once.
@@ -534,10 +535,22 @@ typedef struct pending_const {
   const void *attr_data;
 } pending_const;
 
+/* If nodes of the main graph, inlined (flatten_ifs): per node of the
+ * flattened list, its place in the file and its guards. */
+typedef struct flat_node {
+  int file_index; /* the main graph's own nodes keep theirs; branch nodes
+                     and merges follow the file's last */
+  int if_id;      /* a merge: the If it ends (1...), else 0 */
+  int n_guard;
+  const int *guard; /* +id: runs when If id's condition holds; -id: when not */
+} flat_node;
+
 typedef struct loader {
   es_graph *g;
   const raw_table *raw; /* payloads the parse left out */
   const Onnx__GraphProto *gp;
+  const flat_node *flat; /* per node of gp, when Ifs were inlined; else NULL */
+  es_ctx *tmp;           /* lives as long as the protobuf tree */
   /* name -> value index, open addressing */
   int *slots;
   size_t nslots;
@@ -1197,13 +1210,14 @@ static int node_subgraphs(loader *L, int owner, const char *holder, const Onnx__
   return 0;
 }
 
-/* Lists what the engine could not run inside a subgraph (an If, Loop or
- * Scan body): its nodes' operators (domain, name, opset) and its
- * initializers' element types, and those of the subgraphs it holds, under
- * owner, the main-graph node that holds it all (listed only if that one
- * is live). Identity and Dropout are not listed: the engine removes them
- * (es__graph_elide). The engine runs no subgraph yet; nothing else of them
- * is read.
+/* Lists what the engine could not run inside a subgraph (a Loop or Scan
+ * body, or the branches of an If the loader could not inline): its nodes'
+ * operators (domain, name, opset) and its initializers' element types, and
+ * those of the subgraphs it holds, under owner, the main-graph node that
+ * holds it all (listed only if that one is live). Identity and Dropout are
+ * not listed: the engine removes them (es__graph_elide). The engine runs
+ * no such subgraph yet (If branches it inlines: flatten_ifs); nothing else
+ * of them is read.
  * The recursion is bounded by the nesting check (21 levels at most). */
 static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__GraphProto *sg) {
   char what[KEY_MAX], why[240], where[300], first[600];
@@ -1231,7 +1245,16 @@ static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__G
     const char *dom = node_domain(np);
     /* Identity and Dropout are removed wherever the engine runs a graph */
     int removable = !dom && (!strcmp(ot, "Identity") || !strcmp(ot, "Dropout"));
-    if (!removable && (dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why)) {
+    int unrun = !removable && (dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why);
+    if (!unrun && !dom && !strcmp(ot, "If")) {
+      /* the main graph's Ifs are inlined, with the Ifs their branches
+       * hold: one left here is in a Loop or Scan body, or malformed */
+      snprintf(what, KEY_MAX, "If");
+      snprintf(why, 240, "an If inside a Loop or Scan body, or without both branches, is not "
+               "supported");
+      unrun = 1;
+    }
+    if (unrun) {
       char label[200];
       node_label(np, (int)i, label, sizeof label);
       snprintf(where, sizeof where, "%s in %s", self, holder);
@@ -1303,12 +1326,304 @@ static int node_resolve(loader *L, const Onnx__NodeProto *np, es_node *out) {
  * Entry point
  * ======================================================================== */
 
+/* ---- If, inlined ---------------------------------------------------------
+ *
+ * An If of the main graph (and the Ifs its branches hold, to any depth)
+ * becomes plain nodes: the then-branch's nodes, each guarded to run only
+ * when the condition holds, the else-branch's, guarded the other way, and a
+ * merge node (op If without subgraphs: inputs cond, then's outputs, else's
+ * outputs) that passes on the taken branch's outputs. The planner then
+ * plans both branches in one arena (their buffers share it as their
+ * lifetimes allow), skips a branch whose condition it knows, and a run
+ * skips the steps whose guard fails. A branch's own names (outputs,
+ * initializers) get a prefix naming the If and the branch, so sibling
+ * branches may reuse a name; names a branch does not define are the
+ * enclosing scopes', as ONNX's scoping says. */
+
+typedef struct flat_scope {
+  int parent;         /* -1 for the main graph */
+  const char *prefix; /* its names' prefix ("" for the main graph) */
+} flat_scope;
+
+typedef struct flattener {
+  es_ctx *ctx;
+  const Onnx__GraphProto *gp;
+  Onnx__NodeProto **node;
+  flat_node *info;
+  size_t n_node, cap_node;
+  Onnx__TensorProto **init;
+  size_t n_init, cap_init;
+  flat_scope *scope;
+  int n_scope, cap_scope;
+  /* (scope, local name) -> renamed, open addressing */
+  struct flat_name {
+    int scope;
+    const char *local, *renamed;
+  } *names;
+  size_t n_slots;
+  int ifs;        /* If ids handed out */
+  int next_index; /* file_index for the next branch node or merge */
+} flattener;
+
+/* A well-formed If: one input, then_branch and else_branch graphs with as
+ * many outputs as the node, no inputs of their own. Anything else is left
+ * as it is (the loader lists it). */
+static int if_branches(const Onnx__NodeProto *np, const Onnx__GraphProto **th,
+                       const Onnx__GraphProto **el) {
+  *th = *el = NULL;
+  if (!np || !np->op_type || strcmp(np->op_type, "If") || node_domain(np) || np->n_input != 1)
+    return 0;
+  for (size_t a = 0; a < np->n_attribute; a++) {
+    const Onnx__AttributeProto *at = np->attribute[a];
+    if (!at || !at->name || at->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH || !at->g)
+      return 0;
+    if (!strcmp(at->name, "then_branch"))
+      *th = at->g;
+    else if (!strcmp(at->name, "else_branch"))
+      *el = at->g;
+    else
+      return 0;
+  }
+  return *th && *el && (*th)->n_output == np->n_output && (*el)->n_output == np->n_output &&
+         (*th)->n_input == 0 && (*el)->n_input == 0;
+}
+
+/* Names a graph and the If branches it holds define, for the table's size. */
+static size_t flat_count(const Onnx__GraphProto *sg, int depth) {
+  size_t n = sg->n_initializer + sg->n_node + 1;
+  for (size_t i = 0; i < sg->n_node; i++) {
+    const Onnx__GraphProto *th, *el;
+    if (!sg->node[i])
+      continue;
+    n += sg->node[i]->n_output;
+    if (depth < 32 && if_branches(sg->node[i], &th, &el))
+      n += flat_count(th, depth + 1) + flat_count(el, depth + 1);
+  }
+  return n;
+}
+
+static struct flat_name *flat_slot(flattener *F, int scope, const char *local) {
+  uint64_t h = name_hash(local) ^ ((uint64_t)scope * 0x9e3779b97f4a7c15ull);
+  size_t mask = F->n_slots - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    struct flat_name *e = &F->names[i];
+    if (!e->local || (e->scope == scope && !strcmp(e->local, local)))
+      return e;
+  }
+}
+
+/* What name refers to in scope: the innermost definition, or itself (a
+ * main-graph name). */
+static const char *flat_resolve(flattener *F, int scope, const char *name) {
+  if (!name || !name[0])
+    return name;
+  for (int s = scope; s > 0; s = F->scope[s].parent) {
+    struct flat_name *e = flat_slot(F, s, name);
+    if (e->local)
+      return e->renamed;
+  }
+  return name;
+}
+
+/* Defines name in scope: its new name (the name itself in the main graph). */
+static const char *flat_define(flattener *F, int scope, const char *name) {
+  if (scope == 0 || !name || !name[0])
+    return name;
+  struct flat_name *e = flat_slot(F, scope, name);
+  if (e->local)
+    return e->renamed; /* defined twice: the loader says so */
+  size_t lp = strlen(F->scope[scope].prefix), ln = strlen(name);
+  char *r = es__ctx_alloc(F->ctx, lp + ln + 1);
+  if (!r)
+    return NULL;
+  memcpy(r, F->scope[scope].prefix, lp);
+  memcpy(r + lp, name, ln + 1);
+  e->scope = scope;
+  e->local = name;
+  e->renamed = r;
+  return r;
+}
+
+static int flat_push(void **arr, size_t *n, size_t *cap, size_t esz, es_ctx *ctx) {
+  if (*n < *cap)
+    return 0;
+  size_t nc = *cap ? *cap * 2 : 64;
+  void *na = es__ctx_alloc(ctx, nc * esz);
+  if (!na)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  if (*n)
+    memcpy(na, *arr, *n * esz);
+  *arr = na;
+  *cap = nc;
+  return 0;
+}
+
+static int flat_node_add(flattener *F, Onnx__NodeProto *np, int file_index, int if_id,
+                         const int *guard, int n_guard) {
+  void *arr = F->node;
+  size_t cap = F->cap_node;
+  int rc = flat_push(&arr, &F->n_node, &cap, sizeof *F->node, F->ctx);
+  F->node = arr;
+  if (rc == 0) {
+    void *inf = F->info;
+    size_t n = F->n_node, c2 = F->cap_node;
+    rc = flat_push(&inf, &n, &c2, sizeof *F->info, F->ctx);
+    F->info = inf;
+  }
+  if (rc < 0)
+    return rc;
+  F->cap_node = cap;
+  int *g = NULL;
+  if (n_guard) {
+    g = es__ctx_alloc(F->ctx, (size_t)n_guard * sizeof *g);
+    if (!g)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    memcpy(g, guard, (size_t)n_guard * sizeof *g);
+  }
+  F->info[F->n_node] = (flat_node){file_index, if_id, n_guard, g};
+  F->node[F->n_node++] = np;
+  return 0;
+}
+
+/* Appends graph sg's initializers and nodes, in scope, under guards. */
+static int flat_graph(flattener *F, const Onnx__GraphProto *sg, int scope, int *guard,
+                      int n_guard, int depth) {
+  if (depth > 32)
+    return es__fail(ES_ENOTSUP, "If nodes nested more than 32 deep");
+  int rc = 0;
+  for (size_t i = 0; scope && i < sg->n_initializer; i++) {
+    Onnx__TensorProto *t = sg->initializer[i];
+    if (!t)
+      return es__fail(ES_EMODEL, "an If branch's initializer #%zu is empty", i);
+    Onnx__TensorProto *c = es__ctx_alloc(F->ctx, sizeof *c);
+    if (!c)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    *c = *t;
+    if (!(c->name = (char *)flat_define(F, scope, t->name)))
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    void *arr = F->init;
+    if ((rc = flat_push(&arr, &F->n_init, &F->cap_init, sizeof *F->init, F->ctx)) < 0)
+      return rc;
+    F->init = arr;
+    F->init[F->n_init++] = c;
+  }
+  for (size_t i = 0; i < sg->n_node; i++) {
+    Onnx__NodeProto *np = sg->node[i];
+    if (!np)
+      return es__fail(ES_EMODEL, "node #%zu is empty", i);
+    int index = scope ? F->next_index++ : (int)i;
+    const Onnx__GraphProto *th, *el;
+    Onnx__NodeProto *c = es__ctx_alloc(F->ctx, sizeof *c);
+    char **in = es__ctx_alloc(F->ctx, (np->n_input + 2 * np->n_output + 1) * sizeof *in);
+    char **out = es__ctx_alloc(F->ctx, (np->n_output + 1) * sizeof *out);
+    if (!c || !in || !out)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    *c = *np;
+    for (size_t k = 0; k < np->n_input; k++)
+      in[k] = (char *)flat_resolve(F, scope, np->input[k]);
+    c->input = in;
+    if (if_branches(np, &th, &el)) {
+      /* the branches, then the merge: cond, then's outputs, else's */
+      int id = ++F->ifs;
+      const char *nm = np->name && np->name[0] ? np->name : "If";
+      for (int b = 0; b < 2; b++) {
+        const Onnx__GraphProto *bg = b ? el : th;
+        void *arr = F->scope;
+        size_t ns = (size_t)F->n_scope, cs = (size_t)F->cap_scope;
+        if ((rc = flat_push(&arr, &ns, &cs, sizeof *F->scope, F->ctx)) < 0)
+          return rc;
+        F->scope = arr;
+        F->cap_scope = (int)cs;
+        int child = F->n_scope++;
+        char *pre = es__ctx_alloc(F->ctx, strlen(nm) + 40);
+        if (!pre)
+          return es__fail(ES_ENOMEM, "out of memory loading the model");
+        sprintf(pre, "%s~%d/%s/", nm, id, b ? "else" : "then");
+        F->scope[child] = (flat_scope){scope, pre};
+        guard[n_guard] = b ? -id : id;
+        if ((rc = flat_graph(F, bg, child, guard, n_guard + 1, depth + 1)) < 0)
+          return rc;
+        for (size_t o = 0; o < bg->n_output; o++) {
+          const Onnx__ValueInfoProto *vi = bg->output[o];
+          if (!vi || !vi->name || !vi->name[0])
+            return es__fail(ES_EMODEL, "If '%.80s': %s-branch output #%zu has no name", nm,
+                            b ? "else" : "then", o);
+          in[1 + (size_t)b * np->n_output + o] = (char *)flat_resolve(F, child, vi->name);
+        }
+      }
+      c->n_input = 1 + 2 * np->n_output;
+      c->n_attribute = 0;
+      c->attribute = NULL;
+      for (size_t o = 0; o < np->n_output; o++)
+        if (!(out[o] = (char *)flat_define(F, scope, np->output[o])) && np->output[o])
+          return es__fail(ES_ENOMEM, "out of memory loading the model");
+      c->output = out;
+      if ((rc = flat_node_add(F, c, index, id, guard, n_guard)) < 0)
+        return rc;
+      continue;
+    }
+    for (size_t o = 0; o < np->n_output; o++)
+      if (!(out[o] = (char *)flat_define(F, scope, np->output[o])) && np->output[o])
+        return es__fail(ES_ENOMEM, "out of memory loading the model");
+    c->output = out;
+    if ((rc = flat_node_add(F, c, index, 0, guard, n_guard)) < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* gp with its Ifs inlined into *flat (a shallow copy whose node and
+ * initializer arrays are new), the per-node guards in *info; *flat = gp
+ * and *info = NULL when it has none. Everything lives in ctx. */
+static int flatten_ifs(es_ctx *ctx, const Onnx__GraphProto *gp, const Onnx__GraphProto **flat,
+                       const flat_node **info) {
+  *flat = gp;
+  *info = NULL;
+  int any = 0;
+  for (size_t i = 0; i < gp->n_node && !any; i++) {
+    const Onnx__GraphProto *th, *el;
+    any = if_branches(gp->node[i], &th, &el);
+  }
+  if (!any)
+    return 0;
+  flattener F = {.ctx = ctx, .gp = gp, .next_index = (int)gp->n_node};
+  size_t names = flat_count(gp, 0);
+  F.n_slots = 16;
+  while (F.n_slots < names * 2)
+    F.n_slots <<= 1;
+  F.names = es__ctx_alloc(ctx, F.n_slots * sizeof *F.names);
+  F.scope = es__ctx_alloc(ctx, 8 * sizeof *F.scope);
+  F.init = es__ctx_alloc(ctx, (gp->n_initializer + 1) * sizeof *F.init);
+  int *guard = es__ctx_alloc(ctx, 40 * sizeof *guard);
+  if (!F.names || !F.scope || !F.init || !guard)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  F.cap_scope = 8;
+  F.n_scope = 1;
+  F.scope[0] = (flat_scope){-1, ""};
+  F.cap_init = gp->n_initializer + 1;
+  for (size_t i = 0; i < gp->n_initializer; i++)
+    F.init[F.n_init++] = gp->initializer[i];
+  int rc = flat_graph(&F, gp, 0, guard, 0, 0);
+  if (rc < 0)
+    return rc;
+  Onnx__GraphProto *g2 = es__ctx_alloc(ctx, sizeof *g2);
+  if (!g2)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  *g2 = *gp;
+  g2->node = F.node;
+  g2->n_node = F.n_node;
+  g2->initializer = F.init;
+  g2->n_initializer = F.n_init;
+  *flat = g2;
+  *info = F.info;
+  return 0;
+}
+
 static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   es_graph *g = L->g;
   const Onnx__GraphProto *gp = mp->graph;
   if (!gp)
     return es__fail(ES_EMODEL, "the model has no graph");
-  L->gp = gp;
   g->ir_version = mp->has_ir_version ? mp->ir_version : 0;
   /* The default domain is "" or "ai.onnx"; imports of other domains are
    * allowed (exporters add some they never use): their nodes are listed. */
@@ -1342,6 +1657,16 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   if (gp->n_node > ES_ONNX_MAX_NODES)
     return es__fail(ES_EMODEL, "the graph has %zu nodes, more than %d", gp->n_node,
                     ES_ONNX_MAX_NODES);
+  for (size_t i = 0; i < gp->n_node; i++)
+    if (!gp->node[i])
+      return es__fail(ES_EMODEL, "node #%zu is empty", i);
+  int rc = flatten_ifs(L->tmp, gp, &gp, &L->flat);
+  if (rc < 0)
+    return rc;
+  if (gp->n_node > ES_ONNX_MAX_NODES)
+    return es__fail(ES_EMODEL, "the graph has %zu nodes with its If branches, more than %d",
+                    gp->n_node, ES_ONNX_MAX_NODES);
+  L->gp = gp;
   if (gp->n_sparse_initializer)
     return es__fail(ES_ENOTSUP, "sparse initializers are not supported");
 
@@ -1369,7 +1694,6 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
     return es__fail(ES_ENOMEM, "out of memory loading the model");
   memset(L->slots, 0xff, L->nslots * sizeof(int));
 
-  int rc;
   for (size_t i = 0; i < gp->n_initializer; i++) {
     const Onnx__TensorProto *t = gp->initializer[i];
     char what[160];
@@ -1405,10 +1729,20 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   rc = 0;
   for (size_t i = 0; i < gp->n_node && rc == 0; i++) {
     es_node *n = &g->nodes[g->n_nodes];
-    rc = node_declare(L, gp->node[i], (int)i, n);
+    const flat_node *fi = L->flat ? &L->flat[i] : NULL;
+    rc = node_declare(L, gp->node[i], fi ? fi->file_index : (int)i, n);
     slot_of[i] = rc == 0 ? g->n_nodes++ : -1;
     if (rc > 0)
       rc = 0; /* a Constant: a value, no node */
+    if (rc == 0 && fi && slot_of[i] >= 0) {
+      n->if_id = fi->if_id;
+      n->n_guard = fi->n_guard;
+      n->guard = fi->n_guard ? es__ctx_alloc(&g->ctx, (size_t)fi->n_guard * sizeof(int)) : NULL;
+      if (fi->n_guard && !n->guard)
+        rc = es__fail(ES_ENOMEM, "out of memory loading the model");
+      else if (fi->n_guard)
+        memcpy(n->guard, fi->guard, (size_t)fi->n_guard * sizeof(int));
+    }
   }
   for (size_t i = 0; i < gp->n_node && rc == 0; i++)
     if (slot_of[i] >= 0)
@@ -1476,7 +1810,7 @@ static int onnx_load(const void *data, size_t size, int keep, es_weights *file, 
                     "(%zu bytes)",
                     size);
   }
-  loader L = {.g = g, .raw = &rt};
+  loader L = {.g = g, .raw = &rt, .tmp = &pb.ctx};
   if (file)
     g->file = es_weights_retain(file);
   rc = graph_load(&L, mp);

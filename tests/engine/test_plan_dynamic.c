@@ -211,6 +211,177 @@ static void test_bound_outgrown(void **state) {
   es_model_release(m);
 }
 
+/* ---- If: both branches inlined, guarded --------------------------------- */
+
+/* torchvision's batched NMS: if nothing is kept, an empty int64 [0] (the
+ * then-branch), else the kept boxes' indices (the else-branch, reading
+ * outer values); the condition (the kept count is 0) is computed from the
+ * NMS output's shape, so the plan, at the bounds, cannot know it. */
+static es_model *nms_if_model(void) {
+  static ob th, el;
+  static const int64_t col = 2, zero = 0, empty_dims[1] = {0};
+  ob_init(&th, 13);
+  ob_init(&el, 13);
+  ob_init_i64(&th, "empty", 1, empty_dims, NULL);
+  ob_output(&th, "empty");
+  int g = ob_node(&el, "Gather", "idx", 2, "sel", "col");
+  ob_attr_int(&el, g, "axis", 1);
+  ob_output(&el, "idx");
+  ob *b = ob_new(13);
+  ob_input(b, "boxes", 3, (int64_t[]){1, 6, 4});
+  ob_input(b, "scores", 3, (int64_t[]){1, 1, 6});
+  static const int64_t max_out = 4;
+  static const float iou = 0.5f, thr = 0.0f;
+  ob_init_i64(b, "max_out", 1, (int64_t[]){1}, &max_out);
+  ob_init_f32(b, "iou", 1, (int64_t[]){1}, &iou);
+  ob_init_f32(b, "thr", 1, (int64_t[]){1}, &thr);
+  ob_init_i64(b, "col", 0, NULL, &col);
+  ob_init_i64(b, "zero", 0, NULL, &zero);
+  ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
+  ob_node(b, "Shape", "sh", 1, "sel");
+  int r = ob_node(b, "ReduceProd", "n", 1, "sh");
+  ob_attr_int(b, r, "keepdims", 0);
+  ob_node(b, "Equal", "none", 2, "n", "zero");
+  int f = ob_node(b, "If", "keep", 1, "none");
+  ob_attr_graph(b, f, "then_branch", &th.graph);
+  ob_attr_graph(b, f, "else_branch", &el.graph);
+  g = ob_node(b, "Gather", "kept", 2, "boxes", "keep");
+  ob_attr_int(b, g, "axis", 1);
+  ob_output(b, "kept");
+  es_model *m = ob_load(b);
+  free(b);
+  return m;
+}
+
+static void test_if_on_bounded_condition(void **state) {
+  (void)state;
+  es_model *m = nms_if_model();
+  float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
+                     0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+  float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+  es_tensor in[2] = {ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, boxes),
+                     ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, scores)};
+  run_ctx r;
+  ES_CHECK_RC(plan_run(m, 2, in, 1, &r)); /* the else-branch: 3 kept */
+  assert_int_equal(r.out[0].dims[1], 3);
+  const float *kb = r.out[0].data;
+  assert_true(kb[1] == 10 && kb[5] == 0 && kb[9] == 100);
+  int nb = es_plan_bound_count(r.p), found = 0;
+  for (int i = 0; i < nb; i++) {
+    es_bound_info bi;
+    ES_CHECK_RC(es_plan_bound_info(r.p, i, &bi));
+    if (!strcmp(bi.value, "keep")) {
+      found = 1;
+      assert_int_equal(bi.bound.dims[0], 4); /* the else-branch's bound, over then's 0 */
+      assert_non_null(strstr(bi.why, "If branches"));
+    }
+  }
+  assert_true(found);
+  run_done(&r);
+  memset(scores, 0, sizeof scores); /* the then-branch: nothing kept */
+  ES_CHECK_RC(plan_run(m, 2, in, 1, &r));
+  assert_int_equal(r.out[0].dims[1], 0);
+  run_done(&r);
+  es_model_release(m);
+}
+
+/* An If on data: y = s > 0 ? (max > 5 ? x + 100 : relu(x)) : -x, with s the
+ * sum and max the largest element of x, the inner If nested in the outer's
+ * then-branch; and the same If on a constant condition, whose branch not
+ * taken the plan leaves out. */
+static es_model *if_data_model(int constant) {
+  static ob th, el, th2, el2;
+  static const float zero = 0, five = 5, hundred = 100;
+  static const uint8_t yes = 1;
+  ob_init(&th2, 13);
+  ob_node(&th2, "Add", "big", 2, "x", "hundred");
+  ob_output(&th2, "big");
+  ob_init(&el2, 13);
+  ob_node(&el2, "Relu", "rl", 1, "x");
+  ob_output(&el2, "rl");
+  ob_init(&th, 13);
+  int r = ob_node(&th, "ReduceMax", "mx", 1, "x");
+  ob_attr_int(&th, r, "keepdims", 0);
+  ob_node(&th, "Greater", "over", 2, "mx", "five");
+  int f = ob_node(&th, "If", "inner", 1, "over");
+  ob_attr_graph(&th, f, "then_branch", &th2.graph);
+  ob_attr_graph(&th, f, "else_branch", &el2.graph);
+  ob_output(&th, "inner");
+  ob_init(&el, 13);
+  ob_node(&el, "Neg", "ng", 1, "x");
+  ob_output(&el, "ng");
+  ob *b = ob_new(13);
+  ob_input(b, "x", 1, (int64_t[]){4});
+  ob_init_f32(b, "zero", 0, NULL, &zero);
+  ob_init_f32(b, "five", 0, NULL, &five);
+  ob_init_f32(b, "hundred", 0, NULL, &hundred);
+  if (constant) {
+    Onnx__TensorProto *t = ob_init_i64(b, "c", 0, NULL, NULL);
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL;
+    t->n_int64_data = 0;
+    t->has_raw_data = 1;
+    t->raw_data.len = 1;
+    t->raw_data.data = (uint8_t *)&yes;
+  } else {
+    int s = ob_node(b, "ReduceSum", "s", 1, "x");
+    ob_attr_int(b, s, "keepdims", 0);
+    ob_node(b, "Greater", "c", 2, "s", "zero");
+  }
+  f = ob_node(b, "If", "y", 1, "c");
+  ob_attr_graph(b, f, "then_branch", &th.graph);
+  ob_attr_graph(b, f, "else_branch", &el.graph);
+  ob_output(b, "y");
+  es_model *m = ob_load(b);
+  free(b);
+  return m;
+}
+
+static void check_if_data(es_model *m, const float *x) {
+  float s = 0, mx = x[0];
+  for (int i = 0; i < 4; i++) {
+    s += x[i];
+    mx = x[i] > mx ? x[i] : mx;
+  }
+  es_tensor in = ob_tensor_f32("x", 1, (int64_t[]){4}, x);
+  run_ctx r;
+  ES_CHECK_RC(plan_run(m, 1, &in, 1, &r));
+  assert_int_equal(r.out[0].dims[0], 4);
+  for (int i = 0; i < 4; i++) {
+    float want = s > 0 ? (mx > 5 ? x[i] + 100 : fmaxf(x[i], 0)) : -x[i];
+    assert_true(((float *)r.out[0].data)[i] == want);
+  }
+  run_done(&r);
+}
+
+static void test_if_on_data_nested(void **state) {
+  (void)state;
+  es_model *m = if_data_model(0);
+  check_if_data(m, (float[]){1, -2, 3, 9});  /* then, then */
+  check_if_data(m, (float[]){1, -2, 3, 4});  /* then, else */
+  check_if_data(m, (float[]){-1, -2, 3, 1}); /* else */
+  es_plan *p;
+  es_tensor_info s = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 1, .dims = {4}};
+  ES_CHECK_RC(es_model_plan(m, &s, 1, &p));
+  int all = es_plan_node_count(p);
+  assert_int_equal(es_plan_bound_count(p), 0); /* the branches agree on shapes */
+  es_plan_release(p);
+  es_model_release(m);
+
+  /* the condition a constant: the else-branch (Neg) is not planned */
+  m = if_data_model(1);
+  ES_CHECK_RC(es_model_plan(m, &s, 1, &p));
+  assert_true(es_plan_node_count(p) < all);
+  es_plan_release(p);
+  float x[4] = {1, -2, 3, -9}, mx = 3;
+  es_tensor in = ob_tensor_f32("x", 1, (int64_t[]){4}, x);
+  run_ctx r;
+  ES_CHECK_RC(plan_run(m, 1, &in, 1, &r));
+  for (int i = 0; i < 4; i++)
+    assert_true(((float *)r.out[0].data)[i] == (mx > 5 ? x[i] + 100 : fmaxf(x[i], 0)));
+  run_done(&r);
+  es_model_release(m);
+}
+
 /* A plan without data-dependent shapes has no bounds and no extra bytes. */
 static void test_static_plan_unchanged(void **state) {
   (void)state;
@@ -234,6 +405,8 @@ int main(void) {
       cmocka_unit_test(test_nonzero_select),
       cmocka_unit_test(test_nms_topk),
       cmocka_unit_test(test_bound_outgrown),
+      cmocka_unit_test(test_if_on_bounded_condition),
+      cmocka_unit_test(test_if_on_data_nested),
       cmocka_unit_test(test_static_plan_unchanged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
