@@ -267,14 +267,16 @@ ES_API int es_plan_output_info(const es_plan *p, int i, es_tensor_info *out);
  * es_plan_bound_count: the values planned at a bound (0: a static plan).
  * es_plan_bound_info: value i's name, the node making it, what bounds it
  * (why: "" for a value whose bound follows from the values it is computed
- * from), the bound shape and its bytes, and the most bytes the value took
- * in the runs made while profiling was on (es_engine_profile_set; 0 when
- * none ran). Strings are owned by the plan. */
+ * from), the bound shape and its bytes, which of its dims the data
+ * decides (bit d for dim d; set with why), and the most bytes the value
+ * took in the runs made while profiling was on (es_engine_profile_set; 0
+ * when none ran). Strings are owned by the plan. */
 typedef struct es_bound_info {
   const char *value;
   const char *node;
   const char *why;
   es_tensor_info bound;
+  uint32_t data_dims;
   size_t bound_bytes;
   size_t seen_bytes;
 } es_bound_info;

@@ -20,9 +20,17 @@
 # and the RSS growth of one more ORT session on the model (after both
 # sessions' warm-up runs, as scripts/ort/bench_streams.js measures it).
 #   scripts/bench/bench_vs_ort.sh --zoo [--all] [--iters N] [--rounds R] [--models "resnet18 vgg11"]
+#
+# --detectors: torchvision's detectors (scripts/zoo/export_detectors.py,
+# .cache/zoo/detectors), one thread, on their test image: per model the
+# detections each engine finds, R interleaved rounds of ITERS timed runs
+# (default 10; ORT's session made once per round, its first run not timed),
+# the medians and their ratio, edgeserve's planned arena and its bounded
+# values' bytes against what the run used (edgeserve run --bounds).
+#   scripts/bench/bench_vs_ort.sh --detectors [--iters N] [--rounds R] [--models "ssdlite320_mobilenet_v3_large"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-iters=30 rounds=3 threads="1 2" only="" zoo=0 all=0 iters_set=0
+iters=30 rounds=3 threads="1 2" only="" zoo=0 all=0 iters_set=0 det=0
 while [ $# -gt 0 ]; do
   case $1 in
     --iters) iters=$2; iters_set=1; shift 2 ;;
@@ -30,6 +38,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --models) only=$2; shift 2 ;;
     --zoo) zoo=1; shift ;;
+    --detectors) det=1; shift ;;
     --all) all=1; shift ;;
     *) echo "usage: $0 [--iters N] [--rounds R] [--threads \"1 2\"] [--models \"front back cls rec det\"]" >&2
        echo "       $0 --zoo [--all] [--iters N] [--rounds R] [--models \"resnet18 vgg11 ...\"]" >&2; exit 2 ;;
@@ -37,13 +46,57 @@ while [ $# -gt 0 ]; do
 done
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || { scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null; }
-[ $zoo -eq 1 ] || scripts/setup/fetch-models.sh >/dev/null
+[ $zoo -eq 1 ] || [ $det -eq 1 ] || scripts/setup/fetch-models.sh >/dev/null
 scripts/setup/install-ort.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 json_field() { sed -E "s/.*\"$2\": ?([0-9.e+-]+).*/\1/" <<<"$1"; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
+if [ $det -eq 1 ]; then
+  ddir=${ES_ZOO_DIR:-.cache/zoo}/detectors
+  [ -f "$ddir/manifest.json" ] ||
+    { echo "bench_vs_ort: no detector exports ($ddir): run scripts/zoo/export.sh" >&2; exit 1; }
+  [ $iters_set -eq 1 ] || iters=10
+  echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
+    "$rounds interleaved rounds of $iters runs"
+  printf '%-40s %9s %9s %10s %10s %7s %10s %14s\n' model "es dets" "ort dets" "es ms" "ort ms" \
+    ratio "arena MB" "bounds used"
+  node -e 'const m = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+             for (const x of m.models) if (x.file) console.log(x.name, x.file, x.input, x.input_file)' \
+    "$ddir/manifest.json" |
+  while read -r name file input infile; do
+    if [ -n "$only" ] && ! grep -qw "$name" <<<"$only"; then continue; fi
+    w=$work/$name
+    mkdir -p "$w"
+    if ! "$es" run "$ddir/$file" --input "$input=$ddir/$infile" --bounds >"$w/run.log" 2>&1; then
+      printf '%-40s no: %s\n' "$name" "$(grep -v '^ ' "$w/run.log" | tail -1)"
+      continue
+    fi
+    dets=$(sed -n 's/^output scores *float32 *\[\([0-9]*\)\]/\1/p' "$w/run.log")
+    used=$(sed -n 's/^  all [0-9]*: \([0-9]*\) of \([0-9]*\) bytes.*/\1 \2/p' "$w/run.log")
+    for r in $(seq 1 "$rounds"); do
+      run_es() { OMP_NUM_THREADS=1 "$es" bench "$ddir/$file" --input "$input=$ddir/$infile" \
+        --threads 1 --iters "$iters" --json >>"$w/es.txt"; }
+      run_ort() { node scripts/zoo/run_ort.js "$ddir/$file" "$ddir/$infile" "$w/ort" \
+        --repeat "$((iters + 1))" --json >>"$w/ort.txt"; }
+      if [ $((r % 2)) -eq 1 ]; then run_es; run_ort; else run_ort; run_es; fi
+    done
+    col() { while read -r l; do json_field "$l" "$2"; done <"$1" | median; }
+    es_med=$(col "$w/es.txt" median_ms) ort_med=$(col "$w/ort.txt" median_ms)
+    ort_dets=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")
+      .trim().split("\n").pop()); console.log(j.outputs.scores.shape[0])' "$w/ort.txt")
+    awk -v n="$name" -v d="$dets" -v od="$ort_dets" -v em="$es_med" -v om="$ort_med" \
+        -v ar="$(col "$w/es.txt" arena_bytes)" -v u="$used" 'BEGIN {
+      split(u, b, " ");
+      printf "%-40s %9s %9s %10.2f %10.2f %7.3f %10.1f %7.1f KB of %.1f MB\n", n, d, od, em, om, em / om,
+        ar / 1048576, b[1] / 1024, b[2] / 1048576 }'
+  done
+  echo "(ratio = edgeserve median / ORT median, medians over the rounds; ORT: onnxruntime-node,"
+  echo " graph optimisation all; bounds used = the bytes edgeserve's bounded values took in one run"
+  echo " of the test image, of the bytes their bounds plan)"
+  exit 0
+fi
 if [ $zoo -eq 1 ]; then
   manifest=${ES_ZOO_DIR:-.cache/zoo}/manifest.json
   [ -f "$manifest" ] || { echo "bench_vs_ort: no zoo exports ($manifest): run scripts/zoo/export.sh" >&2; exit 1; }

@@ -104,7 +104,8 @@ static void print_bounds(const es_plan *p) {
     }
     printf("    %s [", b.value);
     for (int d = 0; d < b.bound.rank; d++)
-      printf(d ? ",%lld" : "%lld", (long long)b.bound.dims[d]);
+      printf("%s%s%lld", d ? "," : "", d < 32 && (b.data_dims >> d & 1) ? "<=" : "",
+             (long long)b.bound.dims[d]);
     printf("] from %s, bounded by %s\n", b.node, b.why);
   }
   if (inherited) {

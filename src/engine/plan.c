@@ -114,6 +114,7 @@ typedef struct step {
 /* A value whose shape the data decides, for es_plan_bound_info. */
 typedef struct bound_rec {
   const char *value;
+  uint32_t dims; /* the dims the data decides (an operator's bound) */
   char node[120];
   char why[96];  /* "" for a value inheriting its bound */
   es_tdesc desc; /* the bound */
@@ -536,8 +537,10 @@ static int dyn_commit(planner *P, step *st, const es_kernel *kern, int dyn_in, i
     memset(b, 0, sizeof *b);
     b->value = P->v[v].name;
     snprintf(b->node, sizeof b->node, "%s", k->label);
-    if (o < 32 && (k->out_bound >> o & 1))
+    if (o < 32 && (k->out_bound >> o & 1)) {
       snprintf(b->why, sizeof b->why, "%s", k->bound_why[0] ? k->bound_why : "the data");
+      b->dims = k->bound_dims;
+    }
     b->desc = P->v[v].desc;
     P->v[v].rt = p->n_rt++;
     P->v[v].sym = sym;
@@ -1272,6 +1275,7 @@ int es_plan_bound_info(const es_plan *p, int i, es_bound_info *out) {
   out->why = b->why;
   info_from(&b->desc, b->value, &out->bound);
   out->bound_bytes = b->desc.nbytes;
+  out->data_dims = b->dims;
   out->seen_bytes = (size_t)atomic_load(&p->bound_seen[i]);
   return 0;
 }

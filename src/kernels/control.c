@@ -66,6 +66,8 @@ static int if_infer(es_kinst *k) {
     for (int d = 0; d < t->rank; d++) {
       dims[d] = t->dims[d] > e->dims[d] ? t->dims[d] : e->dims[d];
       differ |= t->dims[d] != e->dims[d];
+      if (t->dims[d] != e->dims[d] && d < 32)
+        k->bound_dims |= 1u << d;
     }
     if ((rc = es__tdesc_set(k->out[j], t->dtype, t->rank, dims)) < 0)
       return ES_KFAIL(k, rc, "output %d: %s", j, es_last_error_detail());

@@ -649,6 +649,7 @@ static int nonzero_infer(es_kinst *k) {
   if ((rc = out_set(k, ES_DTYPE_INT64, 2, dims)) < 0)
     return rc;
   k->out_bound = 1;
+  k->bound_dims = 2; /* [rank, count]: the count */
   snprintf(k->bound_why, sizeof k->bound_why, "X's %lld elements, all non-zero",
            (long long)p->count);
   k->params = p;

@@ -102,6 +102,8 @@ typedef struct es_kinst {
   uint32_t out_bound;           /* set by infer: bit o when output o's shape is decided by
                                    the data; k->out[o] then holds its upper bound, and run
                                    sets the actual shape (see "Data-dependent shapes") */
+  uint32_t bound_dims;          /* set by infer with out_bound: bit d when dim d of the
+                                   bounded outputs is the one the data decides */
   char bound_why[96];           /* set by infer with out_bound: what bounds it ("the
                                    element count of X", "k <= the axis' length 300") */
   es_ctx *ctx;                  /* the plan's context memory */

@@ -727,6 +727,7 @@ static int topk_infer(es_kinst *k) {
   k->params = p;
   if (from_data) {
     k->out_bound = (p->vals ? 1u : 0u) | (p->idx ? 2u : 0u);
+    k->bound_dims = 1u << axis;
     snprintf(k->bound_why, sizeof k->bound_why, "the axis' length %lld, k's largest",
              (long long)kk);
   }
@@ -914,8 +915,9 @@ static int nms_infer(es_kinst *k) {
   if ((rc = out_set(k, 0, ES_DTYPE_INT64, 2, dims)) < 0)
     return rc;
   k->out_bound = 1;
-  snprintf(k->bound_why, sizeof k->bound_why, "%lld batch x %lld classes x %lld per class%s",
-           (long long)p->batch, (long long)p->classes, (long long)per,
+  k->bound_dims = 1; /* [selected, 3] */
+  snprintf(k->bound_why, sizeof k->bound_why, "%lld batch x %lld class%s x %lld per class%s",
+           (long long)p->batch, (long long)p->classes, p->classes == 1 ? "" : "es", (long long)per,
            p->max_out < 0 ? " (every box)" : per < p->boxes ? " (max_output_boxes_per_class)"
                                                             : " (every box)");
   /* per batch: corners [boxes][4]; candidates and kept, [boxes] each */

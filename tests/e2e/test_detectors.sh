@@ -31,7 +31,7 @@ node -e "require('$src/.cache/ort/node_modules/onnxruntime-node')" 2>/dev/null |
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-models=$(node -e 'const m = require(process.argv[1]);
+models=$(node -e 'const m = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
   for (const x of m.models) if (x.file) console.log(x.name, x.file, x.input, x.input_file)' "$manifest")
 [ -n "$models" ] || { echo "test_detectors: the manifest lists no models: skipped"; exit 77; }
 

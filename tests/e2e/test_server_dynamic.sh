@@ -48,7 +48,7 @@ sed 's/^/# /' "$work/inspect" | grep -E 'output|bound|follow'
 check "inspect prints output kept at its bound [1,4,4]" \
   grep -q "output kept \[1,4,4\] at most" "$work/inspect"
 check "inspect says NonMaxSuppression's bound and what sets it" \
-  grep -q "sel \[4,3\] from node 'sel' (#0 NonMaxSuppression), bounded by 1 batch x 1 classes x 4 per class (max_output_boxes_per_class)" "$work/inspect"
+  grep -q "sel \[<=4,3\] from node 'sel' (#0 NonMaxSuppression), bounded by 1 batch x 1 class x 4 per class (max_output_boxes_per_class)" "$work/inspect"
 
 # 2. served
 "$es" serve --model-repository "$work/repo" --port 0 --workers 2 --memory 64M \

@@ -1,14 +1,18 @@
 /* Data-dependent shapes in bounded plans: models whose tensors' shapes
  * depend on input values (NonZero, NonMaxSuppression, TopK with k from a
- * shape computation over them) plan at a bound, report each bound and what
- * sets it, and run in an arena of exactly the planned size, each tensor
- * carrying its actual shape: the same plan serves inputs that select
- * nothing, some, or everything. A shape computation that shrinks as its
- * input grows outgrows its bound at run time: the run fails with ES_EBOUND
- * and the process goes on. Models are built in memory (onnx_builder). */
+ * shape computation over them, an If on a condition the plan cannot know)
+ * plan at a bound, report each bound and what sets it, and run in an arena
+ * of exactly the planned size, each tensor carrying its actual shape: the
+ * same plan serves inputs that select nothing, some, or everything, from
+ * several threads at once. A shape computation that shrinks as its input
+ * grows outgrows its bound at run time: the run fails with ES_EBOUND and
+ * the process goes on. If branches run only when taken, nested too; a
+ * branch whose condition the plan knows is not planned. Models are built
+ * in memory (onnx_builder). */
 #include "es_test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "edgeserve/engine.h"
@@ -112,6 +116,7 @@ static void test_nonzero_select(void **state) {
       assert_non_null(strstr(bi.why, "X's 8 elements, all non-zero"));
       assert_int_equal(bi.bound.rank, 2);
       assert_int_equal(bi.bound.dims[1], 8);
+      assert_int_equal(bi.data_dims, 2); /* [1, <=8] */
     } else {
       assert_string_equal(bi.why, ""); /* inherited */
     }
@@ -160,6 +165,7 @@ static void test_nms_topk(void **state) {
     if (!strcmp(bi.value, "sel")) {
       found = 1;
       assert_int_equal(bi.bound.dims[0], 4);
+      assert_int_equal(bi.data_dims, 1); /* [<=4, 3] */
       assert_non_null(strstr(bi.why, "max_output_boxes_per_class"));
     }
   }
@@ -273,6 +279,7 @@ static void test_if_on_bounded_condition(void **state) {
     if (!strcmp(bi.value, "keep")) {
       found = 1;
       assert_int_equal(bi.bound.dims[0], 4); /* the else-branch's bound, over then's 0 */
+      assert_int_equal(bi.data_dims, 1);
       assert_non_null(strstr(bi.why, "If branches"));
     }
   }
@@ -382,6 +389,59 @@ static void test_if_on_data_nested(void **state) {
   es_model_release(m);
 }
 
+/* One plan, two threads at once, each its own arena: one keeps 3 boxes,
+ * the other none, 200 times each; every run gets its own shapes (the
+ * shape table and the inferred parameters live in the run's arena). */
+typedef struct nms_thread {
+  const es_plan *p;
+  int keep_none;
+  int bad;
+} nms_thread;
+
+static void *nms_thread_main(void *arg) {
+  nms_thread *t = arg;
+  float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
+                     0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+  float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+  if (t->keep_none)
+    memset(scores, 0, sizeof scores);
+  es_tensor in[2] = {ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, boxes),
+                     ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, scores)};
+  es_arena *a;
+  if (es_arena_create(es_plan_arena_bytes(t->p), 64, &a) < 0) {
+    t->bad = 1;
+    return NULL;
+  }
+  for (int i = 0; i < 200; i++) {
+    es_arena_reset(a);
+    es_tensor out[2];
+    if (es_plan_run(t->p, in, 2, a, out, 2) < 0 || out[0].dims[1] != (t->keep_none ? 0 : 3) ||
+        out[1].dims[2] != (t->keep_none ? 0 : 2))
+      t->bad++;
+  }
+  es_arena_destroy(a);
+  return NULL;
+}
+
+static void test_concurrent_runs(void **state) {
+  (void)state;
+  es_model *m = nms_model();
+  es_tensor_info s[2] = {{.name = "boxes", .dtype = ES_DTYPE_FLOAT, .rank = 3, .dims = {1, 6, 4}},
+                         {.name = "scores", .dtype = ES_DTYPE_FLOAT, .rank = 3, .dims = {1, 1, 6}}};
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, s, 2, &p));
+  nms_thread t[2] = {{p, 0, 0}, {p, 1, 0}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&th[i], NULL, nms_thread_main, &t[i]), 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  assert_int_equal(t[0].bad, 0);
+  assert_int_equal(t[1].bad, 0);
+  es_plan_release(p);
+  es_model_release(m);
+}
+
 /* A plan without data-dependent shapes has no bounds and no extra bytes. */
 static void test_static_plan_unchanged(void **state) {
   (void)state;
@@ -407,6 +467,7 @@ int main(void) {
       cmocka_unit_test(test_bound_outgrown),
       cmocka_unit_test(test_if_on_bounded_condition),
       cmocka_unit_test(test_if_on_data_nested),
+      cmocka_unit_test(test_concurrent_runs),
       cmocka_unit_test(test_static_plan_unchanged),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
