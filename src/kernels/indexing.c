@@ -20,13 +20,9 @@
  * Duplicate indices apply in order: with reduction 'none' the last write
  * wins, otherwise every update is reduced in.
  *
- * NonZero's output shape depends on its input's values: infer gives the
- * bound (every element non-zero) and run the actual shape (kernel.h,
- * "Data-dependent shapes"). Unique, like Compress and Range, still needs
- * its input known while planning (a constant, or a folded shape chain) and
- * refuses otherwise: infer computes the answer (first occurrences, inverse
- * indices and counts) into plan memory, and run copies it out, taking the
- * values from the input it is given. Unique orders items
+ * NonZero's and Unique's output shapes depend on their input's values:
+ * infer gives the bound (every element non-zero; every item distinct) and
+ * run the actual shape (kernel.h, "Data-dependent shapes"). Unique orders items
  * (elements, or slices along axis compared element by element in row-major
  * order, as numpy does) by a stable merge sort: NaN sorts after every
  * number and equals itself, so all NaNs count as one value. */
@@ -685,11 +681,13 @@ static int nonzero_run(const es_kinst *k, const void *const *in, void *const *ou
  * ======================================================================== */
 
 typedef struct unique_params {
-  int64_t outer, n, u;  /* X as [outer, n, inner] items along the axis; u unique */
-  size_t inner;         /* bytes of one item's piece per outer index */
-  const int64_t *first; /* [u] item of each unique value, in output order */
-  const int64_t *inv;   /* [n] */
-  const int64_t *cnt;   /* [u] */
+  es_dtype dt;
+  int axis;             /* -1: over every element */
+  int sorted;
+  int rank;             /* of Y */
+  int64_t dims[ES_MAX_RANK]; /* Y's, the unique count at the axis set by run */
+  int64_t outer, n, inner; /* X as [outer, n, inner] items along the axis (inner in elements) */
+  size_t esize;
   bool want[4];
 } unique_params;
 
@@ -728,58 +726,20 @@ static void unique_msort(const unique_sort *s, int64_t *v, int64_t *tmp, int64_t
   }
 }
 
-static int unique_infer(es_kinst *k) {
-  if (k->n_in != 1 || !k->in[0])
-    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected 1", k->n_in);
-  if (k->n_out < 1 || k->n_out > 4 || !k->out[0])
-    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1 to 4 with Y present", k->n_out);
-  const es_tdesc *x = k->in[0];
-  int rc = value_dtype_check(k, x->dtype);
-  if (rc < 0)
-    return rc;
-  int64_t sorted;
-  if ((rc = es__attr_int(k, "sorted", 1, &sorted)) < 0)
-    return rc;
-  if (sorted != 0 && sorted != 1)
-    return ES_KFAIL(k, ES_EMODEL, "sorted is %lld, expected 0 or 1", (long long)sorted);
-  int axis = -1;
-  if (es__kattr(k, "axis")) {
-    int64_t a;
-    if ((rc = es__attr_int(k, "axis", 0, &a)) < 0)
-      return rc;
-    if (x->rank == 0)
-      return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1 with an axis");
-    if ((rc = es__axis_norm(k, a, x->rank, &axis)) < 0)
-      return rc;
-  }
-  if (!k->in_static || !k->in_static[0])
-    return ES_KFAIL(k, ES_ENOTSUP, "X (input 0) is not known when planning; Unique's output "
-                    "shapes depend on its values (data-dependent shapes are not supported)");
-  unique_params *p = es__kinst_params(k, sizeof *p);
-  if (!p)
-    return ES_ENOMEM;
-  unique_sort s = {x->dtype, k->in_static[0], 1, (int64_t)x->count, 1};
-  if (axis >= 0) {
-    s.outer = dims_prod(x->dims, 0, axis);
-    s.n = x->dims[axis];
-    s.inner = dims_prod(x->dims, axis + 1, x->rank);
-  }
-  int64_t n = s.n;
-  int64_t *ord = es__kinst_alloc(k, 2 * (size_t)n * sizeof *ord + 1);
-  int64_t *inv = es__kinst_params(k, (size_t)n * sizeof *inv + 1);
-  int64_t *grp = es__kinst_alloc(k, (size_t)n * sizeof *grp + 1);   /* group of each item */
-  int64_t *first = es__kinst_params(k, (size_t)n * sizeof *first + 1);
-  int64_t *cnt = es__kinst_params(k, (size_t)n * sizeof *cnt + 1);
-  if (!ord || !inv || !grp || !first || !cnt)
-    return ES_KFAIL(k, ES_ENOMEM, "out of plan memory for %lld items", (long long)n);
+/* The unique items of s: first[g] (the item of group g, in output order),
+ * inv[i] (item i's group) and cnt[g]; returns the count. ord: 2 n scratch,
+ * grp: n. */
+static int64_t unique_compute(const unique_sort *s, int sorted, int64_t *ord, int64_t *grp,
+                              int64_t *first, int64_t *inv, int64_t *cnt) {
+  int64_t n = s->n;
   for (int64_t i = 0; i < n; i++)
     ord[i] = i;
   /* groups in sorted order; ties keep index order, so a group's first item
    * is its first occurrence */
-  unique_msort(&s, ord, ord + n, n);
+  unique_msort(s, ord, ord + n, n);
   int64_t u = 0;
   for (int64_t i = 0; i < n; i++) {
-    if (i == 0 || unique_cmp(&s, ord[i - 1], ord[i]) != 0) {
+    if (i == 0 || unique_cmp(s, ord[i - 1], ord[i]) != 0) {
       first[u] = ord[i];
       cnt[u] = 0;
       u++;
@@ -807,49 +767,100 @@ static int unique_infer(es_kinst *k) {
   } else {
     memcpy(inv, grp, (size_t)n * sizeof *inv);
   }
-  int64_t dims[ES_MAX_RANK];
-  int r = 1;
-  dims[0] = u;
-  if (axis >= 0) {
-    r = x->rank;
-    memcpy(dims, x->dims, sizeof dims);
-    dims[axis] = u;
+  return u;
+}
+
+/* The outputs' shapes depend on X's values: every item distinct bounds
+ * them (kernel.h, "Data-dependent shapes"); run finds the actual count.
+ * With X known while planning the planner runs it then. */
+static int unique_infer(es_kinst *k) {
+  if (k->n_in != 1 || !k->in[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d inputs, expected 1", k->n_in);
+  if (k->n_out < 1 || k->n_out > 4 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "has %d outputs, expected 1 to 4 with Y present", k->n_out);
+  const es_tdesc *x = k->in[0];
+  int rc = value_dtype_check(k, x->dtype);
+  if (rc < 0)
+    return rc;
+  int64_t sorted;
+  if ((rc = es__attr_int(k, "sorted", 1, &sorted)) < 0)
+    return rc;
+  if (sorted != 0 && sorted != 1)
+    return ES_KFAIL(k, ES_EMODEL, "sorted is %lld, expected 0 or 1", (long long)sorted);
+  int axis = -1;
+  if (es__kattr(k, "axis")) {
+    int64_t a;
+    if ((rc = es__attr_int(k, "axis", 0, &a)) < 0)
+      return rc;
+    if (x->rank == 0)
+      return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1 with an axis");
+    if ((rc = es__axis_norm(k, a, x->rank, &axis)) < 0)
+      return rc;
   }
-  int64_t du = u, dn = n;
-  if ((rc = es__tdesc_set(k->out[0], x->dtype, r, dims)) < 0)
+  unique_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  p->dt = x->dtype;
+  p->axis = axis;
+  p->sorted = (int)sorted;
+  p->esize = es_dtype_size(x->dtype);
+  p->outer = 1;
+  p->n = (int64_t)x->count;
+  p->inner = 1;
+  p->rank = 1;
+  p->dims[0] = p->n;
+  if (axis >= 0) {
+    p->outer = dims_prod(x->dims, 0, axis);
+    p->n = x->dims[axis];
+    p->inner = dims_prod(x->dims, axis + 1, x->rank);
+    p->rank = x->rank;
+    memcpy(p->dims, x->dims, sizeof p->dims);
+  }
+  int64_t dn = p->n;
+  if ((rc = es__tdesc_set(k->out[0], x->dtype, p->rank, p->dims)) < 0)
     return ES_KFAIL(k, rc, "output Y: %s", es_last_error_detail());
   for (int o = 1; o < k->n_out; o++)
-    if (k->out[o] && (rc = es__tdesc_set(k->out[o], ES_DTYPE_INT64, 1, o == 2 ? &dn : &du)) < 0)
+    if (k->out[o] && (rc = es__tdesc_set(k->out[o], ES_DTYPE_INT64, 1, &dn)) < 0)
       return ES_KFAIL(k, rc, "output %d: %s", o, es_last_error_detail());
-  p->outer = s.outer;
-  p->n = n;
-  p->u = u;
-  p->inner = (size_t)s.inner * es_dtype_size(x->dtype);
-  p->first = first;
-  p->inv = inv;
-  p->cnt = cnt;
   for (int o = 0; o < k->n_out; o++)
     p->want[o] = k->out[o] != NULL;
+  k->out_bound = 1u | (p->want[1] ? 2u : 0u) | (p->want[3] ? 8u : 0u);
+  k->bound_dims = 1u << (axis >= 0 ? axis : 0);
+  snprintf(k->bound_why, sizeof k->bound_why, "%lld items, all distinct", (long long)p->n);
+  /* ord (2 n), grp, first, inv, cnt */
+  k->scratch_bytes = 6 * (size_t)p->n * sizeof(int64_t);
   k->params = p;
   return 0;
 }
 
 static int unique_run(const es_kinst *k, const void *const *in, void *const *out,
                       void *scratch) {
-  (void)scratch;
   const unique_params *p = k->params;
+  int64_t n = p->n;
+  int64_t *ord = scratch, *grp = ord + 2 * n, *first = grp + n, *inv = first + n, *cnt = inv + n;
+  unique_sort s = {p->dt, in[0], p->outer, n, p->inner};
+  int64_t u = unique_compute(&s, p->sorted, ord, grp, first, inv, cnt);
+  int64_t dims[ES_MAX_RANK];
+  memcpy(dims, p->dims, sizeof dims);
+  dims[p->axis >= 0 ? p->axis : 0] = u;
+  int rc = es__tdesc_set(k->out[0], p->dt, p->rank, dims);
+  for (int o = 1; rc == 0 && o < 4; o += 2)
+    if (o < k->n_out && p->want[o])
+      rc = es__tdesc_set(k->out[o], ES_DTYPE_INT64, 1, &u);
+  if (rc < 0)
+    return rc;
   const char *x = in[0];
   char *y = out[0];
+  size_t item = (size_t)p->inner * p->esize;
   for (int64_t o = 0; o < p->outer; o++)
-    for (int64_t g = 0; g < p->u; g++)
-      memcpy(y + (size_t)(o * p->u + g) * p->inner,
-             x + (size_t)(o * p->n + p->first[g]) * p->inner, p->inner);
+    for (int64_t g = 0; g < u; g++)
+      memcpy(y + (size_t)(o * u + g) * item, x + (size_t)(o * n + first[g]) * item, item);
   if (p->want[1])
-    memcpy(out[1], p->first, (size_t)p->u * sizeof(int64_t));
-  if (p->want[2])
-    memcpy(out[2], p->inv, (size_t)p->n * sizeof(int64_t));
-  if (p->want[3])
-    memcpy(out[3], p->cnt, (size_t)p->u * sizeof(int64_t));
+    memcpy(out[1], first, (size_t)u * sizeof(int64_t));
+  if (k->n_out > 2 && p->want[2])
+    memcpy(out[2], inv, (size_t)n * sizeof(int64_t));
+  if (k->n_out > 3 && p->want[3])
+    memcpy(out[3], cnt, (size_t)u * sizeof(int64_t));
   return 0;
 }
 

@@ -10,9 +10,11 @@
  * Everything that depends on shapes or on plan-time values (Reshape's
  * target, Slice's starts, Pad's pads...) is resolved in infer() into plain
  * integers in plan memory; run() only walks those. Ops whose output shape
- * depends on values (Range's bounds, Compress's condition, OneHot's depth)
- * need those values while planning and refuse with ES_ENOTSUP otherwise:
- * a plan sizes every buffer before it runs. Values that only steer the
+ * depends on values (Range's bounds, OneHot's depth) need those values
+ * while planning and refuse with ES_ENOTSUP otherwise: a plan sizes every
+ * buffer before it runs. Compress is the exception: every index kept
+ * bounds its output, and run sets the actual shape (kernel.h,
+ * "Data-dependent shapes"). Values that only steer the
  * copy (Trilu's k, ReverseSequence's lengths) are read in run(), and
  * checked there. Ops whose output is a view of the input bytes (Reshape,
  * Flatten, Squeeze, Unsqueeze, and a Transpose, Slice or Expand that turns
@@ -55,6 +57,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -1972,11 +1975,16 @@ static int revseq_run(const es_kinst *k, const void *const *in, void *const *out
  * ======================================================================== */
 
 typedef struct compress_params {
-  int64_t outer, dim, n_sel;
-  size_t inner;   /* bytes per selected index */
-  int64_t *sel;   /* [n_sel] kept indices along the axis */
+  int64_t outer, dim, n_cond;
+  size_t inner; /* bytes per index along the axis */
+  int rank, axis;
+  int64_t dims[ES_MAX_RANK]; /* the output's, the kept count at the axis set by run */
 } compress_params;
 
+/* The output's shape depends on the condition's values: every index kept
+ * (as many as the condition and the axis both have) bounds it (kernel.h,
+ * "Data-dependent shapes"), and run counts. A condition that selects past
+ * the axis is the request's error. */
 static int compress_infer(es_kinst *k) {
   int rc = es__kio_check(k, 2, 2, 1, 1);
   if (rc < 0)
@@ -1985,15 +1993,10 @@ static int compress_infer(es_kinst *k) {
   if (c->dtype != ES_DTYPE_BOOL || c->rank != 1)
     return ES_KFAIL(k, ES_EMODEL, "condition is %s of rank %d, expected 1-D bool",
                     es_dtype_name(c->dtype), c->rank);
-  if (!k->in_static || !k->in_static[1])
-    return ES_KFAIL(k, ES_ENOTSUP, "condition (input 1) is not known when planning; Compress's "
-                    "output shape depends on it (data-dependent shapes are not supported)");
-  const uint8_t *cond = k->in_static[1];
   compress_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
     return ES_ENOMEM;
-  int64_t dims[ES_MAX_RANK];
-  int r, a = -1;
+  int a = -1;
   if (es__kattr(k, "axis")) {
     int64_t axis;
     if ((rc = es__attr_int(k, "axis", 0, &axis)) < 0)
@@ -2002,46 +2005,56 @@ static int compress_infer(es_kinst *k) {
       return ES_KFAIL(k, ES_EMODEL, "input is a scalar, expected rank >= 1 with an axis");
     if ((rc = es__axis_norm(k, axis, x->rank, &a)) < 0)
       return rc;
-    r = x->rank;
-    memcpy(dims, x->dims, sizeof dims);
+    p->rank = x->rank;
+    memcpy(p->dims, x->dims, sizeof p->dims);
     p->outer = dims_prod(x->dims, 0, a);
     p->dim = x->dims[a];
-    p->inner = (size_t)dims_prod(x->dims, a + 1, r) * es_dtype_size(x->dtype);
+    p->inner = (size_t)dims_prod(x->dims, a + 1, p->rank) * es_dtype_size(x->dtype);
   } else { /* the input flattened */
-    r = 1;
+    p->rank = 1;
     p->outer = 1;
     p->dim = (int64_t)x->count;
     p->inner = es_dtype_size(x->dtype);
   }
-  int64_t n = 0;
-  for (size_t i = 0; i < c->count; i++) {
-    if (!cond[i])
-      continue;
-    if ((int64_t)i >= p->dim)
-      return ES_KFAIL(k, ES_EMODEL, "condition selects index %zu of an axis of %lld", i,
-                      (long long)p->dim);
-    n++;
-  }
-  if (!(p->sel = es__kinst_params(k, (size_t)n * sizeof *p->sel + 1)))
-    return ES_ENOMEM;
-  p->n_sel = 0;
-  for (size_t i = 0; i < c->count; i++)
-    if (cond[i])
-      p->sel[p->n_sel++] = (int64_t)i;
-  dims[a < 0 ? 0 : a] = n;
+  p->axis = a < 0 ? 0 : a;
+  p->n_cond = (int64_t)c->count;
+  int64_t most = p->n_cond < p->dim ? p->n_cond : p->dim;
+  p->dims[p->axis] = most;
   k->params = p;
-  return out_set(k, 0, x->dtype, r, dims);
+  k->out_bound = 1;
+  k->bound_dims = 1u << p->axis;
+  snprintf(k->bound_why, sizeof k->bound_why, "every one of %lld indices kept", (long long)most);
+  return out_set(k, 0, x->dtype, p->rank, p->dims);
 }
 
 static int compress_run(const es_kinst *k, const void *const *in, void *const *out,
                         void *scratch) {
   (void)scratch;
   const compress_params *p = k->params;
+  const uint8_t *cond = in[1];
+  int64_t n = 0;
+  for (int64_t i = 0; i < p->n_cond; i++) {
+    if (!cond[i])
+      continue;
+    if (i >= p->dim)
+      return ES_KFAIL(k, ES_EINVAL, "condition selects index %lld of an axis of %lld",
+                      (long long)i, (long long)p->dim);
+    n++;
+  }
+  int64_t dims[ES_MAX_RANK];
+  memcpy(dims, p->dims, sizeof dims);
+  dims[p->axis] = n;
+  int rc = es__tdesc_set(k->out[0], k->out[0]->dtype, p->rank, dims);
+  if (rc < 0)
+    return rc;
   const char *s = in[0];
   char *d = out[0];
   for (int64_t o = 0; o < p->outer; o++, s += (size_t)p->dim * p->inner)
-    for (int64_t j = 0; j < p->n_sel; j++, d += p->inner)
-      memcpy(d, s + (size_t)p->sel[j] * p->inner, p->inner);
+    for (int64_t i = 0; i < p->n_cond; i++)
+      if (cond[i]) {
+        memcpy(d, s + (size_t)i * p->inner, p->inner);
+        d += p->inner;
+      }
   return 0;
 }
 

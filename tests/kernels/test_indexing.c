@@ -503,7 +503,7 @@ static void test_nonzero(void **state) {
 
 /* Sorted and in order of first occurrence, all four outputs; NaNs are one
  * value after every number; slices along an axis compare row-major; an
- * input not known while planning is refused. */
+ * input not known while planning gives bounded outputs. */
 static void test_unique(void **state) {
   (void)state;
   float v[7] = {3, NAN, 1, 3, NAN, -1, 1};
@@ -553,9 +553,20 @@ static void test_unique(void **state) {
   t.attrs[0].i = 2;
   ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 1, in, data, 1, od, o), ES_EMODEL);
   t.attrs[0].i = 1;
-  data[0] = NULL;
-  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 1, in, data, 1, od, o), ES_ENOTSUP);
-  assert_non_null(strstr(es_last_error_detail(), "not known when planning"));
+  t.attrs[1].i = 1;
+  /* X unknown while planning: bounded by every item distinct (3 columns),
+   * run sets the actual shapes */
+  es_kinst k;
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 11, .dyn = 1, .k_out = &k}, 1, in, data,
+                           3, od, o));
+  assert_int_equal(k.out_bound, 3); /* Y and indices; inverse_indices is [3] whatever */
+  assert_int_equal(k.bound_dims, 2);
+  assert_non_null(strstr(k.bound_why, "3 items, all distinct"));
+  check_dims(&od[0], 2, (int64_t[]){2, 2});
+  assert_memory_equal(o[0], ((int64_t[]){0, 1, 5, 4}), 4 * sizeof(int64_t));
+  assert_memory_equal(o[1], ((int64_t[]){1, 0}), 2 * sizeof(int64_t));
+  for (int i = 0; i < 3; i++)
+    es_mem_free(o[i]);
 }
 
 int main(void) {

@@ -1734,13 +1734,25 @@ static void test_compress(void **state) {
   ES_CHECK_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o));
   check_dims(&od, 1, (int64_t[]){0});
   es_mem_free(o);
-  /* Errors: a true past the end, a condition not known when planning, a
-   * condition that is not bool. */
+  /* A condition not known while planning: bounded by every index kept
+   * (the condition's 5, of 6 elements), run sets the actual shape. */
+  in[1] = &t5;
+  data[1] = c5;
+  es_kinst k;
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 11, .dyn = 2, .k_out = &k}, 2, in, data,
+                           1, &od, &o));
+  assert_int_equal(k.out_bound, 1);
+  assert_non_null(strstr(k.bound_why, "5 indices kept"));
+  check_dims(&od, 1, (int64_t[]){2});
+  assert_memory_equal(o, ((float[]){2, 5}), 8);
+  es_mem_free(o);
+  /* Errors: a true past the end (the data's: at run time), a condition
+   * that is not bool. */
+  in[1] = &t7;
+  data[1] = c7;
   c7[6] = 1;
-  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_EMODEL);
-  data[1] = NULL;
-  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_ENOTSUP);
-  assert_non_null(strstr(es_last_error_detail(), "condition"));
+  ES_EXPECT_RC(es__kernel_eval(&t.node, 11, 2, in, data, 1, &od, &o), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "condition selects index 6"));
   es_tdesc ti = td1(ES_DTYPE_INT64, 1);
   in[1] = &ti;
   data[1] = (int64_t[]){1};
