@@ -495,6 +495,22 @@ static void test_nonzero(void **state) {
   check_dims(&od, 2, (int64_t[]){2, 3});
   assert_memory_equal(o, ((int64_t[]){0, 1, 1, 1, 0, 2}), 6 * sizeof(int64_t));
   es_mem_free(o);
+  /* A sparse bool mask, skipped eight bytes at a time: ones at word edges
+   * and the last element, coordinates of a [10, 100] tensor. */
+  static uint8_t mask[1000];
+  const int64_t at[] = {0, 7, 8, 9, 63, 64, 500, 991, 999};
+  for (size_t i = 0; i < sizeof at / sizeof *at; i++)
+    mask[at[i]] = 1;
+  es_tdesc mb = KH_TD(ES_DTYPE_BOOL, 10, 100);
+  in[0] = &mb;
+  data[0] = mask;
+  ES_CHECK_RC(kh_eval_with(&t.node, &(kh_opts){.opset = 13, .dyn = 1}, 1, in, data, 1, &od, &o));
+  check_dims(&od, 2, (int64_t[]){2, 9});
+  for (int j = 0; j < 9; j++) {
+    assert_int_equal(((int64_t *)o)[j], at[j] / 100);
+    assert_int_equal(((int64_t *)o)[9 + j], at[j] % 100);
+  }
+  es_mem_free(o);
 }
 
 /* ==========================================================================
