@@ -897,7 +897,7 @@ static int plan_nodes(planner *P) {
 static void loc_of(const planner *P, const buffer *b, int v, loc *l) {
   l->rt = v >= 0 ? P->v[v].rt : -1;
   l->sym = v >= 0 && P->v[v].sym;
-  if (v < 0) {
+  if (v < 0 || P->v[v].untaken) { /* an If branch the plan left out: never read */
     l->kind = LOC_NONE;
   } else if (P->v[v].sdata && !P->v[v].sym) {
     l->kind = LOC_STATIC;
@@ -1370,13 +1370,17 @@ static int run_dyn(const es_plan *p, const step *st, const void *const *in, void
       if (outd[o])
         *outd[o] = st->out_desc[o];
   }
-  for (int o = 0; o < nd->n_out; o++)
-    if (outd[o] && (outd[o]->nbytes > st->out_desc[o].nbytes ||
-                    outd[o]->layout != st->out_desc[o].layout)) {
+  for (int o = 0; o < nd->n_out; o++) {
+    if (outd[o] && outd[o]->nbytes > st->out_desc[o].nbytes) {
       rc = es__fail(ES_EBOUND, "%s: output %d takes %zu bytes for these inputs, its bound %zu",
                     lk.label, o, outd[o]->nbytes, st->out_desc[o].nbytes);
       goto out;
     }
+    if (outd[o] && outd[o]->layout != st->out_desc[o].layout) {
+      rc = es__fail(ES_ECORRUPT, "%s: output %d changed layout at run time", lk.label, o);
+      goto out;
+    }
+  }
   rc = kern->run(&lk, in, out, scratch);
   for (int o = 0; rc == 0 && o < nd->n_out; o++)
     if (outd[o] && outd[o]->nbytes > st->out_desc[o].nbytes)

@@ -1,8 +1,20 @@
-# Sourced by the end-to-end server tests: wait for an `edgeserve serve
-# --port 0` process to say where it listens and to be ready.
-#   await_server NAME PID ERRFILE: sets url; returns 1 (after printing the
-#   server's stderr as a "not ok" line) when it never said it was serving.
-# Needs the caller's notok function.
+# Sourced by the end-to-end server tests.
+#   ok / notok DESCRIPTION: print a TAP-like line; notok counts n_fail.
+#   check DESCRIPTION COMMAND...: ok when the command succeeds, else notok.
+#   A test that defined its own before sourcing keeps them (and its count).
+#   await_server NAME PID ERRFILE: waits for an `edgeserve serve --port 0`
+#   process to say where it listens and to be ready; sets url; returns 1
+#   (after printing the server's stderr as a "not ok" line) when it never
+#   said it was serving.
+n_fail=${n_fail:-0}
+declare -F ok >/dev/null || ok() { echo "ok - $*"; }
+declare -F notok >/dev/null || notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
+declare -F check >/dev/null || check() {
+  local what=$1
+  shift
+  if "$@"; then ok "$what"; else notok "$what"; fi
+}
+
 await_server() {
   local name=$1 pid=$2 err=$3 port="" i
   for ((i = 0; i < 1200; i++)); do # 120 s: five models under ASan

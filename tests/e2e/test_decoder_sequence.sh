@@ -21,9 +21,6 @@ work=$(mktemp -d)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 pid=
 trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null; rm -rf "$work"' EXIT
-n_fail=0
-ok() { echo "ok - $*"; }
-notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 . "$src/tests/e2e/serve_lib.sh"
 mkdir -p "$work/repo/decoder"
 cp "$zoo/decoder_tiny.onnx" "$work/repo/decoder/model.onnx"

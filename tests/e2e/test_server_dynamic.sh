@@ -28,14 +28,6 @@ for need in node curl; do
   command -v $need >/dev/null ||
     { echo "test_server_dynamic: '$need' is missing: skipped"; exit 77; }
 done
-n_fail=0
-ok() { echo "ok - $*"; }
-notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
-check() { # DESCRIPTION COMMAND...: ok when the command succeeds
-  local what=$1
-  shift
-  if "$@"; then ok "$what"; else notok "$what"; fi
-}
 . "$src/tests/e2e/serve_lib.sh"
 
 mkdir -p "$work/repo/nms"

@@ -128,6 +128,26 @@ static void test_nonzero_select(void **state) {
   es_model_release(m);
 }
 
+/* The boxes and scores of ONNX's suppress_by_IOU example (boxes 3, 0 and 5
+ * kept), or with keep_none scores of 0 (nothing kept), as the inputs in[]
+ * over c's arrays. */
+typedef struct nms_case {
+  float boxes[24], scores[6];
+  es_tensor in[2];
+} nms_case;
+
+static void nms_case_init(nms_case *c, int keep_none) {
+  static const float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
+                                  0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
+  static const float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
+  memcpy(c->boxes, boxes, sizeof boxes);
+  memcpy(c->scores, scores, sizeof scores);
+  if (keep_none)
+    memset(c->scores, 0, sizeof c->scores);
+  c->in[0] = ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, c->boxes);
+  c->in[1] = ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, c->scores);
+}
+
 /* A detector's tail (ob_nms_tail): NonMaxSuppression keeps some boxes
  * (ONNX's suppress_by_IOU example), their boxes are gathered, and TopK
  * takes the best min(kept, 2) scores, k computed from the kept count's
@@ -143,13 +163,10 @@ static es_model *nms_model(void) {
 static void test_nms_topk(void **state) {
   (void)state;
   es_model *m = nms_model();
-  float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
-                     0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
-  float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
-  es_tensor in[2] = {ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, boxes),
-                     ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, scores)};
+  nms_case c;
+  nms_case_init(&c, 0);
   run_ctx r;
-  ES_CHECK_RC(plan_run(m, 2, in, 2, &r));
+  ES_CHECK_RC(plan_run(m, 2, c.in, 2, &r));
   /* kept: boxes 3, 0, 5 (the others overlap a better one by IoU > 0.5) */
   assert_int_equal(r.out[0].rank, 3);
   assert_int_equal(r.out[0].dims[1], 3);
@@ -173,8 +190,8 @@ static void test_nms_topk(void **state) {
   run_done(&r);
 
   /* nothing above the threshold: empty outputs, k = 0 */
-  memset(scores, 0, sizeof scores);
-  ES_CHECK_RC(plan_run(m, 2, in, 2, &r));
+  nms_case_init(&c, 1);
+  ES_CHECK_RC(plan_run(m, 2, c.in, 2, &r));
   assert_int_equal(r.out[0].dims[1], 0);
   assert_int_equal(r.out[1].dims[2], 0);
   assert_int_equal(r.out[1].nbytes, 0);
@@ -262,13 +279,10 @@ static es_model *nms_if_model(void) {
 static void test_if_on_bounded_condition(void **state) {
   (void)state;
   es_model *m = nms_if_model();
-  float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
-                     0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
-  float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
-  es_tensor in[2] = {ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, boxes),
-                     ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, scores)};
+  nms_case c;
+  nms_case_init(&c, 0);
   run_ctx r;
-  ES_CHECK_RC(plan_run(m, 2, in, 1, &r)); /* the else-branch: 3 kept */
+  ES_CHECK_RC(plan_run(m, 2, c.in, 1, &r)); /* the else-branch: 3 kept */
   assert_int_equal(r.out[0].dims[1], 3);
   const float *kb = r.out[0].data;
   assert_true(kb[1] == 10 && kb[5] == 0 && kb[9] == 100);
@@ -285,8 +299,8 @@ static void test_if_on_bounded_condition(void **state) {
   }
   assert_true(found);
   run_done(&r);
-  memset(scores, 0, sizeof scores); /* the then-branch: nothing kept */
-  ES_CHECK_RC(plan_run(m, 2, in, 1, &r));
+  nms_case_init(&c, 1); /* the then-branch: nothing kept */
+  ES_CHECK_RC(plan_run(m, 2, c.in, 1, &r));
   assert_int_equal(r.out[0].dims[1], 0);
   run_done(&r);
   es_model_release(m);
@@ -400,13 +414,8 @@ typedef struct nms_thread {
 
 static void *nms_thread_main(void *arg) {
   nms_thread *t = arg;
-  float boxes[24] = {0, 0,  1, 1,  0, 0.1f, 1, 1.1f,  0, -0.1f, 1, 0.9f,
-                     0, 10, 1, 11, 0, 10.1f, 1, 11.1f, 0, 100,   1, 101};
-  float scores[6] = {0.9f, 0.75f, 0.6f, 0.95f, 0.5f, 0.3f};
-  if (t->keep_none)
-    memset(scores, 0, sizeof scores);
-  es_tensor in[2] = {ob_tensor_f32("boxes", 3, (int64_t[]){1, 6, 4}, boxes),
-                     ob_tensor_f32("scores", 3, (int64_t[]){1, 1, 6}, scores)};
+  nms_case c;
+  nms_case_init(&c, t->keep_none);
   es_arena *a;
   if (es_arena_create(es_plan_arena_bytes(t->p), 64, &a) < 0) {
     t->bad = 1;
@@ -415,7 +424,7 @@ static void *nms_thread_main(void *arg) {
   for (int i = 0; i < 200; i++) {
     es_arena_reset(a);
     es_tensor out[2];
-    if (es_plan_run(t->p, in, 2, a, out, 2) < 0 || out[0].dims[1] != (t->keep_none ? 0 : 3) ||
+    if (es_plan_run(t->p, c.in, 2, a, out, 2) < 0 || out[0].dims[1] != (t->keep_none ? 0 : 3) ||
         out[1].dims[2] != (t->keep_none ? 0 : 2))
       t->bad++;
   }
