@@ -732,29 +732,44 @@ short_mem:
 }
 
 /* After a successful run: the state outputs become the sequence's state.
- * A block for a state that changed size is taken after the old one went
- * back; if the pool has none now, the sequence ends (the request fails
- * and says so: its state could not be kept). */
-static int seq_keep_state(es_runtime *rt, es_request *r) {
+ * A step that ends the sequence keeps nothing. A state that changed size
+ * takes its new block before the old one goes back: when the pool has
+ * none now, the state from before this step stays whole, *short_mem is
+ * set and the step is answered as a refusal (send it again; it runs on the
+ * same state), so a sequence never loses its state to a moment's
+ * shortage. */
+static int seq_keep_state(es_runtime *rt, es_request *r, int *short_mem) {
   rt_model *m = &rt->models[r->model];
   rt_seq *q = &m->seqs[r->seq_slot];
+  if (r->seq_flags & ES_SEQ_END)
+    return 0;
   size_t bytes[ES_RT_MAX_IO], off[ES_RT_MAX_IO];
   for (int k = 0; k < m->n_states; k++)
     bytes[k] = r->outputs[m->state_out[k]].nbytes;
   size_t total = state_layout(bytes, m->n_states, off);
-  if (seq_block(rt, q, total) < 0) {
-    q->has_state = 0;
-    q->ended = 1;
-    char nm[ES_SEQ_KEY_MAX + 16];
-    return es__fail(ES_ENOMEM, "%s: %s ran, but the buddy pool had no %zu B block for its "
-                    "state: the sequence has ended", m->name, seq_name(r, nm, sizeof nm), total);
+  void *blk = q->block;
+  if (!q->block || q->block_bytes != total) {
+    blk = NULL;
+    if (total && es_buddy_alloc(rt->buddy, total, &blk) < 0) {
+      char nm[ES_SEQ_KEY_MAX + 16];
+      *short_mem = 1;
+      return es__fail(ES_EAGAIN, "%s: %s ran, but the buddy pool had no %zu B block for its "
+                      "new state; it keeps its state from before this step", m->name,
+                      seq_name(r, nm, sizeof nm), total);
+    }
   }
   for (int k = 0; k < m->n_states; k++) {
     const es_tensor *o = &r->outputs[m->state_out[k]];
     q->state[k] = *o;
-    q->state[k].data = bytes[k] ? (char *)q->block + off[k] : NULL;
+    q->state[k].data = bytes[k] ? (char *)blk + off[k] : NULL;
     if (bytes[k])
       memcpy(q->state[k].data, o->data, bytes[k]);
+  }
+  if (blk != q->block) {
+    if (q->block)
+      es_buddy_free(rt->buddy, q->block);
+    q->block = blk;
+    q->block_bytes = total;
   }
   q->has_state = 1;
   return 0;
@@ -1090,10 +1105,10 @@ static void *worker_main(void *arg) {
     else {
       rc = run_request(w, r, scratch, cap, &short_mem);
       r->ran = !short_mem;
+      if (rc == 0 && r->seq_slot >= 0)
+        rc = seq_keep_state(rt, r, &short_mem);
       if (short_mem)
         rc = refuse_short(rt, r);
-      else if (rc == 0 && r->seq_slot >= 0)
-        rc = seq_keep_state(rt, r);
       if (!short_mem && rc < 0)
         snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
     }
