@@ -869,8 +869,11 @@ static int plan_nodes(planner *P) {
           kern->release(k);
         return rc;
       }
-      if ((rc = dyn_commit(P, st, kern, dyn_in, sym, asked)) < 0)
+      if ((rc = dyn_commit(P, st, kern, dyn_in, sym, asked)) < 0) {
+        if (kern->release)
+          kern->release(k); /* not a step yet: the plan's release skips it */
         return rc;
+      }
       continue;
     }
     step_commit(P, st, kern);
