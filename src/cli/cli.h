@@ -40,5 +40,9 @@ void cli_json_string(FILE *f, const char *s);
 /* A JSON number with that many decimals; null for NAN or infinity (a value
  * not measured). */
 void cli_json_real(FILE *f, double v, int decimals);
+/* A bounded value's shape as inspect and run print it, "[<=27000,3]": the
+ * dims the data decides after "<=". */
+struct es_bound_info;
+void cli_print_bound_shape(const struct es_bound_info *b);
 
 #endif

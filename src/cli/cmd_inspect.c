@@ -102,11 +102,9 @@ static void print_bounds(const es_plan *p) {
       inherited++;
       continue;
     }
-    printf("    %s [", b.value);
-    for (int d = 0; d < b.bound.rank; d++)
-      printf("%s%s%lld", d ? "," : "", d < 32 && (b.data_dims >> d & 1) ? "<=" : "",
-             (long long)b.bound.dims[d]);
-    printf("] from %s, bounded by %s\n", b.node, b.why);
+    printf("    %s ", b.value);
+    cli_print_bound_shape(&b);
+    printf(" from %s, bounded by %s\n", b.node, b.why);
   }
   if (inherited) {
     printf("    %d more follow from those:", inherited);

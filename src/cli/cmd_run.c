@@ -124,11 +124,9 @@ static void print_bounds_used(const es_plan *p) {
     seen += b.seen_bytes;
     if (!b.why[0])
       continue;
-    printf("  %s [", b.value);
-    for (int d = 0; d < b.bound.rank; d++)
-      printf("%s%s%lld", d ? "," : "", d < 32 && (b.data_dims >> d & 1) ? "<=" : "",
-             (long long)b.bound.dims[d]);
-    printf("] (%s): %zu of %zu bytes (%.1f%%)\n", b.why, b.seen_bytes, b.bound_bytes,
+    printf("  %s ", b.value);
+    cli_print_bound_shape(&b);
+    printf(" (%s): %zu of %zu bytes (%.1f%%)\n", b.why, b.seen_bytes, b.bound_bytes,
            b.bound_bytes ? 100.0 * (double)b.seen_bytes / (double)b.bound_bytes : 0.0);
   }
   printf("  all %d: %zu of %zu bytes (%.1f%%)\n", n, seen, bound,

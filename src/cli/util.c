@@ -2,6 +2,7 @@
  * strict number parsing and JSON output. One definition each, so that the
  * commands parse and print alike (measurements: measure.c). */
 #include "cli/cli.h"
+#include "edgeserve/engine.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,14 @@
 #include <time.h>
 
 double cli_now_ms(void) { return (double)cli_now_ns() / 1e6; }
+
+void cli_print_bound_shape(const es_bound_info *b) {
+  putchar('[');
+  for (int d = 0; d < b->bound.rank; d++)
+    printf("%s%s%lld", d ? "," : "", d < 32 && (b->data_dims >> d & 1) ? "<=" : "",
+           (long long)b->bound.dims[d]);
+  putchar(']');
+}
 
 uint64_t cli_now_ns(void) {
   struct timespec ts;

@@ -1349,12 +1349,12 @@ typedef struct flattener {
   es_ctx *ctx;
   const Onnx__GraphProto *gp;
   Onnx__NodeProto **node;
-  flat_node *info;
-  size_t n_node, cap_node;
+  flat_node *info;      /* per node */
+  size_t n_node, cap_node, cap_info;
   Onnx__TensorProto **init;
   size_t n_init, cap_init;
   flat_scope *scope;
-  int n_scope, cap_scope;
+  size_t n_scope, cap_scope;
   /* (scope, local name) -> renamed, open addressing */
   struct flat_name {
     int scope;
@@ -1444,15 +1444,16 @@ static const char *flat_define(flattener *F, int scope, const char *name) {
   return r;
 }
 
-static int flat_push(void **arr, size_t *n, size_t *cap, size_t esz, es_ctx *ctx) {
-  if (*n < *cap)
+/* Room in *arr (n elements of esz held, *cap allocated) for one more. */
+static int flat_push(void **arr, size_t n, size_t *cap, size_t esz, es_ctx *ctx) {
+  if (n < *cap)
     return 0;
   size_t nc = *cap ? *cap * 2 : 64;
   void *na = es__ctx_alloc(ctx, nc * esz);
   if (!na)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
-  if (*n)
-    memcpy(na, *arr, *n * esz);
+  if (n)
+    memcpy(na, *arr, n * esz);
   *arr = na;
   *cap = nc;
   return 0;
@@ -1460,19 +1461,14 @@ static int flat_push(void **arr, size_t *n, size_t *cap, size_t esz, es_ctx *ctx
 
 static int flat_node_add(flattener *F, Onnx__NodeProto *np, int file_index, int if_id,
                          const int *guard, int n_guard) {
-  void *arr = F->node;
-  size_t cap = F->cap_node;
-  int rc = flat_push(&arr, &F->n_node, &cap, sizeof *F->node, F->ctx);
+  void *arr = F->node, *inf = F->info;
+  int rc = flat_push(&arr, F->n_node, &F->cap_node, sizeof *F->node, F->ctx);
   F->node = arr;
-  if (rc == 0) {
-    void *inf = F->info;
-    size_t n = F->n_node, c2 = F->cap_node;
-    rc = flat_push(&inf, &n, &c2, sizeof *F->info, F->ctx);
-    F->info = inf;
-  }
+  if (rc == 0)
+    rc = flat_push(&inf, F->n_node, &F->cap_info, sizeof *F->info, F->ctx);
+  F->info = inf;
   if (rc < 0)
     return rc;
-  F->cap_node = cap;
   int *g = NULL;
   if (n_guard) {
     g = es__ctx_alloc(F->ctx, (size_t)n_guard * sizeof *g);
@@ -1502,7 +1498,7 @@ static int flat_graph(flattener *F, const Onnx__GraphProto *sg, int scope, int *
     if (!(c->name = (char *)flat_define(F, scope, t->name)))
       return es__fail(ES_ENOMEM, "out of memory loading the model");
     void *arr = F->init;
-    if ((rc = flat_push(&arr, &F->n_init, &F->cap_init, sizeof *F->init, F->ctx)) < 0)
+    if ((rc = flat_push(&arr, F->n_init, &F->cap_init, sizeof *F->init, F->ctx)) < 0)
       return rc;
     F->init = arr;
     F->init[F->n_init++] = c;
@@ -1529,12 +1525,10 @@ static int flat_graph(flattener *F, const Onnx__GraphProto *sg, int scope, int *
       for (int b = 0; b < 2; b++) {
         const Onnx__GraphProto *bg = b ? el : th;
         void *arr = F->scope;
-        size_t ns = (size_t)F->n_scope, cs = (size_t)F->cap_scope;
-        if ((rc = flat_push(&arr, &ns, &cs, sizeof *F->scope, F->ctx)) < 0)
+        if ((rc = flat_push(&arr, F->n_scope, &F->cap_scope, sizeof *F->scope, F->ctx)) < 0)
           return rc;
         F->scope = arr;
-        F->cap_scope = (int)cs;
-        int child = F->n_scope++;
+        int child = (int)F->n_scope++;
         char *pre = es__ctx_alloc(F->ctx, strlen(nm) + 40);
         if (!pre)
           return es__fail(ES_ENOMEM, "out of memory loading the model");

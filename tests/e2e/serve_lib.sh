@@ -2,11 +2,24 @@
 #   ok / notok DESCRIPTION: print a TAP-like line; notok counts n_fail.
 #   check DESCRIPTION COMMAND...: ok when the command succeeds, else notok.
 #   A test that defined its own before sourcing keeps them (and its count).
+#   serve_begin NAME: exits 77 (skipped) when node or curl is missing; else
+#   makes $work, a folder removed at exit, where a server whose pid the test
+#   keeps in $pid is killed first, and sets ASan's defaults for the server.
 #   await_server NAME PID ERRFILE: waits for an `edgeserve serve --port 0`
 #   process to say where it listens and to be ready; sets url; returns 1
 #   (after printing the server's stderr as a "not ok" line) when it never
 #   said it was serving.
 n_fail=${n_fail:-0}
+serve_begin() {
+  local need
+  for need in node curl; do
+    command -v $need >/dev/null || { echo "$1: '$need' is missing: skipped"; exit 77; }
+  done
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  work=$(mktemp -d)
+  pid=
+  trap '[ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null; rm -rf "$work"' EXIT
+}
 declare -F ok >/dev/null || ok() { echo "ok - $*"; }
 declare -F notok >/dev/null || notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
 declare -F check >/dev/null || check() {

@@ -26,19 +26,8 @@ es=$1
 mk=$2
 src=$3
 client="$src/tests/e2e/seq_client.js"
-work=$(mktemp -d)
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-for need in node curl; do
-  command -v $need >/dev/null ||
-    { echo "test_server_sequence: '$need' is missing: skipped"; exit 77; }
-done
 . "$src/tests/e2e/serve_lib.sh"
+serve_begin test_server_sequence
 
 mkdir -p "$work/repo/lstm"
 "$mk" "$work/repo/lstm/model.onnx" || { echo "not ok - es_seq_model wrote the model"; exit 1; }

@@ -242,7 +242,7 @@ static void test_bound_outgrown(void **state) {
  * NMS output's shape, so the plan, at the bounds, cannot know it. */
 static es_model *nms_if_model(void) {
   static ob th, el;
-  static const int64_t col = 2, zero = 0, empty_dims[1] = {0};
+  static const int64_t zero = 0, empty_dims[1] = {0};
   ob_init(&th, 13);
   ob_init(&el, 13);
   ob_init_i64(&th, "empty", 1, empty_dims, NULL);
@@ -251,16 +251,8 @@ static es_model *nms_if_model(void) {
   ob_attr_int(&el, g, "axis", 1);
   ob_output(&el, "idx");
   ob *b = ob_new(13);
-  ob_input(b, "boxes", 3, (int64_t[]){1, 6, 4});
-  ob_input(b, "scores", 3, (int64_t[]){1, 1, 6});
-  static const int64_t max_out = 4;
-  static const float iou = 0.5f, thr = 0.0f;
-  ob_init_i64(b, "max_out", 1, (int64_t[]){1}, &max_out);
-  ob_init_f32(b, "iou", 1, (int64_t[]){1}, &iou);
-  ob_init_f32(b, "thr", 1, (int64_t[]){1}, &thr);
-  ob_init_i64(b, "col", 0, NULL, &col);
+  ob_nms(b);
   ob_init_i64(b, "zero", 0, NULL, &zero);
-  ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
   ob_node(b, "Shape", "sh", 1, "sel");
   int r = ob_node(b, "ReduceProd", "n", 1, "sh");
   ob_attr_int(b, r, "keepdims", 0);

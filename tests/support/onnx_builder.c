@@ -285,9 +285,9 @@ void ob_run(es_model *m, int n_in, const es_tensor *in, int n_out, float **out, 
   es_plan_release(p);
 }
 
-void ob_nms_tail(ob *b) {
+void ob_nms(ob *b) {
   /* initializer data must outlive packing */
-  static const int64_t max_out = 4, col = 2, two = 2;
+  static const int64_t max_out = 4, col = 2;
   static const float iou = 0.5f, thr = 0.0f;
   ob_input(b, "boxes", 3, (int64_t[]){1, 6, 4});
   ob_input(b, "scores", 3, (int64_t[]){1, 1, 6});
@@ -295,8 +295,13 @@ void ob_nms_tail(ob *b) {
   ob_init_f32(b, "iou", 1, (int64_t[]){1}, &iou);
   ob_init_f32(b, "thr", 1, (int64_t[]){1}, &thr);
   ob_init_i64(b, "col", 0, NULL, &col);
-  ob_init_i64(b, "two", 1, (int64_t[]){1}, &two);
   ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
+}
+
+void ob_nms_tail(ob *b) {
+  static const int64_t two = 2;
+  ob_nms(b);
+  ob_init_i64(b, "two", 1, (int64_t[]){1}, &two);
   int g = ob_node(b, "Gather", "bidx", 2, "sel", "col");
   ob_attr_int(b, g, "axis", 1);
   g = ob_node(b, "Gather", "kept", 2, "boxes", "bidx");

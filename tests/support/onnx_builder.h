@@ -109,10 +109,14 @@ void ob_seq_lstm(ob *b);
 #define OB_DEC_V 32
 float *ob_seq_decoder(ob *b, int d);
 
-/* A detector's tail, with data-dependent shapes: boxes [1, 6, 4] and scores
- * [1, 1, 6] -> NonMaxSuppression (at most 4 boxes, IoU 0.5, score > 0) ->
- * kept [1, k, 4] (the kept boxes) and best [1, 1, min(k, 2)] (the best
- * kept scores: TopK, k from the kept count's shape). b: empty, opset 13. */
+/* Non-maximum suppression with a data-dependent output: inputs boxes
+ * [1, 6, 4] and scores [1, 1, 6] -> sel [k, 3] (NonMaxSuppression: at most
+ * 4 boxes, IoU 0.5, score > 0), and "col", an int64 scalar 2 (sel's box
+ * index column). No outputs. b: empty, opset 13. */
+void ob_nms(ob *b);
+/* A detector's tail over ob_nms: kept [1, k, 4] (the kept boxes) and best
+ * [1, 1, min(k, 2)] (the best kept scores: TopK, k from the kept count's
+ * shape). b: empty, opset 13. */
 void ob_nms_tail(ob *b);
 
 /* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
