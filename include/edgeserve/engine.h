@@ -335,6 +335,48 @@ ES_API uint64_t es_plan_flops(const es_plan *p);
 ES_API int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, struct es_arena *arena,
                 es_tensor *outputs, int n_out);
 
+/* Memory no bound covers. Some models give the planner no bound for a
+ * tensor: a Loop whose carried values grow every iteration, a Resize to
+ * sizes computed from the pixels. The nodes from there on (and every Loop
+ * and Scan: its body runs once per iteration) are run without a plan:
+ * each is inferred when the request reaches it, its memory taken from a
+ * run heap and given back after its last reader. es_plan_unbounded_count
+ * says how many (0: the arena is all a run takes). es_plan_unbounded_info
+ * names the first of them and why it has no bound.
+ *
+ * A run heap: alloc puts a 64-byte aligned block of at least bytes in
+ * *out and returns 0, or returns a negative error with its detail set
+ * (ES_EAGAIN: not now, the request may be sent again; the runtime's heap
+ * is its buddy pool charged to the request's admission, and refuses so
+ * when the reservation cannot grow). free gives a block back. Called from
+ * the thread running the plan only. */
+typedef struct es_run_heap {
+  int (*alloc)(void *user, size_t bytes, void **out);
+  void (*free)(void *user, void *ptr);
+  void *user;
+} es_run_heap;
+
+ES_API int es_plan_unbounded_count(const es_plan *p);
+/* The first node run without a plan (its label) and why ("the outputs of
+ * Loop ... grow with its iterations"); "" for both when there is none.
+ * Strings owned by the plan. */
+ES_API int es_plan_unbounded_info(const es_plan *p, const char **node, const char **why);
+
+/* es_plan_run, the unbounded part's memory from heap (NULL: es_mem's
+ * engine heap). Outputs that part makes are heap blocks: their data stays
+ * valid until es_plan_outputs_free gives them back (the others point into
+ * the arena as with es_plan_run). On failure nothing is left on the heap.
+ * es_plan_run itself runs such a plan with es_mem's heap and copies those
+ * outputs into the arena's room after es_plan_arena_bytes() (ES_ENOSPC
+ * when it has too little). */
+ES_API int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in,
+                            struct es_arena *arena, const es_run_heap *heap, es_tensor *outputs,
+                            int n_out);
+/* Gives back the outputs of es_plan_run_heap that are heap blocks (the same
+ * heap), setting their data to NULL; others are left. */
+ES_API void es_plan_outputs_free(const es_plan *p, const es_run_heap *heap, es_tensor *outputs,
+                                 int n_out);
+
 #ifdef __cplusplus
 }
 #endif

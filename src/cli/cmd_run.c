@@ -133,6 +133,34 @@ static void print_bounds_used(const es_plan *p) {
          bound ? 100.0 * (double)seen / (double)bound : 0.0);
 }
 
+/* The run heap for what a plan cannot bound: es_mem blocks, each behind a
+ * 64-byte header holding its size, so the command can print the peak. */
+typedef struct run_heap {
+  size_t cur, peak;
+} run_heap;
+
+static int run_heap_alloc(void *user, size_t bytes, void **out) {
+  run_heap *h = user;
+  unsigned char *b = es_mem_aligned_alloc(ES_MEM_CLI, 64, bytes + 64);
+  if (!b)
+    return ES_ENOMEM;
+  memcpy(b, &bytes, sizeof bytes);
+  h->cur += bytes;
+  if (h->cur > h->peak)
+    h->peak = h->cur;
+  *out = b + 64;
+  return 0;
+}
+
+static void run_heap_free(void *user, void *ptr) {
+  run_heap *h = user;
+  unsigned char *b = (unsigned char *)ptr - 64;
+  size_t bytes;
+  memcpy(&bytes, b, sizeof bytes);
+  h->cur -= bytes;
+  es_mem_free(b);
+}
+
 int cli_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
   cli_inputs ci;
@@ -158,10 +186,14 @@ int cli_cmd_run(int argc, char **argv) {
   }
   if (bounds)
     es_engine_profile_set(1);
+  run_heap rh = {0};
+  es_run_heap heap = {run_heap_alloc, run_heap_free, &rh};
   for (long r = 0; r < repeat; r++) {
     es_arena_reset(s.arena);
+    if (r > 0)
+      es_plan_outputs_free(s.plan, &heap, outs, nout);
     double t0 = cli_now_ms();
-    int rc = es_plan_run(s.plan, s.in, s.nin, s.arena, outs, nout);
+    int rc = es_plan_run_heap(s.plan, s.in, s.nin, s.arena, &heap, outs, nout);
     lat[r] = cli_now_ms() - t0;
     if (rc < 0) {
       fprintf(stderr, "edgeserve run: %s\n", es_last_error_detail());
@@ -173,6 +205,14 @@ int cli_cmd_run(int argc, char **argv) {
     goto out;
   printf("planned arena bytes: %zu\n", es_plan_arena_bytes(s.plan));
   printf("arena peak bytes: %zu\n", es_arena_peak(s.arena));
+  if (es_plan_unbounded_count(s.plan)) {
+    const char *node, *why;
+    es_plan_unbounded_info(s.plan, &node, &why);
+    printf("nodes run without a plan: %d, from %s (%s)\n", es_plan_unbounded_count(s.plan), node,
+           why);
+    printf("run heap peak bytes: %zu\n", rh.peak);
+  }
+  es_plan_outputs_free(s.plan, &heap, outs, nout);
   printf("latency ms: median %.3f over %ld run%s\n", cli_median(lat, (size_t)repeat), repeat,
          repeat > 1 ? "s" : "");
   if (bounds)

@@ -180,6 +180,9 @@
   XX(RNN, 7)                                                                   \
   /* control flow: an If's merge, its branches inlined (control.c) */          \
   XX(If, 1)                                                                    \
+  /* control flow with a body, run without a plan (engine/interp.c) */          \
+  XX(Loop, 1)                                                                  \
+  XX(Scan, 9)                                                                  \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)

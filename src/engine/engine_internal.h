@@ -76,4 +76,65 @@ int es__sha256_file(const char *path, uint8_t out[32], uint64_t *size);
 
 static inline int es__model_ok(const es_model *m) { return m && m->magic == ES_MODEL_MAGIC; }
 
+/* ---- interp.c: nodes run without a plan (see its design note) ------------- */
+
+#define ES_IP_MAX_IO 256 /* a node's inputs or outputs */
+#define ES_IP_MAX_CARRY 64 /* a Loop's carried values and scan outputs, a Scan's */
+#define ES_IP_KEEP 0x7fffffff
+
+/* A value while a program runs: its actual shape and data. own: the heap
+ * block holding it when the program made it (freed after its last
+ * reader), NULL for one it only reads (an input, a constant, a tensor of
+ * the plan's arena). */
+typedef struct es_ival {
+  es_tdesc desc;
+  const void *data;
+  void *own;
+  size_t own_bytes;
+} es_ival;
+
+/* Nodes over numbered slots, in order: node i is list[i] when list is set,
+ * else nodes[i]; their in/out are slot numbers. last[s]: the last node
+ * reading slot s, ES_IP_KEEP for the results, -1 for none. if_cond: per If
+ * id, its condition's slot (inlined branches' guards). Read-only once made. */
+typedef struct es_iprog {
+  const es_node *nodes;
+  const es_node *const *list;
+  int n_nodes;
+  int n_slots;
+  const int *last;
+  const int *if_cond;
+  int max_if;
+} es_iprog;
+
+typedef struct es_interp {
+  const es_run_heap *heap;
+  int64_t opset;
+} es_interp;
+
+/* Heap blocks (64-byte aligned; a refusal's error as the heap gives it). */
+int es__ip_alloc(const es_interp *I, size_t bytes, void **out);
+void es__ip_free(const es_interp *I, void *p, size_t bytes);
+/* Frees v's block if it owns one; v is zeroed. */
+void es__ival_drop(const es_interp *I, es_ival *v);
+/* Makes v own its bytes (a copy on the heap unless it owns them already). */
+int es__ival_own(const es_interp *I, es_ival *v);
+/* Runs P over vals (n_slots of them: the caller set the ones read from
+ * outside, borrowed). Results (ES_IP_KEEP slots) are left owned in vals;
+ * on failure the caller drops what is left (es__iprog_drop_all). */
+int es__iprog_run(const es_interp *I, const es_iprog *P, es_ival *vals);
+void es__iprog_drop_all(const es_interp *I, const es_iprog *P, es_ival *vals);
+/* A Loop's or Scan's node with its body: reads its inputs from vals, leaves
+ * its outputs there, owned. */
+int es__interp_loop(const es_interp *I, const es_node *nd, es_ival *vals);
+int es__interp_scan(const es_interp *I, const es_node *nd, es_ival *vals);
+/* last[] for nodes (list or nodes, n of them) over n_slots slots, with
+ * kept[] kept. */
+int es__iprog_last_uses(const es_node *const *list, const es_node *nodes, int n, int n_slots,
+                        const int *if_cond, int max_if, const int *kept, int n_kept, int *last);
+/* g->prog for a body graph (memory in g's context), and for the bodies it
+ * holds, recursively: es__graph_progs_make from the main graph. */
+int es__graph_prog_make(es_graph *g);
+int es__graph_progs_make(es_graph *g);
+
 #endif

@@ -223,6 +223,9 @@ int es_model_compile(es_model *m, const char *source_path, const char *out_path)
   if (!es__model_ok(m) || !out_path)
     return es__fail(ES_EINVAL, "es_model_compile: bad argument");
   const es_graph *g = &m->g;
+  if (g->n_bodies)
+    return es__fail(ES_ENOTSUP, "compiling a model with Loop or Scan bodies is not supported "
+                    "(serve the .onnx file)");
   esm_header h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, ESM_MAGIC, 16);

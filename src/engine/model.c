@@ -33,11 +33,17 @@ static int model_ok(const es_model *m) { return es__model_ok(m); }
 
 #define ES_LOAD_INTRO "the model uses what the engine cannot run"
 
-int es__graph_check(const es_graph *g, es_issues *out) {
-  int rc = es__graph_issues(g, out);
+/* Operators without a kernel, in g and the bodies it holds (a Loop or
+ * Scan runs its body, not a kernel). */
+static int check_kernels(const es_graph *g, es_issues *out) {
+  int rc = 0;
   char what[160], where[160], first[400], label[160];
   for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
     const es_node *nd = &g->nodes[i];
+    if (nd->body && !nd->unsup) {
+      rc = check_kernels(nd->body, out);
+      continue;
+    }
     if (nd->unsup || es__kernel_for(nd->op))
       continue;
     snprintf(what, sizeof what, "%s (no kernel)", es__op_name(nd->op));
@@ -50,6 +56,11 @@ int es__graph_check(const es_graph *g, es_issues *out) {
     rc = es__issues_add(out, what, where, 1, first);
   }
   return rc;
+}
+
+int es__graph_check(const es_graph *g, es_issues *out) {
+  int rc = es__graph_issues(g, out);
+  return rc < 0 ? rc : check_kernels(g, out);
 }
 
 /* Reads, elides, folds and checks: g is the folded graph, not fused or
@@ -75,8 +86,8 @@ int es__graph_load_checked(const void *data, size_t size, es_graph *g, es_issues
   }
   if (l->n)
     rc = es__issues_fail(l, ES_LOAD_INTRO);
-  else if ((rc = es__graph_fuse(g)) == 0)
-    rc = es__graph_seal(g);
+  else if ((rc = es__graph_fuse(g)) == 0 && (rc = es__graph_seal(g)) == 0)
+    rc = es__graph_progs_make(g);
   es__issues_fini(&own);
   if (rc < 0)
     es__graph_fini(g);
@@ -159,8 +170,8 @@ static int build_model(const void *data, size_t size, es_weights *file, es_issue
     es_mem_free(m);
     return rc;
   }
-  if (l->n == 0 && (rc = es__graph_fuse(&m->g)) == 0)
-    rc = es__graph_seal(&m->g);
+  if (l->n == 0 && (rc = es__graph_fuse(&m->g)) == 0 && (rc = es__graph_seal(&m->g)) == 0)
+    rc = es__graph_progs_make(&m->g);
   if (rc == 0)
     rc = es__prep_store_create(&m->prep);
   if ((rc = model_finish(m, rc, &m)) < 0)

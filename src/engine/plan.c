@@ -77,6 +77,7 @@ typedef enum loc_kind {
   LOC_STATIC = 1, /* weights or plan constant: ptr */
   LOC_INPUT = 2,  /* request input: index */
   LOC_ARENA = 3,  /* request arena: offset */
+  LOC_HEAP = 4,   /* made by the nodes run without a plan: slot `input` of the tail */
 } loc_kind;
 
 typedef struct loc {
@@ -146,7 +147,21 @@ struct es_plan {
   size_t infer_offset, infer_bytes;
   bound_rec *bounds; /* one per slot */
   _Atomic uint64_t *bound_seen; /* per slot: the most bytes a profiled run gave it */
+  /* Nodes no bound covers, run without a plan after the steps (interp.c):
+   * the tail, a program over slots; the entries are the slots it reads
+   * from the plan (their buffers live to the end of the steps). */
+  es_iprog tail;
+  struct tail_entry *entry;
+  int n_entry;
+  char tail_node[120];
+  char tail_why[240];
 };
+
+typedef struct tail_entry {
+  int slot;
+  loc l;
+  es_tdesc desc; /* the planned one (l.rt >= 0: the run's table has it) */
+} tail_entry;
 
 static _Atomic int es_profile_; /* es_engine_profile_set */
 
@@ -325,6 +340,9 @@ typedef struct pval {
   int sym;            /* sdata holds its value at the bounds, for planning the
                          nodes that read it; a run computes it too */
   int untaken;        /* made in an If branch the plan knows is not taken */
+  int heap;           /* made by a node run without a plan (the tail) */
+  int tail_read;      /* read by the tail: its buffer lives to the end */
+  int slot;           /* its slot in the tail, or -1 */
 } pval;
 
 /* Both arrays grow as planning goes (doubling), so that a plan holds what
@@ -345,6 +363,8 @@ typedef struct planner {
   int *if_cond;        /* per If id, its merge's condition value (es__graph_if_conds) */
   int max_if;
   int reveal;          /* kinst_bind shows values at the bounds to every op */
+  const es_node **tail; /* es_mem: the nodes run without a plan, in order */
+  int n_tail, cap_tail;
 } planner;
 
 /* Room for one more element in *arr (es_mem, *cap elements of size). */
@@ -699,6 +719,123 @@ static int guards_fail(const planner *P, const es_node *nd, int *n_rt, int *rt_v
   return 0;
 }
 
+
+/* ---- the tail: nodes no bound covers --------------------------------------- */
+
+/* Node nd runs without a plan, after the steps (interp.c): its inputs from
+ * the plan are read in plain order and kept to the end; its outputs are
+ * the heap's. why: what left it without a bound. */
+static int tail_add(planner *P, es_node *nd, int *copied, const char *label, const char *why) {
+  es_plan *p = P->p;
+  for (int i = 0; i < nd->n_in; i++) {
+    int v = nd->in[i];
+    if (v < 0 || P->v[v].heap || P->v[v].untaken || P->v[v].desc.layout == ES_LAYOUT_PLAIN)
+      continue;
+    int rc = node_input_relayout(P, &nd, copied, i, ES_LAYOUT_PLAIN);
+    if (rc < 0)
+      return rc;
+  }
+  void *arr = (void *)P->tail;
+  int rc = grow(&arr, &P->cap_tail, P->n_tail, sizeof *P->tail);
+  P->tail = arr;
+  if (rc < 0)
+    return rc;
+  P->tail[P->n_tail++] = nd;
+  for (int i = 0; i < nd->n_in; i++)
+    if (nd->in[i] >= 0 && !P->v[nd->in[i]].heap)
+      P->v[nd->in[i]].tail_read = 1;
+  for (int i = 0; i < nd->n_guard; i++) {
+    int id = abs(nd->guard[i]);
+    int c = id <= P->max_if && P->if_cond ? P->if_cond[id] : -1;
+    if (c >= 0 && !P->v[c].heap)
+      P->v[c].tail_read = 1;
+  }
+  const es_graph *g = P->g;
+  for (int o = 0; o < nd->n_out; o++) {
+    int v = nd->out[o];
+    if (v < 0)
+      continue;
+    pval *pv = &P->v[v];
+    pv->heap = 1;
+    /* what a caller is told of it before a run: the declared type */
+    const es_value *gv = v < g->n_values ? &g->values[v] : NULL;
+    int64_t dims[ES_MAX_RANK] = {0};
+    int rank = gv && gv->rank >= 0 ? gv->rank : 0;
+    for (int d = 0; d < rank; d++)
+      dims[d] = gv->dims[d] > 0 ? gv->dims[d] : 0;
+    es_dtype dt = gv && gv->dtype != ES_DTYPE_UNDEFINED ? gv->dtype : ES_DTYPE_FLOAT;
+    if (es__tdesc_set(&pv->desc, dt, rank, dims) < 0)
+      es__tdesc_set(&pv->desc, ES_DTYPE_FLOAT, 0, NULL);
+  }
+  if (!p->tail_node[0]) {
+    snprintf(p->tail_node, sizeof p->tail_node, "%s", label);
+    snprintf(p->tail_why, sizeof p->tail_why, "%s", why);
+  }
+  return 0;
+}
+
+/* The tail as a program over slots: every value it reads or makes gets
+ * one; the nodes are copied with their inputs and outputs renumbered. */
+static int tail_build(planner *P) {
+  es_plan *p = P->p;
+  for (int v = 0; v < P->nv; v++)
+    P->v[v].slot = -1;
+  int ns = 0;
+#define TAIL_SLOT(x)                                                                               \
+  do {                                                                                             \
+    int x_ = (x);                                                                                  \
+    if (x_ >= 0 && P->v[x_].slot < 0)                                                              \
+      P->v[x_].slot = ns++;                                                                        \
+  } while (0)
+  for (int t = 0; t < P->n_tail; t++) {
+    const es_node *nd = P->tail[t];
+    for (int i = 0; i < nd->n_in; i++)
+      TAIL_SLOT(nd->in[i]);
+    for (int i = 0; i < nd->n_guard; i++) {
+      int id = abs(nd->guard[i]);
+      TAIL_SLOT(id <= P->max_if && P->if_cond ? P->if_cond[id] : -1);
+    }
+    for (int o = 0; o < nd->n_out; o++)
+      TAIL_SLOT(nd->out[o]);
+  }
+#undef TAIL_SLOT
+  es_node *nodes = es__ctx_alloc(&p->ctx, (size_t)P->n_tail * sizeof *nodes);
+  int *last = es__ctx_alloc(&p->ctx, ((size_t)ns + 1) * sizeof *last);
+  int *kept = es__ctx_alloc(&p->ctx, ((size_t)p->n_out + 1) * sizeof *kept);
+  int *cond = P->max_if > 0 ? es__ctx_alloc(&p->ctx, ((size_t)P->max_if + 1) * sizeof *cond) : NULL;
+  p->entry = es__ctx_alloc(&p->ctx, ((size_t)ns + 1) * sizeof *p->entry);
+  if (!nodes || !last || !kept || !p->entry || (P->max_if > 0 && !cond))
+    return es__fail(ES_ENOMEM, "out of memory planning");
+  for (int id = 0; cond && id <= P->max_if; id++)
+    cond[id] = P->if_cond[id] >= 0 ? P->v[P->if_cond[id]].slot : -1;
+  for (int t = 0; t < P->n_tail; t++) {
+    const es_node *nd = P->tail[t];
+    es_node *c = &nodes[t];
+    *c = *nd;
+    c->in = es__ctx_alloc(&p->ctx, ((size_t)nd->n_in + 1) * sizeof *c->in);
+    c->out = es__ctx_alloc(&p->ctx, ((size_t)nd->n_out + 1) * sizeof *c->out);
+    if (!c->in || !c->out)
+      return es__fail(ES_ENOMEM, "out of memory planning");
+    for (int i = 0; i < nd->n_in; i++)
+      c->in[i] = nd->in[i] >= 0 ? P->v[nd->in[i]].slot : -1;
+    for (int o = 0; o < nd->n_out; o++)
+      c->out[o] = nd->out[o] >= 0 ? P->v[nd->out[o]].slot : -1;
+  }
+  int nk = 0;
+  for (int i = 0; i < p->n_out; i++) {
+    int v = p->out_value[i];
+    if (P->v[v].heap)
+      kept[nk++] = P->v[v].slot;
+  }
+  for (int v = 0; v < P->nv; v++)
+    if (P->v[v].slot >= 0 && !P->v[v].heap)
+      p->entry[p->n_entry++] = (tail_entry){.slot = v}; /* the value, till plan_memory */
+  es__iprog_last_uses(NULL, nodes, P->n_tail, ns, cond, cond ? P->max_if : -1, kept, nk, last);
+  p->tail = (es_iprog){.nodes = nodes, .n_nodes = P->n_tail, .n_slots = ns, .last = last,
+                       .if_cond = cond, .max_if = cond ? P->max_if : -1};
+  return 0;
+}
+
 static int plan_nodes(planner *P) {
   es_plan *p = P->p;
   const es_graph *g = P->g;
@@ -728,6 +865,26 @@ static int plan_nodes(planner *P) {
     const es_kernel *kern = es__kernel_for(nd->op);
     char label[120];
     es__node_label(nd, label, sizeof label);
+    if (!nd->unsup) {
+      /* a Loop or Scan, or a node reading a value no bound covers, runs
+       * without a plan */
+      int heap_in = -1;
+      for (int i = 0; i < nd->n_in && heap_in < 0; i++)
+        if (nd->in[i] >= 0 && P->v[nd->in[i]].heap)
+          heap_in = nd->in[i];
+      if (nd->body || heap_in >= 0) {
+        char why[240];
+        if (nd->body)
+          snprintf(why, sizeof why, "a %s runs its body once per iteration, without a plan",
+                   es__op_name(nd->op));
+        else
+          snprintf(why, sizeof why, "it reads '%.100s', which no bound covers", P->v[heap_in].name);
+        int rc = tail_add(P, nd, &copied, label, why);
+        if (rc < 0)
+          return rc;
+        continue;
+      }
+    }
     if (nd->unsup || !kern) {
       /* es__graph_check listed it: only a diagnosis meets one */
       if (P->diagnose) {
@@ -813,6 +970,17 @@ static int plan_nodes(planner *P) {
       rc = kern->infer(k);
       asked = p->ctx.asked - asked;
     }
+    if (rc == ES_ENOTSUP && k->data_needed) {
+      /* its output's shape comes from data nothing bounds: it and what
+       * follows from it run without a plan */
+      char why[240];
+      snprintf(why, sizeof why, "%s", es_last_error_detail());
+      if (kern->release)
+        kern->release(k);
+      if ((rc = tail_add(P, nd, &copied, label, why)) < 0)
+        return rc;
+      continue;
+    }
     if (rc < 0) {
       if (kern->release)
         kern->release(k);
@@ -883,7 +1051,7 @@ static int plan_nodes(planner *P) {
   /* Outputs leave in plain order. */
   for (int i = 0; i < g->n_outputs; i++) {
     int v = g->outputs[i];
-    if (P->v[v].desc.layout != ES_LAYOUT_PLAIN) {
+    if (!P->v[v].heap && P->v[v].desc.layout != ES_LAYOUT_PLAIN) {
       int c = value_in_layout(P, v, ES_LAYOUT_PLAIN);
       if (c < 0)
         return c;
@@ -936,7 +1104,7 @@ static int plan_memory(planner *P) {
       int v = nd->out[o];
       if (v < 0)
         continue;
-      int last = P->v[v].is_output ? end : P->v[v].last_use;
+      int last = P->v[v].is_output || P->v[v].tail_read ? end : P->v[v].last_use;
       if (last < s)
         last = s; /* unused output: still written at its step */
       size_t size = es__align_up(P->v[v].desc.nbytes, ES_PLAN_ALIGN);
@@ -952,6 +1120,7 @@ static int plan_memory(planner *P) {
           if (i != ip && nd->in[i] == u)
             shared = 1; /* the same tensor feeds another input */
         if (bu >= 0 && !shared && P->v[u].last_use == s && !P->v[u].is_output &&
+            !P->v[u].tail_read &&
             P->v[u].desc.nbytes == P->v[v].desc.nbytes) {
           P->v[v].buf = bu;
           if (b[bu].last < last)
@@ -1019,9 +1188,20 @@ static int plan_memory(planner *P) {
         loc_of(P, b, st->guard_v[i], &st->guard[i]);
     }
   }
+  for (int e = 0; e < p->n_entry; e++) { /* the tail's inputs from the plan */
+    tail_entry *te = &p->entry[e];
+    int v = te->slot;
+    te->slot = P->v[v].slot;
+    te->desc = P->v[v].desc;
+    loc_of(P, b, v, &te->l);
+  }
   for (int i = 0; i < p->n_out; i++) {
     int v = p->out_value[i];
     p->out_desc[i] = P->v[v].desc;
+    if (P->v[v].heap) {
+      p->out_loc[i] = (loc){.kind = LOC_HEAP, .input = P->v[v].slot, .rt = -1};
+      continue;
+    }
     if (!P->v[v].sdata && P->v[v].input < 0 && P->v[v].buf < 0) {
       rc = es__fail(ES_EMODEL, "output '%s' is not computed by any node", P->v[v].name);
       goto out;
@@ -1140,6 +1320,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
     es__issues_fini(&own);
     es_mem_free(P.v);
     es_mem_free(P.if_cond);
+    es_mem_free(P.tail);
     es__prep_batch_destroy(P.prep);
     if (rc < 0) {
       es_plan_release(p);
@@ -1149,6 +1330,8 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
     return 0;
   }
   es__issues_fini(&own);
+  if (rc == 0 && P.n_tail)
+    rc = tail_build(&P);
   if (rc == 0)
     rc = es__prep_batch_commit(P.prep, m->prep);
   es__prep_batch_destroy(P.prep);
@@ -1160,7 +1343,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
       p->steps = trimmed;
   }
   if (rc == 0) {
-    p->step_ns = es__ctx_alloc(&p->ctx, ((size_t)p->n_steps + 1) * sizeof *p->step_ns);
+    p->step_ns = es__ctx_alloc(&p->ctx, ((size_t)p->n_steps + 2) * sizeof *p->step_ns);
     p->bound_seen = es__ctx_alloc(&p->ctx, ((size_t)p->n_rt + 1) * sizeof *p->bound_seen);
     if (!p->step_ns || !p->bound_seen)
       rc = es__fail(ES_ENOMEM, "out of memory planning");
@@ -1170,6 +1353,7 @@ static int plan_build(es_model *m, const es_tensor_info *shapes, int n, es_plan 
       value_descs[v] = P.v[v].desc;
   es_mem_free(P.v);
   es_mem_free(P.if_cond);
+  es_mem_free(P.tail);
   if (rc < 0) {
     es_plan_release(p);
     return rc;
@@ -1237,6 +1421,9 @@ int es_plan_profile(const es_plan *p,
   for (int op = 1; op < ES_OP_COUNT; op++)
     if (nodes_of[op])
       fn(user, es__op_name((es_op)op), nodes_of[op], runs ? ns_of[op] / 1e6 / (double)runs : 0);
+  if (p->tail.n_nodes)
+    fn(user, "(without a plan)", p->tail.n_nodes,
+       runs ? (double)atomic_load(&p->step_ns[p->n_steps + 1]) / 1e6 / (double)runs : 0);
   return 0;
 }
 
@@ -1251,6 +1438,13 @@ int es_plan_profile_nodes(const es_plan *p,
     fn(user, p->steps[s].k.label,
        runs ? (double)atomic_load(&p->step_ns[s]) / 1e6 / (double)runs : 0,
        p->steps[s].k.flops);
+  if (p->tail.n_nodes) {
+    char label[200];
+    snprintf(label, sizeof label, "%d nodes without a plan, from %s", p->tail.n_nodes,
+             p->tail_node);
+    fn(user, label, runs ? (double)atomic_load(&p->step_ns[p->n_steps + 1]) / 1e6 / (double)runs : 0,
+       0);
+  }
   return 0;
 }
 
@@ -1404,10 +1598,132 @@ static int guards_hold(const step *st, unsigned char *base, const es_tensor *inp
   return 1;
 }
 
+/* es_mem's engine heap: what es_plan_run gives the tail. */
+static int mem_heap_alloc(void *user, size_t bytes, void **out) {
+  (void)user;
+  *out = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, bytes ? bytes : 1);
+  return *out ? 0 : es__fail(ES_ENOMEM, "out of memory for %zu bytes a run takes beyond its plan",
+                             bytes);
+}
+static void mem_heap_free(void *user, void *ptr) {
+  (void)user;
+  es_mem_free(ptr);
+}
+static const es_run_heap mem_heap = {mem_heap_alloc, mem_heap_free, NULL};
+
+/* Runs the tail after the steps: its entries read from the arena, its
+ * results given to outputs[] (heap blocks). */
+static int run_tail(const es_plan *p, const es_run_heap *heap, unsigned char *base,
+                    const es_tensor *inputs, const es_tdesc *table, es_tensor *outputs, int n_out) {
+  es_interp I = {heap, p->model->g.opset};
+  const es_iprog *T = &p->tail;
+  es_ival *vals;
+  size_t vb = (size_t)T->n_slots * sizeof *vals;
+  int rc = es__ip_alloc(&I, vb, (void **)&vals);
+  if (rc < 0)
+    return rc;
+  memset(vals, 0, vb ? vb : 1);
+  for (int e = 0; e < p->n_entry; e++) {
+    const tail_entry *te = &p->entry[e];
+    es_ival *v = &vals[te->slot];
+    if (te->l.kind == LOC_NONE)
+      continue; /* an If branch not taken */
+    v->desc = te->l.rt >= 0 ? table[te->l.rt] : te->desc;
+    v->data = loc_ptr(&te->l, base, inputs);
+  }
+  rc = es__iprog_run(&I, T, vals);
+  for (int i = 0; rc == 0 && i < n_out; i++) {
+    if (p->out_loc[i].kind != LOC_HEAP)
+      continue;
+    es_ival *v = &vals[p->out_loc[i].input];
+    if (!v->data) {
+      rc = es__fail(ES_EMODEL, "output '%s' was not computed (its branch did not run)",
+                    p->model->g.values[p->model->g.outputs[i]].name);
+      break;
+    }
+    if ((rc = es__ival_own(&I, v)) < 0) /* one output twice, or a value read from the plan */
+      break;
+    es_tensor *t = &outputs[i];
+    t->dtype = v->desc.dtype;
+    t->rank = v->desc.rank;
+    for (int k = 0; k < ES_MAX_RANK; k++)
+      t->dims[k] = k < v->desc.rank ? v->desc.dims[k] : 0;
+    t->nbytes = v->desc.nbytes;
+    t->data = v->own;
+    v->own = NULL; /* the caller's now */
+    v->data = NULL;
+  }
+  if (rc < 0)
+    for (int i = 0; i < n_out; i++)
+      if (p->out_loc[i].kind == LOC_HEAP && outputs[i].data) {
+        heap->free(heap->user, outputs[i].data);
+        outputs[i].data = NULL;
+      }
+  es__iprog_drop_all(&I, T, vals);
+  es__ip_free(&I, vals, vb);
+  return rc;
+}
+
+int es_plan_unbounded_count(const es_plan *p) { return plan_ok(p) ? p->tail.n_nodes : 0; }
+
+int es_plan_unbounded_info(const es_plan *p, const char **node, const char **why) {
+  if (!plan_ok(p) || !node || !why)
+    return es__fail(ES_EINVAL, "es_plan_unbounded_info: bad argument");
+  *node = p->tail_node;
+  *why = p->tail_why;
+  return 0;
+}
+
+void es_plan_outputs_free(const es_plan *p, const es_run_heap *heap, es_tensor *outputs,
+                          int n_out) {
+  if (!plan_ok(p) || !outputs)
+    return;
+  if (!heap)
+    heap = &mem_heap;
+  for (int i = 0; i < n_out && i < p->n_out; i++)
+    if (p->out_loc[i].kind == LOC_HEAP && outputs[i].data) {
+      heap->free(heap->user, outputs[i].data);
+      outputs[i].data = NULL;
+    }
+}
+
 int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
                 es_tensor *outputs, int n_out) {
+  if (!plan_ok(p) || (n_out > 0 && !outputs))
+    return es__fail(ES_EINVAL, "es_plan_run: bad argument");
+  int rc = es_plan_run_heap(p, inputs, n_in, arena, NULL, outputs, n_out);
+  if (rc < 0 || !p->tail.n_nodes)
+    return rc;
+  /* the tail's outputs move into the arena's room after the plan's bytes */
+  for (int i = 0; rc == 0 && i < n_out; i++) {
+    if (p->out_loc[i].kind != LOC_HEAP)
+      continue;
+    void *dst;
+    rc = es_arena_alloc(arena, outputs[i].nbytes ? outputs[i].nbytes : 1, &dst);
+    if (rc < 0) {
+      rc = es__fail(ES_ENOSPC, "output '%s' (%zu bytes, made without a plan) does not fit in the "
+                    "arena's room after the plan's %zu bytes: give the arena more, or run with "
+                    "es_plan_run_heap", outputs[i].name, outputs[i].nbytes, p->arena_bytes);
+      break;
+    }
+    if (outputs[i].nbytes)
+      memcpy(dst, outputs[i].data, outputs[i].nbytes);
+    es_mem_free(outputs[i].data);
+    outputs[i].data = dst;
+  }
+  if (rc < 0)
+    es_plan_outputs_free(p, NULL, outputs, n_out);
+  return rc;
+}
+
+int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
+                     const es_run_heap *heap, es_tensor *outputs, int n_out) {
   if (!plan_ok(p) || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
     return es__fail(ES_EINVAL, "es_plan_run: bad argument");
+  if (!heap)
+    heap = &mem_heap;
+  else if (!heap->alloc || !heap->free)
+    return es__fail(ES_EINVAL, "es_plan_run_heap: a heap without alloc or free");
   if (n_in != p->n_in)
     return es__fail(ES_EINVAL, "the plan has %d inputs, %d given", p->n_in, n_in);
   if (n_out > p->n_out)
@@ -1491,14 +1807,27 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   }
   for (int i = 0; i < n_out; i++) {
     es_tensor *t = &outputs[i];
-    const es_tdesc *d = p->out_loc[i].rt >= 0 ? &table[p->out_loc[i].rt] : &p->out_desc[i];
     t->name = g->values[g->outputs[i]].name;
+    t->data = NULL;
+    if (p->out_loc[i].kind == LOC_HEAP)
+      continue; /* the tail's */
+    const es_tdesc *d = p->out_loc[i].rt >= 0 ? &table[p->out_loc[i].rt] : &p->out_desc[i];
     t->dtype = d->dtype;
     t->rank = d->rank;
     for (int k = 0; k < ES_MAX_RANK; k++)
       t->dims[k] = d->dims[k];
     t->nbytes = d->nbytes;
     t->data = (void *)loc_ptr(&p->out_loc[i], base, inputs);
+  }
+  if (p->tail.n_nodes) {
+    int rc = run_tail(p, heap, base, inputs, table, outputs, n_out);
+    if (rc < 0)
+      return rc;
+    if (profile) {
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      uint64_t ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+      atomic_fetch_add_explicit(&p->step_ns[p->n_steps + 1], ns, memory_order_relaxed);
+    }
   }
   return 0;
 }

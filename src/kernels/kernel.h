@@ -106,6 +106,12 @@ typedef struct es_kinst {
                                    bounded outputs is the one the data decides */
   char bound_why[96];           /* set by infer with out_bound: what bounds it ("the
                                    element count of X", "k <= the axis' length 300") */
+  int data_needed;              /* set by infer refusing with ES_ENOTSUP because its output's
+                                   shape comes from an input's values the plan does not know
+                                   and nothing bounds (Resize's sizes, Range's limits, a
+                                   Reshape's shape computed from the pixels): the planner
+                                   then runs the node, and what follows from it, without a
+                                   plan (engine/interp.c), where every value is known */
   es_ctx *ctx;                  /* the plan's context memory */
   es_prep_store *prep;          /* the model's prepared weights, or NULL */
   es_prep_batch *prep_batch;    /* the plan's prepared weights still to fill, or NULL:
@@ -204,6 +210,7 @@ typedef struct es_kernel {
 
 /* Positive: not an error, "convert the inputs I marked and ask me again". */
 #define ES_KRELAYOUT 1
+
 
 /* NULL for an op without a kernel (Constant is folded by the loader). */
 const es_kernel *es__kernel_for(es_op op);

@@ -767,6 +767,8 @@ int es__kernel_eval(const es_knode *node, int64_t opset, int n_in, const es_tdes
                 .ctx = &ctx};
   es__op_label(node->name, node->id, node->op, k.label, sizeof k.label);
   int rc = kern->infer(&k);
+  if (rc > 0) /* a layout or a value this call does not give: not for evaluation */
+    rc = es__fail(ES_ENOTSUP, "%s: cannot be evaluated on its own here", k.label);
   void *scratch = NULL;
   if (rc == 0) { /* a valid pointer even for 0 bytes */
     scratch = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, k.scratch_bytes ? k.scratch_bytes : 1);

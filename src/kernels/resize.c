@@ -265,8 +265,10 @@ static int resize_target(es_kinst *k, const es_tdesc *x, int64_t *odims, double 
     if (sc->dtype != ES_DTYPE_FLOAT || sc->rank != 1 || sc->count != (size_t)r)
       return ES_KFAIL(k, ES_EMODEL, "scales is %s with %zu values, expected %d float32",
                       es_dtype_name(sc->dtype), sc->count, r);
-    if (!scd)
+    if (!scd) {
+      k->data_needed = 1;
       return ES_KFAIL(k, ES_ENOTSUP, "scales must be known when planning");
+    }
     for (int i = 0; i < r; i++) {
       double s = ((const float *)scd)[i];
       if (!(s > 0) || isinf(s))
@@ -283,8 +285,10 @@ static int resize_target(es_kinst *k, const es_tdesc *x, int64_t *odims, double 
   if (sz->dtype != ES_DTYPE_INT64 || sz->rank != 1 || sz->count != (size_t)r)
     return ES_KFAIL(k, ES_EMODEL, "sizes is %s with %zu values, expected %d int64",
                     es_dtype_name(sz->dtype), sz->count, r);
-  if (!szd)
+  if (!szd) {
+    k->data_needed = 1;
     return ES_KFAIL(k, ES_ENOTSUP, "sizes must be known when planning");
+  }
   for (int i = 0; i < r; i++) {
     int64_t o = es__static_i64(sz, szd, (size_t)i);
     if (o < 0 || (o > 0 && x->dims[i] == 0))
@@ -373,8 +377,10 @@ static int upsample_infer(es_kinst *k) {
     if (st->dtype != ES_DTYPE_FLOAT || st->rank != 1)
       return ES_KFAIL(k, ES_EMODEL, "scales is %s of rank %d, expected 1-D float32",
                       es_dtype_name(st->dtype), st->rank);
-    if (!(sv = k->in_static[1]))
+    if (!(sv = k->in_static[1])) {
+      k->data_needed = 1;
       return ES_KFAIL(k, ES_ENOTSUP, "scales must be known when planning");
+    }
     ns = st->count;
   }
   if (ns != (size_t)x->rank)
@@ -413,8 +419,10 @@ static int resize_plan(es_kinst *k, resize_params *p, const resize_cfg *cfg, con
     const es_tdesc *rt = k->in[1];
     if (!rt || rt->dtype != ES_DTYPE_FLOAT || rt->count != 2 * (size_t)r)
       return ES_KFAIL(k, ES_EMODEL, "tf_crop_and_resize needs roi: %d float32 values", 2 * r);
-    if (!(roi = k->in_static[1]))
+    if (!(roi = k->in_static[1])) {
+      k->data_needed = 1;
       return ES_KFAIL(k, ES_ENOTSUP, "roi must be known when planning");
+    }
   }
 
   p->rank = r;

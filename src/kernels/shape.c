@@ -70,8 +70,10 @@
 /* A 1-D int32/int64 input whose values are needed while planning. */
 static int static_vec(es_kinst *k, int i, const char *what, const void **data, size_t *n) {
   const es_tdesc *t = k->in[i];
-  if (!k->in_static || !k->in_static[i])
+  if (!k->in_static || !k->in_static[i]) {
+    k->data_needed = 1;
     return ES_KFAIL(k, ES_ENOTSUP, "%s (input %d) must be known when planning", what, i);
+  }
   if (t->dtype != ES_DTYPE_INT64 && t->dtype != ES_DTYPE_INT32)
     return ES_KFAIL(k, ES_EMODEL, "%s (input %d) is %s, expected int64", what, i,
                     es_dtype_name(t->dtype));
@@ -1526,10 +1528,11 @@ static int range_infer(es_kinst *k) {
   /* The output's length is the inputs' values: without them no plan can
    * size it. */
   for (int i = 0; i < 3; i++)
-    if (!k->in_static || !k->in_static[i])
+    if (!k->in_static || !k->in_static[i]) {
+      k->data_needed = 1;
       return ES_KFAIL(k, ES_ENOTSUP, "%s (input %d) is not known when planning; Range's output "
-                      "length depends on it (data-dependent shapes are not supported)",
-                      names[i], i);
+                      "length depends on it", names[i], i);
+    }
   const void *const *v = k->in_static;
   int64_t n;
   if (dt == ES_DTYPE_FLOAT) {

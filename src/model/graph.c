@@ -350,6 +350,12 @@ static int seal_in_place_fits(const es_graph *g, const unsigned char *live, size
 int es__graph_seal(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "the graph's weights are already sealed");
+  for (int i = 0; i < g->n_bodies; i++) /* each body's constants: a region of its own */
+    if (!g->bodies[i]->weights) {
+      int brc = es__graph_seal(g->bodies[i]);
+      if (brc < 0)
+        return brc;
+    }
   int nv = g->n_values;
   unsigned char *live = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, 1);
   size_t *offset = es_mem_calloc(ES_MEM_MODEL, (size_t)nv + 1, sizeof *offset);
@@ -477,6 +483,8 @@ size_t es__graph_const_bytes(const es_graph *g) {
 void es__graph_fini(es_graph *g) {
   if (!g)
     return;
+  for (int i = 0; i < g->n_bodies; i++)
+    es__graph_fini(g->bodies[i]);
   if (g->weights)
     es_weights_release(g->weights);
   else /* still staging: every constant's data is its own block (or NULL) */
@@ -762,7 +770,18 @@ int es__issues_fail(const es_issues *l, const char *intro) {
                   l->places, list);
 }
 
-int es__graph_issues(const es_graph *g, es_issues *out) {
+/* es__issues_add, the place said to be inside holder (a body) when set. */
+static int issue_add(const char *holder, es_issues *out, const char *what, const char *where,
+                     int is_node, const char *first) {
+  if (!holder)
+    return es__issues_add(out, what, where, is_node, first);
+  char w[400], f[800];
+  snprintf(w, sizeof w, "%s in %s", where, holder);
+  snprintf(f, sizeof f, "%s (in %s)", first, holder);
+  return es__issues_add(out, what, w, is_node, f);
+}
+
+static int issues_in(const es_graph *g, es_issues *out, const char *holder) {
   unsigned char *listed = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_values + 1, 1);
   int max_fi = 0;
   for (int i = 0; i < g->n_nodes; i++)
@@ -782,7 +801,7 @@ int es__graph_issues(const es_graph *g, es_issues *out) {
       continue;
     snprintf(where, sizeof where, "input '%.120s'", v->name);
     snprintf(first, sizeof first, "graph input '%.120s': %s is not supported", v->name, v->unsup);
-    rc = es__issues_add(out, v->unsup, where, 0, first);
+    rc = issue_add(holder, out, v->unsup, where, 0, first);
   }
   for (int i = 0; rc == 0 && i < g->n_nodes; i++) {
     const es_node *nd = &g->nodes[i];
@@ -797,7 +816,15 @@ int es__graph_issues(const es_graph *g, es_issues *out) {
       snprintf(where, sizeof where, "constant '%.120s'", val->name);
       snprintf(first, sizeof first, "constant '%.120s': %s is not supported", val->name,
                val->unsup ? val->unsup : "its type");
-      rc = es__issues_add(out, val->unsup ? val->unsup : "a constant's type", where, 0, first);
+      rc = issue_add(holder, out, val->unsup ? val->unsup : "a constant's type", where, 0, first);
+    }
+    if (rc == 0 && nd->body && !nd->unsup) {
+      char h[160];
+      if (nd->name && nd->name[0])
+        snprintf(h, sizeof h, "'%.120s'.body", nd->name);
+      else
+        snprintf(h, sizeof h, "#%d.body", nd->file_index);
+      rc = issues_in(nd->body, out, h);
     }
     if (rc < 0 || !nd->unsup)
       continue;
@@ -807,7 +834,7 @@ int es__graph_issues(const es_graph *g, es_issues *out) {
       snprintf(where, sizeof where, "#%d", nd->file_index);
     snprintf(first, sizeof first, "%s: %s", es__node_label(nd, label, sizeof label),
              nd->unsup->why);
-    rc = es__issues_add(out, nd->unsup->what, where, 1, first);
+    rc = issue_add(holder, out, nd->unsup->what, where, 1, first);
   }
   for (int i = 0; rc == 0 && i < g->n_outputs; i++) {
     const es_value *v = &g->values[g->outputs[i]];
@@ -816,15 +843,17 @@ int es__graph_issues(const es_graph *g, es_issues *out) {
     listed[g->outputs[i]] = 1;
     snprintf(where, sizeof where, "output '%.120s'", v->name);
     snprintf(first, sizeof first, "graph output '%.120s': %s is not supported", v->name, v->unsup);
-    rc = es__issues_add(out, v->unsup, where, 0, first);
+    rc = issue_add(holder, out, v->unsup, where, 0, first);
   }
   for (int i = 0; rc == 0 && i < g->n_sub; i++) {
     const es_sub_issue *s = &g->sub[i];
     if (s->owner >= 0 && s->owner <= max_fi && live[s->owner])
-      rc = es__issues_add(out, s->what, s->where, 1, s->first);
+      rc = issue_add(holder, out, s->what, s->where, 1, s->first);
   }
 out:
   es_mem_free(listed);
   es_mem_free(live);
   return rc;
 }
+
+int es__graph_issues(const es_graph *g, es_issues *out) { return issues_in(g, out, NULL); }

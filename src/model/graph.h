@@ -100,6 +100,14 @@ typedef struct es_node {
   int if_id;
   int n_guard;
   int *guard;
+  /* Loop and Scan: the body, loaded as a graph of its own whose inputs are
+   * the operator's (Loop: iteration, condition, carried values; Scan: state
+   * and scan slices) followed by the captures, the enclosing graph's values
+   * the body reads, which are also the node's last n_capture inputs (so the
+   * enclosing graph orders, keeps and plans them). Owned by the enclosing
+   * graph; NULL for other nodes. */
+  struct es_graph *body;
+  int n_capture;
 } es_node;
 
 
@@ -181,6 +189,14 @@ typedef struct es_graph {
    * does not hold: listed with the main-graph node that holds them. */
   struct es_sub_issue *sub;
   int n_sub, cap_sub;
+  /* Every Loop and Scan body read into this graph (es_node.body), kept
+   * here too so that finishing the graph frees them even when their node
+   * was pruned. */
+  struct es_graph **bodies;
+  int n_bodies, cap_bodies;
+  /* A body's nodes as the engine runs them without a plan (engine/interp.c,
+   * es__graph_prog_make); NULL for the main graph. */
+  struct es_iprog *prog;
 } es_graph;
 
 /* The condition value of each merge, by if_id (cond[id], -1 where none):

@@ -557,6 +557,11 @@ typedef struct loader {
   int cap_values;
   pending_const *consts;
   int n_consts, cap_consts;
+  int id_base;  /* added to this graph's node positions: a Loop or Scan body's
+                   nodes follow every node before them, so a node id is
+                   unique in the model (prepared weights are keyed by it) */
+  int *next_id; /* the next free id, shared by the main graph and its bodies */
+  int depth;    /* bodies nested so far */
 } loader;
 
 static uint64_t name_hash(const char *s) {
@@ -1210,14 +1215,15 @@ static int node_subgraphs(loader *L, int owner, const char *holder, const Onnx__
   return 0;
 }
 
-/* Lists what the engine could not run inside a subgraph (a Loop or Scan
- * body, or the branches of an If the loader could not inline): its nodes'
+/* Lists what the engine could not run inside a subgraph (one of a node the
+ * engine cannot run, or the branches of an If the loader could not
+ * inline): its nodes'
  * operators (domain, name, opset) and its initializers' element types, and
  * those of the subgraphs it holds, under owner, the main-graph node that
  * holds it all (listed only if that one is live). Identity and Dropout are
- * not listed: the engine removes them (es__graph_elide). The engine runs
- * no such subgraph yet (If branches it inlines: flatten_ifs); nothing else
- * of them is read.
+ * not listed: the engine removes them (es__graph_elide). Subgraphs the
+ * engine runs (If branches, inlined by flatten_ifs; Loop and Scan bodies,
+ * read by body_load) are not walked here.
  * The recursion is bounded by the nesting check (21 levels at most). */
 static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__GraphProto *sg) {
   char what[KEY_MAX], why[240], where[300], first[600];
@@ -1247,11 +1253,11 @@ static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__G
     int removable = !dom && (!strcmp(ot, "Identity") || !strcmp(ot, "Dropout"));
     int unrun = !removable && (dom || L->g->opset >= 0) && op_check(L->g, dom, ot, &op, what, why);
     if (!unrun && !dom && !strcmp(ot, "If")) {
-      /* the main graph's Ifs are inlined, with the Ifs their branches
-       * hold: one left here is in a Loop or Scan body, or malformed */
+      /* a graph's Ifs are inlined, with the Ifs their branches hold: one
+       * met here is in a subgraph the engine does not run, or malformed */
       snprintf(what, KEY_MAX, "If");
-      snprintf(why, 240, "an If inside a Loop or Scan body, or without both branches, is not "
-               "supported");
+      snprintf(why, 240, "an If without both branches, or in a subgraph the engine does not "
+               "run, is not supported");
       unrun = 1;
     }
     if (unrun) {
@@ -1265,6 +1271,156 @@ static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__G
       rc = node_subgraphs(L, owner, self, np);
   }
   return rc;
+}
+
+/* ---- Loop and Scan bodies --------------------------------------------------
+ *
+ * A body becomes a graph of its own (es_node.body), read by the same code
+ * as the main graph (its Ifs inlined, its constants staged). ONNX lets a
+ * body read any value of the scopes around it; each name it reads and does
+ * not define (nor do the subgraphs it holds) is a capture: an extra input
+ * of the body and of the node, so the enclosing graph orders and keeps the
+ * value, and a run hands it in. */
+
+static int flat_push(void **arr, size_t n, size_t *cap, size_t esz, es_ctx *ctx);
+static int graph_build(loader *L, const Onnx__GraphProto *gp, const es_graph *outer,
+                       const char *const *cap_name, const int *cap_val, int n_cap);
+
+typedef struct name_list {
+  const char **s;
+  size_t n, cap;
+} name_list;
+
+static int names_push(name_list *l, es_ctx *ctx, const char *name) {
+  void *arr = (void *)l->s;
+  int rc = flat_push(&arr, l->n, &l->cap, sizeof *l->s, ctx);
+  l->s = arr;
+  if (rc == 0)
+    l->s[l->n++] = name;
+  return rc;
+}
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void names_unique(name_list *l) {
+  if (!l->n)
+    return;
+  qsort((void *)l->s, l->n, sizeof *l->s, cmp_name);
+  size_t k = 1;
+  for (size_t i = 1; i < l->n; i++)
+    if (strcmp(l->s[i], l->s[k - 1]))
+      l->s[k++] = l->s[i];
+  l->n = k;
+}
+
+/* Appends to out the names graph sg reads and does not define. */
+static int free_names(const Onnx__GraphProto *sg, es_ctx *ctx, name_list *out, int depth) {
+  if (depth > 32)
+    return es__fail(ES_ENOTSUP, "subgraphs nested more than 32 deep");
+  name_list def = {0}, used = {0};
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < sg->n_input; i++)
+    if (sg->input[i] && sg->input[i]->name)
+      rc = names_push(&def, ctx, sg->input[i]->name);
+  for (size_t i = 0; rc == 0 && i < sg->n_initializer; i++)
+    if (sg->initializer[i] && sg->initializer[i]->name)
+      rc = names_push(&def, ctx, sg->initializer[i]->name);
+  for (size_t i = 0; rc == 0 && i < sg->n_node; i++) {
+    const Onnx__NodeProto *np = sg->node[i];
+    if (!np)
+      continue;
+    for (size_t o = 0; rc == 0 && o < np->n_output; o++)
+      if (np->output[o] && np->output[o][0])
+        rc = names_push(&def, ctx, np->output[o]);
+    for (size_t k = 0; rc == 0 && k < np->n_input; k++)
+      if (np->input[k] && np->input[k][0])
+        rc = names_push(&used, ctx, np->input[k]);
+    for (size_t a = 0; rc == 0 && a < np->n_attribute; a++) {
+      const Onnx__AttributeProto *at = np->attribute[a];
+      if (at && at->g)
+        rc = free_names(at->g, ctx, &used, depth + 1);
+      for (size_t k = 0; rc == 0 && at && k < at->n_graphs; k++)
+        if (at->graphs[k])
+          rc = free_names(at->graphs[k], ctx, &used, depth + 1);
+    }
+  }
+  for (size_t i = 0; rc == 0 && i < sg->n_output; i++)
+    if (sg->output[i] && sg->output[i]->name && sg->output[i]->name[0])
+      rc = names_push(&used, ctx, sg->output[i]->name);
+  if (rc < 0)
+    return rc;
+  names_unique(&def);
+  for (size_t i = 0; rc == 0 && i < used.n; i++)
+    if (!def.n || !bsearch(&used.s[i], def.s, def.n, sizeof *def.s, cmp_name))
+      rc = names_push(out, ctx, used.s[i]);
+  return rc;
+}
+
+/* Reads node out's body bgp into a graph of its own and appends the
+ * captures to the node's inputs. */
+static int body_load(loader *L, const Onnx__NodeProto *np, es_node *out,
+                     const Onnx__GraphProto *bgp, const char *label) {
+  es_graph *g = L->g;
+  if (L->depth >= 8)
+    return es__fail(ES_ENOTSUP, "%s: Loop and Scan bodies nested more than 8 deep", label);
+  (void)np;
+  name_list fn = {0};
+  int rc = free_names(bgp, L->tmp, &fn, 0);
+  if (rc < 0)
+    return rc;
+  names_unique(&fn);
+  int *cv = es__ctx_alloc(L->tmp, (fn.n + 1) * sizeof *cv);
+  int *in = es__ctx_alloc(&g->ctx, ((size_t)out->n_in + fn.n + 1) * sizeof *in);
+  es_graph *bg = es__ctx_alloc(&g->ctx, sizeof *bg);
+  if (!cv || !in || !bg)
+    return es__fail(ES_ENOMEM, "out of memory loading the model");
+  for (size_t i = 0; i < fn.n; i++)
+    if ((cv[i] = name_find(L, fn.s[i])) < 0)
+      return es__fail(ES_EMODEL, "%s: its body reads '%.80s', which no enclosing scope defines",
+                      label, fn.s[i]);
+  if (g->n_bodies == g->cap_bodies) {
+    int cap = g->cap_bodies ? g->cap_bodies * 2 : 8;
+    es_graph **nb = es__ctx_alloc(&g->ctx, (size_t)cap * sizeof *nb);
+    if (!nb)
+      return es__fail(ES_ENOMEM, "out of memory loading the model");
+    if (g->n_bodies)
+      memcpy(nb, g->bodies, (size_t)g->n_bodies * sizeof *nb);
+    g->bodies = nb;
+    g->cap_bodies = cap;
+  }
+  memset(bg, 0, sizeof *bg);
+  g->bodies[g->n_bodies++] = bg; /* freed with g from now on */
+  bg->opset = g->opset;
+  bg->ir_version = g->ir_version;
+  if (g->file)
+    bg->file = es_weights_retain(g->file);
+  loader L2 = {.g = bg, .raw = L->raw, .tmp = L->tmp, .next_id = L->next_id,
+               .depth = L->depth + 1};
+  rc = graph_build(&L2, bgp, g, fn.s, cv, (int)fn.n);
+  if (rc == 0)
+    rc = const_stage(&L2);
+  es_mem_free(L2.slots);
+  es_mem_free(L2.consts);
+  if (rc == 0)
+    rc = es__graph_toposort(bg);
+  if (rc == 0)
+    rc = es__graph_elide(bg);
+  if (rc == 0)
+    es__graph_prune(bg);
+  if (rc == 0)
+    rc = es__graph_attrs_resolve(bg);
+  if (rc < 0)
+    return rc;
+  memcpy(in, out->in, (size_t)out->n_in * sizeof *in);
+  for (size_t i = 0; i < fn.n; i++)
+    in[out->n_in + (int)i] = cv[i];
+  out->in = in;
+  out->n_in += (int)fn.n;
+  out->n_capture = (int)fn.n;
+  out->body = bg;
+  return 0;
 }
 
 /* Pass 2: resolve inputs by name and convert attributes. A node the engine
@@ -1293,7 +1449,10 @@ static int node_resolve(loader *L, const Onnx__NodeProto *np, es_node *out) {
     snprintf(holder, sizeof holder, "'%.80s'", np->name);
   else
     snprintf(holder, sizeof holder, "#%d", out->file_index);
-  int rc = node_subgraphs(L, out->file_index, holder, np);
+  /* A Loop's or Scan's body is read as a graph of its own, which lists
+   * what it cannot run itself */
+  int has_body = !out->unsup && (out->op == ES_OP_Loop || out->op == ES_OP_Scan);
+  int rc = has_body ? 0 : node_subgraphs(L, out->file_index, holder, np);
   if (rc < 0 || out->unsup)
     return rc;
   const char *ot = np->op_type ? np->op_type : "";
@@ -1302,11 +1461,23 @@ static int node_resolve(loader *L, const Onnx__NodeProto *np, es_node *out) {
     if (!at)
       return es__fail(ES_EMODEL, "%s: attribute #%zu is empty", label, a);
     char key[KEY_MAX], why[300];
+    if (has_body && at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH && at->g &&
+        at->name && !strcmp(at->name, "body") && !out->body) {
+      if ((rc = body_load(L, np, out, at->g, label)) == ES_EMODEL || rc == ES_ENOTSUP) {
+        /* listed if the node is live (a dead one's body is nobody's concern) */
+        snprintf(key, sizeof key, "%s with a body the engine cannot read", ot);
+        snprintf(why, sizeof why, "its body: %s", es_last_error_detail());
+        return node_unsup(L, out, ot, NULL, key, why);
+      }
+      if (rc < 0)
+        return rc;
+      continue;
+    }
     if (at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH ||
         at->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS) {
       snprintf(key, sizeof key, "%s with a subgraph (control flow)", ot);
-      snprintf(why, sizeof why, "attribute '%.60s' is a subgraph (control flow is not supported)",
-               at->name ? at->name : "?");
+      snprintf(why, sizeof why, "attribute '%.60s' is a subgraph, which the engine runs only "
+               "as If's two branches and as Loop's and Scan's body", at->name ? at->name : "?");
       return node_unsup(L, out, ot, NULL, key, why);
     }
     rc = attr_convert(L, out, at, &out->attrs[out->n_attr], label, key);
@@ -1613,6 +1784,9 @@ static int flatten_ifs(es_ctx *ctx, const Onnx__GraphProto *gp, const Onnx__Grap
   return 0;
 }
 
+static int graph_build(loader *L, const Onnx__GraphProto *gp, const es_graph *outer,
+                       const char *const *cap_name, const int *cap_val, int n_cap);
+
 static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   es_graph *g = L->g;
   const Onnx__GraphProto *gp = mp->graph;
@@ -1654,6 +1828,17 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   for (size_t i = 0; i < gp->n_node; i++)
     if (!gp->node[i])
       return es__fail(ES_EMODEL, "node #%zu is empty", i);
+  return graph_build(L, gp, NULL, NULL, NULL, 0);
+}
+
+/* Reads graph gp into L->g: its Ifs inlined, initializers, inputs (then
+ * n_cap captures, for a body: names cap_name, types those of the
+ * enclosing graph's values cap_val), nodes and outputs. A body's inputs may leave
+ * their types out (a Loop's carried values take the types given at run
+ * time). */
+static int graph_build(loader *L, const Onnx__GraphProto *gp, const es_graph *outer,
+                       const char *const *cap_name, const int *cap_val, int n_cap) {
+  es_graph *g = L->g;
   int rc = flatten_ifs(L->tmp, gp, &gp, &L->flat);
   if (rc < 0)
     return rc;
@@ -1672,8 +1857,12 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
       return es__fail(ES_EMODEL, "node #%zu is empty", i);
     cap += gp->node[i]->n_output + gp->node[i]->n_attribute;
   }
+  cap += (size_t)n_cap;
   if (cap > (size_t)INT32_MAX / 4)
     return es__fail(ES_EMODEL, "the graph is too large (%zu values)", cap);
+  int base = *L->next_id;
+  L->id_base = base;
+  *L->next_id = base + (int)gp->n_node;
   L->cap_values = (int)cap;
   g->cap_values = (int)cap;
   L->nslots = 16;
@@ -1682,7 +1871,7 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   L->slots = es_mem_alloc(ES_MEM_MODEL, L->nslots * sizeof(int));
   g->values = es__ctx_alloc(&g->ctx, cap * sizeof(es_value));
   g->nodes = es__ctx_alloc(&g->ctx, (gp->n_node + 1) * sizeof(es_node));
-  g->inputs = es__ctx_alloc(&g->ctx, (gp->n_input + 1) * sizeof(int));
+  g->inputs = es__ctx_alloc(&g->ctx, (gp->n_input + (size_t)n_cap + 1) * sizeof(int));
   g->outputs = es__ctx_alloc(&g->ctx, (gp->n_output + 1) * sizeof(int));
   if (!L->slots || !g->values || !g->nodes || !g->inputs || !g->outputs)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
@@ -1711,10 +1900,24 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
     rc = value_info_apply(vi, &g->values[v], "graph input", key);
     if (rc == ES_ENOTSUP)
       rc = value_unsupported(L, v, key);
-    else if (rc == 0 && g->values[v].dtype == ES_DTYPE_UNDEFINED)
+    else if (rc == 0 && g->values[v].dtype == ES_DTYPE_UNDEFINED && !outer)
       rc = es__fail(ES_EMODEL, "graph input '%s' has no element type", vi->name);
     if (rc < 0)
       return rc;
+    g->inputs[g->n_inputs++] = v;
+  }
+  for (int i = 0; i < n_cap; i++) {
+    int v;
+    if (name_find(L, cap_name[i]) >= 0)
+      return es__fail(ES_ECORRUPT, "capture '%.80s' is defined in the body", cap_name[i]);
+    if ((rc = value_add(L, cap_name[i], ES_VALUE_INPUT, "a body's capture", &v)) < 0)
+      return rc;
+    const es_value *ov = &outer->values[cap_val[i]];
+    g->values[v].dtype = ov->dtype;
+    g->values[v].rank = -1;
+    g->values[v].unsup = ov->unsup;
+    if (ov->kind == ES_VALUE_UNSUPPORTED)
+      g->values[v].kind = ES_VALUE_UNSUPPORTED;
     g->inputs[g->n_inputs++] = v;
   }
   int *slot_of = es_mem_alloc(ES_MEM_MODEL, (gp->n_node + 1) * sizeof(int));
@@ -1724,7 +1927,7 @@ static int graph_load(loader *L, const Onnx__ModelProto *mp) {
   for (size_t i = 0; i < gp->n_node && rc == 0; i++) {
     es_node *n = &g->nodes[g->n_nodes];
     const flat_node *fi = L->flat ? &L->flat[i] : NULL;
-    rc = node_declare(L, gp->node[i], fi ? fi->file_index : (int)i, n);
+    rc = node_declare(L, gp->node[i], base + (fi ? fi->file_index : (int)i), n);
     slot_of[i] = rc == 0 ? g->n_nodes++ : -1;
     if (rc > 0)
       rc = 0; /* a Constant: a value, no node */
@@ -1804,7 +2007,8 @@ static int onnx_load(const void *data, size_t size, int keep, es_weights *file, 
                     "(%zu bytes)",
                     size);
   }
-  loader L = {.g = g, .raw = &rt, .tmp = &pb.ctx};
+  int next_id = 0;
+  loader L = {.g = g, .raw = &rt, .tmp = &pb.ctx, .next_id = &next_id};
   if (file)
     g->file = es_weights_retain(file);
   rc = graph_load(&L, mp);

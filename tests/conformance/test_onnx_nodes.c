@@ -116,6 +116,49 @@ static result read_tensor(const char *setdir, const char *file, const char *what
 }
 
 /* Run one data set through the graph, node by node. */
+static int heap_alloc(void *user, size_t bytes, void **out) {
+  (void)user;
+  *out = es_mem_aligned_alloc(ES_MEM_OTHER, 64, bytes);
+  return *out ? 0 : ES_ENOMEM;
+}
+static void heap_free(void *user, void *p) {
+  (void)user;
+  es_mem_free(p);
+}
+
+/* A Loop or Scan: its body run by the engine's interpreter, over the same
+ * values; outputs are es_mem blocks like es__kernel_eval's. */
+static int body_eval(const es_graph *g, const es_node *nd, const es_tdesc *desc, void **data,
+                     es_tdesc *outd, void **outp) {
+  es_ival *iv = es_mem_calloc(ES_MEM_OTHER, (size_t)g->n_values + 1, sizeof *iv);
+  if (!iv)
+    return ES_ENOMEM;
+  for (int k = 0; k < nd->n_in; k++) {
+    int v = nd->in[k];
+    if (v >= 0 && data[v]) {
+      iv[v].desc = desc[v];
+      iv[v].data = data[v];
+    }
+  }
+  es_run_heap heap = {heap_alloc, heap_free, NULL};
+  es_interp I = {&heap, g->opset};
+  int rc = nd->op == ES_OP_Loop ? es__interp_loop(&I, nd, iv) : es__interp_scan(&I, nd, iv);
+  for (int o = 0; o < nd->n_out; o++) {
+    int v = nd->out[o];
+    outp[o] = NULL;
+    if (v < 0)
+      continue;
+    if (rc == 0) {
+      outd[o] = iv[v].desc;
+      outp[o] = iv[v].own;
+    } else {
+      es__ival_drop(&I, &iv[v]);
+    }
+  }
+  es_mem_free(iv);
+  return rc;
+}
+
 static result run_set(const es_graph *g, const char *setdir) {
   int nv = g->n_values;
   es_tdesc *desc = es_mem_calloc(ES_MEM_OTHER, (size_t)nv, sizeof *desc);
@@ -153,8 +196,13 @@ static result run_set(const es_graph *g, const char *setdir) {
       ind[k] = v >= 0 ? &desc[v] : NULL;
       inp[k] = v >= 0 ? data[v] : NULL;
     }
-    es_knode kn = es__knode_of(nd);
-    int rc = es__kernel_eval(&kn, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
+    int rc;
+    if (nd->body) {
+      rc = body_eval(g, nd, desc, data, outd, outp);
+    } else {
+      es_knode kn = es__knode_of(nd);
+      rc = es__kernel_eval(&kn, g->opset, nd->n_in, ind, inp, nd->n_out, outd, outp);
+    }
     if (rc < 0) {
       snprintf(why_, sizeof why_, "%s", es_last_error_detail());
       res = rc == ES_ENOTSUP ? R_SKIP : R_FAIL;
