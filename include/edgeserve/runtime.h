@@ -220,12 +220,18 @@ ES_API int es_admission_try(es_admission *a, int model_id, size_t bytes, es_admi
  * estimator. Thread-safe, lock-free. */
 ES_API int es_admission_reserve(es_admission *a, int model_id, size_t bytes, es_admit_ticket *t,
                                 es_refusal *why);
-/* Grow a reservation made by es_admission_reserve by `bytes`, with the
- * same checks and refusals (the ticket unchanged on refusal): memory that
- * grows while it is held, such as a sequence's state. ES_EINVAL for a
+/* Grow a reservation made by es_admission_reserve, or an admitted
+ * request's, by `bytes`, with the same checks and refusals (the ticket
+ * unchanged on refusal): memory that grows while it is held, such as a
+ * sequence's state or what a run takes beyond its plan. ES_EINVAL for a
  * ticket that is not a live reservation of this gate. Thread-safe,
  * lock-free. */
 ES_API int es_admission_grow(es_admission *a, es_admit_ticket *t, size_t bytes, es_refusal *why);
+/* Give back bytes of what a ticket holds (memory that grew with
+ * es_admission_grow and is freed before the ticket is done). ES_EINVAL for
+ * more than it holds or a ticket that is not live. Thread-safe,
+ * lock-free. */
+ES_API int es_admission_shrink(es_admission *a, es_admit_ticket *t, size_t bytes);
 
 /* Release an admitted request's slots and bytes and feed the drain-rate
  * estimators. duration_ns: how long the request took (0: since it was
@@ -540,6 +546,8 @@ typedef struct es_runtime_stats {
   double buddy_fragmentation;
   size_t weights_bytes;      /* distinct weight regions of loaded models */
   int models;
+  size_t run_heap_bytes;     /* buddy blocks held now by runs beyond their plans (nodes
+                                no bound covers), each charged to its request's admission */
 } es_runtime_stats;
 
 typedef struct es_runtime_model_stats {

@@ -1695,12 +1695,12 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   if (rc < 0 || !p->tail.n_nodes)
     return rc;
   /* the tail's outputs move into the arena's room after the plan's bytes */
-  for (int i = 0; rc == 0 && i < n_out; i++) {
+  int i = 0;
+  for (; i < n_out; i++) {
     if (p->out_loc[i].kind != LOC_HEAP)
       continue;
     void *dst;
-    rc = es_arena_alloc(arena, outputs[i].nbytes ? outputs[i].nbytes : 1, &dst);
-    if (rc < 0) {
+    if (es_arena_alloc(arena, outputs[i].nbytes ? outputs[i].nbytes : 1, &dst) < 0) {
       rc = es__fail(ES_ENOSPC, "output '%s' (%zu bytes, made without a plan) does not fit in the "
                     "arena's room after the plan's %zu bytes: give the arena more, or run with "
                     "es_plan_run_heap", outputs[i].name, outputs[i].nbytes, p->arena_bytes);
@@ -1711,8 +1711,11 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
     es_mem_free(outputs[i].data);
     outputs[i].data = dst;
   }
-  if (rc < 0)
-    es_plan_outputs_free(p, NULL, outputs, n_out);
+  for (; rc < 0 && i < n_out; i++) /* the ones not moved yet */
+    if (p->out_loc[i].kind == LOC_HEAP && outputs[i].data) {
+      es_mem_free(outputs[i].data);
+      outputs[i].data = NULL;
+    }
   return rc;
 }
 

@@ -511,14 +511,33 @@ int es_admission_grow(es_admission *a, es_admit_ticket *t, size_t bytes, es_refu
   int rc = gate_check(a, "es_admission_grow");
   if (rc < 0)
     return rc;
-  if (!t || !why || t->magic != TICKET_BYTES || t->owner != a || t->model_id < 0 ||
-      (size_t)t->model_id >= a->max_models)
+  if (!t || !why || (t->magic != TICKET_BYTES && t->magic != TICKET_LIVE) || t->owner != a ||
+      t->model_id < 0 || (size_t)t->model_id >= a->max_models)
     return es__fail(ES_EINVAL, "es_admission_grow: not a live reservation of this gate");
   if (bytes > SIZE_MAX - t->bytes)
     return es__fail(ES_EINVAL, "es_admission_grow: size overflows");
   if ((rc = reserve_bytes(a, &a->models[t->model_id], t->model_id, bytes, why)) < 0)
     return rc;
   t->bytes += bytes;
+  return 0;
+}
+
+int es_admission_shrink(es_admission *a, es_admit_ticket *t, size_t bytes) {
+  int rc = gate_check(a, "es_admission_shrink");
+  if (rc < 0)
+    return rc;
+  if (!t || (t->magic != TICKET_BYTES && t->magic != TICKET_LIVE) || t->owner != a)
+    return es__fail(ES_EINVAL, "es_admission_shrink: not a live reservation of this gate");
+  if (bytes > t->bytes)
+    return es__fail(ES_EINVAL, "es_admission_shrink: %zu B of a reservation of %zu B", bytes,
+                    t->bytes);
+  size_t res = atomic_load_explicit(&a->reserved, memory_order_relaxed);
+  do {
+    if (res < bytes)
+      return es__fail(ES_ECORRUPT, "es_admission_shrink: %zu B, only %zu B reserved", bytes, res);
+  } while (!atomic_compare_exchange_weak_explicit(&a->reserved, &res, res - bytes,
+                                                  memory_order_acq_rel, memory_order_relaxed));
+  t->bytes -= bytes;
   return 0;
 }
 

@@ -53,6 +53,7 @@
 #include "edgeserve/runtime.h"
 #include "common/internal.h"
 
+#include <stdatomic.h>
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -157,6 +158,7 @@ typedef struct rt_queue {
 } rt_queue;
 
 struct es_runtime {
+  _Atomic size_t heap_bytes; /* run heaps' blocks out now (rt_heap) */
   uint64_t magic;
   es_runtime_config cfg;
   pthread_mutex_t lock;
@@ -200,6 +202,7 @@ struct es_request {
   size_t arena_bytes, out_bytes;
   es_admit_ticket ticket;
   int ran; /* the run happened: feeds the drain rate on release */
+  int heap_refused; /* admission refused what the run took beyond its plan */
   int settled; /* done and its callback returned: waiters may go */
   es_tensor outputs[ES_RT_MAX_IO];
   void *out_block;
@@ -949,9 +952,26 @@ static void pin_self(int cpu) {
 
 /* Copy the outputs into one buddy block: the arena goes back to its owner
  * (lane, pool, buddy) as soon as the run ends, the outputs live until the
- * caller frees the handle. */
+ * caller frees the handle. Outputs made without a plan (es_plan_run_heap)
+ * can be larger than the plan said: the request's admission grows by the
+ * difference first (refused: *short_mem, answered like a pool without a
+ * block). */
 static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs, int *short_mem) {
   void *blk = NULL;
+  size_t need = 0;
+  for (int i = 0; i < r->n_out; i++)
+    need += es__align_up(outs[i].nbytes, RT_ALIGN);
+  if (need > r->out_bytes) {
+    if (r->ticket.magic) {
+      int rc = es_admission_grow(rt->adm, &r->ticket, need - r->out_bytes, &r->refusal);
+      if (rc < 0) {
+        r->heap_refused = 1;
+        *short_mem = 1;
+        return rc;
+      }
+    }
+    r->out_bytes = need;
+  }
   if (r->out_bytes) {
     int rc = es_buddy_alloc(rt->buddy, r->out_bytes, &blk);
     if (rc < 0) {
@@ -969,6 +989,59 @@ static int keep_outputs(es_runtime *rt, es_request *r, const es_tensor *outs, in
   }
   r->out_block = blk;
   return 0;
+}
+
+/* The run heap of one request (es_run_heap): what its plan cannot bound
+ * (a Loop, what follows a value no bound covers) takes blocks of the buddy
+ * pool, each charged to the request's admission first and given back as
+ * the run frees it. A refusal (the reservation cannot grow, or the pool has
+ * no block) stops the run; the request is answered 503 with Retry-After,
+ * never meeting a failed malloc. */
+typedef struct rt_heap {
+  es_runtime *rt;
+  es_request *r;
+  size_t held;     /* bytes of blocks out now */
+  int refused;     /* admission refused (r->refusal holds why) */
+  int no_block;    /* the pool had no block */
+} rt_heap;
+
+static int rt_heap_alloc(void *user, size_t bytes, void **out) {
+  rt_heap *h = user;
+  es_runtime *rt = h->rt;
+  void *blk;
+  if (es_buddy_alloc(rt->buddy, bytes, &blk) < 0) {
+    h->no_block = 1;
+    return es__fail(ES_EAGAIN, "no block of %zu B in the buddy pool for what the run takes "
+                    "beyond its plan (%zu B held)", bytes, h->held);
+  }
+  size_t u = bytes;
+  (void)es_buddy_usable_size(rt->buddy, blk, &u);
+  if (h->r->ticket.magic) {
+    int rc = es_admission_grow(rt->adm, &h->r->ticket, u, &h->r->refusal);
+    if (rc < 0) {
+      es_buddy_free(rt->buddy, blk);
+      h->refused = 1;
+      return es__fail(ES_EAGAIN, "the run needs %zu B beyond its plan (%zu B held) and admission "
+                      "refuses them (%s)", u, h->held, es_refusal_name(h->r->refusal.reason));
+    }
+  }
+  h->held += u;
+  atomic_fetch_add_explicit(&rt->heap_bytes, u, memory_order_relaxed);
+  *out = blk;
+  return 0;
+}
+
+static void rt_heap_free(void *user, void *ptr) {
+  rt_heap *h = user;
+  es_runtime *rt = h->rt;
+  size_t u = 0;
+  if (es_buddy_usable_size(rt->buddy, ptr, &u) < 0)
+    u = 0;
+  es_buddy_free(rt->buddy, ptr);
+  if (h->r->ticket.magic && u)
+    (void)es_admission_shrink(rt->adm, &h->r->ticket, u);
+  h->held -= u < h->held ? u : h->held;
+  atomic_fetch_sub_explicit(&rt->heap_bytes, u, memory_order_relaxed);
 }
 
 /* Run one request with the arena its model's configuration gives it.
@@ -1015,9 +1088,17 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
   }
   if (rc == 0) {
     es_tensor outs[ES_RT_MAX_IO];
-    rc = es_plan_run(r->plan, r->inputs, r->n_in, a, outs, r->n_out);
-    if (rc == 0)
+    rt_heap h = {.rt = rt, .r = r};
+    es_run_heap heap = {rt_heap_alloc, rt_heap_free, &h};
+    rc = es_plan_run_heap(r->plan, r->inputs, r->n_in, a, &heap, outs, r->n_out);
+    if (rc < 0 && (h.refused || h.no_block)) {
+      *short_mem = 1;
+      r->heap_refused = h.refused;
+    }
+    if (rc == 0) { /* the outputs made without a plan go back once copied */
       rc = keep_outputs(rt, r, outs, short_mem);
+      es_plan_outputs_free(r->plan, &heap, outs, r->n_out);
+    }
   }
   if (r->arena_source == ES_ARENA_FROM_POOL)
     es_arena_pool_release(m->pool, a);
@@ -1047,6 +1128,11 @@ static int task_run(es_runtime *rt, es_request *r) {
 static int refuse_short(es_runtime *rt, es_request *r) {
   char why[160];
   snprintf(why, sizeof why, "%s", es_last_error_detail());
+  if (r->heap_refused) { /* admission refused the growth, and counted it */
+    snprintf(r->detail, sizeof r->detail, "%s: %s; retry after %u ms", rt->models[r->model].name,
+             why, r->refusal.retry_after_ms);
+    return ES_EAGAIN;
+  }
   pthread_mutex_lock(&rt->lock);
   size_t busy = (size_t)(rt->n_workers - rt->idle_workers);
   pthread_mutex_unlock(&rt->lock);
@@ -2269,6 +2355,7 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->expired = rt->expired;
   out->dropped = rt->dropped;
   out->refused = rt->refused;
+  out->run_heap_bytes = atomic_load_explicit(&rt->heap_bytes, memory_order_relaxed);
   for (int i = 0; i < rt->n_workers; i++)
     out->scratch_bytes += rt->workers[i].scratch_cap;
   for (int i = 0; i < rt->max_models; i++) {

@@ -136,6 +136,10 @@ static void runtime_state(es_strbuf *b, es_server *s, const es_runtime_stats *rs
   es__sb_printf(b, "edgeserve_buddy_in_use_bytes %zu\n", rs->buddy_in_use);
   head(b, "edgeserve_buddy_peak_bytes", "gauge", "Buddy pool historic peak.");
   es__sb_printf(b, "edgeserve_buddy_peak_bytes %zu\n", rs->buddy_peak);
+  head(b, "edgeserve_run_heap_bytes", "gauge",
+       "Buddy pool bytes held by runs beyond their plans (nodes no bound covers), charged to "
+       "their requests' admission.");
+  es__sb_printf(b, "edgeserve_run_heap_bytes %zu\n", rs->run_heap_bytes);
   head(b, "edgeserve_buddy_failures_total", "counter", "Buddy allocations that failed.");
   es__sb_printf(b, "edgeserve_buddy_failures_total %llu\n", (unsigned long long)rs->buddy_failures);
   head(b, "edgeserve_buddy_fragmentation_ratio", "gauge",
