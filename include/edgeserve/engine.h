@@ -357,6 +357,9 @@ typedef struct es_run_heap {
 } es_run_heap;
 
 ES_API int es_plan_unbounded_count(const es_plan *p);
+/* 1 when output i is made without a plan (es_plan_output_info then gives
+ * its declared type and rank, dims 0), else 0. */
+ES_API int es_plan_output_unbounded(const es_plan *p, int i);
 /* The first node run without a plan (its label) and why ("the outputs of
  * Loop ... grow with its iterations"); "" for both when there is none.
  * Strings owned by the plan. */

@@ -174,16 +174,29 @@ static int plan_shapes(es_model *m, const cli_shape *specs, int n_specs) {
     es_tensor_info t;
     es_plan_output_info(p, o, &t);
     printf("  output %s [", t.name);
+    int unb = es_plan_output_unbounded(p, o);
     for (int d = 0; d < t.rank; d++)
-      printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
+      if (unb)
+        printf(d ? ",?" : "?");
+      else
+        printf(d ? ",%lld" : "%lld", (long long)t.dims[d]);
     int bounded = 0;
     for (int i = 0; i < es_plan_bound_count(p) && !bounded; i++) {
       es_bound_info b;
       bounded = es_plan_bound_info(p, i, &b) == 0 && !strcmp(b.value, t.name);
     }
-    printf("]%s\n", bounded ? " at most: its shape depends on the data" : "");
+    printf("]%s\n", bounded ? " at most: its shape depends on the data"
+                    : unb ? " made without a plan: its shape is known after a run"
+                          : "");
   }
   print_bounds(p);
+  if (es_plan_unbounded_count(p)) {
+    const char *node, *why;
+    es_plan_unbounded_info(p, &node, &why);
+    printf("  run without a plan: %d nodes, from %s (%s); their memory comes from the run heap "
+           "(the server's buddy pool, charged to the request's admission)\n",
+           es_plan_unbounded_count(p), node, why);
+  }
   es_plan_cache_stats cs;
   es_plan_cache_stats_get(cache, &cs);
   printf("plan cache: %zu of %zu entries, %zu B of plan memory, largest arena %zu B\n",

@@ -128,6 +128,9 @@ void es__iprog_drop_all(const es_interp *I, const es_iprog *P, es_ival *vals);
  * its outputs there, owned. */
 int es__interp_loop(const es_interp *I, const es_node *nd, es_ival *vals);
 int es__interp_scan(const es_interp *I, const es_node *nd, es_ival *vals);
+/* A Loop's or Scan's inputs, outputs and attributes against its body's:
+ * ES_EMODEL naming the node when they disagree (checked while planning). */
+int es__body_check(const es_node *nd);
 /* last[] for nodes (list or nodes, n of them) over n_slots slots, with
  * kept[] kept. */
 int es__iprog_last_uses(const es_node *const *list, const es_node *nodes, int n, int n_slots,

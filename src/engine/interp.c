@@ -671,6 +671,39 @@ int es__interp_scan(const es_interp *I, const es_node *nd, es_ival *vals) {
   return rc;
 }
 
+/* ---- checks while planning -------------------------------------------------- */
+
+int es__body_check(const es_node *nd) {
+  const es_graph *b = nd->body;
+  char label[120];
+  es__node_label(nd, label, sizeof label);
+  int n_own = nd->n_in - nd->n_capture;
+  if (!b->prog)
+    return es__fail(ES_ECORRUPT, "%s: its body was not prepared", label);
+  if (b->n_inputs != nd->n_in)
+    return es__fail(ES_EMODEL, "%s: %d inputs for a body of %d (with %d captured)", label,
+                    n_own, b->n_inputs - nd->n_capture, nd->n_capture);
+  if (b->n_inputs > ES_IP_MAX_CARRY || b->n_outputs > ES_IP_MAX_CARRY)
+    return es__fail(ES_ENOTSUP, "%s: a body of more than %d inputs or outputs", label,
+                    ES_IP_MAX_CARRY);
+  if (nd->op == ES_OP_Loop) {
+    int n_carry = n_own - 2;
+    if (n_carry < 0 || b->n_outputs < 1 + n_carry || nd->n_out > b->n_outputs - 1)
+      return es__fail(ES_EMODEL, "%s: a body of %d inputs and %d outputs for %d carried values "
+                      "and %d outputs", label, b->n_inputs - nd->n_capture, b->n_outputs,
+                      n_carry < 0 ? 0 : n_carry, nd->n_out);
+    return 0;
+  }
+  const es_attr *ns = es__node_attr(nd, "num_scan_inputs");
+  if (!ns || ns->type != ES_ATTR_INT || ns->i < 1 || ns->i > n_own)
+    return es__fail(ES_EMODEL, "%s: num_scan_inputs must be in [1, %d]", label, n_own);
+  int n_state = n_own - (int)ns->i;
+  if (b->n_outputs < n_state || nd->n_out > b->n_outputs)
+    return es__fail(ES_EMODEL, "%s: a body of %d outputs for %d states and %d outputs", label,
+                    b->n_outputs, n_state, nd->n_out);
+  return 0;
+}
+
 /* ---- programs from graphs -------------------------------------------------------- */
 
 int es__iprog_last_uses(const es_node *const *list, const es_node *nodes, int n, int n_slots,

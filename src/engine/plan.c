@@ -874,6 +874,15 @@ static int plan_nodes(planner *P) {
           heap_in = nd->in[i];
       if (nd->body || heap_in >= 0) {
         char why[240];
+        int brc = nd->body ? es__body_check(nd) : 0;
+        if (brc == ES_EMODEL && !P->diagnose && !P->issues->n)
+          return brc;
+        if (brc < 0) { /* listed, as a kernel's refusal is */
+          int rc = node_refused(P, nd, label);
+          if (rc < 0)
+            return rc;
+          continue;
+        }
         if (nd->body)
           snprintf(why, sizeof why, "a %s runs its body once per iteration, without a plan",
                    es__op_name(nd->op));
@@ -1665,6 +1674,10 @@ static int run_tail(const es_plan *p, const es_run_heap *heap, unsigned char *ba
 }
 
 int es_plan_unbounded_count(const es_plan *p) { return plan_ok(p) ? p->tail.n_nodes : 0; }
+
+int es_plan_output_unbounded(const es_plan *p, int i) {
+  return plan_ok(p) && i >= 0 && i < p->n_out && p->out_loc[i].kind == LOC_HEAP;
+}
 
 int es_plan_unbounded_info(const es_plan *p, const char **node, const char **why) {
   if (!plan_ok(p) || !node || !why)

@@ -191,6 +191,70 @@ static void test_loop_runs_on_the_heap(void **state) {
   es_model_release(m);
 }
 
+/* A Loop whose body holds an If (inlined in the body as in a main graph):
+ * iterations 0-2 add one, later ones two; the branches read the main
+ * graph's constants through two scopes. */
+static void test_loop_body_with_if(void **state) {
+  (void)state;
+  static const float two = 2.0f, three = 3.0f;
+  ob *th = ob_new(13), *el = ob_new(13), *body = ob_new(13), *b = ob_new(13);
+  ob_node(th, "Add", "t", 2, "acc", "one");
+  ob_output(th, "t");
+  ob_node(el, "Add", "e", 2, "acc", "two");
+  ob_output(el, "e");
+  ob_input(body, "iter", 0, NULL);
+  ob_input(body, "cond", 0, NULL);
+  ob_input(body, "acc", 1, (int64_t[]){N});
+  for (int i = 0; i < 3; i++)
+    body->in_vi[i].type = NULL;
+  int c = ob_node(body, "Cast", "itf", 1, "iter");
+  ob_attr_int(body, c, "to", 1);
+  ob_node(body, "Less", "early", 2, "itf", "three");
+  int f = ob_node(body, "If", "acc_out", 1, "early");
+  ob_attr_graph(body, f, "then_branch", &th->graph);
+  ob_attr_graph(body, f, "else_branch", &el->graph);
+  ob_node(body, "Mul", "step", 2, "acc_out", "one");
+  ob_node(body, "Identity", "cond_out", 1, "cond");
+  ob_output(body, "cond_out");
+  ob_output(body, "acc_out");
+  ob_output(body, "step");
+  ob_input(b, "m", 0, NULL);
+  b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  ob_input(b, "acc0", 1, (int64_t[]){N});
+  ob_init_f32(b, "one", 0, NULL, &one);
+  ob_init_f32(b, "two", 0, NULL, &two);
+  ob_init_f32(b, "three", 0, NULL, &three);
+  int loop = ob_node_named(b, "Loop", "loop", "acc", 3, "m", "", "acc0");
+  ob_node_out(b, loop, "steps");
+  ob_attr_graph(b, loop, "body", &body->graph);
+  ob_output(b, "acc");
+  ob_output(b, "steps");
+  es_model *m = ob_load(b);
+  free(th), free(el), free(body), free(b);
+  es_plan *p = loop_plan(m);
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  cheap h = {0};
+  es_run_heap heap = {cheap_alloc, cheap_free, &h};
+  int64_t trips = 6;
+  es_tensor in[2], out[2];
+  loop_inputs(in, &trips);
+  ES_CHECK_RC(es_plan_run_heap(p, in, 2, a, &heap, out, 2));
+  assert_int_equal(out[1].dims[0], 6);
+  const float *acc = out[0].data, *steps = out[1].data;
+  float add[6] = {1, 2, 3, 5, 7, 9}; /* after each iteration */
+  for (int t = 0; t < 6; t++)
+    for (int i = 0; i < N; i++)
+      assert_float_equal(steps[t * N + i], acc0[i] + add[t], 1e-6);
+  for (int i = 0; i < N; i++)
+    assert_float_equal(acc[i], acc0[i] + 9, 1e-6);
+  es_plan_outputs_free(p, &heap, out, 2);
+  assert_int_equal(h.cur, 0);
+  es_arena_destroy(a);
+  es_plan_release(p);
+  es_model_release(m);
+}
+
 /* A heap that refuses stops the run with its error and leaves nothing out;
  * the plan then runs again with a heap that has room. */
 static void test_heap_refusal(void **state) {
@@ -411,6 +475,7 @@ static void test_runtime_refuses_past_budget(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_loop_runs_on_the_heap),
+      cmocka_unit_test(test_loop_body_with_if),
       cmocka_unit_test(test_heap_refusal),
       cmocka_unit_test(test_resize_to_data_sizes),
       cmocka_unit_test(test_onnx_loop_and_scan_planned),
