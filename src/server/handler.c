@@ -449,6 +449,12 @@ static void infer_answer(es_server *s, srv_job *j, srv_resp *out) {
   } else if (rc == ES_ETIMEDOUT) {
     resp_status(s, out, sm, rc, &info.refusal, "deadline passed before '%s' could run",
                 sm->name);
+  } else if (rc == ES_EAGAIN && info.worker >= 0) {
+    /* refused on its worker: no memory for what the run takes (its
+     * detail says how much and why) */
+    es_request_wait(r, 0);
+    resp_status(s, out, sm, rc, &info.refusal, "refused while it ran (%s): %s",
+                es_refusal_name(info.refusal.reason), es_last_error_detail());
   } else if (rc == ES_EAGAIN) {
     resp_status(s, out, sm, rc, &info.refusal, "removed from the queue: %s",
                 es_refusal_name(info.refusal.reason));

@@ -8,7 +8,12 @@
 #      example), its outputs come back at their actual shapes [1,3,4] and
 #      [1,1,2] with the right values; one whose scores are all 0 keeps none:
 #      shapes [1,0,4] and [1,1,0], empty data; the same plan serves both;
-#   3. the server's stderr has no sanitizer report and it exits 0 on SIGTERM.
+#   3. a Loop no bound covers (seq_model.c --loop: m iterations, each step
+#      of 16 KiB stacked): m = 5 answers 200 with acc0 + 5 and steps [5,4096];
+#      m = 20000 (312 MiB of steps, past the 64 MiB budget) is refused 503
+#      with a Retry-After while it runs, and the server keeps serving: m = 3
+#      answers 200 after it; edgeserve_run_heap_bytes is back at 0;
+#   4. the server's stderr has no sanitizer report and it exits 0 on SIGTERM.
 # Prints "ok - ..." / "not ok - ..." lines; exits 1 if any failed, 77 when
 # node or curl is missing.
 #   test_server_dynamic.sh EDGESERVE_BINARY ES_SEQ_MODEL_BINARY SOURCE_DIR
@@ -19,8 +24,10 @@ src=$3
 . "$src/tests/e2e/serve_lib.sh"
 serve_begin test_server_dynamic
 
-mkdir -p "$work/repo/nms"
+mkdir -p "$work/repo/nms" "$work/repo/loop"
 "$mk" --nms "$work/repo/nms/model.onnx" || { echo "not ok - es_seq_model wrote the model"; exit 1; }
+"$mk" --loop 4096 "$work/repo/loop/model.onnx" ||
+  { echo "not ok - es_seq_model wrote the loop model"; exit 1; }
 
 # 1. the bounds, as inspect prints them
 "$es" inspect "$work/repo/nms/model.onnx" --shape boxes=1x6x4 --shape scores=1x1x6 \
@@ -74,7 +81,33 @@ check "empty outputs carry no data" test "$(out_field "$res" kept o.data.length)
 res=$(infer "0.9,0.75,0.6,0.95,0.5,0.3")
 check "the same plan serves 3 boxes again" test "$(out_field "$res" kept o.shape)" = "[1,3,4]"
 
-# 3. clean exit
+# 3. a Loop no bound covers: its memory from the buddy pool, charged to the request
+loop_req() { # M: the request (acc0 = 0.5 everywhere; only acc asked for when M > 10)
+  node -e 'const m = +process.argv[1];
+    const r = {inputs: [{name: "m", shape: [], datatype: "INT64", data: [m]},
+                        {name: "acc0", shape: [4096], datatype: "FP32", data: Array(4096).fill(0.5)}]};
+    if (m > 10) r.outputs = [{name: "acc"}];
+    console.log(JSON.stringify(r))' "$1" >"$work/req"
+  curl -s -D "$work/hdr" -o "$work/res" -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary @"$work/req" "$url/v2/models/loop/infer" >"$work/status"
+  cat "$work/res"
+}
+res=$(loop_req 5)
+check "a Loop of 5 iterations: 200" test "$(cat "$work/status")" = 200
+check "acc = acc0 + 5" test "$(out_field "$res" acc 'o.data.every(v => v === 5.5)')" = true
+check "steps come back at [5,4096]" test "$(out_field "$res" steps o.shape)" = "[5,4096]"
+check "step 3 = acc0 + 4" test "$(out_field "$res" steps 'o.data[3 * 4096 + 17]')" = 4.5
+res=$(loop_req 20000)
+echo "# $(head -c 300 "$work/res")"
+check "a Loop past the budget: 503" test "$(cat "$work/status")" = 503
+check "its 503 carries Retry-After" grep -qi '^retry-after: [0-9]' "$work/hdr"
+res=$(loop_req 3)
+check "the model serves again: 200" test "$(cat "$work/status")" = 200
+check "acc = acc0 + 3" test "$(out_field "$res" acc 'o.data.every(v => v === 3.5)')" = true
+check "the run heap is back at 0 B" \
+  sh -c "curl -s '$url/metrics' | grep -q '^edgeserve_run_heap_bytes 0\$'"
+
+# 4. clean exit
 kill -TERM "$pid"
 wait "$pid"
 rc=$?

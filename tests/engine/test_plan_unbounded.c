@@ -62,29 +62,8 @@ static char loop_path[256];
 static const float one = 1.0f;
 
 static void make_loop(void) {
-  ob *body = ob_new(13);
-  ob_input(body, "iter", 0, NULL);
-  ob_input(body, "cond", 0, NULL);
-  ob_input(body, "acc", 1, (int64_t[]){N});
-  for (int i = 0; i < 3; i++)
-    body->in_vi[i].type = NULL; /* a body may leave its inputs' types out */
-  ob_node(body, "Add", "acc_out", 2, "acc", "one");
-  ob_node(body, "Mul", "step", 2, "acc_out", "one");
-  ob_node(body, "Identity", "cond_out", 1, "cond");
-  ob_output(body, "cond_out");
-  ob_output(body, "acc_out");
-  ob_output(body, "step");
-
-  ob *b = ob_new(13);
-  ob_input(b, "m", 0, NULL);
-  b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-  ob_input(b, "acc0", 1, (int64_t[]){N});
-  ob_init_f32(b, "one", 0, NULL, &one);
-  int loop = ob_node_named(b, "Loop", "loop", "acc", 3, "m", "", "acc0");
-  ob_node_out(b, loop, "steps");
-  ob_attr_graph(b, loop, "body", &body->graph);
-  ob_output(b, "acc");
-  ob_output(b, "steps");
+  ob *body = ob_new(13), *b = ob_new(13);
+  ob_loop(b, body, N);
   size_t n;
   uint8_t *bytes = ob_pack(b, &n);
   snprintf(loop_path, sizeof loop_path, "/tmp/es-loop-%d.onnx", (int)getpid());

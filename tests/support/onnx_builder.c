@@ -298,6 +298,30 @@ void ob_nms(ob *b) {
   ob_node(b, "NonMaxSuppression", "sel", 5, "boxes", "scores", "max_out", "iou", "thr");
 }
 
+void ob_loop(ob *b, ob *body, int64_t n) {
+  static const float one = 1.0f;
+  ob_input(body, "iter", 0, NULL);
+  ob_input(body, "cond", 0, NULL);
+  ob_input(body, "acc", 1, (int64_t[]){n});
+  for (int i = 0; i < 3; i++)
+    body->in_vi[i].type = NULL; /* a body may leave its inputs' types out */
+  ob_node(body, "Add", "acc_out", 2, "acc", "one");
+  ob_node(body, "Mul", "step", 2, "acc_out", "one");
+  ob_node(body, "Identity", "cond_out", 1, "cond");
+  ob_output(body, "cond_out");
+  ob_output(body, "acc_out");
+  ob_output(body, "step");
+  ob_input(b, "m", 0, NULL);
+  b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
+  ob_input(b, "acc0", 1, (int64_t[]){n});
+  ob_init_f32(b, "one", 0, NULL, &one);
+  int loop = ob_node_named(b, "Loop", "loop", "acc", 3, "m", "", "acc0");
+  ob_node_out(b, loop, "steps");
+  ob_attr_graph(b, loop, "body", &body->graph);
+  ob_output(b, "acc");
+  ob_output(b, "steps");
+}
+
 void ob_nms_tail(ob *b) {
   static const int64_t two = 2;
   ob_nms(b);

@@ -118,6 +118,11 @@ void ob_nms(ob *b);
  * [1, 1, min(k, 2)] (the best kept scores: TopK, k from the kept count's
  * shape). b: empty, opset 13. */
 void ob_nms_tail(ob *b);
+/* A Loop with no bound: m (int64 scalar, the trip count) and acc0 [n] ->
+ * acc [n] = acc0 + m and steps [m, n] (step i = acc0 + i + 1), the body
+ * reading the main graph's "one" (a capture). b and body: empty, opset 13;
+ * body becomes the Loop's body (keep it until packing). */
+void ob_loop(ob *b, ob *body, int64_t n);
 
 /* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
 
