@@ -257,6 +257,8 @@ void es__iprog_drop_all(const es_interp *I, const es_iprog *P, es_ival *vals) {
 static int body_run(const es_interp *I, const es_graph *b, const es_ival *in, int n_in,
                     es_ival *out) {
   const es_iprog *P = b->prog;
+  if (!P)
+    return es__fail(ES_ECORRUPT, "a body without its program (the model was not lowered)");
   es_ival *vals;
   size_t vb = (size_t)P->n_slots * sizeof *vals;
   int rc = es__ip_alloc(I, vb, (void **)&vals);
@@ -678,8 +680,6 @@ int es__body_check(const es_node *nd) {
   char label[120];
   es__node_label(nd, label, sizeof label);
   int n_own = nd->n_in - nd->n_capture;
-  if (!b->prog)
-    return es__fail(ES_ECORRUPT, "%s: its body was not prepared", label);
   if (b->n_inputs != nd->n_in)
     return es__fail(ES_EMODEL, "%s: %d inputs for a body of %d (with %d captured)", label,
                     n_own, b->n_inputs - nd->n_capture, nd->n_capture);

@@ -874,6 +874,12 @@ static int plan_nodes(planner *P) {
           heap_in = nd->in[i];
       if (nd->body || heap_in >= 0) {
         char why[240];
+        if (nd->body && !nd->body->prog) {
+          /* a model the loader found unable to run (its body's issues are
+           * listed already): only a diagnosis meets one */
+          node_skip(P, nd);
+          continue;
+        }
         int brc = nd->body ? es__body_check(nd) : 0;
         if (brc == ES_EMODEL && !P->diagnose && !P->issues->n)
           return brc;

@@ -129,6 +129,7 @@ static void check_loop_outputs(const es_tensor *out, int64_t m) {
  * es_plan_run. */
 static void test_loop_runs_on_the_heap(void **state) {
   (void)state;
+  size_t before = es_mem_total();
   es_model *m;
   ES_CHECK_RC(es_model_load(loop_path, NULL, &m));
   es_plan *p = loop_plan(m);
@@ -168,6 +169,7 @@ static void test_loop_runs_on_the_heap(void **state) {
   es_arena_destroy(a);
   es_plan_release(p);
   es_model_release(m);
+  assert_int_equal(es_mem_total(), before); /* the body and its program went with the model */
 }
 
 /* A Loop whose body holds an If (inlined in the body as in a main graph):
