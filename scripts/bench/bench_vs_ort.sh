@@ -60,8 +60,8 @@ if [ $det -eq 1 ]; then
   [ $iters_set -eq 1 ] || iters=10
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-40s %9s %9s %10s %10s %7s %10s %14s\n' model "es dets" "ort dets" "es ms" "ort ms" \
-    ratio "arena MB" "bounds used"
+  printf '%-40s %9s %9s %10s %10s %7s %10s %8s %14s\n' model "es dets" "ort dets" "es ms" "ort ms" \
+    ratio "arena MB" "heap KB" "bounds used"
   node -e 'const m = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
              for (const x of m.models) if (x.file) console.log(x.name, x.file, x.input, x.input_file)' \
     "$ddir/manifest.json" |
@@ -86,15 +86,17 @@ if [ $det -eq 1 ]; then
     es_med=$(col "$w/es.txt" median_ms) ort_med=$(col "$w/ort.txt" median_ms)
     ort_dets=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")
       .trim().split("\n").pop()); console.log(j.outputs.scores.shape[0])' "$w/ort.txt")
+    heap=$(sed -n 's/^run heap peak bytes: \([0-9]*\)/\1/p' "$w/run.log")
     awk -v n="$name" -v d="$dets" -v od="$ort_dets" -v em="$es_med" -v om="$ort_med" \
-        -v ar="$(col "$w/es.txt" arena_bytes)" -v u="$used" 'BEGIN {
+        -v ar="$(col "$w/es.txt" arena_bytes)" -v u="$used" -v h="${heap:-0}" 'BEGIN {
       split(u, b, " ");
-      printf "%-40s %9s %9s %10.2f %10.2f %7.3f %10.1f %7.1f KB of %.1f MB\n", n, d, od, em, om, em / om,
-        ar / 1048576, b[1] / 1024, b[2] / 1048576 }'
+      printf "%-40s %9s %9s %10.2f %10.2f %7.3f %10.1f %8.1f %7.1f KB of %.1f MB\n", n, d, od, em, om,
+        em / om, ar / 1048576, h / 1024, b[1] / 1024, b[2] / 1048576 }'
   done
   echo "(ratio = edgeserve median / ORT median, medians over the rounds; ORT: onnxruntime-node,"
-  echo " graph optimisation all; bounds used = the bytes edgeserve's bounded values took in one run"
-  echo " of the test image, of the bytes their bounds plan)"
+  echo " graph optimisation all; heap = the run heap's peak, the part no bound covers (a Loop's);"
+  echo " bounds used = the bytes edgeserve's bounded values took in one run of the test image, of"
+  echo " the bytes their bounds plan)"
   exit 0
 fi
 if [ $zoo -eq 1 ]; then
