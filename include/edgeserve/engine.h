@@ -356,6 +356,18 @@ typedef struct es_run_heap {
   void *user;
 } es_run_heap;
 
+/* A run heap over es_mem's engine heap that counts its blocks: what
+ * es_plan_run uses, and what `edgeserve run` prints the peak of. Blocks
+ * are 64-byte aligned, each with a 64-byte header holding its size. With
+ * limit (0: none) a block that would take more than limit bytes out at
+ * once is refused (ES_EAGAIN), counted in refusals. The heap returned
+ * points at *state, which must outlive it; one thread at a time. */
+typedef struct es_mem_heap {
+  size_t cur, peak, limit;
+  uint64_t refusals;
+} es_mem_heap;
+ES_API es_run_heap es_mem_heap_make(es_mem_heap *state);
+
 ES_API int es_plan_unbounded_count(const es_plan *p);
 /* 1 when output i is made without a plan (es_plan_output_info then gives
  * its declared type and rank, dims 0), else 0. */

@@ -133,34 +133,6 @@ static void print_bounds_used(const es_plan *p) {
          bound ? 100.0 * (double)seen / (double)bound : 0.0);
 }
 
-/* The run heap for what a plan cannot bound: es_mem blocks, each behind a
- * 64-byte header holding its size, so the command can print the peak. */
-typedef struct run_heap {
-  size_t cur, peak;
-} run_heap;
-
-static int run_heap_alloc(void *user, size_t bytes, void **out) {
-  run_heap *h = user;
-  unsigned char *b = es_mem_aligned_alloc(ES_MEM_CLI, 64, bytes + 64);
-  if (!b)
-    return ES_ENOMEM;
-  memcpy(b, &bytes, sizeof bytes);
-  h->cur += bytes;
-  if (h->cur > h->peak)
-    h->peak = h->cur;
-  *out = b + 64;
-  return 0;
-}
-
-static void run_heap_free(void *user, void *ptr) {
-  run_heap *h = user;
-  unsigned char *b = (unsigned char *)ptr - 64;
-  size_t bytes;
-  memcpy(&bytes, b, sizeof bytes);
-  h->cur -= bytes;
-  es_mem_free(b);
-}
-
 int cli_cmd_run(int argc, char **argv) {
   const char *model_path = NULL, *out_dir = NULL;
   cli_inputs ci;
@@ -186,8 +158,8 @@ int cli_cmd_run(int argc, char **argv) {
   }
   if (bounds)
     es_engine_profile_set(1);
-  run_heap rh = {0};
-  es_run_heap heap = {run_heap_alloc, run_heap_free, &rh};
+  es_mem_heap rh = {0}; /* counts, for the peak printed */
+  es_run_heap heap = es_mem_heap_make(&rh);
   for (long r = 0; r < repeat; r++) {
     es_arena_reset(s.arena);
     if (r > 0)

@@ -86,6 +86,44 @@ int es__ival_own(const es_interp *I, es_ival *v) {
   return v->own ? 0 : ival_copy(I, v, v);
 }
 
+/* ---- a counting heap over es_mem ------------------------------------------- */
+
+#define MH_HEADER 64 /* keeps the block 64-byte aligned */
+
+static int mem_heap_alloc(void *user, size_t bytes, void **out) {
+  es_mem_heap *h = user;
+  if (h->limit && (bytes > h->limit || h->cur > h->limit - bytes)) {
+    h->refusals++;
+    return es__fail(ES_EAGAIN, "the run heap's limit of %zu B is reached (%zu B out, %zu B asked)",
+                    h->limit, h->cur, bytes);
+  }
+  if (bytes > SIZE_MAX - MH_HEADER)
+    return es__fail(ES_ENOMEM, "a run heap block of %zu B", bytes);
+  unsigned char *b = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, bytes + MH_HEADER);
+  if (!b)
+    return es__fail(ES_ENOMEM, "out of memory for %zu bytes a run takes beyond its plan", bytes);
+  memcpy(b, &bytes, sizeof bytes);
+  h->cur += bytes;
+  if (h->cur > h->peak)
+    h->peak = h->cur;
+  *out = b + MH_HEADER;
+  return 0;
+}
+
+static void mem_heap_free(void *user, void *ptr) {
+  es_mem_heap *h = user;
+  unsigned char *b = (unsigned char *)ptr - MH_HEADER;
+  size_t bytes;
+  memcpy(&bytes, b, sizeof bytes);
+  h->cur -= bytes;
+  es_mem_free(b);
+}
+
+es_run_heap es_mem_heap_make(es_mem_heap *state) {
+  es_run_heap h = {mem_heap_alloc, mem_heap_free, state};
+  return h;
+}
+
 /* ---- one node ---------------------------------------------------------------- */
 
 static int run_kernel(const es_interp *I, const es_node *nd, es_ival *vals) {

@@ -1613,19 +1613,6 @@ static int guards_hold(const step *st, unsigned char *base, const es_tensor *inp
   return 1;
 }
 
-/* es_mem's engine heap: what es_plan_run gives the tail. */
-static int mem_heap_alloc(void *user, size_t bytes, void **out) {
-  (void)user;
-  *out = es_mem_aligned_alloc(ES_MEM_ENGINE, 64, bytes ? bytes : 1);
-  return *out ? 0 : es__fail(ES_ENOMEM, "out of memory for %zu bytes a run takes beyond its plan",
-                             bytes);
-}
-static void mem_heap_free(void *user, void *ptr) {
-  (void)user;
-  es_mem_free(ptr);
-}
-static const es_run_heap mem_heap = {mem_heap_alloc, mem_heap_free, NULL};
-
 /* Runs the tail after the steps: its entries read from the arena, its
  * results given to outputs[] (heap blocks). */
 static int run_tail(const es_plan *p, const es_run_heap *heap, unsigned char *base,
@@ -1697,8 +1684,10 @@ void es_plan_outputs_free(const es_plan *p, const es_run_heap *heap, es_tensor *
                           int n_out) {
   if (!plan_ok(p) || !outputs)
     return;
+  es_mem_heap st = {0};
+  es_run_heap mh = es_mem_heap_make(&st); /* its blocks need no state to be freed */
   if (!heap)
-    heap = &mem_heap;
+    heap = &mh;
   for (int i = 0; i < n_out && i < p->n_out; i++)
     if (p->out_loc[i].kind == LOC_HEAP && outputs[i].data) {
       heap->free(heap->user, outputs[i].data);
@@ -1710,7 +1699,9 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
                 es_tensor *outputs, int n_out) {
   if (!plan_ok(p) || (n_out > 0 && !outputs))
     return es__fail(ES_EINVAL, "es_plan_run: bad argument");
-  int rc = es_plan_run_heap(p, inputs, n_in, arena, NULL, outputs, n_out);
+  es_mem_heap st = {0};
+  es_run_heap heap = es_mem_heap_make(&st);
+  int rc = es_plan_run_heap(p, inputs, n_in, arena, &heap, outputs, n_out);
   if (rc < 0 || !p->tail.n_nodes)
     return rc;
   /* the tail's outputs move into the arena's room after the plan's bytes */
@@ -1727,12 +1718,12 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
     }
     if (outputs[i].nbytes)
       memcpy(dst, outputs[i].data, outputs[i].nbytes);
-    es_mem_free(outputs[i].data);
+    heap.free(heap.user, outputs[i].data);
     outputs[i].data = dst;
   }
   for (; rc < 0 && i < n_out; i++) /* the ones not moved yet */
     if (p->out_loc[i].kind == LOC_HEAP && outputs[i].data) {
-      es_mem_free(outputs[i].data);
+      heap.free(heap.user, outputs[i].data);
       outputs[i].data = NULL;
     }
   return rc;
@@ -1742,8 +1733,10 @@ int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_are
                      const es_run_heap *heap, es_tensor *outputs, int n_out) {
   if (!plan_ok(p) || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
     return es__fail(ES_EINVAL, "es_plan_run: bad argument");
+  es_mem_heap mstate = {0};
+  es_run_heap mh = es_mem_heap_make(&mstate);
   if (!heap)
-    heap = &mem_heap;
+    heap = &mh;
   else if (!heap->alloc || !heap->free)
     return es__fail(ES_EINVAL, "es_plan_run_heap: a heap without alloc or free");
   if (n_in != p->n_in)

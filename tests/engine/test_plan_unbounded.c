@@ -22,44 +22,10 @@
 
 #define N 8 /* floats carried */
 
-/* A counting heap: es_mem blocks behind a 64-byte header holding the size;
- * refuses once `limit` bytes (0: none) would be out. */
-typedef struct cheap {
-  size_t cur, peak, limit;
-  int refusals;
-} cheap;
-
-static int cheap_alloc(void *user, size_t bytes, void **out) {
-  cheap *h = user;
-  if (h->limit && h->cur + bytes > h->limit) {
-    h->refusals++;
-    return ES_EAGAIN;
-  }
-  unsigned char *b = es_mem_aligned_alloc(ES_MEM_OTHER, 64, bytes + 64);
-  if (!b)
-    return ES_ENOMEM;
-  memcpy(b, &bytes, sizeof bytes);
-  h->cur += bytes;
-  if (h->cur > h->peak)
-    h->peak = h->cur;
-  *out = b + 64;
-  return 0;
-}
-
-static void cheap_free(void *user, void *p) {
-  cheap *h = user;
-  unsigned char *b = (unsigned char *)p - 64;
-  size_t bytes;
-  memcpy(&bytes, b, sizeof bytes);
-  h->cur -= bytes;
-  es_mem_free(b);
-}
-
 /* m (int64 scalar), acc0 [N] -> Loop(m, "", acc0) -> acc [N] = acc0 + m and
  * steps [m, N], step i = acc0 + i + 1. The body reads "one" from the main
  * graph (a capture). */
 static char loop_path[256];
-static const float one = 1.0f;
 
 static void make_loop(void) {
   ob *body = ob_new(13), *b = ob_new(13);
@@ -140,8 +106,8 @@ static void test_loop_runs_on_the_heap(void **state) {
   assert_non_null(strstr(why, "Loop runs its body once per iteration"));
   es_arena *a;
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  cheap h = {0};
-  es_run_heap heap = {cheap_alloc, cheap_free, &h};
+  es_mem_heap h = {0};
+  es_run_heap heap = es_mem_heap_make(&h);
   int64_t trips[] = {0, 1, 7, 300};
   for (size_t k = 0; k < sizeof trips / sizeof *trips; k++) {
     es_tensor in[2], out[2];
@@ -199,24 +165,16 @@ static void test_loop_body_with_if(void **state) {
   ob_output(body, "cond_out");
   ob_output(body, "acc_out");
   ob_output(body, "step");
-  ob_input(b, "m", 0, NULL);
-  b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
-  ob_input(b, "acc0", 1, (int64_t[]){N});
-  ob_init_f32(b, "one", 0, NULL, &one);
+  ob_loop_main(b, body, N);
   ob_init_f32(b, "two", 0, NULL, &two);
   ob_init_f32(b, "three", 0, NULL, &three);
-  int loop = ob_node_named(b, "Loop", "loop", "acc", 3, "m", "", "acc0");
-  ob_node_out(b, loop, "steps");
-  ob_attr_graph(b, loop, "body", &body->graph);
-  ob_output(b, "acc");
-  ob_output(b, "steps");
   es_model *m = ob_load(b);
   free(th), free(el), free(body), free(b);
   es_plan *p = loop_plan(m);
   es_arena *a;
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  cheap h = {0};
-  es_run_heap heap = {cheap_alloc, cheap_free, &h};
+  es_mem_heap h = {0};
+  es_run_heap heap = es_mem_heap_make(&h);
   int64_t trips = 6;
   es_tensor in[2], out[2];
   loop_inputs(in, &trips);
@@ -245,8 +203,8 @@ static void test_heap_refusal(void **state) {
   es_plan *p = loop_plan(m);
   es_arena *a;
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  cheap h = {.limit = 16384};
-  es_run_heap heap = {cheap_alloc, cheap_free, &h};
+  es_mem_heap h = {.limit = 16384};
+  es_run_heap heap = es_mem_heap_make(&h);
   int64_t many = 2000; /* 2000 x 32 B of steps, doubling: past 16 KiB */
   es_tensor in[2], out[2];
   loop_inputs(in, &many);
@@ -290,8 +248,8 @@ static void test_resize_to_data_sizes(void **state) {
   float x[4] = {-1, 2, 3, -4};
   es_arena *a;
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  cheap h = {0};
-  es_run_heap heap = {cheap_alloc, cheap_free, &h};
+  es_mem_heap h = {0};
+  es_run_heap heap = es_mem_heap_make(&h);
   int64_t sizes[2][4] = {{1, 1, 4, 4}, {1, 1, 2, 6}};
   for (int k = 0; k < 2; k++) {
     es_tensor in[2] = {ob_tensor_f32("x", 4, (int64_t[]){1, 1, 2, 2}, x),
@@ -366,8 +324,8 @@ static void test_onnx_loop_and_scan_planned(void **state) {
     assert_true(es_plan_unbounded_count(p) > 0);
     es_arena *a;
     ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-    cheap h = {0};
-    es_run_heap heap = {cheap_alloc, cheap_free, &h};
+    es_mem_heap h = {0};
+    es_run_heap heap = es_mem_heap_make(&h);
     ES_CHECK_RC(es_plan_run_heap(p, in, n_in, a, &heap, out, n_out));
     for (int o = 0; o < n_out; o++) {
       snprintf(path, sizeof path, "%s/%s/test_data_set_0/output_%d.pb", root, names[t], o);

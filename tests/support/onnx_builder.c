@@ -299,7 +299,6 @@ void ob_nms(ob *b) {
 }
 
 void ob_loop(ob *b, ob *body, int64_t n) {
-  static const float one = 1.0f;
   ob_input(body, "iter", 0, NULL);
   ob_input(body, "cond", 0, NULL);
   ob_input(body, "acc", 1, (int64_t[]){n});
@@ -311,6 +310,11 @@ void ob_loop(ob *b, ob *body, int64_t n) {
   ob_output(body, "cond_out");
   ob_output(body, "acc_out");
   ob_output(body, "step");
+  ob_loop_main(b, body, n);
+}
+
+void ob_loop_main(ob *b, ob *body, int64_t n) {
+  static const float one = 1.0f;
   ob_input(b, "m", 0, NULL);
   b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
   ob_input(b, "acc0", 1, (int64_t[]){n});
