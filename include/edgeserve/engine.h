@@ -387,6 +387,39 @@ ES_API int es_plan_unbounded_info(const es_plan *p, const char **node, const cha
 ES_API int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in,
                             struct es_arena *arena, const es_run_heap *heap, es_tensor *outputs,
                             int n_out);
+/* Runs in steps: resumable. A run is a loop over the plan's steps
+ * (es_plan_node_count of them); an es_run holds where one is, so it can
+ * stop between any two steps and go on later, on this thread or another,
+ * its arena and inputs left as they are: pausing copies nothing and
+ * allocates nothing. How a worker lets an urgent request through without
+ * waiting for a whole run of another model.
+ *
+ *   es_run r;
+ *   es_run_begin(&r, p, in, 1, arena, NULL);   // takes the plan's arena block
+ *   while (es_run_steps(&r, 1) > 0)            // one step at a time
+ *     if (urgent) { ... run something else in its own arena ... }
+ *   es_run_finish(&r, out, 1);                 // what is left, then outputs
+ *
+ * The es_run lives where the caller puts it (no allocation) and must not
+ * be moved while live; the inputs, the arena and the heap must stay until
+ * it is finished or aborted. es_run_begin checks as es_plan_run_heap does.
+ * es_run_steps runs up to max_steps more steps (<= 0: all) and returns how
+ * many are left, or a negative error (the run is over then). es_run_finish
+ * runs the steps left and the part no bound covers (whole: it does not
+ * pause), and fills outputs as es_plan_run_heap does; the run is over
+ * after it, whatever it returns. es_run_abort drops a run (a cancelled
+ * one): nothing to free, its arena is the caller's. es_run_progress: steps
+ * done and in all. One thread at a time per es_run. */
+typedef struct es_run {
+  uint64_t opaque[32];
+} es_run;
+ES_API int es_run_begin(es_run *r, const es_plan *p, const es_tensor *inputs, int n_in,
+                        struct es_arena *arena, const es_run_heap *heap);
+ES_API int es_run_steps(es_run *r, int max_steps);
+ES_API int es_run_progress(es_run *r, int *done, int *total);
+ES_API int es_run_finish(es_run *r, es_tensor *outputs, int n_out);
+ES_API void es_run_abort(es_run *r);
+
 /* Gives back the outputs of es_plan_run_heap that are heap blocks (the same
  * heap), setting their data to NULL; others are left. */
 ES_API void es_plan_outputs_free(const es_plan *p, const es_run_heap *heap, es_tensor *outputs,

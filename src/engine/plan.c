@@ -1729,20 +1729,40 @@ int es_plan_run(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *a
   return rc;
 }
 
-int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
-                     const es_run_heap *heap, es_tensor *outputs, int n_out) {
-  if (!plan_ok(p) || (n_in > 0 && !inputs) || (n_out > 0 && !outputs))
+/* A run in steps (es_run's private form): where it is, and what each step
+ * needs that es_run_begin worked out. Lives in the caller's es_run, so
+ * pausing and resuming allocate nothing. */
+#define ES_RUN_MAGIC 0x4553525531ull /* "ESRU1" */
+typedef struct run_state {
+  uint64_t magic;
+  const es_plan *p;
+  const es_tensor *inputs;
+  unsigned char *base;
+  const es_run_heap *heap; /* NULL: es_mem's (mh, over mstate) */
+  es_ctx ictx;             /* the arena's region steps are inferred again in */
+  int next;                /* the next step */
+  int failed;
+  int profile;
+  struct timespec t0;
+  es_mem_heap mstate;
+  es_run_heap mh;
+} run_state;
+_Static_assert(sizeof(run_state) <= sizeof(es_run), "es_run is too small for a run's state");
+
+static run_state *run_of(es_run *r) {
+  run_state *st = (run_state *)(void *)r;
+  return r && st->magic == ES_RUN_MAGIC ? st : NULL;
+}
+
+int es_run_begin(es_run *r, const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
+                 const es_run_heap *heap) {
+  if (!r || !plan_ok(p) || (n_in > 0 && !inputs))
     return es__fail(ES_EINVAL, "es_plan_run: bad argument");
-  es_mem_heap mstate = {0};
-  es_run_heap mh = es_mem_heap_make(&mstate);
-  if (!heap)
-    heap = &mh;
-  else if (!heap->alloc || !heap->free)
+  memset(r, 0, sizeof *r);
+  if (heap && (!heap->alloc || !heap->free))
     return es__fail(ES_EINVAL, "es_plan_run_heap: a heap without alloc or free");
   if (n_in != p->n_in)
     return es__fail(ES_EINVAL, "the plan has %d inputs, %d given", p->n_in, n_in);
-  if (n_out > p->n_out)
-    return es__fail(ES_EINVAL, "the plan has %d outputs, %d asked for", p->n_out, n_out);
   const es_graph *g = &p->model->g;
   for (int i = 0; i < n_in; i++) {
     const es_tdesc *want = &p->in_desc[i];
@@ -1761,30 +1781,48 @@ int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_are
   }
   if (!es_arena_is_valid(arena))
     return es__fail(ES_ECORRUPT, "es_plan_run: not a live arena");
-  es__kernels_threads_default();
   /* Even a plan of 0 bytes takes its (empty) block: the base is then a
    * valid pointer for zero-sized tensors. */
   void *blk;
-  int rc0 = es_arena_alloc(arena, p->arena_bytes, &blk);
-  if (rc0 < 0)
-    return rc0;
+  int rc = es_arena_alloc(arena, p->arena_bytes, &blk);
+  if (rc < 0)
+    return rc;
   if ((uintptr_t)blk % ES_PLAN_ALIGN)
     return es__fail(ES_EINVAL, "the arena's alignment is below %d bytes", ES_PLAN_ALIGN);
-  unsigned char *base = blk;
+  run_state *st = (run_state *)(void *)r;
+  st->p = p;
+  st->inputs = inputs;
+  st->base = blk;
+  st->heap = heap;
+  es__ctx_init_fixed(&st->ictx, st->base + p->infer_offset, p->infer_bytes);
+  st->profile = atomic_load_explicit(&es_profile_, memory_order_relaxed);
+  if (st->profile) {
+    atomic_fetch_add_explicit(&p->step_ns[p->n_steps], 1, memory_order_relaxed);
+    clock_gettime(CLOCK_MONOTONIC, &st->t0);
+  }
+  st->magic = ES_RUN_MAGIC;
+  return 0;
+}
+
+int es_run_steps(es_run *r, int max_steps) {
+  run_state *rs = run_of(r);
+  if (!rs || rs->failed)
+    return es__fail(ES_EINVAL, "es_run_steps: not a live run");
+  const es_plan *p = rs->p;
+  const es_tensor *inputs = rs->inputs;
+  unsigned char *base = rs->base;
   es_tdesc *table = (es_tdesc *)(void *)(base + p->rt_offset);
-  es_ctx ictx;
-  es__ctx_init_fixed(&ictx, base + p->infer_offset, p->infer_bytes);
   const void *in[ES_PLAN_MAX_IO];
   void *out[ES_PLAN_MAX_IO];
-  int profile = atomic_load_explicit(&es_profile_, memory_order_relaxed);
-  struct timespec t0, t1;
-  if (profile) {
-    atomic_fetch_add_explicit(&p->step_ns[p->n_steps], 1, memory_order_relaxed);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-  }
-  for (int s = 0; s < p->n_steps; s++) {
+  struct timespec t1;
+  /* oneDNN's threads follow the calling thread: a run resumed elsewhere
+   * applies the default there too */
+  es__kernels_threads_default();
+  int end = max_steps > 0 && max_steps < p->n_steps - rs->next ? rs->next + max_steps : p->n_steps;
+  for (int s = rs->next; s < end; s++) {
     const step *st = &p->steps[s];
     const es_node *nd = st->nd;
+    rs->next = s + 1;
     if (st->n_guard && !guards_hold(st, base, inputs)) {
       /* an If branch not taken: what reads its values (the merge) sees
        * their planned shapes */
@@ -1798,11 +1836,13 @@ int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_are
     for (int o = 0; o < nd->n_out; o++)
       out[o] = (void *)loc_ptr(&st->out[o], base, inputs);
     void *scratch = base + st->scratch_offset; /* valid even when 0 bytes */
-    int rc = st->dyn ? run_dyn(p, st, in, out, scratch, table, &ictx)
+    int rc = st->dyn ? run_dyn(p, st, in, out, scratch, table, &rs->ictx)
                      : st->kern->run(&st->k, in, out, scratch);
-    if (rc < 0)
+    if (rc < 0) {
+      rs->failed = 1;
       return rc;
-    if (profile && st->dyn)
+    }
+    if (rs->profile && st->dyn)
       for (int o = 0; o < nd->n_out; o++) {
         if (st->out[o].rt < 0)
           continue;
@@ -1813,13 +1853,45 @@ int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_are
                                                                  memory_order_relaxed))
           ;
       }
-    if (profile) {
+    if (rs->profile) {
       clock_gettime(CLOCK_MONOTONIC, &t1);
-      uint64_t ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+      uint64_t ns = (uint64_t)((t1.tv_sec - rs->t0.tv_sec) * 1000000000ll +
+                               (t1.tv_nsec - rs->t0.tv_nsec));
       atomic_fetch_add_explicit(&p->step_ns[s], ns, memory_order_relaxed);
-      t0 = t1;
+      rs->t0 = t1;
     }
   }
+  return p->n_steps - rs->next;
+}
+
+int es_run_progress(es_run *r, int *done, int *total) {
+  run_state *rs = run_of(r);
+  if (!rs)
+    return es__fail(ES_EINVAL, "es_run_progress: not a live run");
+  if (done)
+    *done = rs->next;
+  if (total)
+    *total = rs->p->n_steps;
+  return 0;
+}
+
+int es_run_finish(es_run *r, es_tensor *outputs, int n_out) {
+  run_state *rs = run_of(r);
+  if (!rs || rs->failed)
+    return es__fail(ES_EINVAL, "es_run_finish: not a live run");
+  const es_plan *p = rs->p;
+  if ((n_out > 0 && !outputs) || n_out > p->n_out) {
+    es_run_abort(r);
+    return es__fail(ES_EINVAL, "the plan has %d outputs, %d asked for", p->n_out, n_out);
+  }
+  int rc = rs->next < p->n_steps ? es_run_steps(r, 0) : 0;
+  if (rc < 0) {
+    es_run_abort(r);
+    return rc;
+  }
+  const es_graph *g = &p->model->g;
+  unsigned char *base = rs->base;
+  es_tdesc *table = (es_tdesc *)(void *)(base + p->rt_offset);
   for (int i = 0; i < n_out; i++) {
     es_tensor *t = &outputs[i];
     t->name = g->values[g->outputs[i]].name;
@@ -1832,17 +1904,37 @@ int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_are
     for (int k = 0; k < ES_MAX_RANK; k++)
       t->dims[k] = d->dims[k];
     t->nbytes = d->nbytes;
-    t->data = (void *)loc_ptr(&p->out_loc[i], base, inputs);
+    t->data = (void *)loc_ptr(&p->out_loc[i], base, rs->inputs);
   }
   if (p->tail.n_nodes) {
-    int rc = run_tail(p, heap, base, inputs, table, outputs, n_out);
-    if (rc < 0)
-      return rc;
-    if (profile) {
+    if (!rs->heap)
+      rs->mh = es_mem_heap_make(&rs->mstate);
+    rc = run_tail(p, rs->heap ? rs->heap : &rs->mh, base, rs->inputs, table, outputs, n_out);
+    if (rc == 0 && rs->profile) {
+      struct timespec t1;
       clock_gettime(CLOCK_MONOTONIC, &t1);
-      uint64_t ns = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000ll + (t1.tv_nsec - t0.tv_nsec));
+      uint64_t ns = (uint64_t)((t1.tv_sec - rs->t0.tv_sec) * 1000000000ll +
+                               (t1.tv_nsec - rs->t0.tv_nsec));
       atomic_fetch_add_explicit(&p->step_ns[p->n_steps + 1], ns, memory_order_relaxed);
     }
   }
-  return 0;
+  es_run_abort(r);
+  return rc;
+}
+
+void es_run_abort(es_run *r) {
+  run_state *rs = run_of(r);
+  if (rs)
+    rs->magic = 0;
+}
+
+int es_plan_run_heap(const es_plan *p, const es_tensor *inputs, int n_in, es_arena *arena,
+                     const es_run_heap *heap, es_tensor *outputs, int n_out) {
+  if (!plan_ok(p) || (n_out > 0 && !outputs))
+    return es__fail(ES_EINVAL, "es_plan_run: bad argument");
+  if (n_out > p->n_out)
+    return es__fail(ES_EINVAL, "the plan has %d outputs, %d asked for", p->n_out, n_out);
+  es_run r;
+  int rc = es_run_begin(&r, p, inputs, n_in, arena, heap);
+  return rc < 0 ? rc : es_run_finish(&r, outputs, n_out);
 }
