@@ -361,6 +361,17 @@ typedef struct es_runtime_config {
                                 since plans are made there */
   int priorities;            /* levels 0 (highest) .. priorities-1
                                 (default 4, at most 16) */
+  int preempt;               /* 1 (default): a worker checks between the
+                                steps of a run whether a request of a higher
+                                priority waits with no worker free to take
+                                it; if one does, it pauses the run (es_run:
+                                its arena and reservation stay as they are),
+                                runs that request to its end in its own
+                                arena, and resumes. A run in a lane's shared
+                                scratchpad is never paused (the scratchpad
+                                holds one model at a time), and a lane's
+                                request is never run in another's pause.
+                                0: a started run always finishes first */
   unsigned queue_capacity;   /* bounded queue per level (default 64) */
   unsigned max_inflight_total; /* admitted, not freed, all models; 0: none
                                   (default 0) */
@@ -515,6 +526,9 @@ typedef struct es_request_info {
                                 the lane ran this model last) */
   size_t reserved_bytes;     /* planned arena + outputs */
   es_refusal refusal;        /* why it left the queue (status ES_EAGAIN) */
+  int preemptions;           /* times its run was paused for a more urgent one */
+  uint64_t paused_ns;        /* how long it was paused in all */
+  int preempting;            /* 1: it ran in another run's pause */
 } es_request_info;
 
 enum { ES_ARENA_FROM_NONE = 0, ES_ARENA_FROM_LANE, ES_ARENA_FROM_POOL, ES_ARENA_FROM_BUDDY };
@@ -532,6 +546,8 @@ typedef struct es_lane_stats {
   int busy;
 } es_lane_stats;
 
+#define ES_RT_PAUSE_BUCKETS 10
+
 typedef struct es_runtime_stats {
   int workers;
   int priorities;
@@ -548,7 +564,17 @@ typedef struct es_runtime_stats {
   int models;
   size_t run_heap_bytes;     /* buddy blocks held now by runs beyond their plans (nodes
                                 no bound covers), each charged to its request's admission */
+  uint64_t preemptions;      /* runs paused for a more urgent request */
+  /* How long paused runs waited (the urgent run, and its hand-over):
+   * counts per bucket, bucket i holding pauses up to
+   * es_runtime_pause_bound_us(i) microseconds, the last one the rest. */
+  uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
+  uint64_t pause_ns_sum;
 } es_runtime_stats;
+
+/* The pause histogram's bucket i upper bound in microseconds (the last
+ * bucket, and one out of range: HUGE_VAL). */
+ES_API double es_runtime_pause_bound_us(int i);
 
 typedef struct es_runtime_model_stats {
   char name[ES_RT_NAME_MAX];
@@ -564,6 +590,9 @@ typedef struct es_runtime_model_stats {
   size_t weights_resident;   /* of weights_bytes' mapped region, resident */
   uint64_t completed, failed;
   double mean_run_ns;
+  uint64_t preemptions;      /* times one of its runs was paused for a more
+                                urgent request */
+  uint64_t preempting;       /* its requests run in another's pause */
   unsigned pending;          /* submitted, not freed */
   int draining;
   unsigned sequences;        /* live now */
@@ -662,8 +691,11 @@ ES_API int es_request_wait(es_request *r, int timeout_ms);
 /* ES_REQUEST_PENDING while queued or running, then the final status. */
 ES_API int es_request_status(es_request *r);
 /* Take a queued request out of its queue: 0 and the request completes with
- * ES_ECANCELED; ES_EBUSY when it is already running (runs are not
- * interrupted) and ES_ESTATE when it has completed. Thread-safe. */
+ * ES_ECANCELED. A run paused for a more urgent request is cancelled too
+ * (0: it is dropped when its worker comes back to it, and completes with
+ * ES_ECANCELED; its arena and reservation go back then). ES_EBUSY when it
+ * is running (runs are not interrupted) and ES_ESTATE when it has
+ * completed. Thread-safe. */
 ES_API int es_request_cancel(es_request *r);
 /* Output i of a completed request (data in the runtime's buddy pool, valid
  * until es_request_free). ES_ESTATE before completion or after a failure. */

@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -120,6 +121,7 @@ typedef struct rt_model {
   int draining;
   uint64_t completed, failed;
   double mean_run_ns;
+  uint64_t preemptions, preempting;
   /* sequences: state pairs as input/output indices */
   int n_states;
   int state_in[ES_RT_MAX_IO], state_out[ES_RT_MAX_IO];
@@ -150,6 +152,7 @@ typedef struct rt_worker {
   int last_model;
   uint64_t runs, switches, switch_ns_max;
   double switch_ns_sum;
+  int depth; /* 1 while it runs a request in another's pause (no deeper) */
 } rt_worker;
 
 typedef struct rt_queue {
@@ -159,6 +162,12 @@ typedef struct rt_queue {
 
 struct es_runtime {
   _Atomic size_t heap_bytes; /* run heaps' blocks out now (rt_heap) */
+  /* The most urgent level with a queued request (INT_MAX: none), set under
+   * lock by dispatch, read between steps by running workers. */
+  _Atomic int urgent_level;
+  uint64_t preemptions;
+  uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
+  uint64_t pause_ns_sum;
   uint64_t magic;
   es_runtime_config cfg;
   pthread_mutex_t lock;
@@ -202,6 +211,11 @@ struct es_request {
   size_t arena_bytes, out_bytes;
   es_admit_ticket ticket;
   int ran; /* the run happened: feeds the drain rate on release */
+  int paused;        /* its run is paused for a more urgent request (under rt->lock) */
+  int cancel_asked;  /* es_request_cancel while paused: dropped on resume */
+  int preemptions;   /* times its run was paused */
+  uint64_t paused_ns;
+  int preempting;    /* it ran in another run's pause */
   int heap_refused; /* admission refused what the run took beyond its plan */
   int settled; /* done and its callback returned: waiters may go */
   es_tensor outputs[ES_RT_MAX_IO];
@@ -262,6 +276,7 @@ void es_runtime_config_default(es_runtime_config *cfg) {
   cfg->pin = 1;
   cfg->intra_threads = 1;
   cfg->priorities = 4;
+  cfg->preempt = 1;
   cfg->queue_capacity = 64;
   cfg->buddy_bytes = (size_t)64 << 20;
   cfg->watch_ms = 100;
@@ -916,6 +931,15 @@ static int choose_worker(es_runtime *rt, const es_request *r) {
   return -1;
 }
 
+/* The most urgent level still queued, for the running workers' check. */
+static void urgent_update_locked(es_runtime *rt) {
+  int lvl = INT_MAX;
+  for (int l = 0; l < rt->cfg.priorities && lvl == INT_MAX; l++)
+    if (rt->q[l].count)
+      lvl = l;
+  atomic_store_explicit(&rt->urgent_level, lvl, memory_order_relaxed);
+}
+
 static void dispatch_locked(es_runtime *rt) {
   while (!rt->paused && rt->idle_workers > 0 && rt->queued > 0) {
     es_request *pick = NULL;
@@ -937,6 +961,7 @@ static void dispatch_locked(es_runtime *rt) {
       rt->models[pick->model].last_worker = w;
     pthread_cond_signal(&rt->workers[w].cv);
   }
+  urgent_update_locked(rt);
 }
 
 /* ---- workers -------------------------------------------------------------- */
@@ -1048,6 +1073,8 @@ static void rt_heap_free(void *user, void *ptr) {
  * *short_mem: the buddy pool had no block for the arena or the outputs now
  * (the bytes were admitted, but others' blocks or fragmentation hold the
  * pool), which the caller answers as a refusal, not a failure. */
+static int serve_urgent(rt_worker *w, es_request *cur);
+
 static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap,
                        int *short_mem) {
   es_runtime *rt = w->rt;
@@ -1090,7 +1117,26 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
     es_tensor outs[ES_RT_MAX_IO];
     rt_heap h = {.rt = rt, .r = r};
     es_run_heap heap = {rt_heap_alloc, rt_heap_free, &h};
-    rc = es_plan_run_heap(r->plan, r->inputs, r->n_in, a, &heap, outs, r->n_out);
+    /* Step by step, looking between steps for a more urgent request that
+     * no worker is free to take (not in a lane's scratchpad, which holds
+     * one model at a time, and not inside another's pause). */
+    es_run run;
+    int can_pause = rt->cfg.preempt && w->depth == 0 && r->arena_source != ES_ARENA_FROM_LANE;
+    rc = es_run_begin(&run, r->plan, r->inputs, r->n_in, a, &heap);
+    while (rc == 0 && can_pause) {
+      int left = es_run_steps(&run, 1);
+      if (left <= 0) {
+        rc = left < 0 ? left : 0;
+        break;
+      }
+      if (atomic_load_explicit(&rt->urgent_level, memory_order_relaxed) < r->priority &&
+          serve_urgent(w, r) == 2) {
+        es_run_abort(&run);
+        rc = es__fail(ES_ECANCELED, "cancelled while paused");
+      }
+    }
+    if (rc == 0)
+      rc = es_run_finish(&run, outs, r->n_out);
     if (rc < 0 && (h.refused || h.no_block)) {
       *short_mem = 1;
       r->heap_refused = h.refused;
@@ -1148,6 +1194,119 @@ static int refuse_short(es_runtime *rt, es_request *r) {
   return ES_EAGAIN;
 }
 
+/* Runs request r on worker w (lock not held): a task, or a plan in the
+ * given lane scratchpad (NULL: its pool or the buddy pool). *counted: the
+ * run counts for the model's completions and mean run time (it ran, and was
+ * neither refused for memory nor expired). Returns its status. */
+static int execute(rt_worker *w, es_request *r, void *scratch, size_t cap, int expired,
+                   int *counted) {
+  es_runtime *rt = w->rt;
+  int rc = ES_ETIMEDOUT, short_mem = 0;
+  *counted = 0;
+  if (expired) { /* its deadline passed while it was being handed over */
+    es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, &r->refusal);
+    return rc;
+  }
+  if (r->task)
+    return task_run(rt, r);
+  rc = run_request(w, r, scratch, cap, &short_mem);
+  r->ran = !short_mem && rc != ES_ECANCELED;
+  if (rc == 0 && r->seq_slot >= 0)
+    rc = seq_keep_state(rt, r, &short_mem);
+  if (short_mem)
+    rc = refuse_short(rt, r);
+  if (!short_mem && rc < 0)
+    snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
+  *counted = !short_mem && rc != ES_ECANCELED;
+  return rc;
+}
+
+/* The model's counters after a run (lock held). */
+static void account_locked(es_runtime *rt, es_request *r, int rc, int counted, uint64_t run_ns) {
+  rt_model *m = &rt->models[r->model];
+  if (!counted)
+    return;
+  if (rc == 0)
+    m->completed++;
+  else
+    m->failed++;
+  m->mean_run_ns = m->mean_run_ns > 0 ? (1 - RT_EWMA) * m->mean_run_ns + RT_EWMA * (double)run_ns
+                                      : (double)run_ns;
+}
+
+static const double pause_bounds_us[ES_RT_PAUSE_BUCKETS - 1] = {100,  250,   500,   1000, 2500,
+                                                                 5000, 10000, 25000, 50000};
+
+double es_runtime_pause_bound_us(int i) {
+  return i >= 0 && i < ES_RT_PAUSE_BUCKETS - 1 ? pause_bounds_us[i] : HUGE_VAL;
+}
+
+/* The first queued request more urgent than level `below` that may run in
+ * a pause on worker w: not a lane's (its scratchpad is its lane's), and
+ * its model not draining. NULL: none. Lock held. */
+static es_request *urgent_pick_locked(es_runtime *rt, int below) {
+  for (int l = 0; l < below && l < rt->cfg.priorities; l++)
+    for (es_request *q = rt->q[l].head; q; q = q->next)
+      if (rt->models[q->model].lane < 0 || q->task)
+        return q;
+  return NULL;
+}
+
+/* Cooperative preemption: between two steps of cur's run, worker w runs the
+ * most urgent waiting request to its end, in that request's own arena (pool
+ * or buddy pool), then returns to cur, whose arena and reservation stayed
+ * as they were. 0: nothing to run; 1: it ran one; 2: it ran one and cur was
+ * cancelled meanwhile (es_request_cancel on a paused run). */
+static int serve_urgent(rt_worker *w, es_request *cur) {
+  es_runtime *rt = w->rt;
+  pthread_mutex_lock(&rt->lock);
+  es_request *u = rt->paused ? NULL : urgent_pick_locked(rt, cur->priority);
+  if (!u) {
+    urgent_update_locked(rt);
+    pthread_mutex_unlock(&rt->lock);
+    return 0;
+  }
+  uint64_t t0 = es__now_ns();
+  queue_remove(rt, u);
+  urgent_update_locked(rt);
+  u->state = RQ_RUNNING;
+  u->worker = w->index;
+  u->preempting = 1;
+  u->start_ns = t0;
+  int expired = u->deadline_ns && t0 > u->deadline_ns;
+  cur->paused = 1;
+  cur->preemptions++;
+  rt->models[cur->model].preemptions++;
+  rt->models[u->model].preempting++;
+  rt->preemptions++;
+  w->depth = 1;
+  pthread_mutex_unlock(&rt->lock);
+
+  int counted;
+  int rc = execute(w, u, NULL, 0, expired, &counted);
+  uint64_t t1 = es__now_ns();
+
+  pthread_mutex_lock(&rt->lock);
+  w->depth = 0;
+  account_locked(rt, u, rc, counted, t1 - u->start_ns);
+  es_request *done = NULL;
+  complete_locked(rt, u, rc, &done);
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done); /* its callback runs while cur is still paused */
+  pthread_mutex_lock(&rt->lock);
+  cur->paused = 0;
+  uint64_t ns = t1 - t0;
+  cur->paused_ns += ns;
+  int b = 0;
+  while (b < ES_RT_PAUSE_BUCKETS - 1 && (double)ns / 1e3 > pause_bounds_us[b])
+    b++;
+  rt->pause_hist[b]++;
+  rt->pause_ns_sum += ns;
+  int cancel = cur->cancel_asked;
+  pthread_mutex_unlock(&rt->lock);
+  return cancel ? 2 : 1;
+}
+
 static void *worker_main(void *arg) {
   rt_worker *w = arg;
   es_runtime *rt = w->rt;
@@ -1183,34 +1342,12 @@ static void *worker_main(void *arg) {
 
     if (old)
       es_mem_unmap(ES_MEM_SCRATCH, old, old_cap);
-    int rc = ES_ETIMEDOUT, short_mem = 0;
-    if (expired) /* its deadline passed while it was being handed over */
-      es_admission_refuse(rt->adm, r->model, ES_REFUSE_DEADLINE, 0, &r->refusal);
-    else if (r->task)
-      rc = task_run(rt, r);
-    else {
-      rc = run_request(w, r, scratch, cap, &short_mem);
-      r->ran = !short_mem;
-      if (rc == 0 && r->seq_slot >= 0)
-        rc = seq_keep_state(rt, r, &short_mem);
-      if (short_mem)
-        rc = refuse_short(rt, r);
-      if (!short_mem && rc < 0)
-        snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
-    }
-    uint64_t run_ns = es__now_ns() - r->start_ns;
+    int counted;
+    int rc = execute(w, r, scratch, cap, expired, &counted);
+    uint64_t run_ns = es__now_ns() - r->start_ns - r->paused_ns;
 
     pthread_mutex_lock(&rt->lock);
-    rt_model *m = &rt->models[r->model];
-    if (!expired && !short_mem && !r->task) {
-      if (rc == 0)
-        m->completed++;
-      else
-        m->failed++;
-      m->mean_run_ns = m->mean_run_ns > 0
-                           ? (1 - RT_EWMA) * m->mean_run_ns + RT_EWMA * (double)run_ns
-                           : (double)run_ns;
-    }
+    account_locked(rt, r, rc, counted, run_ns);
     w->job = NULL;
     rt->idle_workers++;
     es_request *done = NULL;
@@ -2232,6 +2369,9 @@ int es_request_cancel(es_request *r) {
       queue_remove(rt, r);
     complete_locked(rt, r, ES_ECANCELED, &done);
     rc = 0;
+  } else if (r->state == RQ_RUNNING && r->paused) {
+    r->cancel_asked = 1; /* its worker drops it when it comes back to it */
+    rc = 0;
   } else if (r->state == RQ_RUNNING) {
     rc = ES_EBUSY;
   } else {
@@ -2284,6 +2424,9 @@ int es_request_info_get(es_request *r, es_request_info *out) {
   out->run_ns = r->start_ns && r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
   out->switch_ns = r->switch_ns;
   out->reserved_bytes = r->arena_bytes + r->out_bytes;
+  out->preemptions = r->preemptions;
+  out->paused_ns = r->paused_ns;
+  out->preempting = r->preempting;
   out->refusal = r->refusal;
   pthread_mutex_unlock(&r->rt->lock);
   return 0;
@@ -2356,6 +2499,9 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->dropped = rt->dropped;
   out->refused = rt->refused;
   out->run_heap_bytes = atomic_load_explicit(&rt->heap_bytes, memory_order_relaxed);
+  out->preemptions = rt->preemptions;
+  memcpy(out->pause_hist, rt->pause_hist, sizeof out->pause_hist);
+  out->pause_ns_sum = rt->pause_ns_sum;
   for (int i = 0; i < rt->n_workers; i++)
     out->scratch_bytes += rt->workers[i].scratch_cap;
   for (int i = 0; i < rt->max_models; i++) {
@@ -2411,6 +2557,8 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
   out->completed = m->completed;
   out->failed = m->failed;
   out->mean_run_ns = m->mean_run_ns;
+  out->preemptions = m->preemptions;
+  out->preempting = m->preempting;
   out->pending = m->pending;
   out->draining = m->draining;
   out->sequences = m->live_seqs;

@@ -109,6 +109,11 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
                 sequences_ended)
   MODEL_COUNTER("edgeserve_sequence_evictions_total",
                 "Sequences ended because they were idle past their timeout.", sequences_evicted)
+  MODEL_COUNTER("edgeserve_preemptions_total",
+                "Times a run of the model was paused between two steps for a more urgent "
+                "request.", preemptions)
+  MODEL_COUNTER("edgeserve_preempting_total",
+                "Requests of the model run in another run's pause.", preempting)
 #undef MODEL_COUNTER
 }
 
@@ -129,6 +134,21 @@ static void runtime_state(es_strbuf *b, es_server *s, const es_runtime_stats *rs
   es__sb_printf(b, "edgeserve_admission_budget_bytes %zu\n", as->memory_budget_bytes);
   head(b, "edgeserve_memory_pressure", "gauge", "0 none, 1 above soft, 2 above hard.");
   es__sb_printf(b, "edgeserve_memory_pressure %d\n", as->pressure);
+
+  head(b, "edgeserve_pause_duration_seconds", "histogram",
+       "How long runs stayed paused for a more urgent request (its run and hand-over).");
+  uint64_t cum = 0;
+  for (int k = 0; k < ES_RT_PAUSE_BUCKETS - 1; k++) {
+    cum += rs->pause_hist[k];
+    es__sb_printf(b, "edgeserve_pause_duration_seconds_bucket{le=\"%g\"} %llu\n",
+                  es_runtime_pause_bound_us(k) / 1e6, (unsigned long long)cum);
+  }
+  cum += rs->pause_hist[ES_RT_PAUSE_BUCKETS - 1];
+  es__sb_printf(b, "edgeserve_pause_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                (unsigned long long)cum);
+  es__sb_printf(b, "edgeserve_pause_duration_seconds_sum %.9g\n"
+                   "edgeserve_pause_duration_seconds_count %llu\n",
+                (double)rs->pause_ns_sum / 1e9, (unsigned long long)cum);
 
   head(b, "edgeserve_buddy_capacity_bytes", "gauge", "Buddy pool capacity.");
   es__sb_printf(b, "edgeserve_buddy_capacity_bytes %zu\n", rs->buddy_capacity);

@@ -1,0 +1,289 @@
+/* Cooperative preemption in the runtime: one worker runs a long request of
+ * low priority (PP-OCR det at 640x640); an urgent one (BlazeFace front,
+ * priority 0) submitted meanwhile runs in a pause of it, between two of its
+ * steps, in its own arena, and completes first; the paused run then goes
+ * on and its outputs are exactly those of a run never paused. While the
+ * urgent request completes (its callback), admission still counts the
+ * paused run (2 in flight, both reservations held); a paused run can be
+ * cancelled (it completes with ES_ECANCELED and gives its memory back);
+ * with preemption off the long run finishes first. The counters
+ * (preemptions per model, the pause histogram) say so. Models from
+ * scripts/setup/fetch-models.sh; skipped without them. */
+#include "es_test.h"
+
+#include "edgeserve/engine.h"
+#include "edgeserve/runtime.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef ES_SOURCE_DIR
+#define ES_SOURCE_DIR "."
+#endif
+
+static char det_path_[1024], face_path_[1024];
+static float *det_x_, *face_x_;
+#define DET_N (3 * 640 * 640)
+#define FACE_N (128 * 128 * 3)
+
+static int setup(void **state) {
+  (void)state;
+  const char *dir = getenv("ES_MODEL_DIR");
+  snprintf(det_path_, sizeof det_path_, "%s/ppocr_det.onnx",
+           dir ? dir : ES_SOURCE_DIR "/.cache/models");
+  snprintf(face_path_, sizeof face_path_, "%s/blazeface_front_128.onnx",
+           dir ? dir : ES_SOURCE_DIR "/.cache/models");
+  det_x_ = malloc(DET_N * sizeof(float));
+  face_x_ = malloc(FACE_N * sizeof(float));
+  uint64_t s = 5;
+  for (int i = 0; i < DET_N; i++)
+    det_x_[i] = (float)(es_test_rand(&s) % 2001) / 1000.0f - 1.0f;
+  for (int i = 0; i < FACE_N; i++)
+    face_x_[i] = (float)(es_test_rand(&s) % 2001) / 1000.0f - 1.0f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  free(det_x_);
+  free(face_x_);
+  return 0;
+}
+
+static int have_models(void) {
+  return access(det_path_, R_OK) == 0 && access(face_path_, R_OK) == 0;
+}
+
+typedef struct rig {
+  es_runtime *rt;
+  int det, face;
+  es_tensor det_in, face_in;
+} rig;
+
+static void rig_up(rig *g, int preempt) {
+  es_runtime_config rc;
+  es_runtime_config_default(&rc);
+  rc.workers = 1;
+  rc.pin = 0;
+  rc.preempt = preempt;
+  rc.buddy_bytes = (size_t)256 << 20;
+  ES_CHECK_RC(es_runtime_create(&rc, &g->rt));
+  es_tensor_info dsh = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 640, 640}};
+  es_tensor_info fsh = {.name = "input:0", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                        .dims = {1, 128, 128, 3}};
+  es_model_config mc;
+  es_model_config_default(&mc);
+  mc.name = "det";
+  mc.path = det_path_;
+  mc.shapes = &dsh;
+  mc.n_shapes = 1;
+  ES_CHECK_RC(es_runtime_model_load(g->rt, &mc, &g->det));
+  es_model_config_default(&mc);
+  mc.name = "face";
+  mc.path = face_path_;
+  mc.shapes = &fsh;
+  mc.n_shapes = 1;
+  ES_CHECK_RC(es_runtime_model_load(g->rt, &mc, &g->face));
+  g->det_in = (es_tensor){.dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 640, 640},
+                          .data = det_x_, .nbytes = DET_N * sizeof(float)};
+  g->face_in = (es_tensor){.dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 128, 128, 3},
+                           .data = face_x_, .nbytes = FACE_N * sizeof(float)};
+}
+
+static es_request *submit(rig *g, int model, int priority, es_request_done_fn fn, void *user) {
+  es_submit s = {.model = model,
+                 .inputs = model == g->det ? &g->det_in : &g->face_in,
+                 .n_inputs = 1,
+                 .priority = priority,
+                 .on_done = fn,
+                 .user = user};
+  es_request *r;
+  es_refusal why;
+  ES_CHECK_RC(es_runtime_submit(g->rt, &s, &r, &why));
+  return r;
+}
+
+/* Waits until r has started running (a worker took it) and has run a
+ * little, so that the next submission finds it mid-run. */
+static void wait_running(es_request *r) {
+  for (int i = 0; i < 20000; i++) {
+    es_request_info info;
+    ES_CHECK_RC(es_request_info_get(r, &info));
+    if (info.worker >= 0) {
+      struct timespec ts = {0, 3 * 1000000}; /* into its steps */
+      nanosleep(&ts, NULL);
+      return;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("the request never started");
+}
+
+/* The urgent request's callback: the paused run is still in flight. */
+typedef struct seen {
+  es_runtime *rt;
+  es_request *victim; /* cancelled from the callback when set */
+  size_t inflight, reserved;
+  int cancel_rc;
+  _Atomic int order; /* completions so far */
+  int urgent_at;
+} seen;
+
+static void on_urgent(void *user, es_request *r) {
+  (void)r;
+  seen *sn = user;
+  es_admission_stats as;
+  es_admission_stats_get(es_runtime_admission(sn->rt), &as);
+  sn->inflight = as.inflight;
+  sn->reserved = as.reserved_bytes;
+  if (sn->victim)
+    sn->cancel_rc = es_request_cancel(sn->victim);
+  sn->urgent_at = atomic_fetch_add(&sn->order, 1);
+}
+
+static void on_slow(void *user, es_request *r) {
+  (void)r;
+  seen *sn = user;
+  atomic_fetch_add(&sn->order, 1);
+}
+
+static void copy_outputs(es_request *r, float **out, size_t *bytes, int *n) {
+  *n = es_request_output_count(r);
+  for (int i = 0; i < *n; i++) {
+    es_tensor t;
+    ES_CHECK_RC(es_request_output(r, i, &t));
+    out[i] = malloc(t.nbytes ? t.nbytes : 1);
+    memcpy(out[i], t.data, t.nbytes);
+    bytes[i] = t.nbytes;
+  }
+}
+
+static void test_urgent_runs_in_a_pause(void **state) {
+  (void)state;
+  if (!have_models())
+    skip();
+  rig g;
+  rig_up(&g, 1);
+  /* the reference: det alone, never paused */
+  es_request *ref = submit(&g, g.det, 3, NULL, NULL);
+  ES_CHECK_RC(es_request_wait(ref, -1));
+  float *want[8];
+  size_t want_bytes[8];
+  int n_want;
+  copy_outputs(ref, want, want_bytes, &n_want);
+  es_request_free(ref);
+
+  seen sn = {.rt = g.rt};
+  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
+  wait_running(slow);
+  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
+  ES_CHECK_RC(es_request_wait(urgent, -1));
+  ES_CHECK_RC(es_request_wait(slow, -1));
+  assert_int_equal(sn.urgent_at, 0); /* the urgent one completed first */
+  assert_int_equal(sn.inflight, 2);  /* the paused run still counted */
+  es_request_info si, ui;
+  ES_CHECK_RC(es_request_info_get(slow, &si));
+  ES_CHECK_RC(es_request_info_get(urgent, &ui));
+  assert_true(sn.reserved >= si.reserved_bytes + ui.reserved_bytes);
+  assert_int_equal(si.preemptions, 1);
+  assert_true(si.paused_ns > 0);
+  assert_int_equal(ui.preempting, 1);
+  printf("# det paused once for %.2f ms while face ran; face waited %.2f ms in the queue\n",
+         (double)si.paused_ns / 1e6, (double)ui.queue_ns / 1e6);
+  float *got[8];
+  size_t got_bytes[8];
+  int n_got;
+  copy_outputs(slow, got, got_bytes, &n_got);
+  assert_int_equal(n_got, n_want);
+  for (int i = 0; i < n_got; i++) {
+    assert_int_equal(got_bytes[i], want_bytes[i]);
+    assert_memory_equal(got[i], want[i], want_bytes[i]); /* exactly a run never paused */
+    free(got[i]);
+    free(want[i]);
+  }
+  es_request_free(urgent);
+  es_request_free(slow);
+  es_runtime_model_stats ms;
+  ES_CHECK_RC(es_runtime_model_stats_get(g.rt, g.det, &ms));
+  assert_int_equal(ms.preemptions, 1);
+  ES_CHECK_RC(es_runtime_model_stats_get(g.rt, g.face, &ms));
+  assert_int_equal(ms.preempting, 1);
+  es_runtime_stats rs;
+  ES_CHECK_RC(es_runtime_stats_get(g.rt, &rs));
+  assert_int_equal(rs.preemptions, 1);
+  uint64_t in_hist = 0;
+  for (int b = 0; b < ES_RT_PAUSE_BUCKETS; b++)
+    in_hist += rs.pause_hist[b];
+  assert_int_equal(in_hist, 1);
+  es_admission_stats as;
+  ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(g.rt), &as));
+  assert_int_equal(as.reserved_bytes, 0);
+  ES_CHECK_RC(es_runtime_destroy(g.rt));
+}
+
+/* Cancelled while paused (from the urgent request's callback): the paused
+ * run is dropped when its worker comes back, completes ES_ECANCELED, and
+ * its memory goes back. */
+static void test_cancel_while_paused(void **state) {
+  (void)state;
+  if (!have_models())
+    skip();
+  rig g;
+  rig_up(&g, 1);
+  seen sn = {.rt = g.rt};
+  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
+  sn.victim = slow;
+  wait_running(slow);
+  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
+  ES_CHECK_RC(es_request_wait(urgent, -1));
+  assert_int_equal(sn.cancel_rc, 0);
+  assert_int_equal(es_request_wait(slow, -1), ES_ECANCELED);
+  es_request_free(urgent);
+  es_request_free(slow);
+  es_admission_stats as;
+  ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(g.rt), &as));
+  assert_int_equal(as.reserved_bytes, 0);
+  assert_int_equal(as.inflight, 0);
+  /* the model serves on */
+  es_request *again = submit(&g, g.det, 3, NULL, NULL);
+  ES_CHECK_RC(es_request_wait(again, -1));
+  es_request_free(again);
+  ES_CHECK_RC(es_runtime_destroy(g.rt));
+}
+
+/* Preemption off: the started run finishes first, as before. */
+static void test_no_preemption(void **state) {
+  (void)state;
+  if (!have_models())
+    skip();
+  rig g;
+  rig_up(&g, 0);
+  seen sn = {.rt = g.rt};
+  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
+  wait_running(slow);
+  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
+  ES_CHECK_RC(es_request_wait(urgent, -1));
+  ES_CHECK_RC(es_request_wait(slow, -1));
+  assert_int_equal(sn.urgent_at, 1); /* after the slow one */
+  es_request_info si;
+  ES_CHECK_RC(es_request_info_get(slow, &si));
+  assert_int_equal(si.preemptions, 0);
+  es_request_free(urgent);
+  es_request_free(slow);
+  ES_CHECK_RC(es_runtime_destroy(g.rt));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_urgent_runs_in_a_pause),
+      cmocka_unit_test(test_cancel_while_paused),
+      cmocka_unit_test(test_no_preemption),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
