@@ -124,8 +124,8 @@ static void test_paused_runs_match(void **state) {
     ES_CHECK_RC(es_plan_run(L->p, &L->in, 1, b, paused, L->n_out));
     es_arena_reset(urgent_a);
     ES_CHECK_RC(es_plan_run(t_[0].p, &t_[0].in, 1, urgent_a, urgent_out, t_[0].n_out));
-    es_arena_reset(b);
     memset(b->base, 0xa5, es_plan_arena_bytes(L->p)); /* nothing left from before */
+    es_arena_reset(b);
     int total = es_plan_node_count(L->p), pauses = 0;
     uint64_t allocs = total_allocs();
     size_t mem = es_mem_total();
