@@ -43,24 +43,27 @@
 # Then, as before, the five models against ONNX Runtime and the allocator
 # benchmark in its quick form.
 #   scripts/demo.sh [--duration S] [--budget BYTES] [--fps STREAM=F]...
-#                   [--scenario-only] [bench-mem options...]
+#                   [--scenario-only] [--preempt on|off] [bench-mem options...]
 # --duration: seconds per setup (default 30); --budget: the admission budget
 # of the single servers (default 512M; in procs each of the N processes gets
 # BYTES/N, auto stays auto); --fps: override a stream's frame rate
-# (e.g. --fps cam0=8); --scenario-only: stop after the side-by-side table.
+# (e.g. --fps cam0=8); --scenario-only: stop after the side-by-side table;
+# --preempt off: the servers let a started run finish before an urgent
+# request (the runtime's cooperative preemption is on by default).
 # Other arguments go to bench-mem, e.g. --ops 10000000 (the full benchmark).
 # Outputs: .cache/scenario/{shared,naive,procs}.summary.json, and the
 # servers' logs: {shared,naive}.serve.log, procs-STREAM.serve.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=30 budget=512M scenario_only=0
-fps=() bench=()
+fps=() bench=() serve_extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --duration) duration=${2:?--duration needs seconds}; shift 2 ;;
     --budget) budget=${2:?--budget needs bytes}; shift 2 ;;
     --fps) fps+=(--fps "${2:?--fps needs STREAM=F}"); shift 2 ;;
     --scenario-only) scenario_only=1; shift ;;
+    --preempt) serve_extra+=(--preempt "${2:?--preempt needs on or off}"); shift 2 ;;
     *) bench+=("$1"); shift ;;
   esac
 done
@@ -123,7 +126,7 @@ trap 'exit 130' INT TERM
 launch_server() {
   local log=$1
   shift
-  "$es" serve --port 0 --quiet "$@" >"$log" 2>&1 &
+  "$es" serve --port 0 --quiet ${serve_extra[@]+"${serve_extra[@]}"} "$@" >"$log" 2>&1 &
   srv_pids+=($!)
 }
 

@@ -29,7 +29,7 @@ static void serve_usage(FILE *f) {
           "usage: edgeserve serve [--config FILE] [--model-repository DIR] [--host ADDR]\n"
           "                       [--port N] [--workers N] [--memory BYTES|auto|0]\n"
           "                       [--repository-control --control-token-file FILE]\n"
-          "                       [--grace-ms N] [--quiet]\n\n"
+          "                       [--preempt on|off] [--grace-ms N] [--quiet]\n\n"
           "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
           "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
           "/metrics. Without a config or a repository it serves the target models\n"
@@ -104,6 +104,15 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
       i++;
     } else if (!strcmp(a, "--memory") && v) {
       memory = v;
+      i++;
+    } else if (!strcmp(a, "--preempt") && v) {
+      /* on (the default): a run pauses between two steps for a more urgent
+       * request; off: a started run always finishes first */
+      if (strcmp(v, "on") && strcmp(v, "off")) {
+        fprintf(stderr, "edgeserve serve: --preempt wants on or off, got '%s'\n", v);
+        return 2;
+      }
+      cfg->runtime.preempt = !strcmp(v, "on");
       i++;
     } else if (!strcmp(a, "--grace-ms") && v) {
       *grace = strtol(v, &end, 10);

@@ -217,6 +217,7 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     INT_FIELD("pin", 0, 1, r->pin)
     INT_FIELD("intra_threads", 1, 1024, r->intra_threads)
     INT_FIELD("priorities", 1, 16, r->priorities)
+    INT_FIELD("preempt", 0, 1, r->preempt)
     INT_FIELD("queue_capacity", 1, 1 << 20, r->queue_capacity)
     INT_FIELD("max_inflight", 0, 1 << 20, r->max_inflight_total)
     INT_FIELD("model_max_inflight", 0, 1 << 20, r->model_max_inflight)
