@@ -59,6 +59,18 @@ static inline const char *es_test_model_path(char *buf, size_t size, const char 
 }
 #endif
 
+/* Allocations made through the counting layer so far, every tag: a code
+ * path that allocates nothing leaves it unchanged. */
+static inline uint64_t es_test_total_allocs(void) {
+  uint64_t n = 0;
+  for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
+    es_mem_stats st;
+    es_mem_stats_get((es_mem_tag)t, &st);
+    n += st.allocs;
+  }
+  return n;
+}
+
 /* A whole file in a counted block (es_mem_free it; *buf is NULL on
  * failure); -1 when it cannot be read whole. */
 static inline int es_test_read_file(const char *path, void **buf, size_t *size) {

@@ -53,16 +53,6 @@ static float *make_input(size_t *n) {
   return x;
 }
 
-static uint64_t total_allocs(void) {
-  uint64_t n = 0;
-  for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
-    es_mem_stats st;
-    es_mem_stats_get((es_mem_tag)t, &st);
-    n += st.allocs;
-  }
-  return n;
-}
-
 static void test_arena_exact_and_no_allocation(void **state) {
   (void)state;
   NEED_MODEL();
@@ -80,10 +70,10 @@ static void test_arena_exact_and_no_allocation(void **state) {
   ES_CHECK_RC(es_plan_run(p, &in, 1, a, out, 4)); /* warm: per-thread library state */
   for (int r = 0; r < 3; r++) {
     es_arena_reset(a);
-    uint64_t before = total_allocs();
+    uint64_t before = es_test_total_allocs();
     size_t mem_before = es_mem_total();
     ES_CHECK_RC(es_plan_run(p, &in, 1, a, out, 4));
-    assert_int_equal(total_allocs(), before); /* a run allocates nothing */
+    assert_int_equal(es_test_total_allocs(), before); /* a run allocates nothing */
     assert_int_equal(es_mem_total(), mem_before);
     assert_int_equal(es_arena_used(a), bytes); /* planned == used, exactly */
   }

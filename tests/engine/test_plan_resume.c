@@ -15,10 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef ES_SOURCE_DIR
-#define ES_SOURCE_DIR "."
-#endif
-
 typedef struct target {
   const char *file;
   int rank;
@@ -49,12 +45,10 @@ static int have_;
 
 static int setup(void **state) {
   (void)state;
-  const char *dir = getenv("ES_MODEL_DIR");
   uint64_t seed = 7;
   for (int i = 0; i < N_TARGETS; i++) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir ? dir : ES_SOURCE_DIR "/.cache/models",
-             targets_[i].file);
+    es_test_model_path(path, sizeof path, targets_[i].file);
     if (es_model_load(path, NULL, &t_[i].m) < 0) {
       printf("# %s not loaded (%s): tests skip\n", targets_[i].file, es_last_error_detail());
       return 0;
@@ -88,16 +82,6 @@ static int teardown(void **state) {
   return 0;
 }
 
-static uint64_t total_allocs(void) {
-  uint64_t n = 0;
-  for (int t = 0; t < ES_MEM_TAG_COUNT; t++) {
-    es_mem_stats st;
-    es_mem_stats_get((es_mem_tag)t, &st);
-    n += st.allocs;
-  }
-  return n;
-}
-
 static es_arena *arena_for(const es_plan *p) {
   es_arena *a;
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p), 64, &a));
@@ -127,7 +111,7 @@ static void test_paused_runs_match(void **state) {
     memset(b->base, 0xa5, es_plan_arena_bytes(L->p)); /* nothing left from before */
     es_arena_reset(b);
     int total = es_plan_node_count(L->p), pauses = 0;
-    uint64_t allocs = total_allocs();
+    uint64_t allocs = es_test_total_allocs();
     size_t mem = es_mem_total();
     es_run r;
     ES_CHECK_RC(es_run_begin(&r, L->p, &L->in, 1, b, NULL));
@@ -143,7 +127,7 @@ static void test_paused_runs_match(void **state) {
     }
     assert_int_equal(left, 0);
     ES_CHECK_RC(es_run_finish(&r, paused, L->n_out));
-    assert_int_equal(total_allocs(), allocs); /* pausing and resuming allocate nothing */
+    assert_int_equal(es_test_total_allocs(), allocs); /* pausing and resuming allocate nothing */
     assert_int_equal(es_mem_total(), mem);
     if (i == 0)
       assert_int_equal(pauses, total - 1); /* every boundary */

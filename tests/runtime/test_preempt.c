@@ -22,10 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef ES_SOURCE_DIR
-#define ES_SOURCE_DIR "."
-#endif
-
 static char det_path_[1024], face_path_[1024];
 static float *det_x_, *face_x_;
 #define DET_N (3 * 640 * 640)
@@ -33,11 +29,8 @@ static float *det_x_, *face_x_;
 
 static int setup(void **state) {
   (void)state;
-  const char *dir = getenv("ES_MODEL_DIR");
-  snprintf(det_path_, sizeof det_path_, "%s/ppocr_det.onnx",
-           dir ? dir : ES_SOURCE_DIR "/.cache/models");
-  snprintf(face_path_, sizeof face_path_, "%s/blazeface_front_128.onnx",
-           dir ? dir : ES_SOURCE_DIR "/.cache/models");
+  es_test_model_path(det_path_, sizeof det_path_, "ppocr_det.onnx");
+  es_test_model_path(face_path_, sizeof face_path_, "blazeface_front_128.onnx");
   det_x_ = malloc(DET_N * sizeof(float));
   face_x_ = malloc(FACE_N * sizeof(float));
   uint64_t s = 5;
@@ -153,6 +146,20 @@ static void on_slow(void *user, es_request *r) {
   atomic_fetch_add(&sn->order, 1);
 }
 
+/* A long det run (priority 3) and, once it is under way, a face request
+ * (priority 0); waits for the face one (the det one too unless it is to
+ * be cancelled: sn->victim). */
+static void race(rig *g, seen *sn, es_request **slow, es_request **urgent) {
+  *slow = submit(g, g->det, 3, on_slow, sn);
+  if (sn->victim == (es_request *)sn) /* asked to cancel the slow one */
+    sn->victim = *slow;
+  wait_running(*slow);
+  *urgent = submit(g, g->face, 0, on_urgent, sn);
+  ES_CHECK_RC(es_request_wait(*urgent, -1));
+  if (sn->victim != *slow)
+    ES_CHECK_RC(es_request_wait(*slow, -1));
+}
+
 static void copy_outputs(es_request *r, float **out, size_t *bytes, int *n) {
   *n = es_request_output_count(r);
   for (int i = 0; i < *n; i++) {
@@ -180,11 +187,8 @@ static void test_urgent_runs_in_a_pause(void **state) {
   es_request_free(ref);
 
   seen sn = {.rt = g.rt};
-  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
-  wait_running(slow);
-  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
-  ES_CHECK_RC(es_request_wait(urgent, -1));
-  ES_CHECK_RC(es_request_wait(slow, -1));
+  es_request *slow, *urgent;
+  race(&g, &sn, &slow, &urgent);
   assert_int_equal(sn.urgent_at, 0); /* the urgent one completed first */
   assert_int_equal(sn.inflight, 2);  /* the paused run still counted */
   es_request_info si, ui;
@@ -237,11 +241,9 @@ static void test_cancel_while_paused(void **state) {
   rig g;
   rig_up(&g, 1);
   seen sn = {.rt = g.rt};
-  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
-  sn.victim = slow;
-  wait_running(slow);
-  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
-  ES_CHECK_RC(es_request_wait(urgent, -1));
+  sn.victim = (es_request *)&sn; /* race() puts the slow one here */
+  es_request *slow, *urgent;
+  race(&g, &sn, &slow, &urgent);
   assert_int_equal(sn.cancel_rc, 0);
   assert_int_equal(es_request_wait(slow, -1), ES_ECANCELED);
   es_request_free(urgent);
@@ -265,11 +267,8 @@ static void test_no_preemption(void **state) {
   rig g;
   rig_up(&g, 0);
   seen sn = {.rt = g.rt};
-  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
-  wait_running(slow);
-  es_request *urgent = submit(&g, g.face, 0, on_urgent, &sn);
-  ES_CHECK_RC(es_request_wait(urgent, -1));
-  ES_CHECK_RC(es_request_wait(slow, -1));
+  es_request *slow, *urgent;
+  race(&g, &sn, &slow, &urgent);
   assert_int_equal(sn.urgent_at, 1); /* after the slow one */
   es_request_info si;
   ES_CHECK_RC(es_request_info_get(slow, &si));
