@@ -372,6 +372,13 @@ typedef struct es_runtime_config {
                                 holds one model at a time), and a lane's
                                 request is never run in another's pause.
                                 0: a started run always finishes first */
+  int sched;                 /* ES_SCHED_PRIORITY (default): strict priority
+                                between levels, FIFO within one;
+                                ES_SCHED_EDF: earliest deadline first among
+                                the queued requests that carry one (the
+                                others after them, by priority), and with
+                                preempt a run pauses for a waiting request
+                                whose deadline is earlier than its own */
   unsigned queue_capacity;   /* bounded queue per level (default 64) */
   unsigned max_inflight_total; /* admitted, not freed, all models; 0: none
                                   (default 0) */
@@ -548,6 +555,8 @@ typedef struct es_lane_stats {
 
 #define ES_RT_PAUSE_BUCKETS 10
 
+enum { ES_SCHED_PRIORITY = 0, ES_SCHED_EDF = 1 };
+
 typedef struct es_runtime_stats {
   int workers;
   int priorities;
@@ -570,6 +579,13 @@ typedef struct es_runtime_stats {
    * es_runtime_pause_bound_us(i) microseconds, the last one the rest. */
   uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
   uint64_t pause_ns_sum;
+  /* What pausing itself costs: from the decision to pause to the urgent
+   * run's start, and from its end to the paused run's next step (the
+   * urgent run and its completion callback not counted). */
+  uint64_t pause_overhead_ns_sum, pause_overhead_ns_max;
+  uint64_t pause_lock_wait_ns_sum; /* of that, waiting for the runtime's lock
+                                      to hand back (contention with the
+                                      submitting threads) */
 } es_runtime_stats;
 
 /* The pause histogram's bucket i upper bound in microseconds (the last

@@ -19,7 +19,7 @@
 //
 // Streams (--streams, default scripts/demo/streams.json): a JSON object
 // {"streams": [{"name", "kind", "fps", "priority", "model", and "tensor" or
-// "image"}]}. model is a served model name, or {"SETUP": name, ...} chosen by
+// "image", optionally "timeout_ms": the request's deadline}]}. model is a served model name, or {"SETUP": name, ...} chosen by
 // --setup (default "shared"). priority is the request's KServe/Triton
 // parameter (1 highest, absent or 0: the model's own level). A stream sends:
 //   "tensor": {"input": "x", "ppm": "cam0.ppm"}   an 8-bit binary PPM turned
@@ -216,6 +216,7 @@ function npyTensor(file) {
 function buildBody(st, assets) {
   const params = {};
   if (st.priority) params.priority = st.priority;
+  if (st.timeout_ms) params.timeout = Math.round(st.timeout_ms * 1000); /* KServe's, in us: a deadline */
   if (st.tensor) {
     const t = st.tensor;
     const file = path.resolve(assets, t.ppm || t.npy);

@@ -29,7 +29,8 @@ static void serve_usage(FILE *f) {
           "usage: edgeserve serve [--config FILE] [--model-repository DIR] [--host ADDR]\n"
           "                       [--port N] [--workers N] [--memory BYTES|auto|0]\n"
           "                       [--repository-control --control-token-file FILE]\n"
-          "                       [--preempt on|off] [--grace-ms N] [--quiet]\n\n"
+          "                       [--preempt on|off] [--sched priority|edf]\n"
+          "                       [--grace-ms N] [--quiet]\n\n"
           "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
           "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
           "/metrics. Without a config or a repository it serves the target models\n"
@@ -113,6 +114,15 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
         return 2;
       }
       cfg->runtime.preempt = !strcmp(v, "on");
+      i++;
+    } else if (!strcmp(a, "--sched") && v) {
+      /* priority (the default) or edf: earliest deadline first among the
+       * requests that carry a timeout */
+      if (strcmp(v, "priority") && strcmp(v, "edf")) {
+        fprintf(stderr, "edgeserve serve: --sched wants priority or edf, got '%s'\n", v);
+        return 2;
+      }
+      cfg->runtime.sched = !strcmp(v, "edf") ? ES_SCHED_EDF : ES_SCHED_PRIORITY;
       i++;
     } else if (!strcmp(a, "--grace-ms") && v) {
       *grace = strtol(v, &end, 10);

@@ -165,7 +165,9 @@ struct es_runtime {
   /* The most urgent level with a queued request (INT_MAX: none), set under
    * lock by dispatch, read between steps by running workers. */
   _Atomic int urgent_level;
+  _Atomic uint64_t urgent_deadline; /* EDF: the earliest queued deadline (0: none) */
   uint64_t preemptions;
+  uint64_t pause_overhead_ns_sum, pause_overhead_ns_max, pause_lock_wait_ns_sum;
   uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
   uint64_t pause_ns_sum;
   uint64_t magic;
@@ -931,19 +933,50 @@ static int choose_worker(es_runtime *rt, const es_request *r) {
   return -1;
 }
 
-/* The most urgent level still queued, for the running workers' check. */
+/* The most urgent level still queued (and under EDF the earliest queued
+ * deadline), for the running workers' check between steps. */
 static void urgent_update_locked(es_runtime *rt) {
   int lvl = INT_MAX;
-  for (int l = 0; l < rt->cfg.priorities && lvl == INT_MAX; l++)
-    if (rt->q[l].count)
+  uint64_t dl = 0;
+  for (int l = 0; l < rt->cfg.priorities; l++) {
+    if (rt->q[l].count && lvl == INT_MAX)
       lvl = l;
+    if (rt->cfg.sched == ES_SCHED_EDF)
+      for (es_request *r = rt->q[l].head; r; r = r->next)
+        if (r->deadline_ns && (!dl || r->deadline_ns < dl))
+          dl = r->deadline_ns;
+  }
   atomic_store_explicit(&rt->urgent_level, lvl, memory_order_relaxed);
+  atomic_store_explicit(&rt->urgent_deadline, dl, memory_order_relaxed);
+}
+
+/* EDF's order: a deadline before none, an earlier one first; then priority,
+ * then submission. 1 when a goes before b. */
+static int edf_before(const es_request *a, const es_request *b) {
+  if (a->deadline_ns != b->deadline_ns) {
+    if (!a->deadline_ns || !b->deadline_ns)
+      return a->deadline_ns != 0;
+    return a->deadline_ns < b->deadline_ns;
+  }
+  if (a->priority != b->priority)
+    return a->priority < b->priority;
+  return a->seq < b->seq;
 }
 
 static void dispatch_locked(es_runtime *rt) {
   while (!rt->paused && rt->idle_workers > 0 && rt->queued > 0) {
     es_request *pick = NULL;
     int w = -1;
+    if (rt->cfg.sched == ES_SCHED_EDF) {
+      for (int l = 0; l < rt->cfg.priorities; l++)
+        for (es_request *r = rt->q[l].head; r; r = r->next) {
+          int rw;
+          if ((!pick || edf_before(r, pick)) && (rw = choose_worker(rt, r)) >= 0) {
+            pick = r;
+            w = rw;
+          }
+        }
+    }
     for (int l = 0; l < rt->cfg.priorities && !pick; l++)
       for (es_request *r = rt->q[l].head; r; r = r->next)
         if ((w = choose_worker(rt, r)) >= 0) {
@@ -1074,6 +1107,7 @@ static void rt_heap_free(void *user, void *ptr) {
  * (the bytes were admitted, but others' blocks or fragmentation hold the
  * pool), which the caller answers as a refusal, not a failure. */
 static int serve_urgent(rt_worker *w, es_request *cur);
+static int urgent_waiting(es_runtime *rt, const es_request *cur);
 
 static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap,
                        int *short_mem) {
@@ -1129,8 +1163,7 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
         rc = left < 0 ? left : 0;
         break;
       }
-      if (atomic_load_explicit(&rt->urgent_level, memory_order_relaxed) < r->priority &&
-          serve_urgent(w, r) == 2) {
+      if (urgent_waiting(rt, r) && serve_urgent(w, r) == 2) {
         es_run_abort(&run);
         rc = es__fail(ES_ECANCELED, "cancelled while paused");
       }
@@ -1244,12 +1277,31 @@ double es_runtime_pause_bound_us(int i) {
 /* The first queued request more urgent than level `below` that may run in
  * a pause on worker w: not a lane's (its scratchpad is its lane's), and
  * its model not draining. NULL: none. Lock held. */
-static es_request *urgent_pick_locked(es_runtime *rt, int below) {
-  for (int l = 0; l < below && l < rt->cfg.priorities; l++)
+static es_request *urgent_pick_locked(es_runtime *rt, const es_request *cur) {
+  if (rt->cfg.sched == ES_SCHED_EDF) { /* the earliest deadline before cur's */
+    es_request *pick = NULL;
+    for (int l = 0; l < rt->cfg.priorities; l++)
+      for (es_request *q = rt->q[l].head; q; q = q->next)
+        if (q->deadline_ns && (!cur->deadline_ns || q->deadline_ns < cur->deadline_ns) &&
+            (rt->models[q->model].lane < 0 || q->task) && (!pick || edf_before(q, pick)))
+          pick = q;
+    return pick;
+  }
+  for (int l = 0; l < cur->priority && l < rt->cfg.priorities; l++)
     for (es_request *q = rt->q[l].head; q; q = q->next)
       if (rt->models[q->model].lane < 0 || q->task)
         return q;
   return NULL;
+}
+
+/* 1 when a request that should pause cur's run may be waiting (one atomic
+ * read; serve_urgent looks under the lock). */
+static int urgent_waiting(es_runtime *rt, const es_request *cur) {
+  if (rt->cfg.sched == ES_SCHED_EDF) {
+    uint64_t dl = atomic_load_explicit(&rt->urgent_deadline, memory_order_relaxed);
+    return dl && (!cur->deadline_ns || dl < cur->deadline_ns);
+  }
+  return atomic_load_explicit(&rt->urgent_level, memory_order_relaxed) < cur->priority;
 }
 
 /* Cooperative preemption: between two steps of cur's run, worker w runs the
@@ -1260,7 +1312,7 @@ static es_request *urgent_pick_locked(es_runtime *rt, int below) {
 static int serve_urgent(rt_worker *w, es_request *cur) {
   es_runtime *rt = w->rt;
   pthread_mutex_lock(&rt->lock);
-  es_request *u = rt->paused ? NULL : urgent_pick_locked(rt, cur->priority);
+  es_request *u = rt->paused ? NULL : urgent_pick_locked(rt, cur);
   if (!u) {
     urgent_update_locked(rt);
     pthread_mutex_unlock(&rt->lock);
@@ -1283,17 +1335,18 @@ static int serve_urgent(rt_worker *w, es_request *cur) {
   pthread_mutex_unlock(&rt->lock);
 
   int counted;
+  uint64_t te0 = es__now_ns();
   int rc = execute(w, u, NULL, 0, expired, &counted);
   uint64_t t1 = es__now_ns();
 
+  /* One critical section back: the urgent request's completion and the
+   * paused run's release (a hand-over is mostly waiting for this lock) */
   pthread_mutex_lock(&rt->lock);
+  uint64_t tl = es__now_ns();
   w->depth = 0;
   account_locked(rt, u, rc, counted, t1 - u->start_ns);
   es_request *done = NULL;
   complete_locked(rt, u, rc, &done);
-  pthread_mutex_unlock(&rt->lock);
-  finish_list(rt, done); /* its callback runs while cur is still paused */
-  pthread_mutex_lock(&rt->lock);
   cur->paused = 0;
   uint64_t ns = t1 - t0;
   cur->paused_ns += ns;
@@ -1303,7 +1356,14 @@ static int serve_urgent(rt_worker *w, es_request *cur) {
   rt->pause_hist[b]++;
   rt->pause_ns_sum += ns;
   int cancel = cur->cancel_asked;
+  uint64_t t2 = es__now_ns();
+  uint64_t over = (te0 - t0) + (t2 - t1);
+  rt->pause_overhead_ns_sum += over;
+  if (over > rt->pause_overhead_ns_max)
+    rt->pause_overhead_ns_max = over;
+  rt->pause_lock_wait_ns_sum += tl - t1;
   pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done);
   return cancel ? 2 : 1;
 }
 
@@ -1487,6 +1547,11 @@ static int config_check(const es_runtime_config *c) {
                     RT_MAX_LEVELS);
   if (c->queue_capacity < 1)
     return es__fail(ES_EINVAL, "runtime config: queue_capacity must be >= 1");
+  if (c->sched != ES_SCHED_PRIORITY && c->sched != ES_SCHED_EDF)
+    return es__fail(ES_EINVAL, "runtime config: sched %d is neither ES_SCHED_PRIORITY nor "
+                    "ES_SCHED_EDF", c->sched);
+  if (c->preempt != 0 && c->preempt != 1)
+    return es__fail(ES_EINVAL, "runtime config: preempt must be 0 or 1");
   if (c->max_models < 1 || c->max_models > RT_MAX_MODELS)
     return es__fail(ES_EINVAL, "runtime config: max_models %d outside 1..%d", c->max_models,
                     RT_MAX_MODELS);
@@ -2502,6 +2567,9 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->preemptions = rt->preemptions;
   memcpy(out->pause_hist, rt->pause_hist, sizeof out->pause_hist);
   out->pause_ns_sum = rt->pause_ns_sum;
+  out->pause_overhead_ns_sum = rt->pause_overhead_ns_sum;
+  out->pause_overhead_ns_max = rt->pause_overhead_ns_max;
+  out->pause_lock_wait_ns_sum = rt->pause_lock_wait_ns_sum;
   for (int i = 0; i < rt->n_workers; i++)
     out->scratch_bytes += rt->workers[i].scratch_cap;
   for (int i = 0; i < rt->max_models; i++) {

@@ -150,6 +150,18 @@ static void runtime_state(es_strbuf *b, es_server *s, const es_runtime_stats *rs
                    "edgeserve_pause_duration_seconds_count %llu\n",
                 (double)rs->pause_ns_sum / 1e9, (unsigned long long)cum);
 
+  head(b, "edgeserve_pause_overhead_seconds_total", "counter",
+       "What pausing itself cost: hand-over to the urgent run and back, its run not counted.");
+  es__sb_printf(b, "edgeserve_pause_overhead_seconds_total %.9g\n",
+                (double)rs->pause_overhead_ns_sum / 1e9);
+  head(b, "edgeserve_pause_lock_wait_seconds_total", "counter",
+       "Of the pauses' cost, the time spent waiting for the runtime's lock to hand back.");
+  es__sb_printf(b, "edgeserve_pause_lock_wait_seconds_total %.9g\n",
+                (double)rs->pause_lock_wait_ns_sum / 1e9);
+  head(b, "edgeserve_pause_overhead_max_seconds", "gauge", "The largest one pause cost.");
+  es__sb_printf(b, "edgeserve_pause_overhead_max_seconds %.9g\n",
+                (double)rs->pause_overhead_ns_max / 1e9);
+
   head(b, "edgeserve_buddy_capacity_bytes", "gauge", "Buddy pool capacity.");
   es__sb_printf(b, "edgeserve_buddy_capacity_bytes %zu\n", rs->buddy_capacity);
   head(b, "edgeserve_buddy_in_use_bytes", "gauge", "Buddy pool bytes handed out.");

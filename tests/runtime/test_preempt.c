@@ -5,7 +5,8 @@
  * on and its outputs are exactly those of a run never paused. While the
  * urgent request completes (its callback), admission still counts the
  * paused run (2 in flight, both reservations held); a paused run can be
- * cancelled (it completes with ES_ECANCELED and gives its memory back);
+ * cancelled (by a task run in its pause: it completes with ES_ECANCELED
+ * and gives its memory back); EDF pauses a run for an earlier deadline;
  * with preemption off the long run finishes first. The counters
  * (preemptions per model, the pause histogram) say so. Models from
  * scripts/setup/fetch-models.sh; skipped without them. */
@@ -58,12 +59,13 @@ typedef struct rig {
   es_tensor det_in, face_in;
 } rig;
 
-static void rig_up(rig *g, int preempt) {
+static void rig_up_sched(rig *g, int preempt, int sched) {
   es_runtime_config rc;
   es_runtime_config_default(&rc);
   rc.workers = 1;
   rc.pin = 0;
   rc.preempt = preempt;
+  rc.sched = sched;
   rc.buddy_bytes = (size_t)256 << 20;
   ES_CHECK_RC(es_runtime_create(&rc, &g->rt));
   es_tensor_info dsh = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 3, 640, 640}};
@@ -88,13 +90,25 @@ static void rig_up(rig *g, int preempt) {
                            .data = face_x_, .nbytes = FACE_N * sizeof(float)};
 }
 
+static void rig_up(rig *g, int preempt) { rig_up_sched(g, preempt, ES_SCHED_PRIORITY); }
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t deadline_ = 0; /* the next submission's, once */
+
 static es_request *submit(rig *g, int model, int priority, es_request_done_fn fn, void *user) {
   es_submit s = {.model = model,
+                 .deadline_ns = deadline_,
                  .inputs = model == g->det ? &g->det_in : &g->face_in,
                  .n_inputs = 1,
                  .priority = priority,
                  .on_done = fn,
                  .user = user};
+  deadline_ = 0;
   es_request *r;
   es_refusal why;
   ES_CHECK_RC(es_runtime_submit(g->rt, &s, &r, &why));
@@ -121,9 +135,7 @@ static void wait_running(es_request *r) {
 /* The urgent request's callback: the paused run is still in flight. */
 typedef struct seen {
   es_runtime *rt;
-  es_request *victim; /* cancelled from the callback when set */
   size_t inflight, reserved;
-  int cancel_rc;
   _Atomic int order; /* completions so far */
   int urgent_at;
 } seen;
@@ -135,8 +147,6 @@ static void on_urgent(void *user, es_request *r) {
   es_admission_stats_get(es_runtime_admission(sn->rt), &as);
   sn->inflight = as.inflight;
   sn->reserved = as.reserved_bytes;
-  if (sn->victim)
-    sn->cancel_rc = es_request_cancel(sn->victim);
   sn->urgent_at = atomic_fetch_add(&sn->order, 1);
 }
 
@@ -147,17 +157,13 @@ static void on_slow(void *user, es_request *r) {
 }
 
 /* A long det run (priority 3) and, once it is under way, a face request
- * (priority 0); waits for the face one (the det one too unless it is to
- * be cancelled: sn->victim). */
+ * (priority 0); waits for both. */
 static void race(rig *g, seen *sn, es_request **slow, es_request **urgent) {
   *slow = submit(g, g->det, 3, on_slow, sn);
-  if (sn->victim == (es_request *)sn) /* asked to cancel the slow one */
-    sn->victim = *slow;
   wait_running(*slow);
   *urgent = submit(g, g->face, 0, on_urgent, sn);
   ES_CHECK_RC(es_request_wait(*urgent, -1));
-  if (sn->victim != *slow)
-    ES_CHECK_RC(es_request_wait(*slow, -1));
+  ES_CHECK_RC(es_request_wait(*slow, -1));
 }
 
 static void copy_outputs(es_request *r, float **out, size_t *bytes, int *n) {
@@ -231,9 +237,20 @@ static void test_urgent_runs_in_a_pause(void **state) {
   ES_CHECK_RC(es_runtime_destroy(g.rt));
 }
 
-/* Cancelled while paused (from the urgent request's callback): the paused
- * run is dropped when its worker comes back, completes ES_ECANCELED, and
- * its memory goes back. */
+/* Cancelled while paused: an urgent task (a function run on the worker in
+ * the long run's pause) cancels the paused run; it is dropped when its
+ * worker comes back, completes ES_ECANCELED, and its memory goes back. */
+typedef struct canceller {
+  es_request *victim;
+  int rc;
+} canceller;
+
+static int cancel_task(void *user) {
+  canceller *c = user;
+  c->rc = es_request_cancel(c->victim);
+  return 0;
+}
+
 static void test_cancel_while_paused(void **state) {
   (void)state;
   if (!have_models())
@@ -241,12 +258,17 @@ static void test_cancel_while_paused(void **state) {
   rig g;
   rig_up(&g, 1);
   seen sn = {.rt = g.rt};
-  sn.victim = (es_request *)&sn; /* race() puts the slow one here */
-  es_request *slow, *urgent;
-  race(&g, &sn, &slow, &urgent);
-  assert_int_equal(sn.cancel_rc, 0);
+  es_request *slow = submit(&g, g.det, 3, on_slow, &sn);
+  wait_running(slow);
+  canceller c = {.victim = slow, .rc = 1};
+  es_task t = {.model = g.face, .priority = 0, .fn = cancel_task, .user = &c};
+  es_request *task;
+  es_refusal why;
+  ES_CHECK_RC(es_runtime_submit_task(g.rt, &t, &task, &why));
+  ES_CHECK_RC(es_request_wait(task, -1));
+  assert_int_equal(c.rc, 0); /* it was paused: cancellable */
   assert_int_equal(es_request_wait(slow, -1), ES_ECANCELED);
-  es_request_free(urgent);
+  es_request_free(task);
   es_request_free(slow);
   es_admission_stats as;
   ES_CHECK_RC(es_admission_stats_get(es_runtime_admission(g.rt), &as));
@@ -278,11 +300,42 @@ static void test_no_preemption(void **state) {
   ES_CHECK_RC(es_runtime_destroy(g.rt));
 }
 
+/* EDF: the long run has the higher priority but the later deadline; the
+ * face request, of the lowest priority, has the earlier one and runs in
+ * its pause. Under priority scheduling it would wait. */
+static void test_edf_pauses_for_an_earlier_deadline(void **state) {
+  (void)state;
+  if (!have_models())
+    skip();
+  rig g;
+  rig_up_sched(&g, 1, ES_SCHED_EDF);
+  seen sn = {.rt = g.rt};
+  deadline_ = mono_ns() + 20ull * 1000000000ull;
+  es_request *slow = submit(&g, g.det, 0, on_slow, &sn);
+  wait_running(slow);
+  deadline_ = mono_ns() + 10ull * 1000000000ull;
+  es_request *urgent = submit(&g, g.face, 3, on_urgent, &sn);
+  ES_CHECK_RC(es_request_wait(urgent, -1));
+  ES_CHECK_RC(es_request_wait(slow, -1));
+  assert_int_equal(sn.urgent_at, 0);
+  es_request_info si;
+  ES_CHECK_RC(es_request_info_get(slow, &si));
+  assert_int_equal(si.preemptions, 1);
+  es_request_free(urgent);
+  es_request_free(slow);
+  es_runtime_stats rs;
+  ES_CHECK_RC(es_runtime_stats_get(g.rt, &rs));
+  assert_true(rs.pause_overhead_ns_sum > 0);
+  printf("# EDF: one pause, its hand-over cost %.1f us\n", (double)rs.pause_overhead_ns_sum / 1e3);
+  ES_CHECK_RC(es_runtime_destroy(g.rt));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_urgent_runs_in_a_pause),
       cmocka_unit_test(test_cancel_while_paused),
       cmocka_unit_test(test_no_preemption),
+      cmocka_unit_test(test_edf_pauses_for_an_earlier_deadline),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
