@@ -82,6 +82,14 @@ static int ival_copy(const es_interp *I, const es_ival *src, es_ival *dst) {
   return 0;
 }
 
+/* dst takes src's value and its block (src keeps a view, owning nothing);
+ * what dst held goes back first. */
+static void ival_move(const es_interp *I, es_ival *dst, es_ival *src) {
+  es__ival_drop(I, dst);
+  *dst = *src;
+  src->own = NULL;
+}
+
 int es__ival_own(const es_interp *I, es_ival *v) {
   return v->own ? 0 : ival_copy(I, v, v);
 }
@@ -319,19 +327,15 @@ static int body_run(const es_interp *I, const es_graph *b, const es_ival *in, in
   for (int o = 0; rc == 0 && o < b->n_outputs; o++) {
     es_ival *v = &vals[b->outputs[o]];
     if (!v->data) {
-      char what[200];
-      snprintf(what, sizeof what, "the body's output '%.80s' was not computed",
-               b->values[b->outputs[o]].name);
-      rc = es__fail(ES_EMODEL, "%s", what);
+      rc = es__fail(ES_EMODEL, "the body's output '%.80s' was not computed",
+                    b->values[b->outputs[o]].name);
       break;
     }
     /* an output listed twice, or read from outside the body, is copied */
-    if (!v->own) {
+    if (!v->own)
       rc = ival_copy(I, v, &out[o]);
-    } else {
-      out[o] = *v;
-      v->own = NULL;
-    }
+    else
+      ival_move(I, &out[o], v);
   }
   if (rc < 0)
     for (int o = 0; o < b->n_outputs; o++)
@@ -483,11 +487,8 @@ int es__interp_loop(const es_interp *I, const es_node *nd, es_ival *vals) {
       rc = es__fail(ES_EMODEL, "%s: the body's condition output must be one bool", label);
     } else {
       cond = *(const uint8_t *)co->data != 0;
-      for (int k = 0; k < n_carry; k++) {
-        es__ival_drop(I, &carry[k]);
-        carry[k] = out[1 + k];
-        out[1 + k].own = NULL;
-      }
+      for (int k = 0; k < n_carry; k++)
+        ival_move(I, &carry[k], &out[1 + k]);
       for (int s = 0; rc == 0 && s < n_scan; s++)
         rc = stack_push(I, &scans[s], &out[1 + n_carry + s], label, s);
     }
@@ -502,11 +503,10 @@ int es__interp_loop(const es_interp *I, const es_node *nd, es_ival *vals) {
     int v = nd->out[o];
     if (v < 0)
       continue;
-    es__ival_drop(I, &vals[v]);
     if (o < n_carry) {
-      vals[v] = carry[o];
-      carry[o].own = NULL;
+      ival_move(I, &vals[v], &carry[o]);
     } else {
+      es__ival_drop(I, &vals[v]);
       rc = stack_take(I, &scans[o - n_carry], &b->values[b->outputs[1 + o]], &vals[v]);
     }
   }
@@ -646,11 +646,8 @@ int es__interp_scan(const es_interp *I, const es_node *nd, es_ival *vals) {
       in[n_own + c] = vals[nd->in[n_own + c]];
     if ((rc = body_run(I, b, in, b->n_inputs, out)) < 0)
       break;
-    for (int k = 0; k < n_state; k++) {
-      es__ival_drop(I, &state[k]);
-      state[k] = out[k];
-      out[k].own = NULL;
-    }
+    for (int k = 0; k < n_state; k++)
+      ival_move(I, &state[k], &out[k]);
     for (int s = 0; rc == 0 && s < n_sout; s++)
       rc = stack_push(I, &outs[s], &out[n_state + s], label, s);
     for (int o = 0; o < b->n_outputs; o++)
@@ -662,12 +659,11 @@ int es__interp_scan(const es_interp *I, const es_node *nd, es_ival *vals) {
     int v = nd->out[o];
     if (v < 0)
       continue;
-    es__ival_drop(I, &vals[v]);
     if (o < n_state) {
-      vals[v] = state[o];
-      state[o].own = NULL;
+      ival_move(I, &vals[v], &state[o]);
       continue;
     }
+    es__ival_drop(I, &vals[v]);
     int s = o - n_state;
     es_ival st;
     if ((rc = stack_take(I, &outs[s], &b->values[b->outputs[o]], &st)) < 0)

@@ -1273,6 +1273,28 @@ static int subgraph_walk(loader *L, int owner, const char *holder, const Onnx__G
   return rc;
 }
 
+/* After a graph is read (rc: how that went): its constants staged, the
+ * loader's tables freed, then the nodes sorted, Identity and inference
+ * Dropout removed, dead nodes pruned and tensor attributes resolved. The
+ * main graph's and every body's last steps. */
+static int loader_finish(loader *L, int rc) {
+  if (rc == 0)
+    rc = const_stage(L);
+  es_mem_free(L->slots);
+  es_mem_free(L->consts);
+  L->slots = NULL;
+  L->consts = NULL;
+  if (rc == 0)
+    rc = es__graph_toposort(L->g);
+  if (rc == 0)
+    rc = es__graph_elide(L->g);
+  if (rc == 0)
+    es__graph_prune(L->g);
+  if (rc == 0)
+    rc = es__graph_attrs_resolve(L->g);
+  return rc;
+}
+
 /* ---- Loop and Scan bodies --------------------------------------------------
  *
  * A body becomes a graph of its own (es_node.body), read by the same code
@@ -1398,19 +1420,7 @@ static int body_load(loader *L, const Onnx__NodeProto *np, es_node *out,
     bg->file = es_weights_retain(g->file);
   loader L2 = {.g = bg, .raw = L->raw, .tmp = L->tmp, .next_id = L->next_id,
                .depth = L->depth + 1};
-  rc = graph_build(&L2, bgp, g, fn.s, cv, (int)fn.n);
-  if (rc == 0)
-    rc = const_stage(&L2);
-  es_mem_free(L2.slots);
-  es_mem_free(L2.consts);
-  if (rc == 0)
-    rc = es__graph_toposort(bg);
-  if (rc == 0)
-    rc = es__graph_elide(bg);
-  if (rc == 0)
-    es__graph_prune(bg);
-  if (rc == 0)
-    rc = es__graph_attrs_resolve(bg);
+  rc = loader_finish(&L2, graph_build(&L2, bgp, g, fn.s, cv, (int)fn.n));
   if (rc < 0)
     return rc;
   memcpy(in, out->in, (size_t)out->n_in * sizeof *in);
@@ -2011,21 +2021,9 @@ static int onnx_load(const void *data, size_t size, int keep, es_weights *file, 
   loader L = {.g = g, .raw = &rt, .tmp = &pb.ctx, .next_id = &next_id};
   if (file)
     g->file = es_weights_retain(file);
-  rc = graph_load(&L, mp);
-  if (rc == 0)
-    rc = const_stage(&L);
-  es_mem_free(L.slots);
-  es_mem_free(L.consts);
+  rc = loader_finish(&L, graph_load(&L, mp));
   es_mem_free(rt.refs);
   es__ctx_free_all(&pb.ctx); /* the whole protobuf tree */
-  if (rc == 0)
-    rc = es__graph_toposort(g);
-  if (rc == 0)
-    rc = es__graph_elide(g);
-  if (rc == 0)
-    es__graph_prune(g);
-  if (rc == 0)
-    rc = es__graph_attrs_resolve(g);
   if (rc == 0 && !keep) {
     es_issues issues = {0};
     rc = es__graph_issues(g, &issues);

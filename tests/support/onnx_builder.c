@@ -299,22 +299,24 @@ void ob_nms(ob *b) {
 }
 
 void ob_loop(ob *b, ob *body, int64_t n) {
-  ob_input(body, "iter", 0, NULL);
-  ob_input(body, "cond", 0, NULL);
-  ob_input(body, "acc", 1, (int64_t[]){n});
-  for (int i = 0; i < 3; i++)
-    body->in_vi[i].type = NULL; /* a body may leave its inputs' types out */
   ob_node(body, "Add", "acc_out", 2, "acc", "one");
-  ob_node(body, "Mul", "step", 2, "acc_out", "one");
-  ob_node(body, "Identity", "cond_out", 1, "cond");
-  ob_output(body, "cond_out");
-  ob_output(body, "acc_out");
-  ob_output(body, "step");
   ob_loop_main(b, body, n);
 }
 
 void ob_loop_main(ob *b, ob *body, int64_t n) {
   static const float one = 1.0f;
+  /* the body's frame: its inputs (untyped: a body may leave their types
+   * out), the step it stacks and the condition it passes on */
+  ob_input(body, "iter", 0, NULL);
+  ob_input(body, "cond", 0, NULL);
+  ob_input(body, "acc", 1, (int64_t[]){n});
+  for (int i = 0; i < 3; i++)
+    body->in_vi[i].type = NULL;
+  ob_node(body, "Mul", "step", 2, "acc_out", "one");
+  ob_node(body, "Identity", "cond_out", 1, "cond");
+  ob_output(body, "cond_out");
+  ob_output(body, "acc_out");
+  ob_output(body, "step");
   ob_input(b, "m", 0, NULL);
   b->in_tt[0].elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
   ob_input(b, "acc0", 1, (int64_t[]){n});

@@ -123,8 +123,10 @@ void ob_nms_tail(ob *b);
  * reading the main graph's "one" (a capture). b and body: empty, opset 13;
  * body becomes the Loop's body (keep it until packing). */
 void ob_loop(ob *b, ob *body, int64_t n);
-/* ob_loop's main graph around a body of the caller's (inputs iter, cond,
- * acc; outputs cond_out, acc_out, step). */
+/* ob_loop's model around a body of the caller's, which makes "acc_out"
+ * ([n] floats) from "acc" (and may read "iter", "cond" and the main
+ * graph's values): this adds the body's inputs iter, cond, acc and its
+ * outputs cond_out, acc_out and step (acc_out x one), then the main graph. */
 void ob_loop_main(ob *b, ob *body, int64_t n);
 
 /* ---- large and hostile models (malloc'ed bytes, freed by the caller) -------- */
