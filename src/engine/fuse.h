@@ -72,6 +72,7 @@ void es__fuser_fini(fuser *f);
 int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */
 int es__fuse_pads(fuser *f);        /* fuse.c: zero Pad into Conv / AveragePool */
 int es__fuse_convs(fuser *f);       /* fuse_conv.c: affine maps and post-ops */
+int es__fuse_matmuls(fuser *f);    /* fuse_conv.c: a MatMul's bias and post-ops */
 int es__fuse_bn_relu(fuser *f);     /* fuse_conv.c: Relu into BatchNormalization */
 int es__fuse_layernorms(fuser *f);  /* fuse_layernorm.c */
 int es__fuse_elementwise(fuser *f); /* fuse_ew.c: FusedElementwise programs */

@@ -677,3 +677,178 @@ int es__fuse_bn_relu(fuser *f) {
   }
   return changed ? es__fz_nodes_compact(f) : 0;
 }
+
+/* ==========================================================================
+ * Pass 2c: bias and activations after a MatMul by static weights
+ * ======================================================================== */
+
+/* v is a float32 scalar constant within a few ulp of want that broadcasts
+ * to nothing larger than x. */
+static int scalar_near(const fuser *f, int c, int x, float want) {
+  float v;
+  return c >= 0 && es__fz_const_scalar(f->g, c, &v) && fabsf(v - want) <= 1e-6f * fabsf(want) &&
+         es__fz_const_fits(f, c, x);
+}
+
+/* The node reading v (v's only reader) when it is op with one output. */
+static int sole_reader(fuser *f, int v, es_op op) {
+  if (!es__fz_inner(f->g, v, 1))
+    return -1;
+  int n = es__fz_consumer(f, v);
+  const es_node *nd = n >= 0 ? &f->g->nodes[n] : NULL;
+  return nd && nd->op == op && nd->n_out == 1 && nd->out[0] >= 0 ? n : -1;
+}
+
+/* GELU in its erf form as exporters write it, from y (two uses):
+ * e = Erf(y / sqrt 2) (a Div by sqrt 2 or a Mul by 1 / sqrt 2), a = e + 1,
+ * then y * a * 0.5 in any of the three orders PyTorch's and others' exports
+ * use: (y a) 0.5, (y 0.5) a, y (a 0.5). Lists the five nodes in out and
+ * returns the final value; -1 when y does not start one. */
+static int match_gelu(fuser *f, int y, int *out) {
+  const es_graph *g = f->g;
+  int cs[2];
+  if (es__fz_consumers(f, y, cs, 2) != 2)
+    return -1;
+  for (int first = 0; first < 2; first++) {
+    const es_node *d = &g->nodes[cs[first]], *m = &g->nodes[cs[1 - first]];
+    if (d->n_in != 2 || d->n_out != 1 || d->in[0] != y ||
+        !((d->op == ES_OP_Div && scalar_near(f, d->in[1], y, 1.41421356f)) ||
+          (d->op == ES_OP_Mul && scalar_near(f, d->in[1], y, 0.70710678f))))
+      continue;
+    int erf = sole_reader(f, d->out[0], ES_OP_Erf);
+    int add = erf >= 0 ? sole_reader(f, g->nodes[erf].out[0], ES_OP_Add) : -1;
+    if (add < 0 || !scalar_near(f, es__fz_other_input(&g->nodes[add], g->nodes[erf].out[0]), y,
+                                1.0f))
+      continue;
+    int a = g->nodes[add].out[0];
+    if (m->op != ES_OP_Mul || m->n_in != 2 || m->n_out != 1 || m->out[0] < 0)
+      continue;
+    int other = es__fz_other_input(m, y), last;
+    if (other == a) { /* (y a) 0.5 */
+      last = sole_reader(f, m->out[0], ES_OP_Mul);
+      if (last < 0 || !scalar_near(f, es__fz_other_input(&g->nodes[last], m->out[0]), y, 0.5f))
+        continue;
+    } else if (scalar_near(f, other, y, 0.5f)) { /* (y 0.5) a */
+      last = sole_reader(f, m->out[0], ES_OP_Mul);
+      if (last < 0 || sole_reader(f, a, ES_OP_Mul) != last ||
+          es__fz_other_input(&g->nodes[last], m->out[0]) != a)
+        continue;
+    } else { /* y (a 0.5): m reads h = a 0.5 */
+      int h = sole_reader(f, a, ES_OP_Mul);
+      if (h < 0 || g->nodes[h].out[0] != other || !es__fz_inner(g, other, 1) ||
+          !scalar_near(f, es__fz_other_input(&g->nodes[h], a), y, 0.5f))
+        continue;
+      last = cs[1 - first];
+      out[0] = cs[first], out[1] = erf, out[2] = add, out[3] = h, out[4] = last;
+      return m->out[0];
+    }
+    out[0] = cs[first], out[1] = erf, out[2] = add, out[3] = cs[1 - first], out[4] = last;
+    return g->nodes[last].out[0];
+  }
+  return -1;
+}
+
+/* Extends pc by a GELU after pc->tip: a Gelu node (opset 20) or the erf
+ * form spelt out. 0 when there is none. */
+static int gelu_step(fuser *f, post_chain *pc) {
+  const es_graph *g = f->g;
+  if (pc->codes >= ES_POST_MAX || pc->n_nodes + 5 > 4 * ES_POST_MAX)
+    return 0;
+  int found[5];
+  if (es__fz_inner(g, pc->tip, 2)) {
+    int z = match_gelu(f, pc->tip, found);
+    if (z < 0)
+      return 0;
+    chain_add(pc, ES_POST_GELU, 0, 0);
+    for (int i = 0; i < 5; i++)
+      pc->nodes[pc->n_nodes++] = found[i];
+    pc->tip = z;
+    return 1;
+  }
+  int n = sole_reader(f, pc->tip, ES_OP_Gelu);
+  if (n < 0 || g->nodes[n].n_in != 1)
+    return 0;
+  const char *ap = es__fz_attr_str(&g->nodes[n], "approximate", "none");
+  if (!ap || (strcmp(ap, "none") && strcmp(ap, "tanh")))
+    return 0; /* the kernel says what is wrong */
+  chain_add(pc, strcmp(ap, "none") ? ES_POST_GELU_TANH : ES_POST_GELU, 0, 0);
+  pc->nodes[pc->n_nodes++] = n;
+  pc->tip = g->nodes[n].out[0];
+  return 1;
+}
+
+/* MatMul n by static 2-D float32 weights [K, N]: the Add of a constant
+ * bias over N that follows it becomes input 2 (attribute "_bias"), then a
+ * GELU and post_step's activations and residual Add become "_post" codes.
+ * 1 when something was fused. */
+static int fuse_matmul_after(fuser *f, int n) {
+  es_graph *g = f->g;
+  const es_node *mm = &g->nodes[n];
+  if (mm->n_in != 2 || mm->n_out != 1 || mm->out[0] < 0 || mm->in[0] < 0 ||
+      !es__fz_const_f32(g, mm->in[1]) || g->values[mm->in[1]].rank != 2 ||
+      es__node_attr(mm, "_post") || es__node_attr(mm, "_bias"))
+    return 0;
+  int64_t nn = g->values[mm->in[1]].dims[1];
+  sshape ys;
+  es__fz_shape_of(f, mm->out[0], &ys);
+  if (ys.dt != ES_DTYPE_FLOAT && ys.dt != ES_DTYPE_UNDEFINED)
+    return 0;
+  post_chain pc = {.residual = -1, .tip = mm->out[0]};
+  int bias = -1, add = sole_reader(f, pc.tip, ES_OP_Add);
+  if (add >= 0 && g->nodes[add].n_in == 2) {
+    int b = es__fz_other_input(&g->nodes[add], pc.tip);
+    const es_value *bv = b >= 0 ? &g->values[b] : NULL;
+    int only_last = bv && bv->rank >= 1 && bv->dims[bv->rank - 1] == nn;
+    for (int i = 0; only_last && i + 1 < bv->rank; i++)
+      only_last = bv->dims[i] == 1;
+    /* [N] never broadcasts the output ([..., N]) to more; [1, .., N] only
+     * onto an output of a lower rank. */
+    if (only_last && es__fz_const_f32(g, b) &&
+        (bv->rank == 1 || es__fz_const_fits(f, b, pc.tip))) {
+      bias = b;
+      pc.nodes[pc.n_nodes++] = add;
+      pc.tip = g->nodes[add].out[0];
+    }
+  }
+  while (gelu_step(f, &pc) || post_step(f, &ys, &pc))
+    ;
+  if (pc.n_nodes == 0)
+    return 0;
+  int rc = es__fz_touch(f, n);
+  if (rc < 0)
+    return rc;
+  if (bias >= 0) {
+    es_node nd = *mm;
+    es_attr *attrs = es__fz_attrs_extend(g, &nd, 1);
+    char *name = es__ctx_strdup(&g->ctx, "_bias");
+    int *in3 = es__ctx_alloc(&g->ctx, 3 * sizeof *in3);
+    if (!attrs || !name || !in3) {
+      char label[120];
+      return es__fail(ES_ENOMEM, "%s: out of memory fusing its bias",
+                      es__node_label(mm, label, sizeof label));
+    }
+    attrs[nd.n_attr] = (es_attr){.name = name, .type = ES_ATTR_INT, .i = 1};
+    nd.attrs = attrs;
+    nd.n_attr++;
+    in3[0] = nd.in[0], in3[1] = nd.in[1], in3[2] = bias;
+    nd.in = in3;
+    nd.n_in = 3;
+    g->nodes[n] = nd;
+  }
+  rc = conv_take_chain(f, n, &pc, 1);
+  return rc < 0 ? rc : 1;
+}
+
+int es__fuse_matmuls(fuser *f) {
+  es_graph *g = f->g;
+  int changed = 0;
+  for (int n = 0; n < g->n_nodes; n++) {
+    if (f->gone[n] || g->nodes[n].op != ES_OP_MatMul)
+      continue;
+    int rc = fuse_matmul_after(f, n);
+    if (rc < 0)
+      return rc;
+    changed |= rc > 0;
+  }
+  return changed ? es__fz_nodes_compact(f) : 0;
+}

@@ -79,11 +79,6 @@ typedef enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID } conv_auto
 #define ES_CONV_MAX ((int64_t)1 << 40)
 #define ES_CONV_ATTR_MAX ((int64_t)1 << 20)
 
-typedef struct conv_post {
-  int code;
-  float a, b;
-} conv_post;
-
 typedef struct conv_params {
   int transpose;     /* ConvTranspose */
   int nsp;           /* spatial rank: 1..3 */
@@ -102,9 +97,8 @@ typedef struct conv_params {
   int kxs;               /* ConvTranspose as one matmul (conv_kxs_setup) ... */
   size_t kxs_bias_at;    /* ... its bias repeated per kernel column, at this float
                             offset of the prepared weights (with has_bias) */
-  int npost;             /* fused post-ops, applied after the bias in order */
-  conv_post post[ES_POST_MAX];
-  int has_res;           /* a post-op adds input 3 (the residual) */
+  es_posts post;         /* fused post-ops, applied after the bias in order; post.has_res:
+                            one adds input 3 (the residual) */
   int res_sum;           /* ... as oneDNN's sum: Y holds the residual before the conv */
   es_dnnl_prim dnnl;
 } conv_params;
@@ -156,44 +150,6 @@ static int conv_ints(es_kinst *k, const char *name, size_t len, int64_t min, int
   return 0;
 }
 
-/* The fused post-ops: "_post" codes with two "_post_f" floats each (both
- * absent: none). Unknown codes, a wrong number of floats, NaN parameters
- * and a second residual Add are model errors. */
-static int conv_post_parse(es_kinst *k, conv_params *p) {
-  const int64_t *c;
-  const float *f;
-  size_t n, nf;
-  int rc = es__attr_ints(k, "_post", &c, &n);
-  if (rc == 0)
-    rc = es__attr_floats(k, "_post_f", &f, &nf);
-  if (rc < 0)
-    return rc;
-  if (nf != 2 * n)
-    return ES_KFAIL(k, ES_EMODEL, "_post_f has %zu values, expected %zu (two per _post code)",
-                    nf, 2 * n);
-  if (n > ES_POST_MAX)
-    return ES_KFAIL(k, ES_ENOTSUP, "%zu fused post-ops, at most %d are supported", n,
-                    ES_POST_MAX);
-  for (size_t i = 0; i < n; i++) {
-    conv_post *q = &p->post[i];
-    if (c[i] < ES_POST_RELU || c[i] > ES_POST_ADD)
-      return ES_KFAIL(k, ES_EMODEL, "_post[%zu] is %lld, not a post-op code (1..7)", i,
-                      (long long)c[i]);
-    q->code = (int)c[i];
-    q->a = f[2 * i];
-    q->b = f[2 * i + 1];
-    if (q->a != q->a || q->b != q->b)
-      return ES_KFAIL(k, ES_EMODEL, "_post_f for _post[%zu] is NaN", i);
-    if (q->code == ES_POST_CLIP && q->a > q->b)
-      q->a = q->b; /* min(max(x, lo), hi) is hi everywhere */
-    if (q->code == ES_POST_ADD && p->has_res)
-      return ES_KFAIL(k, ES_EMODEL, "_post adds the residual twice");
-    p->has_res |= q->code == ES_POST_ADD;
-  }
-  p->npost = (int)n;
-  return 0;
-}
-
 /* Inputs and the attributes common to Conv and ConvTranspose. Fills p's
  * channels and its spatial in/ker/str/dil (right-aligned). Sets *ap and the
  * raw pads (pads[0..nsp) begin, pads[nsp..2nsp) end). */
@@ -201,10 +157,10 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
   const char *op = es__op_name(k->node.op);
   if (k->n_in < 2 || !k->in[0] || !k->in[1])
     return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
-  if (k->n_in > 3 + p->has_res)
+  if (k->n_in > 3 + p->post.has_res)
     return ES_KFAIL(k, ES_EMODEL, "%s takes at most %d inputs (X, W, B%s), got %d", op,
-                    3 + p->has_res, p->has_res ? ", residual" : "", k->n_in);
-  if (p->has_res && (k->n_in < 4 || !k->in[3]))
+                    3 + p->post.has_res, p->post.has_res ? ", residual" : "", k->n_in);
+  if (p->post.has_res && (k->n_in < 4 || !k->in[3]))
     return ES_KFAIL(k, ES_EMODEL, "the fused Add (post-op 7) needs input 3, the residual");
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "%s has exactly one output", op);
@@ -462,55 +418,6 @@ static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *
   return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, nd == 5 ? dnnl_ndhwc : dnnl_nhwc);
 }
 
-/* The post-ops as oneDNN's attribute: eltwise ops where oneDNN has them
- * (HardSigmoid, missing from 2.6, is linear then clip), the residual as a
- * binary add whose second operand is described like the output, or, when
- * sum_ok and it is the first post-op, as a sum into Y (p->res_sum). */
-static dnnl_status_t conv_dnnl_post_ops(conv_params *p, const dnnl_memory_desc_t *ymd,
-                                        dnnl_post_ops_t po, int sum_ok) {
-  dnnl_status_t st = dnnl_success;
-  int idx = 0; /* oneDNN's index of the next post-op */
-  for (int i = 0; i < p->npost && st == dnnl_success; i++) {
-    const conv_post *q = &p->post[i];
-    switch (q->code) {
-    case ES_POST_RELU:
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-      break;
-    case ES_POST_CLIP:
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, q->a, q->b);
-      break;
-    case ES_POST_HARDSIGMOID:
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, q->a, q->b);
-      if (st == dnnl_success) {
-        idx++;
-        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
-      }
-      break;
-    case ES_POST_HARDSWISH: /* oneDNN 2.6: x relu6(x + 3) / 6, no parameters */
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
-      break;
-    case ES_POST_SIGMOID:
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
-      break;
-    case ES_POST_SWISH: /* x sigmoid(alpha x) */
-      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
-      break;
-    case ES_POST_ADD:
-      if (sum_ok && i == 0) {
-        st = dnnl_post_ops_append_sum(po, 1.0f);
-        p->res_sum = 1;
-        break;
-      }
-      st = dnnl_post_ops_append_binary(po, dnnl_binary_add, ymd);
-      p->dnnl.bin_md = *ymd;
-      p->dnnl.bin_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
-      break;
-    }
-    idx++;
-  }
-  return st;
-}
-
 /* ConvTranspose whose kernel equals its stride (no pads, dilation, output
  * padding or groups), channels-last, with static bias: each input pixel
  * writes its own kh x kw block of the output, so the whole op is one
@@ -566,10 +473,10 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
   if (st == dnnl_success)
     st = dnnl_memory_desc_init_by_tag(&bmd, 4, bd, dnnl_f32, dnnl_abcd);
   dnnl_post_ops_t po = NULL;
-  if (st == dnnl_success && p->npost) {
+  if (st == dnnl_success && p->post.n) {
     st = dnnl_post_ops_create(&po);
     if (st == dnnl_success)
-      st = conv_dnnl_post_ops(p, &dmd, po, 0);
+      st = es__dnnl_posts(&p->post, &dmd, po, 0, &p->dnnl, &p->res_sum);
   }
   dnnl_matmul_desc_t d;
   if (st == dnnl_success)
@@ -628,10 +535,10 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
    * (adding 24 biases to a 24x320x320 output took 4.5 ms, five times the
    * deconvolution itself): ConvTranspose leaves both to conv_epilogue. */
   p->epilogue = p->transpose;
-  if (p->npost && !p->epilogue) {
+  if (p->post.n && !p->epilogue) {
     stt = dnnl_post_ops_create(&po);
     if (stt == dnnl_success)
-      stt = conv_dnnl_post_ops(p, &ymd, po, 1);
+      stt = es__dnnl_posts(&p->post, &ymd, po, 1, &p->dnnl, &p->res_sum);
     if (stt != dnnl_success) {
       if (po)
         dnnl_post_ops_destroy(po);
@@ -776,45 +683,6 @@ static void convtranspose_ref(const conv_params *p, const float *x, const float 
     }
 }
 
-/* The fused post-ops over the whole output, one op at a time (each pass is
- * contiguous and the output is small next to the conv's work). */
-static void conv_post_ref(const conv_params *p, float *y, const float *res, size_t count) {
-  for (int j = 0; j < p->npost; j++) {
-    const conv_post *q = &p->post[j];
-    float a = q->a, b = q->b;
-    switch (q->code) {
-    case ES_POST_RELU:
-      for (size_t i = 0; i < count; i++)
-        y[i] = y[i] > 0.0f ? y[i] : 0.0f;
-      break;
-    case ES_POST_CLIP:
-      for (size_t i = 0; i < count; i++)
-        y[i] = fminf(fmaxf(y[i], a), b);
-      break;
-    case ES_POST_HARDSIGMOID:
-      for (size_t i = 0; i < count; i++)
-        y[i] = fmaxf(0.0f, fminf(1.0f, a * y[i] + b));
-      break;
-    case ES_POST_HARDSWISH:
-      for (size_t i = 0; i < count; i++)
-        y[i] = y[i] * fmaxf(0.0f, fminf(1.0f, y[i] / 6.0f + 0.5f));
-      break;
-    case ES_POST_SIGMOID:
-      for (size_t i = 0; i < count; i++)
-        y[i] = 1.0f / (1.0f + expf(-y[i]));
-      break;
-    case ES_POST_SWISH:
-      for (size_t i = 0; i < count; i++)
-        y[i] = y[i] / (1.0f + expf(-y[i]));
-      break;
-    case ES_POST_ADD:
-      for (size_t i = 0; i < count; i++)
-        y[i] += res[i];
-      break;
-    }
-  }
-}
-
 /* Bias and post-ops after a oneDNN primitive that computed neither: the
  * bias per channel plane (plain) or per pixel (channels-last; one channel:
  * the whole output), vectorisable either way, then the post-ops. */
@@ -835,7 +703,7 @@ static void conv_epilogue(const conv_params *p, float *y, const float *b, const 
           y[pl * psz + i] += b[pl % (size_t)p->m];
     }
   }
-  conv_post_ref(p, y, res, p->count);
+  es__posts_ref(&p->post, y, res, p->count);
 }
 
 /* ==========================================================================
@@ -861,7 +729,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
   p->transpose = transpose;
-  int rc = conv_post_parse(k, p);
+  int rc = es__posts_parse(k, &p->post);
   if (rc == 0)
     rc = transpose ? convtranspose_geometry(k, p) : conv_geometry(k, p);
   if (rc < 0)
@@ -872,7 +740,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   es_tdesc *y = k->out[0];
   if ((rc = es__tdesc_set(y, ES_DTYPE_FLOAT, 2 + p->nsp, dims)) < 0)
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
-  const es_tdesc *res = p->has_res ? k->in[3] : NULL;
+  const es_tdesc *res = p->post.has_res ? k->in[3] : NULL;
   if (res && (res->dtype != ES_DTYPE_FLOAT || !es__tdesc_same_shape(res, y)))
     return ES_KFAIL(k, ES_EMODEL, "the residual (input 3) must be float32 of the output's shape");
   k->scratch_bytes = 0;
@@ -923,7 +791,7 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
   if (p->empty)
     return 0;
   const void *bias = p->has_bias ? in[2] : NULL;
-  const void *res = p->has_res ? in[3] : NULL;
+  const void *res = p->post.has_res ? in[3] : NULL;
   if (p->use_dnnl) {
     if (p->kxs) /* prepared weights, then the bias */
       bias = p->has_bias ? (const float *)p->dnnl.weights + p->kxs_bias_at : NULL;
@@ -940,7 +808,7 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     convtranspose_ref(p, in[0], in[1], bias, out[0]);
   else
     conv_ref(p, in[0], in[1], bias, out[0]);
-  conv_post_ref(p, out[0], res, p->count);
+  es__posts_ref(&p->post, out[0], res, p->count);
   return 0;
 }
 

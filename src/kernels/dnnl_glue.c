@@ -384,3 +384,55 @@ int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
   }
   return 0;
 }
+
+dnnl_status_t es__dnnl_posts(const es_posts *ps, const dnnl_memory_desc_t *ymd,
+                             dnnl_post_ops_t po, int sum_ok, es_dnnl_prim *p, int *res_sum) {
+  dnnl_status_t st = dnnl_success;
+  int idx = 0; /* oneDNN's index of the next post-op */
+  *res_sum = 0;
+  for (int i = 0; i < ps->n && st == dnnl_success; i++) {
+    const es_post *q = &ps->op[i];
+    switch (q->code) {
+    case ES_POST_RELU:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+      break;
+    case ES_POST_CLIP:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, q->a, q->b);
+      break;
+    case ES_POST_HARDSIGMOID:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, q->a, q->b);
+      if (st == dnnl_success) {
+        idx++;
+        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 1.0f);
+      }
+      break;
+    case ES_POST_HARDSWISH: /* oneDNN 2.6: x relu6(x + 3) / 6, no parameters */
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_hardswish, 0.0f, 0.0f);
+      break;
+    case ES_POST_SIGMOID:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_logistic, 0.0f, 0.0f);
+      break;
+    case ES_POST_SWISH: /* x sigmoid(alpha x) */
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f);
+      break;
+    case ES_POST_GELU:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0.0f, 0.0f);
+      break;
+    case ES_POST_GELU_TANH:
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0.0f, 0.0f);
+      break;
+    case ES_POST_ADD:
+      if (sum_ok && i == 0) {
+        st = dnnl_post_ops_append_sum(po, 1.0f);
+        *res_sum = 1;
+        break;
+      }
+      st = dnnl_post_ops_append_binary(po, dnnl_binary_add, ymd);
+      p->bin_md = *ymd;
+      p->bin_arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(idx) | DNNL_ARG_SRC_1;
+      break;
+    }
+    idx++;
+  }
+  return st;
+}

@@ -24,6 +24,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "kernels/kernel.h"
+#include "kernels/post.h"
 
 typedef struct es_dnnl_prim {
   dnnl_primitive_desc_t pd;             /* owns the memory descriptors below */
@@ -50,6 +51,16 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
  * left for es__dnnl_prim_destroy either way. */
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p);
+
+/* The fused post-ops as oneDNN's attribute, appended to po: eltwise ops
+ * where oneDNN has them (HardSigmoid, missing from 2.6, is linear then
+ * clip), the residual as a binary add whose second operand is described
+ * like the output (ymd; p->bin_md and p->bin_arg set for
+ * es__dnnl_prim_run), or, when sum_ok and it is the first post-op, as a sum
+ * into the output (*res_sum = 1: the output must hold the residual before
+ * the primitive runs). */
+dnnl_status_t es__dnnl_posts(const es_posts *ps, const dnnl_memory_desc_t *ymd,
+                             dnnl_post_ops_t po, int sum_ok, es_dnnl_prim *p, int *res_sum);
 
 /* Give the primitive its weights: user_md describes user_data (static, as
  * the model stores it). When oneDNN chose another layout, the weights are

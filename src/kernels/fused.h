@@ -1,11 +1,13 @@
 /* The formats the fusion pass (src/engine/fuse*.c) writes and the kernels
  * read: Conv's fused post-ops, and FusedElementwise programs.
  *
- * ---- Conv / ConvTranspose post-ops ----------------------------------------
+ * ---- Conv / ConvTranspose / MatMul post-ops -------------------------------
  *
  * Attribute "_post": INTS, one ES_POST_* code per post-op, applied after
  * the bias in order; "_post_f": FLOATS, two parameters per post-op (0 where
- * unused). At most ES_POST_MAX post-ops.
+ * unused). At most ES_POST_MAX post-ops. The residual of ES_POST_ADD is
+ * input 3 (after X, W and the bias, -1 where there is none). kernels/post.h
+ * parses and applies them.
  *
  * ---- FusedElementwise: the program format ---------------------------------
  *
@@ -73,8 +75,11 @@ enum {
   ES_POST_HARDSWISH = 4,   /* x max(0, min(1, x / 6 + 1 / 2)) */
   ES_POST_SIGMOID = 5,
   ES_POST_SWISH = 6,       /* x sigmoid(x) */
-  ES_POST_ADD = 7,         /* + input 3, same shape as the output */
+  ES_POST_ADD = 7,         /* + the residual input, same shape as the output */
+  ES_POST_GELU = 8,        /* x (1 + erf(x / sqrt 2)) / 2 */
+  ES_POST_GELU_TANH = 9,   /* GELU's tanh approximation */
 };
+#define ES_POST_LAST ES_POST_GELU_TANH
 #define ES_POST_MAX 8 /* post-ops per node, at most */
 
 enum {

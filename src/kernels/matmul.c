@@ -15,8 +15,17 @@
  *   - reference (ES_KERNELS=ref or es__kernels_use_reference(1)), also the
  *     fallback for shapes oneDNN refuses and for K = 0 (a zero output):
  *     per batch entry, each output row accumulates rows of B scaled by A's
- *     elements (i-k-j order, the inner loop contiguous over N). */
+ *     elements (i-k-j order, the inner loop contiguous over N).
+ *
+ * Fused bias and post-ops. The fusion pass (src/engine/fuse_conv.c) gives a
+ * MatMul by static 2-D weights the Add of a bias over N that follows it
+ * (input 2), then its activations (GELU among them: a transformer's MLP)
+ * and a residual Add (input 3) as "_post" codes (kernels/post.h). On the
+ * 2-D oneDNN path they are the primitive's bias and post-ops, applied while
+ * the output tile is still in registers; elsewhere the same list runs over
+ * the output afterwards. */
 #include "kernels/dnnl_glue.h"
+#include "kernels/post.h"
 #include "kernels/kernel.h"
 
 #include <string.h>
@@ -34,6 +43,10 @@ typedef struct matmul_params {
   int64_t batch;                /* product of bdims */
   int empty;                    /* the output has no element: run does nothing */
   int use_dnnl;
+  int epilogue;                 /* bias and post-ops after the product (not oneDNN's) */
+  size_t count;                 /* output elements */
+  int has_bias;                 /* input 2: N floats added to every row */
+  es_posts post;                /* fused post-ops; post.has_res: input 3 is added */
   es_dnnl_prim dnnl;
 } matmul_params;
 
@@ -48,8 +61,13 @@ static void matmul_batch_of(const es_tdesc *t, int nb, int64_t *dims) {
 }
 
 static int matmul_shapes(es_kinst *k, matmul_params *p, int *out_rank, int64_t *out_dims) {
-  if (k->n_in != 2 || !k->in[0] || !k->in[1])
-    return ES_KFAIL(k, ES_EMODEL, "MatMul needs exactly two inputs A and B");
+  /* Fused: input 2 the bias ("_bias" 1; -1 without one when a residual
+   * follows), input 3 the residual. */
+  int want = p->post.has_res ? 4 : 2 + p->has_bias;
+  if (k->n_in != want || !k->in[0] || !k->in[1] || (p->has_bias && !k->in[2]) ||
+      (p->post.has_res && !k->in[3]))
+    return ES_KFAIL(k, ES_EMODEL, "MatMul needs exactly two inputs A and B%s",
+                    want > 2 ? " (and its fused bias and residual)" : "");
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "MatMul has exactly one output");
   const es_tdesc *a = k->in[0], *b = k->in[1];
@@ -154,11 +172,32 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
     st = dnnl_memory_desc_init_by_tag(&bany, 2, bmd.dims, dnnl_f32, dnnl_format_tag_any);
   if (st != dnnl_success)
     return es__dnnl_fail(k, st, "describing the tensors");
+  /* Bias and post-ops go into the 2-D primitive; the batched one leaves
+   * them to the epilogue. */
+  p->epilogue = !flat && (p->has_bias || p->post.n);
+  dnnl_memory_desc_t biasmd;
+  int64_t bias_dims[2] = {1, p->n};
+  int with_bias = flat && p->has_bias;
+  if (with_bias && (st = es__dnnl_plain_md(&biasmd, 2, bias_dims)) != dnnl_success)
+    return es__dnnl_fail(k, st, "describing the bias");
+  dnnl_post_ops_t po = NULL;
+  int res_sum = 0;
+  if (flat && p->post.n) {
+    st = dnnl_post_ops_create(&po);
+    if (st == dnnl_success)
+      st = es__dnnl_posts(&p->post, &cmd, po, 0, &p->dnnl, &res_sum);
+    if (st != dnnl_success) {
+      if (po)
+        dnnl_post_ops_destroy(po);
+      return es__dnnl_fail(k, st, "describing the fused post-ops");
+    }
+  }
   dnnl_matmul_desc_t d;
-  st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, NULL, &cmd);
-  if (st != dnnl_success)
-    return es__dnnl_fail(k, st, "describing the matmul");
-  int rc = es__dnnl_prim_create(k, &d, NULL, &p->dnnl);
+  st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, with_bias ? &biasmd : NULL, &cmd);
+  int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the matmul")
+                              : es__dnnl_prim_create(k, &d, po, &p->dnnl);
+  if (po)
+    dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
   return prepare ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
@@ -198,6 +237,18 @@ static void matmul_ref(const matmul_params *p, const float *a, const float *b, f
   }
 }
 
+/* The fused bias (per column of every output row), then the post-ops. */
+ES_KCLONES static void matmul_epilogue(const matmul_params *p, float *c, const float *bias,
+                                       const float *res, size_t count) {
+  if (bias && p->n > 0)
+    for (size_t r = 0; r < count / (size_t)p->n; r++) {
+      float *restrict cr = c + r * (size_t)p->n;
+      for (int64_t j = 0; j < p->n; j++)
+        cr[j] += bias[j];
+    }
+  es__posts_ref(&p->post, c, res, count);
+}
+
 /* ==========================================================================
  * Kernel
  * ======================================================================== */
@@ -208,17 +259,29 @@ static int matmul_infer(es_kinst *k) {
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for parameters");
   k->params = p;
   int rank = 0;
-  int64_t dims[ES_MAX_RANK];
-  int rc = matmul_shapes(k, p, &rank, dims);
+  int64_t dims[ES_MAX_RANK], bias_flag;
+  int rc = es__posts_parse(k, &p->post);
+  if (rc == 0)
+    rc = es__attr_int(k, "_bias", 0, &bias_flag);
   if (rc < 0)
+    return rc;
+  p->has_bias = bias_flag != 0;
+  if ((rc = matmul_shapes(k, p, &rank, dims)) < 0)
     return rc;
   if ((rc = es__tdesc_set(k->out[0], ES_DTYPE_FLOAT, rank, dims)) < 0)
     return ES_KFAIL(k, rc, "output shape: %s", es_last_error_detail());
+  const es_tdesc *bias = p->has_bias ? k->in[2] : NULL, *res = p->post.has_res ? k->in[3] : NULL;
+  if (bias && (bias->dtype != ES_DTYPE_FLOAT || bias->count != (size_t)p->n))
+    return ES_KFAIL(k, ES_EMODEL, "the fused bias (input 2) must be %lld float32 values",
+                    (long long)p->n);
+  if (res && (res->dtype != ES_DTYPE_FLOAT || !es__tdesc_same_shape(res, k->out[0])))
+    return ES_KFAIL(k, ES_EMODEL, "the residual (input 3) must be float32 of the output's shape");
   k->scratch_bytes = 0;
   k->inplace = -1;
   k->flops = 2 * (uint64_t)p->batch * (uint64_t)p->m * (uint64_t)p->n * (uint64_t)p->k;
   /* K = 0 (zeros out) stays on the reference loops. */
-  p->empty = k->out[0]->count == 0;
+  p->count = k->out[0]->count;
+  p->empty = p->count == 0;
   p->use_dnnl = !es__kernels_reference() && !p->empty && p->k > 0;
   if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, matmul_dnnl_setup(k, p),
                                                 &p->use_dnnl)) < 0)
@@ -231,10 +294,18 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
   const matmul_params *p = k->params;
   if (p->empty)
     return 0;
-  if (p->use_dnnl)
-    return es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], NULL,
-                             out[0], NULL, scratch);
+  const float *bias = p->has_bias ? in[2] : NULL, *res = p->post.has_res ? in[3] : NULL;
+  if (p->use_dnnl) {
+    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
+                               p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
+                               scratch);
+    if (rc == 0 && p->epilogue)
+      matmul_epilogue(p, out[0], bias, res, p->count);
+    return rc;
+  }
   matmul_ref(p, in[0], in[1], out[0]);
+  if (bias || p->post.n)
+    matmul_epilogue(p, out[0], bias, res, p->count);
   return 0;
 }
 

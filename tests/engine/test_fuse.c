@@ -665,6 +665,162 @@ static void test_conv_not_fused(void **state) {
 }
 
 /* ==========================================================================
+ * MatMul bias and post-ops
+ * ======================================================================== */
+
+/* x [2,5,8] -> MatMul by a constant [8,12] (w_input: by an input) -> "c";
+ * the caller adds the pattern after "c". */
+static float mm_w_[8 * 12], mm_b_[12], mm_b2_[5 * 12];
+static float ksqrt2_ = 1.41421356f, krsqrt2_ = 0.70710678f, khalf_ = 0.5f, ksqrt3_ = 1.7320508f;
+
+static ob *matmul_model(int64_t opset, int w_input) {
+  static const int64_t xd[3] = {2, 5, 8}, wd[2] = {8, 12};
+  fill_random(mm_w_, 96, -0.5f, 0.5f);
+  fill_random(mm_b_, 12, -1, 1);
+  fill_random(mm_b2_, 60, -1, 1);
+  ob *b = ob_new(opset);
+  ob_input(b, "x", 3, xd);
+  if (w_input)
+    ob_input(b, "W", 2, wd);
+  else
+    ob_init_f32(b, "W", 2, wd, mm_w_);
+  ob_node(b, "MatMul", "c", 2, "x", "W");
+  ob_init_f32(b, "sqrt2", 0, NULL, &ksqrt2_);
+  ob_init_f32(b, "rsqrt2", 0, NULL, &krsqrt2_);
+  ob_init_f32(b, "sqrt3", 0, NULL, &ksqrt3_);
+  ob_init_f32(b, "half", 0, NULL, &khalf_);
+  ob_init_f32(b, "one", 0, NULL, &k1_);
+  return b;
+}
+
+/* GELU's erf form after value v, ending in out: form 0 (v a) 0.5 with a
+ * Div by sqrt 2 (PyTorch's export), 1 (v 0.5) a with a Mul by 1 / sqrt 2,
+ * 2 v (a 0.5); form 3 divides by sqrt 3 (not a GELU). */
+static void gelu_spelt(ob *b, const char *v, const char *out, int form) {
+  if (form == 1)
+    ob_node(b, "Mul", "g_d", 2, v, "rsqrt2");
+  else
+    ob_node(b, "Div", "g_d", 2, v, form == 3 ? "sqrt3" : "sqrt2");
+  ob_node(b, "Erf", "g_e", 1, "g_d");
+  ob_node(b, "Add", "g_a", 2, "g_e", "one");
+  if (form == 1) {
+    ob_node(b, "Mul", "g_m", 2, "half", v);
+    ob_node(b, "Mul", out, 2, "g_a", "g_m");
+  } else if (form == 2) {
+    ob_node(b, "Mul", "g_h", 2, "g_a", "half");
+    ob_node(b, "Mul", out, 2, v, "g_h");
+  } else {
+    ob_node(b, "Mul", "g_m", 2, v, "g_a");
+    ob_node(b, "Mul", out, 2, "g_m", "half");
+  }
+}
+
+/* Loads b, expects one MatMul with the given inputs and codes among nodes
+ * nodes, and compares the fused run with the unfused one, on oneDNN and on
+ * the reference loops. */
+static void expect_matmul_post(const ob *b, const feed *f, int nodes, int n_in, const char *codes) {
+  es_graph g;
+  char buf[64];
+  lowered_graph(b, &g);
+  const es_node *mm = graph_find(&g, ES_OP_MatMul);
+  assert_non_null(mm);
+  if (g.n_nodes != nodes || mm->n_in != n_in || strcmp(post_codes(mm, buf, sizeof buf), codes))
+    fail_msg("fused graph has %d nodes, a MatMul of %d inputs and post-ops '%s'; want %d, %d "
+             "and '%s'", g.n_nodes, mm->n_in, buf, nodes, n_in, codes);
+  es__graph_fini(&g);
+  for (int ref = 0; ref < 2; ref++) {
+    es__kernels_use_reference(ref);
+    assert_int_equal(check_same(b, f, 1e-5f), nodes);
+  }
+  es__kernels_use_reference(0);
+}
+
+static void test_matmul_bias_gelu(void **state) {
+  (void)state;
+  static const int64_t xd[3] = {2, 5, 8}, bd[1] = {12}, rd[3] = {2, 5, 12};
+  for (int form = 0; form < 7; form++) {
+    /* 0-2: the spelt-out forms; 3: a Gelu node; 4: its tanh form; 5: the
+     * bias as [1, 1, 12] then a residual Add; 6: a bias without GELU */
+    ob *b = matmul_model(form == 3 || form == 4 ? 20 : 13, 0);
+    feed f = {0};
+    feed_add(&f, "x", 3, xd);
+    if (form == 5) {
+      static const int64_t b3[3] = {1, 1, 12};
+      ob_init_f32(b, "B", 3, b3, mm_b_);
+    } else {
+      ob_init_f32(b, "B", 1, bd, mm_b_);
+    }
+    /* the Add's operands either way round */
+    ob_node(b, "Add", "cb", 2, form == 1 ? "B" : "c", form == 1 ? "c" : "B");
+    const char *codes = "8";
+    if (form <= 2) {
+      gelu_spelt(b, "cb", "y", form);
+    } else if (form <= 4) {
+      int n = ob_node(b, "Gelu", "y", 1, "cb");
+      if (form == 4) {
+        ob_attr_string(b, n, "approximate", "tanh");
+        codes = "9";
+      }
+    } else if (form == 5) {
+      ob_input(b, "r", 3, rd);
+      feed_add(&f, "r", 3, rd);
+      gelu_spelt(b, "cb", "gy", 0);
+      ob_node(b, "Add", "y", 2, "r", "gy");
+      codes = "8,7";
+    } else {
+      ob_node(b, "Relu", "y", 1, "cb");
+      codes = "1";
+    }
+    ob_output(b, "y");
+    expect_matmul_post(b, &f, 1, form == 5 ? 4 : 3, codes);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* What must stay: a bias that is not over N alone, a Div by sqrt 3, a
+ * MatMul whose weights are an input. */
+static void test_matmul_not_fused(void **state) {
+  (void)state;
+  static const int64_t xd[3] = {2, 5, 8}, b2d[2] = {5, 12}, bd[1] = {12}, wd[2] = {8, 12};
+  for (int c = 0; c < 3; c++) {
+    ob *b = matmul_model(13, c == 2);
+    feed f = {0};
+    feed_add(&f, "x", 3, xd);
+    int want_nodes, want_in = 2;
+    if (c == 0) { /* [5, 12]: a bias per row and column */
+      ob_init_f32(b, "B", 2, b2d, mm_b2_);
+      ob_node(b, "Add", "y", 2, "c", "B");
+      want_nodes = 2;
+    } else if (c == 1) { /* bias fused, the rest stays elementwise */
+      ob_init_f32(b, "B", 1, bd, mm_b_);
+      ob_node(b, "Add", "cb", 2, "c", "B");
+      gelu_spelt(b, "cb", "y", 3);
+      want_nodes = 2;
+      want_in = 3;
+    } else { /* weights from an input */
+      feed_add(&f, "W", 2, wd);
+      ob_init_f32(b, "B", 1, bd, mm_b_);
+      ob_node(b, "Add", "y", 2, "c", "B");
+      want_nodes = 2;
+    }
+    ob_output(b, "y");
+    es_graph g;
+    char buf[64];
+    lowered_graph(b, &g);
+    const es_node *mm = graph_find(&g, ES_OP_MatMul);
+    if (g.n_nodes != want_nodes || mm->n_in != want_in ||
+        strcmp(post_codes(mm, buf, sizeof buf), ""))
+      fail_msg("case %d: %d nodes, MatMul of %d inputs, post-ops '%s'; want %d, %d and none", c,
+               g.n_nodes, mm->n_in, buf, want_nodes, want_in);
+    es__graph_fini(&g);
+    check_same(b, &f, 1e-5f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
+/* ==========================================================================
  * LayerNorm
  * ======================================================================== */
 
@@ -960,6 +1116,8 @@ int main(void) {
       cmocka_unit_test(test_affine_after_conv_transpose),
       cmocka_unit_test(test_affine_before_conv),
       cmocka_unit_test(test_conv_not_fused),
+      cmocka_unit_test(test_matmul_bias_gelu),
+      cmocka_unit_test(test_matmul_not_fused),
       cmocka_unit_test(test_layernorm),
       cmocka_unit_test(test_layernorm_not_fused),
       cmocka_unit_test(test_pad_into_window),

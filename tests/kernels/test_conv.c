@@ -829,6 +829,8 @@ static const post_case post_cases[] = {
     {"Add then Relu", 2, {7, 1}, {0}},
     {"Clip, Add, Sigmoid", 3, {2, 7, 5}, {-0.5f, 0.5f, 0, 0, 0, 0}},
     {"Relu, HardSigmoid, Swish, Clip", 4, {1, 3, 6, 2}, {0, 0, 1.5f, -0.25f, 0, 0, 0, 0.3f}},
+    {"GELU", 1, {8}, {0}},
+    {"GELU tanh then Add", 2, {9, 7}, {0}},
 };
 
 static int post_case_adds(const post_case *pc) {
@@ -872,6 +874,14 @@ static void post_naive(const post_case *pc, float *y, const float *r, size_t n) 
       case 7:
         v += r[i];
         break;
+      case 8:
+        v = (float)(0.5 * v * (1.0 + erf((double)v / sqrt(2.0))));
+        break;
+      case 9: {
+        double u = 0.7978845608028654 * ((double)v + 0.044715 * (double)v * v * v);
+        v = (float)(0.5 * v * (1.0 + tanh(u)));
+        break;
+      }
       }
     }
     y[i] = v;
@@ -1090,12 +1100,14 @@ static void test_conv_post_errors(void **state) {
   cnode_residual(&c, &od);
   static const float f0[18] = {0};
   const float nan2[2] = {NAN, 0};
-  const int64_t relu[1] = {1}, add[1] = {7}, zero[1] = {0}, eight[1] = {8}, add2[2] = {7, 7},
+  const int64_t relu[1] = {1}, add[1] = {7}, zero[1] = {0}, ten[1] = {10}, add2[2] = {7, 7},
+                gelus[2] = {8, 9},
                 nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, clip[1] = {2};
   post_expect(&c, 3, relu, 1, f0, 2, 0);
   post_expect(&c, 4, add, 1, f0, 2, 0);
   post_expect(&c, 3, zero, 1, f0, 2, ES_EMODEL);   /* unknown codes */
-  post_expect(&c, 3, eight, 1, f0, 2, ES_EMODEL);
+  post_expect(&c, 3, ten, 1, f0, 2, ES_EMODEL);
+  post_expect(&c, 3, gelus, 2, f0, 4, 0);          /* GELU, erf and tanh forms */
   post_expect(&c, 3, relu, 1, f0, 1, ES_EMODEL);   /* wrong _post_f lengths */
   post_expect(&c, 3, relu, 1, f0, 3, ES_EMODEL);
   post_expect(&c, 3, relu, 1, NULL, 0, ES_EMODEL);
