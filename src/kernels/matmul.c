@@ -45,6 +45,10 @@ typedef struct matmul_params {
   int use_dnnl;
   int epilogue;                 /* bias and post-ops after the product (not oneDNN's) */
   size_t count;                 /* output elements */
+  int prepared;                 /* static B goes into a prepared copy in oneDNN's layout */
+  size_t b_copy_at;             /* SIZE_MAX, or: B is read from an aligned copy at this
+                                   scratch offset (a misaligned B from the file) */
+  size_t b_bytes;               /* ... of this many bytes */
   int has_bias;                 /* input 2: N floats added to every row */
   es_posts post;                /* fused post-ops; post.has_res: input 3 is added */
   es_dnnl_prim dnnl;
@@ -200,6 +204,7 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
     dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
+  p->prepared = prepare && !dnnl_memory_desc_equal(&bmd, p->dnnl.wei_md);
   return prepare ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
 }
 
@@ -286,6 +291,16 @@ static int matmul_infer(es_kinst *k) {
   if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, matmul_dnnl_setup(k, p),
                                                 &p->use_dnnl)) < 0)
     return rc;
+  /* A static B may be read in place from the model file at any byte
+   * offset (onnx.c's matmul_b_only): where a run reads B itself rather than
+   * its prepared copy, it reads an aligned copy made in scratch. */
+  const void *bs = k->in_static[1];
+  p->b_copy_at = SIZE_MAX;
+  if (!p->empty && bs && (uintptr_t)bs % sizeof(float) != 0 && !(p->use_dnnl && p->prepared)) {
+    p->b_copy_at = (k->scratch_bytes + 63) & ~(size_t)63;
+    p->b_bytes = k->in[1]->nbytes;
+    k->scratch_bytes = p->b_copy_at + p->b_bytes;
+  }
   return 0;
 }
 
@@ -295,15 +310,20 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
   if (p->empty)
     return 0;
   const float *bias = p->has_bias ? in[2] : NULL, *res = p->post.has_res ? in[3] : NULL;
+  const void *b = in[1];
+  if (p->b_copy_at != SIZE_MAX) {
+    b = (char *)scratch + p->b_copy_at;
+    memcpy((void *)b, in[1], p->b_bytes);
+  }
   if (p->use_dnnl) {
-    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
+    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : b,
                                p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
                                scratch);
     if (rc == 0 && p->epilogue)
       matmul_epilogue(p, out[0], bias, res, p->count);
     return rc;
   }
-  matmul_ref(p, in[0], in[1], out[0]);
+  matmul_ref(p, in[0], b, out[0]);
   if (bias || p->post.n)
     matmul_epilogue(p, out[0], bias, res, p->count);
   return 0;

@@ -21,7 +21,9 @@
  *
  * A model read from a file has a third home: a large constant whose bytes
  * the file holds as they are (raw_data, aligned to its element size in the
- * file) is not staged at all but read where it is, in the file's read-only
+ * file, or at any offset when it is a linear layer's weights that only
+ * MatMuls read and reorder: onnx.c's matmul_b_only) is not staged at all
+ * but read where it is, in the file's read-only
  * shared mapping (g->file): no copy at load, and the page cache's pages are
  * shared by every process that loads the file and can be dropped and read
  * again under pressure instead of being swapped. Sealing leaves those in

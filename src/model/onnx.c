@@ -562,6 +562,7 @@ typedef struct loader {
                    unique in the model (prepared weights are keyed by it) */
   int *next_id; /* the next free id, shared by the main graph and its bodies */
   int depth;    /* bodies nested so far */
+  const unsigned char *b_only; /* per value while staging: 1 when only MatMuls read it as B */
 } loader;
 
 static uint64_t name_hash(const char *s) {
@@ -759,6 +760,8 @@ static int const_from_tensor(loader *L, const Onnx__TensorProto *t, const char *
 /* The file's own bytes of a constant that can be read where it is: raw
  * data of 1 KiB or more, inside the file, aligned to its element size (the
  * kernels read it through typed pointers); NULL when it must be staged. */
+static int const_stage_all(loader *L);
+
 static const void *const_in_file(const loader *L, const pending_const *c, const es_value *v) {
   if (!L->g->file || !c->t || !c->t->has_raw_data || v->nbytes < ES_RAW_STRIP_MIN)
     return NULL;
@@ -766,13 +769,57 @@ static const void *const_in_file(const loader *L, const pending_const *c, const 
   size_t raw_len;
   raw_of(L->raw, c->t, &raw, &raw_len);
   size_t es = es_dtype_size(v->dtype);
-  if (raw_len < v->nbytes || !es || (uintptr_t)raw % es != 0 ||
+  int aligned = es && (uintptr_t)raw % es == 0;
+  if (raw_len < v->nbytes || !es || (!aligned && !(L->b_only && L->b_only[c->value])) ||
       !es__graph_in_file(L->g, raw) || !es__graph_in_file(L->g, raw + v->nbytes - 1))
     return NULL;
   return raw;
 }
 
+/* Per value, 1 when it is a 2-D float32 constant that only MatMuls read, as
+ * their B, beside an A that is not a constant: the weights of a linear
+ * layer. Such a constant may be read in place even where exporters left it
+ * misaligned (ONNX does not align raw_data), because no run reads it
+ * through a float pointer: the MatMul kernel reorders it once into its
+ * prepared copy, or reads an aligned copy of it in scratch (matmul.c).
+ * Without this, vit_b_16 copied 75% of its 346 MB of weights at load only
+ * to reorder them once more when planned. NULL when out of memory (every
+ * misaligned constant is then staged, as before). */
+static unsigned char *matmul_b_only(const es_graph *g) {
+  unsigned char *f = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_values + 1, 1);
+  if (!f)
+    return NULL;
+  for (int n = 0; n < g->n_nodes; n++) {
+    const es_node *nd = &g->nodes[n];
+    for (int i = 0; i < nd->n_in; i++) {
+      int v = nd->in[i];
+      if (v < 0)
+        continue;
+      int as_b = nd->op == ES_OP_MatMul && i == 1 && nd->n_in == 2 && nd->in[0] >= 0 &&
+                 g->values[nd->in[0]].kind != ES_VALUE_CONST;
+      f[v] = !as_b ? 2 : f[v] ? f[v] : 1;
+    }
+  }
+  for (int v = 0; v < g->n_values; v++) {
+    const es_value *val = &g->values[v];
+    if (f[v] != 1 || val->kind != ES_VALUE_CONST || val->is_output || val->rank != 2 ||
+        val->dtype != ES_DTYPE_FLOAT)
+      f[v] = 0;
+  }
+  return f;
+}
+
 static int const_stage(loader *L) {
+  es_graph *g = L->g;
+  unsigned char *b_only = g->file ? matmul_b_only(g) : NULL;
+  L->b_only = b_only;
+  int rc = const_stage_all(L);
+  L->b_only = NULL;
+  es_mem_free(b_only);
+  return rc;
+}
+
+static int const_stage_all(loader *L) {
   es_graph *g = L->g;
   /* Constants of 1 KiB and more (the weights) go into one slab: one
    * mapping, huge pages where the kernel has them, instead of a block each
