@@ -525,12 +525,13 @@ typedef struct es_request_info {
   int model;
   int priority;
   int worker;                /* that ran it; -1 if it did not run */
-  int arena_source;          /* ES_ARENA_FROM_* */
+  int arena_source;          /* ES_ARENA_FROM_*; NONE until it is done (the
+                                worker sets it while running, unlocked) */
   uint64_t seq;              /* submission order, from 1 */
   uint64_t queue_ns;         /* submit to start (or to leaving the queue) */
   uint64_t run_ns;           /* the run, outputs copied */
   uint64_t switch_ns;        /* lane: time to switch to this model (0 when
-                                the lane ran this model last) */
+                                the lane ran this model last, or until done) */
   size_t reserved_bytes;     /* planned arena + outputs */
   es_refusal refusal;        /* why it left the queue (status ES_EAGAIN) */
   int preemptions;           /* times its run was paused for a more urgent one */

@@ -109,9 +109,9 @@ if [ $zoo -eq 1 ]; then
   node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %10s %12s %12s %10s %13s\n' model loads "max err" \
-    "rel err" "es ms" "ort ms" ratio "load+plan ms" "l+p again" "esm l+p ms" "ort load ms" \
-    "arena MB" "ort +sess MB"
+  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %10s %9s %9s %12s %12s %10s %13s\n' model loads \
+    "max err" "rel err" "es ms" "ort ms" ratio "load+plan ms" "l+p again" "l+p user" "l+p sys" \
+    "esm l+p ms" "ort load ms" "arena MB" "ort +sess MB"
   while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
     if [ "$status" != ok ]; then printf '%-44s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
@@ -155,10 +155,11 @@ if [ $zoo -eq 1 ]; then
     rm -f "$w/model.esm"
     awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" -v lp2="$lp2" \
         -v elp="$elp" -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
+        -v lu="$(col "$w/es.txt" lp_user_ms)" -v ls="$(col "$w/es.txt" lp_sys_ms)" \
         -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
-      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %10.1f %12s %12.1f %10.1f %13.1f\n",
-        n, "yes", e, re, em, om, em / om, lp, lp2, elp == "nan" ? "-" : sprintf("%.1f", elp), ol,
-        ar / 1048576, os / 1048576 }'
+      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %10.1f %9.1f %9.1f %12s %12.1f %10.1f %13.1f\n",
+        n, "yes", e, re, em, om, em / om, lp, lp2, lu, ls, elp == "nan" ? "-" : sprintf("%.1f", elp),
+        ol, ar / 1048576, os / 1048576 }'
   done <"$work/list"
   echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
   echo " rel err the same / max(range, max |ORT|);"
@@ -166,7 +167,9 @@ if [ $zoo -eq 1 ]; then
   echo " load+plan: from the ONNX file, the process's first; l+p again: the same in the same process"
   echo " once the first model is let go (edgeserve bench --load-twice, oneDNN's primitive cache off):"
   echo " the engine's own work, without the first touch of fresh memory, which a virtual machine"
-  echo " whose host backs memory lazily makes cost up to ~3 ms per MB; esm l+p: from the model"
+  echo " whose host backs memory lazily makes cost up to ~3 ms per MB; l+p user / sys: the CPU"
+  echo " time of l+p again, split into the engine's own work (user) and the kernel's (system:"
+  echo " mostly faulting in and zeroing fresh pages); esm l+p: from the model"
   echo " compiled once (edgeserve compile: mapped, weights already in the kernels' layouts);"
   echo " medians over the rounds;"
   echo " ort +sess MB = RSS growth of a second ORT session on the model)"

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 static void bench_usage(FILE *f) {
@@ -62,7 +63,10 @@ static void bench_usage(FILE *f) {
           "this process has just used, which a virtual machine whose host backs\n"
           "fresh memory lazily makes far cheaper than the first (load/plan). oneDNN's\n"
           "primitive cache would hand the second plan the first one's kernels:\n"
-          "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 makes both generate them.\n\n"
+          "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 makes both generate them. The measured\n"
+          "load and plan's CPU time is also split into user (the engine's own work)\n"
+          "and system time (mostly the kernel faulting in and zeroing fresh pages),\n"
+          "with the page faults taken.\n\n"
           "With --concurrency N (closed loop): serves the model through the runtime\n"
           "(admission, queues, pinned workers, arena pool). N client streams each\n"
           "submit a request, wait for it and repeat, for --duration seconds (default 10)\n"
@@ -151,6 +155,10 @@ typedef struct bench_args {
  * In-process mode: one plan, one arena.
  * ========================================================================= */
 
+static double tv_ms(const struct timeval *tv) {
+  return (double)tv->tv_sec * 1e3 + (double)tv->tv_usec / 1e3;
+}
+
 /* warmup + iters runs of the session's plan; the timed ones in lat[], the
  * first warm-up run in *first. 0, or -1 (printed). */
 static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *first) {
@@ -194,9 +202,18 @@ static int bench_inproc(const bench_args *ba) {
     if (status)
       return status;
   }
+  /* The measured pair's CPU time split: user (the engine's own work) and
+   * system (mostly the kernel faulting in and zeroing fresh pages, which a
+   * virtual machine's host can make the larger part). */
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_SELF, &ru0);
   status = cli_session_open(&s, model_path, &ba->ci, "bench");
+  getrusage(RUSAGE_SELF, &ru1);
   if (status)
     goto out;
+  double lp_user = tv_ms(&ru1.ru_utime) - tv_ms(&ru0.ru_utime);
+  double lp_sys = tv_ms(&ru1.ru_stime) - tv_ms(&ru0.ru_stime);
+  long lp_faults = ru1.ru_minflt - ru0.ru_minflt + ru1.ru_majflt - ru0.ru_majflt;
   status = 1;
   lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
   if (!lat || time_runs(&s, ba, lat, &first) < 0)
@@ -217,6 +234,8 @@ static int bench_inproc(const bench_args *ba) {
            model_path, threads, iters, med, p99, first, load, plan);
     if (ba->load_twice)
       printf("\"load2_ms\": %.3f, \"plan2_ms\": %.3f, ", s.load_ms, s.plan_ms);
+    printf("\"lp_user_ms\": %.3f, \"lp_sys_ms\": %.3f, \"lp_faults\": %ld, ", lp_user, lp_sys,
+           lp_faults);
     printf("\"gflop\": %.4f, \"gflops\": %.2f, \"peak_rss_bytes\": %zu, "
            "\"arena_bytes\": %zu, \"weight_bytes\": %zu}\n",
            gflop, med > 0 ? gflop / (med / 1e3) : 0.0, peak, arena, ms.weight_bytes);
@@ -227,6 +246,8 @@ static int bench_inproc(const bench_args *ba) {
     printf("load ms: %.1f  plan ms: %.1f\n", load, plan);
     if (ba->load_twice)
       printf("again: load ms: %.1f  plan ms: %.1f\n", s.load_ms, s.plan_ms);
+    printf("load + plan CPU: user %.1f ms, system %.1f ms (%ld page faults)\n", lp_user, lp_sys,
+           lp_faults);
     printf("compute: %.3f GFLOP per run, %.1f GFLOP/s\n", gflop,
            med > 0 ? gflop / (med / 1e3) : 0.0);
     printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n", arena, ms.weight_bytes,

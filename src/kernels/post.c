@@ -45,8 +45,10 @@ int es__posts_parse(es_kinst *k, es_posts *ps) {
 }
 
 /* One op at a time over the whole output: each pass is contiguous, and the
- * output is small next to the work of the op before it. */
-ES_KCLONES void es__posts_ref(const es_posts *ps, float *y, const float *res, size_t count) {
+ * output is small next to the work of the op before it. Not built per
+ * vector width (ES_KCLONES): clang names an exported function's clone
+ * dispatcher apart from the function, so other files could not link it. */
+void es__posts_ref(const es_posts *ps, float *y, const float *res, size_t count) {
   for (int j = 0; j < ps->n; j++) {
     const es_post *q = &ps->op[j];
     float a = q->a, b = q->b;

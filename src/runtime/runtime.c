@@ -2482,12 +2482,15 @@ int es_request_info_get(es_request *r, es_request_info *out) {
   out->model = r->model;
   out->priority = r->priority;
   out->worker = r->worker;
-  out->arena_source = r->arena_source;
+  /* The worker writes these two while it runs r, without the lock; they
+   * are read once r is done, which the lock orders after those writes. */
+  int done = r->state == RQ_DONE;
+  out->arena_source = done ? r->arena_source : ES_ARENA_FROM_NONE;
   out->seq = r->seq;
   uint64_t left = r->start_ns ? r->start_ns : r->end_ns;
   out->queue_ns = left > r->submit_ns ? left - r->submit_ns : 0;
   out->run_ns = r->start_ns && r->end_ns > r->start_ns ? r->end_ns - r->start_ns : 0;
-  out->switch_ns = r->switch_ns;
+  out->switch_ns = done ? r->switch_ns : 0;
   out->reserved_bytes = r->arena_bytes + r->out_bytes;
   out->preemptions = r->preemptions;
   out->paused_ns = r->paused_ns;
