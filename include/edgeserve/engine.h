@@ -304,6 +304,22 @@ ES_API int es_engine_threads_set(int n);
 ES_API void es_engine_reference_kernels_set(int on);
 ES_API void es_engine_fusion_set(int on);
 
+/* Safe points inside long kernels, for cooperative preemption.
+ * es_engine_split_set: plans made after the call run every channels-last
+ * 2-D convolution of more than flops floating-point operations as bands
+ * of output rows of about that size (each its own oneDNN primitive over
+ * the same prepared weights, reading and writing its rows in place), with
+ * a safe point between two bands. 0 (the default): never. Process-wide,
+ * thread-safe; a runtime that preempts sets it (es_runtime_config.preempt).
+ * es_engine_safe_point_set: the calling thread's hook, called with user at
+ * every safe point of the runs the thread makes (between two plan steps
+ * the caller of es_run_steps looks itself); NULL removes it. The hook may
+ * run other plans to their end on this thread, in their own arenas (a more
+ * urgent request); it must not touch the run it interrupts. */
+ES_API void es_engine_split_set(uint64_t flops);
+ES_API uint64_t es_engine_split_get(void);
+ES_API void es_engine_safe_point_set(void (*fn)(void *user), void *user);
+
 /* Profiling: while on, every run also times each node (two clock reads per
  * node) and adds the time to its plan. Off by default. Thread-safe. */
 ES_API void es_engine_profile_set(int on);

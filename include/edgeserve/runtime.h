@@ -350,6 +350,11 @@ ES_API int es_admission_model_stats_get(es_admission *a, int model_id,
 typedef struct es_runtime es_runtime;
 typedef struct es_request es_request;
 
+/* The split a preempting runtime asks for: bands of about 64 MFLOP, a
+ * third of a millisecond on one core of the machines measured, so a more
+ * urgent request waits about that long for the step under way. */
+#define ES_RT_SPLIT_FLOPS ((uint64_t)64 << 20)
+
 typedef struct es_runtime_config {
   int workers;               /* worker threads = lanes; 0: one per core the
                                 process may run on (default 0) */
@@ -371,6 +376,12 @@ typedef struct es_runtime_config {
                                 scratchpad is never paused (the scratchpad
                                 holds one model at a time), and a lane's
                                 request is never run in another's pause.
+                                Inside a step, long convolutions give it
+                                safe points too: creating a runtime with
+                                preempt on makes plans split every conv
+                                of more than ES_RT_SPLIT_FLOPS into bands
+                                (es_engine_split_set), unless the process
+                                chose a split already.
                                 0: a started run always finishes first */
   int sched;                 /* ES_SCHED_PRIORITY (default): strict priority
                                 between levels, FIFO within one;
@@ -575,6 +586,8 @@ typedef struct es_runtime_stats {
   size_t run_heap_bytes;     /* buddy blocks held now by runs beyond their plans (nodes
                                 no bound covers), each charged to its request's admission */
   uint64_t preemptions;      /* runs paused for a more urgent request */
+  uint64_t preemptions_in_kernel; /* of those, inside a step: at a safe point
+                                     between two bands of a long convolution */
   /* How long paused runs waited (the urgent run, and its hand-over):
    * counts per bucket, bucket i holding pauses up to
    * es_runtime_pause_bound_us(i) microseconds, the last one the rest. */

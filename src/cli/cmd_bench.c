@@ -46,6 +46,7 @@ static void bench_usage(FILE *f) {
           "usage: edgeserve bench MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
           "                      [--shape NAME=DxDxD]... [--threads N] [--iters N]\n"
           "                      [--warmup N] [--json] [--profile] [--load-twice]\n"
+          "                      [--split MFLOP]\n"
           "       edgeserve bench MODEL.onnx [inputs as above] --concurrency N [--no-share]\n"
           "                      [--workers W] [--duration S] [--warmup K] [--threads N]\n"
           "                      [--memory BYTES] [--queue N] [--json]\n"
@@ -66,7 +67,9 @@ static void bench_usage(FILE *f) {
           "ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 makes both generate them. The measured\n"
           "load and plan's CPU time is also split into user (the engine's own work)\n"
           "and system time (mostly the kernel faulting in and zeroing fresh pages),\n"
-          "with the page faults taken.\n\n"
+          "with the page faults taken. --split plans convolutions of more than MFLOP\n"
+          "as bands of output rows of about that size, with a safe point between two\n"
+          "(what a preempting runtime does; es_engine_split_set), to see their cost.\n\n"
           "With --concurrency N (closed loop): serves the model through the runtime\n"
           "(admission, queues, pinned workers, arena pool). N client streams each\n"
           "submit a request, wait for it and repeat, for --duration seconds (default 10)\n"
@@ -138,6 +141,7 @@ typedef struct bench_args {
   cli_inputs ci;
   long threads, iters, warmup;
   int json, profile, load_twice;
+  double split_mflop; /* > 0: convolutions split into bands of this many MFLOP */
   int threads_set, iters_set, warmup_set;
   /* runtime mode */
   long concurrency; /* 0: not given */
@@ -194,6 +198,8 @@ static int bench_inproc(const bench_args *ba) {
   cli_session s;
   double *lat = NULL, first = 0, load1 = 0, plan1 = 0;
   int status = 0;
+  if (ba->split_mflop > 0)
+    es_engine_split_set((uint64_t)(ba->split_mflop * 1048576.0));
   if (ba->load_twice) { /* the first pair, let go: its times are the cold ones */
     status = cli_session_open(&s, model_path, &ba->ci, "bench");
     load1 = s.load_ms;
@@ -1178,6 +1184,11 @@ static int parse_args(bench_args *a, int argc, char **argv) {
       a->profile = 1;
     } else if (!strcmp(arg, "--load-twice")) {
       a->load_twice = 1;
+    } else if (!strcmp(arg, "--split") && i + 1 < argc) {
+      if (parse_real(argv[++i], 0, 1e6, &a->split_mflop) < 0) {
+        fprintf(stderr, "edgeserve bench: --split wants MFLOP above 0, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (!strcmp(arg, "--no-share")) {
       a->no_share = 1;
       a->runtime_opt_name = arg;
@@ -1256,10 +1267,10 @@ int cli_cmd_bench(int argc, char **argv) {
     }
     return bench_inproc(&a);
   }
-  if (a.iters_set || a.profile || a.load_twice) {
+  if (a.iters_set || a.profile || a.load_twice || a.split_mflop > 0) {
     fprintf(stderr, "edgeserve bench: %s is for the in-process mode (without --concurrency "
                     "or --rate)\n",
-            a.profile ? "--profile" : a.load_twice ? "--load-twice" : "--iters");
+            a.profile ? "--profile" : a.load_twice ? "--load-twice" : a.split_mflop > 0 ? "--split" : "--iters");
     return 2;
   }
   if (a.no_share && !a.concurrency) {

@@ -1418,6 +1418,14 @@ int es_engine_threads_set(int n) { return es__kernels_set_threads(n); }
 
 void es_engine_reference_kernels_set(int on) { es__kernels_use_reference(on); }
 
+void es_engine_split_set(uint64_t flops) { es__kernels_split_set(flops); }
+
+uint64_t es_engine_split_get(void) { return es__kernels_split_flops(); }
+
+void es_engine_safe_point_set(void (*fn)(void *user), void *user) {
+  es__kernels_safe_point_set(fn, user);
+}
+
 void es_engine_profile_set(int on) { atomic_store(&es_profile_, on ? 1 : 0); }
 
 int es_plan_profile(const es_plan *p,

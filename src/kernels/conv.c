@@ -79,6 +79,12 @@ typedef enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID } conv_auto
 #define ES_CONV_MAX ((int64_t)1 << 40)
 #define ES_CONV_ATTR_MAX ((int64_t)1 << 20)
 
+/* Bands (a long convolution split for safe points): at most this many, of
+ * at most this many geometries (the first band, padded at the top; the
+ * middle ones; the last, padded at the bottom and maybe shorter). */
+#define CONV_BANDS_MAX 64
+#define CONV_BAND_KINDS 4
+
 typedef struct conv_params {
   int transpose;     /* ConvTranspose */
   int nsp;           /* spatial rank: 1..3 */
@@ -99,6 +105,11 @@ typedef struct conv_params {
                             offset of the prepared weights (with has_bias) */
   es_posts post;         /* fused post-ops, applied after the bias in order; post.has_res:
                             one adds input 3 (the residual) */
+  int nbands;            /* > 1: the run goes band by band of output rows, a safe point
+                            between two (conv_bands_setup); 0: one primitive */
+  int64_t band_rows;     /* output rows per band (the last may have fewer) */
+  int band_prim[CONV_BANDS_MAX]; /* each band's geometry: an index into bprim */
+  es_dnnl_prim bprim[CONV_BAND_KINDS]; /* one primitive per band geometry */
   int res_sum;           /* ... as oneDNN's sum: Y holds the residual before the conv */
   es_dnnl_prim dnnl;
 } conv_params;
@@ -498,6 +509,128 @@ static int conv_kxs_setup(es_kinst *k, conv_params *p) {
                             &p->dnnl.weights);
 }
 
+/* Output rows [o0, o0 + h) of a channels-last 2-D conv as a conv of its
+ * own: the input rows it reads from *in0 on, *rows of them, with the pads
+ * that fall inside the band (pt at the top, pb at the bottom). 0 when the
+ * band reads no input row. */
+static int conv_band_geometry(const conv_params *p, int64_t o0, int64_t h, int64_t *in0,
+                              int64_t *rows, int64_t *pt, int64_t *pb) {
+  int64_t s = p->str[1], ext = (p->ker[1] - 1) * p->dil[1] + 1;
+  int64_t i0 = o0 * s - p->pb[1], i1 = (o0 + h - 1) * s - p->pb[1] + ext;
+  *pt = i0 < 0 ? -i0 : 0;
+  *pb = i1 > p->in[1] ? i1 - p->in[1] : 0;
+  *in0 = i0 < 0 ? 0 : i0;
+  *rows = (i1 < p->in[1] ? i1 : p->in[1]) - *in0;
+  return *rows > 0;
+}
+
+/* a and b run oneDNN's same implementation (its name, e.g. "brg:avx512_core"). */
+static int conv_same_impl(const es_dnnl_prim *a, const es_dnnl_prim *b) {
+  const char *ia = NULL, *ib = NULL;
+  if (dnnl_primitive_desc_query(a->pd, dnnl_query_impl_info_str, 0, &ia) != dnnl_success ||
+      dnnl_primitive_desc_query(b->pd, dnnl_query_impl_info_str, 0, &ib) != dnnl_success)
+    return 0;
+  return ia && ib && !strcmp(ia, ib);
+}
+
+static void conv_bands_destroy(conv_params *p) {
+  for (int i = 0; i < CONV_BAND_KINDS; i++)
+    es__dnnl_prim_destroy(&p->bprim[i]);
+  p->nbands = 0;
+}
+
+/* Splits a long channels-last 2-D convolution (more FLOPs than
+ * es__kernels_split_flops) into bands of output rows, each a primitive over
+ * the whole conv's prepared weights (p->dnnl's layout, which every band
+ * must accept), so that a run can stop at a safe point between two bands
+ * (es__kernels_safe_point). Rows are contiguous in NHWC: a band reads and
+ * writes its part of X, Y and the residual in place. A geometry oneDNN
+ * turns down leaves the conv whole. */
+static int conv_bands_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_t *bias) {
+  uint64_t split = es__kernels_split_flops();
+  int64_t oh = p->out[1];
+  if (!split || k->flops <= split || p->transpose || p->kxs || !p->nhwc || p->nsp != 2 ||
+      p->n != 1 || p->epilogue || oh < 2)
+    return 0;
+  int64_t want = (int64_t)((k->flops + split - 1) / split);
+  if (want > CONV_BANDS_MAX)
+    want = CONV_BANDS_MAX;
+  if (want > oh)
+    want = oh;
+  int64_t rows_per = (oh + want - 1) / want;
+  int nb = (int)((oh + rows_per - 1) / rows_per);
+  if (nb < 2)
+    return 0;
+  int64_t kind_key[CONV_BAND_KINDS][4];
+  int kinds = 0;
+  size_t scratch = k->scratch_bytes;
+  dnnl_dims_t st = {p->str[1], p->str[2]}, dl = {p->dil[1] - 1, p->dil[2] - 1};
+  int rc = 0;
+  for (int b = 0; b < nb && rc == 0; b++) {
+    int64_t o0 = b * rows_per, h = o0 + rows_per <= oh ? rows_per : oh - o0, in0, rows, pt, pb;
+    if (!conv_band_geometry(p, o0, h, &in0, &rows, &pt, &pb)) {
+      rc = 1;
+      break;
+    }
+    int kind = 0;
+    while (kind < kinds && !(kind_key[kind][0] == h && kind_key[kind][1] == rows &&
+                             kind_key[kind][2] == pt && kind_key[kind][3] == pb))
+      kind++;
+    p->band_prim[b] = kind;
+    if (kind < kinds)
+      continue;
+    if (kinds == CONV_BAND_KINDS) {
+      rc = 1;
+      break;
+    }
+    kind_key[kinds][0] = h, kind_key[kinds][1] = rows, kind_key[kinds][2] = pt;
+    kind_key[kinds][3] = pb;
+    kinds++;
+    int64_t xd[4] = {1, p->c, rows, p->in[2]}, yd[4] = {1, p->m, h, p->out[2]};
+    dnnl_dims_t pl = {pt, p->pb[2]}, pr = {pb, p->pe[2]};
+    dnnl_memory_desc_t xmd, ymd;
+    dnnl_status_t stt = conv_act_md(&xmd, 4, xd, 1);
+    if (stt == dnnl_success)
+      stt = conv_act_md(&ymd, 4, yd, 1);
+    es_dnnl_prim *bp = &p->bprim[kind];
+    dnnl_post_ops_t po = NULL;
+    int res_sum = 0;
+    if (stt == dnnl_success && p->post.n) {
+      stt = dnnl_post_ops_create(&po);
+      if (stt == dnnl_success)
+        stt = es__dnnl_posts(&p->post, &ymd, po, 1, bp, &res_sum);
+    }
+    dnnl_convolution_desc_t d;
+    if (stt == dnnl_success)
+      stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                       dnnl_convolution_direct, &xmd,
+                                                       p->dnnl.wei_md, bias, &ymd, st, dl, pl, pr);
+    if (stt != dnnl_success || res_sum != p->res_sum)
+      rc = 1;
+    else if ((rc = es__dnnl_prim_create(k, &d, po, bp)) == ES_ENOTSUP)
+      rc = 1;
+    if (po)
+      dnnl_post_ops_destroy(po);
+    /* every band must take the whole conv's weights as they are prepared,
+     * with the whole conv's implementation: oneDNN answers some band
+     * geometries (a few rows, pads at one end only) with its reference
+     * loops only, twenty times slower */
+    if (rc == 0 && (!dnnl_memory_desc_equal(bp->wei_md, p->dnnl.wei_md) ||
+                    !conv_same_impl(bp, &p->dnnl)))
+      rc = 1;
+    if (rc == 0 && k->scratch_bytes > scratch)
+      scratch = k->scratch_bytes;
+  }
+  k->scratch_bytes = scratch;
+  if (rc != 0) { /* 1: a geometry the bands cannot take; the conv stays whole */
+    conv_bands_destroy(p);
+    return rc < 0 ? rc : 0;
+  }
+  p->nbands = nb;
+  p->band_rows = rows_per;
+  return 0;
+}
+
 static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   int nsp = p->nsp, nd = 2 + nsp;
   int64_t xd[5] = {p->n, p->c}, yd[5] = {p->n, p->m}, bd[1] = {p->m};
@@ -564,9 +697,13 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   }
   if (po)
     dnnl_post_ops_destroy(po);
+  if (rc == 0 && !p->transpose)
+    rc = conv_bands_setup(k, p, bias);
+  if (rc == 0)
+    rc = es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
   if (rc < 0)
-    return rc;
-  return es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
+    conv_bands_destroy(p);
+  return rc;
 }
 
 /* ==========================================================================
@@ -762,8 +899,10 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, conv_dnnl_setup(k, p),
                                                 &p->use_dnnl)) < 0)
     return rc;
-  if (!p->use_dnnl)
+  if (!p->use_dnnl) {
+    conv_bands_destroy(p);
     p->nhwc = p->res_sum = 0; /* the reference loops read and write plain tensors only */
+  }
   /* Ask for X, and the residual, in the layout the conv runs in. */
   k->want_plain = k->want_nhwc = 0;
   uint32_t *want = p->nhwc ? &k->want_nhwc : &k->want_plain;
@@ -773,6 +912,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     *want |= 1u << 3;
   if (*want) {
     es__dnnl_prim_destroy(&p->dnnl);
+    conv_bands_destroy(p);
     return ES_KRELAYOUT;
   }
   if (p->nhwc)
@@ -786,6 +926,27 @@ static int conv_infer_common(es_kinst *k, int transpose) {
 static int conv_infer(es_kinst *k) { return conv_infer_common(k, 0); }
 static int convtranspose_infer(es_kinst *k) { return conv_infer_common(k, 1); }
 
+/* Band by band (conv_bands_setup), each reading and writing its rows of
+ * the channels-last tensors in place, with a safe point between two. */
+static int conv_run_bands(const es_kinst *k, const conv_params *p, const float *x, const void *w,
+                          const void *bias, float *y, const float *res, void *scratch) {
+  size_t xrow = (size_t)p->in[2] * (size_t)p->c, yrow = (size_t)p->out[2] * (size_t)p->m;
+  for (int b = 0; b < p->nbands; b++) {
+    int64_t o0 = b * p->band_rows, h = p->band_rows, in0, rows, pt, pb;
+    if (o0 + h > p->out[1])
+      h = p->out[1] - o0;
+    conv_band_geometry(p, o0, h, &in0, &rows, &pt, &pb);
+    size_t yo = (size_t)o0 * yrow;
+    int rc = es__dnnl_prim_run(k, &p->bprim[p->band_prim[b]], x + (size_t)in0 * xrow, w, bias,
+                               y + yo, res ? res + yo : NULL, scratch);
+    if (rc < 0)
+      return rc;
+    if (b + 1 < p->nbands)
+      es__kernels_safe_point();
+  }
+  return 0;
+}
+
 static int conv_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   const conv_params *p = k->params;
   if (p->empty)
@@ -797,8 +958,10 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
       bias = p->has_bias ? (const float *)p->dnnl.weights + p->kxs_bias_at : NULL;
     if (p->res_sum && out[0] != res)
       memcpy(out[0], res, p->count * sizeof(float));
-    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1],
-                               p->epilogue ? NULL : bias, out[0],
+    const void *w = p->dnnl.weights ? p->dnnl.weights : in[1];
+    if (p->nbands > 1)
+      return conv_run_bands(k, p, in[0], w, bias, out[0], p->res_sum ? NULL : res, scratch);
+    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], w, p->epilogue ? NULL : bias, out[0],
                                p->epilogue || p->res_sum ? NULL : res, scratch);
     if (rc == 0 && p->epilogue)
       conv_epilogue(p, out[0], bias, res);
@@ -814,8 +977,10 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
 
 static void conv_release(es_kinst *k) {
   conv_params *p = k->params;
-  if (p)
+  if (p) {
     es__dnnl_prim_destroy(&p->dnnl);
+    conv_bands_destroy(p);
+  }
 }
 
 static const es_kernel conv_kernel = {conv_infer, conv_run, conv_release, ES_KLAYOUT_5D};

@@ -239,6 +239,14 @@ const es_kernel *es__kernels_control(es_op op);
  * kernels instead of oneDNN, for plans made after the call (the public
  * es_engine_reference_kernels_set). Thread-safe. */
 void es__kernels_use_reference(int on);
+/* Safe points (es_engine_split_set, es_engine_safe_point_set): the FLOPs
+ * above which a kernel made now splits its run into parts (0: never), and
+ * the call a kernel makes between two parts, which runs the calling
+ * thread's hook if it has one. */
+uint64_t es__kernels_split_flops(void);
+void es__kernels_split_set(uint64_t flops);
+void es__kernels_safe_point(void);
+void es__kernels_safe_point_set(void (*fn)(void *user), void *user);
 int es__kernels_reference(void);
 
 /* Intra-op threads for kernels run by the calling thread (oneDNN's

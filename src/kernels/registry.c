@@ -41,6 +41,27 @@ void es__kernels_use_reference(int on) { atomic_store(&es_reference_, on ? 1 : 0
 
 int es__kernels_reference(void) { return atomic_load(&es_reference_); }
 
+static _Atomic uint64_t es_split_flops_;
+
+uint64_t es__kernels_split_flops(void) { return atomic_load(&es_split_flops_); }
+
+void es__kernels_split_set(uint64_t flops) { atomic_store(&es_split_flops_, flops); }
+
+/* The hook is the thread's own: a worker sets it around the runs it may
+ * pause, and a run on another thread never sees it. */
+static _Thread_local void (*es_safe_fn_)(void *user);
+static _Thread_local void *es_safe_user_;
+
+void es__kernels_safe_point(void) {
+  if (es_safe_fn_)
+    es_safe_fn_(es_safe_user_);
+}
+
+void es__kernels_safe_point_set(void (*fn)(void *user), void *user) {
+  es_safe_fn_ = fn;
+  es_safe_user_ = user;
+}
+
 /* oneDNN's CPU runtime here is OpenMP: a parallel region started by a thread
  * uses that thread's nthreads setting. Found at run time so the library does
  * not link the OpenMP runtime itself (oneDNN already loads it). */

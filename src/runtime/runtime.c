@@ -153,6 +153,7 @@ typedef struct rt_worker {
   uint64_t runs, switches, switch_ns_max;
   double switch_ns_sum;
   int depth; /* 1 while it runs a request in another's pause (no deeper) */
+  struct rt_safe *safe; /* the run its kernels' safe points may pause, or NULL */
 } rt_worker;
 
 typedef struct rt_queue {
@@ -167,6 +168,7 @@ struct es_runtime {
   _Atomic int urgent_level;
   _Atomic uint64_t urgent_deadline; /* EDF: the earliest queued deadline (0: none) */
   uint64_t preemptions;
+  uint64_t preemptions_in_kernel; /* of those, at a kernel's safe point */
   uint64_t pause_overhead_ns_sum, pause_overhead_ns_max, pause_lock_wait_ns_sum;
   uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
   uint64_t pause_ns_sum;
@@ -1106,8 +1108,29 @@ static void rt_heap_free(void *user, void *ptr) {
  * *short_mem: the buddy pool had no block for the arena or the outputs now
  * (the bytes were admitted, but others' blocks or fragmentation hold the
  * pool), which the caller answers as a refusal, not a failure. */
-static int serve_urgent(rt_worker *w, es_request *cur);
+static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel);
 static int urgent_waiting(es_runtime *rt, const es_request *cur);
+
+/* A run its kernels may pause at their safe points (es_engine_split_set:
+ * between two bands of a long convolution), as run_request does between
+ * steps; a cancel asked meanwhile is acted on after the step. */
+typedef struct rt_safe {
+  rt_worker *w;
+  es_request *r;
+  int cancelled;
+} rt_safe;
+
+static void safe_point(void *user) {
+  rt_safe *s = user;
+  if (urgent_waiting(s->w->rt, s->r) && serve_urgent(s->w, s->r, 1) == 2)
+    s->cancelled = 1;
+}
+
+/* The worker's safe-point hook: s's run, or none (NULL). */
+static void safe_set(rt_worker *w, rt_safe *s) {
+  w->safe = s;
+  es_engine_safe_point_set(s ? safe_point : NULL, s);
+}
 
 static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratch_cap,
                        int *short_mem) {
@@ -1156,6 +1179,10 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
      * one model at a time, and not inside another's pause). */
     es_run run;
     int can_pause = rt->cfg.preempt && w->depth == 0 && r->arena_source != ES_ARENA_FROM_LANE;
+    /* Kernels' safe points pause this run only (a request run in its pause
+     * has none: the hook goes back to the outer run after). */
+    rt_safe sp = {w, r, 0}, *outer = w->safe;
+    safe_set(w, can_pause ? &sp : NULL);
     rc = es_run_begin(&run, r->plan, r->inputs, r->n_in, a, &heap);
     while (rc == 0 && can_pause) {
       int left = es_run_steps(&run, 1);
@@ -1163,13 +1190,18 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
         rc = left < 0 ? left : 0;
         break;
       }
-      if (urgent_waiting(rt, r) && serve_urgent(w, r) == 2) {
+      if (sp.cancelled || (urgent_waiting(rt, r) && serve_urgent(w, r, 0) == 2)) {
         es_run_abort(&run);
         rc = es__fail(ES_ECANCELED, "cancelled while paused");
       }
     }
+    if (rc == 0 && sp.cancelled) { /* paused inside its last step */
+      es_run_abort(&run);
+      rc = es__fail(ES_ECANCELED, "cancelled while paused");
+    }
     if (rc == 0)
       rc = es_run_finish(&run, outs, r->n_out);
+    safe_set(w, outer);
     if (rc < 0 && (h.refused || h.no_block)) {
       *short_mem = 1;
       r->heap_refused = h.refused;
@@ -1309,7 +1341,7 @@ static int urgent_waiting(es_runtime *rt, const es_request *cur) {
  * or buddy pool), then returns to cur, whose arena and reservation stayed
  * as they were. 0: nothing to run; 1: it ran one; 2: it ran one and cur was
  * cancelled meanwhile (es_request_cancel on a paused run). */
-static int serve_urgent(rt_worker *w, es_request *cur) {
+static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel) {
   es_runtime *rt = w->rt;
   pthread_mutex_lock(&rt->lock);
   es_request *u = rt->paused ? NULL : urgent_pick_locked(rt, cur);
@@ -1331,6 +1363,7 @@ static int serve_urgent(rt_worker *w, es_request *cur) {
   rt->models[cur->model].preemptions++;
   rt->models[u->model].preempting++;
   rt->preemptions++;
+  rt->preemptions_in_kernel += in_kernel != 0;
   w->depth = 1;
   pthread_mutex_unlock(&rt->lock);
 
@@ -1616,6 +1649,8 @@ int es_runtime_create(const es_runtime_config *cfg, es_runtime **out) {
     return es__fail(ES_ENOMEM, "es_runtime_create: no memory");
   rt->magic = RT_MAGIC;
   rt->cfg = *cfg;
+  if (cfg->preempt && !es_engine_split_get())
+    es_engine_split_set(ES_RT_SPLIT_FLOPS);
   rt->n_workers = cfg->workers ? cfg->workers : ncpu;
   rt->max_models = cfg->max_models;
   pthread_mutex_init(&rt->lock, NULL);
@@ -2568,6 +2603,7 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->refused = rt->refused;
   out->run_heap_bytes = atomic_load_explicit(&rt->heap_bytes, memory_order_relaxed);
   out->preemptions = rt->preemptions;
+  out->preemptions_in_kernel = rt->preemptions_in_kernel;
   memcpy(out->pause_hist, rt->pause_hist, sizeof out->pause_hist);
   out->pause_ns_sum = rt->pause_ns_sum;
   out->pause_overhead_ns_sum = rt->pause_overhead_ns_sum;

@@ -150,6 +150,10 @@ static void runtime_state(es_strbuf *b, es_server *s, const es_runtime_stats *rs
                    "edgeserve_pause_duration_seconds_count %llu\n",
                 (double)rs->pause_ns_sum / 1e9, (unsigned long long)cum);
 
+  head(b, "edgeserve_preemptions_in_kernel_total", "counter",
+       "Runs paused inside a step, at a safe point between two bands of a long convolution.");
+  es__sb_printf(b, "edgeserve_preemptions_in_kernel_total %llu\n",
+                (unsigned long long)rs->preemptions_in_kernel);
   head(b, "edgeserve_pause_overhead_seconds_total", "counter",
        "What pausing itself cost: hand-over to the urgent run and back, its run not counted.");
   es__sb_printf(b, "edgeserve_pause_overhead_seconds_total %.9g\n",

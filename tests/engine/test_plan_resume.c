@@ -4,13 +4,17 @@
  * the five target models (BlazeFace front and back, PP-OCR det, cls and
  * rec), paused at every step boundary for BlazeFace front and at random
  * ones for the others; pausing and resuming allocate nothing; a paused run
- * can be dropped and the arena's next run is whole. The models come from
+ * can be dropped and the arena's next run is whole; plans that split long
+ * convolutions into bands (es_engine_split_set) give the same outputs, and
+ * an urgent run made at each safe point inside a band's conv (what a worker
+ * does there) changes nothing. The models come from
  * scripts/setup/fetch-models.sh (the tests skip without them). */
 #include "es_test.h"
 
 #include "edgeserve/engine.h"
 #include "edgeserve/memory.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,10 +178,78 @@ static void test_abort_and_misuse(void **state) {
   es_arena_destroy(b);
 }
 
+typedef struct safe_count {
+  int calls;
+  es_arena *a;
+  es_tensor out[8];
+} safe_count;
+
+/* The hook: an "urgent" BlazeFace front run in its own arena. */
+static void urgent_at_safe_point(void *user) {
+  safe_count *c = user;
+  c->calls++;
+  es_arena_reset(c->a);
+  ES_CHECK_RC(es_plan_run(t_[0].p, &t_[0].in, 1, c->a, c->out, t_[0].n_out));
+}
+
+/* Each model planned again with convolutions split into bands of 8 MFLOP:
+ * the outputs equal the whole plan's (to float rounding: a band is its own
+ * oneDNN primitive, whose blocking may differ), the hook runs at the safe
+ * points between bands with an urgent run inside, and the runs allocate
+ * nothing. */
+static void test_split_safe_points(void **state) {
+  (void)state;
+  if (!have_)
+    skip();
+  safe_count c = {.a = arena_for(t_[0].p)};
+  es_engine_split_set((uint64_t)8 << 20);
+  int any = 0;
+  for (int i = 0; i < N_TARGETS; i++) {
+    loaded *L = &t_[i];
+    es_tensor_info info;
+    ES_CHECK_RC(es_model_input_info(L->m, 0, &info));
+    info.rank = L->in.rank;
+    memcpy(info.dims, L->in.dims, sizeof info.dims);
+    es_plan *split;
+    ES_CHECK_RC(es_model_plan(L->m, &info, 1, &split));
+    es_arena *a = arena_for(L->p), *b = arena_for(split);
+    es_tensor whole[8], banded[8];
+    ES_CHECK_RC(es_plan_run(L->p, &L->in, 1, a, whole, L->n_out));
+    ES_CHECK_RC(es_plan_run(split, &L->in, 1, b, banded, L->n_out)); /* warms the thread */
+    es_arena_reset(b);
+    c.calls = 0;
+    uint64_t allocs = es_test_total_allocs();
+    es_engine_safe_point_set(urgent_at_safe_point, &c);
+    ES_CHECK_RC(es_plan_run(split, &L->in, 1, b, banded, L->n_out));
+    es_engine_safe_point_set(NULL, NULL);
+    assert_int_equal(es_test_total_allocs(), allocs);
+    double worst = 0;
+    for (int o = 0; o < L->n_out; o++) {
+      assert_int_equal(banded[o].nbytes, whole[o].nbytes);
+      const float *x = whole[o].data, *y = banded[o].data;
+      for (size_t k = 0; k < whole[o].nbytes / sizeof(float); k++) {
+        double d = fabs((double)x[k] - (double)y[k]) / (1 + fabs((double)x[k]));
+        worst = d > worst ? d : worst;
+      }
+    }
+    printf("# %-26s %3d safe points in a run, worst difference %.2g\n", targets_[i].file,
+           c.calls, worst);
+    assert_true(worst <= 1e-5);
+    any |= c.calls > 0;
+    es_arena_destroy(a);
+    es_arena_destroy(b);
+    es_plan_release(split);
+  }
+  es_engine_split_set(0);
+  assert_true(any); /* det's convolutions at 320x320 are above 8 MFLOP */
+  es_arena_destroy(c.a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paused_runs_match),
       cmocka_unit_test(test_abort_and_misuse),
+      cmocka_unit_test(test_split_safe_points),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,6 +14,7 @@
 
 #include "edgeserve/engine.h"
 #include "edgeserve/runtime.h"
+#include "support/onnx_builder.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -237,6 +238,115 @@ static void test_urgent_runs_in_a_pause(void **state) {
   ES_CHECK_RC(es_runtime_destroy(g.rt));
 }
 
+/* A model that is one long convolution: x [1, 64, 192, 192] -> Conv 3x3
+ * (64 filters, pad 1, bias) -> y, 2.7 GFLOP, written to a temporary file
+ * (path, cap bytes) for the runtime to load. */
+#define CONV_N (64 * 192 * 192)
+static float conv_w_[64 * 64 * 9], conv_b_[64];
+
+static void conv_model_file(char *path, size_t cap) {
+  static const int64_t xd[4] = {1, 64, 192, 192}, wd[4] = {64, 64, 3, 3}, bd[1] = {64},
+                       pads[4] = {1, 1, 1, 1};
+  uint64_t seed = 9;
+  for (size_t i = 0; i < sizeof conv_w_ / sizeof conv_w_[0]; i++)
+    conv_w_[i] = (float)(es_test_rand(&seed) % 2001) / 20000.0f - 0.05f;
+  for (int i = 0; i < 64; i++)
+    conv_b_[i] = (float)i / 64.0f;
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W", 4, wd, conv_w_);
+  ob_init_f32(b, "B", 1, bd, conv_b_);
+  int n = ob_node(b, "Conv", "y", 3, "x", "W", "B");
+  ob_attr_ints(b, n, "pads", 4, pads);
+  ob_output(b, "y");
+  size_t size;
+  uint8_t *buf = ob_pack(b, &size);
+  free(b);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, cap, "%s/es-preempt-conv-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, buf, size), (ssize_t)size);
+  assert_int_equal(close(fd), 0);
+  free(buf);
+}
+
+/* Safe points inside a step: with the runtime's split, a long convolution
+ * runs in bands, and an urgent request arriving while it runs is served
+ * between two bands rather than after the whole conv. Eight face requests,
+ * one after the other, during one run of a model that is one 2.7 GFLOP
+ * convolution (and the two layout steps around it): each runs in a pause
+ * (the only worker is busy), nearly all of them inside the conv (a
+ * counter, not a clock, says where), and the conv's outputs are those of a
+ * run never paused. */
+static void test_pause_inside_a_conv(void **state) {
+  (void)state;
+  if (!have_models())
+    skip();
+  rig g;
+  rig_up(&g, 1);
+  assert_true(es_engine_split_get() > 0); /* a preempting runtime asks for bands */
+  char path[512];
+  conv_model_file(path, sizeof path);
+  es_model_config mc;
+  es_model_config_default(&mc);
+  mc.name = "conv";
+  mc.path = path;
+  int conv;
+  ES_CHECK_RC(es_runtime_model_load(g.rt, &mc, &conv));
+  assert_int_equal(unlink(path), 0);
+  float *x = malloc(CONV_N * sizeof(float));
+  uint64_t seed = 3;
+  for (int i = 0; i < CONV_N; i++)
+    x[i] = (float)(es_test_rand(&seed) % 2001) / 1000.0f - 1.0f;
+  es_tensor in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4, .dims = {1, 64, 192, 192},
+                  .data = x, .nbytes = CONV_N * sizeof(float)};
+  es_submit sub = {.model = conv, .inputs = &in, .n_inputs = 1, .priority = 3};
+  es_request *ref, *slow;
+  es_refusal why;
+  ES_CHECK_RC(es_runtime_submit(g.rt, &sub, &ref, &why));
+  ES_CHECK_RC(es_request_wait(ref, -1));
+  float *want[8];
+  size_t want_bytes[8];
+  int n_want;
+  copy_outputs(ref, want, want_bytes, &n_want);
+  es_request_free(ref);
+  ES_CHECK_RC(es_runtime_submit(g.rt, &sub, &slow, &why));
+  wait_running(slow);
+  int urgent = 0;
+  for (; urgent < 8; urgent++) {
+    es_request_info si;
+    ES_CHECK_RC(es_request_info_get(slow, &si));
+    if (si.status != ES_REQUEST_PENDING)
+      break; /* the conv finished first (a very slow machine) */
+    es_request *u = submit(&g, g.face, 0, NULL, NULL);
+    ES_CHECK_RC(es_request_wait(u, -1));
+    es_request_free(u);
+  }
+  ES_CHECK_RC(es_request_wait(slow, -1));
+  es_runtime_stats rs;
+  ES_CHECK_RC(es_runtime_stats_get(g.rt, &rs));
+  printf("# %d urgent requests during one conv run: %llu paused it, %llu inside the conv\n",
+         urgent, (unsigned long long)rs.preemptions,
+         (unsigned long long)rs.preemptions_in_kernel);
+  assert_true(urgent >= 1);
+  assert_true(rs.preemptions_in_kernel >= 1);
+  float *got[8];
+  size_t got_bytes[8];
+  int n_got;
+  copy_outputs(slow, got, got_bytes, &n_got);
+  assert_int_equal(n_got, n_want);
+  for (int i = 0; i < n_got; i++) {
+    assert_int_equal(got_bytes[i], want_bytes[i]);
+    assert_memory_equal(got[i], want[i], want_bytes[i]);
+    free(got[i]);
+    free(want[i]);
+  }
+  es_request_free(slow);
+  free(x);
+  ES_CHECK_RC(es_runtime_destroy(g.rt));
+}
+
 /* Cancelled while paused: an urgent task (a function run on the worker in
  * the long run's pause) cancels the paused run; it is dropped when its
  * worker comes back, completes ES_ECANCELED, and its memory goes back. */
@@ -334,6 +444,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_urgent_runs_in_a_pause),
       cmocka_unit_test(test_cancel_while_paused),
+      cmocka_unit_test(test_pause_inside_a_conv),
       cmocka_unit_test(test_no_preemption),
       cmocka_unit_test(test_edf_pauses_for_an_earlier_deadline),
   };
