@@ -447,22 +447,17 @@ static void raw_of_floats(Onnx__TensorProto *t, float *data, size_t bytes) {
   t->raw_data.data = (uint8_t *)data;
 }
 
-/* Packs b into a new temporary file (path, PATH_MAX-sized); returns 1 when
- * the bytes of data (the raw weights) sit at an offset aligned to a float
- * in it, 0 when not. */
+/* Packs b into a new temporary file (path, cap bytes); returns 1 when the
+ * bytes of data (the raw weights) sit at an offset aligned to a float in
+ * it, 0 when not. */
 static int pack_to_file(const ob *b, const void *data, size_t bytes, char *path, size_t cap) {
   size_t size;
   uint8_t *buf = ob_pack(b, &size);
   const uint8_t *at = memmem(buf, size, data, bytes);
   assert_non_null(at);
   int aligned = (at - buf) % 4 == 0;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(path, cap, "%s/es-inplace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, buf, size), (ssize_t)size);
-  assert_int_equal(close(fd), 0);
   free(buf);
+  ob_save_temp(b, "es-inplace", path, cap);
   return aligned;
 }
 

@@ -178,6 +178,22 @@ static void copy_outputs(es_request *r, float **out, size_t *bytes, int *n) {
   }
 }
 
+/* r's outputs are exactly want (n_want of them, copy_outputs'), which it
+ * frees. */
+static void expect_outputs(es_request *r, float **want, const size_t *want_bytes, int n_want) {
+  float *got[8];
+  size_t got_bytes[8];
+  int n_got;
+  copy_outputs(r, got, got_bytes, &n_got);
+  assert_int_equal(n_got, n_want);
+  for (int i = 0; i < n_got; i++) {
+    assert_int_equal(got_bytes[i], want_bytes[i]);
+    assert_memory_equal(got[i], want[i], want_bytes[i]);
+    free(got[i]);
+    free(want[i]);
+  }
+}
+
 static void test_urgent_runs_in_a_pause(void **state) {
   (void)state;
   if (!have_models())
@@ -207,17 +223,7 @@ static void test_urgent_runs_in_a_pause(void **state) {
   assert_int_equal(ui.preempting, 1);
   printf("# det paused once for %.2f ms while face ran; face waited %.2f ms in the queue\n",
          (double)si.paused_ns / 1e6, (double)ui.queue_ns / 1e6);
-  float *got[8];
-  size_t got_bytes[8];
-  int n_got;
-  copy_outputs(slow, got, got_bytes, &n_got);
-  assert_int_equal(n_got, n_want);
-  for (int i = 0; i < n_got; i++) {
-    assert_int_equal(got_bytes[i], want_bytes[i]);
-    assert_memory_equal(got[i], want[i], want_bytes[i]); /* exactly a run never paused */
-    free(got[i]);
-    free(want[i]);
-  }
+  expect_outputs(slow, want, want_bytes, n_want); /* exactly a run never paused */
   es_request_free(urgent);
   es_request_free(slow);
   es_runtime_model_stats ms;
@@ -259,16 +265,8 @@ static void conv_model_file(char *path, size_t cap) {
   int n = ob_node(b, "Conv", "y", 3, "x", "W", "B");
   ob_attr_ints(b, n, "pads", 4, pads);
   ob_output(b, "y");
-  size_t size;
-  uint8_t *buf = ob_pack(b, &size);
+  ob_save_temp(b, "es-preempt-conv", path, cap);
   free(b);
-  const char *tmp = getenv("TMPDIR");
-  snprintf(path, cap, "%s/es-preempt-conv-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, buf, size), (ssize_t)size);
-  assert_int_equal(close(fd), 0);
-  free(buf);
 }
 
 /* Safe points inside a step: with the runtime's split, a long convolution
@@ -331,17 +329,7 @@ static void test_pause_inside_a_conv(void **state) {
          (unsigned long long)rs.preemptions_in_kernel);
   assert_true(urgent >= 1);
   assert_true(rs.preemptions_in_kernel >= 1);
-  float *got[8];
-  size_t got_bytes[8];
-  int n_got;
-  copy_outputs(slow, got, got_bytes, &n_got);
-  assert_int_equal(n_got, n_want);
-  for (int i = 0; i < n_got; i++) {
-    assert_int_equal(got_bytes[i], want_bytes[i]);
-    assert_memory_equal(got[i], want[i], want_bytes[i]);
-    free(got[i]);
-    free(want[i]);
-  }
+  expect_outputs(slow, want, want_bytes, n_want);
   es_request_free(slow);
   free(x);
   ES_CHECK_RC(es_runtime_destroy(g.rt));

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "support/onnx_builder.h"
 
@@ -237,6 +238,18 @@ uint8_t *ob_pack(const ob *b, size_t *size) {
   assert_non_null(buf);
   onnx__model_proto__pack(&b->model, buf);
   return buf;
+}
+
+void ob_save_temp(const ob *b, const char *prefix, char *path, size_t cap) {
+  size_t size;
+  uint8_t *buf = ob_pack(b, &size);
+  const char *tmp = getenv("TMPDIR");
+  snprintf(path, cap, "%s/%s-XXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, buf, size), (ssize_t)size);
+  assert_int_equal(close(fd), 0);
+  free(buf);
 }
 
 es_model *ob_load(const ob *b) {

@@ -147,6 +147,9 @@ uint8_t *ob_nested_graphs_pack(int levels, size_t *size);
 uint8_t *ob_pack(const ob *b, size_t *size);
 /* Packs and loads the model; the test fails if loading does. */
 es_model *ob_load(const ob *b);
+/* Packs the model into a new file in $TMPDIR (default /tmp) named
+ * PREFIX-XXXXXX; its path into path (cap bytes). The caller unlinks it. */
+void ob_save_temp(const ob *b, const char *prefix, char *path, size_t cap);
 
 /* A float32 tensor over data (not copied). */
 es_tensor ob_tensor_f32(const char *name, int rank, const int64_t *dims, const float *data);
