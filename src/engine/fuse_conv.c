@@ -513,9 +513,9 @@ static int post_step(fuser *f, const sshape *yshape, post_chain *pc) {
   return 1;
 }
 
-/* Writes the chain into conv node n and moves it to the slot of the chain's
- * last node. conv_touched: es__fz_touch(f, n) was called already (before
- * its weights changed). */
+/* Writes the chain into node n (a Conv, ConvTranspose or MatMul) and moves
+ * it to the slot of the chain's last node. conv_touched: es__fz_touch(f, n)
+ * was called already (before its weights or inputs changed). */
 static int conv_take_chain(fuser *f, int n, const post_chain *pc, int conv_touched) {
   es_graph *g = f->g;
   int rc = conv_touched ? 0 : es__fz_touch(f, n);

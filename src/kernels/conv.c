@@ -109,6 +109,7 @@ typedef struct conv_params {
                             between two (conv_bands_setup); 0: one primitive */
   int64_t band_rows;     /* output rows per band (the last may have fewer) */
   int band_prim[CONV_BANDS_MAX]; /* each band's geometry: an index into bprim */
+  int64_t band_in0[CONV_BANDS_MAX]; /* ... and the first input row it reads */
   es_dnnl_prim bprim[CONV_BAND_KINDS]; /* one primitive per band geometry */
   int res_sum;           /* ... as oneDNN's sum: Y holds the residual before the conv */
   es_dnnl_prim dnnl;
@@ -577,6 +578,7 @@ static int conv_bands_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_
                              kind_key[kind][2] == pt && kind_key[kind][3] == pb))
       kind++;
     p->band_prim[b] = kind;
+    p->band_in0[b] = in0;
     if (kind < kinds)
       continue;
     if (kinds == CONV_BAND_KINDS) {
@@ -932,13 +934,9 @@ static int conv_run_bands(const es_kinst *k, const conv_params *p, const float *
                           const void *bias, float *y, const float *res, void *scratch) {
   size_t xrow = (size_t)p->in[2] * (size_t)p->c, yrow = (size_t)p->out[2] * (size_t)p->m;
   for (int b = 0; b < p->nbands; b++) {
-    int64_t o0 = b * p->band_rows, h = p->band_rows, in0, rows, pt, pb;
-    if (o0 + h > p->out[1])
-      h = p->out[1] - o0;
-    conv_band_geometry(p, o0, h, &in0, &rows, &pt, &pb);
-    size_t yo = (size_t)o0 * yrow;
-    int rc = es__dnnl_prim_run(k, &p->bprim[p->band_prim[b]], x + (size_t)in0 * xrow, w, bias,
-                               y + yo, res ? res + yo : NULL, scratch);
+    size_t yo = (size_t)(b * p->band_rows) * yrow;
+    int rc = es__dnnl_prim_run(k, &p->bprim[p->band_prim[b]], x + (size_t)p->band_in0[b] * xrow,
+                               w, bias, y + yo, res ? res + yo : NULL, scratch);
     if (rc < 0)
       return rc;
     if (b + 1 < p->nbands)

@@ -1190,12 +1190,13 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
         rc = left < 0 ? left : 0;
         break;
       }
-      if (sp.cancelled || (urgent_waiting(rt, r) && serve_urgent(w, r, 0) == 2)) {
-        es_run_abort(&run);
-        rc = es__fail(ES_ECANCELED, "cancelled while paused");
-      }
+      if (!sp.cancelled && urgent_waiting(rt, r) && serve_urgent(w, r, 0) == 2)
+        sp.cancelled = 1;
+      if (sp.cancelled)
+        break;
     }
-    if (rc == 0 && sp.cancelled) { /* paused inside its last step */
+    /* cancelled in a pause between steps or inside one (its last too) */
+    if (rc == 0 && sp.cancelled) {
       es_run_abort(&run);
       rc = es__fail(ES_ECANCELED, "cancelled while paused");
     }
