@@ -50,7 +50,15 @@ typedef struct es_model_stats {
   int compiled_prepared; /* prepared-weight entries used from the .esm */
   int stale_compiled;    /* 1: an .esm was asked for but its source model next to it
                             has another checksum, so the source was loaded instead */
-  size_t prepared_bytes; /* reordered weights made by this process (not from a file) */
+  size_t prepared_bytes; /* reordered weights this model's plans asked for (not those
+                            of a compiled .esm), made here or mapped from the cache */
+  size_t prepared_cached_bytes; /* of prepared_bytes, mapped from the prepared-weights
+                                   cache's files (es_engine_cache_dir_set): page cache,
+                                   one copy for every process */
+  uint64_t prepared_cache_hits;   /* plans whose new prepared weights the cache held */
+  uint64_t prepared_cache_writes; /* plans whose new prepared weights went into it */
+  uint64_t prepared_cache_errors; /* cache files that could not be written or did not
+                                     check out (removed): those plans made their own */
   int64_t ir_version;
   size_t weights_resident; /* of weight_bytes, pages resident in RAM now (mincore) */
 } es_model_stats;
@@ -303,6 +311,23 @@ ES_API int es_engine_threads_set(int n);
  * (activations into Conv, elementwise chains, LayerNorm; default 1). */
 ES_API void es_engine_reference_kernels_set(int on);
 ES_API void es_engine_fusion_set(int on);
+
+/* The prepared-weights cache. Planning reorders every Conv and MatMul's
+ * static weights into oneDNN's layout for this CPU, into fresh memory (for
+ * vit_b_16, 311 MB: most of its load and plan time). With a cache directory
+ * set, models loaded from an ONNX file after the call keep those weights in
+ * files there: the first plan of a model writes them (synced, then renamed
+ * into place), and every later load of the same file (same path, inode,
+ * size and times, same edgeserve, oneDNN and CPU ISA) maps them read-only
+ * and shared instead of making them: no reorder, no fresh memory, one
+ * physical copy for every process on the box. A file that does not check
+ * out is removed and made again; a directory that cannot be written only
+ * costs the cache (es_model_stats counts errors). Nothing is evicted.
+ * dir NULL or "" turns it off (the default). ES_EINVAL for a path too long.
+ * _get copies the directory ("" when off) into buf and returns its length.
+ * Thread-safe. */
+ES_API int es_engine_cache_dir_set(const char *dir);
+ES_API int es_engine_cache_dir_get(char *buf, size_t size);
 
 /* Safe points inside long kernels, for cooperative preemption.
  * es_engine_split_set: plans made after the call run every channels-last

@@ -95,6 +95,11 @@ typedef struct es_server_config {
                                  models (default ".cache/models"; the
                                  library reads no environment: the CLI
                                  fills it from $ES_MODEL_DIR) */
+  char cache_dir[1024];       /* prepared-weights cache directory, "" none
+                                 (the default): es_server_create sets it
+                                 process-wide (es_engine_cache_dir_set), so
+                                 a restarted server maps the weights its
+                                 last run reordered. Config: "cache_dir" */
   int use_default_models;     /* 1: serve the embedded default set when no
                                  repository and no config models (default 1) */
   es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */

@@ -109,9 +109,9 @@ if [ $zoo -eq 1 ]; then
   node scripts/zoo/zoo.js list "$manifest" "${sel[@]}" >"$work/list"
   echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); one thread each," \
     "$rounds interleaved rounds of $iters runs"
-  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %10s %9s %9s %12s %12s %10s %13s\n' model loads \
+  printf '%-44s %-6s %10s %10s %9s %9s %7s %12s %10s %9s %9s %10s %10s %12s %12s %10s %13s\n' model loads \
     "max err" "rel err" "es ms" "ort ms" ratio "load+plan ms" "l+p again" "l+p user" "l+p sys" \
-    "esm l+p ms" "ort load ms" "arena MB" "ort +sess MB"
+    "l+p write" "l+p cached" "esm l+p ms" "ort load ms" "arena MB" "ort +sess MB"
   while IFS=$'\t' read -r name _ status file outnpy _ _ _ _ _ _ bshape bin _; do
     if [ "$status" != ok ]; then printf '%-44s no: %s\n' "$name" "$status"; continue; fi
     w=$work/$name
@@ -129,7 +129,17 @@ if [ $zoo -eq 1 ]; then
     # planned at the bench shape (every zoo export names its input "input").
     esm_ok=0
     "$es" compile "$file" -o "$w/model.esm" --shape "input=$bshape" >"$w/compile.log" 2>&1 && esm_ok=1
+    # The ONNX file with the prepared-weights cache: one run that writes
+    # it, then every round's first load and plan in a new process maps it.
+    cache_ok=0
+    rm -rf "$w/cache"
+    OMP_NUM_THREADS=1 "$es" bench "$file" "$bin" --threads 1 --iters 1 --warmup 0 \
+      --cache-dir "$w/cache" --json >"$w/cachew.txt" 2>"$w/cachew.log" && cache_ok=1
     for r in $(seq 1 "$rounds"); do
+      if [ $cache_ok -eq 1 ]; then
+        OMP_NUM_THREADS=1 "$es" bench "$file" "$bin" --threads 1 --iters 1 --warmup 0 \
+          --cache-dir "$w/cache" --json >>"$w/cache.txt" || cache_ok=0
+      fi
       if [ $esm_ok -eq 1 ]; then
         OMP_NUM_THREADS=1 "$es" bench "$w/model.esm" "$bin" --threads 1 --iters 1 --warmup 0 --json \
           >>"$w/esm.txt" || esm_ok=0
@@ -152,14 +162,18 @@ if [ $zoo -eq 1 ]; then
     lp=$(load_plan "$w/es.txt") lp2=$(load_plan "$w/es.txt" 2)
     elp=nan
     [ $esm_ok -eq 0 ] || elp=$(load_plan "$w/esm.txt")
-    rm -f "$w/model.esm"
+    cwlp=nan clp=nan
+    if [ $cache_ok -eq 1 ]; then cwlp=$(load_plan "$w/cachew.txt") clp=$(load_plan "$w/cache.txt"); fi
+    rm -rf "$w/model.esm" "$w/cache"
     awk -v n="$name ($bshape)" -v e="$err" -v re="$rel" -v em="$es_med" -v om="$ort_med" -v lp="$lp" -v lp2="$lp2" \
-        -v elp="$elp" -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
+        -v elp="$elp" -v cwlp="$cwlp" -v clp="$clp" \
+        -v ol="$(col "$w/ort.txt" load_ms)" -v ar="$(col "$w/es.txt" arena_bytes)" \
         -v lu="$(col "$w/es.txt" lp_user_ms)" -v ls="$(col "$w/es.txt" lp_sys_ms)" \
         -v os="$(col "$w/ort.txt" rss_extra_session_bytes)" 'BEGIN {
-      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %10.1f %9.1f %9.1f %12s %12.1f %10.1f %13.1f\n",
-        n, "yes", e, re, em, om, em / om, lp, lp2, lu, ls, elp == "nan" ? "-" : sprintf("%.1f", elp),
-        ol, ar / 1048576, os / 1048576 }'
+      printf "%-44s %-6s %10s %10s %9.2f %9.2f %7.3f %12.1f %10.1f %9.1f %9.1f %10s %10s %12s %12.1f %10.1f %13.1f\n",
+        n, "yes", e, re, em, om, em / om, lp, lp2, lu, ls,
+        cwlp == "nan" ? "-" : sprintf("%.1f", cwlp), clp == "nan" ? "-" : sprintf("%.1f", clp),
+        elp == "nan" ? "-" : sprintf("%.1f", elp), ol, ar / 1048576, os / 1048576 }'
   done <"$work/list"
   echo "(max err = max |edgeserve - ORT| / max(1, range of ORT's output) at the size shown,"
   echo " rel err the same / max(range, max |ORT|);"
@@ -169,7 +183,10 @@ if [ $zoo -eq 1 ]; then
   echo " the engine's own work, without the first touch of fresh memory, which a virtual machine"
   echo " whose host backs memory lazily makes cost up to ~3 ms per MB; l+p user / sys: the CPU"
   echo " time of l+p again, split into the engine's own work (user) and the kernel's (system:"
-  echo " mostly faulting in and zeroing fresh pages); esm l+p: from the model"
+  echo " mostly faulting in and zeroing fresh pages); l+p write: the first load and plan with"
+  echo " the prepared-weights cache on (--cache-dir), which reorders the weights and writes them"
+  echo " (synced) for the next process; l+p cached: a new process's first load and plan of the"
+  echo " same ONNX file, which maps them; esm l+p: from the model"
   echo " compiled once (edgeserve compile: mapped, weights already in the kernels' layouts);"
   echo " medians over the rounds;"
   echo " ort +sess MB = RSS growth of a second ORT session on the model)"

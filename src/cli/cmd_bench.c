@@ -46,7 +46,7 @@ static void bench_usage(FILE *f) {
           "usage: edgeserve bench MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
           "                      [--shape NAME=DxDxD]... [--threads N] [--iters N]\n"
           "                      [--warmup N] [--json] [--profile] [--load-twice]\n"
-          "                      [--split MFLOP]\n"
+          "                      [--split MFLOP] [--cache-dir DIR]\n"
           "       edgeserve bench MODEL.onnx [inputs as above] --concurrency N [--no-share]\n"
           "                      [--workers W] [--duration S] [--warmup K] [--threads N]\n"
           "                      [--memory BYTES] [--queue N] [--json]\n"
@@ -69,7 +69,10 @@ static void bench_usage(FILE *f) {
           "and system time (mostly the kernel faulting in and zeroing fresh pages),\n"
           "with the page faults taken. --split plans convolutions of more than MFLOP\n"
           "as bands of output rows of about that size, with a safe point between two\n"
-          "(what a preempting runtime does; es_engine_split_set), to see their cost.\n\n"
+          "(what a preempting runtime does; es_engine_split_set), to see their cost.\n"
+          "--cache-dir (or $EDGESERVE_CACHE_DIR) keeps the weights reordered for this\n"
+          "CPU in DIR: the first run writes them, later ones map them (the\n"
+          "\"prepared weights\" line says which; es_engine_cache_dir_set).\n\n"
           "With --concurrency N (closed loop): serves the model through the runtime\n"
           "(admission, queues, pinned workers, arena pool). N client streams each\n"
           "submit a request, wait for it and repeat, for --duration seconds (default 10)\n"
@@ -243,8 +246,14 @@ static int bench_inproc(const bench_args *ba) {
     printf("\"lp_user_ms\": %.3f, \"lp_sys_ms\": %.3f, \"lp_faults\": %ld, ", lp_user, lp_sys,
            lp_faults);
     printf("\"gflop\": %.4f, \"gflops\": %.2f, \"peak_rss_bytes\": %zu, "
-           "\"arena_bytes\": %zu, \"weight_bytes\": %zu}\n",
-           gflop, med > 0 ? gflop / (med / 1e3) : 0.0, peak, arena, ms.weight_bytes);
+           "\"arena_bytes\": %zu, \"weight_bytes\": %zu, \"prepared_bytes\": %zu, "
+           "\"prepared_cached_bytes\": %zu, \"cache_hits\": %llu, \"cache_writes\": %llu, "
+           "\"cache_errors\": %llu}\n",
+           gflop, med > 0 ? gflop / (med / 1e3) : 0.0, peak, arena, ms.weight_bytes,
+           ms.prepared_bytes, ms.prepared_cached_bytes,
+           (unsigned long long)ms.prepared_cache_hits,
+           (unsigned long long)ms.prepared_cache_writes,
+           (unsigned long long)ms.prepared_cache_errors);
   } else {
     printf("model: %s (%ld thread%s, %ld runs after %ld warm-up)\n", model_path, threads,
            threads > 1 ? "s" : "", iters, warmup);
@@ -258,6 +267,12 @@ static int bench_inproc(const bench_args *ba) {
            med > 0 ? gflop / (med / 1e3) : 0.0);
     printf("memory: planned arena %zu B, weights %zu B, peak RSS %zu B\n", arena, ms.weight_bytes,
            peak);
+    printf("prepared weights: %zu B, %zu B of them mapped from the cache (hits %llu, "
+           "writes %llu, errors %llu)\n",
+           ms.prepared_bytes, ms.prepared_cached_bytes,
+           (unsigned long long)ms.prepared_cache_hits,
+           (unsigned long long)ms.prepared_cache_writes,
+           (unsigned long long)ms.prepared_cache_errors);
   }
   if (ba->profile && !ba->json) {
     printf("profile (ms per run, by operator; timing adds a little to each node):\n");
@@ -1184,6 +1199,11 @@ static int parse_args(bench_args *a, int argc, char **argv) {
       a->profile = 1;
     } else if (!strcmp(arg, "--load-twice")) {
       a->load_twice = 1;
+    } else if (!strcmp(arg, "--cache-dir") && i + 1 < argc) {
+      if (es_engine_cache_dir_set(argv[++i]) < 0) {
+        fprintf(stderr, "edgeserve bench: --cache-dir: %s\n", es_last_error_detail());
+        return 2;
+      }
     } else if (!strcmp(arg, "--split") && i + 1 < argc) {
       if (parse_real(argv[++i], 0, 1e6, &a->split_mflop) < 0) {
         fprintf(stderr, "edgeserve bench: --split wants MFLOP above 0, got '%s'\n", argv[i]);

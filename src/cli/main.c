@@ -4,6 +4,7 @@
  * argv from its own name on. Exit status: 0 success, 1 failure, 2 usage. */
 #include "cli/cli.h"
 #include "edgeserve/engine.h"
+#include "edgeserve/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,11 @@ static void apply_environment(void) {
     es_engine_reference_kernels_set(1);
   if (f && !strcmp(f, "0"))
     es_engine_fusion_set(0);
+  /* Every command that loads a model (run, bench, serve, ocr, face, plan)
+   * keeps prepared weights in this directory (es_engine_cache_dir_set). */
+  const char *c = getenv("EDGESERVE_CACHE_DIR");
+  if (c && *c && es_engine_cache_dir_set(c) < 0)
+    fprintf(stderr, "edgeserve: EDGESERVE_CACHE_DIR ignored: %s\n", es_last_error_detail());
 }
 
 int main(int argc, char **argv) {

@@ -20,6 +20,11 @@ struct es_model {
   int stale_compiled;    /* an .esm was asked for, its source differed: loaded the source */
 };
 
+/* prep_cache.c: gives m's prepared-weights store a cache in the directory
+ * es_engine_cache_dir_set names, keyed by the model file at path; nothing
+ * when none is set or the file has no identity (0 then too). */
+int es__prep_cache_attach(es_model *m, const char *path);
+
 /* What a kernel sees of graph node nd. */
 static inline es_knode es__knode_of(const es_node *nd) {
   es_knode k = {nd->op, nd->file_index, nd->name, nd->attrs, nd->n_attr};

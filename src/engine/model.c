@@ -344,6 +344,8 @@ static int model_load_onnx(const char *path, const void *opts, es_model **out) {
     if (es_weights_size(file) <= ES_MODEL_MAX_FILE) {
       int rc = load_built(es_weights_data(file), es_weights_size(file), file, out);
       es_weights_release(file); /* the graph holds its own reference when it reads it */
+      if (rc == 0 && (rc = es__prep_cache_attach(*out, path)) < 0)
+        es_model_release(*out);
       return rc < 0 ? fail_in_file(rc, path) : rc;
     }
     es_weights_release(file);
@@ -354,6 +356,8 @@ static int model_load_onnx(const char *path, const void *opts, es_model **out) {
   if (rc < 0)
     return rc;
   rc = es_model_load_buffer(buf, size, opts, out);
+  if (rc == 0 && (rc = es__prep_cache_attach(*out, path)) < 0)
+    es_model_release(*out);
   if (rc < 0)
     fail_in_file(rc, path);
   file_unmap(buf, size);
@@ -508,6 +512,12 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->compiled_prepared = m->compiled_prepared;
   out->stale_compiled = m->stale_compiled;
   out->prepared_bytes = es__prep_store_bytes(m->prep);
+  es_prep_cache_stats cs;
+  es__prep_store_cache_stats(m->prep, &cs);
+  out->prepared_cached_bytes = cs.bytes;
+  out->prepared_cache_hits = cs.hits;
+  out->prepared_cache_writes = cs.writes;
+  out->prepared_cache_errors = cs.errors;
   out->ir_version = m->g.ir_version;
   out->weights_resident = 0;
   if (m->g.weights)

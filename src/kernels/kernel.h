@@ -170,6 +170,34 @@ size_t es__prep_store_bytes(const es_prep_store *s);
  * stored. */
 int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
                        size_t size);
+/* A lasting cache of prepared weights, kept in files by the engine
+ * (engine/prep_cache.c). A store given one looks there before filling a
+ * batch's new entries and offers it what it filled. A batch's entries, in
+ * order, at their offsets in the region: */
+typedef struct es_prep_cache_entry {
+  const char *key;
+  size_t offset, bytes;
+} es_prep_cache_entry;
+typedef struct es_prep_cache {
+  void *ctx;
+  /* 0: *w (one reference) maps a region laid out as e says, its first byte
+   * at *base; ES_ENOENT: not cached; other < 0: unusable (counted). */
+  int (*find)(void *ctx, const es_prep_cache_entry *e, int n, size_t total, es_weights **w,
+              const unsigned char **base);
+  /* Stores the filled, sealed bytes at data: 0 and in *w, *base a mapping
+   * of the stored copy to use instead (one reference), or < 0. */
+  int (*store)(void *ctx, const es_prep_cache_entry *e, int n, size_t total,
+               const unsigned char *data, es_weights **w, const unsigned char **base);
+  void (*destroy)(void *ctx);
+} es_prep_cache;
+/* The store takes c's ctx (destroy is called when the store dies). Set it
+ * before the model is planned: not thread-safe with commits. */
+void es__prep_store_cache_set(es_prep_store *s, const es_prep_cache *c);
+typedef struct es_prep_cache_stats {
+  uint64_t hits, writes, errors; /* batches found, batches stored, failures */
+  size_t bytes;                  /* prepared bytes mapped from the cache's files */
+} es_prep_cache_stats;
+void es__prep_store_cache_stats(es_prep_store *s, es_prep_cache_stats *out);
 /* Calls fn for every entry until it returns non-zero (which is returned). */
 int es__prep_store_each(es_prep_store *s,
                         int (*fn)(void *user, const char *key, const void *data, size_t size),

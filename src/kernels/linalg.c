@@ -73,6 +73,10 @@ typedef struct gemm_params {
   int empty;             /* Y has no element */
   int use_dnnl;
   int gemv;              /* dot products over B as stored (GEMV_MAX_M) */
+  int prepared;          /* static B goes into a prepared copy in oneDNN's layout */
+  size_t b_copy_at;      /* SIZE_MAX, or: B is read from an aligned copy at this scratch
+                            offset (B read in place from the model file, not 4-byte aligned) */
+  size_t b_bytes;        /* B's bytes, for that copy */
   int cmode;             /* GC_*, on the oneDNN path */
   const float *bvec;     /* GC_BIAS: beta * C as [N], made while planning, or NULL */
   size_t bvec_off;       /* GC_BIAS with C known only at run: bvec's scratch offset, or 0 */
@@ -133,6 +137,7 @@ static int gemm_dnnl_setup(es_kinst *k, gemm_params *p) {
     dnnl_post_ops_destroy(po);
   if (rc < 0)
     return rc;
+  p->prepared = bstatic && !dnnl_memory_desc_equal(&bmd, p->dnnl.wei_md);
   return bstatic ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
 }
 
@@ -147,6 +152,25 @@ static int gemm_c_shape(es_kinst *k, const es_tdesc *c, gemm_params *p) {
   if ((p->cm != 1 && p->cm != p->m) || (p->cn != 1 && p->cn != p->n))
     return ES_KFAIL(k, ES_EMODEL, "C [%lld, %lld] does not broadcast to Y [%lld, %lld]",
                     (long long)p->cm, (long long)p->cn, (long long)p->m, (long long)p->n);
+  return 0;
+}
+
+/* A static B the loader left in the model file's mapping (graph.h: a
+ * Gemm's or MatMul's weights are read in place even when the exporter left
+ * them misaligned) is read as floats only by the reference loops, and by
+ * oneDNN when it keeps B's layout: those read an aligned copy made in
+ * scratch at run time. The dot products read B with unaligned loads, and a
+ * prepared copy is reordered from it, so neither needs one. Done last in
+ * infer, once the path is known. */
+static int gemm_b_copy(es_kinst *k, gemm_params *p) {
+  p->b_copy_at = SIZE_MAX;
+  const void *bs = k->in_static[1];
+  if (p->empty || p->gemv || !bs || (uintptr_t)bs % sizeof(float) == 0 ||
+      (p->use_dnnl && p->prepared))
+    return 0;
+  p->b_bytes = k->in[1]->count * sizeof(float);
+  p->b_copy_at = gemm_align(k->scratch_bytes);
+  k->scratch_bytes = p->b_copy_at + p->b_bytes;
   return 0;
 }
 
@@ -206,7 +230,7 @@ static int gemm_infer(es_kinst *k) {
     p->use_dnnl = 0;
   }
   if (!p->use_dnnl)
-    return 0;
+    return gemm_b_copy(k, p);
 
   /* A bias row ([1, 1] or [1, N]) is oneDNN's bias unless alpha must scale
    * the product alone; anything else goes through Y and the sum post-op
@@ -228,7 +252,7 @@ static int gemm_infer(es_kinst *k) {
     p->bvec_off = gemm_align(k->scratch_bytes ? k->scratch_bytes : 1);
     k->scratch_bytes = p->bvec_off + (size_t)p->n * sizeof(float);
   }
-  return 0;
+  return gemm_b_copy(k, p);
 }
 
 /* Y = alpha * Y + beta * C, C broadcast from [cm, cn]. */
@@ -244,31 +268,40 @@ static void gemm_scale_add_c(const gemm_params *p, const float *c, float *y) {
     }
 }
 
-/* 16 floats as one value, read from any 4-byte aligned address. */
+/* 16 floats as one value, read from any address: B may sit in the model
+ * file's mapping at whatever offset the exporter left it. */
 typedef float gemv_v16 __attribute__((vector_size(64)));
-typedef float gemv_v16u __attribute__((vector_size(64), aligned(4), may_alias));
-#define GEMV_AT(ptr) (*(const gemv_v16u *)(ptr))
+typedef float gemv_v16u __attribute__((vector_size(64), aligned(1), may_alias));
+#define GEMV_AT(ptr) (*(const gemv_v16u *)(const void *)(ptr))
+
+/* B's element t of the row at byte address row (any alignment). */
+static inline float gemv_ld(const unsigned char *row, int64_t t) {
+  float v;
+  memcpy(&v, row + t * (int64_t)sizeof v, sizeof v);
+  return v;
+}
 
 /* y[i, j] = A's row i . B's row j, B [n, kk] row-major, A [m, kk]: four
  * rows of B at a time against one row of A, each row in a 16-lane partial
  * sum held in a register, summed at the end of the row. Memory-bound:
  * every float of B is read once from memory, the later rows of A reread
  * the four rows from cache. */
-ES_KCLONES static void gemv_rows_f32(const float *restrict a, int64_t m, const float *restrict b,
-                                     int64_t n, int64_t kk, float *restrict y) {
-  int64_t j = 0, kv = kk - kk % 16;
+ES_KCLONES static void gemv_rows_f32(const float *restrict a, int64_t m,
+                                     const unsigned char *restrict b, int64_t n, int64_t kk,
+                                     float *restrict y) {
+  int64_t j = 0, kv = kk - kk % 16, row = kk * (int64_t)sizeof(float);
   for (; j + 4 <= n; j += 4) {
-    const float *restrict b0 = b + j * kk, *restrict b1 = b0 + kk, *restrict b2 = b1 + kk,
-                          *restrict b3 = b2 + kk;
+    const unsigned char *restrict b0 = b + j * row, *restrict b1 = b0 + row,
+                                  *restrict b2 = b1 + row, *restrict b3 = b2 + row;
     for (int64_t i = 0; i < m; i++) {
       const float *restrict ai = a + i * kk;
       gemv_v16 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
       for (int64_t t = 0; t < kv; t += 16) {
         gemv_v16 x = GEMV_AT(ai + t);
-        s0 += x * GEMV_AT(b0 + t);
-        s1 += x * GEMV_AT(b1 + t);
-        s2 += x * GEMV_AT(b2 + t);
-        s3 += x * GEMV_AT(b3 + t);
+        s0 += x * GEMV_AT(b0 + 4 * t);
+        s1 += x * GEMV_AT(b1 + 4 * t);
+        s2 += x * GEMV_AT(b2 + 4 * t);
+        s3 += x * GEMV_AT(b3 + 4 * t);
       }
       float r[4] = {0, 0, 0, 0};
       for (int l = 0; l < 16; l++) {
@@ -278,10 +311,10 @@ ES_KCLONES static void gemv_rows_f32(const float *restrict a, int64_t m, const f
         r[3] += s3[l];
       }
       for (int64_t t = kv; t < kk; t++) {
-        r[0] += ai[t] * b0[t];
-        r[1] += ai[t] * b1[t];
-        r[2] += ai[t] * b2[t];
-        r[3] += ai[t] * b3[t];
+        r[0] += ai[t] * gemv_ld(b0, t);
+        r[1] += ai[t] * gemv_ld(b1, t);
+        r[2] += ai[t] * gemv_ld(b2, t);
+        r[3] += ai[t] * gemv_ld(b3, t);
       }
       memcpy(y + i * n + j, r, sizeof r);
     }
@@ -290,7 +323,7 @@ ES_KCLONES static void gemv_rows_f32(const float *restrict a, int64_t m, const f
     for (int64_t i = 0; i < m; i++) {
       float s = 0.0f;
       for (int64_t t = 0; t < kk; t++)
-        s += a[i * kk + t] * b[j * kk + t];
+        s += a[i * kk + t] * gemv_ld(b + j * row, t);
       y[i * n + j] = s;
     }
 }
@@ -329,8 +362,13 @@ static int gemm_run(const es_kinst *k, const void *const *in, void *const *out, 
     gemm_scale_add_c(p, c, out[0]);
     return 0;
   }
+  const void *b = in[1];
+  if (p->b_copy_at != SIZE_MAX) {
+    b = (char *)scratch + p->b_copy_at;
+    memcpy((void *)b, in[1], p->b_bytes);
+  }
   if (!p->use_dnnl) {
-    gemm_ref(p, in[0], in[1], c, out[0]);
+    gemm_ref(p, in[0], b, c, out[0]);
     return 0;
   }
   const float *bias = NULL;
@@ -347,7 +385,7 @@ static int gemm_run(const es_kinst *k, const void *const *in, void *const *out, 
       for (int64_t j = 0; j < p->n; j++)
         y[i * p->n + j] = p->beta * c[(p->cm == 1 ? 0 : i * p->cn) + (p->cn == 1 ? 0 : j)];
   }
-  return es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : in[1], bias,
+  return es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : b, bias,
                            out[0], NULL, scratch);
 }
 

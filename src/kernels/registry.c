@@ -278,6 +278,8 @@ struct es_prep_store {
    * convolutions cost n^2 string compares. */
   prep_entry **table;
   size_t slots, used;
+  es_prep_cache cache;       /* a lasting cache of batches, or all NULL */
+  es_prep_cache_stats cstats;
 };
 
 static uint64_t prep_hash(const char *key) {
@@ -356,8 +358,30 @@ void es__prep_store_destroy(es_prep_store *s) {
     e = next;
   }
   es_mem_free(s->table);
+  if (s->cache.destroy)
+    s->cache.destroy(s->cache.ctx);
   pthread_mutex_destroy(&s->lock);
   es_mem_free(s);
+}
+
+void es__prep_store_cache_set(es_prep_store *s, const es_prep_cache *c) {
+  if (!s)
+    return;
+  if (s->cache.destroy)
+    s->cache.destroy(s->cache.ctx);
+  if (c)
+    s->cache = *c;
+  else
+    memset(&s->cache, 0, sizeof s->cache);
+}
+
+void es__prep_store_cache_stats(es_prep_store *s, es_prep_cache_stats *out) {
+  memset(out, 0, sizeof *out);
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->lock);
+  *out = s->cstats;
+  pthread_mutex_unlock(&s->lock);
 }
 
 size_t es__prep_store_bytes(const es_prep_store *s) { return s ? s->bytes : 0; }
@@ -579,8 +603,10 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
     fresh++;
   }
   prep_entry **ents = NULL;
+  es_prep_cache_entry *ce = NULL;
   es_weights *w = NULL;
   unsigned char *base = NULL;
+  const unsigned char *ro = NULL;
   if (rc == 0 && fresh) {
     ents = es_mem_calloc(ES_MEM_ENGINE, (size_t)fresh, sizeof *ents);
     rc = ents && prep_reserve(s, (size_t)fresh) == 0
@@ -589,17 +615,51 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
     for (int i = 0; i < fresh && rc == 0; i++)
       if (!(ents[i] = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof **ents)))
         rc = es__fail(ES_ENOMEM, "out of memory for prepared weights");
-    if (rc == 0)
+    /* The lasting cache: a file that holds this very batch is mapped
+     * instead of filling it (no reorder, no fresh memory); a batch filled
+     * here is stored for the next process, which then maps it too. */
+    if (rc == 0 && s->cache.find &&
+        (ce = es_mem_calloc(ES_MEM_ENGINE, (size_t)fresh, sizeof *ce))) {
+      for (int i = 0, f = 0; i < b->n; i++)
+        if (!b->req[i].data)
+          ce[f++] = (es_prep_cache_entry){b->req[i].key, b->req[i].offset, b->req[i].bytes};
+      int crc = s->cache.find(s->cache.ctx, ce, fresh, total, &w, &ro);
+      if (crc == 0) {
+        s->cstats.hits++;
+        s->cstats.bytes += total;
+      } else {
+        w = NULL, ro = NULL;
+        if (crc != ES_ENOENT)
+          s->cstats.errors++;
+      }
+    }
+    if (rc == 0 && !ro) {
       rc = es_weights_create(total, &w);
-    if (rc == 0)
-      rc = es_weights_data_mut(w, (void **)&base);
-    for (int i = 0; i < b->n && rc == 0; i++)
-      if (!b->req[i].data)
-        rc = b->req[i].fill(b->req[i].user, base + b->req[i].offset, b->req[i].bytes);
-    if (rc == 0)
-      rc = es_weights_seal(w);
+      if (rc == 0)
+        rc = es_weights_data_mut(w, (void **)&base);
+      for (int i = 0; i < b->n && rc == 0; i++)
+        if (!b->req[i].data)
+          rc = b->req[i].fill(b->req[i].user, base + b->req[i].offset, b->req[i].bytes);
+      if (rc == 0)
+        rc = es_weights_seal(w);
+      if (rc == 0)
+        ro = es_weights_data(w);
+      es_weights *cw = NULL;
+      const unsigned char *cbase = NULL;
+      if (rc == 0 && ce) {
+        if (s->cache.store(s->cache.ctx, ce, fresh, total, ro, &cw, &cbase) == 0) {
+          /* the stored copy is what every later process maps: map it here
+           * too, and this process's private copy goes */
+          s->cstats.writes++;
+          s->cstats.bytes += total;
+          es_weights_release(w);
+          w = cw, ro = cbase;
+        } else {
+          s->cstats.errors++;
+        }
+      }
+    }
     if (rc == 0) {
-      const unsigned char *ro = es_weights_data(w);
       int f = 0;
       for (int i = 0; i < b->n; i++) {
         prep_req *r = &b->req[i];
@@ -613,13 +673,14 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
         e->size = r->bytes;
         (void)prep_link(s, e); /* cannot fail: reserved */
       }
-      s->bytes += es_weights_size(w);
+      s->bytes += es_weights_data(w) == ro ? es_weights_size(w) : total;
     } else if (ents) {
       for (int i = 0; i < fresh; i++)
         es_mem_free(ents[i]);
     }
   }
   es_mem_free(ents);
+  es_mem_free(ce);
   es_weights_release(w); /* the entries hold it now, or nobody does */
   pthread_mutex_unlock(&s->lock);
   if (rc == 0)

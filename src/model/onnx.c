@@ -776,15 +776,17 @@ static const void *const_in_file(const loader *L, const pending_const *c, const 
   return raw;
 }
 
-/* Per value, 1 when it is a 2-D float32 constant that only MatMuls read, as
- * their B, beside an A that is not a constant: the weights of a linear
- * layer. Such a constant may be read in place even where exporters left it
- * misaligned (ONNX does not align raw_data), because no run reads it
- * through a float pointer: the MatMul kernel reorders it once into its
- * prepared copy, or reads an aligned copy of it in scratch (matmul.c).
- * Without this, vit_b_16 copied 75% of its 346 MB of weights at load only
- * to reorder them once more when planned. NULL when out of memory (every
- * misaligned constant is then staged, as before). */
+/* Per value, 1 when it is a 2-D float32 constant that only MatMuls and
+ * Gemms read, as their B, beside an A that is not a constant: the weights
+ * of a linear layer. Such a constant may be read in place even where
+ * exporters left it misaligned (ONNX does not align raw_data), because no
+ * run reads it through a float pointer: the kernels reorder it once into
+ * their prepared copy, read it with unaligned loads (Gemm's dot products),
+ * or read an aligned copy of it in scratch (matmul.c, linalg.c). Without
+ * this, vit_b_16 copied 75% of its 346 MB of weights at load only to
+ * reorder them once more when planned, and alexnet 151 MB of its 244 only
+ * to read them as they were. NULL when out of memory (every misaligned
+ * constant is then staged, as before). */
 static unsigned char *matmul_b_only(const es_graph *g) {
   unsigned char *f = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_values + 1, 1);
   if (!f)
@@ -795,7 +797,8 @@ static unsigned char *matmul_b_only(const es_graph *g) {
       int v = nd->in[i];
       if (v < 0)
         continue;
-      int as_b = nd->op == ES_OP_MatMul && i == 1 && nd->n_in == 2 && nd->in[0] >= 0 &&
+      int as_b = (nd->op == ES_OP_MatMul || nd->op == ES_OP_Gemm) && i == 1 &&
+                 (nd->op == ES_OP_Gemm || nd->n_in == 2) && nd->in[0] >= 0 &&
                  g->values[nd->in[0]].kind != ES_VALUE_CONST;
       f[v] = !as_b ? 2 : f[v] ? f[v] : 1;
     }

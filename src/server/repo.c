@@ -168,6 +168,12 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
         break;
       }
       snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", json_string_value(v));
+    } else if (!strcmp(key, "cache_dir")) {
+      if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof cfg->cache_dir) {
+        rc = es__fail(ES_EINVAL, "%s: \"cache_dir\" must be a path", path);
+        break;
+      }
+      snprintf(cfg->cache_dir, sizeof cfg->cache_dir, "%s", json_string_value(v));
     } else if (!strcmp(key, "memory_budget")) {
       if (json_is_string(v) && !strcmp(json_string_value(v), "auto")) {
         cfg->memory_budget_auto = 1;
@@ -928,6 +934,8 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     rc = es__fail(ES_EINVAL, "repository control needs a control token of 16 to %d visible ASCII "
                   "characters (e.g. from `head -c 24 /dev/urandom | base64`)",
                   ES_SERVER_TOKEN_MAX - 1);
+  if (rc == 0 && cfg->cache_dir[0])
+    rc = es_engine_cache_dir_set(cfg->cache_dir);
   if (rc == 0 && cfg->memory_budget_auto)
     rc = budget_auto(&s->cfg.runtime);
   if (rc < 0) {

@@ -28,30 +28,8 @@ static void weights_init(void) {
       all[t][i] = (float)(es_test_rand(&s) % 2001) / 8000.0f - 0.125f;
 }
 
-static int add_conv(ob *b, const char *out, int n_in, const char *x, const char *w,
-                    const char *bias) {
-  static const int64_t ks[2] = {3, 3}, pads[4] = {1, 1, 1, 1};
-  int n = n_in == 3 ? ob_node(b, "Conv", out, 3, x, w, bias) : ob_node(b, "Conv", out, 2, x, w);
-  ob_attr_ints(b, n, "kernel_shape", 2, ks);
-  ob_attr_ints(b, n, "pads", 4, pads);
-  return n;
-}
-
 /* x [1, 16, H, W] -> three 3x3 convs (16 -> 32 -> 32 -> 16) -> y. */
-static void chain_model(ob *b) {
-  static const int64_t xd[4] = {1, C, -1, -1}, d1[4] = {32, C, 3, 3}, d2[4] = {32, 32, 3, 3},
-                       d3[4] = {C, 32, 3, 3}, db[1] = {C};
-  ob_init(b, 13);
-  ob_input(b, "x", 4, xd);
-  ob_init_f32(b, "W1", 4, d1, w1_);
-  ob_init_f32(b, "W2", 4, d2, w2_);
-  ob_init_f32(b, "W3", 4, d3, w3_);
-  ob_init_f32(b, "B3", 1, db, b3_);
-  add_conv(b, "c1", 2, "x", "W1", NULL);
-  add_conv(b, "c2", 2, "c1", "W2", NULL);
-  add_conv(b, "y", 3, "c2", "W3", "B3");
-  ob_output(b, "y");
-}
+static void chain_model(ob *b) { ob_conv_chain(b, C, w1_, w2_, w3_, b3_); }
 
 /* y = Conv(ConstantOfShape(Shape(x)), W3) + x[:, :16]: the conv's input
  * is known only once the plan knows x's shape (H and W are free), so the
@@ -76,7 +54,7 @@ static void folded_model(ob *b) {
   ob_init_i64(b, "ax", 1, one_d, axes);
   ob_node(b, "Shape", "s", 1, "x");
   ob_attr_tensor(b, ob_node(b, "ConstantOfShape", "ones", 1, "s"), "value", &one);
-  add_conv(b, "k", 3, "ones", "W3", "B3");
+  ob_conv3x3(b, "k", "ones", "W3", "B3");
   ob_node(b, "Slice", "xs", 4, "x", "st", "en", "ax");
   ob_node(b, "Add", "y", 2, "k", "xs");
   ob_output(b, "y");

@@ -578,6 +578,66 @@ static void test_matmul_weights_in_place_misaligned(void **state) {
   assert_true(seen[0][0] && seen[0][1] && seen[1][0] && seen[1][1]);
 }
 
+/* The same for a Gemm's B: read in place at any offset, on every path the
+ * kernel takes (dot products over B as stored for transB at 1 to 4 rows,
+ * oneDNN on a prepared copy above, the reference loops on an aligned copy),
+ * with Y = A B' as a float loop gives it. */
+static void test_gemm_weights_in_place_misaligned(void **state) {
+  (void)state;
+  enum { K = 40, N = 24 };
+  static float w[K * N], x[6 * K];
+  for (int i = 0; i < K * N; i++)
+    w[i] = (float)(i % 11) * 0.25f - 1.0f;
+  for (int i = 0; i < 6 * K; i++)
+    x[i] = (float)(i % 7) - 3.0f;
+  int seen[2] = {0, 0};
+  for (int tb = 0; tb < 2; tb++)
+    for (int shift = 0; shift < 4; shift++) {
+      ob b;
+      ob_init(&b, 13);
+      const int64_t xd[2] = {-1, K}, wd[2] = {tb ? N : K, tb ? K : N};
+      ob_input(&b, "x", 2, xd);
+      raw_of_floats(ob_init_f32(&b, "W", 2, wd, w), w, sizeof w);
+      static const char *names[4] = {"a", "ab", "abc", "abcd"};
+      int n = ob_node_named(&b, "Gemm", names[shift], "y", 2, "x", "W");
+      ob_attr_int(&b, n, "transB", tb);
+      ob_output(&b, "y");
+      char path[512];
+      int aligned = pack_to_file(&b, w, sizeof w, path, sizeof path);
+      seen[aligned] = 1;
+      size_t before = es_mem_total();
+      for (int ref = 0; ref < 2; ref++)
+        for (int m_rows = 1; m_rows <= 6; m_rows += 5) {
+          es__kernels_use_reference(ref);
+          es_model *m;
+          ES_CHECK_RC(es_model_load(path, NULL, &m));
+          es_model_stats st;
+          ES_CHECK_RC(es_model_stats_get(m, &st));
+          assert_int_equal(st.weight_file_bytes, sizeof w);
+          float *y;
+          size_t cnt;
+          es_tensor in = ob_tensor_f32("x", 2, (int64_t[2]){m_rows, K}, x);
+          ob_run(m, 1, &in, 1, &y, &cnt);
+          assert_int_equal(cnt, (size_t)m_rows * N);
+          for (int i = 0; i < m_rows; i++)
+            for (int j = 0; j < N; j++) {
+              float want = 0;
+              for (int k = 0; k < K; k++)
+                want += x[i * K + k] * (tb ? w[j * K + k] : w[k * N + j]);
+              if (fabsf(y[i * N + j] - want) > 1e-4f * (1 + fabsf(want)))
+                fail_msg("transB %d shift %d ref %d rows %d: y[%d][%d] = %g, expected %g", tb,
+                         shift, ref, m_rows, i, j, (double)y[i * N + j], (double)want);
+            }
+          free(y);
+          es_model_release(m);
+        }
+      es__kernels_use_reference(0);
+      assert_int_equal(unlink(path), 0);
+      assert_int_equal(es_mem_total(), before);
+    }
+  assert_true(seen[0] && seen[1]);
+}
+
 static void test_subgraph_attribute(void **state) {
   (void)state;
   ob b;
@@ -1016,6 +1076,7 @@ int main(void) {
       cmocka_unit_test(test_weights_sealed_in_place),
       cmocka_unit_test(test_weights_read_in_place_from_file),
       cmocka_unit_test(test_matmul_weights_in_place_misaligned),
+      cmocka_unit_test(test_gemm_weights_in_place_misaligned),
       cmocka_unit_test(test_no_graph),
       cmocka_unit_test(test_unsupported_op_names_node),
       cmocka_unit_test(test_unsupported_domain),

@@ -240,6 +240,29 @@ uint8_t *ob_pack(const ob *b, size_t *size) {
   return buf;
 }
 
+void ob_conv3x3(ob *b, const char *out, const char *x, const char *w, const char *bias) {
+  static const int64_t ks[2] = {3, 3}, pads[4] = {1, 1, 1, 1};
+  int n = bias ? ob_node(b, "Conv", out, 3, x, w, bias) : ob_node(b, "Conv", out, 2, x, w);
+  ob_attr_ints(b, n, "kernel_shape", 2, ks);
+  ob_attr_ints(b, n, "pads", 4, pads);
+}
+
+void ob_conv_chain(ob *b, int c, const float *w1, const float *w2, const float *w3,
+                   const float *b3) {
+  const int64_t xd[4] = {1, c, -1, -1}, d1[4] = {32, c, 3, 3}, d2[4] = {32, 32, 3, 3},
+                d3[4] = {c, 32, 3, 3}, db[1] = {c};
+  ob_init(b, 13);
+  ob_input(b, "x", 4, xd);
+  ob_init_f32(b, "W1", 4, d1, w1);
+  ob_init_f32(b, "W2", 4, d2, w2);
+  ob_init_f32(b, "W3", 4, d3, w3);
+  ob_init_f32(b, "B3", 1, db, b3);
+  ob_conv3x3(b, "c1", "x", "W1", NULL);
+  ob_conv3x3(b, "c2", "c1", "W2", NULL);
+  ob_conv3x3(b, "y", "c2", "W3", "B3");
+  ob_output(b, "y");
+}
+
 void ob_save_temp(const ob *b, const char *prefix, char *path, size_t cap) {
   size_t size;
   uint8_t *buf = ob_pack(b, &size);

@@ -143,6 +143,15 @@ uint8_t *ob_chain_pack(const char *op, int n, int rank, const int64_t *dims, siz
  * packer recurses). */
 uint8_t *ob_nested_graphs_pack(int levels, size_t *size);
 
+/* A 3x3 Conv node, pads 1: out = Conv(x, w[, bias]) (bias may be NULL). */
+void ob_conv3x3(ob *b, const char *out, const char *x, const char *w, const char *bias);
+/* A small model whose convolutions all get prepared weights: x [1, c, H, W]
+ * (H and W free) -> three 3x3 convs, pads 1 (c -> 32 -> 32 -> c, the last
+ * with bias b3) -> y. w1 [32, c, 3, 3], w2 [32, 32, 3, 3], w3 [c, 32, 3, 3]
+ * and b3 [c] are referenced, not copied. Starts b (ob_init). */
+void ob_conv_chain(ob *b, int c, const float *w1, const float *w2, const float *w3,
+                   const float *b3);
+
 /* The model's bytes (malloc'ed, at least one byte). */
 uint8_t *ob_pack(const ob *b, size_t *size);
 /* Packs and loads the model; the test fails if loading does. */
