@@ -4,7 +4,7 @@
 # plans; --load-twice adds the second load and plan's times (and only then);
 # --load-twice with --concurrency is a usage error (exit 2); a missing model
 # is an error that names it (exit 1); --profile lists the ten slowest nodes
-# in order. Times are only checked to be numbers
+# in order; --cache-dir writes the prepared weights once and maps them after. Times are only checked to be numbers
 # above 0, never compared.
 #   test_bench_cli.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
@@ -55,6 +55,32 @@ sed -n '/^slowest nodes/,$p' "$work/profile.txt" | tail -n +2 >"$work/slow.txt"
 [ "$(wc -l <"$work/slow.txt")" -eq 10 ] || bad "not 10 slowest nodes: $(cat "$work/profile.txt")"
 awk '{print $1}' "$work/slow.txt" | sort -g -r -c 2>/dev/null || bad "slowest nodes not in order: $(cat "$work/slow.txt")"
 grep -q "GFLOP/s  node '.*' (#[0-9]* Conv)" "$work/slow.txt" || bad "no Conv with its GFLOP/s among them"
+
+# The prepared-weights cache: the first process writes it, a second maps it
+# (bench --cache-dir; EDGESERVE_CACHE_DIR in the environment does the same),
+# with the same arena; a cache directory that cannot be made costs only the
+# cache.
+for run in 1 2 3; do
+  if [ $run -eq 3 ]; then
+    EDGESERVE_CACHE_DIR="$work/cache" "$es" bench "$model" --iters 1 --warmup 0 --json >"$work/cache$run.json" 2>&1
+  else
+    "$es" bench "$model" --iters 1 --warmup 0 --cache-dir "$work/cache" --json >"$work/cache$run.json" 2>&1
+  fi || bad "bench with the cache (run $run) exited $?"
+done
+[ "$(field "$work/cache1.json" cache_writes)" = 1 ] && [ "$(field "$work/cache1.json" cache_hits)" = 0 ] ||
+  bad "the first run did not write the cache: $(cat "$work/cache1.json")"
+for run in 2 3; do
+  [ "$(field "$work/cache$run.json" cache_hits)" = 1 ] && [ "$(field "$work/cache$run.json" cache_writes)" = 0 ] ||
+    bad "run $run did not map the cache: $(cat "$work/cache$run.json")"
+  [ "$(field "$work/cache$run.json" prepared_cached_bytes)" = "$(field "$work/cache$run.json" prepared_bytes)" ] ||
+    bad "run $run: not all prepared weights from the cache"
+  [ "$(field "$work/cache$run.json" arena_bytes)" = "$want" ] || bad "run $run: another arena"
+done
+[ "$(ls "$work/cache" | grep -c '\.esp$')" -ge 1 ] || bad "no cache file: $(ls -la "$work/cache")"
+: >"$work/afile"
+"$es" bench "$model" --iters 1 --warmup 0 --cache-dir "$work/afile/sub" --json >"$work/cachebad.json" 2>&1 ||
+  bad "bench with an unusable cache directory exited $?"
+[ "$(field "$work/cachebad.json" cache_errors)" = 1 ] || bad "no cache error counted: $(cat "$work/cachebad.json")"
 
 [ $fail -eq 0 ] && echo "test_bench_cli: ok"
 exit $fail

@@ -283,6 +283,31 @@ static void test_control_config(void **state) {
   assert_int_equal(server_bytes(), before);
 }
 
+/* cache_dir: a path in the config file; es_server_create makes it the
+ * process's prepared-weights cache directory. */
+static void test_cache_dir_config(void **state) {
+  (void)state;
+  size_t before = server_bytes();
+  es_server_config c;
+  es_server_config_default(&c);
+  assert_string_equal(c.cache_dir, "");
+  ES_CHECK_RC(load_text(&c, "{\"cache_dir\": \"/tmp/es-cache-config\"}"));
+  assert_string_equal(c.cache_dir, "/tmp/es-cache-config");
+  c.port = 0;
+  c.use_default_models = 0;
+  es_server *s = NULL;
+  ES_CHECK_RC(es_server_create(&c, &s));
+  char got[64];
+  assert_int_equal(es_engine_cache_dir_get(got, sizeof got), (int)strlen(c.cache_dir));
+  assert_string_equal(got, c.cache_dir);
+  es_server_destroy(s);
+  es_server_config_fini(&c);
+  ES_CHECK_RC(es_engine_cache_dir_set(NULL));
+  ES_EXPECT_RC(load_text(&c, "{\"cache_dir\": 5}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "cache_dir"));
+  assert_int_equal(server_bytes(), before);
+}
+
 /* read_buffer_bytes: bytes in the config file, checked at create (a read
  * buffer under 4 KiB or over 16 MiB is refused with its name), nothing kept. */
 static void test_read_buffer_config(void **state) {
@@ -440,6 +465,7 @@ int main(void) {
       cmocka_unit_test(test_null_handles),
       cmocka_unit_test(test_status_rule),
       cmocka_unit_test_setup_teardown(test_control_config, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cache_dir_config, setup, teardown),
       cmocka_unit_test_setup_teardown(test_read_buffer_config, setup, teardown),
       cmocka_unit_test_setup_teardown(test_budget_default, setup, teardown),
       cmocka_unit_test(test_level_of),
