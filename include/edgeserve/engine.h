@@ -312,6 +312,18 @@ ES_API int es_engine_threads_set(int n);
 ES_API void es_engine_reference_kernels_set(int on);
 ES_API void es_engine_fusion_set(int on);
 
+/* Weights locked in RAM (BRIEF 4: a model's pages never paged out, so no
+ * request stalls on a fault and the kernel cannot evict them under
+ * pressure). While on, models loaded after the call lock their constants
+ * (the weights region and the file mapping they are read from in place, or
+ * a compiled .esm's mapping) and every prepared-weights region their plans
+ * make or map; a lock that fails fails the load or plan with ES_EMEMLOCK,
+ * naming RLIMIT_MEMLOCK, the bytes needed and the fix (ulimit -l,
+ * LimitMEMLOCK=, CAP_IPC_LOCK). es_weights_locked_bytes() counts what is
+ * locked. Off by default. Thread-safe. */
+ES_API void es_engine_mlock_set(int on);
+ES_API int es_engine_mlock_get(void);
+
 /* The prepared-weights cache. Planning reorders every Conv and MatMul's
  * static weights into oneDNN's layout for this CPU, into fresh memory (for
  * vit_b_16, 311 MB: most of its load and plan time). With a cache directory

@@ -422,8 +422,12 @@ ES_API int es_weights_seal(es_weights *w);
  * ES_EINVAL (empty or not a regular file), ES_ENOMEM, ES_EMEMLOCK. */
 ES_API int es_weights_open(const char *path, int flags, es_weights **out);
 
-/* Lock pages in RAM. ES_EMEMLOCK names RLIMIT_MEMLOCK and the sizes. */
+/* Lock pages in RAM. ES_EMEMLOCK names RLIMIT_MEMLOCK and the sizes.
+ * Idempotent. Thread-safe. */
 ES_API int es_weights_lock(es_weights *w);
+/* Bytes of all regions of the process locked in RAM now (each region's
+ * page-rounded mapping, counted once however many lock it). Thread-safe. */
+ES_API size_t es_weights_locked_bytes(void);
 
 /* One more reference; returns w, or NULL (no reference taken) for NULL or
  * a handle that is not live. */

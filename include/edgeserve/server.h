@@ -100,6 +100,13 @@ typedef struct es_server_config {
                                  process-wide (es_engine_cache_dir_set), so
                                  a restarted server maps the weights its
                                  last run reordered. Config: "cache_dir" */
+  int mlock;                  /* 1: lock every model's weights and prepared
+                                 weights in RAM (es_engine_mlock_set, set
+                                 process-wide by es_server_create before the
+                                 models load); a model that cannot be locked
+                                 fails to load, so the server does not start,
+                                 with ES_EMEMLOCK naming RLIMIT_MEMLOCK.
+                                 Config: "mlock": true. Default 0 */
   int use_default_models;     /* 1: serve the embedded default set when no
                                  repository and no config models (default 1) */
   es_runtime_config runtime;  /* workers, priorities, queues, budget, ... */

@@ -30,7 +30,7 @@ static void serve_usage(FILE *f) {
           "                       [--port N] [--workers N] [--memory BYTES|auto|0]\n"
           "                       [--repository-control --control-token-file FILE]\n"
           "                       [--preempt on|off] [--sched priority|edf]\n"
-          "                       [--cache-dir DIR] [--grace-ms N] [--quiet]\n\n"
+          "                       [--cache-dir DIR] [--mlock] [--grace-ms N] [--quiet]\n\n"
           "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
           "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
           "/metrics. Without a config or a repository it serves the target models\n"
@@ -45,7 +45,10 @@ static void serve_usage(FILE *f) {
           "--grace-ms (default 10000), report what was cut off. --cache-dir (or\n"
           "\"cache_dir\" in the config, or $EDGESERVE_CACHE_DIR) keeps the weights\n"
           "reordered for this CPU in DIR, so that the next start maps them instead\n"
-          "of making them again (es_engine_cache_dir_set).\n");
+          "of making them again (es_engine_cache_dir_set). --mlock (or \"mlock\": true)\n"
+          "locks every model's weights in RAM; the server does not start when\n"
+          "RLIMIT_MEMLOCK is too low for them (ulimit -l, LimitMEMLOCK=), and\n"
+          "/metrics shows edgeserve_weights_locked_bytes.\n");
 }
 
 /* The token: the file's first line, its line end dropped. 0, or 2 (a
@@ -109,6 +112,8 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
     } else if (!strcmp(a, "--memory") && v) {
       memory = v;
       i++;
+    } else if (!strcmp(a, "--mlock")) {
+      cfg->mlock = 1;
     } else if (!strcmp(a, "--cache-dir") && v) {
       if (strlen(v) >= sizeof cfg->cache_dir) {
         fprintf(stderr, "edgeserve serve: --cache-dir: path too long\n");

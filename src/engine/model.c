@@ -102,7 +102,28 @@ static void info_of(const es_value *v, es_tensor_info *out);
 
 /* The last step of every load: a model whose graph (and store) were made
  * with status rc becomes the caller's reference, or is freed. */
+static _Atomic int mlock_on_;
+
+void es_engine_mlock_set(int on) { atomic_store(&mlock_on_, on ? 1 : 0); }
+int es_engine_mlock_get(void) { return atomic_load(&mlock_on_); }
+
+/* With es_engine_mlock_set: the model's constants (their region and the
+ * file mapping read in place) and its prepared weights, now and as plans
+ * add them, locked in RAM. */
+static int model_lock(es_model *m) {
+  int rc = 0;
+  if (m->g.weights)
+    rc = es_weights_lock(m->g.weights);
+  if (rc == 0 && m->g.file)
+    rc = es_weights_lock(m->g.file);
+  if (rc == 0)
+    rc = es__prep_store_lock(m->prep);
+  return rc;
+}
+
 static int model_finish(es_model *m, int rc, es_model **out) {
+  if (rc == 0 && atomic_load(&mlock_on_))
+    rc = model_lock(m);
   if (rc < 0) {
     es__prep_store_destroy(m->prep);
     es__graph_fini(&m->g);

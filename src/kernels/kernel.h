@@ -170,6 +170,10 @@ size_t es__prep_store_bytes(const es_prep_store *s);
  * stored. */
 int es__prep_store_add(es_prep_store *s, const char *key, es_weights *w, const void *data,
                        size_t size);
+/* Locks every region of the store in RAM, and those commits add from now
+ * on (a commit whose lock fails fails: ES_EMEMLOCK names RLIMIT_MEMLOCK). */
+int es__prep_store_lock(es_prep_store *s);
+
 /* A lasting cache of prepared weights, kept in files by the engine
  * (engine/prep_cache.c). A store given one looks there before filling a
  * batch's new entries and offers it what it filled. A batch's entries, in

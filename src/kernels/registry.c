@@ -278,6 +278,7 @@ struct es_prep_store {
    * convolutions cost n^2 string compares. */
   prep_entry **table;
   size_t slots, used;
+  int mlock;                 /* 1: every region is locked in RAM (es__prep_store_lock) */
   es_prep_cache cache;       /* a lasting cache of batches, or all NULL */
   es_prep_cache_stats cstats;
 };
@@ -373,6 +374,18 @@ void es__prep_store_cache_set(es_prep_store *s, const es_prep_cache *c) {
     s->cache = *c;
   else
     memset(&s->cache, 0, sizeof s->cache);
+}
+
+int es__prep_store_lock(es_prep_store *s) {
+  if (!s)
+    return 0;
+  pthread_mutex_lock(&s->lock);
+  s->mlock = 1;
+  int rc = 0;
+  for (prep_entry *e = s->head; e && rc == 0; e = e->next)
+    rc = es_weights_lock(e->w);
+  pthread_mutex_unlock(&s->lock);
+  return rc;
 }
 
 void es__prep_store_cache_stats(es_prep_store *s, es_prep_cache_stats *out) {
@@ -659,6 +672,8 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
         }
       }
     }
+    if (rc == 0 && s->mlock)
+      rc = es_weights_lock(w);
     if (rc == 0) {
       int f = 0;
       for (int i = 0; i < b->n; i++) {

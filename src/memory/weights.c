@@ -119,11 +119,27 @@ static void registry_atfork_install(void) {
  * sanitized test builds must see like any other build. */
 static int mlock_range(const void *p, size_t len) { return (int)syscall(SYS_mlock, p, len); }
 
+/* Bytes of every region locked now, for es_weights_locked_bytes. */
+static _Atomic size_t es_locked_bytes_;
+
+size_t es_weights_locked_bytes(void) {
+  return atomic_load_explicit(&es_locked_bytes_, memory_order_relaxed);
+}
+
+/* A region going away gives its locked bytes back (munmap unlocks). */
+static void weights_unlocked(es_weights *w) {
+  if (atomic_load_explicit(&w->locked, memory_order_acquire))
+    atomic_fetch_sub_explicit(&es_locked_bytes_, w->map_len, memory_order_relaxed);
+}
+
 static int weights_mlock(es_weights *w) {
   if (atomic_load_explicit(&w->locked, memory_order_acquire))
     return 0;
   if (mlock_range(w->data, w->map_len) == 0) {
-    atomic_store_explicit(&w->locked, 1, memory_order_release);
+    int was = 0; /* two threads locking at once count the bytes once */
+    if (atomic_compare_exchange_strong_explicit(&w->locked, &was, 1, memory_order_acq_rel,
+                                                memory_order_acquire))
+      atomic_fetch_add_explicit(&es_locked_bytes_, w->map_len, memory_order_relaxed);
     return 0;
   }
   int e = errno;
@@ -398,6 +414,7 @@ void es_weights_release(es_weights *w) {
   /* acq_rel: every holder's reads of the data happen before the unmap. */
   if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
     return;
+  weights_unlocked(w);
   if (w->kind == ES_WEIGHTS_FILE) {
     registry_unlink(w);
     file_unmap(w);

@@ -205,6 +205,9 @@ static void process_memory(es_strbuf *b) {
   es_sys_rss(&rss);
   head(b, "edgeserve_process_resident_bytes", "gauge", "Resident set size of the process.");
   es__sb_printf(b, "edgeserve_process_resident_bytes %zu\n", rss);
+  head(b, "edgeserve_weights_locked_bytes", "gauge",
+       "Bytes of weights and prepared weights locked in RAM (mlock).");
+  es__sb_printf(b, "edgeserve_weights_locked_bytes %zu\n", es_weights_locked_bytes());
   es_memstat st;
   if (es_memstat_read(&st) == 0) {
     head(b, "edgeserve_cgroup_version", "gauge", "Memory cgroup version found (0: none).");

@@ -168,6 +168,12 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
         break;
       }
       snprintf(cfg->model_dir, sizeof cfg->model_dir, "%s", json_string_value(v));
+    } else if (!strcmp(key, "mlock")) {
+      if (!json_is_boolean(v)) {
+        rc = es__fail(ES_EINVAL, "%s: \"mlock\" must be true or false", path);
+        break;
+      }
+      cfg->mlock = json_is_true(v);
     } else if (!strcmp(key, "cache_dir")) {
       if (!json_is_string(v) || strlen(json_string_value(v)) >= sizeof cfg->cache_dir) {
         rc = es__fail(ES_EINVAL, "%s: \"cache_dir\" must be a path", path);
@@ -936,6 +942,8 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
                   ES_SERVER_TOKEN_MAX - 1);
   if (rc == 0 && cfg->cache_dir[0])
     rc = es_engine_cache_dir_set(cfg->cache_dir);
+  if (rc == 0 && cfg->mlock)
+    es_engine_mlock_set(1);
   if (rc == 0 && cfg->memory_budget_auto)
     rc = budget_auto(&s->cfg.runtime);
   if (rc < 0) {
@@ -971,11 +979,20 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     free_server(s);
     return rc;
   }
-  for (int i = 0; i < s->n_models; i++)
-    if (s->models[i].load_at_start && es__srv_model_load(s, &s->models[i]) < 0 && !cfg->quiet)
+  /* A model that fails to load is served as not ready, except when its
+   * weights cannot be locked in RAM with mlock asked for: the operator
+   * asked for a guarantee the box cannot give, so the server does not start. */
+  for (int i = 0; i < s->n_models && rc == 0; i++) {
+    int lrc = s->models[i].load_at_start ? es__srv_model_load(s, &s->models[i]) : 0;
+    if (lrc == ES_EMEMLOCK && cfg->mlock)
+      rc = es__fail(ES_EMEMLOCK, "mlock: model '%s' cannot be locked in RAM: %s",
+                    s->models[i].name, s->models[i].reason);
+    else if (lrc < 0 && !cfg->quiet)
       fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
               s->models[i].reason);
-  rc = es__srv_start_http(s);
+  }
+  if (rc == 0)
+    rc = es__srv_start_http(s);
   if (rc < 0) {
     char detail[512];
     snprintf(detail, sizeof detail, "%s", es_last_error_detail());

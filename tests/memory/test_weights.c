@@ -4,6 +4,7 @@
  * kill the writer, and sharing is only visible as PSS across two processes.
  * Children never call cmocka; they report through exit codes and pipes. */
 #include "es_test.h"
+#include "support/privileges.h"
 
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -425,18 +426,6 @@ static void test_mlock_within_limit(void **state) {
   unlink(path);
 }
 
-/* Give up CAP_IPC_LOCK, which lets root lock past RLIMIT_MEMLOCK. */
-static void ipc_lock_cap_drop(void) {
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-  memset(data, 0, sizeof data);
-  if (syscall(SYS_capget, &hdr, data) != 0)
-    return;
-  data[CAP_TO_INDEX(CAP_IPC_LOCK)].effective &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-  data[CAP_TO_INDEX(CAP_IPC_LOCK)].permitted &= ~CAP_TO_MASK(CAP_IPC_LOCK);
-  syscall(SYS_capset, &hdr, data);
-}
-
 static int detail_names_limit(const char *soft, const char *need) {
   const char *d = es_last_error_detail();
   printf("# ES_EMEMLOCK detail: %s\n", d);
@@ -453,7 +442,7 @@ static void test_mlock_over_limit(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    ipc_lock_cap_drop();
+    es_test_ipc_lock_drop();
     struct rlimit rl = {pg(), pg()};
     if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0)
       _exit(2);
@@ -560,13 +549,7 @@ static void test_open_permission(void **state) {
       _exit(1);
     _exit(0);
   }
-  int status = 0;
-  assert_int_equal(waitpid(pid, &status, 0), pid);
-  unlink(path);
-  assert_true(WIFEXITED(status));
-  if (WEXITSTATUS(status) == CHILD_SKIP)
-    skip();
-  assert_int_equal(WEXITSTATUS(status), 0);
+  es_test_child_wait(pid, path);
 }
 
 static void test_null_handle(void **state) {

@@ -284,7 +284,7 @@ static void test_control_config(void **state) {
 }
 
 /* cache_dir: a path in the config file; es_server_create makes it the
- * process's prepared-weights cache directory. */
+ * process's prepared-weights cache directory. mlock: a boolean. */
 static void test_cache_dir_config(void **state) {
   (void)state;
   size_t before = server_bytes();
@@ -305,6 +305,14 @@ static void test_cache_dir_config(void **state) {
   ES_CHECK_RC(es_engine_cache_dir_set(NULL));
   ES_EXPECT_RC(load_text(&c, "{\"cache_dir\": 5}"), ES_EINVAL);
   assert_non_null(strstr(es_last_error_detail(), "cache_dir"));
+  /* "mlock": a boolean, off by default */
+  es_server_config_default(&c);
+  assert_int_equal(c.mlock, 0);
+  ES_CHECK_RC(load_text(&c, "{\"mlock\": true}"));
+  assert_int_equal(c.mlock, 1);
+  es_server_config_fini(&c);
+  ES_EXPECT_RC(load_text(&c, "{\"mlock\": \"yes\"}"), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "mlock"));
   assert_int_equal(server_bytes(), before);
 }
 
