@@ -26,8 +26,11 @@
  * a whole file or none, and a power cut cannot leave a renamed file whose
  * data never reached the disk. A file that does not check out (truncated,
  * another format, a table that differs) is removed and the batch is made
- * again. Nothing is evicted: a directory holds a file per model version and
- * plan shape, removed by whoever owns the directory. */
+ * again. Files are never rewritten in place (a mapped file cut short would
+ * fault its readers), and the directory must be writable only by the
+ * server's user: whoever can write a file there decides the weights. Nothing
+ * is evicted: a directory holds a file per model version and plan shape,
+ * removed by whoever owns the directory. */
 #include "common/internal.h"
 #include "engine/engine_internal.h"
 
@@ -192,6 +195,7 @@ static int esp_find(void *ctx, const es_prep_cache_entry *e, int n, size_t total
          !memcmp(h.version, want.version, sizeof h.version) &&
          !memcmp(h.isa, want.isa, sizeof h.isa) && !memcmp(h.id, id, 32) &&
          h.file_size == size && h.table_off >= sizeof h && h.table_size == tsize &&
+         h.table_off <= size && h.table_size <= size - h.table_off &&
          h.table_off + h.table_size <= h.data_off && h.data_off % ESP_PAGE == 0 &&
          h.data_size >= total && h.data_off <= size && h.data_size <= size - h.data_off &&
          !memcmp(p + h.table_off, table, tsize);

@@ -620,6 +620,7 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
   es_weights *w = NULL;
   unsigned char *base = NULL;
   const unsigned char *ro = NULL;
+  int cached = 0; /* 1: the region was found in the cache, 2: stored there */
   if (rc == 0 && fresh) {
     ents = es_mem_calloc(ES_MEM_ENGINE, (size_t)fresh, sizeof *ents);
     rc = ents && prep_reserve(s, (size_t)fresh) == 0
@@ -638,8 +639,7 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
           ce[f++] = (es_prep_cache_entry){b->req[i].key, b->req[i].offset, b->req[i].bytes};
       int crc = s->cache.find(s->cache.ctx, ce, fresh, total, &w, &ro);
       if (crc == 0) {
-        s->cstats.hits++;
-        s->cstats.bytes += total;
+        cached = 1;
       } else {
         w = NULL, ro = NULL;
         if (crc != ES_ENOENT)
@@ -663,8 +663,7 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
         if (s->cache.store(s->cache.ctx, ce, fresh, total, ro, &cw, &cbase) == 0) {
           /* the stored copy is what every later process maps: map it here
            * too, and this process's private copy goes */
-          s->cstats.writes++;
-          s->cstats.bytes += total;
+          cached = 2;
           es_weights_release(w);
           w = cw, ro = cbase;
         } else {
@@ -689,6 +688,11 @@ int es__prep_batch_commit(es_prep_batch *b, es_prep_store *s) {
         (void)prep_link(s, e); /* cannot fail: reserved */
       }
       s->bytes += es_weights_data(w) == ro ? es_weights_size(w) : total;
+      if (cached) {
+        s->cstats.hits += cached == 1;
+        s->cstats.writes += cached == 2;
+        s->cstats.bytes += total;
+      }
     } else if (ents) {
       for (int i = 0; i < fresh; i++)
         es_mem_free(ents[i]);
