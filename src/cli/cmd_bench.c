@@ -46,7 +46,7 @@ static void bench_usage(FILE *f) {
           "usage: edgeserve bench MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
           "                      [--shape NAME=DxDxD]... [--threads N] [--iters N]\n"
           "                      [--warmup N] [--json] [--profile] [--load-twice]\n"
-          "                      [--split MFLOP] [--cache-dir DIR]\n"
+          "                      [--split MFLOP] [--cache-dir DIR] [--perf]\n"
           "       edgeserve bench MODEL.onnx [inputs as above] --concurrency N [--no-share]\n"
           "                      [--workers W] [--duration S] [--warmup K] [--threads N]\n"
           "                      [--memory BYTES] [--queue N] [--json]\n"
@@ -72,7 +72,10 @@ static void bench_usage(FILE *f) {
           "(what a preempting runtime does; es_engine_split_set), to see their cost.\n"
           "--cache-dir (or $EDGESERVE_CACHE_DIR) keeps the weights reordered for this\n"
           "CPU in DIR: the first run writes them, later ones map them (the\n"
-          "\"prepared weights\" line says which; es_engine_cache_dir_set).\n\n"
+          "\"prepared weights\" line says which; es_engine_cache_dir_set). --perf\n"
+          "counts the timed runs' instructions and cache misses with the CPU's\n"
+          "hardware counters (perf_event_open, this thread, user space); where the\n"
+          "machine has none (most virtual machines) it says so and why.\n\n"
           "With --concurrency N (closed loop): serves the model through the runtime\n"
           "(admission, queues, pinned workers, arena pool). N client streams each\n"
           "submit a request, wait for it and repeat, for --duration seconds (default 10)\n"
@@ -144,6 +147,7 @@ typedef struct bench_args {
   cli_inputs ci;
   long threads, iters, warmup;
   int json, profile, load_twice;
+  int perf; /* count instructions and cache misses over the timed runs */
   double split_mflop; /* > 0: convolutions split into bands of this many MFLOP */
   int threads_set, iters_set, warmup_set;
   /* runtime mode */
@@ -168,7 +172,8 @@ static double tv_ms(const struct timeval *tv) {
 
 /* warmup + iters runs of the session's plan; the timed ones in lat[], the
  * first warm-up run in *first. 0, or -1 (printed). */
-static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *first) {
+static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *first,
+                     cli_perf *perf) {
   es_tensor out[64];
   int nout = es_plan_output_count(s->plan);
   if (nout > 64)
@@ -176,6 +181,8 @@ static int time_runs(cli_session *s, const bench_args *ba, double *lat, double *
   for (long r = -ba->warmup; r < ba->iters; r++) {
     if (r == 0 && ba->profile)
       es_engine_profile_set(1);
+    if (r == 0 && perf)
+      cli_perf_start(perf);
     es_arena_reset(s->arena);
     double t0 = cli_now_ms();
     /* a part no bound covers takes es_mem's heap; its outputs go back
@@ -225,8 +232,18 @@ static int bench_inproc(const bench_args *ba) {
   long lp_faults = ru1.ru_minflt - ru0.ru_minflt + ru1.ru_majflt - ru0.ru_majflt;
   status = 1;
   lat = es_mem_calloc(ES_MEM_CLI, (size_t)iters, sizeof *lat);
-  if (!lat || time_runs(&s, ba, lat, &first) < 0)
+  /* --perf: the calling thread's counters over the timed runs (all of the
+   * work at --threads 1), or why there are none */
+  cli_perf perf = {{-1, -1}, ""};
+  int perf_ok = ba->perf && cli_perf_open(&perf) == 0;
+  uint64_t p_ins = 0, p_miss = 0;
+  if (!lat || time_runs(&s, ba, lat, &first, perf_ok ? &perf : NULL) < 0) {
+    cli_perf_close(&perf);
     goto out;
+  }
+  if (perf_ok)
+    cli_perf_stop(&perf, &p_ins, &p_miss);
+  cli_perf_close(&perf);
   cli_sort(lat, (size_t)iters);
   double med = cli_median(lat, (size_t)iters), p99 = cli_pct(lat, (size_t)iters, 0.99);
   double gflop = (double)es_plan_flops(s.plan) / 1e9;
@@ -245,6 +262,11 @@ static int bench_inproc(const bench_args *ba) {
       printf("\"load2_ms\": %.3f, \"plan2_ms\": %.3f, ", s.load_ms, s.plan_ms);
     printf("\"lp_user_ms\": %.3f, \"lp_sys_ms\": %.3f, \"lp_faults\": %ld, ", lp_user, lp_sys,
            lp_faults);
+    if (ba->perf && perf_ok)
+      printf("\"perf_instructions_per_run\": %.0f, \"perf_cache_misses_per_run\": %.0f, ",
+             (double)p_ins / (double)iters, (double)p_miss / (double)iters);
+    else if (ba->perf)
+      printf("\"perf_unavailable\": \"%s\", ", perf.why);
     printf("\"gflop\": %.4f, \"gflops\": %.2f, \"peak_rss_bytes\": %zu, "
            "\"arena_bytes\": %zu, \"weight_bytes\": %zu, \"prepared_bytes\": %zu, "
            "\"prepared_cached_bytes\": %zu, \"cache_hits\": %llu, \"cache_writes\": %llu, "
@@ -273,6 +295,13 @@ static int bench_inproc(const bench_args *ba) {
            (unsigned long long)ms.prepared_cache_hits,
            (unsigned long long)ms.prepared_cache_writes,
            (unsigned long long)ms.prepared_cache_errors);
+    if (ba->perf && perf_ok)
+      printf("perf (this thread, per run): %.0f instructions, %.0f cache misses (%.2f per 1000 "
+             "instructions)\n",
+             (double)p_ins / (double)iters, (double)p_miss / (double)iters,
+             p_ins ? 1000.0 * (double)p_miss / (double)p_ins : 0.0);
+    else if (ba->perf)
+      printf("perf: no hardware counters here (%s)\n", perf.why);
   }
   if (ba->profile && !ba->json) {
     printf("profile (ms per run, by operator; timing adds a little to each node):\n");
@@ -1199,6 +1228,8 @@ static int parse_args(bench_args *a, int argc, char **argv) {
       a->profile = 1;
     } else if (!strcmp(arg, "--load-twice")) {
       a->load_twice = 1;
+    } else if (!strcmp(arg, "--perf")) {
+      a->perf = 1;
     } else if (!strcmp(arg, "--cache-dir") && i + 1 < argc) {
       if (es_engine_cache_dir_set(argv[++i]) < 0) {
         fprintf(stderr, "edgeserve bench: --cache-dir: %s\n", es_last_error_detail());
@@ -1287,10 +1318,14 @@ int cli_cmd_bench(int argc, char **argv) {
     }
     return bench_inproc(&a);
   }
-  if (a.iters_set || a.profile || a.load_twice || a.split_mflop > 0) {
+  if (a.iters_set || a.profile || a.load_twice || a.split_mflop > 0 || a.perf) {
     fprintf(stderr, "edgeserve bench: %s is for the in-process mode (without --concurrency "
                     "or --rate)\n",
-            a.profile ? "--profile" : a.load_twice ? "--load-twice" : a.split_mflop > 0 ? "--split" : "--iters");
+            a.profile        ? "--profile"
+            : a.load_twice   ? "--load-twice"
+            : a.split_mflop > 0 ? "--split"
+            : a.perf         ? "--perf"
+                             : "--iters");
     return 2;
   }
   if (a.no_share && !a.concurrency) {

@@ -5,8 +5,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -82,4 +88,61 @@ void cli_rss_sampler_stop(cli_rss_sampler *s) {
   if (s->started)
     pthread_join(s->thread, NULL);
   s->started = 0;
+}
+
+/* ---- hardware counters ------------------------------------------------------ */
+
+int cli_perf_open(cli_perf *p) {
+  static const struct {
+    uint64_t config;
+    const char *name;
+  } ev[2] = {{PERF_COUNT_HW_INSTRUCTIONS, "instructions"},
+             {PERF_COUNT_HW_CACHE_MISSES, "cache-misses"}};
+  p->fd[0] = p->fd[1] = -1;
+  p->why[0] = '\0';
+  for (int i = 0; i < 2; i++) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.type = PERF_TYPE_HARDWARE;
+    a.size = sizeof a;
+    a.config = ev[i].config;
+    a.disabled = 1;
+    a.exclude_kernel = 1; /* what the engine's own code does */
+    a.exclude_hv = 1;
+    p->fd[i] = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (p->fd[i] < 0) {
+      snprintf(p->why, sizeof p->why, "perf_event_open(%s): %s", ev[i].name, strerror(errno));
+      cli_perf_close(p);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+void cli_perf_start(cli_perf *p) {
+  for (int i = 0; i < 2; i++)
+    if (p->fd[i] >= 0) {
+      ioctl(p->fd[i], PERF_EVENT_IOC_RESET, 0);
+      ioctl(p->fd[i], PERF_EVENT_IOC_ENABLE, 0);
+    }
+}
+
+void cli_perf_stop(cli_perf *p, uint64_t *instructions, uint64_t *cache_misses) {
+  uint64_t v[2] = {0, 0};
+  for (int i = 0; i < 2; i++)
+    if (p->fd[i] >= 0) {
+      ioctl(p->fd[i], PERF_EVENT_IOC_DISABLE, 0);
+      if (read(p->fd[i], &v[i], sizeof v[i]) != (ssize_t)sizeof v[i])
+        v[i] = 0;
+    }
+  *instructions = v[0];
+  *cache_misses = v[1];
+}
+
+void cli_perf_close(cli_perf *p) {
+  for (int i = 0; i < 2; i++) {
+    if (p->fd[i] >= 0)
+      close(p->fd[i]);
+    p->fd[i] = -1;
+  }
 }

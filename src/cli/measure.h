@@ -47,4 +47,21 @@ void cli_rss_sampler_start(cli_rss_sampler *s, size_t floor);
 /* Stops and joins; safe to call again, or without a start after a memset. */
 void cli_rss_sampler_stop(cli_rss_sampler *s);
 
+/* Hardware counters of the calling thread (perf_event_open): instructions
+ * and last-level cache misses, counted between start and stop. Virtual
+ * machines and locked-down kernels often have none: open then fails with
+ * why (e.g. "perf_event_open(instructions): No such file or directory")
+ * and the caller says so rather than printing zeros. */
+typedef struct cli_perf {
+  int fd[2]; /* instructions, cache misses; -1 when closed */
+  char why[160];
+} cli_perf;
+
+/* 0, or -1 with p->why set (nothing left open). */
+int cli_perf_open(cli_perf *p);
+void cli_perf_start(cli_perf *p);
+/* Stops and reads both counters. */
+void cli_perf_stop(cli_perf *p, uint64_t *instructions, uint64_t *cache_misses);
+void cli_perf_close(cli_perf *p);
+
 #endif

@@ -4,7 +4,8 @@
 # plans; --load-twice adds the second load and plan's times (and only then);
 # --load-twice with --concurrency is a usage error (exit 2); a missing model
 # is an error that names it (exit 1); --profile lists the ten slowest nodes
-# in order; --cache-dir writes the prepared weights once and maps them after. Times are only checked to be numbers
+# in order; --cache-dir writes the prepared weights once and maps them after;
+# --perf gives hardware counts or says why there are none. Times are only checked to be numbers
 # above 0, never compared.
 #   test_bench_cli.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
@@ -81,6 +82,24 @@ done
 "$es" bench "$model" --iters 1 --warmup 0 --cache-dir "$work/afile/sub" --json >"$work/cachebad.json" 2>&1 ||
   bad "bench with an unusable cache directory exited $?"
 [ "$(field "$work/cachebad.json" cache_errors)" = 1 ] || bad "no cache error counted: $(cat "$work/cachebad.json")"
+
+# --perf: the timed runs' hardware counters, or, where the machine has none
+# (virtual machines), a reason in their place; never zeros passed off as
+# counts. Only in-process (exit 2 with --concurrency).
+"$es" bench "$model" --iters 2 --warmup 0 --perf --json >"$work/perf.json" 2>&1 || bad "bench --perf exited $?"
+cat "$work/perf.json"
+[ "$(grep -c '^{' "$work/perf.json")" -eq 1 ] || bad "--perf: not one JSON line"
+ins=$(field "$work/perf.json" perf_instructions_per_run)
+why=$(sed -nE 's/.*"perf_unavailable": "([^"]+)".*/\1/p' "$work/perf.json")
+if [ -n "$ins" ]; then
+  positive "$ins" || bad "--perf: $ins instructions per run"
+  [ -z "$why" ] || bad "--perf: both counts and a reason"
+else
+  grep -q 'perf_event_open' <<<"$why" || bad "--perf: neither counts nor a reason: $(cat "$work/perf.json")"
+fi
+"$es" bench "$model" --perf --concurrency 2 >"$work/perfusage.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] || bad "--perf --concurrency exited $rc, not 2"
 
 [ $fail -eq 0 ] && echo "test_bench_cli: ok"
 exit $fail
