@@ -27,8 +27,9 @@
  * data never reached the disk. A file that does not check out (truncated,
  * another format, a table that differs) is removed and the batch is made
  * again. Files are never rewritten in place (a mapped file cut short would
- * fault its readers), and the directory must be writable only by the
- * server's user: whoever can write a file there decides the weights. Nothing
+ * fault its readers). Whoever can write a file in the directory decides the
+ * weights, so a directory owned by another user, or that its group or
+ * others may write, is not used at all (an error in the stats). Nothing
  * is evicted: a directory holds a file per model version and plan shape,
  * removed by whoever owns the directory. */
 #include "common/internal.h"
@@ -166,12 +167,40 @@ static unsigned char *esp_table(const es_prep_cache_entry *e, int n, size_t *siz
   return t;
 }
 
+/* The directory part of the context's prefix into dir. */
+static void esp_dir(const esp_ctx *x, char *dir, size_t size) {
+  snprintf(dir, size, "%s", x->prefix);
+  char *slash = strrchr(dir, '/');
+  if (slash && slash != dir)
+    *slash = '\0';
+}
+
+/* Whoever can write into the directory decides the weights models run
+ * with, so a directory another user owns, or that its group or others may
+ * write, is not used (as ssh treats a key file others can write).
+ * ES_ENOENT when it does not exist (nor can: a file is in its path). */
+static int esp_dir_safe(const char *dir) {
+  struct stat st;
+  if (lstat(dir, &st) < 0)
+    return errno == ENOENT || errno == ENOTDIR
+               ? ES_ENOENT
+               : es__fail(ES_EIO, "cache directory '%s': %s", dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    return es__fail(ES_EACCES, "cache directory '%s' is not a directory of this user's that "
+                    "only it may write: not used", dir);
+  return 0;
+}
+
 static int esp_find(void *ctx, const es_prep_cache_entry *e, int n, size_t total, es_weights **w,
                     const unsigned char **base) {
   const esp_ctx *x = ctx;
   uint8_t id[32];
-  char path[PATH_MAX + 120];
-  int rc = esp_id(x, e, n, total, id);
+  char path[PATH_MAX + 120], dir[PATH_MAX + 80];
+  esp_dir(x, dir, sizeof dir);
+  int rc = esp_dir_safe(dir);
+  if (rc < 0)
+    return rc;
+  rc = esp_id(x, e, n, total, id);
   if (rc < 0)
     return rc;
   esp_path(x, id, path, sizeof path);
@@ -236,13 +265,11 @@ static int esp_store(void *ctx, const es_prep_cache_entry *e, int n, size_t tota
   esp_path(x, id, path, sizeof path);
   /* the directory itself may not exist yet (one level is made) */
   char dir[PATH_MAX + 80];
-  snprintf(dir, sizeof dir, "%s", x->prefix);
-  char *slash = strrchr(dir, '/');
-  if (slash && slash != dir) {
-    *slash = '\0';
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-      return es__fail(ES_EIO, "cannot make the cache directory '%s': %s", dir, strerror(errno));
-  }
+  esp_dir(x, dir, sizeof dir);
+  if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+    return es__fail(ES_EIO, "cannot make the cache directory '%s': %s", dir, strerror(errno));
+  if ((rc = esp_dir_safe(dir)) < 0)
+    return rc;
   esp_header h;
   esp_header_fill(&h, id, n);
   size_t tsize = 0;

@@ -3,7 +3,8 @@
  * reordered weights into the cache directory and maps them from there; a
  * second load of the same file finds them and reorders nothing; a model
  * file rewritten in place, a cache file damaged on disk, a directory that
- * cannot be made and a cache turned off each behave as documented, and
+ * cannot be made, one that others may write and a cache turned off each
+ * behave as documented, and
  * every run gives the reference kernels' result. Models are three
  * convolutions built in memory and written to a temporary file. */
 #include "es_test.h"
@@ -225,6 +226,26 @@ static void test_unwritable_directory(void **state) {
   assert_true(st.prepared_bytes > 0);
 }
 
+/* A directory others may write (or another user owns) is not used: whoever
+ * can write there decides the weights. Looked for and written nothing; the
+ * model runs on copies of its own. */
+static void test_directory_others_may_write(void **state) {
+  fixture *f = *state;
+  es_model_stats st;
+  free(load_run(f, &st)); /* a good file is there */
+  assert_int_equal(st.prepared_cache_writes, 1);
+  assert_int_equal(chmod(f->dir, 0777), 0);
+  free(load_run(f, &st));
+  assert_int_equal(st.prepared_cache_hits, 0);
+  assert_int_equal(st.prepared_cache_writes, 0);
+  assert_int_equal(st.prepared_cache_errors, 2); /* not looked in, not written to */
+  assert_int_equal(st.prepared_cached_bytes, 0);
+  assert_int_equal(count_files(f->dir, ".esp", NULL, 0), 1);
+  assert_int_equal(chmod(f->dir, 0700), 0);
+  free(load_run(f, &st));
+  assert_int_equal(st.prepared_cache_hits, 1);
+}
+
 /* Off: nothing is looked for or written. The directory setting reads back. */
 static void test_off(void **state) {
   fixture *f = *state;
@@ -255,6 +276,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_changed_model_is_another, setup, teardown),
       cmocka_unit_test_setup_teardown(test_damaged_file_is_replaced, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unwritable_directory, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_directory_others_may_write, setup, teardown),
       cmocka_unit_test_setup_teardown(test_off, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
