@@ -100,8 +100,6 @@ int es__graph_load_lowered(const void *data, size_t size, es_graph *g) {
 
 static void info_of(const es_value *v, es_tensor_info *out);
 
-/* The last step of every load: a model whose graph (and store) were made
- * with status rc becomes the caller's reference, or is freed. */
 static _Atomic int mlock_on_;
 
 void es_engine_mlock_set(int on) { atomic_store(&mlock_on_, on ? 1 : 0); }
@@ -121,6 +119,9 @@ static int model_lock(es_model *m) {
   return rc;
 }
 
+/* The last step of every load: a model whose graph (and store) were made
+ * with status rc becomes the caller's reference (its weights locked first
+ * while es_engine_mlock_set is on), or is freed. */
 static int model_finish(es_model *m, int rc, es_model **out) {
   if (rc == 0 && atomic_load(&mlock_on_))
     rc = model_lock(m);
