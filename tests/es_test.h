@@ -42,6 +42,14 @@ static inline uint64_t es_test_rand(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
+/* p[0..n) from the stream s: multiples of 1/8000 in [-0.125, 0.125], the
+ * weights and inputs of the small models the tests build (small enough
+ * that sums stay exact to the tolerances they check). */
+static inline void es_test_fill_small(float *p, size_t n, uint64_t *s) {
+  for (size_t i = 0; i < n; i++)
+    p[i] = (float)(es_test_rand(s) % 2001) / 8000.0f - 0.125f;
+}
+
 static inline uint64_t es_test_seed(void) {
   const char *e = getenv("ES_TEST_SEED");
   uint64_t seed = e ? strtoull(e, NULL, 0) : 0x5eed5eed12345678ull;

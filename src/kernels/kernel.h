@@ -131,6 +131,20 @@ int es__kio_check(es_kinst *k, int min_in, int max_in, int min_out, int max_out)
 /* Row-major element strides of a shape (st[rank - 1] = 1). */
 void es__strides_of(int rank, const int64_t *dims, int64_t *st);
 
+/* A static input the loader left in the model file's mapping at whatever
+ * byte offset the exporter wrote it (onnx.c's matmul_b_only: the weights
+ * of a MatMul or Gemm), which a run reads as floats: it reads an aligned
+ * copy made in scratch instead. es__aligned_in_plan (infer, once the path
+ * is known; reads: the run reads the input itself, not a prepared copy)
+ * reserves the copy's room when the input is static and misaligned;
+ * es__aligned_in_get gives what to read (in itself, or the copy, made). */
+typedef struct es_aligned_in {
+  size_t at;    /* SIZE_MAX: read in place; else the copy's scratch offset */
+  size_t bytes;
+} es_aligned_in;
+void es__aligned_in_plan(es_kinst *k, int input, int reads, es_aligned_in *c);
+const void *es__aligned_in_get(const es_aligned_in *c, const void *in, void *scratch);
+
 /* Prepared weights (reordered or packed once, read-only, shared by every
  * plan and request of the model). Gives in *out the copy stored under key
  * (unique per node and format, e.g. "conv:12:w:ABcd16b16a"), creating it

@@ -74,9 +74,7 @@ typedef struct gemm_params {
   int use_dnnl;
   int gemv;              /* dot products over B as stored (GEMV_MAX_M) */
   int prepared;          /* static B goes into a prepared copy in oneDNN's layout */
-  size_t b_copy_at;      /* SIZE_MAX, or: B is read from an aligned copy at this scratch
-                            offset (B read in place from the model file, not 4-byte aligned) */
-  size_t b_bytes;        /* B's bytes, for that copy */
+  es_aligned_in b_copy;  /* B read in place misaligned: read from an aligned copy */
   int cmode;             /* GC_*, on the oneDNN path */
   const float *bvec;     /* GC_BIAS: beta * C as [N], made while planning, or NULL */
   size_t bvec_off;       /* GC_BIAS with C known only at run: bvec's scratch offset, or 0 */
@@ -155,22 +153,14 @@ static int gemm_c_shape(es_kinst *k, const es_tdesc *c, gemm_params *p) {
   return 0;
 }
 
-/* A static B the loader left in the model file's mapping (graph.h: a
- * Gemm's or MatMul's weights are read in place even when the exporter left
- * them misaligned) is read as floats only by the reference loops, and by
- * oneDNN when it keeps B's layout: those read an aligned copy made in
- * scratch at run time. The dot products read B with unaligned loads, and a
- * prepared copy is reordered from it, so neither needs one. Done last in
- * infer, once the path is known. */
+/* A static B the loader left misaligned in the model file's mapping is
+ * read as floats only by the reference loops, and by oneDNN when it keeps
+ * B's layout: those read an aligned copy (es__aligned_in_plan). The dot
+ * products read B with unaligned loads, and a prepared copy is reordered
+ * from it, so neither needs one. Done last in infer, once the path is
+ * known. */
 static int gemm_b_copy(es_kinst *k, gemm_params *p) {
-  p->b_copy_at = SIZE_MAX;
-  const void *bs = k->in_static[1];
-  if (p->empty || p->gemv || !bs || (uintptr_t)bs % sizeof(float) == 0 ||
-      (p->use_dnnl && p->prepared))
-    return 0;
-  p->b_bytes = k->in[1]->count * sizeof(float);
-  p->b_copy_at = gemm_align(k->scratch_bytes);
-  k->scratch_bytes = p->b_copy_at + p->b_bytes;
+  es__aligned_in_plan(k, 1, !p->empty && !p->gemv && !(p->use_dnnl && p->prepared), &p->b_copy);
   return 0;
 }
 
@@ -362,11 +352,7 @@ static int gemm_run(const es_kinst *k, const void *const *in, void *const *out, 
     gemm_scale_add_c(p, c, out[0]);
     return 0;
   }
-  const void *b = in[1];
-  if (p->b_copy_at != SIZE_MAX) {
-    b = (char *)scratch + p->b_copy_at;
-    memcpy((void *)b, in[1], p->b_bytes);
-  }
+  const void *b = es__aligned_in_get(&p->b_copy, in[1], scratch);
   if (!p->use_dnnl) {
     gemm_ref(p, in[0], b, c, out[0]);
     return 0;

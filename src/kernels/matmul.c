@@ -46,9 +46,7 @@ typedef struct matmul_params {
   int epilogue;                 /* bias and post-ops after the product (not oneDNN's) */
   size_t count;                 /* output elements */
   int prepared;                 /* static B goes into a prepared copy in oneDNN's layout */
-  size_t b_copy_at;             /* SIZE_MAX, or: B is read from an aligned copy at this
-                                   scratch offset (a misaligned B from the file) */
-  size_t b_bytes;               /* ... of this many bytes */
+  es_aligned_in b_copy;         /* B read in place misaligned: read from an aligned copy */
   int has_bias;                 /* input 2: N floats added to every row */
   es_posts post;                /* fused post-ops; post.has_res: input 3 is added */
   es_dnnl_prim dnnl;
@@ -294,13 +292,7 @@ static int matmul_infer(es_kinst *k) {
   /* A static B may be read in place from the model file at any byte
    * offset (onnx.c's matmul_b_only): where a run reads B itself rather than
    * its prepared copy, it reads an aligned copy made in scratch. */
-  const void *bs = k->in_static[1];
-  p->b_copy_at = SIZE_MAX;
-  if (!p->empty && bs && (uintptr_t)bs % sizeof(float) != 0 && !(p->use_dnnl && p->prepared)) {
-    p->b_copy_at = (k->scratch_bytes + 63) & ~(size_t)63;
-    p->b_bytes = k->in[1]->nbytes;
-    k->scratch_bytes = p->b_copy_at + p->b_bytes;
-  }
+  es__aligned_in_plan(k, 1, !p->empty && !(p->use_dnnl && p->prepared), &p->b_copy);
   return 0;
 }
 
@@ -310,11 +302,7 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
   if (p->empty)
     return 0;
   const float *bias = p->has_bias ? in[2] : NULL, *res = p->post.has_res ? in[3] : NULL;
-  const void *b = in[1];
-  if (p->b_copy_at != SIZE_MAX) {
-    b = (char *)scratch + p->b_copy_at;
-    memcpy((void *)b, in[1], p->b_bytes);
-  }
+  const void *b = es__aligned_in_get(&p->b_copy, in[1], scratch);
   if (p->use_dnnl) {
     int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : b,
                                p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,

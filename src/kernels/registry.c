@@ -85,6 +85,29 @@ void es__kernels_threads_default(void) {
 }
 
 /* ==========================================================================
+ * Inputs read in place at any offset
+ * ======================================================================== */
+
+void es__aligned_in_plan(es_kinst *k, int input, int reads, es_aligned_in *c) {
+  const void *src = k->in_static[input];
+  c->at = SIZE_MAX;
+  c->bytes = 0;
+  if (!reads || !src || (uintptr_t)src % sizeof(float) == 0)
+    return;
+  c->bytes = k->in[input]->nbytes;
+  c->at = es__align_up(k->scratch_bytes, 64);
+  k->scratch_bytes = c->at + c->bytes;
+}
+
+const void *es__aligned_in_get(const es_aligned_in *c, const void *in, void *scratch) {
+  if (c->at == SIZE_MAX)
+    return in;
+  void *copy = (char *)scratch + c->at;
+  memcpy(copy, in, c->bytes);
+  return copy;
+}
+
+/* ==========================================================================
  * Node arity
  * ======================================================================== */
 

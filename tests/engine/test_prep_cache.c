@@ -28,11 +28,11 @@ static float x_[C * HW * HW];
 
 static void data_init(void) {
   uint64_t s = 7;
-  float *all[5] = {w1_, w2_, w3_, b3_, x_};
-  size_t n[5] = {sizeof w1_ / 4, sizeof w2_ / 4, sizeof w3_ / 4, sizeof b3_ / 4, sizeof x_ / 4};
-  for (int t = 0; t < 5; t++)
-    for (size_t i = 0; i < n[t]; i++)
-      all[t][i] = (float)(es_test_rand(&s) % 2001) / 8000.0f - 0.125f;
+  es_test_fill_small(w1_, sizeof w1_ / 4, &s);
+  es_test_fill_small(w2_, sizeof w2_ / 4, &s);
+  es_test_fill_small(w3_, sizeof w3_ / 4, &s);
+  es_test_fill_small(b3_, sizeof b3_ / 4, &s);
+  es_test_fill_small(x_, sizeof x_ / 4, &s);
 }
 
 /* Per test: a model file and an empty cache directory, the cache on. */

@@ -21,11 +21,10 @@ static float fill_one_ = 1.0f;
 
 static void weights_init(void) {
   uint64_t s = 7;
-  float *all[4] = {w1_, w2_, w3_, b3_};
-  size_t n[4] = {sizeof w1_ / 4, sizeof w2_ / 4, sizeof w3_ / 4, sizeof b3_ / 4};
-  for (int t = 0; t < 4; t++)
-    for (size_t i = 0; i < n[t]; i++)
-      all[t][i] = (float)(es_test_rand(&s) % 2001) / 8000.0f - 0.125f;
+  es_test_fill_small(w1_, sizeof w1_ / 4, &s);
+  es_test_fill_small(w2_, sizeof w2_ / 4, &s);
+  es_test_fill_small(w3_, sizeof w3_ / 4, &s);
+  es_test_fill_small(b3_, sizeof b3_ / 4, &s);
 }
 
 /* x [1, 16, H, W] -> three 3x3 convs (16 -> 32 -> 32 -> 16) -> y. */
