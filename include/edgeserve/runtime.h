@@ -590,6 +590,8 @@ typedef struct es_runtime_stats {
   uint64_t preemptions;      /* runs paused for a more urgent request */
   uint64_t preemptions_in_kernel; /* of those, inside a step: at a safe point
                                      between two bands of a long convolution */
+  uint64_t inlined;          /* requests a task ran itself while waiting for
+                                them (es_task) */
   /* How long paused runs waited (the urgent run, and its hand-over):
    * counts per bucket, bucket i holding pauses up to
    * es_runtime_pause_bound_us(i) microseconds, the last one the rest. */
@@ -688,7 +690,16 @@ ES_API int es_runtime_submit(es_runtime *rt, const es_submit *s, es_request **ou
  * deadline itself and returns ES_ETIMEDOUT (filled in as a DEADLINE
  * refusal). Tasks count in the runtime's submitted/completed/... counters,
  * not in the model's (its run time estimate stays its own), and hold the
- * model's pending count (unload waits for their handles). */
+ * model's pending count (unload waits for their handles).
+ *
+ * A task may submit requests and tasks of its own and wait for them: one
+ * still queued when fn waits for it (es_request_wait) runs right there, on
+ * fn's worker, in its own arena, as the next stage of the same work (a
+ * model on another worker's lane in a block of the buddy pool). Until
+ * then no other run pauses for it, and an idle worker takes it only if it
+ * is not the first one fn left queued, so a pipeline's stages follow each
+ * other on one thread while a batch of them still spreads over idle
+ * workers. What fn leaves queued when it returns is scheduled as usual. */
 typedef int (*es_task_fn)(void *user);
 
 typedef struct es_task {

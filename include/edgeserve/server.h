@@ -155,11 +155,11 @@ typedef struct es_server_config {
                                  body (default 60) */
   unsigned http_threads;      /* threads serving the connections, each an
                                  event loop (default 2) */
-  unsigned pipeline_threads;  /* threads running pipeline models (face,
-                                 OCR), which wait on their models between
-                                 steps (default 2) */
-  unsigned pipeline_queue;    /* pipeline requests waiting for those
-                                 threads (default 64): 429 above */
+  unsigned pipeline_threads;  /* no longer used: a pipeline request (face,
+                                 OCR) is a task on the runtime's workers;
+                                 accepted for older configs */
+  unsigned pipeline_queue;    /* pipeline requests waiting for a worker
+                                 (default 64): 429 above */
   size_t max_elements;        /* per input tensor (default 64 M) */
   int quiet;                  /* no access log on stderr */
   char *models_json;          /* a config file's "models" object as JSON

@@ -4,7 +4,8 @@
 # four PP-OCR det cameras at 640x640 (priority 3, 6 fps each, 1 s deadlines)
 # on a server of 2 workers (scripts/bench/preempt_streams.json, driven by
 # scripts/demo/scenario.js: open loop, camera frames dropped while one is in
-# flight). The same streams, one setup after the other:
+# flight; one client process per kind of stream, as separate cameras would
+# be). The same streams, one setup after the other:
 #   none      strict priority, a started run finishes first (--preempt off)
 #   preempt   cooperative preemption at operator boundaries (the default)
 #   edf       earliest deadline first, with preemption (--sched edf)
@@ -69,13 +70,48 @@ metric() {
     awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.9g\n", s + 0 }'
 }
 
+# drive OUT STREAMS SETUP [scenario options...]: each kind of stream from a
+# client process of its own, as separate cameras would be (one event loop
+# busy sending the det cameras' 4.9 MB frames would delay the face stream's
+# answers in the client, not in the server), the summaries merged into OUT.
+# --stream-url STREAM=PORT options apply to their stream's client only.
+drive() {
+  local out=$1 file=$2 setup=$3
+  shift 3
+  local args=("$@") cpids=() parts=() k i
+  for k in $(node -e 'console.log([...new Set(require(process.argv[1]).streams.map((x) => x.kind))].join(" "))' "$(realpath "$file")"); do
+    node -e 'const fs = require("fs"), s = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+             s.streams = s.streams.filter((x) => x.kind === process.argv[3]);
+             fs.writeFileSync(process.argv[2], JSON.stringify(s))' "$file" "$out.$k.streams.json" "$k"
+    local opts=() names
+    names=" $(node -e 'console.log(require(process.argv[1]).streams.map((x) => x.name).join(" "))' "$(realpath "$out.$k.streams.json")") "
+    for ((i = 0; i < ${#args[@]}; i++)); do
+      if [ "${args[i]}" = --stream-url ]; then
+        [[ $names == *" ${args[i+1]%%=*} "* ]] && opts+=(--stream-url "${args[i+1]}")
+        i=$((i + 1))
+      else
+        opts+=("${args[i]}")
+      fi
+    done
+    node scripts/demo/scenario.js "${opts[@]}" --streams "$out.$k.streams.json" --setup "$setup" \
+      --duration "$dur" --out "$out.$k" >/dev/null &
+    cpids+=($!)
+    parts+=("$out.$k")
+  done
+  for k in "${cpids[@]}"; do wait "$k"; done
+  node -e 'const fs = require("fs"), [out, ...parts] = process.argv.slice(1);
+           const js = parts.map((f) => JSON.parse(fs.readFileSync(f, "utf8").trim().split("\n").pop()));
+           const m = js[0];
+           for (const j of js.slice(1)) { Object.assign(m.kinds, j.kinds); m.streams = (m.streams || []).concat(j.streams || []); }
+           fs.writeFileSync(out, JSON.stringify(m) + "\n")' "$out" "${parts[@]}"
+}
+
 # one SETUP STREAMS [serve options...]: round $r of a setup
 one() {
   local setup=$1 file=$2
   shift 2
   serve "$work/$setup.log" --workers 2 "$@"
-  node scripts/demo/scenario.js --url "http://127.0.0.1:$port" --streams "$file" --setup shared \
-    --duration "$dur" --pid "${pids[-1]}" --out "$work/$setup.$r.json" >/dev/null
+  drive "$work/$setup.$r.json" "$file" shared --url "http://127.0.0.1:$port" --pid "${pids[-1]}"
   echo "$(metric "$port" edgeserve_preemptions_total) $(metric "$port" edgeserve_pause_overhead_seconds_total)" \
     "$(metric "$port" edgeserve_pause_overhead_max_seconds)" \
     "$(metric "$port" edgeserve_pause_lock_wait_seconds_total)" >"$work/$setup.$r.pauses"
@@ -102,8 +138,7 @@ if want procs; then
     serve "$work/procs-$name.log" --config "scripts/demo/procs-$kind.json" --memory 100M
     route+=(--stream-url "$name=$port" --pid "${pids[-1]}")
   done
-  node scripts/demo/scenario.js "${route[@]}" --streams "$work/procs.streams.json" --setup procs \
-    --duration "$dur" --out "$work/procs.$r.json" >/dev/null
+  drive "$work/procs.$r.json" "$work/procs.streams.json" procs "${route[@]}"
   echo "0 0 0 0" >"$work/procs.$r.pauses"
   stop_all
 fi

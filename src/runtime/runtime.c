@@ -41,6 +41,17 @@
  * a task hands to its caller (a decoded image) stays budgeted until the
  * caller frees the handle.
  *
+ * Tasks that submit: a task is often a pipeline (decode, then a model,
+ * then another), each stage a request it submits and waits for. Waiting
+ * for a queued stage on a worker would leave that worker asleep while the
+ * stage waits for a worker (with one worker, forever), and every stage
+ * handed to another thread costs a wake-up, which on a loaded box can take
+ * milliseconds. So a stage a task submits is marked as the task's while
+ * queued (r->owner): the task runs it itself when it waits for it
+ * (run_inline_locked), no other run pauses for it, and the first one is
+ * kept from idle workers (kept_for_task) so the next stage starts on the
+ * same thread; the others may spread over idle workers.
+ *
  * Sequences (runtime.h): a model with state pairs keeps a table of live
  * sequences, each with its state in one buddy block under a byte
  * reservation of its own. One request of a sequence is active at a time;
@@ -154,6 +165,7 @@ typedef struct rt_worker {
   double switch_ns_sum;
   int depth; /* 1 while it runs a request in another's pause (no deeper) */
   struct rt_safe *safe; /* the run its kernels' safe points may pause, or NULL */
+  es_request *task; /* the task whose function runs on it now (innermost), or NULL */
 } rt_worker;
 
 typedef struct rt_queue {
@@ -169,6 +181,7 @@ struct es_runtime {
   _Atomic uint64_t urgent_deadline; /* EDF: the earliest queued deadline (0: none) */
   uint64_t preemptions;
   uint64_t preemptions_in_kernel; /* of those, at a kernel's safe point */
+  uint64_t inlined; /* requests a task ran itself (run_inline_locked) */
   uint64_t pause_overhead_ns_sum, pause_overhead_ns_max, pause_lock_wait_ns_sum;
   uint64_t pause_hist[ES_RT_PAUSE_BUCKETS];
   uint64_t pause_ns_sum;
@@ -235,9 +248,18 @@ struct es_request {
   uint64_t seq_id;
   char seq_key[ES_SEQ_KEY_MAX];
   unsigned seq_flags;
+  /* A request a running task submitted (see "Tasks that submit"): while
+   * queued, its task; the task's first such request, which dispatch leaves
+   * for the task to run itself; how many of its requests are queued. */
+  es_request *owner, *own_next;
+  unsigned owned;
   pthread_cond_t cv;
   es_request *prev, *next; /* queue links, then the completion list */
 };
+
+/* The worker the calling thread is, or NULL: a task's submits and waits
+ * (see "Tasks that submit") ask it. */
+static _Thread_local rt_worker *tls_worker;
 
 
 static void abs_timespec(uint64_t ns, struct timespec *ts) {
@@ -329,6 +351,12 @@ static void queue_push(rt_queue *q, es_request *r) {
 
 static void queue_remove(es_runtime *rt, es_request *r) {
   rt_queue *q = &rt->q[r->priority];
+  if (r->owner) { /* off the queue, its task's claim ends */
+    r->owner->owned--;
+    if (r->owner->own_next == r)
+      r->owner->own_next = NULL;
+    r->owner = NULL;
+  }
   if (r->prev)
     r->prev->next = r->next;
   else
@@ -940,13 +968,21 @@ static int choose_worker(es_runtime *rt, const es_request *r) {
 static void urgent_update_locked(es_runtime *rt) {
   int lvl = INT_MAX;
   uint64_t dl = 0;
+  int edf = rt->cfg.sched == ES_SCHED_EDF;
   for (int l = 0; l < rt->cfg.priorities; l++) {
-    if (rt->q[l].count && lvl == INT_MAX)
-      lvl = l;
-    if (rt->cfg.sched == ES_SCHED_EDF)
-      for (es_request *r = rt->q[l].head; r; r = r->next)
-        if (r->deadline_ns && (!dl || r->deadline_ns < dl))
-          dl = r->deadline_ns;
+    if (lvl != INT_MAX && !edf)
+      break;
+    /* a task's own requests wait for it, not for another run's pause */
+    for (es_request *r = rt->q[l].head; r; r = r->next) {
+      if (r->owner)
+        continue;
+      if (lvl == INT_MAX)
+        lvl = l;
+      if (!edf)
+        break;
+      if (r->deadline_ns && (!dl || r->deadline_ns < dl))
+        dl = r->deadline_ns;
+    }
   }
   atomic_store_explicit(&rt->urgent_level, lvl, memory_order_relaxed);
   atomic_store_explicit(&rt->urgent_deadline, dl, memory_order_relaxed);
@@ -965,6 +1001,10 @@ static int edf_before(const es_request *a, const es_request *b) {
   return a->seq < b->seq;
 }
 
+/* 1: r waits for the task that submitted it to run it (its first queued
+ * request), so no idle worker takes it. */
+static int kept_for_task(const es_request *r) { return r->owner && r->owner->own_next == r; }
+
 static void dispatch_locked(es_runtime *rt) {
   while (!rt->paused && rt->idle_workers > 0 && rt->queued > 0) {
     es_request *pick = NULL;
@@ -973,7 +1013,8 @@ static void dispatch_locked(es_runtime *rt) {
       for (int l = 0; l < rt->cfg.priorities; l++)
         for (es_request *r = rt->q[l].head; r; r = r->next) {
           int rw;
-          if ((!pick || edf_before(r, pick)) && (rw = choose_worker(rt, r)) >= 0) {
+          if (!kept_for_task(r) && (!pick || edf_before(r, pick)) &&
+              (rw = choose_worker(rt, r)) >= 0) {
             pick = r;
             w = rw;
           }
@@ -981,7 +1022,7 @@ static void dispatch_locked(es_runtime *rt) {
     }
     for (int l = 0; l < rt->cfg.priorities && !pick; l++)
       for (es_request *r = rt->q[l].head; r; r = r->next)
-        if ((w = choose_worker(rt, r)) >= 0) {
+        if (!kept_for_task(r) && (w = choose_worker(rt, r)) >= 0) {
           pick = r;
           break;
         }
@@ -1224,8 +1265,24 @@ static int run_request(rt_worker *w, es_request *r, void *scratch, size_t scratc
 /* A task on this worker: its own function, its error detail kept for the
  * waiter; a deadline it gave up on is a DEADLINE refusal like a queued
  * request's. */
-static int task_run(es_runtime *rt, es_request *r) {
+static int task_run(rt_worker *w, es_request *r) {
+  es_runtime *rt = w->rt;
+  es_request *outer = w->task;
+  w->task = r;
   int rc = r->task(r->task_user);
+  w->task = outer;
+  /* What it submitted and left queued is anyone's now. */
+  pthread_mutex_lock(&rt->lock);
+  if (r->owned) {
+    for (int l = 0; l < rt->cfg.priorities; l++)
+      for (es_request *q = rt->q[l].head; q; q = q->next)
+        if (q->owner == r)
+          q->owner = NULL;
+    r->owned = 0;
+    r->own_next = NULL;
+    dispatch_locked(rt);
+  }
+  pthread_mutex_unlock(&rt->lock);
   r->ran = 1;
   if (rc < 0)
     snprintf(r->detail, sizeof r->detail, "%s", es_last_error_detail());
@@ -1274,7 +1331,7 @@ static int execute(rt_worker *w, es_request *r, void *scratch, size_t cap, int e
     return rc;
   }
   if (r->task)
-    return task_run(rt, r);
+    return task_run(w, r);
   rc = run_request(w, r, scratch, cap, &short_mem);
   r->ran = !short_mem && rc != ES_ECANCELED;
   if (rc == 0 && r->seq_slot >= 0)
@@ -1315,14 +1372,15 @@ static es_request *urgent_pick_locked(es_runtime *rt, const es_request *cur) {
     es_request *pick = NULL;
     for (int l = 0; l < rt->cfg.priorities; l++)
       for (es_request *q = rt->q[l].head; q; q = q->next)
-        if (q->deadline_ns && (!cur->deadline_ns || q->deadline_ns < cur->deadline_ns) &&
+        if (!q->owner && q->deadline_ns &&
+            (!cur->deadline_ns || q->deadline_ns < cur->deadline_ns) &&
             (rt->models[q->model].lane < 0 || q->task) && (!pick || edf_before(q, pick)))
           pick = q;
     return pick;
   }
   for (int l = 0; l < cur->priority && l < rt->cfg.priorities; l++)
     for (es_request *q = rt->q[l].head; q; q = q->next)
-      if (rt->models[q->model].lane < 0 || q->task)
+      if (!q->owner && (rt->models[q->model].lane < 0 || q->task))
         return q;
   return NULL;
 }
@@ -1401,10 +1459,47 @@ static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel) {
   return cancel ? 2 : 1;
 }
 
+/* Tasks that submit: a task waiting (es_request_wait) for a queued request
+ * it may run runs it here, on its own worker, in the request's own arena,
+ * instead of sleeping while the request waits for a worker, which may be
+ * this one (with one worker, a task that waits for its own request would
+ * wait forever). A pipeline's stages thus follow each other on one thread,
+ * with no wake-up between them. A model on this worker's lane runs in the
+ * lane's scratchpad (free whenever a task runs: a lane's run is never
+ * paused); one on another worker's lane runs in a block of the buddy pool,
+ * as a request at another shape would (its admission counted its arena
+ * already): waiting for that worker instead could wait forever, if that
+ * worker's task waits for this one's lane. Lock held; released on return. */
+static void run_inline_locked(rt_worker *w, es_request *r) {
+  es_runtime *rt = w->rt;
+  queue_remove(rt, r);
+  urgent_update_locked(rt);
+  r->state = RQ_RUNNING;
+  r->worker = w->index;
+  uint64_t t = es__now_ns();
+  r->start_ns = t;
+  int expired = r->deadline_ns && t > r->deadline_ns;
+  int lane = !r->task && rt->models[r->model].lane == w->index;
+  void *scratch = lane ? w->scratch : NULL;
+  size_t cap = lane ? w->scratch_cap : 0;
+  pthread_mutex_unlock(&rt->lock);
+  int counted;
+  int rc = execute(w, r, scratch, cap, expired, &counted);
+  uint64_t run_ns = es__now_ns() - r->start_ns - r->paused_ns;
+  pthread_mutex_lock(&rt->lock);
+  account_locked(rt, r, rc, counted, run_ns);
+  rt->inlined++;
+  es_request *done = NULL;
+  complete_locked(rt, r, rc, &done);
+  pthread_mutex_unlock(&rt->lock);
+  finish_list(rt, done);
+}
+
 static void *worker_main(void *arg) {
   rt_worker *w = arg;
   es_runtime *rt = w->rt;
   pin_self(w->cpu);
+  tls_worker = w;
   es_engine_threads_set(rt->cfg.intra_threads);
   pthread_mutex_lock(&rt->lock);
   for (;;) {
@@ -2251,6 +2346,7 @@ static es_request *request_new(es_runtime *rt, int model, int priority, uint64_t
   r->priority = priority;
   r->worker = -1;
   r->seq_slot = -1;
+  r->owner = r->own_next = NULL;
   r->deadline_ns = deadline_ns;
   r->on_done = on_done;
   r->user = user;
@@ -2312,6 +2408,13 @@ static int request_admit(es_runtime *rt, rt_model *m, es_request *r, es_refusal 
   }
   r->seq = ++rt->seq;
   r->state = RQ_QUEUED;
+  rt_worker *me = tls_worker;
+  if (me && me->rt == rt && me->task) { /* a running task's: see "Tasks that submit" */
+    r->owner = me->task;
+    r->owner->owned++;
+    if (!r->owner->own_next)
+      r->owner->own_next = r;
+  }
   queue_push(&rt->q[r->priority], r);
   rt->queued++;
   rt->submitted++;
@@ -2433,6 +2536,11 @@ int es_request_wait(es_request *r, int timeout_ms) {
   if (timeout_ms >= 0)
     abs_timespec(es__now_ns() + (uint64_t)timeout_ms * 1000000ull, &ts);
   pthread_mutex_lock(&rt->lock);
+  rt_worker *me = tls_worker;
+  if (me && me->rt == rt && me->task && r->state == RQ_QUEUED) {
+    run_inline_locked(me, r); /* a task's own stage: see "Tasks that submit" */
+    pthread_mutex_lock(&rt->lock);
+  }
   while (!r->settled) {
     if (timeout_ms < 0) {
       pthread_cond_wait(&r->cv, &rt->lock);
@@ -2605,6 +2713,7 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->run_heap_bytes = atomic_load_explicit(&rt->heap_bytes, memory_order_relaxed);
   out->preemptions = rt->preemptions;
   out->preemptions_in_kernel = rt->preemptions_in_kernel;
+  out->inlined = rt->inlined;
   memcpy(out->pause_hist, rt->pause_hist, sizeof out->pause_hist);
   out->pause_ns_sum = rt->pause_ns_sum;
   out->pause_overhead_ns_sum = rt->pause_overhead_ns_sum;

@@ -10,10 +10,11 @@
  * runtime's completion callback wakes the caller, which then asks for the
  * answer (es__srv_job_answer) on its own thread. A connection waiting for
  * its answer thus costs its buffers and a job, never a thread. Pipeline
- * models (face, OCR) run several models in sequence and wait between them,
- * so their jobs go to a small pool of pipeline threads with a bounded queue
- * (429 when full) instead; the image is decoded there, its pixels reserved
- * through the runtime's admission like any tensor.
+ * models (face, OCR) run several models in sequence, so a pipeline job is
+ * one runtime task at the request's priority (bounded: 429 when
+ * pipeline_queue are waiting) whose stages (the image's decode, its pixels
+ * reserved through admission like any tensor, then each model) run on the
+ * worker that took the task, one after the other.
  *
  * A job holds a reference on its model (es__srv_model_acquire): the model's
  * runtime id is read once under the server's lock, and an unload waits for
@@ -58,6 +59,8 @@ struct srv_job {
   size_t json_len;
   uint64_t run_ns;
   int load;                  /* JOB_CONTROL: 1 load, 0 unload */
+  int rt_first;              /* JOB_PIPELINE: its first member's runtime id */
+  int started;               /* JOB_PIPELINE: its task began (pipe_mu) */
   struct srv_job *next;      /* pipeline queue */
 };
 
@@ -494,24 +497,16 @@ static int pipeline_image(const srv_model *sm, const es_v2_request *q, const voi
   return 0;
 }
 
-/* The request's image, decoded on a runtime worker with its pixels
- * reserved through admission, charged to the pipeline's first model (face:
- * its detector; ocr: det). The members cannot be unloaded while the
- * pipeline is loaded, and the job holds the pipeline, so the id read here
- * stays the member's. */
+/* The request's image, decoded with its pixels reserved through
+ * admission, charged to the pipeline's first model (face: its detector;
+ * ocr: det), whose runtime id the job's task is charged to as well. */
 static int image_decode(es_server *s, srv_job *j, es_image *img) {
-  pthread_mutex_lock(&s->mu);
-  srv_model *first = es__srv_find(s, j->sm->member[0]);
-  int id = first ? first->rt_id : -1;
-  pthread_mutex_unlock(&s->mu);
-  if (id < 0)
-    return es__fail(ES_ENOENT, "pipeline '%s': its model '%s' is not loaded", j->sm->name,
-                    j->sm->member[0]);
-  return es_image_decode_admitted(s->rt, id, j->image, j->image_len, j->level, j->deadline_ns,
-                                  img, &j->why);
+  return es_image_decode_admitted(s->rt, j->rt_first, j->image, j->image_len, j->level,
+                                  j->deadline_ns, img, &j->why);
 }
 
-/* Decode and run the pipeline's detector or reader (a pipeline thread). */
+/* Decode and run the pipeline's detector or reader (the job's task, on a
+ * runtime worker: each stage it submits runs on that worker in turn). */
 static void pipeline_run(es_server *s, srv_job *j) {
   srv_model *sm = j->sm;
   es_image img;
@@ -539,6 +534,59 @@ static void pipeline_run(es_server *s, srv_job *j) {
     snprintf(j->detail, sizeof j->detail, "%s", es_last_error_detail());
 }
 
+/* A pipeline job is one runtime task at the request's priority: it waits
+ * in the runtime's queues with the models' requests, a run of lower
+ * priority pauses for it at its next safe point, and its stages (decode,
+ * the detector, the reader's models) then run one after the other on that
+ * worker, with no thread to wake between them. Its outcome is the job's
+ * (rc, detail, why), so the task itself always succeeds. */
+static int pipeline_task(void *user) {
+  srv_job *j = user;
+  es_server *s = j->s;
+  pthread_mutex_lock(&s->pipe_mu);
+  s->pipe_queued--;
+  s->pipe_running++;
+  j->started = 1;
+  pthread_mutex_unlock(&s->pipe_mu);
+  pipeline_run(s, j);
+  pthread_mutex_lock(&s->pipe_mu);
+  s->pipe_running--;
+  pthread_mutex_unlock(&s->pipe_mu);
+  return 0;
+}
+
+/* The task's completion (a runtime thread): a task that never ran (its
+ * deadline passed in the queue, the shutdown cancelled it, memory pressure
+ * removed it) answers for the job; then the caller is woken. */
+static void pipeline_done(void *user, es_request *r) {
+  srv_job *j = user;
+  es_server *s = j->s;
+  pthread_mutex_lock(&s->pipe_mu);
+  int started = j->started;
+  if (!started)
+    s->pipe_queued--;
+  pthread_mutex_unlock(&s->pipe_mu);
+  if (!started) {
+    es_request_info info;
+    if (es_request_info_get(r, &info) == 0)
+      j->why = info.refusal;
+    j->rc = es_request_status(r);
+    if (j->rc >= 0) /* cannot be: a task that completed ran */
+      j->rc = ES_ESTATE;
+    if (j->rc == ES_ETIMEDOUT)
+      snprintf(j->detail, sizeof j->detail, "the deadline passed before it ran");
+    else if (j->rc == ES_ECANCELED)
+      snprintf(j->detail, sizeof j->detail, "cancelled: the server is shutting down");
+    else if (j->rc == ES_EAGAIN)
+      snprintf(j->detail, sizeof j->detail, "removed from the queue (%s), retry after %u ms",
+               es_refusal_name(j->why.reason), j->why.retry_after_ms);
+    else
+      snprintf(j->detail, sizeof j->detail, "%s", es_strerror(j->rc));
+  }
+  job_work_done(j);
+  j->wake(j->user);
+}
+
 static void jobq_push(srv_jobq *q, srv_job *j) {
   j->next = NULL;
   if (q->tail)
@@ -560,63 +608,22 @@ static srv_job *jobq_pop(srv_jobq *q) {
   return j;
 }
 
-static void *pipeline_thread(void *arg) {
-  es_server *s = arg;
-  pthread_mutex_lock(&s->pipe_mu);
-  for (;;) {
-    while (!s->pipe_q.head && !s->pipe_stop)
-      pthread_cond_wait(&s->pipe_cv, &s->pipe_mu);
-    srv_job *j = jobq_pop(&s->pipe_q);
-    if (!j)
-      break; /* stopping, queue empty */
-    s->pipe_running++;
-    int stopping = s->pipe_stop;
-    pthread_mutex_unlock(&s->pipe_mu);
-    if (stopping) {
-      j->rc = ES_ECANCELED;
-      snprintf(j->detail, sizeof j->detail, "cancelled: the server is shutting down");
-    } else {
-      pipeline_run(s, j);
-    }
-    job_work_done(j);
-    pthread_mutex_lock(&s->pipe_mu);
-    s->pipe_running--;
-    pthread_mutex_unlock(&s->pipe_mu);
-    j->wake(j->user); /* after this the job belongs to the caller again */
-    pthread_mutex_lock(&s->pipe_mu);
-  }
-  pthread_mutex_unlock(&s->pipe_mu);
-  return NULL;
-}
-
 int es__srv_pipelines_start(es_server *s) {
   pthread_mutex_init(&s->pipe_mu, NULL);
   pthread_cond_init(&s->pipe_cv, NULL);
-  unsigned n = s->cfg.pipeline_threads ? s->cfg.pipeline_threads : 2;
-  if (n > SRV_MAX_PIPE_THREADS)
-    n = SRV_MAX_PIPE_THREADS;
-  for (unsigned i = 0; i < n; i++) {
-    if (pthread_create(&s->pipe_threads[i], NULL, pipeline_thread, s) != 0) {
-      es__srv_pipelines_stop(s);
-      return es__fail(ES_EIO, "cannot start the pipeline threads");
-    }
-    s->n_pipe_threads++;
-  }
   return 0;
 }
 
-/* Jobs still queued are answered 503 (cancelled); running ones finish. */
+/* New pipeline jobs are refused from here on (503); queued ones are the
+ * runtime's, cancelled with the other tracked requests. */
 void es__srv_pipelines_stop(es_server *s) {
   pthread_mutex_lock(&s->pipe_mu);
   s->pipe_stop = 1;
-  pthread_cond_broadcast(&s->pipe_cv);
   pthread_mutex_unlock(&s->pipe_mu);
-  for (int i = 0; i < s->n_pipe_threads; i++)
-    pthread_join(s->pipe_threads[i], NULL);
-  s->n_pipe_threads = 0;
 }
 
-/* Queue a pipeline job. 1 queued, or 0 with the refusal in out. */
+/* Submit a pipeline job's task. 1 submitted, or 0 with the refusal in out
+ * (the job freed). */
 static int pipeline_submit(es_server *s, srv_job *j, srv_resp *out) {
   char bad[600];
   if (pipeline_image(j->sm, &j->q, &j->image, &j->image_len, bad, sizeof bad) < 0) {
@@ -624,17 +631,27 @@ static int pipeline_submit(es_server *s, srv_job *j, srv_resp *out) {
     job_free(j);
     return 0;
   }
+  /* The members cannot be unloaded while the pipeline is loaded, and the
+   * job holds the pipeline, so the id read here stays the member's. */
+  pthread_mutex_lock(&s->mu);
+  srv_model *first = es__srv_find(s, j->sm->member[0]);
+  j->rt_first = first ? first->rt_id : -1;
+  pthread_mutex_unlock(&s->mu);
+  if (j->rt_first < 0) {
+    resp_status(s, out, NULL, ES_ENOENT, NULL, "pipeline '%s': its model '%s' is not loaded",
+                j->sm->name, j->sm->member[0]);
+    job_free(j);
+    return 0;
+  }
   pthread_mutex_lock(&s->pipe_mu);
   unsigned cap = s->cfg.pipeline_queue ? s->cfg.pipeline_queue : 64;
-  int full = s->pipe_q.n >= cap, stopping = s->pipe_stop || !s->n_pipe_threads;
-  if (!full && !stopping) {
-    jobq_push(&s->pipe_q, j);
-    pthread_cond_signal(&s->pipe_cv);
-  }
+  int full = s->pipe_queued >= cap, stopping = s->pipe_stop;
+  if (!full && !stopping)
+    s->pipe_queued++;
   pthread_mutex_unlock(&s->pipe_mu);
+  es_refusal why;
+  memset(&why, 0, sizeof why);
   if (full || stopping) {
-    es_refusal why;
-    memset(&why, 0, sizeof why);
     why.reason = full ? ES_REFUSE_QUEUE_FULL : ES_REFUSE_DRAINING;
     if (full)
       resp_status(s, out, j->sm, ES_EAGAIN, &why, "pipeline '%s': %u images are waiting already",
@@ -645,6 +662,23 @@ static int pipeline_submit(es_server *s, srv_job *j, srv_resp *out) {
     job_free(j);
     return 0;
   }
+  es_task t = {.model = j->rt_first, .priority = j->level, .deadline_ns = j->deadline_ns,
+               .fn = pipeline_task, .user = j, .on_done = pipeline_done};
+  es_request *r = NULL;
+  /* The callback may run before submit returns; it only wakes the caller,
+   * which reads j->r after this function returned. */
+  int rc = es_runtime_submit_task(s->rt, &t, &r, &why);
+  if (rc < 0) {
+    pthread_mutex_lock(&s->pipe_mu);
+    s->pipe_queued--;
+    pthread_mutex_unlock(&s->pipe_mu);
+    resp_status(s, out, j->sm, rc, &why, "pipeline '%s': %s", j->sm->name,
+                es_last_error_detail());
+    job_free(j);
+    return 0;
+  }
+  j->r = r;
+  es__srv_track(s, r, 1); /* so shutdown can cancel it while queued */
   return 1;
 }
 

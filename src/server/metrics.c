@@ -154,6 +154,10 @@ static void runtime_state(es_strbuf *b, es_server *s, const es_runtime_stats *rs
        "Runs paused inside a step, at a safe point between two bands of a long convolution.");
   es__sb_printf(b, "edgeserve_preemptions_in_kernel_total %llu\n",
                 (unsigned long long)rs->preemptions_in_kernel);
+  head(b, "edgeserve_task_stages_inline_total", "counter",
+       "Requests a task (a pipeline: face, OCR) submitted and ran itself on its worker when it "
+       "waited for them, with no hand-over to another thread.");
+  es__sb_printf(b, "edgeserve_task_stages_inline_total %llu\n", (unsigned long long)rs->inlined);
   head(b, "edgeserve_pause_overhead_seconds_total", "counter",
        "What pausing itself cost: hand-over to the urgent run and back, its run not counted.");
   es__sb_printf(b, "edgeserve_pause_overhead_seconds_total %.9g\n",
@@ -253,7 +257,7 @@ static void http_state(es_strbuf *b, es_server *s) {
     open = s->n_conns;
     pthread_mutex_unlock(&s->conn_mu);
     pthread_mutex_lock(&s->pipe_mu);
-    queued = s->pipe_q.n;
+    queued = s->pipe_queued;
     running = s->pipe_running;
     pthread_mutex_unlock(&s->pipe_mu);
   }

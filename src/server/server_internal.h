@@ -78,7 +78,6 @@ typedef struct srv_tracked_req {
   struct srv_tracked_req *next;
 } srv_tracked_req;
 
-#define SRV_MAX_PIPE_THREADS 64
 #define SRV_MAX_CONTROL 4    /* load/unload threads at once */
 #define SRV_CONTROL_QUEUE 64 /* loads and unloads waiting; 429 above */
 /* The HTTP library's buffer per connection: headers plus the read buffer
@@ -114,13 +113,11 @@ struct es_server {
   size_t n_conns;
   _Atomic uint64_t conns_total;
   _Atomic uint64_t timeouts[SRV_PHASE_COUNT];
-  /* Pipeline jobs (handler.c), under pipe_mu. */
+  /* Pipeline jobs (handler.c: runtime tasks), under pipe_mu. */
   pthread_mutex_t pipe_mu;
-  pthread_cond_t pipe_cv;
-  pthread_t pipe_threads[SRV_MAX_PIPE_THREADS];
-  int n_pipe_threads;
-  int pipe_stop;
-  srv_jobq pipe_q;
+  pthread_cond_t pipe_cv;    /* control_active reached 0 */
+  int pipe_stop;             /* refusing new pipeline jobs */
+  unsigned pipe_queued;      /* submitted, their task not begun */
   unsigned pipe_running;
   int control_active;        /* load/unload threads running (pipe_mu) */
   srv_jobq control_q;
@@ -180,7 +177,7 @@ typedef struct srv_resp {
 typedef void (*srv_wake_fn)(void *user);
 
 /* Route and answer rq. 0: the answer is in *out. 1: the answer is being
- * computed (an inference in the runtime, a pipeline on its threads): *job is
+ * computed (an inference or a pipeline's task in the runtime): *job is
  * set, and wake(user) is called exactly once, from another thread, possibly
  * before this returns; after it, es__srv_job_answer(s, *job, out) makes the
  * answer and frees the job. rq's body must stay valid until then. Thread-safe. */
@@ -190,6 +187,7 @@ void es__srv_job_answer(es_server *s, srv_job *job, srv_resp *out);
 /* Free a job whose wake came but whose answer is not wanted. */
 void es__srv_job_free(srv_job *job);
 void es__srv_resp_free(srv_resp *r);
+/* The pipeline jobs' state (start), and no new ones from then on (stop). */
 int es__srv_pipelines_start(es_server *s);
 /* Wait for the load and unload threads still running (before destroy). */
 void es__srv_control_wait(es_server *s);

@@ -453,8 +453,17 @@ pipe() {
       .catch((e) => console.log("000 " + e.message));' "$url" "$1" "$2"
 }
 imgdir=${ES_IMAGE_DIR:-$src/.cache/images}
+inlined() { curl -s "$url/metrics" | sed -n 's/^edgeserve_task_stages_inline_total //p'; }
 if [ -f "$imgdir/astronaut.png" ] && [ -f "$imgdir/coffee.png" ]; then
+  i0=$(inlined)
   res=$(pipe face "$imgdir/astronaut.png")
+  i1=$(inlined)
+  # A pipeline is one task: its decode and its detector ran on the worker
+  # that took it (nothing else runs now: the detector's first queued
+  # request is kept for the task).
+  [ -n "$i0" ] && [ -n "$i1" ] && [ $((i1 - i0)) -ge 2 ] &&
+    ok "face pipeline: decode and detector ran on the task's worker ($((i1 - i0)) stages inline)" ||
+    notok "face pipeline stages inline: '$i0' -> '$i1'"
   # The face box picked by hand in tests/apps/test_face.c: [181, 80, 267, 186].
   iou=$(node -e '
     const a = JSON.parse(process.argv[1].slice(4)).faces[0], h = [181, 80, 267, 186];
