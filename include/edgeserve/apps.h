@@ -42,6 +42,11 @@ typedef struct es_image {
                        es_image_decode_admitted, NULL otherwise; released
                        by es_image_free. So an image is not to be copied:
                        pass pointers */
+  int scale;        /* 0 or 1: the encoded image's size; k (2, 4 or 8):
+                       decoded at 1/k of it (es_image_decode_scaled), so a
+                       pixel here covers k x k of the encoded image's, and
+                       es_face_detect gives its boxes in the encoded
+                       image's pixels */
 } es_image;
 
 enum { ES_IMAGE_JPEG = 1, ES_IMAGE_PNG = 2 };
@@ -78,8 +83,9 @@ ES_API int es_image_load(const char *path, es_image *out);
 
 /* Decode inside the runtime's memory budget, on one of its workers. Blocks
  * the calling thread until the image is decoded or refused; call it from a
- * thread of the caller's (an HTTP request's), never from a runtime
- * callback (a worker waiting for a worker).
+ * thread of the caller's (an HTTP request's) or from a task (es_task: the
+ * decode then runs on the task's own worker), never from a completion
+ * callback.
  *
  * The header is priced (es_image_probe: decoded pixels + the decoder's
  * working memory) and that many bytes are reserved through the runtime's
@@ -103,6 +109,15 @@ ES_API int es_image_load(const char *path, es_image *out);
 ES_API int es_image_decode_admitted(es_runtime *rt, int model_id, const void *bytes, size_t len,
                                    int priority, uint64_t deadline_ns, es_image *out,
                                    es_refusal *why);
+/* The same, for a consumer that needs no more than min_side pixels on the
+ * image's longer side (a detector's input): a JPEG is decoded at 1/2, 1/4
+ * or 1/8 of its size, the smallest whose longer side is still at least
+ * min_side (libjpeg's scaled inverse DCT, which averages each k x k area:
+ * less work, and a k*k times smaller image and reservation); out->scale
+ * says k. A PNG, or min_side 0, is decoded whole (scale 1). */
+ES_API int es_image_decode_scaled(es_runtime *rt, int model_id, const void *bytes, size_t len,
+                                  int min_side, int priority, uint64_t deadline_ns,
+                                  es_image *out, es_refusal *why);
 
 /* Free the pixels, then give back the reservation of an admitted image.
  * NULL and a zeroed image are no-ops. Not thread-safe on one image. */
@@ -123,6 +138,9 @@ typedef struct es_face_detector es_face_detector;
  * the input size is read from the model). */
 ES_API int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out);
 ES_API void es_face_detector_destroy(es_face_detector *fd);
+/* The model's input side (128 for front, 256 for back): an image need not
+ * be larger than that on its longer side (es_image_decode_scaled). */
+ES_API int es_face_detector_input_side(const es_face_detector *fd);
 /* Detect faces with score >= min_score (0: the default 0.5). Writes up to
  * max faces, highest score first, *n the count. priority and deadline as
  * es_submit. The call's own buffers (the S x S x 3 float input and, for an

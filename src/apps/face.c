@@ -237,6 +237,8 @@ int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out
   return 0;
 }
 
+int es_face_detector_input_side(const es_face_detector *fd) { return fd ? fd->size : 0; }
+
 void es_face_detector_destroy(es_face_detector *fd) {
   if (!fd)
     return;
@@ -560,6 +562,19 @@ int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, i
   }
   rc = fd_detect(fd, img, &fr, min_score, priority, deadline_ns, faces, max, n, w);
   es_admission_cancel(adm, &hold);
+  if (rc == 0 && img->scale > 1) { /* decoded at 1/scale: the encoded image's pixels */
+    const float k = (float)img->scale;
+    for (int i = 0; i < *n; i++) {
+      faces[i].x0 *= k;
+      faces[i].y0 *= k;
+      faces[i].x1 *= k;
+      faces[i].y1 *= k;
+      for (int p = 0; p < 6; p++) {
+        faces[i].keypoints[p][0] *= k;
+        faces[i].keypoints[p][1] *= k;
+      }
+    }
+  }
   return rc;
 }
 

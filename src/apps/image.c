@@ -215,6 +215,7 @@ typedef struct img_job {
   size_t len;
   es_image_info info;
   uint64_t deadline_ns; /* 0: none */
+  int denom;            /* JPEG: decode at 1/denom (1, 2, 4, 8) */
   es_image out;
 } img_job;
 
@@ -300,6 +301,11 @@ static int decode_jpeg(img_job *j) {
                     j->info.width, j->info.height);
   }
   d.out_color_space = JCS_RGB;
+  int k = j->denom > 1 ? j->denom : 1;
+  d.scale_num = 1;
+  d.scale_denom = (unsigned)k;
+  w = div_up(w, (size_t)k); /* libjpeg rounds a scaled size up */
+  h = div_up(h, (size_t)k);
   jpeg_start_decompress(&d);
   if (d.output_width != w || d.output_height != h || d.output_components != 3) {
     jpeg_destroy_decompress(&d);
@@ -320,6 +326,7 @@ static int decode_jpeg(img_job *j) {
   j->out.width = (int)w;
   j->out.height = (int)h;
   j->out.rgb = rgb;
+  j->out.scale = k;
   return 0;
 }
 
@@ -541,8 +548,16 @@ int es_image_decode(const void *bytes, size_t len, es_image *out) {
 int es_image_decode_admitted(es_runtime *rt, int model_id, const void *bytes, size_t len,
                              int priority, uint64_t deadline_ns, es_image *out,
                              es_refusal *why) {
+  return es_image_decode_scaled(rt, model_id, bytes, len, 0, priority, deadline_ns, out, why);
+}
+
+int es_image_decode_scaled(es_runtime *rt, int model_id, const void *bytes, size_t len,
+                           int min_side, int priority, uint64_t deadline_ns, es_image *out,
+                           es_refusal *why) {
   if (!rt || !out || (!bytes && len))
     return es__fail(ES_EINVAL, "es_image_decode_admitted: NULL argument");
+  if (min_side < 0)
+    return es__fail(ES_EINVAL, "es_image_decode_scaled: min_side %d < 0", min_side);
   memset(out, 0, sizeof *out);
   es_refusal local;
   if (!why)
@@ -553,7 +568,17 @@ int es_image_decode_admitted(es_runtime *rt, int model_id, const void *bytes, si
   if (rc < 0)
     return rc;
   j.deadline_ns = deadline_ns ? deadline_ns : es__now_ns() + IMG_DEFAULT_BOUND_NS;
-  size_t price = j.info.decoded_bytes + j.info.work_bytes;
+  /* The smallest scale libjpeg offers whose longer side is still min_side:
+   * the pixels to keep shrink by its square (the decoder's own working
+   * memory does not: a JPEG in several scans keeps every coefficient). */
+  j.denom = 1;
+  int side = j.info.width > j.info.height ? j.info.width : j.info.height;
+  while (j.info.format == ES_IMAGE_JPEG && min_side > 0 && j.denom < 8 &&
+         (int)div_up((size_t)side, (size_t)j.denom * 2) >= min_side)
+    j.denom *= 2;
+  size_t decoded = div_up((size_t)j.info.width, (size_t)j.denom) *
+                   div_up((size_t)j.info.height, (size_t)j.denom) * 3;
+  size_t price = decoded + j.info.work_bytes;
   es_task t = {.model = model_id, .bytes = price, .priority = priority,
                .deadline_ns = deadline_ns, .fn = decode_task, .user = &j};
   es_request *r = NULL;

@@ -253,6 +253,8 @@ struct es_request {
    * for the task to run itself; how many of its requests are queued. */
   es_request *owner, *own_next;
   unsigned owned;
+  es_request *submitter; /* the task running on the submitting thread, or
+                            NULL; read where the request is queued */
   pthread_cond_t cv;
   es_request *prev, *next; /* queue links, then the completion list */
 };
@@ -916,6 +918,7 @@ static int seq_submit(es_runtime *rt, rt_model *m, const es_submit *s, es_reques
   q->last_ns = es__now_ns();
   if (q->busy) { /* its turn comes when the one before it completes */
     r->state = RQ_PARKED;
+    r->submitter = NULL; /* queued later, by whoever completes the one before */
     r->next = NULL;
     if (q->wait_tail)
       q->wait_tail->next = r;
@@ -2347,6 +2350,8 @@ static es_request *request_new(es_runtime *rt, int model, int priority, uint64_t
   r->worker = -1;
   r->seq_slot = -1;
   r->owner = r->own_next = NULL;
+  rt_worker *me = tls_worker;
+  r->submitter = me && me->rt == rt ? me->task : NULL;
   r->deadline_ns = deadline_ns;
   r->on_done = on_done;
   r->user = user;
@@ -2409,7 +2414,8 @@ static int request_admit(es_runtime *rt, rt_model *m, es_request *r, es_refusal 
   r->seq = ++rt->seq;
   r->state = RQ_QUEUED;
   rt_worker *me = tls_worker;
-  if (me && me->rt == rt && me->task) { /* a running task's: see "Tasks that submit" */
+  if (r->submitter && me && me->rt == rt && me->task == r->submitter) {
+    /* queued by the running task that submitted it: see "Tasks that submit" */
     r->owner = me->task;
     r->owner->owned++;
     if (!r->owner->own_next)

@@ -499,10 +499,15 @@ static int pipeline_image(const srv_model *sm, const es_v2_request *q, const voi
 
 /* The request's image, decoded with its pixels reserved through
  * admission, charged to the pipeline's first model (face: its detector;
- * ocr: det), whose runtime id the job's task is charged to as well. */
+ * ocr: det), whose runtime id the job's task is charged to as well. The
+ * face detector reads at most its input's side of an image (it averages
+ * larger ones down first), so a JPEG is decoded no larger than that needs
+ * (the boxes come back in the encoded image's pixels); OCR reads text,
+ * and gets every pixel. */
 static int image_decode(es_server *s, srv_job *j, es_image *img) {
-  return es_image_decode_admitted(s->rt, j->rt_first, j->image, j->image_len, j->level,
-                                  j->deadline_ns, img, &j->why);
+  int side = j->sm->pipeline == SRV_PIPE_FACE ? es_face_detector_input_side(j->sm->fd) : 0;
+  return es_image_decode_scaled(s->rt, j->rt_first, j->image, j->image_len, side, j->level,
+                                j->deadline_ns, img, &j->why);
 }
 
 /* Decode and run the pipeline's detector or reader (the job's task, on a

@@ -487,6 +487,55 @@ static void test_wide_crop_front(void **state) {
   es_image_free(&crop);
 }
 
+/* An image decoded at 1/k of its size (es_image_decode_scaled sets scale k;
+ * here made by averaging each k x k block, as libjpeg's scaled decode
+ * does) gives the full photo's face in the full photo's pixels, and the
+ * hand-marked keypoints: es_face_detect scales what it finds back up. */
+static void shrunk(model_case *mc, int k) {
+  NEED(mc);
+  es_image small = {.width = astronaut_.width / k, .height = astronaut_.height / k, .scale = k};
+  small.rgb = es_mem_alloc(ES_MEM_APPS, (size_t)small.width * small.height * 3);
+  assert_non_null(small.rgb);
+  for (int y = 0; y < small.height; y++)
+    for (int x = 0; x < small.width; x++)
+      for (int ch = 0; ch < 3; ch++) {
+        unsigned sum = 0;
+        for (int dy = 0; dy < k; dy++)
+          for (int dx = 0; dx < k; dx++)
+            sum += astronaut_.rgb[((size_t)(y * k + dy) * astronaut_.width + x * k + dx) * 3 + ch];
+        small.rgb[((size_t)y * small.width + x) * 3 + ch] =
+            (uint8_t)((sum + (unsigned)(k * k) / 2) / (unsigned)(k * k));
+      }
+  es_face_detector *fd;
+  ES_CHECK_RC(es_face_detector_create(rt_, mc->id, &fd));
+  assert_int_equal(es_face_detector_input_side(fd) * k, astronaut_.width); /* 512 */
+  es_face_detector_destroy(fd);
+  assert_int_equal(es_face_detector_input_side(NULL), 0);
+  es_face a[4], b[4];
+  assert_int_equal(detect(mc, &astronaut_, 0.5f, a, 4), 1);
+  assert_int_equal(detect(mc, &small, 0.5f, b, 4), 1);
+  float ba[4], bb[4];
+  box_of(&a[0], ba);
+  box_of(&b[0], bb);
+  float v = iou(ba, bb);
+  printf("# %s: %dx%d at scale %d: box [%.1f %.1f %.1f %.1f], IoU %.3f with the full photo's\n",
+         mc->name, small.width, small.height, k, (double)bb[0], (double)bb[1], (double)bb[2],
+         (double)bb[3], (double)v);
+  assert_true(v >= 0.8f);
+  check_keypoints(&b[0]);
+  es_image_free(&small);
+}
+
+static void test_shrunk_front(void **state) {
+  (void)state;
+  shrunk(&models_[0], 4); /* 128x128: the front model's input */
+}
+
+static void test_shrunk_back(void **state) {
+  (void)state;
+  shrunk(&models_[1], 2); /* 256x256: the back model's */
+}
+
 /* ---- the API around it ------------------------------------------------------------ */
 
 typedef struct thread_arg {
@@ -643,6 +692,8 @@ int main(void) {
       cmocka_unit_test(test_mirrored_front),
       cmocka_unit_test(test_mirrored_back),
       cmocka_unit_test(test_wide_crop_front),
+      cmocka_unit_test(test_shrunk_front),
+      cmocka_unit_test(test_shrunk_back),
       cmocka_unit_test(test_api),
       cmocka_unit_test(test_budget),
   };

@@ -597,6 +597,65 @@ static unsigned char *big_jpeg(int w, int h, unsigned long *len) {
   return out;
 }
 
+/* A JPEG decoded for a consumer that needs min_side pixels: at the
+ * smallest of 1/2, 1/4, 1/8 whose longer side still has them, each pixel
+ * the average of the k x k it covers (within a JPEG's rounding of the full
+ * decode's), reserved at the smaller size; whole for min_side 0 or a PNG. */
+static void test_admitted_scaled(void **state) {
+  (void)state;
+  int face;
+  es_runtime *rt = runtime_with_budget((size_t)64 << 20, &face);
+  NEED_RUNTIME(rt);
+  unsigned long len;
+  unsigned char *jp = big_jpeg(640, 400, &len);
+  es_image full, img;
+  es_refusal why;
+  ES_CHECK_RC(es_image_decode_admitted(rt, face, jp, len, 0, 0, &full, &why));
+  assert_true(full.scale <= 1);
+  es_image_info info;
+  ES_CHECK_RC(es_image_probe(jp, len, &info));
+  const struct { int min_side, k, w, h; } cases[] = {
+      {0, 1, 640, 400}, {640, 1, 640, 400}, {320, 2, 320, 200}, {161, 2, 320, 200},
+      {160, 4, 160, 100}, {128, 4, 160, 100}, {80, 8, 80, 50}, {1, 8, 80, 50}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    ES_CHECK_RC(es_image_decode_scaled(rt, face, jp, len, cases[c].min_side, 0, 0, &img, &why));
+    int k = img.scale > 1 ? img.scale : 1;
+    assert_int_equal(k, cases[c].k);
+    assert_int_equal(img.width, cases[c].w);
+    assert_int_equal(img.height, cases[c].h);
+    assert_int_equal(reserved(rt), (size_t)img.width * img.height * 3 + info.work_bytes +
+                                       info.decoded_bytes + info.work_bytes);
+    double diff = 0;
+    for (int y = 0; y < img.height; y++)
+      for (int x = 0; x < img.width; x++)
+        for (int ch = 0; ch < 3; ch++) {
+          double avg = 0;
+          for (int dy = 0; dy < k; dy++)
+            for (int dx = 0; dx < k; dx++)
+              avg += full.rgb[((size_t)(y * k + dy) * 640 + (size_t)(x * k + dx)) * 3 + ch];
+          avg /= k * k;
+          double d = img.rgb[((size_t)y * img.width + x) * 3 + ch] - avg;
+          diff += d < 0 ? -d : d;
+        }
+    diff /= (double)img.width * img.height * 3;
+    printf("# 640x400 JPEG, min_side %d: 1/%d, %dx%d, mean |pixel - %dx%d average| %.2f\n",
+           cases[c].min_side, k, img.width, img.height, k, k, diff);
+    assert_true(diff < 2.0);
+    es_image_free(&img);
+  }
+  ES_EXPECT_RC(es_image_decode_scaled(rt, face, jp, len, -1, 0, 0, &img, &why), ES_EINVAL);
+  es_image_free(&full);
+  free(jp);
+  buf b = png_zeros(300, 200); /* a PNG is decoded whole */
+  ES_CHECK_RC(es_image_decode_scaled(rt, face, b.p, b.n, 50, 0, 0, &img, &why));
+  assert_int_equal(img.width, 300);
+  assert_true(img.scale <= 1);
+  es_image_free(&img);
+  free(b.p);
+  assert_int_equal(reserved(rt), 0);
+  ES_CHECK_RC(es_runtime_destroy(rt));
+}
+
 static void test_admitted_deadline(void **state) {
   (void)state;
   int face;
@@ -747,6 +806,7 @@ int main(void) {
       cmocka_unit_test(test_png_ancillary_bombs),
       cmocka_unit_test(test_png_rows_interlaced_16bit),
       cmocka_unit_test(test_admitted_budget),
+      cmocka_unit_test(test_admitted_scaled),
       cmocka_unit_test(test_admitted_deadline),
       cmocka_unit_test(test_admitted_bombs_stay_in_budget),
   };
