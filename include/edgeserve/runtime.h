@@ -753,7 +753,8 @@ ES_API int es_request_info_get(es_request *r, es_request_info *out);
 ES_API void es_request_free(es_request *r);
 
 /* Stop or restart dispatching (queued requests stay queued). For tests and
- * for draining before maintenance. Thread-safe. */
+ * for draining before maintenance. A task already running still runs the
+ * requests it waits for (its work is under way: see es_task). Thread-safe. */
 ES_API int es_runtime_pause(es_runtime *rt, int paused);
 /* Read the memory state now (as the monitor does) and apply it. */
 ES_API int es_runtime_watch_now(es_runtime *rt);
