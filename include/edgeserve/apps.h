@@ -153,6 +153,13 @@ ES_API int es_face_detector_input_side(const es_face_detector *fd);
 ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_score, int priority,
                    uint64_t deadline_ns, es_face *faces, int max, int *n, es_refusal *why);
 
+/* The detector's input as es_face_detect makes it from img: letterboxed to
+ * side x side, RGB in [-1, 1], 1 x side x side x 3 (nchw 0) or
+ * 1 x 3 x side x side. For tools that need the model's real inputs (the
+ * quantizer's calibration). out->data is allocated under ES_MEM_APPS
+ * (es_mem_free it). */
+ES_API int es_face_input(const es_image *img, int side, int nchw, es_tensor *out);
+
 /* ---- OCR ----------------------------------------------------------------- */
 
 typedef struct es_ocr_line {
@@ -187,6 +194,12 @@ ES_API void es_ocr_destroy(es_ocr *o);
  * no-op for destroy. */
 ES_API int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_ns,
                 es_ocr_line *lines, int max, int *n, es_refusal *why);
+
+/* The text detector's input as es_ocr_read makes it from img (its longer
+ * side at most limit_side, 0: 960; both sides multiples of 32): 1 x 3 x H
+ * x W, normalised, channels B, G, R. out->data is allocated under
+ * ES_MEM_APPS (es_mem_free it). */
+ES_API int es_ocr_det_input(const es_image *img, int limit_side, es_tensor *out);
 
 /* ---- answers as JSON ------------------------------------------------------ */
 

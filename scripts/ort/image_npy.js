@@ -7,6 +7,7 @@ const fs = require('fs');
 const npy = require('./npy');
 
 const [src, dst] = process.argv.slice(2);
+const half = process.argv.includes('--norm') && process.argv[process.argv.indexOf('--norm') + 1] === 'half';
 const buf = fs.readFileSync(src);
 const tokens = [];
 let i = 0;
@@ -20,7 +21,8 @@ while (tokens.length < 4) {
 i++;
 if (tokens[0] !== 'P6' || Number(tokens[3]) !== 255) throw new Error(`${src}: not an 8-bit P6 PPM`);
 const w = Number(tokens[1]), h = Number(tokens[2]);
-const mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225];
+const mean = half ? [0.5, 0.5, 0.5] : [0.485, 0.456, 0.406];
+const std = half ? [0.5, 0.5, 0.5] : [0.229, 0.224, 0.225];
 const out = new Float32Array(3 * h * w);
 for (let y = 0; y < h; y++)
   for (let x = 0; x < w; x++)

@@ -2,6 +2,8 @@
 // its outputs as .npy, named as `edgeserve run` names them (OUTDIR "-" writes
 // nothing). --json prints one line of timings for scripts/bench/bench_vs_ort.sh.
 //   node ort_run.js MODEL.onnx OUTDIR [--threads N] [--repeat N] [--warmup N] [--json]
+//                   [--opt disabled|basic|extended|all]   (graph optimisation: all by
+//                   default; disabled runs a QDQ model's Q and DQ nodes as written)
 //                   FILE.npy... | NAME=FILE.npy...
 'use strict';
 const path = require('path');
@@ -17,18 +19,19 @@ async function main() {
     process.exit(2);
   }
   const [model, outdir] = args;
-  let threads = 1, repeat = 1, warmup = 0, json = false;
+  let threads = 1, repeat = 1, warmup = 0, json = false, opt = 'all';
   const files = [];
   for (let i = 2; i < args.length; i++) {
     if (args[i] === '--threads') threads = Number(args[++i]);
     else if (args[i] === '--repeat') repeat = Number(args[++i]);
     else if (args[i] === '--warmup') warmup = Number(args[++i]);
     else if (args[i] === '--json') json = true;
+    else if (args[i] === '--opt') opt = args[++i]; // disabled | basic | extended | all
     else files.push(args[i]);
   }
   const ort = loadOrt();
   const sess = await ort.InferenceSession.create(model, {
-    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: 'all',
+    intraOpNumThreads: threads, interOpNumThreads: 1, graphOptimizationLevel: opt,
     executionMode: 'sequential', logSeverityLevel: 3,
   });
   const feeds = {};

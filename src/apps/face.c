@@ -372,6 +372,35 @@ static int fd_preprocess(const es_face_detector *fd, const es_image *img, const 
   return 0;
 }
 
+int es_face_input(const es_image *img, int side, int nchw, es_tensor *out) {
+  if (!img || !out || !img->rgb || img->width < 1 || img->height < 1)
+    return es__fail(ES_EINVAL, "es_face_input: no image");
+  if (side < 8 || side > 4096)
+    return es__fail(ES_EINVAL, "es_face_input: side %d is not in [8, 4096]", side);
+  es_face_detector fd;
+  memset(&fd, 0, sizeof fd);
+  fd.size = side;
+  fd.nchw = nchw != 0;
+  fd_frame fr = fd_frame_of(side, img->width, img->height);
+  size_t bytes = (size_t)side * (size_t)side * 3 * sizeof(float);
+  float *x = es_mem_alloc(ES_MEM_APPS, bytes);
+  if (!x)
+    return es__fail(ES_ENOMEM, "es_face_input: no memory for a %dx%d input", side, side);
+  int rc = fd_preprocess(&fd, img, &fr, x);
+  if (rc < 0) {
+    es_mem_free(x);
+    return rc;
+  }
+  memset(out, 0, sizeof *out);
+  out->dtype = ES_DTYPE_FLOAT;
+  out->rank = 4;
+  int64_t d_nhwc[4] = {1, side, side, 3}, d_nchw[4] = {1, 3, side, side};
+  memcpy(out->dims, fd.nchw ? d_nchw : d_nhwc, sizeof d_nhwc);
+  out->data = x;
+  out->nbytes = bytes;
+  return 0;
+}
+
 /* ---- post-processing ------------------------------------------------------------ */
 
 static float fd_sigmoid(float x) {

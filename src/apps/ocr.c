@@ -1035,13 +1035,17 @@ static void det_shape(ocr_stage *s, int i, int64_t dims[4]) {
   dims[3] = c->dw;
 }
 
+/* The detector's input: img resized to dw x dh, ImageNet's normalisation. */
+static int det_resize(const es_image *img, int dw, int dh, float *x) {
+  static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  ocr_norm nm = norm_of(mean, stdv);
+  return resize_norm(img->rgb, img->width, img->height, img->width, dw, dh, x, dw, dh, &nm);
+}
+
 static int det_fill(ocr_stage *s, int i, float *x) {
   (void)i;
   det_ctx *c = s->ctx;
-  static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-  ocr_norm nm = norm_of(mean, stdv);
-  return resize_norm(c->img->rgb, c->img->width, c->img->height, c->img->width, c->dw, c->dh, x,
-                     c->dw, c->dh, &nm);
+  return det_resize(c->img, c->dw, c->dh, x);
 }
 
 static int det_take(ocr_stage *s, int i, const es_tensor *out) {
@@ -1067,6 +1071,34 @@ static void det_size(int w, int h, int limit, int *dw, int *dh) {
   rh = (int)nearbyint(rh / 32.0) * 32;
   *dw = rw < 32 ? 32 : rw;
   *dh = rh < 32 ? 32 : rh;
+}
+
+int es_ocr_det_input(const es_image *img, int limit_side, es_tensor *out) {
+  if (!img || !out || !img->rgb || img->width < 1 || img->height < 1)
+    return es__fail(ES_EINVAL, "es_ocr_det_input: no image");
+  if (limit_side < 0 || limit_side > 8192)
+    return es__fail(ES_EINVAL, "es_ocr_det_input: limit %d is not in [0, 8192]", limit_side);
+  int dw, dh;
+  det_size(img->width, img->height, limit_side ? limit_side : 960, &dw, &dh);
+  size_t bytes = (size_t)dw * (size_t)dh * 3 * sizeof(float);
+  float *x = es_mem_calloc(ES_MEM_APPS, 1, bytes);
+  if (!x)
+    return es__fail(ES_ENOMEM, "es_ocr_det_input: no memory for a %dx%d input", dw, dh);
+  int rc = det_resize(img, dw, dh, x);
+  if (rc < 0) {
+    es_mem_free(x);
+    return rc;
+  }
+  memset(out, 0, sizeof *out);
+  out->dtype = ES_DTYPE_FLOAT;
+  out->rank = 4;
+  out->dims[0] = 1;
+  out->dims[1] = 3;
+  out->dims[2] = dh;
+  out->dims[3] = dw;
+  out->data = x;
+  out->nbytes = bytes;
+  return 0;
 }
 
 /* ---- cls --------------------------------------------------------------- */

@@ -23,6 +23,7 @@ int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_serve(int argc, char **argv);
 int cli_cmd_face(int argc, char **argv);
 int cli_cmd_ocr(int argc, char **argv);
+int cli_cmd_quantize(int argc, char **argv);
 
 /* Helpers shared by the subcommands (util.c). Cross-file helpers of the
  * CLI are named cli_*; cli_cmd and cli_parse_bytes keep their old

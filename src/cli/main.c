@@ -25,6 +25,8 @@ static const cli_cmd cli_commands_[] = {
     {"ocr", "read text in a JPEG/PNG image (det -> cls -> rec), print JSON", cli_cmd_ocr},
     {"plan", "capacity planner: weights, per-request bytes and safe concurrency per model",
      cli_cmd_plan},
+    {"quantize", "write an int8 QDQ ONNX model, calibrated on sample inputs or images",
+     cli_cmd_quantize},
 };
 
 static void usage(FILE *f) {

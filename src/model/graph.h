@@ -242,6 +242,12 @@ int es__onnx_load_keep(const void *data, size_t size, es_graph *g);
  * its bytes): large constants stored as they are in the file are read in
  * place, the graph taking a reference to file (graph.h). */
 int es__onnx_load_file(es_weights *file, es_graph *g);
+/* The model's whole protobuf tree (Onnx__ModelProto, onnx.pb-c.h) in *out,
+ * every part of it allocated from *ctx (an empty context on entry; the
+ * caller frees it all with es__ctx_free_all): for tools that rewrite a
+ * model and write it back. Nesting is checked first, as the loader does;
+ * nothing else is validated here (load the bytes with the engine first). */
+int es__onnx_unpack(const void *data, size_t size, es_ctx *ctx, void **out);
 /* Adds to out what the graph's live part needs that the loader found
  * unsupported: graph inputs and outputs, constants live nodes read, live
  * nodes, and the subgraphs those hold. */

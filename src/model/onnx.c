@@ -2135,3 +2135,30 @@ int es__onnx_tensor_parse(const void *buf, size_t size, es_value *v, void **data
   *data = d;
   return rc;
 }
+
+/* ==========================================================================
+ * The whole tree, for tools that rewrite a model (the quantizer)
+ * ======================================================================== */
+
+int es__onnx_unpack(const void *data, size_t size, es_ctx *ctx, void **out) {
+  if (!data || !ctx || !out)
+    return es__fail(ES_EINVAL, "es__onnx_unpack: NULL argument");
+  *out = NULL;
+  int rc = pb_depth_check(&onnx__model_proto__descriptor, data, size, ES_ONNX_MAX_DEPTH,
+                          "ONNX model");
+  if (rc < 0)
+    return rc;
+  pb_arena pb = {0};
+  ProtobufCAllocator al = {pb_alloc, pb_free, &pb};
+  Onnx__ModelProto *mp = onnx__model_proto__unpack(&al, size, data);
+  if (!mp) {
+    es__ctx_free_all(&pb.ctx);
+    if (pb.oom)
+      return es__fail(ES_ENOMEM, "out of memory decoding the ONNX model (%zu bytes)", size);
+    return es__fail(ES_EMODEL, "not a valid ONNX model: the protobuf encoding is truncated or "
+                               "corrupted (%zu bytes)", size);
+  }
+  *ctx = pb.ctx; /* the tree lives in this context from now on */
+  *out = mp;
+  return 0;
+}

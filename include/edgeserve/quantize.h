@@ -1,0 +1,109 @@
+/* Post-training static quantization: an FP32 ONNX model in, a standard QDQ
+ * ONNX model out (QuantizeLinear / DequantizeLinear pairs of the default
+ * domain, opset 13 or the model's own when newer), which this engine and
+ * ONNX Runtime both run.
+ *
+ *   es_quant_options o;
+ *   es_quant_options_default(&o);
+ *   es_quantizer *q;
+ *   es_quantizer_create(onnx_bytes, onnx_size, &o, &q);
+ *   for (each calibration sample)
+ *     es_quantizer_observe(q, inputs, n_inputs);    // the model's inputs
+ *   es_quantizer_write(q, "model.int8.onnx");
+ *   es_quantizer_destroy(q);
+ *
+ * What it writes:
+ *   - Conv, ConvTranspose, MatMul and Gemm are quantized: their weights
+ *     (initializers) as int8, symmetric, one scale per output channel; the
+ *     bias as int32 at input scale x weight scale; their activation inputs
+ *     and their output as uint8 with a zero point, the range from
+ *     calibration (min-max; a percentile of a histogram that cuts
+ *     outliers; or the range of least squared error over that histogram).
+ *   - A Relu, or a Clip from 0, that alone reads such an output is folded
+ *     into its quantization (the range starts at 0, so the quantizer's
+ *     saturation is the activation): the pattern engines fuse.
+ *   - Before that, BatchNormalization after a Conv is folded into the
+ *     Conv's weights, and a model of opset below 13 is raised to 13 (per
+ *     channel scales need it): the operators whose form changed (Clip,
+ *     Slice, Squeeze, Unsqueeze, Split, ReduceSum, Pad, Softmax on the
+ *     last axis, Dropout) are rewritten; any other whose meaning changed
+ *     is refused by name (ES_ENOTSUP).
+ *   - Nodes named in options.exclude stay in float, and with
+ *     options.target_db those the accuracy search finds it takes.
+ *
+ * The names of every tensor of the source model stay (a quantized tensor's
+ * producer writes NAME_prequant, and the DequantizeLinear writes NAME).
+ * Calibration runs the source model on this engine with the tensors it
+ * observes added as outputs. */
+#ifndef EDGESERVE_QUANTIZE_H
+#define EDGESERVE_QUANTIZE_H
+
+#include <stddef.h>
+
+#include "edgeserve/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum es_quant_method {
+  ES_QUANT_MINMAX = 0,     /* the range seen */
+  ES_QUANT_PERCENTILE = 1, /* the range holding `percentile` % of the values seen */
+  ES_QUANT_MSE = 2,        /* the range whose quantization leaves the least squared
+                              error (rounding inside, clipping outside) over the
+                              values seen: outliers are clipped where that pays */
+} es_quant_method;
+
+typedef struct es_quant_options {
+  es_quant_method method;
+  double percentile;           /* ES_QUANT_PERCENTILE: in (50, 100]; default 99.999 */
+  const char *const *exclude;  /* node names kept in float (the caller's strings) */
+  int n_exclude;
+  double target_db;  /* > 0: keep in float the nodes it takes for every output to stay
+                        within this signal-to-noise ratio (dB) of FP32 on the first
+                        eval_samples samples (each node's sensitivity measured alone,
+                        the least sensitive kept in int8); 0: quantize all */
+  int eval_samples;  /* samples kept for that search (default 4) */
+} es_quant_options;
+
+typedef struct es_quantizer es_quantizer;
+
+typedef struct es_quant_stats {
+  int nodes_quantized;    /* Conv, ConvTranspose, MatMul, Gemm written as QDQ */
+  int nodes_excluded;     /* of those kinds, left in float (by name, or no constant weights) */
+  int activations_folded; /* Relu / Clip folded into a quantized output */
+  int bn_folded;          /* BatchNormalization folded into a Conv */
+  int tensors_observed;   /* activations calibrated */
+  int64_t opset_from, opset_to;
+  unsigned long long samples; /* es_quantizer_observe calls that succeeded */
+  size_t weight_bytes_fp32;   /* the quantized nodes' weights, before ... */
+  size_t weight_bytes_int8;   /* ... and after (int8 weights, int32 biases, scales) */
+  int auto_excluded;          /* of nodes_excluded, those the accuracy search kept in float */
+  double sqnr_db;             /* outputs' lowest SNR against FP32 on the kept samples (dB;
+                                 NAN when not measured) */
+} es_quant_stats;
+
+ES_API void es_quant_options_default(es_quant_options *o);
+
+/* Reads and checks the model (as es_model_load_buffer does: a malformed
+ * one is ES_EMODEL / ES_ENOTSUP naming the node), picks what to quantize
+ * and loads the calibration model. onnx is only read during the call. */
+ES_API int es_quantizer_create(const void *onnx, size_t size, const es_quant_options *o,
+                               es_quantizer **out);
+/* The calibration model (the source plus observed outputs): its inputs
+ * are the source's, for the caller to build tensors from. Owned by q. */
+ES_API es_model *es_quantizer_model(const es_quantizer *q);
+/* Runs the model on one sample (inputs in model input order) and adds what
+ * the observed tensors hold to their statistics. Not thread-safe. */
+ES_API int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in);
+/* Writes the QDQ model to path (ES_ESTATE before any observation). After
+ * it, q only answers es_quantizer_stats. */
+ES_API int es_quantizer_write(es_quantizer *q, const char *path);
+ES_API int es_quantizer_stats(const es_quantizer *q, es_quant_stats *out);
+ES_API void es_quantizer_destroy(es_quantizer *q);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

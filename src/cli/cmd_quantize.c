@@ -1,0 +1,417 @@
+/* edgeserve quantize: an FP32 ONNX model in, a QDQ int8 ONNX model out,
+ * calibrated on a folder of samples (quantize.h does the work).
+ *
+ * A sample is a .npy file (a single-input model), a folder of NAME.npy
+ * files (one per input), or an image, which goes through a pipeline's own
+ * preprocessing (--preprocess): the OCR detector's resize and
+ * normalisation, or the face detector's letterbox. So the ranges come
+ * from what the model sees when it serves. */
+#include "cli/cli.h"
+#include "cli/npy.h"
+#include "edgeserve/apps.h"
+#include "edgeserve/engine.h"
+#include "edgeserve/memory.h"
+#include "edgeserve/quantize.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define QCLI_MAX_EXCLUDE 256
+#define QCLI_MAX_FILES 100000
+
+static void quantize_usage(FILE *f) {
+  fprintf(f,
+          "usage: edgeserve quantize MODEL.onnx -o OUT.onnx --calibrate DIR\n"
+          "                          [--method minmax|percentile|mse] [--percentile P]\n"
+          "                          [--preprocess ocr-det[:LIMIT]|face] [--exclude NODE]...\n"
+          "                          [--target-db DB] [--max-samples N] [--save-inputs DIR]\n\n"
+          "Writes a standard QDQ ONNX model (QuantizeLinear / DequantizeLinear, opset 13 or\n"
+          "newer) that edgeserve and ONNX Runtime both run: Conv, ConvTranspose, MatMul and\n"
+          "Gemm weights in int8 (symmetric, per output channel), biases in int32, their\n"
+          "activations in uint8 with ranges from calibration.\n\n"
+          "DIR holds the calibration samples, taken in name order: .npy files (a model of\n"
+          "one input), folders of INPUT_NAME.npy files (one per input), or JPEG/PNG\n"
+          "images with --preprocess: ocr-det (the OCR pipeline's detector input; LIMIT\n"
+          "is its longer side, default 960) or face (the face detector's letterboxed\n"
+          "input, its side and layout read from the model).\n"
+          "--method: minmax (default), percentile (the range holding P %% of the\n"
+          "values, default 99.999) or mse (the range whose quantization leaves the least\n"
+          "squared error over the values seen). --exclude keeps a node (by name) in float.\n"
+          "--target-db keeps in float the nodes it takes for every output to stay within\n"
+          "DB of FP32 (signal to quantization noise, on the first 4 samples): each node's\n"
+          "sensitivity is measured alone, and the least sensitive go to int8.\n"
+          "--save-inputs writes each sample's inputs as DIR/NNNN[_INPUT].npy: what the\n"
+          "model saw, to run it again elsewhere (ONNX Runtime).\n");
+}
+
+typedef struct qcli {
+  const char *model_path, *out_path, *dir, *save_dir;
+  es_quant_options opt;
+  const char *exclude[QCLI_MAX_EXCLUDE];
+  int prep; /* 0 none, 1 ocr-det, 2 face */
+  int det_limit;
+  long max_samples;
+} qcli;
+
+static int has_ext(const char *name, const char *ext) {
+  size_t n = strlen(name), e = strlen(ext);
+  return n > e && !strcasecmp(name + n - e, ext);
+}
+
+static int is_image(const char *name) {
+  return has_ext(name, ".png") || has_ext(name, ".jpg") || has_ext(name, ".jpeg");
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_list(char **v, int n) {
+  for (int i = 0; i < n; i++)
+    es_mem_free(v[i]);
+  es_mem_free(v);
+}
+
+/* The entries of dir (not starting with '.'), sorted; es_mem-allocated. */
+static int list_dir(const char *dir, char ***out, int *n) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    fprintf(stderr, "edgeserve quantize: cannot open %s\n", dir);
+    return 1;
+  }
+  char **v = NULL;
+  int cnt = 0, cap = 0, oom = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && cnt < QCLI_MAX_FILES) {
+    if (e->d_name[0] == '.')
+      continue;
+    if (cnt == cap) {
+      cap = cap ? cap * 2 : 64;
+      char **nv = v ? es_mem_realloc(v, (size_t)cap * sizeof *nv)
+                    : es_mem_alloc(ES_MEM_CLI, (size_t)cap * sizeof *nv);
+      if (!nv) {
+        oom = 1;
+        break;
+      }
+      v = nv;
+    }
+    if (!(v[cnt] = es_mem_strdup(ES_MEM_CLI, e->d_name))) {
+      oom = 1;
+      break;
+    }
+    cnt++;
+  }
+  closedir(d);
+  if (oom) {
+    free_list(v, cnt);
+    fprintf(stderr, "edgeserve quantize: out of memory listing %s\n", dir);
+    return 1;
+  }
+  if (cnt > 1)
+    qsort(v, (size_t)cnt, sizeof *v, name_cmp);
+  *out = v;
+  *n = cnt;
+  return 0;
+}
+
+static void free_tensors(es_tensor *t, int n) {
+  for (int i = 0; i < n; i++) {
+    es_mem_free(t[i].data);
+    t[i].data = NULL;
+  }
+}
+
+/* One sample's inputs from path (a file or a folder). 0: ok; 1: error
+ * (printed); 3: not a sample (skipped). */
+static int sample_load(const qcli *c, es_model *m, const char *path, int is_dir, es_tensor *in,
+                       int n_in) {
+  memset(in, 0, (size_t)n_in * sizeof *in);
+  if (is_dir) {
+    for (int i = 0; i < n_in; i++) {
+      es_tensor_info ti;
+      es_model_input_info(m, i, &ti);
+      char fname[256], full[4096];
+      cli_npy_file_name(ti.name, fname, sizeof fname);
+      snprintf(full, sizeof full, "%s/%s.npy", path, fname);
+      if (cli_npy_read(full, &in[i]) < 0) {
+        fprintf(stderr, "edgeserve quantize: %s: %s\n", full, es_last_error_detail());
+        free_tensors(in, i);
+        return 1;
+      }
+    }
+    return 0;
+  }
+  if (has_ext(path, ".npy")) {
+    if (n_in != 1) {
+      fprintf(stderr, "edgeserve quantize: %s: the model has %d inputs; give each sample as a "
+                      "folder of INPUT_NAME.npy files\n", path, n_in);
+      return 1;
+    }
+    if (cli_npy_read(path, &in[0]) < 0) {
+      fprintf(stderr, "edgeserve quantize: %s: %s\n", path, es_last_error_detail());
+      return 1;
+    }
+    return 0;
+  }
+  if (!is_image(path))
+    return 3;
+  if (!c->prep) {
+    fprintf(stderr, "edgeserve quantize: %s is an image: say how to turn it into the model's "
+                    "input (--preprocess ocr-det or face)\n", path);
+    return 1;
+  }
+  if (n_in != 1) {
+    fprintf(stderr, "edgeserve quantize: --preprocess needs a model of one input (%d)\n", n_in);
+    return 1;
+  }
+  es_image img;
+  if (es_image_load(path, &img) < 0) {
+    fprintf(stderr, "edgeserve quantize: %s: %s\n", path, es_last_error_detail());
+    return 1;
+  }
+  int rc;
+  if (c->prep == 1) {
+    rc = es_ocr_det_input(&img, c->det_limit, &in[0]);
+  } else {
+    es_tensor_info ti;
+    es_model_input_info(m, 0, &ti);
+    int nchw = ti.rank == 4 && ti.dims[1] == 3;
+    int side = (int)(nchw ? ti.dims[2] : ti.dims[1]);
+    if (ti.rank != 4 || side < 8) {
+      es_image_free(&img);
+      fprintf(stderr, "edgeserve quantize: --preprocess face needs a fixed 1xSxSx3 or 1x3xSxS "
+                      "input\n");
+      return 1;
+    }
+    rc = es_face_input(&img, side, nchw, &in[0]);
+  }
+  es_image_free(&img);
+  if (rc < 0) {
+    fprintf(stderr, "edgeserve quantize: %s: %s\n", path, es_last_error_detail());
+    return 1;
+  }
+  return 0;
+}
+
+static int parse(qcli *c, int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    int more = i + 1 < argc;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      quantize_usage(stdout);
+      return -1;
+    } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && more) {
+      c->out_path = argv[++i];
+    } else if (!strcmp(a, "--target-db") && more) {
+      char *end;
+      c->opt.target_db = strtod(argv[++i], &end);
+      if (*end || !(c->opt.target_db > 0 && c->opt.target_db <= 200)) {
+        fprintf(stderr, "edgeserve quantize: --target-db takes a ratio in (0, 200] dB\n");
+        return 2;
+      }
+    } else if (!strcmp(a, "--save-inputs") && more) {
+      c->save_dir = argv[++i];
+    } else if (!strcmp(a, "--calibrate") && more) {
+      c->dir = argv[++i];
+    } else if (!strcmp(a, "--method") && more) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "minmax"))
+        c->opt.method = ES_QUANT_MINMAX;
+      else if (!strcmp(v, "percentile"))
+        c->opt.method = ES_QUANT_PERCENTILE;
+      else if (!strcmp(v, "mse"))
+        c->opt.method = ES_QUANT_MSE;
+      else {
+        fprintf(stderr, "edgeserve quantize: --method is minmax, percentile or mse, not '%s'\n", v);
+        return 2;
+      }
+    } else if (!strcmp(a, "--percentile") && more) {
+      char *end;
+      c->opt.percentile = strtod(argv[++i], &end);
+      if (*end || !(c->opt.percentile > 50 && c->opt.percentile <= 100)) {
+        fprintf(stderr, "edgeserve quantize: --percentile takes a number in (50, 100]\n");
+        return 2;
+      }
+    } else if (!strcmp(a, "--exclude") && more) {
+      if (c->opt.n_exclude == QCLI_MAX_EXCLUDE) {
+        fprintf(stderr, "edgeserve quantize: at most %d --exclude\n", QCLI_MAX_EXCLUDE);
+        return 2;
+      }
+      c->exclude[c->opt.n_exclude++] = argv[++i];
+    } else if (!strcmp(a, "--preprocess") && more) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "face")) {
+        c->prep = 2;
+      } else if (!strncmp(v, "ocr-det", 7) && (v[7] == '\0' || v[7] == ':')) {
+        c->prep = 1;
+        if (v[7] == ':') {
+          char *end;
+          long l = strtol(v + 8, &end, 10);
+          if (*end || l < 32 || l > 8192) {
+            fprintf(stderr, "edgeserve quantize: ocr-det:LIMIT takes a side in [32, 8192]\n");
+            return 2;
+          }
+          c->det_limit = (int)l;
+        }
+      } else {
+        fprintf(stderr, "edgeserve quantize: --preprocess is ocr-det[:LIMIT] or face\n");
+        return 2;
+      }
+    } else if (!strcmp(a, "--max-samples") && more) {
+      char *end;
+      c->max_samples = strtol(argv[++i], &end, 10);
+      if (*end || c->max_samples < 1) {
+        fprintf(stderr, "edgeserve quantize: --max-samples takes a positive count\n");
+        return 2;
+      }
+    } else if (a[0] == '-') {
+      fprintf(stderr, "edgeserve quantize: unknown or incomplete option '%s'\n", a);
+      return 2;
+    } else if (!c->model_path) {
+      c->model_path = a;
+    } else {
+      fprintf(stderr, "edgeserve quantize: one model at a time\n");
+      return 2;
+    }
+  }
+  if (!c->model_path || !c->out_path || !c->dir) {
+    quantize_usage(stderr);
+    return 2;
+  }
+  c->opt.exclude = c->exclude;
+  return 0;
+}
+
+static void *read_file(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  void *buf = NULL;
+  if (fseek(f, 0, SEEK_END) == 0) {
+    long n = ftell(f);
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = es_mem_alloc(ES_MEM_CLI, (size_t)n))) {
+      if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        es_mem_free(buf);
+        buf = NULL;
+      } else {
+        *size = (size_t)n;
+      }
+    }
+  }
+  fclose(f);
+  return buf;
+}
+
+int cli_cmd_quantize(int argc, char **argv) {
+  qcli c;
+  memset(&c, 0, sizeof c);
+  es_quant_options_default(&c.opt);
+  int rc = parse(&c, argc, argv);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+  size_t size = 0;
+  void *bytes = read_file(c.model_path, &size);
+  if (!bytes) {
+    fprintf(stderr, "edgeserve quantize: cannot read %s\n", c.model_path);
+    return 1;
+  }
+  es_quantizer *q;
+  rc = es_quantizer_create(bytes, size, &c.opt, &q);
+  es_mem_free(bytes);
+  if (rc < 0) {
+    fprintf(stderr, "edgeserve quantize: %s: %s\n", c.model_path, es_last_error_detail());
+    return 1;
+  }
+  es_model *m = es_quantizer_model(q);
+  int n_in = es_model_input_count(m);
+  es_tensor in[16];
+  if (n_in > 16) {
+    fprintf(stderr, "edgeserve quantize: models of more than 16 inputs are not supported\n");
+    es_quantizer_destroy(q);
+    return 1;
+  }
+  if (c.save_dir && mkdir(c.save_dir, 0755) < 0 && errno != EEXIST) {
+    fprintf(stderr, "edgeserve quantize: cannot create %s: %s\n", c.save_dir, strerror(errno));
+    es_quantizer_destroy(q);
+    return 1;
+  }
+  char **names;
+  int n_names;
+  if (list_dir(c.dir, &names, &n_names)) {
+    es_quantizer_destroy(q);
+    return 1;
+  }
+  int status = 0;
+  long used = 0;
+  for (int k = 0; k < n_names && status == 0; k++) {
+    if (c.max_samples && used >= c.max_samples)
+      break;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", c.dir, names[k]);
+    struct stat st;
+    if (stat(path, &st) < 0)
+      continue;
+    int r = sample_load(&c, m, path, S_ISDIR(st.st_mode), in, n_in);
+    if (r == 3)
+      continue;
+    if (r) {
+      status = 1;
+      break;
+    }
+    for (int i = 0; c.save_dir && i < n_in && status == 0; i++) {
+      es_tensor_info ti;
+      es_model_input_info(m, i, &ti);
+      char fname[256], out[4096];
+      cli_npy_file_name(ti.name, fname, sizeof fname);
+      if (n_in == 1)
+        snprintf(out, sizeof out, "%s/%04ld.npy", c.save_dir, used);
+      else
+        snprintf(out, sizeof out, "%s/%04ld_%s.npy", c.save_dir, used, fname);
+      if (cli_npy_write(out, &in[i]) < 0) {
+        fprintf(stderr, "edgeserve quantize: %s: %s\n", out, es_last_error_detail());
+        status = 1;
+      }
+    }
+    if (status == 0 && es_quantizer_observe(q, in, n_in) < 0) {
+      fprintf(stderr, "edgeserve quantize: %s: %s\n", path, es_last_error_detail());
+      status = 1;
+    }
+    free_tensors(in, n_in);
+    used++;
+  }
+  free_list(names, n_names);
+  if (status == 0 && used == 0) {
+    fprintf(stderr, "edgeserve quantize: %s holds no calibration sample (.npy files, folders of "
+                    "them, or images with --preprocess)\n", c.dir);
+    status = 1;
+  }
+  if (status == 0 && es_quantizer_write(q, c.out_path) < 0) {
+    fprintf(stderr, "edgeserve quantize: %s\n", es_last_error_detail());
+    status = 1;
+  }
+  if (status == 0) {
+    es_quant_stats s;
+    es_quantizer_stats(q, &s);
+    printf("quantized %s -> %s\n", c.model_path, c.out_path);
+    printf("  calibration: %llu samples, %d tensors, %s\n", s.samples, s.tensors_observed,
+           c.opt.method == ES_QUANT_PERCENTILE ? "percentile"
+           : c.opt.method == ES_QUANT_MSE    ? "least squared error"
+                                             : "min-max");
+    printf("  nodes in int8: %d (activations folded: %d, BatchNormalization folded: %d); left in "
+           "float: %d\n", s.nodes_quantized, s.activations_folded, s.bn_folded, s.nodes_excluded);
+    if (c.opt.target_db > 0)
+      printf("  accuracy search: %d nodes kept in float; outputs within %.1f dB of FP32 "
+             "(target %.1f)\n", s.auto_excluded, s.sqnr_db, c.opt.target_db);
+    printf("  opset: %lld -> %lld\n", (long long)s.opset_from, (long long)s.opset_to);
+    printf("  weights of those nodes: %zu B float32 -> %zu B int8 (%.2fx)\n", s.weight_bytes_fp32,
+           s.weight_bytes_int8,
+           s.weight_bytes_fp32 ? (double)s.weight_bytes_int8 / (double)s.weight_bytes_fp32 : 0.0);
+  }
+  es_quantizer_destroy(q);
+  return status;
+}

@@ -1,0 +1,1981 @@
+/* Post-training static quantization to a QDQ ONNX model (quantize.h).
+ *
+ * The quantizer edits the model's own protobuf tree (es__onnx_unpack): what
+ * it does not touch is written back as it was read, so a model keeps its
+ * names, metadata, other domains and subgraphs. Everything it adds (nodes,
+ * initializers, strings) is bumped from the tree's context and freed with
+ * it.
+ *
+ * Three stages:
+ *   1. create: BatchNormalization after a Conv is folded into the Conv (a
+ *      quantized Conv's weights must be the ones that run); nodes are
+ *      classified; the tensors to calibrate are chosen; the tree (with
+ *      those tensors added as graph outputs) is loaded into the engine as
+ *      the calibration model.
+ *   2. observe: a run per sample; each observed tensor keeps its min and
+ *      max and, for the percentile method, a histogram whose range doubles
+ *      (adjacent bins merged in pairs, so no count moves between values)
+ *      when a sample leaves it.
+ *   3. write: opset raised to 13 when lower (per-axis QuantizeLinear /
+ *      DequantizeLinear need it), then the QDQ rewrite, initializers no
+ *      node reads any more dropped, and the tree packed.
+ *
+ * Numbers follow what ONNX Runtime's own quantizer writes, so files from
+ * either look alike to either engine: weight scale = max|w| / 127 per output
+ * channel (int8, zero point 0, values in [-127, 127]); activation scale =
+ * (hi - lo) / 255 over a range that holds 0, zero point rint(-lo / scale)
+ * (uint8); bias = rint(b / (x_scale * w_scale)) in int32, its scale
+ * computed in float32. */
+#include "edgeserve/quantize.h"
+
+#include "common/internal.h"
+#include "memory/ctx.h"
+#include "model/graph.h"
+#include "onnx.pb-c.h"
+
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define QZ_BINS 2048
+#define QZ_OPSET 13
+
+/* ==========================================================================
+ * A name -> int map (open addressing; keys are strings the tree holds)
+ * ======================================================================== */
+
+typedef struct smap {
+  const char **keys;
+  int *vals;
+  size_t cap, n;
+} smap;
+
+static uint64_t smap_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int smap_grow(smap *m) {
+  size_t cap = m->cap ? m->cap * 2 : 256;
+  const char **k = es_mem_calloc(ES_MEM_ENGINE, cap, sizeof *k);
+  int *v = es_mem_calloc(ES_MEM_ENGINE, cap, sizeof *v);
+  if (!k || !v) {
+    es_mem_free(k);
+    es_mem_free(v);
+    return ES_ENOMEM;
+  }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->keys[i])
+      continue;
+    size_t j = smap_hash(m->keys[i]) & (cap - 1);
+    while (k[j])
+      j = (j + 1) & (cap - 1);
+    k[j] = m->keys[i];
+    v[j] = m->vals[i];
+  }
+  es_mem_free(m->keys);
+  es_mem_free(m->vals);
+  m->keys = k;
+  m->vals = v;
+  m->cap = cap;
+  return 0;
+}
+
+static int *smap_slot(smap *m, const char *key, int create) {
+  if (!key || !key[0])
+    return NULL;
+  if (create && (m->n + 1) * 2 > m->cap && smap_grow(m) < 0)
+    return NULL;
+  if (!m->cap)
+    return NULL;
+  size_t j = smap_hash(key) & (m->cap - 1);
+  while (m->keys[j]) {
+    if (!strcmp(m->keys[j], key))
+      return &m->vals[j];
+    j = (j + 1) & (m->cap - 1);
+  }
+  if (!create)
+    return NULL;
+  m->keys[j] = key;
+  m->vals[j] = 0;
+  m->n++;
+  return &m->vals[j];
+}
+
+static int smap_get(const smap *m, const char *key) {
+  int *v = smap_slot((smap *)m, key, 0);
+  return v ? *v : -1;
+}
+
+static int smap_set(smap *m, const char *key, int val) {
+  int *v = smap_slot(m, key, 1);
+  if (!v)
+    return ES_ENOMEM;
+  *v = val;
+  return 0;
+}
+
+static void smap_free(smap *m) {
+  es_mem_free(m->keys);
+  es_mem_free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* ==========================================================================
+ * The quantizer
+ * ======================================================================== */
+
+typedef enum qkind { QK_NONE, QK_CONV, QK_CONVT, QK_MATMUL, QK_GEMM } qkind;
+
+typedef struct qz_node {
+  qkind kind;
+  int removed;    /* folded away: a BatchNormalization, or an activation */
+  int act;        /* the Relu / Clip folded into this node's output, -1 */
+  double act_max; /* the Clip's upper bound (INFINITY for Relu) */
+  int quant;      /* written as QDQ */
+  int w_axis;     /* weight scale axis, -1: per tensor */
+  int n_act;      /* activation inputs (1, or 2 for a MatMul of two) */
+  int out_float;  /* the output stays float: only shape ops lie between it and
+                     the model's outputs */
+} qz_node;
+
+typedef struct qz_obs {
+  const char *name;
+  int out_index;   /* output of the calibration model, or -1 ... */
+  int in_index;    /* ... a model input, or -1 */
+  int bad;         /* not float32: cannot be quantized */
+  int seen, rank;
+  double lo, hi;
+  double hlo, hw;  /* histogram range [hlo, hlo + hw) */
+  uint64_t *hist;  /* QZ_BINS counts (percentile method) */
+  uint64_t count;
+  /* write */
+  int need, out_kind; /* a pair is written; 1: the producer is a quantized node */
+  float scale;
+  uint8_t zp;
+} qz_obs;
+
+struct es_quantizer {
+  es_ctx ctx; /* the protobuf tree and all that is added to it */
+  Onnx__ModelProto *mp;
+  Onnx__GraphProto *g;
+  int64_t opset;
+  es_quant_options opt;
+  qz_node *nodes;
+  size_t n_nodes;
+  qz_obs *obs;
+  int n_obs, cap_obs;
+  smap obs_map, init_map, prod_map, cons_n, names;
+  int has_subgraphs;
+  es_model *calib;
+  es_plan_cache *cache;
+  es_arena *arena;
+  size_t arena_cap;
+  es_quant_stats st;
+  int written;
+  unsigned name_seq;
+  /* what each build starts from (write and the accuracy search build
+   * many models from one calibration) */
+  uint8_t *pristine; /* the tree as create left it, packed */
+  size_t pristine_size;
+  qz_node *nodes0;
+  es_quant_stats st0;
+  int64_t opset0;
+  int n_out0; /* the source model's outputs: the calibration model's first */
+  /* samples kept for the accuracy search: inputs and FP32 outputs */
+  struct qz_sample *keep;
+  int n_keep;
+};
+
+typedef struct qz_sample {
+  es_tensor in[16], ref[16];
+  int n_in, n_ref;
+} qz_sample;
+
+static void *qz_alloc(es_quantizer *q, size_t n) { return es__ctx_alloc(&q->ctx, n ? n : 1); }
+
+static char *qz_strdup(es_quantizer *q, const char *s) { return es__ctx_strdup(&q->ctx, s); }
+
+/* A tensor name no one uses yet: base + suffix, or with a number after. */
+static char *qz_name(es_quantizer *q, const char *base, const char *suffix) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s%s", base, suffix);
+  while (smap_get(&q->names, buf) >= 0)
+    snprintf(buf, sizeof buf, "%s%s_%u", base, suffix, ++q->name_seq);
+  char *s = qz_strdup(q, buf);
+  if (!s || smap_set(&q->names, s, 1) < 0)
+    return NULL;
+  return s;
+}
+
+static int is_op(const Onnx__NodeProto *n, const char *op) {
+  return n->op_type && !strcmp(n->op_type, op) && (!n->domain || !n->domain[0] ||
+                                                   !strcmp(n->domain, "ai.onnx"));
+}
+
+static Onnx__AttributeProto *attr_find(const Onnx__NodeProto *n, const char *name) {
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name))
+      return n->attribute[i];
+  return NULL;
+}
+
+static int64_t attr_int(const Onnx__NodeProto *n, const char *name, int64_t def) {
+  Onnx__AttributeProto *a = attr_find(n, name);
+  return a && a->has_i ? a->i : def;
+}
+
+static double attr_float(const Onnx__NodeProto *n, const char *name, double def) {
+  Onnx__AttributeProto *a = attr_find(n, name);
+  return a && a->has_f ? a->f : def;
+}
+
+static void attr_drop(Onnx__NodeProto *n, const char *name) {
+  size_t k = 0;
+  for (size_t i = 0; i < n->n_attribute; i++)
+    if (!n->attribute[i]->name || strcmp(n->attribute[i]->name, name))
+      n->attribute[k++] = n->attribute[i];
+  n->n_attribute = k;
+}
+
+static int attr_add_int(es_quantizer *q, Onnx__NodeProto *n, const char *name, int64_t v) {
+  static const Onnx__AttributeProto init = ONNX__ATTRIBUTE_PROTO__INIT;
+  Onnx__AttributeProto *a = qz_alloc(q, sizeof *a);
+  Onnx__AttributeProto **arr = qz_alloc(q, (n->n_attribute + 1) * sizeof *arr);
+  if (!a || !arr)
+    return ES_ENOMEM;
+  *a = init;
+  a->name = qz_strdup(q, name);
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+  a->has_i = 1;
+  a->i = v;
+  if (n->n_attribute)
+    memcpy(arr, n->attribute, n->n_attribute * sizeof *arr);
+  arr[n->n_attribute++] = a;
+  n->attribute = arr;
+  return a->name ? 0 : ES_ENOMEM;
+}
+
+static Onnx__NodeProto *node_make(es_quantizer *q, const char *op, const char *name, int n_in,
+                                  const char *const *in, const char *out) {
+  static const Onnx__NodeProto init = ONNX__NODE_PROTO__INIT;
+  Onnx__NodeProto *n = qz_alloc(q, sizeof *n);
+  char **ins = qz_alloc(q, (size_t)n_in * sizeof *ins);
+  char **outs = qz_alloc(q, sizeof *outs);
+  if (!n || !ins || !outs)
+    return NULL;
+  *n = init;
+  n->op_type = qz_strdup(q, op);
+  n->name = qz_strdup(q, name);
+  n->domain = qz_strdup(q, "");
+  for (int i = 0; i < n_in; i++)
+    if (!(ins[i] = qz_strdup(q, in[i])))
+      return NULL;
+  outs[0] = qz_strdup(q, out);
+  if (!n->op_type || !n->name || !n->domain || !outs[0])
+    return NULL;
+  n->n_input = (size_t)n_in;
+  n->input = ins;
+  n->n_output = 1;
+  n->output = outs;
+  return n;
+}
+
+/* ---- initializers -------------------------------------------------------- */
+
+static Onnx__TensorProto *init_of(const es_quantizer *q, const char *name) {
+  int i = smap_get(&q->init_map, name);
+  return i >= 0 ? q->g->initializer[i] : NULL;
+}
+
+static int64_t tp_count(const Onnx__TensorProto *t) {
+  int64_t n = 1;
+  for (size_t i = 0; i < t->n_dims; i++) {
+    if (t->dims[i] < 0 || (t->dims[i] && n > INT64_MAX / t->dims[i]))
+      return -1;
+    n *= t->dims[i];
+  }
+  return n;
+}
+
+/* A float32 initializer's values (a copy in the context), NULL when it is
+ * not one held in the file. */
+static float *tp_floats(es_quantizer *q, const Onnx__TensorProto *t, int64_t *count) {
+  if (!t || !t->has_data_type || t->data_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT ||
+      (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+    return NULL;
+  int64_t n = tp_count(t);
+  if (n < 0)
+    return NULL;
+  float *v = qz_alloc(q, (size_t)n * sizeof *v);
+  if (!v)
+    return NULL;
+  if (t->has_raw_data && t->raw_data.len == (size_t)n * 4)
+    memcpy(v, t->raw_data.data, (size_t)n * 4); /* little-endian hosts only (es_dtype) */
+  else if (!t->has_raw_data && t->n_float_data == (size_t)n)
+    memcpy(v, t->float_data, (size_t)n * 4);
+  else
+    return NULL;
+  *count = n;
+  return v;
+}
+
+static Onnx__TensorProto *tp_make(es_quantizer *q, const char *name, int dtype, int rank,
+                                  const int64_t *dims, const void *data, size_t bytes) {
+  static const Onnx__TensorProto init = ONNX__TENSOR_PROTO__INIT;
+  Onnx__TensorProto *t = qz_alloc(q, sizeof *t);
+  if (!t)
+    return NULL;
+  *t = init;
+  t->name = qz_strdup(q, name);
+  t->has_data_type = 1;
+  t->data_type = dtype;
+  t->n_dims = (size_t)rank;
+  t->dims = qz_alloc(q, (size_t)(rank ? rank : 1) * sizeof *t->dims);
+  t->has_raw_data = 1;
+  t->raw_data.len = bytes;
+  t->raw_data.data = qz_alloc(q, bytes);
+  if (!t->name || !t->dims || !t->raw_data.data)
+    return NULL;
+  if (rank)
+    memcpy(t->dims, dims, (size_t)rank * sizeof *dims);
+  memcpy(t->raw_data.data, data, bytes);
+  return t;
+}
+
+/* Appends an initializer to the graph (and the maps). */
+static int init_add(es_quantizer *q, Onnx__TensorProto *t) {
+  if (!t)
+    return ES_ENOMEM;
+  Onnx__GraphProto *g = q->g;
+  Onnx__TensorProto **arr = qz_alloc(q, (g->n_initializer + 1) * sizeof *arr);
+  if (!arr)
+    return ES_ENOMEM;
+  if (g->n_initializer)
+    memcpy(arr, g->initializer, g->n_initializer * sizeof *arr);
+  arr[g->n_initializer] = t;
+  g->initializer = arr;
+  if (smap_set(&q->init_map, t->name, (int)g->n_initializer) < 0)
+    return ES_ENOMEM;
+  g->n_initializer++;
+  return smap_set(&q->names, t->name, 1);
+}
+
+/* A new float32 initializer named after base. */
+static const char *init_floats(es_quantizer *q, const char *base, const char *suffix, int rank,
+                               const int64_t *dims, const float *v, int64_t n) {
+  const char *name = qz_name(q, base, suffix);
+  if (!name || init_add(q, tp_make(q, name, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT, rank, dims, v,
+                                   (size_t)n * 4)) < 0)
+    return NULL;
+  return name;
+}
+
+static const char *init_int64s(es_quantizer *q, const char *base, const char *suffix,
+                               const int64_t *v, int64_t n) {
+  const char *name = qz_name(q, base, suffix);
+  if (!name || init_add(q, tp_make(q, name, ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 1, &n, v,
+                                   (size_t)n * 8)) < 0)
+    return NULL;
+  return name;
+}
+
+/* ---- graph facts ------------------------------------------------------- */
+
+static int is_graph_output(const es_quantizer *q, const char *name) {
+  for (size_t i = 0; i < q->g->n_output; i++)
+    if (q->g->output[i]->name && !strcmp(q->g->output[i]->name, name))
+      return 1;
+  return 0;
+}
+
+static int graph_input_index(const es_quantizer *q, const char *name) {
+  int k = 0;
+  for (size_t i = 0; i < q->g->n_input; i++) {
+    const char *n = q->g->input[i]->name;
+    if (n && smap_get(&q->init_map, n) >= 0)
+      continue; /* old models list initializers as inputs too */
+    if (n && !strcmp(n, name))
+      return k;
+    k++;
+  }
+  return -1;
+}
+
+/* The one live node reading name, or -1 (none or several). */
+static int sole_consumer(const es_quantizer *q, const char *name) {
+  if (smap_get(&q->cons_n, name) != 1)
+    return -1;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    if (q->nodes[i].removed)
+      continue;
+    const Onnx__NodeProto *n = q->g->node[i];
+    for (size_t k = 0; k < n->n_input; k++)
+      if (n->input[k] && !strcmp(n->input[k], name))
+        return (int)i;
+  }
+  return -1;
+}
+
+static int index_graph(es_quantizer *q) {
+  Onnx__GraphProto *g = q->g;
+  smap_free(&q->prod_map);
+  smap_free(&q->cons_n);
+  int rc = 0;
+  for (size_t i = 0; i < g->n_input && rc == 0; i++)
+    rc = smap_set(&q->names, g->input[i]->name, 1);
+  for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
+    const Onnx__NodeProto *n = g->node[i];
+    if (n->n_attribute)
+      for (size_t a = 0; a < n->n_attribute; a++)
+        if (n->attribute[a]->g || n->attribute[a]->n_graphs)
+          q->has_subgraphs = 1;
+    if (q->nodes[i].removed)
+      continue;
+    for (size_t k = 0; k < n->n_output && rc == 0; k++)
+      if (n->output[k] && n->output[k][0]) {
+        rc = smap_set(&q->prod_map, n->output[k], (int)i);
+        if (rc == 0)
+          rc = smap_set(&q->names, n->output[k], 1);
+      }
+    for (size_t k = 0; k < n->n_input && rc == 0; k++)
+      if (n->input[k] && n->input[k][0]) {
+        int *c = smap_slot(&q->cons_n, n->input[k], 1);
+        if (!c)
+          rc = ES_ENOMEM;
+        else
+          (*c)++;
+      }
+  }
+  return rc < 0 ? es__fail(ES_ENOMEM, "quantize: out of memory indexing the graph") : 0;
+}
+
+/* An activation: made at run time, not constant. */
+static int is_activation(const es_quantizer *q, const char *name) {
+  if (!name || !name[0] || init_of(q, name))
+    return 0;
+  int p = smap_get(&q->prod_map, name);
+  if (p >= 0)
+    return !is_op(q->g->node[p], "Constant");
+  return graph_input_index(q, name) >= 0;
+}
+
+/* ==========================================================================
+ * Stage 1: BatchNormalization into Conv, classification, observation list
+ * ======================================================================== */
+
+static int fold_bn(es_quantizer *q) {
+  Onnx__GraphProto *g = q->g;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    Onnx__NodeProto *bn = g->node[i];
+    if (q->nodes[i].removed || !is_op(bn, "BatchNormalization") || bn->n_input < 5 ||
+        bn->n_output < 1 || attr_int(bn, "training_mode", 0))
+      continue;
+    int c = smap_get(&q->prod_map, bn->input[0]);
+    if (c < 0 || !is_op(g->node[c], "Conv") || g->node[c]->n_output != 1 ||
+        smap_get(&q->cons_n, bn->input[0]) != 1 || is_graph_output(q, bn->input[0]) ||
+        g->node[c]->n_input < 2)
+      continue;
+    Onnx__NodeProto *cv = g->node[c];
+    const Onnx__TensorProto *wt = init_of(q, cv->input[1]);
+    int64_t nw, ns, nb, nm, nv, nbias = 0;
+    float *w = tp_floats(q, wt, &nw);
+    float *sc = tp_floats(q, init_of(q, bn->input[1]), &ns);
+    float *be = tp_floats(q, init_of(q, bn->input[2]), &nb);
+    float *me = tp_floats(q, init_of(q, bn->input[3]), &nm);
+    float *va = tp_floats(q, init_of(q, bn->input[4]), &nv);
+    float *bias = NULL;
+    if (cv->n_input > 2 && cv->input[2][0] && !(bias = tp_floats(q, init_of(q, cv->input[2]),
+                                                                   &nbias)))
+      continue;
+    if (!w || !sc || !be || !me || !va || wt->n_dims < 3)
+      continue;
+    int64_t m = wt->dims[0];
+    if (m <= 0 || ns != m || nb != m || nm != m || nv != m || (bias && nbias != m))
+      continue;
+    double eps = attr_float(bn, "epsilon", 1e-5);
+    int64_t per = nw / m;
+    float *nbv = qz_alloc(q, (size_t)m * sizeof *nbv);
+    if (!nbv)
+      return ES_ENOMEM;
+    for (int64_t o = 0; o < m; o++) {
+      double s = (double)sc[o] / sqrt((double)va[o] + eps);
+      for (int64_t k = 0; k < per; k++)
+        w[o * per + k] = (float)((double)w[o * per + k] * s);
+      nbv[o] = (float)(((bias ? (double)bias[o] : 0.0) - (double)me[o]) * s + (double)be[o]);
+    }
+    const char *wn = init_floats(q, cv->input[1], "_bnfold", (int)wt->n_dims, wt->dims, w, nw);
+    const char *bnm = init_floats(q, cv->name && cv->name[0] ? cv->name : cv->output[0],
+                                  "_bias_bnfold", 1, &m, nbv, m);
+    if (!wn || !bnm)
+      return ES_ENOMEM;
+    char **ins = qz_alloc(q, 3 * sizeof *ins);
+    if (!ins)
+      return ES_ENOMEM;
+    ins[0] = cv->input[0];
+    ins[1] = (char *)wn;
+    ins[2] = (char *)bnm;
+    cv->input = ins;
+    cv->n_input = 3;
+    cv->output[0] = bn->output[0];
+    q->nodes[i].removed = 1;
+    q->st.bn_folded++;
+    int rc = index_graph(q);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* Constant nodes holding a tensor become initializers (some exporters
+ * write every weight so): the same graph, and weights are found in one
+ * place. */
+static int constants_to_initializers(es_quantizer *q) {
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    Onnx__NodeProto *n = q->g->node[i];
+    if (q->nodes[i].removed || !is_op(n, "Constant") || n->n_output != 1 || !n->output[0][0] ||
+        n->n_attribute != 1 || !n->attribute[0]->t || !n->attribute[0]->name ||
+        strcmp(n->attribute[0]->name, "value"))
+      continue;
+    Onnx__TensorProto *t = n->attribute[0]->t;
+    t->name = n->output[0];
+    int rc = init_add(q, t);
+    if (rc < 0)
+      return rc;
+    q->nodes[i].removed = 1;
+  }
+  return index_graph(q);
+}
+
+static int excluded(const es_quantizer *q, const Onnx__NodeProto *n) {
+  for (int i = 0; i < q->opt.n_exclude; i++)
+    if (n->name && q->opt.exclude[i] && !strcmp(n->name, q->opt.exclude[i]))
+      return 1;
+  return 0;
+}
+
+/* A float32 initializer of the given rank range. */
+static int weight_ok(es_quantizer *q, const char *name, size_t rmin, size_t rmax) {
+  const Onnx__TensorProto *t = init_of(q, name);
+  int64_t n;
+  return t && t->n_dims >= rmin && t->n_dims <= rmax && tp_floats(q, t, &n) != NULL && n > 0;
+}
+
+/* Ops a model's outputs are often made with from a head's raw values:
+ * reshaping, joining, or squashing them into probabilities. */
+static int is_output_op(const Onnx__NodeProto *n) {
+  static const char *const ops[] = {"Reshape", "Transpose", "Concat",  "Squeeze", "Unsqueeze",
+                                    "Flatten", "Identity",  "Sigmoid", "Softmax", NULL};
+  for (int i = 0; ops[i]; i++)
+    if (is_op(n, ops[i]))
+      return 1;
+  return 0;
+}
+
+/* near: tensors that reach the model's outputs through output ops only
+ * (every reader one of them, leading there too). A quantized node writing
+ * one keeps its output float: a head's raw values (box offsets, logits)
+ * span ranges whose 255 steps are far coarser than what the outputs are
+ * read for (a score's logit near 0 in a range of hundreds). Nodes are in
+ * topological order, so walking them backwards sees every reader of a
+ * tensor before its producer. */
+static int near_outputs(es_quantizer *q, smap *near) {
+  smap hits = {0};
+  int rc = 0;
+  for (size_t i = 0; i < q->g->n_output && rc == 0; i++)
+    rc = smap_set(near, q->g->output[i]->name, 1);
+  for (size_t i = q->n_nodes; i-- > 0 && rc == 0;) {
+    const Onnx__NodeProto *n = q->g->node[i];
+    if (q->nodes[i].removed)
+      continue;
+    for (size_t k = 0; k < n->n_output && rc == 0; k++) {
+      const char *o = n->output[k];
+      if (smap_get(near, o) < 0 && smap_get(&hits, o) > 0 && smap_get(&hits, o) == smap_get(&q->cons_n, o))
+        rc = smap_set(near, o, 1);
+    }
+    if (rc == 0 && is_output_op(n) && n->n_output == 1 && smap_get(near, n->output[0]) > 0)
+      for (size_t k = 0; k < n->n_input && rc == 0; k++) {
+        int *h = smap_slot(&hits, n->input[k], 1);
+        if (n->input[k] && n->input[k][0] && !h)
+          rc = ES_ENOMEM;
+        else if (h)
+          (*h)++;
+      }
+  }
+  smap_free(&hits);
+  return rc;
+}
+
+static int classify(es_quantizer *q) {
+  Onnx__GraphProto *g = q->g;
+  smap near = {0};
+  if (near_outputs(q, &near) < 0) {
+    smap_free(&near);
+    return ES_ENOMEM;
+  }
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    qz_node *qn = &q->nodes[i];
+    Onnx__NodeProto *n = g->node[i];
+    qn->act = -1;
+    qn->w_axis = -1;
+    if (qn->removed || n->n_output != 1)
+      continue;
+    qkind k = QK_NONE;
+    if (is_op(n, "Conv") && n->n_input >= 2 && is_activation(q, n->input[0]) &&
+        weight_ok(q, n->input[1], 3, 5) &&
+        (n->n_input < 3 || !n->input[2][0] || weight_ok(q, n->input[2], 1, 1))) {
+      k = QK_CONV;
+      qn->w_axis = 0;
+      qn->n_act = 1;
+    } else if (is_op(n, "ConvTranspose") && n->n_input >= 2 && is_activation(q, n->input[0]) &&
+               weight_ok(q, n->input[1], 3, 5) &&
+               (n->n_input < 3 || !n->input[2][0] || weight_ok(q, n->input[2], 1, 1))) {
+      k = QK_CONVT;
+      qn->w_axis = attr_int(n, "group", 1) == 1 ? 1 : -1;
+      qn->n_act = 1;
+    } else if (is_op(n, "MatMul") && n->n_input == 2 && is_activation(q, n->input[0])) {
+      if (weight_ok(q, n->input[1], 2, 2)) {
+        k = QK_MATMUL;
+        qn->w_axis = 1;
+        qn->n_act = 1;
+      } else if (is_activation(q, n->input[1])) {
+        k = QK_MATMUL;
+        qn->n_act = 2;
+      }
+    } else if (is_op(n, "Gemm") && n->n_input >= 2 && is_activation(q, n->input[0]) &&
+               attr_float(n, "alpha", 1) == 1 && attr_float(n, "beta", 1) == 1 &&
+               !attr_int(n, "transA", 0) && weight_ok(q, n->input[1], 2, 2) &&
+               (n->n_input < 3 || !n->input[2][0] || weight_ok(q, n->input[2], 1, 1))) {
+      k = QK_GEMM;
+      qn->w_axis = attr_int(n, "transB", 0) ? 0 : 1;
+      qn->n_act = 1;
+    }
+    if (k == QK_NONE)
+      continue;
+    if (excluded(q, n)) {
+      q->st.nodes_excluded++;
+      continue;
+    }
+    qn->kind = k;
+    qn->quant = 1;
+    if (smap_get(&near, n->output[0]) > 0) {
+      qn->out_float = 1;
+      continue;
+    }
+    /* A Relu or Clip(0, max) that alone reads the output: its range is the
+     * quantized output's, and the quantizer's saturation does its work. */
+    const char *out = n->output[0];
+    int c = q->has_subgraphs || is_graph_output(q, out) ? -1 : sole_consumer(q, out);
+    if (c < 0 || excluded(q, g->node[c]))
+      continue;
+    Onnx__NodeProto *a = g->node[c];
+    if (is_op(a, "Relu") && a->n_output == 1) {
+      qn->act = c;
+      qn->act_max = INFINITY;
+    } else if (is_op(a, "Clip") && a->n_output == 1) {
+      double lo = -INFINITY, hi = INFINITY;
+      int64_t cnt;
+      float *v;
+      if (q->opset < 11) {
+        lo = attr_float(a, "min", -FLT_MAX);
+        hi = attr_float(a, "max", FLT_MAX);
+      } else {
+        if (a->n_input > 1 && a->input[1][0]) {
+          if (!(v = tp_floats(q, init_of(q, a->input[1]), &cnt)) || cnt != 1)
+            continue;
+          lo = v[0];
+        }
+        if (a->n_input > 2 && a->input[2][0]) {
+          if (!(v = tp_floats(q, init_of(q, a->input[2]), &cnt)) || cnt != 1)
+            continue;
+          hi = v[0];
+        }
+      }
+      if (lo != 0)
+        continue;
+      qn->act = c;
+      qn->act_max = hi >= FLT_MAX ? INFINITY : hi;
+    }
+  }
+  smap_free(&near);
+  return 0;
+}
+
+
+static const char *quant_out_name(const es_quantizer *q, size_t i) {
+  const qz_node *qn = &q->nodes[i];
+  return qn->act >= 0 ? q->g->node[qn->act]->output[0] : q->g->node[i]->output[0];
+}
+
+static int obs_add(es_quantizer *q, const char *name) {
+  if (smap_get(&q->obs_map, name) >= 0)
+    return 0;
+  if (q->n_obs == q->cap_obs) {
+    int cap = q->cap_obs ? q->cap_obs * 2 : 64;
+    qz_obs *o = q->obs ? es_mem_realloc(q->obs, (size_t)cap * sizeof *o)
+                       : es_mem_alloc(ES_MEM_ENGINE, (size_t)cap * sizeof *o);
+    if (!o)
+      return ES_ENOMEM;
+    q->obs = o;
+    q->cap_obs = cap;
+  }
+  qz_obs *o = &q->obs[q->n_obs];
+  memset(o, 0, sizeof *o);
+  o->name = name;
+  o->out_index = o->in_index = -1;
+  o->rank = -1;
+  if (q->opt.method != ES_QUANT_MINMAX &&
+      !(o->hist = es_mem_calloc(ES_MEM_ENGINE, QZ_BINS, sizeof *o->hist)))
+    return ES_ENOMEM;
+  if (smap_set(&q->obs_map, name, q->n_obs) < 0) {
+    es_mem_free(o->hist);
+    return ES_ENOMEM;
+  }
+  q->n_obs++;
+  return 0;
+}
+
+static int choose_observed(es_quantizer *q) {
+  int rc = 0;
+  for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
+    const qz_node *qn = &q->nodes[i];
+    const Onnx__NodeProto *n = q->g->node[i];
+    if (qn->quant) {
+      for (int k = 0; k < qn->n_act && rc == 0; k++)
+        rc = obs_add(q, n->input[k]);
+      if (rc == 0 && !qn->out_float)
+        rc = obs_add(q, quant_out_name(q, i));
+    } else if (!qn->removed && q->opset < QZ_OPSET && n->n_input > 0 &&
+               (is_op(n, "Softmax") || is_op(n, "LogSoftmax") || is_op(n, "Hardmax")) &&
+               is_activation(q, n->input[0])) {
+      rc = obs_add(q, n->input[0]); /* its rank decides how it is raised to opset 13 */
+    }
+  }
+  return rc < 0 ? es__fail(ES_ENOMEM, "quantize: out of memory") : 0;
+}
+
+/* The tree with every observed tensor as a graph output, loaded. */
+static int load_calibration(es_quantizer *q) {
+  static const Onnx__ValueInfoProto vinit = ONNX__VALUE_INFO_PROTO__INIT;
+  static const Onnx__TypeProto tinit = ONNX__TYPE_PROTO__INIT;
+  static const Onnx__TypeProto__Tensor ttinit = ONNX__TYPE_PROTO__TENSOR__INIT;
+  Onnx__GraphProto *g = q->g;
+  size_t n_out0 = g->n_output;
+  Onnx__ValueInfoProto **outs0 = g->output;
+  Onnx__ValueInfoProto **outs = qz_alloc(q, (n_out0 + (size_t)q->n_obs) * sizeof *outs);
+  if (!outs)
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  memcpy(outs, outs0, n_out0 * sizeof *outs);
+  size_t n = n_out0;
+  for (int k = 0; k < q->n_obs; k++) {
+    qz_obs *o = &q->obs[k];
+    if ((o->in_index = graph_input_index(q, o->name)) >= 0 || is_graph_output(q, o->name))
+      continue;
+    Onnx__ValueInfoProto *v = qz_alloc(q, sizeof *v);
+    Onnx__TypeProto *t = qz_alloc(q, sizeof *t);
+    Onnx__TypeProto__Tensor *tt = qz_alloc(q, sizeof *tt);
+    if (!v || !t || !tt)
+      return es__fail(ES_ENOMEM, "quantize: out of memory");
+    *v = vinit;
+    *t = tinit;
+    *tt = ttinit;
+    tt->has_elem_type = 1;
+    tt->elem_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    t->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    t->tensor_type = tt;
+    v->name = (char *)o->name;
+    v->type = t;
+    outs[n++] = v;
+  }
+  /* Removed nodes (folded BatchNormalization) leave the list for the pack. */
+  Onnx__NodeProto **nodes0 = g->node;
+  size_t n_nodes0 = g->n_node;
+  Onnx__NodeProto **live = qz_alloc(q, (n_nodes0 ? n_nodes0 : 1) * sizeof *live);
+  if (!live)
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  size_t nl = 0;
+  for (size_t i = 0; i < n_nodes0; i++)
+    if (!q->nodes[i].removed)
+      live[nl++] = nodes0[i];
+  g->node = live;
+  g->n_node = nl;
+  g->output = outs;
+  g->n_output = n;
+  size_t size = onnx__model_proto__get_packed_size(q->mp);
+  uint8_t *buf = es_mem_alloc(ES_MEM_ENGINE, size ? size : 1);
+  int rc = buf ? 0 : es__fail(ES_ENOMEM, "quantize: out of memory packing the model");
+  if (buf) {
+    onnx__model_proto__pack(q->mp, buf);
+    rc = es_model_load_buffer(buf, size, NULL, &q->calib);
+    es_mem_free(buf);
+  }
+  g->node = nodes0;
+  g->n_node = n_nodes0;
+  g->output = outs0;
+  g->n_output = n_out0;
+  if (rc < 0)
+    return rc;
+  int no = es_model_output_count(q->calib);
+  for (int i = 0; i < no; i++) {
+    es_tensor_info ti;
+    if (es_model_output_info(q->calib, i, &ti) < 0)
+      continue;
+    int k = smap_get(&q->obs_map, ti.name);
+    if (k >= 0)
+      q->obs[k].out_index = i;
+  }
+  for (int k = 0; k < q->n_obs; k++)
+    if (q->obs[k].out_index < 0 && q->obs[k].in_index < 0)
+      return es__fail(ES_EMODEL, "quantize: tensor '%s' is not an output of the calibration model",
+                      q->obs[k].name);
+  return es_plan_cache_create(q->calib, 4, &q->cache);
+}
+
+void es_quant_options_default(es_quant_options *o) {
+  memset(o, 0, sizeof *o);
+  o->method = ES_QUANT_MINMAX;
+  o->percentile = 99.999;
+  o->eval_samples = 4;
+}
+
+int es_quantizer_create(const void *onnx, size_t size, const es_quant_options *o,
+                        es_quantizer **out) {
+  if (!onnx || !out)
+    return es__fail(ES_EINVAL, "es_quantizer_create: NULL argument");
+  *out = NULL;
+  es_quant_options def;
+  if (!o) {
+    es_quant_options_default(&def);
+    o = &def;
+  }
+  if (o->method != ES_QUANT_MINMAX && o->method != ES_QUANT_PERCENTILE && o->method != ES_QUANT_MSE)
+    return es__fail(ES_EINVAL, "quantize: unknown calibration method %d", (int)o->method);
+  if (o->target_db < 0 || o->target_db > 200 || o->eval_samples < 0 || o->eval_samples > 64)
+    return es__fail(ES_EINVAL, "quantize: target_db %g is not in [0, 200] or eval_samples %d not in "
+                    "[0, 64]", o->target_db, o->eval_samples);
+  if (o->method == ES_QUANT_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
+    return es__fail(ES_EINVAL, "quantize: percentile %g is not in (50, 100]", o->percentile);
+  /* The engine's loader checks the model first: a malformed one gets its
+   * error naming the node, and what the engine cannot run is refused. */
+  es_model *src;
+  int rc = es_model_load_buffer(onnx, size, NULL, &src);
+  if (rc < 0)
+    return rc;
+  es_model_stats ms;
+  es_model_stats_get(src, &ms);
+  es_model_release(src);
+  es_quantizer *q = es_mem_calloc(ES_MEM_ENGINE, 1, sizeof *q);
+  if (!q)
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  q->opt = *o;
+  void *tree;
+  if ((rc = es__onnx_unpack(onnx, size, &q->ctx, &tree)) < 0)
+    goto fail;
+  q->mp = tree;
+  q->g = q->mp->graph;
+  q->opset = ms.opset;
+  q->st.opset_from = ms.opset;
+  q->st.opset_to = ms.opset < QZ_OPSET ? QZ_OPSET : ms.opset;
+  if (q->opt.n_exclude > 0) {
+    const char **ex = qz_alloc(q, (size_t)q->opt.n_exclude * sizeof *ex);
+    if (!ex) {
+      rc = es__fail(ES_ENOMEM, "quantize: out of memory");
+      goto fail;
+    }
+    for (int i = 0; i < q->opt.n_exclude; i++)
+      ex[i] = o->exclude[i] ? qz_strdup(q, o->exclude[i]) : NULL;
+    q->opt.exclude = ex;
+  }
+  q->n_nodes = q->g->n_node;
+  q->nodes = es_mem_calloc(ES_MEM_ENGINE, q->n_nodes ? q->n_nodes : 1, sizeof *q->nodes);
+  if (!q->nodes) {
+    rc = es__fail(ES_ENOMEM, "quantize: out of memory");
+    goto fail;
+  }
+  for (size_t i = 0; i < q->g->n_initializer; i++)
+    if (q->g->initializer[i]->name &&
+        ((rc = smap_set(&q->init_map, q->g->initializer[i]->name, (int)i)) < 0 ||
+         (rc = smap_set(&q->names, q->g->initializer[i]->name, 1)) < 0))
+      goto fail;
+  if ((rc = index_graph(q)) < 0 || (rc = constants_to_initializers(q)) < 0 ||
+      (rc = fold_bn(q)) < 0)
+    goto fail;
+  if ((rc = classify(q)) < 0)
+    goto fail;
+  if ((rc = choose_observed(q)) < 0 || (rc = load_calibration(q)) < 0)
+    goto fail;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    q->st.nodes_quantized += q->nodes[i].quant;
+    q->st.activations_folded += q->nodes[i].act >= 0;
+  }
+  q->st.tensors_observed = q->n_obs;
+  q->n_out0 = (int)q->g->n_output;
+  q->pristine_size = onnx__model_proto__get_packed_size(q->mp);
+  q->pristine = es_mem_alloc(ES_MEM_ENGINE, q->pristine_size ? q->pristine_size : 1);
+  q->nodes0 = es_mem_alloc(ES_MEM_ENGINE, (q->n_nodes ? q->n_nodes : 1) * sizeof *q->nodes0);
+  if (q->opt.target_db > 0 && q->opt.eval_samples > 0)
+    q->keep = es_mem_calloc(ES_MEM_ENGINE, (size_t)q->opt.eval_samples, sizeof *q->keep);
+  if (!q->pristine || !q->nodes0 || (q->opt.target_db > 0 && q->opt.eval_samples > 0 && !q->keep)) {
+    rc = es__fail(ES_ENOMEM, "quantize: out of memory");
+    goto fail;
+  }
+  onnx__model_proto__pack(q->mp, q->pristine);
+  memcpy(q->nodes0, q->nodes, q->n_nodes * sizeof *q->nodes);
+  q->st0 = q->st;
+  q->opset0 = q->opset;
+  *out = q;
+  return 0;
+fail:
+  es_quantizer_destroy(q);
+  return rc == ES_ENOMEM ? es__fail(ES_ENOMEM, "quantize: out of memory") : rc;
+}
+
+es_model *es_quantizer_model(const es_quantizer *q) { return q ? q->calib : NULL; }
+
+void es_quantizer_destroy(es_quantizer *q) {
+  if (!q)
+    return;
+  es_plan_cache_destroy(q->cache);
+  es_model_release(q->calib);
+  es_arena_destroy(q->arena);
+  for (int k = 0; k < q->n_obs; k++)
+    es_mem_free(q->obs[k].hist);
+  es_mem_free(q->obs);
+  es_mem_free(q->nodes);
+  es_mem_free(q->nodes0);
+  es_mem_free(q->pristine);
+  for (int k = 0; k < q->n_keep; k++)
+    for (int i = 0; i < 16; i++) {
+      es_mem_free(q->keep[k].in[i].data);
+      es_mem_free(q->keep[k].ref[i].data);
+    }
+  es_mem_free(q->keep);
+  smap_free(&q->obs_map);
+  smap_free(&q->init_map);
+  smap_free(&q->prod_map);
+  smap_free(&q->cons_n);
+  smap_free(&q->names);
+  es__ctx_free_all(&q->ctx);
+  es_mem_free(q);
+}
+
+int es_quantizer_stats(const es_quantizer *q, es_quant_stats *out) {
+  if (!q || !out)
+    return es__fail(ES_EINVAL, "es_quantizer_stats: NULL argument");
+  *out = q->st;
+  return 0;
+}
+
+/* ==========================================================================
+ * Stage 2: calibration
+ * ======================================================================== */
+
+/* Widens o's histogram (doubling its width, bins merged in pairs) until
+ * [lo, hi] fits. */
+static void hist_cover(qz_obs *o, double lo, double hi) {
+  if (o->hw <= 0) {
+    o->hlo = lo;
+    o->hw = hi > lo ? (hi - lo) * (1 + 1e-6) : fmax(fabs(lo), 1.0) * 1e-6;
+    return;
+  }
+  int guard = 0;
+  while ((lo < o->hlo || hi >= o->hlo + o->hw) && guard++ < 2048) {
+    uint64_t *h = o->hist;
+    if (hi >= o->hlo + o->hw) { /* grow upward: lower half holds the old range */
+      for (int i = 0; i < QZ_BINS / 2; i++)
+        h[i] = h[2 * i] + h[2 * i + 1];
+      memset(h + QZ_BINS / 2, 0, QZ_BINS / 2 * sizeof *h);
+    } else { /* grow downward: upper half holds the old range */
+      for (int i = QZ_BINS / 2 - 1; i >= 0; i--)
+        h[QZ_BINS / 2 + i] = h[2 * i] + h[2 * i + 1];
+      memset(h, 0, QZ_BINS / 2 * sizeof *h);
+      o->hlo -= o->hw;
+    }
+    o->hw *= 2;
+  }
+}
+
+static void obs_update(es_quantizer *q, qz_obs *o, const es_tensor *t) {
+  (void)q;
+  if (t->dtype != ES_DTYPE_FLOAT) {
+    o->bad = 1;
+    return;
+  }
+  o->rank = t->rank;
+  size_t n = t->nbytes / 4;
+  const float *v = t->data;
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    float x = v[i];
+    if (x < lo)
+      lo = x;
+    if (x > hi)
+      hi = x;
+  }
+  if (!(lo <= hi)) /* empty, or NaN only */
+    return;
+  if (isinf(lo) || isinf(hi)) {
+    o->bad = 1; /* an infinite value has no quantized form */
+    return;
+  }
+  o->lo = o->seen ? fmin(o->lo, lo) : lo;
+  o->hi = o->seen ? fmax(o->hi, hi) : hi;
+  o->seen = 1;
+  o->count += n;
+  if (!o->hist)
+    return;
+  hist_cover(o, lo, hi);
+  double k = QZ_BINS / o->hw;
+  for (size_t i = 0; i < n; i++) {
+    double x = v[i];
+    if (x != x)
+      continue;
+    long b = (long)((x - o->hlo) * k);
+    o->hist[b < 0 ? 0 : b >= QZ_BINS ? QZ_BINS - 1 : b]++;
+  }
+}
+
+static int tensor_copy(es_tensor *dst, const es_tensor *src) {
+  *dst = *src;
+  dst->data = es_mem_alloc(ES_MEM_ENGINE, src->nbytes ? src->nbytes : 1);
+  if (!dst->data)
+    return ES_ENOMEM;
+  memcpy(dst->data, src->data, src->nbytes);
+  return 0;
+}
+
+/* A copy of a sample's inputs and FP32 outputs, for the accuracy search;
+ * a sample that does not fit in memory is just not kept. */
+static void keep_sample(es_quantizer *q, const es_tensor *in, int n_in, const es_tensor *out,
+                        int n_out) {
+  qz_sample *k = &q->keep[q->n_keep];
+  int ok = n_out <= 16;
+  for (int i = 0; ok && i < n_in; i++)
+    ok = tensor_copy(&k->in[i], &in[i]) == 0;
+  for (int i = 0; ok && i < n_out; i++)
+    ok = tensor_copy(&k->ref[i], &out[i]) == 0;
+  if (!ok) {
+    for (int i = 0; i < 16; i++) {
+      es_mem_free(k->in[i].data);
+      es_mem_free(k->ref[i].data);
+    }
+    memset(k, 0, sizeof *k);
+    return;
+  }
+  k->n_in = n_in;
+  k->n_ref = n_out;
+  q->n_keep++;
+}
+
+int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in) {
+  if (!q || (!inputs && n_in))
+    return es__fail(ES_EINVAL, "es_quantizer_observe: NULL argument");
+  if (q->written)
+    return es__fail(ES_ESTATE, "es_quantizer_observe: the model was written already");
+  int nm = es_model_input_count(q->calib);
+  if (n_in != nm)
+    return es__fail(ES_EINVAL, "quantize: the model has %d inputs, %d given", nm, n_in);
+  es_tensor_info shapes[16];
+  if (n_in > 16)
+    return es__fail(ES_ENOTSUP, "quantize: models of more than 16 inputs are not supported");
+  for (int i = 0; i < n_in; i++) {
+    es_model_input_info(q->calib, i, &shapes[i]);
+    shapes[i].dtype = inputs[i].dtype;
+    shapes[i].rank = inputs[i].rank;
+    memcpy(shapes[i].dims, inputs[i].dims, sizeof shapes[i].dims);
+  }
+  es_plan *p;
+  int rc = es_plan_cache_get(q->cache, shapes, n_in, &p);
+  if (rc < 0)
+    return rc;
+  size_t need = es_plan_arena_bytes(p);
+  if (need > q->arena_cap || !q->arena) {
+    es_arena_destroy(q->arena);
+    q->arena = NULL;
+    q->arena_cap = 0;
+    if ((rc = es_arena_create(need ? need : 64, 64, &q->arena)) < 0) {
+      es_plan_release(p);
+      return rc;
+    }
+    q->arena_cap = need;
+  }
+  int no = es_plan_output_count(p);
+  es_tensor *outs = es_mem_calloc(ES_MEM_ENGINE, (size_t)(no ? no : 1), sizeof *outs);
+  if (!outs) {
+    es_plan_release(p);
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  }
+  es_mem_heap hs = {0};
+  es_run_heap heap = es_mem_heap_make(&hs);
+  es_arena_reset(q->arena);
+  rc = es_plan_run_heap(p, inputs, n_in, q->arena, &heap, outs, no);
+  if (rc == 0) {
+    for (int k = 0; k < q->n_obs; k++) {
+      qz_obs *o = &q->obs[k];
+      obs_update(q, o, o->in_index >= 0 ? &inputs[o->in_index] : &outs[o->out_index]);
+    }
+    if (q->keep && q->n_keep < q->opt.eval_samples && n_in <= 16)
+      keep_sample(q, inputs, n_in, outs, no < q->n_out0 ? no : q->n_out0);
+    q->st.samples++;
+    es_plan_outputs_free(p, &heap, outs, no);
+  }
+  es_mem_free(outs);
+  es_arena_reset(q->arena);
+  es_plan_release(p);
+  return rc;
+}
+
+/* ==========================================================================
+ * Stage 3: write
+ * ======================================================================== */
+
+/* ---- opset 13 ------------------------------------------------------------ */
+
+/* Operators whose meaning (for inference) did not change between opset 7
+ * and 13, or changed only by accepting more (types, negative axes). */
+static const char *const same_to_13[] = {
+    "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+    "AveragePool", "BatchNormalization", "Cast", "Ceil", "Concat", "Constant", "ConstantOfShape",
+    "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DepthToSpace", "Div", "Einsum", "Elu",
+    "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND",
+    "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater", "HardSigmoid", "Identity",
+    "InstanceNormalization", "LRN", "LeakyRelu", "Less", "Log", "MatMul", "Max", "MaxPool", "Mean",
+    "Min", "Mul", "Neg", "NonZero", "Not", "OneHot", "Or", "PRelu", "Pow", "Range", "Reciprocal",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSumSquare", "Relu", "Reshape", "Round", "ScatterND", "Selu",
+    "Shape", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Softplus", "Softsign", "SpaceToDepth",
+    "Sqrt", "Sub", "Sum", "Tan", "Tanh", "Tile", "Transpose", "Where", "Xor", NULL};
+
+/* Input pos of n set to name, the inputs before it that n lacks left
+ * empty (omitted). */
+static int set_input(es_quantizer *q, Onnx__NodeProto *n, size_t pos, const char *name) {
+  size_t ni = n->n_input > pos + 1 ? n->n_input : pos + 1;
+  char **ins = qz_alloc(q, ni * sizeof *ins);
+  if (!ins)
+    return ES_ENOMEM;
+  for (size_t i = 0; i < ni; i++)
+    ins[i] = i < n->n_input ? n->input[i] : (char *)"";
+  ins[pos] = (char *)name;
+  n->input = ins;
+  n->n_input = ni;
+  return 0;
+}
+
+/* An attribute of ints moved to an int64 input at position pos. */
+static int ints_to_input(es_quantizer *q, Onnx__NodeProto *n, const char *attr, size_t pos) {
+  Onnx__AttributeProto *a = attr_find(n, attr);
+  const char *name = "";
+  if (a) {
+    name = init_int64s(q, n->name && n->name[0] ? n->name : n->output[0], attr, a->ints,
+                       (int64_t)a->n_ints);
+    if (!name)
+      return ES_ENOMEM;
+    attr_drop(n, attr);
+  }
+  if (!a && n->n_input <= pos)
+    return 0;
+  return set_input(q, n, pos, name);
+}
+
+static int float_to_input(es_quantizer *q, Onnx__NodeProto *n, const char *attr, size_t pos,
+                          int keep_empty) {
+  Onnx__AttributeProto *a = attr_find(n, attr);
+  const char *name = "";
+  if (a && a->has_f) {
+    float v = a->f;
+    name = init_floats(q, n->name && n->name[0] ? n->name : n->output[0], attr, 0, NULL, &v, 1);
+    if (!name)
+      return ES_ENOMEM;
+  }
+  attr_drop(n, attr);
+  if (!name[0] && !keep_empty)
+    return 0;
+  return set_input(q, n, pos, name);
+}
+
+static int raise_opset(es_quantizer *q) {
+  if (q->opset >= QZ_OPSET)
+    return 0;
+  Onnx__GraphProto *g = q->g;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    Onnx__NodeProto *n = g->node[i];
+    if (q->nodes[i].removed || (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx")))
+      continue;
+    const char *op = n->op_type ? n->op_type : "";
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s)", n->name && n->name[0] ? n->name : n->output[0], op);
+    int rc = 0;
+    if (!strcmp(op, "Clip")) {
+      if (q->opset < 11 && ((rc = float_to_input(q, n, "min", 1, 1)) < 0 ||
+                            (rc = float_to_input(q, n, "max", 2, 0)) < 0))
+        return rc;
+    } else if (!strcmp(op, "Slice")) {
+      if (q->opset < 10 && ((rc = ints_to_input(q, n, "starts", 1)) < 0 ||
+                            (rc = ints_to_input(q, n, "ends", 2)) < 0 ||
+                            (rc = ints_to_input(q, n, "axes", 3)) < 0))
+        return rc;
+    } else if (!strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze") || !strcmp(op, "ReduceSum")) {
+      if ((rc = ints_to_input(q, n, "axes", 1)) < 0)
+        return rc;
+    } else if (!strcmp(op, "Split")) {
+      if ((rc = ints_to_input(q, n, "split", 1)) < 0)
+        return rc;
+    } else if (!strcmp(op, "Pad")) {
+      if (q->opset < 11 && ((rc = ints_to_input(q, n, "pads", 1)) < 0 ||
+                            (rc = float_to_input(q, n, "value", 2, 0)) < 0))
+        return rc;
+    } else if (!strcmp(op, "TopK")) {
+      if (q->opset < 10) {
+        Onnx__AttributeProto *a = attr_find(n, "k");
+        if (!a)
+          return es__fail(ES_EMODEL, "quantize: %s has no k", label);
+        int64_t k = a->i;
+        const char *name = init_int64s(q, n->output[0], "_k", &k, 1);
+        char **ins = qz_alloc(q, 2 * sizeof *ins);
+        if (!name || !ins)
+          return ES_ENOMEM;
+        ins[0] = n->input[0];
+        ins[1] = (char *)name;
+        n->input = ins;
+        n->n_input = 2;
+        attr_drop(n, "k");
+      }
+    } else if (!strcmp(op, "Dropout")) {
+      if (n->n_output > 1 && n->output[1][0] && smap_get(&q->cons_n, n->output[1]) > 0)
+        return es__fail(ES_ENOTSUP, "quantize: %s: its mask is read; raising opset %lld to 13 "
+                        "is not supported for it", label, (long long)q->opset);
+      n->op_type = "Identity";
+      n->n_attribute = 0;
+      n->n_input = 1;
+      n->n_output = 1;
+    } else if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax") || !strcmp(op, "Hardmax")) {
+      int k = smap_get(&q->obs_map, n->input[0]);
+      int rank = k >= 0 ? q->obs[k].rank : -1;
+      int64_t axis = attr_int(n, "axis", 1);
+      if (rank < 1 || (axis < 0 ? axis + rank : axis) != rank - 1)
+        return es__fail(ES_ENOTSUP, "quantize: %s: axis %lld of a rank-%d input: before opset 13 "
+                        "it spans the axes after it too, so raising opset %lld to 13 changes it",
+                        label, (long long)axis, rank, (long long)q->opset);
+      attr_drop(n, "axis");
+      if ((rc = attr_add_int(q, n, "axis", -1)) < 0)
+        return rc;
+    } else if (!strcmp(op, "Resize") && q->opset >= 11) {
+      /* opset 11's form is 13's */
+    } else {
+      int same = 0;
+      for (int k = 0; same_to_13[k]; k++)
+        same |= !strcmp(same_to_13[k], op);
+      if (!same)
+        return es__fail(ES_ENOTSUP, "quantize: %s: its form changed between opset %lld and 13 "
+                        "(per-channel quantization needs 13); export the model at opset 13",
+                        label, (long long)q->opset);
+      if (!strcmp(op, "BatchNormalization"))
+        attr_drop(n, "spatial");
+    }
+  }
+  for (size_t i = 0; i < q->mp->n_opset_import; i++) {
+    Onnx__OperatorSetIdProto *os = q->mp->opset_import[i];
+    if (!os->domain || !os->domain[0] || !strcmp(os->domain, "ai.onnx")) {
+      os->has_version = 1;
+      os->version = QZ_OPSET;
+    }
+  }
+  if (!q->mp->has_ir_version || q->mp->ir_version < 7) {
+    q->mp->has_ir_version = 1;
+    q->mp->ir_version = 7;
+  }
+  q->opset = QZ_OPSET;
+  return 0;
+}
+
+/* ---- ranges ------------------------------------------------------------- */
+
+/* The range [L, H] (L <= 0 <= H, from the histogram's bin edges) whose
+ * 8-bit quantization leaves the least expected squared error over the
+ * values seen: the rounding noise, step^2 / 12 for each value inside, plus
+ * the clipping error of each value outside. Prefix sums of the counts and
+ * of their first and second moments (bin centres) make each candidate
+ * O(1); 192 candidates a side. L is pinned at 0 for a folded activation
+ * (lo_fixed), H kept at most hmax. */
+static void mse_range(const qz_obs *o, int lo_fixed, double hmax, double *plo, double *phi) {
+  enum { CAND = 192 };
+  const double bw = o->hw / QZ_BINS;
+  double *s0 = es_mem_alloc(ES_MEM_ENGINE, 3 * (QZ_BINS + 1) * sizeof *s0);
+  if (!s0)
+    return; /* keep min-max */
+  double *s1 = s0 + QZ_BINS + 1, *s2 = s1 + QZ_BINS + 1;
+  s0[0] = s1[0] = s2[0] = 0;
+  for (int i = 0; i < QZ_BINS; i++) {
+    double c = o->hlo + (i + 0.5) * bw, h = (double)o->hist[i];
+    s0[i + 1] = s0[i] + h;
+    s1[i + 1] = s1[i] + h * c;
+    s2[i + 1] = s2[i] + h * c * c;
+  }
+  /* bin edges: edge e is hlo + e * bw; z the edge at or below 0 */
+  int z = (int)floor(-o->hlo / bw);
+  z = z < 0 ? 0 : z > QZ_BINS ? QZ_BINS : z;
+  int emax = QZ_BINS;
+  if (hmax == hmax && hmax < o->hlo + o->hw)
+    emax = (int)ceil((hmax - o->hlo) / bw);
+  emax = emax < z ? z : emax > QZ_BINS ? QZ_BINS : emax;
+  double best = INFINITY, blo = *plo, bhi = *phi;
+  for (int a = 0; a <= CAND; a++) {
+    int el = lo_fixed ? z : (int)((long)z * a / CAND); /* 0 .. z */
+    for (int b = 0; b <= CAND; b++) {
+      int eh = z + (int)((long)(emax - z) * b / CAND); /* z .. emax */
+      double L = fmin(o->hlo + el * bw, 0), H = fmax(o->hlo + eh * bw, 0);
+      if (H - L <= 0)
+        continue;
+      double step = (H - L) / 255;
+      double below = s2[el] - 2 * L * s1[el] + L * L * s0[el];
+      double above = (s2[QZ_BINS] - s2[eh]) - 2 * H * (s1[QZ_BINS] - s1[eh]) +
+                     H * H * (s0[QZ_BINS] - s0[eh]);
+      double err = below + above + (s0[eh] - s0[el]) * step * step / 12;
+      if (err < best) {
+        best = err;
+        blo = L;
+        bhi = H;
+      }
+      if (lo_fixed)
+        continue;
+    }
+    if (lo_fixed)
+      break;
+  }
+  es_mem_free(s0);
+  *plo = blo;
+  *phi = bhi;
+}
+
+static void obs_range(const es_quantizer *q, const qz_obs *o, double act_max, double *plo,
+                      double *phi) {
+  double lo = o->lo, hi = o->hi;
+  int folded = act_max == act_max; /* a folded Relu / Clip: the range starts at 0 */
+  if (o->hist && o->count > 0 && q->opt.method == ES_QUANT_PERCENTILE) {
+    double cut = (double)o->count * (1 - q->opt.percentile / 100.0);
+    double bw = o->hw / QZ_BINS, acc = 0;
+    int i;
+    for (i = 0; i < QZ_BINS - 1; i++) {
+      acc += (double)o->hist[i];
+      if (acc > cut)
+        break;
+    }
+    lo = fmax(lo, o->hlo + i * bw);
+    acc = 0;
+    for (i = QZ_BINS - 1; i > 0; i--) {
+      acc += (double)o->hist[i];
+      if (acc > cut)
+        break;
+    }
+    hi = fmin(hi, o->hlo + (i + 1) * bw);
+  } else if (o->hist && o->count > 0 && q->opt.method == ES_QUANT_MSE) {
+    lo = fmin(lo, 0);
+    hi = fmax(hi, 0);
+    mse_range(o, folded, folded ? act_max : NAN, &lo, &hi);
+  }
+  if (folded) {
+    lo = 0;
+    hi = fmin(hi, act_max);
+  }
+  *plo = fmin(lo, 0);
+  *phi = fmax(hi, 0);
+}
+
+static void obs_params(const es_quantizer *q, qz_obs *o, double act_max) {
+  double lo, hi;
+  obs_range(q, o, act_max, &lo, &hi);
+  float scale = (float)((hi - lo) / 255.0);
+  if (!(scale > 0) || !isfinite(scale))
+    scale = 1.0f / 255; /* all zeros: any scale holds them */
+  double zp = rint(-lo / scale);
+  o->scale = scale;
+  o->zp = (uint8_t)(zp < 0 ? 0 : zp > 255 ? 255 : zp);
+}
+
+/* ---- the rewrite --------------------------------------------------------- */
+
+typedef struct qz_out {
+  Onnx__NodeProto **v;
+  size_t n, cap;
+} qz_out;
+
+static int emit(es_quantizer *q, qz_out *o, Onnx__NodeProto *n) {
+  if (!n)
+    return ES_ENOMEM;
+  if (o->n == o->cap) {
+    size_t cap = o->cap ? o->cap * 2 : 256;
+    Onnx__NodeProto **v = qz_alloc(q, cap * sizeof *v);
+    if (!v)
+      return ES_ENOMEM;
+    if (o->n)
+      memcpy(v, o->v, o->n * sizeof *v);
+    o->v = v;
+    o->cap = cap;
+  }
+  o->v[o->n++] = n;
+  return 0;
+}
+
+/* The pair of observed tensor k: Q then DQ. An output pair: the producer
+ * now writes NAME_prequant and the DQ writes NAME. An input pair: the DQ
+ * writes NAME_dq, which quantized readers take. */
+typedef struct qz_pair {
+  const char *src, *dq; /* what Q reads; what DQ writes */
+} qz_pair;
+
+static int emit_pair(es_quantizer *q, qz_out *out, qz_obs *o, qz_pair *pr) {
+  const char *sn = init_floats(q, o->name, "_scale", 0, NULL, &o->scale, 1);
+  const char *zn = qz_name(q, o->name, "_zero_point");
+  if (!sn || !zn ||
+      init_add(q, tp_make(q, zn, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8, 0, NULL, &o->zp, 1)) < 0)
+    return ES_ENOMEM;
+  const char *qn = qz_name(q, o->name, "_quantized");
+  const char *qnode = qz_name(q, o->name, "_QuantizeLinear");
+  const char *dnode = qz_name(q, o->name, "_DequantizeLinear");
+  if (!qn || !qnode || !dnode)
+    return ES_ENOMEM;
+  const char *qin[3] = {pr->src, sn, zn};
+  const char *din[3] = {qn, sn, zn};
+  int rc = emit(q, out, node_make(q, "QuantizeLinear", qnode, 3, qin, qn));
+  if (rc == 0)
+    rc = emit(q, out, node_make(q, "DequantizeLinear", dnode, 3, din, pr->dq));
+  return rc;
+}
+
+/* Weights of node i as int8 with their DequantizeLinear; *w_scale gets the
+ * scales (per channel along axis, or one). Returns the DQ output's name. */
+static const char *emit_weights(es_quantizer *q, qz_out *out, size_t i, float **w_scale,
+                                int64_t *n_scale) {
+  Onnx__NodeProto *n = q->g->node[i];
+  const Onnx__TensorProto *t = init_of(q, n->input[1]);
+  int64_t cnt;
+  float *w = tp_floats(q, t, &cnt);
+  if (!w)
+    return NULL;
+  int axis = q->nodes[i].w_axis;
+  int64_t ch = axis >= 0 ? t->dims[axis] : 1, inner = 1, outer = 1;
+  if (axis >= 0) {
+    for (size_t d = 0; d < t->n_dims; d++)
+      if ((int)d < axis)
+        outer *= t->dims[d];
+      else if ((int)d > axis)
+        inner *= t->dims[d];
+  } else {
+    inner = cnt;
+  }
+  float *sc = qz_alloc(q, (size_t)ch * sizeof *sc);
+  int8_t *qw = qz_alloc(q, (size_t)cnt);
+  int8_t *zp = qz_alloc(q, (size_t)ch);
+  if (!sc || !qw || !zp)
+    return NULL;
+  for (int64_t c = 0; c < ch; c++) {
+    float m = 0;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t k = 0; k < inner; k++) {
+        float a = fabsf(w[(o * ch + c) * inner + k]);
+        if (a > m)
+          m = a;
+      }
+    sc[c] = m > 0 && isfinite(m) ? m / 127.0f : 1.0f;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t k = 0; k < inner; k++) {
+        int64_t at = (o * ch + c) * inner + k;
+        float v = rintf(w[at] / sc[c]);
+        qw[at] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+      }
+  }
+  const char *base = n->input[1];
+  const char *qn = qz_name(q, base, "_quantized");
+  const char *sn = init_floats(q, base, "_scale", axis >= 0 ? 1 : 0, &ch, sc, ch);
+  const char *zn = qz_name(q, base, "_zero_point");
+  const char *dq = qz_name(q, base, "_dequantized");
+  const char *dnode = qz_name(q, base, "_DequantizeLinear");
+  if (!qn || !sn || !zn || !dq || !dnode ||
+      init_add(q, tp_make(q, qn, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, (int)t->n_dims, t->dims, qw,
+                          (size_t)cnt)) < 0 ||
+      init_add(q, tp_make(q, zn, ONNX__TENSOR_PROTO__DATA_TYPE__INT8, axis >= 0 ? 1 : 0, &ch, zp,
+                          (size_t)ch)) < 0)
+    return NULL;
+  const char *din[3] = {qn, sn, zn};
+  Onnx__NodeProto *d = node_make(q, "DequantizeLinear", dnode, 3, din, dq);
+  if (!d || (axis >= 0 && attr_add_int(q, d, "axis", axis) < 0) || emit(q, out, d) < 0)
+    return NULL;
+  q->st.weight_bytes_fp32 += (size_t)cnt * 4;
+  q->st.weight_bytes_int8 += (size_t)cnt + (size_t)ch * 5;
+  *w_scale = sc;
+  *n_scale = ch;
+  return dq;
+}
+
+/* The bias as int32 at x_scale * w_scale; NULL (the float bias is kept)
+ * when a value leaves int32. */
+static const char *emit_bias(es_quantizer *q, qz_out *out, const char *bname, float x_scale,
+                             const float *w_scale, int64_t n_scale) {
+  int64_t n;
+  float *b = tp_floats(q, init_of(q, bname), &n);
+  if (!b || (n_scale != 1 && n_scale != n))
+    return bname;
+  float *bs = qz_alloc(q, (size_t)n * sizeof *bs);
+  int32_t *qb = qz_alloc(q, (size_t)n * sizeof *qb);
+  if (!bs || !qb)
+    return NULL;
+  for (int64_t c = 0; c < n; c++) {
+    bs[c] = x_scale * w_scale[n_scale == 1 ? 0 : c];
+    double v = rint((double)b[c] / (double)bs[c]);
+    if (!(bs[c] > 0) || !(fabs(v) <= 2147483647.0))
+      return bname;
+    qb[c] = (int32_t)v;
+  }
+  const char *qn = qz_name(q, bname, "_quantized");
+  const char *sn = init_floats(q, bname, "_scale", 1, &n, bs, n);
+  const char *dq = qz_name(q, bname, "_dequantized");
+  const char *dnode = qz_name(q, bname, "_DequantizeLinear");
+  if (!qn || !sn || !dq || !dnode ||
+      init_add(q, tp_make(q, qn, ONNX__TENSOR_PROTO__DATA_TYPE__INT32, 1, &n, qb,
+                          (size_t)n * 4)) < 0)
+    return NULL;
+  const char *din[2] = {qn, sn};
+  Onnx__NodeProto *d = node_make(q, "DequantizeLinear", dnode, 2, din, dq);
+  if (!d || attr_add_int(q, d, "axis", 0) < 0 || emit(q, out, d) < 0)
+    return NULL;
+  q->st.weight_bytes_fp32 += (size_t)n * 4;
+  q->st.weight_bytes_int8 += (size_t)n * 8;
+  return dq;
+}
+
+/* Which nodes stay quantized: every tensor they need was calibrated. */
+static void finalize(es_quantizer *q) {
+  q->st.nodes_quantized = q->st.activations_folded = 0;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    qz_node *qn = &q->nodes[i];
+    if (!qn->quant)
+      continue;
+    const Onnx__NodeProto *n = q->g->node[i];
+    int ok = 1;
+    for (int k = 0; k < qn->n_act; k++) {
+      int j = smap_get(&q->obs_map, n->input[k]);
+      ok &= j >= 0 && !q->obs[j].bad && q->obs[j].seen;
+    }
+    if (!qn->out_float) {
+      int j = smap_get(&q->obs_map, quant_out_name(q, i));
+      ok &= j >= 0 && !q->obs[j].bad && q->obs[j].seen;
+    }
+    if (!ok) {
+      qn->quant = 0;
+      qn->act = -1;
+      q->st.nodes_excluded++;
+      continue;
+    }
+    if (qn->act >= 0)
+      q->nodes[qn->act].removed = 1;
+    q->st.nodes_quantized++;
+    q->st.activations_folded += qn->act >= 0;
+  }
+  for (int k = 0; k < q->n_obs; k++)
+    q->obs[k].need = q->obs[k].out_kind = 0;
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    qz_node *qn = &q->nodes[i];
+    if (!qn->quant)
+      continue;
+    const Onnx__NodeProto *n = q->g->node[i];
+    for (int k = 0; k < qn->n_act; k++)
+      q->obs[smap_get(&q->obs_map, n->input[k])].need = 1;
+    if (qn->out_float)
+      continue;
+    qz_obs *o = &q->obs[smap_get(&q->obs_map, quant_out_name(q, i))];
+    o->need = o->out_kind = 1;
+    obs_params(q, o, qn->act >= 0 ? qn->act_max : NAN);
+  }
+  for (int k = 0; k < q->n_obs; k++)
+    if (q->obs[k].need && !q->obs[k].out_kind)
+      obs_params(q, &q->obs[k], NAN);
+}
+
+/* Node i, quantized, with its weight / bias DQs before it and its output
+ * pair after it. */
+static int emit_quantized(es_quantizer *q, qz_out *out, size_t i, const char *const *dq_of) {
+  Onnx__NodeProto *n = q->g->node[i];
+  qz_node *qn = &q->nodes[i];
+  char **ins = qz_alloc(q, (n->n_input ? n->n_input : 1) * sizeof *ins);
+  if (!ins)
+    return ES_ENOMEM;
+  memcpy(ins, n->input, n->n_input * sizeof *ins);
+  float x_scale = 1;
+  for (int k = 0; k < qn->n_act; k++) {
+    int j = smap_get(&q->obs_map, n->input[k]);
+    if (!q->obs[j].out_kind) /* an input pair: read its DQ */
+      ins[k] = (char *)dq_of[j];
+    if (k == 0)
+      x_scale = q->obs[j].scale;
+  }
+  if (qn->n_act == 1) {
+    float *ws = NULL;
+    int64_t nws = 0;
+    const char *wdq = emit_weights(q, out, i, &ws, &nws);
+    if (!wdq)
+      return ES_ENOMEM;
+    ins[1] = (char *)wdq;
+    int bias_at = qn->kind == QK_GEMM ? 2 : (qn->kind == QK_MATMUL ? -1 : 2);
+    if (bias_at > 0 && (int)n->n_input > bias_at && n->input[bias_at][0]) {
+      const char *bdq = emit_bias(q, out, n->input[bias_at], x_scale, ws, nws);
+      if (!bdq)
+        return ES_ENOMEM;
+      ins[bias_at] = (char *)bdq;
+    }
+  }
+  n->input = ins;
+  if (qn->out_float)
+    return emit(q, out, n);
+  qz_obs *o = &q->obs[smap_get(&q->obs_map, quant_out_name(q, i))];
+  qz_pair pr = {qz_name(q, o->name, "_prequant"), o->name};
+  if (!pr.src)
+    return ES_ENOMEM;
+  n->output[0] = (char *)pr.src;
+  int rc = emit(q, out, n);
+  return rc < 0 ? rc : emit_pair(q, out, o, &pr);
+}
+
+static int mark_used(es_quantizer *q, smap *used, const Onnx__GraphProto *g, int depth) {
+  if (depth > 16)
+    return 0;
+  for (size_t i = 0; i < g->n_node; i++) {
+    const Onnx__NodeProto *n = g->node[i];
+    for (size_t k = 0; k < n->n_input; k++)
+      if (n->input[k] && n->input[k][0] && smap_set(used, n->input[k], 1) < 0)
+        return ES_ENOMEM;
+    for (size_t a = 0; a < n->n_attribute; a++) {
+      const Onnx__AttributeProto *at = n->attribute[a];
+      if (at->g && mark_used(q, used, at->g, depth + 1) < 0)
+        return ES_ENOMEM;
+      for (size_t s = 0; s < at->n_graphs; s++)
+        if (mark_used(q, used, at->graphs[s], depth + 1) < 0)
+          return ES_ENOMEM;
+    }
+  }
+  for (size_t i = 0; i < g->n_output; i++)
+    if (g->output[i]->name && smap_set(used, g->output[i]->name, 1) < 0)
+      return ES_ENOMEM;
+  return 0;
+}
+
+static int rewrite(es_quantizer *q) {
+  finalize(q);
+  int rc = raise_opset(q);
+  if (rc < 0)
+    return rc;
+  qz_out out = {0};
+  /* input pairs: DQ output names, fixed once per tensor */
+  const char **dq_of = qz_alloc(q, (size_t)(q->n_obs ? q->n_obs : 1) * sizeof *dq_of);
+  if (!dq_of)
+    return ES_ENOMEM;
+  for (int k = 0; k < q->n_obs; k++)
+    if (q->obs[k].need && !q->obs[k].out_kind && !(dq_of[k] = qz_name(q, q->obs[k].name, "_dq")))
+      return ES_ENOMEM;
+  /* anchors: pairs of graph inputs first, others right after their producer */
+  for (int k = 0; k < q->n_obs; k++) {
+    qz_obs *o = &q->obs[k];
+    if (o->need && !o->out_kind && smap_get(&q->prod_map, o->name) < 0) {
+      qz_pair pr = {o->name, dq_of[k]};
+      if ((rc = emit_pair(q, &out, o, &pr)) < 0)
+        return rc;
+    }
+  }
+  for (size_t i = 0; i < q->n_nodes; i++) {
+    Onnx__NodeProto *n = q->g->node[i];
+    if (q->nodes[i].removed)
+      continue;
+    if (q->nodes[i].quant) {
+      if ((rc = emit_quantized(q, &out, i, dq_of)) < 0)
+        return rc;
+    } else if ((rc = emit(q, &out, n)) < 0) {
+      return rc;
+    }
+    for (size_t m = 0; m < n->n_output; m++) {
+      const char *name = n->output[m];
+      if (q->nodes[i].quant) /* its own output pair is written; inputs below */
+        break;
+      int k = smap_get(&q->obs_map, name);
+      if (k >= 0 && q->obs[k].need && !q->obs[k].out_kind) {
+        qz_pair pr = {name, dq_of[k]};
+        if ((rc = emit_pair(q, &out, &q->obs[k], &pr)) < 0)
+          return rc;
+      }
+    }
+  }
+  q->g->node = out.v;
+  q->g->n_node = out.n;
+  /* initializers nothing reads any more (the float weights) go */
+  smap used = {0};
+  if ((rc = mark_used(q, &used, q->g, 0)) < 0) {
+    smap_free(&used);
+    return rc;
+  }
+  size_t w = 0;
+  for (size_t i = 0; i < q->g->n_initializer; i++)
+    if (smap_get(&used, q->g->initializer[i]->name) >= 0)
+      q->g->initializer[w++] = q->g->initializer[i];
+  q->g->n_initializer = w;
+  /* graph inputs that listed dropped initializers */
+  size_t wi = 0;
+  for (size_t i = 0; i < q->g->n_input; i++) {
+    const char *nm = q->g->input[i]->name;
+    if (smap_get(&q->init_map, nm) >= 0 && smap_get(&used, nm) < 0)
+      continue;
+    q->g->input[wi++] = q->g->input[i];
+  }
+  q->g->n_input = wi;
+  smap_free(&used);
+  return 0;
+}
+
+/* The QDQ model with the nodes mask[i] != 0 quantized (of those create
+ * chose), packed into *out (es_mem). Works on a fresh copy of the tree as
+ * create left it, so any number of builds can be made. */
+static int build(es_quantizer *q, const unsigned char *mask, uint8_t **out, size_t *size) {
+  es_ctx saved_ctx = q->ctx;
+  Onnx__ModelProto *saved_mp = q->mp;
+  Onnx__GraphProto *saved_g = q->g;
+  smap saved[4] = {q->init_map, q->prod_map, q->cons_n, q->names};
+  memset(&q->init_map, 0, sizeof q->init_map);
+  memset(&q->prod_map, 0, sizeof q->prod_map);
+  memset(&q->cons_n, 0, sizeof q->cons_n);
+  memset(&q->names, 0, sizeof q->names);
+  es_ctx fresh = {0};
+  void *tree = NULL;
+  int rc = es__onnx_unpack(q->pristine, q->pristine_size, &fresh, &tree);
+  *out = NULL;
+  if (rc == 0) {
+    q->ctx = fresh;
+    q->mp = tree;
+    q->g = q->mp->graph;
+    memcpy(q->nodes, q->nodes0, q->n_nodes * sizeof *q->nodes);
+    unsigned long long samples = q->st.samples;
+    q->st = q->st0;
+    q->st.samples = samples;
+    q->opset = q->opset0;
+    q->name_seq = 0;
+    for (size_t i = 0; i < q->n_nodes; i++)
+      if (q->nodes[i].quant && !mask[i]) {
+        q->nodes[i].quant = 0;
+        q->nodes[i].act = -1;
+        q->st.nodes_excluded++;
+        q->st.auto_excluded++;
+      }
+    for (size_t i = 0; i < q->g->n_initializer && rc == 0; i++)
+      if (q->g->initializer[i]->name &&
+          ((rc = smap_set(&q->init_map, q->g->initializer[i]->name, (int)i)) < 0 ||
+           (rc = smap_set(&q->names, q->g->initializer[i]->name, 1)) < 0))
+        break;
+    if (rc == 0)
+      rc = index_graph(q);
+    if (rc == 0)
+      rc = rewrite(q);
+    if (rc == 0) {
+      *size = onnx__model_proto__get_packed_size(q->mp);
+      if (!(*out = es_mem_alloc(ES_MEM_ENGINE, *size ? *size : 1)))
+        rc = ES_ENOMEM;
+      else
+        onnx__model_proto__pack(q->mp, *out);
+    }
+    es__ctx_free_all(&q->ctx);
+  }
+  smap_free(&q->init_map);
+  smap_free(&q->prod_map);
+  smap_free(&q->cons_n);
+  smap_free(&q->names);
+  q->init_map = saved[0];
+  q->prod_map = saved[1];
+  q->cons_n = saved[2];
+  q->names = saved[3];
+  q->ctx = saved_ctx;
+  q->mp = saved_mp;
+  q->g = saved_g;
+  if (rc == ES_ENOMEM)
+    return es__fail(ES_ENOMEM, "quantize: out of memory building the model");
+  return rc;
+}
+
+/* The int8 model's accuracy on the kept samples: the lowest signal to
+ * quantization-noise ratio (dB) of its float outputs against FP32. */
+static int evaluate(es_quantizer *q, const uint8_t *bytes, size_t size, double *db) {
+  es_model *m;
+  int rc = es_model_load_buffer(bytes, size, NULL, &m);
+  if (rc < 0)
+    return rc;
+  double sig[16] = {0}, err[16] = {0};
+  int n_out = 0;
+  for (int k = 0; k < q->n_keep && rc == 0; k++) {
+    qz_sample *sm = &q->keep[k];
+    es_tensor_info shapes[16];
+    for (int i = 0; i < sm->n_in; i++) {
+      es_model_input_info(m, i, &shapes[i]);
+      shapes[i].dtype = sm->in[i].dtype;
+      shapes[i].rank = sm->in[i].rank;
+      memcpy(shapes[i].dims, sm->in[i].dims, sizeof shapes[i].dims);
+    }
+    es_plan *p;
+    if ((rc = es_model_plan(m, shapes, sm->n_in, &p)) < 0)
+      break;
+    es_arena *a = NULL;
+    int no = es_plan_output_count(p);
+    es_tensor outs[16];
+    if (no > 16 || (rc = es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a)) < 0) {
+      es_plan_release(p);
+      rc = rc < 0 ? rc : es__fail(ES_ENOTSUP, "quantize: more than 16 outputs");
+      break;
+    }
+    es_mem_heap hs = {0};
+    es_run_heap heap = es_mem_heap_make(&hs);
+    if ((rc = es_plan_run_heap(p, sm->in, sm->n_in, a, &heap, outs, no)) == 0) {
+      n_out = no < sm->n_ref ? no : sm->n_ref;
+      for (int o = 0; o < n_out; o++) {
+        const es_tensor *r = &sm->ref[o], *x = &outs[o];
+        if (r->dtype != ES_DTYPE_FLOAT || x->dtype != ES_DTYPE_FLOAT || r->nbytes != x->nbytes)
+          continue;
+        const float *rv = r->data, *xv = x->data;
+        for (size_t e = 0; e < r->nbytes / 4; e++) {
+          double d = (double)xv[e] - (double)rv[e];
+          sig[o] += (double)rv[e] * rv[e];
+          err[o] += d * d;
+        }
+      }
+      es_plan_outputs_free(p, &heap, outs, no);
+    }
+    es_arena_destroy(a);
+    es_plan_release(p);
+  }
+  es_model_release(m);
+  if (rc < 0)
+    return rc;
+  double worst = INFINITY;
+  for (int o = 0; o < n_out; o++)
+    if (sig[o] > 0)
+      worst = fmin(worst, err[o] > 0 ? 10 * log10(sig[o] / err[o]) : 200);
+  *db = worst;
+  return 0;
+}
+
+static int build_eval(es_quantizer *q, const unsigned char *mask, double *db) {
+  uint8_t *b;
+  size_t n;
+  int rc = build(q, mask, &b, &n);
+  if (rc == 0)
+    rc = evaluate(q, b, n, db);
+  es_mem_free(b);
+  return rc;
+}
+
+typedef struct qz_rank {
+  int node;
+  double db;
+} qz_rank;
+
+static int rank_cmp(const void *pa, const void *pb) {
+  const qz_rank *a = pa, *b = pb;
+  return a->db > b->db ? -1 : a->db < b->db ? 1 : a->node - b->node;
+}
+
+/* Which nodes to keep in int8 so that the outputs stay within target_db
+ * of FP32: each node's sensitivity is the accuracy with it alone in int8;
+ * nodes are taken least sensitive first, as many as keep the target
+ * (a binary search over that count: more nodes in int8 lose more). */
+static int search(es_quantizer *q, unsigned char *mask) {
+  double db;
+  int rc = build_eval(q, mask, &db);
+  if (rc < 0 || db >= q->opt.target_db) {
+    q->st.sqnr_db = db;
+    return rc;
+  }
+  int nq = 0;
+  for (size_t i = 0; i < q->n_nodes; i++)
+    nq += q->nodes0[i].quant;
+  qz_rank *r = es_mem_alloc(ES_MEM_ENGINE, (size_t)(nq ? nq : 1) * sizeof *r);
+  unsigned char *m = es_mem_calloc(ES_MEM_ENGINE, q->n_nodes ? q->n_nodes : 1, 1);
+  if (!r || !m) {
+    es_mem_free(r);
+    es_mem_free(m);
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  }
+  int k = 0;
+  for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
+    if (!q->nodes0[i].quant)
+      continue;
+    memset(m, 0, q->n_nodes);
+    m[i] = 1;
+    r[k].node = (int)i;
+    rc = build_eval(q, m, &r[k].db);
+    k++;
+  }
+  if (rc == 0) {
+    qsort(r, (size_t)nq, sizeof *r, rank_cmp);
+    int lo = 0, hi = nq - 1; /* the answer is in [lo, hi]: all nq fail the target */
+    double best = 200;
+    while (lo < hi && rc == 0) {
+      int mid = (lo + hi + 1) / 2;
+      memset(m, 0, q->n_nodes);
+      for (int j = 0; j < mid; j++)
+        m[r[j].node] = 1;
+      if ((rc = build_eval(q, m, &db)) < 0)
+        break;
+      if (db >= q->opt.target_db) {
+        lo = mid;
+        best = db;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    memset(mask, 0, q->n_nodes);
+    for (int j = 0; j < lo; j++)
+      mask[r[j].node] = 1;
+    q->st.sqnr_db = lo > 0 ? best : 200;
+  }
+  es_mem_free(r);
+  es_mem_free(m);
+  return rc;
+}
+
+int es_quantizer_write(es_quantizer *q, const char *path) {
+  if (!q || !path)
+    return es__fail(ES_EINVAL, "es_quantizer_write: NULL argument");
+  if (q->written)
+    return es__fail(ES_ESTATE, "es_quantizer_write: written already");
+  if (!q->st.samples)
+    return es__fail(ES_ESTATE, "quantize: no calibration sample was observed");
+  unsigned char *mask = es_mem_alloc(ES_MEM_ENGINE, q->n_nodes ? q->n_nodes : 1);
+  if (!mask)
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  memset(mask, 1, q->n_nodes ? q->n_nodes : 1);
+  q->st.sqnr_db = NAN;
+  int rc = q->opt.target_db > 0 && q->n_keep > 0 ? search(q, mask) : 0;
+  double db = q->st.sqnr_db;
+  uint8_t *buf = NULL;
+  size_t size = 0;
+  if (rc == 0)
+    rc = build(q, mask, &buf, &size);
+  es_mem_free(mask);
+  if (rc < 0)
+    return rc;
+  q->st.sqnr_db = db; /* build resets the counts */
+  q->written = 1;
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    int e = errno;
+    es_mem_free(buf);
+    return es__fail(-e, "quantize: cannot write %s: %s", path, strerror(e));
+  }
+  size_t wr = fwrite(buf, 1, size, f);
+  int bad = fclose(f) != 0 || wr != size;
+  es_mem_free(buf);
+  if (bad) {
+    unlink(path);
+    return es__fail(ES_EIO, "quantize: writing %s failed", path);
+  }
+  return 0;
+}

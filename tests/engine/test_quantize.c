@@ -1,0 +1,268 @@
+/* The quantizer (quantize.h) on small models built here: the QDQ model it
+ * writes loads, runs and stays close to FP32; BatchNormalization and Relu
+ * are folded; an opset 9 model is raised to 13 (Clip's attributes become
+ * inputs); a Softmax whose meaning would change is refused by name; misuse
+ * gets clear errors; and all of its memory goes back. The five target
+ * models are covered by tests/e2e/test_quantize_cli.sh against ONNX Runtime. */
+#include "es_test.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "edgeserve/engine.h"
+#include "edgeserve/memory.h"
+#include "edgeserve/quantize.h"
+#include "support/onnx_builder.h"
+
+#define C_IN 3
+#define C_MID 8
+#define HW 12
+
+static float w1_[C_MID * C_IN * 9], w2_[4 * C_MID], b2_[4];
+static float bn_s_[C_MID], bn_b_[C_MID], bn_m_[C_MID], bn_v_[C_MID];
+static float clip_max_ = 6.0f;
+
+/* x [1,3,12,12] -> Conv 3x3 -> BatchNormalization -> Relu -> Conv 1x1 (bias)
+ * -> Clip(0, 6) -> y (before opset 11 Clip's bounds are attributes). With
+ * softmax, y -> Softmax(axis) -> z as well. */
+static uint8_t *small_model(int64_t opset, int softmax, int64_t axis, size_t *size) {
+  uint64_t s = 42;
+  es_test_fill_small(w1_, sizeof w1_ / 4, &s);
+  es_test_fill_small(w2_, sizeof w2_ / 4, &s);
+  es_test_fill_small(b2_, 4, &s);
+  for (int i = 0; i < C_MID; i++) {
+    bn_s_[i] = 1.0f + 0.1f * (float)i;
+    bn_b_[i] = 0.05f * (float)(i - 4);
+    bn_m_[i] = 0.01f * (float)i;
+    bn_v_[i] = 0.5f + 0.05f * (float)i;
+  }
+  ob *b = ob_new(opset);
+  ob_input(b, "x", 4, (int64_t[]){1, C_IN, HW, HW});
+  ob_init_f32(b, "w1", 4, (int64_t[]){C_MID, C_IN, 3, 3}, w1_);
+  ob_init_f32(b, "w2", 4, (int64_t[]){4, C_MID, 1, 1}, w2_);
+  ob_init_f32(b, "b2", 1, (int64_t[]){4}, b2_);
+  ob_init_f32(b, "bn_s", 1, (int64_t[]){C_MID}, bn_s_);
+  ob_init_f32(b, "bn_b", 1, (int64_t[]){C_MID}, bn_b_);
+  ob_init_f32(b, "bn_m", 1, (int64_t[]){C_MID}, bn_m_);
+  ob_init_f32(b, "bn_v", 1, (int64_t[]){C_MID}, bn_v_);
+  int c1 = ob_node(b, "Conv", "c1", 2, "x", "w1");
+  ob_attr_ints(b, c1, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  ob_node(b, "BatchNormalization", "bn", 5, "c1", "bn_s", "bn_b", "bn_m", "bn_v");
+  ob_node(b, "Relu", "r", 1, "bn");
+  ob_node(b, "Conv", "c2", 3, "r", "w2", "b2");
+  int cl = ob_node(b, "Clip", "y", 1, "c2");
+  if (opset < 11) {
+    ob_attr_float(b, cl, "min", 0.0f);
+    ob_attr_float(b, cl, "max", clip_max_);
+  }
+  ob_output(b, "y");
+  if (softmax) {
+    int sm = ob_node(b, "Softmax", "z", 1, "y");
+    ob_attr_int(b, sm, "axis", axis);
+    ob_output(b, "z");
+  }
+  uint8_t *bytes = ob_pack(b, size);
+  free(b);
+  return bytes;
+}
+
+static void input_of(es_tensor *t, float *x, uint64_t seed) {
+  uint64_t s = seed;
+  for (int i = 0; i < C_IN * HW * HW; i++)
+    x[i] = (float)(es_test_rand(&s) % 2001) / 1000.0f - 1.0f;
+  memset(t, 0, sizeof *t);
+  t->name = "x";
+  t->dtype = ES_DTYPE_FLOAT;
+  t->rank = 4;
+  t->dims[0] = 1;
+  t->dims[1] = C_IN;
+  t->dims[2] = HW;
+  t->dims[3] = HW;
+  t->data = x;
+  t->nbytes = sizeof(float) * C_IN * HW * HW;
+}
+
+/* Runs m on x; y [1,4,12,12] into out. */
+static void run(es_model *m, es_tensor *x, float *out) {
+  es_plan *p;
+  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                          .dims = {1, C_IN, HW, HW}};
+  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
+  es_tensor y[2];
+  ES_CHECK_RC(es_plan_run(p, x, 1, a, y, es_plan_output_count(p)));
+  assert_int_equal(y[0].nbytes, sizeof(float) * 4 * HW * HW);
+  memcpy(out, y[0].data, y[0].nbytes);
+  es_arena_destroy(a);
+  es_plan_release(p);
+}
+
+static char path_[64];
+
+static void test_quantize_and_run(void **state) {
+  (void)state;
+  es_mem_stats before;
+  es_mem_stats_get(ES_MEM_ENGINE, &before);
+  size_t size;
+  uint8_t *bytes = small_model(9, 0, 0, &size);
+  es_quantizer *q;
+  es_quant_options o;
+  es_quant_options_default(&o);
+  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+  ES_EXPECT_RC(es_quantizer_write(q, path_), ES_ESTATE); /* nothing observed yet */
+  float xs[4][C_IN * HW * HW];
+  es_tensor x[4];
+  for (int k = 0; k < 4; k++) {
+    input_of(&x[k], xs[k], 100 + (uint64_t)k);
+    ES_CHECK_RC(es_quantizer_observe(q, &x[k], 1));
+  }
+  ES_EXPECT_RC(es_quantizer_observe(q, x, 2), ES_EINVAL);
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  ES_EXPECT_RC(es_quantizer_write(q, path_), ES_ESTATE);
+  es_quant_stats st;
+  ES_CHECK_RC(es_quantizer_stats(q, &st));
+  assert_int_equal(st.nodes_quantized, 2);
+  assert_int_equal(st.bn_folded, 1);
+  assert_int_equal(st.activations_folded, 2); /* the Relu, and Clip(0, 6) */
+  assert_int_equal(st.opset_from, 9);
+  assert_int_equal(st.opset_to, 13);
+  assert_int_equal(st.samples, 4);
+  assert_true(st.weight_bytes_int8 < st.weight_bytes_fp32 / 2);
+  es_quantizer_destroy(q);
+
+  es_model *fp, *i8;
+  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
+  ES_CHECK_RC(es_model_load(path_, NULL, &i8));
+  es_model_stats ms;
+  ES_CHECK_RC(es_model_stats_get(i8, &ms));
+  assert_int_equal(ms.opset, 13);
+  /* the same outputs to within the quantization: the signal-to-noise
+   * ratio of a 2-layer 8-bit model is far above 30 dB, and Clip(0, 6)
+   * holds as the quantizer's saturation */
+  for (int k = 0; k < 4; k++) {
+    float a[4 * HW * HW], b[4 * HW * HW];
+    run(fp, &x[k], a);
+    run(i8, &x[k], b);
+    double sig = 0, err = 0, lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < 4 * HW * HW; i++) {
+      sig += (double)a[i] * a[i];
+      err += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+      lo = fmin(lo, b[i]);
+      hi = fmax(hi, b[i]);
+    }
+    double db = 10 * log10(sig / err);
+    printf("# sample %d: %.1f dB, int8 output in [%g, %g]\n", k, db, lo, hi);
+    assert_true(db > 30);
+    assert_true(lo >= 0 && hi <= clip_max_);
+  }
+  es_model_release(fp);
+  es_model_release(i8);
+  free(bytes);
+  unlink(path_);
+  es_mem_stats after;
+  es_mem_stats_get(ES_MEM_ENGINE, &after);
+  assert_int_equal(after.current, before.current);
+}
+
+/* Before opset 13 a Softmax flattens its input from axis on; raising the
+ * opset would change a Softmax that is not over the last axis. */
+static void test_softmax_refused(void **state) {
+  (void)state;
+  unlink(path_);
+  size_t size;
+  uint8_t *bytes = small_model(9, 1, 1, &size);
+  es_quantizer *q;
+  ES_CHECK_RC(es_quantizer_create(bytes, size, NULL, &q));
+  float xs[C_IN * HW * HW];
+  es_tensor x;
+  input_of(&x, xs, 7);
+  ES_CHECK_RC(es_quantizer_observe(q, &x, 1));
+  ES_EXPECT_RC(es_quantizer_write(q, path_), ES_ENOTSUP);
+  assert_non_null(strstr(es_last_error_detail(), "Softmax"));
+  assert_int_equal(access(path_, F_OK), -1); /* nothing written */
+  es_quantizer_destroy(q);
+  free(bytes);
+  /* over the last axis it means the same at 13 */
+  bytes = small_model(9, 1, 3, &size);
+  ES_CHECK_RC(es_quantizer_create(bytes, size, NULL, &q));
+  ES_CHECK_RC(es_quantizer_observe(q, &x, 1));
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  es_quantizer_destroy(q);
+  free(bytes);
+  unlink(path_);
+}
+
+static void test_bad_input(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = small_model(13, 0, 0, &size);
+  es_quantizer *q = NULL;
+  ES_EXPECT_RC(es_quantizer_create(bytes, size / 2, NULL, &q), ES_EMODEL);
+  assert_null(q);
+  es_quant_options o;
+  es_quant_options_default(&o);
+  o.method = ES_QUANT_PERCENTILE;
+  o.percentile = 40;
+  ES_EXPECT_RC(es_quantizer_create(bytes, size, &o, &q), ES_EINVAL);
+  o.percentile = 99.9;
+  o.target_db = -1;
+  ES_EXPECT_RC(es_quantizer_create(bytes, size, &o, &q), ES_EINVAL);
+  ES_EXPECT_RC(es_quantizer_create(NULL, size, NULL, &q), ES_EINVAL);
+  /* opset 13 already: written as it is, Clip's bounds as inputs */
+  ES_CHECK_RC(es_quantizer_create(bytes, size, NULL, &q));
+  float xs[C_IN * HW * HW];
+  es_tensor x;
+  input_of(&x, xs, 9);
+  x.dims[2] = HW + 1; /* a shape the model refuses */
+  x.nbytes = sizeof(float) * C_IN * (HW + 1) * HW;
+  assert_true(es_quantizer_observe(q, &x, 1) < 0);
+  es_quantizer_destroy(q);
+  free(bytes);
+}
+
+/* The accuracy search keeps every node in int8 when the target is met. */
+static void test_target_met(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = small_model(13, 0, 0, &size);
+  es_quant_options o;
+  es_quant_options_default(&o);
+  o.target_db = 20;
+  es_quantizer *q;
+  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+  float xs[C_IN * HW * HW];
+  es_tensor x;
+  input_of(&x, xs, 11);
+  ES_CHECK_RC(es_quantizer_observe(q, &x, 1));
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  es_quant_stats st;
+  ES_CHECK_RC(es_quantizer_stats(q, &st));
+  assert_int_equal(st.auto_excluded, 0);
+  assert_int_equal(st.nodes_quantized, 2);
+  assert_true(st.sqnr_db >= 20);
+  es_quantizer_destroy(q);
+  /* a target no 8-bit model reaches: every node stays float */
+  o.target_db = 150;
+  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+  ES_CHECK_RC(es_quantizer_observe(q, &x, 1));
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  ES_CHECK_RC(es_quantizer_stats(q, &st));
+  assert_int_equal(st.nodes_quantized, 0);
+  assert_int_equal(st.auto_excluded, 2);
+  es_quantizer_destroy(q);
+  free(bytes);
+  unlink(path_);
+}
+
+int main(void) {
+  snprintf(path_, sizeof path_, "/tmp/es-quantize-%d.onnx", (int)getpid());
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_quantize_and_run),
+      cmocka_unit_test(test_softmax_refused),
+      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_target_met),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
