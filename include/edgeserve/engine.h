@@ -61,6 +61,9 @@ typedef struct es_model_stats {
                                      check out (removed): those plans made their own */
   int64_t ir_version;
   size_t weights_resident; /* of weight_bytes, pages resident in RAM now (mincore) */
+  size_t int8_nodes;       /* convolutions and matrix products that run in int8 (QLinearConv,
+                              QLinearMatMul: a QDQ model's are lowered to them at load) */
+  size_t float_nodes;      /* those that run in float32 (Conv, ConvTranspose, MatMul, Gemm) */
 } es_model_stats;
 
 /* Load an ONNX file. A malformed, truncated or hostile file gives an error

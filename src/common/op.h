@@ -185,7 +185,8 @@
   XX(Scan, 9)                                                                  \
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
-  XX(LayerNorm, ES_OP_INTERNAL)
+  XX(LayerNorm, ES_OP_INTERNAL)                                                \
+  XX(QLookup, ES_OP_INTERNAL)
 
 typedef enum es_op {
   ES_OP_UNKNOWN = 0,

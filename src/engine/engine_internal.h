@@ -41,6 +41,16 @@ static inline es_knode es__knode_of(const es_node *nd) {
  * ES_ENOMEM) naming the node when evaluating a constant node fails other
  * than with ES_ENOTSUP. */
 int es__graph_fold(es_graph *g);
+/* fuse_qdq.c: QDQ convolutions (DQ -> Conv [-> Relu] -> Q) to QLinearConv,
+ * the int8 kernel; before folding, which would make their weights float.
+ * Skipped with fusion off. */
+int es__graph_lower_qdq(es_graph *g);
+/* fuse_qdq.c: DequantizeLinear -> elementwise float ops -> QuantizeLinear
+ * (one 8-bit input) to one QLookup table; after folding. Skipped with
+ * fusion off. */
+int es__graph_lower_lookups(es_graph *g);
+/* 0 after es_engine_fusion_set(0). */
+int es__graph_fusion_enabled(void);
 /* fuse.c: activations and residual Adds into the Conv before them,
  * elementwise chains into one node, the LayerNorm pattern into one node.
  * Runs after folding, before sealing. Skipped when es_engine_set_fusion(0)

@@ -679,11 +679,16 @@ static _Atomic int fusion_on_ = 1;
 
 void es_engine_fusion_set(int on) { atomic_store(&fusion_on_, on ? 1 : 0); }
 
+int es__graph_fusion_enabled(void) { return atomic_load(&fusion_on_); }
+
 int es__graph_fuse(es_graph *g) {
   if (g->weights)
     return es__fail(ES_ESTATE, "nodes can only be fused before the weights are sealed");
   if (!atomic_load(&fusion_on_))
     return 0;
+  int lrc = es__graph_lower_lookups(g);
+  if (lrc < 0)
+    return lrc;
   es__graph_reindex(g);
   fuser f = {.g = g};
   f.gone = es_mem_calloc(ES_MEM_MODEL, (size_t)g->n_nodes + 1, 1);

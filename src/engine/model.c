@@ -70,7 +70,7 @@ static int graph_prepare(const void *data, size_t size, es_weights *file, es_gra
   int rc = file ? es__onnx_load_file(file, g) : es__onnx_load_keep(data, size, g);
   if (rc < 0)
     return rc;
-  if ((rc = es__graph_fold(g)) == 0)
+  if ((rc = es__graph_lower_qdq(g)) == 0 && (rc = es__graph_fold(g)) == 0)
     rc = es__graph_check(g, l);
   if (rc < 0)
     es__graph_fini(g);
@@ -528,6 +528,13 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->folded_nodes = (size_t)m->g.folded_nodes;
   out->folded_bn = (size_t)m->g.folded_bn;
   out->elided = (size_t)m->g.elided;
+  out->int8_nodes = out->float_nodes = 0;
+  for (int i = 0; i < m->g.n_nodes; i++) {
+    es_op op = m->g.nodes[i].op;
+    out->int8_nodes += op == ES_OP_QLinearConv || op == ES_OP_QLinearMatMul;
+    out->float_nodes += op == ES_OP_Conv || op == ES_OP_ConvTranspose || op == ES_OP_MatMul ||
+                        op == ES_OP_Gemm;
+  }
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
   out->compiled = m->compiled;

@@ -133,6 +133,11 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
 
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p) {
+  return es__dnnl_prim_create_q(k, op_desc, post, NULL, p);
+}
+
+int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+                           const es_dnnl_quant *q, es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
   int rc = dnnl_engine_get(k->label, &eng);
   if (rc < 0)
@@ -146,6 +151,16 @@ int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_p
   st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
   if (st == dnnl_success && post)
     st = dnnl_primitive_attr_set_post_ops(attr, post);
+  /* int8: the scales and zero points are the model's constants, fixed in
+   * the primitive (oneDNN 2.6's int8 convolutions take runtime ones only in
+   * its reference kernels) */
+  if (st == dnnl_success && q)
+    st = dnnl_primitive_attr_set_output_scales(attr, q->n_scales, q->n_scales > 1 ? 2 : 0,
+                                               q->scales);
+  if (st == dnnl_success && q && q->zp_src)
+    st = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &q->zp_src);
+  if (st == dnnl_success && q && q->zp_dst)
+    st = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_DST, 1, 0, &q->zp_dst);
   if (st == dnnl_success)
     st = dnnl_primitive_desc_create(&p->pd, op_desc, attr, eng, NULL);
   dnnl_primitive_attr_destroy(attr);

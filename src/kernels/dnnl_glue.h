@@ -52,6 +52,19 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p);
 
+/* An int8 primitive's requantization: dst = scales[c] * (sum + bias),
+ * after the post-ops plus zp_dst, with zp_src taken from the source's
+ * values; one scale (n_scales 1) or one per output channel (dim 1). */
+typedef struct es_dnnl_quant {
+  const float *scales;
+  int64_t n_scales;
+  int32_t zp_src, zp_dst;
+} es_dnnl_quant;
+
+/* es__dnnl_prim_create with an int8 primitive's scales and zero points. */
+int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
+                           const es_dnnl_quant *q, es_dnnl_prim *p);
+
 /* The fused post-ops as oneDNN's attribute, appended to po: eltwise ops
  * where oneDNN has them (HardSigmoid, missing from 2.6, is linear then
  * clip), the residual as a binary add whose second operand is described

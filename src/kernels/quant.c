@@ -38,6 +38,7 @@
  * zero points once per output element (sum (a - za)(b - zb) =
  * sum (a - za) b - zb sum (a - za)), keeping the inner loop a plain
  * multiply-add. */
+#include "kernels/dnnl_glue.h"
 #include "kernels/kernel.h"
 #include "kernels/walk.h"
 
@@ -196,6 +197,8 @@ typedef struct q_map {
   int64_t so, sa, si;
 } q_map;
 
+static int q_per_tensor(const q_map *m) { return m->outer <= 1 && m->inner == 1 && m->sa == 0; }
+
 typedef struct qlin_params {
   q_map map;
   es_dtype xt, yt; /* element types of the input and the output */
@@ -333,7 +336,57 @@ static int qlin_infer(es_kinst *k) {
   if ((rc = q_map_parse(k, &p->map)) < 0)
     return rc;
   k->inplace = -1;
-  return q_out_set(k, 0, p->yt, x->rank, x->dims);
+  /* Per tensor, the element order does not matter: a channels-last x
+   * (an int8 convolution's output) gives a channels-last y, with no
+   * conversion between. Per axis or block, the walk is plain. */
+  int per_tensor = q_per_tensor(&p->map);
+  k->want_plain = 0;
+  if (x->layout != ES_LAYOUT_PLAIN && !per_tensor) {
+    k->want_plain = 1u;
+    return ES_KRELAYOUT;
+  }
+  if ((rc = q_out_set(k, 0, p->yt, x->rank, x->dims)) < 0)
+    return rc;
+  k->out[0]->layout = x->layout;
+  return 0;
+}
+
+/* Per tensor, float to 8 bits, in loops the compiler vectorises: clamping
+ * to the range before rounding gives what rounding first does (the bounds
+ * are integers), and once |v| <= 2^8, (v + 1.5 * 2^23) - 1.5 * 2^23 is
+ * rint(v) (round half to even, the default mode the reference uses); NaN
+ * becomes 0 first, so the zero point, as in q_round_sat. */
+#define Q_MAGIC 12582912.0f
+ES_KCLONES static void quant_u8(const float *restrict x, float s, int32_t zp, uint8_t *restrict y, int64_t n) {
+  const float lo = (float)(0 - zp), hi = (float)(255 - zp);
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i] / s;
+    v = v == v ? v : 0.0f;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    y[i] = (uint8_t)((int32_t)((v + Q_MAGIC) - Q_MAGIC) + zp);
+  }
+}
+
+ES_KCLONES static void quant_s8(const float *restrict x, float s, int32_t zp, int8_t *restrict y, int64_t n) {
+  const float lo = (float)(-128 - zp), hi = (float)(127 - zp);
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i] / s;
+    v = v == v ? v : 0.0f;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    y[i] = (int8_t)((int32_t)((v + Q_MAGIC) - Q_MAGIC) + zp);
+  }
+}
+
+ES_KCLONES static void dequant_u8(const uint8_t *restrict x, float s, int32_t zp, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = (float)((int32_t)x[i] - zp) * s;
+}
+
+ES_KCLONES static void dequant_s8(const int8_t *restrict x, float s, int32_t zp, float *restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = (float)((int32_t)x[i] - zp) * s;
 }
 
 static int quant_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -343,6 +396,14 @@ static int quant_run(const es_kinst *k, const void *const *in, void *const *out,
   const float *s = in[1];
   const void *z = p->has_zp ? in[2] : NULL;
   int ysg = p->yt == ES_DTYPE_INT8;
+  if (q_per_tensor(m) && p->xt == ES_DTYPE_FLOAT) {
+    int32_t zp = z ? q_at8(z, ysg, 0) : 0;
+    if (ysg)
+      quant_s8(in[0], s[0], zp, out[0], m->d);
+    else
+      quant_u8(in[0], s[0], zp, out[0], m->d);
+    return 0;
+  }
   int64_t e = 0;
   for (int64_t o = 0; o < m->outer; o++)
     for (int64_t a = 0; a < m->d; a++) {
@@ -365,6 +426,14 @@ static int dequant_run(const es_kinst *k, const void *const *in, void *const *ou
   const float *s = in[1];
   const void *z = p->has_zp ? in[2] : NULL;
   float *y = out[0];
+  if (q_per_tensor(m) && q_is_8bit(p->xt)) {
+    int32_t zp = z ? (int32_t)q_at(z, p->xt, 0) : 0;
+    if (p->xt == ES_DTYPE_INT8)
+      dequant_s8(in[0], s[0], zp, y, m->d);
+    else
+      dequant_u8(in[0], s[0], zp, y, m->d);
+    return 0;
+  }
   int64_t e = 0;
   for (int64_t o = 0; o < m->outer; o++)
     for (int64_t a = 0; a < m->d; a++) {
@@ -683,7 +752,7 @@ typedef struct qconv_params {
   int nsp;                 /* spatial rank: 1..3 */
   int64_t n, c, m, g;      /* batch, input channels, output channels, groups */
   /* spatial geometry right-aligned in 3 slots (leading ones: size 1) */
-  int64_t in[3], out[3], ker[3], str[3], dil[3], pb[3];
+  int64_t in[3], out[3], ker[3], str[3], dil[3], pb[3], pe[3];
   int xs, ws, ys;          /* X, W, Y signed */
   int has_zx, has_zw;
   int zw_per;              /* W's zero point per output channel */
@@ -692,6 +761,10 @@ typedef struct qconv_params {
   int32_t lo, hi;
   int64_t ivol, ovol, kvol; /* spatial volumes of x, y and the kernel */
   int empty;                /* the output has no element: run does nothing */
+  int relu;                 /* QLinearConv: "activation" 1 (set when a Relu was fused) */
+  int use_dnnl, nhwc;       /* oneDNN's int8 convolution, channels-last */
+  es_dnnl_prim dnnl;
+  float *scales;            /* its requantization: x_scale * w_scale[c] / y_scale */
 } qconv_params;
 
 /* Input indices: X, W, x's zero point, w's zero point (ConvInteger 0 1 2 3;
@@ -782,7 +855,7 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
     int i = s - (3 - nsp);
     if (i < 0) {
       p->in[s] = p->out[s] = p->ker[s] = p->str[s] = p->dil[s] = 1;
-      p->pb[s] = 0;
+      p->pb[s] = p->pe[s] = 0;
       continue;
     }
     p->in[s] = x->dims[2 + i];
@@ -808,8 +881,86 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
                       "than the padded input %lld on spatial axis %d", (long long)dk,
                       (long long)p->ker[s], (long long)p->dil[s], (long long)span, i);
     p->out[s] = (span - dk) / p->str[s] + 1;
+    p->pe[s] = pe;
   }
   return 0;
+}
+
+/* oneDNN's int8 convolution (VNNI where the CPU has it) runs a
+ * QLinearConv whose parameters are the model's constants: a 2-D
+ * convolution, weights int8 with zero points 0 (symmetric, as quantizers
+ * write them), scales and zero points known while planning. Anything else
+ * keeps the exact loops below. */
+static int qconv_dnnl_fits(const es_kinst *k, const qconv_params *p) {
+  if (!p->qlinear || p->nsp != 2 || p->ws != 1 || p->empty)
+    return 0;
+  for (int i = 1; i < k->n_in; i++)
+    if (i != 3 && k->in[i] && !k->in_static[i])
+      return 0;
+  if (!k->in_static[3])
+    return 0;
+  if (p->has_zw) {
+    const int8_t *zw = k->in_static[5];
+    for (size_t i = 0; i < k->in[5]->count; i++)
+      if (zw[i] != 0)
+        return 0;
+  }
+  return 1;
+}
+
+static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
+  int64_t g = p->g;
+  dnnl_dims_t xd = {p->n, p->c, p->in[1], p->in[2]}, yd = {p->n, p->m, p->out[1], p->out[2]};
+  dnnl_dims_t bd = {p->m}, wg = {g, p->m / g, p->c / g, p->ker[1], p->ker[2]};
+  dnnl_dims_t w1 = {p->m, p->c, p->ker[1], p->ker[2]};
+  dnnl_dims_t st = {p->str[1], p->str[2]}, dl = {p->dil[1] - 1, p->dil[2] - 1};
+  dnnl_dims_t pl = {p->pb[1], p->pb[2]}, pr = {p->pe[1], p->pe[2]};
+  dnnl_data_type_t xt = p->xs ? dnnl_s8 : dnnl_u8, yt = p->ys ? dnnl_s8 : dnnl_u8;
+  dnnl_format_tag_t act = p->nhwc ? dnnl_nhwc : dnnl_nchw;
+  dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
+  const int64_t *wdims = g > 1 ? wg : w1;
+  int wnd = g > 1 ? 5 : 4;
+  dnnl_status_t stt = dnnl_memory_desc_init_by_tag(&xmd, 4, xd, xt, act);
+  if (stt == dnnl_success)
+    stt = dnnl_memory_desc_init_by_tag(&ymd, 4, yd, yt, act);
+  if (stt == dnnl_success)
+    stt = dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_s32, dnnl_x);
+  if (stt == dnnl_success)
+    stt = dnnl_memory_desc_init_by_tag(&wuser, wnd, wdims, dnnl_s8, g > 1 ? dnnl_goihw : dnnl_oihw);
+  if (stt == dnnl_success)
+    stt = dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
+  if (stt != dnnl_success)
+    return es__dnnl_fail(k, stt, "describing the int8 tensors");
+  const float *sx = k->in_static[1], *sw = k->in_static[4], *sy = k->in_static[6];
+  int64_t ns = p->sw_per ? p->m : 1;
+  if (!(p->scales = es__kinst_alloc(k, (size_t)ns * sizeof *p->scales)))
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the scales");
+  for (int64_t c = 0; c < ns; c++)
+    p->scales[c] = sx[0] * sw[c] / sy[0]; /* as the loops compute it */
+  es_dnnl_quant q = {p->scales, ns, p->has_zx ? q_at8(k->in_static[2], p->xs, 0) : 0,
+                     q_at8(k->in_static[7], p->ys, 0)};
+  dnnl_post_ops_t po = NULL;
+  if (p->relu) {
+    stt = dnnl_post_ops_create(&po);
+    if (stt == dnnl_success)
+      stt = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (stt != dnnl_success) {
+      if (po)
+        dnnl_post_ops_destroy(po);
+      return es__dnnl_fail(k, stt, "describing the fused Relu");
+    }
+  }
+  dnnl_convolution_desc_t d;
+  stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                   dnnl_convolution_direct, &xmd, &wany,
+                                                   p->has_bias ? &bmd : NULL, &ymd, st, dl, pl, pr);
+  int rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the int8 convolution")
+                               : es__dnnl_prim_create_q(k, &d, po, &q, &p->dnnl);
+  if (po)
+    dnnl_post_ops_destroy(po);
+  if (rc == 0)
+    rc = es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[3]);
+  return rc;
 }
 
 static int qconv_infer(es_kinst *k) {
@@ -887,10 +1038,41 @@ static int qconv_infer(es_kinst *k) {
   k->inplace = -1;
   if (p->empty)
     return 0;
-  if (p->qlinear)
-    k->scratch_bytes = (size_t)p->ovol * sizeof(uint32_t);
   k->flops = 2 * (uint64_t)k->out[0]->count * (uint64_t)(p->c / p->g) * (uint64_t)p->kvol;
+  if (p->qlinear) {
+    int64_t act;
+    if ((rc = es__attr_int(k, "activation", 0, &act)) < 0)
+      return rc;
+    if (act != 0 && act != 1)
+      return ES_KFAIL(k, ES_EMODEL, "activation %lld is not 0 (none) or 1 (Relu)", (long long)act);
+    p->relu = act == 1;
+  }
+  /* oneDNN runs channels-last inside a model's plan (the planner converts
+   * a plain x for it), or when x already is; the loops read plain tensors */
+  p->use_dnnl = !es__kernels_reference() && qconv_dnnl_fits(k, p);
+  p->nhwc = p->use_dnnl && (k->in[0]->layout == ES_LAYOUT_NHWC || k->prep);
+  if (p->use_dnnl &&
+      (rc = es__dnnl_setup_done(k, &p->dnnl, qconv_dnnl_setup(k, p), &p->use_dnnl)) < 0)
+    return rc;
+  if (!p->use_dnnl) {
+    p->nhwc = 0;
+    k->scratch_bytes = p->qlinear ? (size_t)p->ovol * sizeof(uint32_t) : 0;
+  }
+  k->want_plain = k->want_nhwc = 0;
+  if ((k->in[0]->layout == ES_LAYOUT_NHWC) != p->nhwc) {
+    *(p->nhwc ? &k->want_nhwc : &k->want_plain) |= 1u;
+    es__dnnl_prim_destroy(&p->dnnl);
+    return ES_KRELAYOUT;
+  }
+  if (p->nhwc)
+    k->out[0]->layout = ES_LAYOUT_NHWC;
   return 0;
+}
+
+static void qconv_release(es_kinst *k) {
+  qconv_params *p = k->params;
+  if (p)
+    es__dnnl_prim_destroy(&p->dnnl);
 }
 
 /* The output positions o in [0, out) whose input o * st - pb + tap lies in
@@ -947,6 +1129,9 @@ static int qconv_run(const es_kinst *k, const void *const *in, void *const *out,
   const void *x = in[ix[QC_X]], *w = in[ix[QC_W]];
   if (p->empty)
     return 0;
+  if (p->use_dnnl)
+    return es__dnnl_prim_run(k, &p->dnnl, x, p->dnnl.weights ? p->dnnl.weights : w,
+                             p->has_bias ? in[8] : NULL, out[0], NULL, scratch);
   int32_t zx = p->has_zx ? q_at8(in[ix[QC_ZX]], p->xs, 0) : 0;
   int64_t ovol = p->ovol;
   for (int64_t nb = 0; nb < p->n; nb++)
@@ -963,10 +1148,58 @@ static int qconv_run(const es_kinst *k, const void *const *in, void *const *out,
       int32_t zy = q_at8(in[7], p->ys, 0);
       uint32_t bias = p->has_bias ? (uint32_t)((const int32_t *)in[8])[oc] : 0;
       float mult = sx[0] * sw[p->sw_per ? oc : 0] / sy[0];
-      for (int64_t e = 0; e < ovol; e++)
-        q_store8(out[0], p->ys, obase + e,
-                 q_round_sat((float)(int32_t)(acc[e] + bias) * mult, zy, p->lo, p->hi));
+      for (int64_t e = 0; e < ovol; e++) {
+        float v = (float)(int32_t)(acc[e] + bias) * mult;
+        q_store8(out[0], p->ys, obase + e, q_round_sat(p->relu && v < 0 ? 0 : v, zy, p->lo, p->hi));
+      }
     }
+  return 0;
+}
+
+/* ==========================================================================
+ * QLookup (internal): y = table[x] for 8-bit x and y
+ * ======================================================================== */
+
+/* What a QDQ model's DequantizeLinear -> elementwise float ops ->
+ * QuantizeLinear becomes at load (engine/fuse_qdq.c): 256 possible inputs,
+ * so the float chain is evaluated once per value and the run is one table
+ * read per element. Input 1 is the 256-entry table (constant), indexed by
+ * x's byte (an int8 value v at (uint8_t)v). Any layout: y keeps x's. */
+typedef struct qlookup_params {
+  size_t count;
+} qlookup_params;
+
+static int qlookup_infer(es_kinst *k) {
+  qlookup_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  int rc;
+  if ((rc = q_io(k, 2, 2)) < 0 || (rc = q_need(k, 0, "x")) < 0 || (rc = q_need(k, 1, "table")) < 0)
+    return rc;
+  const es_tdesc *x = k->in[0], *t = k->in[1];
+  if ((rc = q_dtype_8bit(k, x, "x")) < 0 || (rc = q_dtype_8bit(k, t, "table")) < 0)
+    return rc;
+  if (t->count != 256)
+    return ES_KFAIL(k, ES_EMODEL, "the table has %zu entries, expected 256", t->count);
+  if ((rc = q_out_set(k, 0, t->dtype, x->rank, x->dims)) < 0)
+    return rc;
+  k->out[0]->layout = x->layout;
+  p->count = x->count;
+  k->inplace = 0;
+  return 0;
+}
+
+ES_KCLONES static void qlookup_bytes(const uint8_t *restrict x, const uint8_t *restrict t,
+                                     uint8_t *y, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    y[i] = t[x[i]];
+}
+
+static int qlookup_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const qlookup_params *p = k->params;
+  qlookup_bytes(in[0], in[1], out[0], p->count);
   return 0;
 }
 
@@ -974,11 +1207,12 @@ static int qconv_run(const es_kinst *k, const void *const *in, void *const *out,
  * Family
  * ======================================================================== */
 
-static const es_kernel quant_kernel = {qlin_infer, quant_run, NULL, 0};
-static const es_kernel dequant_kernel = {qlin_infer, dequant_run, NULL, 0};
+static const es_kernel quant_kernel = {qlin_infer, quant_run, NULL, 1};
+static const es_kernel dequant_kernel = {qlin_infer, dequant_run, NULL, 1};
 static const es_kernel dql_kernel = {dql_infer, dql_run, NULL, 0};
 static const es_kernel qmm_kernel = {qmm_infer, qmm_run, NULL, 0};
-static const es_kernel qconv_kernel = {qconv_infer, qconv_run, NULL, 0};
+static const es_kernel qconv_kernel = {qconv_infer, qconv_run, qconv_release, 1};
+static const es_kernel qlookup_kernel = {qlookup_infer, qlookup_run, NULL, 1};
 
 const es_kernel *es__kernels_quant(es_op op) {
   switch (op) {
@@ -994,6 +1228,8 @@ const es_kernel *es__kernels_quant(es_op op) {
   case ES_OP_ConvInteger:
   case ES_OP_QLinearConv:
     return &qconv_kernel;
+  case ES_OP_QLookup:
+    return &qlookup_kernel;
   default:
     return NULL;
   }

@@ -740,6 +740,79 @@ static void test_conv_integer(void **state) {
   }
 }
 
+/* QLinearConv as QDQ models lower it (int8 weights with zero points 0,
+ * constant scales and zero points, 2-D): oneDNN's int8 convolution, plain
+ * and channels-last, with and without the fused Relu ("activation" 1),
+ * gives exactly what the rule gives, as the loops do. */
+static void test_qlinearconv_int8(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int r = 0; r < 32; r++) {
+    conv_case cc;
+    random_case(&seed, 2, &cc);
+    es_dtype xt = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8, yt = r & 2 ? ES_DTYPE_INT8
+                                                                     : ES_DTYPE_UINT8;
+    int per_ch = (r >> 2) & 1, relu = (r >> 3) & 1, nhwc = (r >> 4) & 1, has_bias = r % 3 != 0;
+    int64_t xd[4] = {cc.n, cc.c, cc.in[0], cc.in[1]}, wd[4] = {cc.m, cc.c / cc.g, cc.ker[0],
+                                                             cc.ker[1]};
+    int64_t yd[4] = {cc.n, cc.m, conv_out(&cc, 0), conv_out(&cc, 1)};
+    size_t nx = count_of(xd, 4), nw = count_of(wd, 4), ny = count_of(yd, 4);
+    uint8_t *x = malloc(nx), zx, zy;
+    int8_t *w = malloc(nw), zw[6] = {0};
+    int32_t zw32[6] = {0}, bias[6];
+    rand_q(&seed, x, xt, nx);
+    rand_q(&seed, w, ES_DTYPE_INT8, nw);
+    rand_q(&seed, &zx, xt, 1);
+    rand_q(&seed, &zy, yt, 1);
+    for (int i = 0; i < 6; i++)
+      bias[i] = (int32_t)rnd(&seed, -5000, 5000);
+    float sx = 0.02f, sy = 0.7f, sw[6];
+    kh_rand_f32(&seed, sw, 6, 0.001f, 0.1f);
+    int64_t pads[4];
+    es_attr attrs[5];
+    conv_attrs(&cc, pads, attrs);
+    attrs[4] = KH_INT("activation", relu);
+    int64_t *want = malloc(ny * sizeof *want);
+    conv_ref(&cc, x, xt, get_q(&zx, xt, 0), w, ES_DTYPE_INT8, zw32, want);
+    es_tdesc xdesc = kh_td(xt, 4, xd), wdesc = kh_td(ES_DTYPE_INT8, 4, wd);
+    es_tdesc zxd = kh_td(xt, 0, NULL), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+             zyd = kh_td(yt, 0, NULL),
+             swd = per_ch ? KH_TD(ES_DTYPE_FLOAT, cc.m) : KH_TD(ES_DTYPE_FLOAT, 1),
+             zwd = per_ch ? KH_TD(ES_DTYPE_INT8, cc.m) : KH_TD(ES_DTYPE_INT8, 1),
+             bd = KH_TD(ES_DTYPE_INT32, cc.m), out;
+    es_tdesc xin = nhwc ? kh_as_nhwc(xdesc) : xdesc;
+    void *xdata = nhwc ? kh_reorder4(x, &xdesc, 1) : x;
+    es_knode node = kh_knode(ES_OP_QLinearConv, attrs, 5);
+    const es_tdesc *in[9] = {&xin, &s0, &zxd, &wdesc, &swd, &zwd, &s0, &zyd, &bd};
+    const void *data[9] = {xdata, &sx, &zx, w, sw, zw, &sy, &zy, bias};
+    es_kinst k;
+    kh_opts o = {.opset = 13, .dyn = 1u, .k_out = &k};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &o, has_bias ? 9 : 8, in, data, 1, &out, &od));
+    /* channels-last in gives channels-last out: oneDNN's path took it */
+    assert_int_equal(out.layout, nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN);
+    void *plain = nhwc ? kh_reorder4(od, &out, 0) : od;
+    int64_t ovol = (int64_t)ny / (cc.n * cc.m);
+    for (size_t i = 0; i < ny; i++) {
+      int64_t oc = ((int64_t)i / ovol) % cc.m;
+      int32_t acc = (int32_t)want[i] + (has_bias ? bias[oc] : 0);
+      float v = (float)acc * (sx * sw[per_ch ? oc : 0] / sy);
+      int32_t wq = want_q(relu && v < 0 ? 0.0f : v, get_q(&zy, yt, 0), yt);
+      if (get_q(plain, yt, i) != wq)
+        fail_msg("int8 QLinearConv case %d [%zu]: %d, expected %d", r, i, get_q(plain, yt, i),
+                 wq);
+    }
+    if (nhwc) {
+      es_mem_free(plain);
+      es_mem_free(xdata);
+    }
+    es_mem_free(od);
+    free(want);
+    free(x);
+    free(w);
+  }
+}
+
 static void test_conv_errors(void **state) {
   (void)state;
   uint8_t buf[512] = {0};
@@ -898,6 +971,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_errors),
       cmocka_unit_test(test_conv_integer),
       cmocka_unit_test(test_conv_errors),
+      cmocka_unit_test(test_qlinearconv_int8),
       cmocka_unit_test(test_qdq_weights_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

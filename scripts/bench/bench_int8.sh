@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# int8 against FP32, edgeserve against ONNX Runtime, in one run (issue 16):
+# each model quantized by `edgeserve quantize` (calibration made here:
+# rendered pages and lines, the scikit-image photos), then edgeserve FP32,
+# edgeserve int8, ONNX Runtime FP32 and ONNX Runtime int8 (the same QDQ
+# file) timed one after the other, R interleaved rounds (median of the
+# rounds' medians), one thread each, on the same input. Prints the latency
+# table, the ratios the issue sets goals for, and the weight bytes the
+# engine holds for each file.
+#   scripts/bench/bench_int8.sh [--rounds R] [--iters N] [--only "det rec cls front back"]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rounds=3 iters=30 only=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds R] [--iters N] [--only \"det rec cls front back\"]" >&2; exit 2 ;;
+  esac
+done
+want() { [ -z "$only" ] || grep -qw "$1" <<<"$only"; }
+es=${ES_BIN:-build-release/edgeserve}
+[ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
+scripts/setup/fetch-models.sh >/dev/null
+scripts/setup/fetch-images.sh >/dev/null
+scripts/setup/install-ort.sh >/dev/null
+models=.cache/models images=.cache/images ort=scripts/ort
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+text() { # OUT.ppm W H POINTSIZE TEXT
+  convert -size "$2x$3" xc:white -font DejaVu-Sans -fill black -pointsize "$4" -annotate +8+$(($3 * 3 / 4)) "$5" -depth 8 "$1"
+}
+mkdir -p "$work/cal_det" "$work/cal_face" "$work/cal_rec" "$work/cal_cls"
+i=0
+for t in 'edgeserve reads text 1234' 'INVOICE No 2026-0042' 'the quick brown fox'; do
+  i=$((i + 1))
+  text "$work/p$i.ppm" 640 480 $((20 + 8 * i)) "$t"
+  convert "$work/p$i.ppm" "$work/cal_det/p$i.png"
+done
+cp "$images/coffee.png" "$work/cal_det/"
+cp "$images/astronaut.png" "$images/coffee.png" "$work/cal_face/"
+convert "$images/astronaut.png" -flop "$work/cal_face/flop.png"
+for t in 'Serial 4711' 'edge boxes 2026' 'camera gateway' 'OCR quantized int8'; do
+  i=$((i + 1))
+  text "$work/l.ppm" 320 48 26 "$t"
+  node $ort/image_npy.js "$work/l.ppm" "$work/cal_rec/l$i.npy" --norm half
+  text "$work/l.ppm" 192 48 26 "$t"
+  node $ort/image_npy.js "$work/l.ppm" "$work/cal_cls/l$i.npy" --norm half
+done
+text "$work/page.ppm" 640 640 36 'Serial 4711-0815 OK  HELLO 2026'
+node $ort/image_npy.js "$work/page.ppm" "$work/det_in.npy"
+text "$work/l.ppm" 320 48 28 'Plate B-EV 2042'
+node $ort/image_npy.js "$work/l.ppm" "$work/rec_in.npy" --norm half
+text "$work/l.ppm" 192 48 28 'Plate B-EV 2042'
+node $ort/image_npy.js "$work/l.ppm" "$work/cls_in.npy" --norm half
+
+# name model calibration-folder options... (input: the first saved sample for faces)
+cases=()
+want det && cases+=("det ppocr_det cal_det det_in.npy --preprocess ocr-det:640 --method percentile")
+want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25")
+want cls && cases+=("cls ppocr_cls cal_cls cls_in.npy")
+want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 20")
+want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --target-db 25")
+for c in "${cases[@]}"; do
+  read -r name model cal input opts <<<"$c"
+  # shellcheck disable=SC2086
+  "$es" quantize "$models/$model.onnx" -o "$work/$name.int8.onnx" --calibrate "$work/$cal" \
+    --save-inputs "$work/in_$name" $opts >"$work/$name.q.log"
+  [ "$input" = - ] && cp "$work/in_$name/0000.npy" "$work/${name}_in.npy" || true
+done
+
+es_ms() { "$es" bench "$1" "$2" --iters "$iters" 2>&1 | awk '/latency ms/ {print $4}'; }
+ort_ms() { node $ort/ort_run.js "$1" - "$2" --repeat "$iters" --warmup 3 | awk '/latency ms/ {print $4}'; }
+for r in $(seq 1 "$rounds"); do
+  for c in "${cases[@]}"; do
+    read -r name model _ <<<"$c"
+    in="$work/${name}_in.npy"
+    echo "$name $r es32 $(es_ms "$models/$model.onnx" "$in")" >>"$work/times"
+    echo "$name $r es8 $(es_ms "$work/$name.int8.onnx" "$in")" >>"$work/times"
+    echo "$name $r ort32 $(ort_ms "$models/$model.onnx" "$in")" >>"$work/times"
+    echo "$name $r ort8 $(ort_ms "$work/$name.int8.onnx" "$in")" >>"$work/times"
+  done
+done
+for c in "${cases[@]}"; do
+  read -r name model _ <<<"$c"
+  w32=$("$es" inspect "$models/$model.onnx" | awk '/^weights:/ {print $2}')
+  w8=$("$es" inspect "$work/$name.int8.onnx" | awk '/^weights:/ {print $2}')
+  prec=$("$es" inspect "$work/$name.int8.onnx" | awk '/^precision:/ {print $2 " of " $2 + $9}')
+  echo "$name $w32 $w8 $prec" >>"$work/weights"
+done
+echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $iters runs, one thread"
+node - "$work/times" "$work/weights" <<'EOF'
+const fs = require('fs');
+const med = (xs) => { xs = xs.slice().sort((a, b) => a - b); const n = xs.length;
+                      return n % 2 ? xs[(n - 1) / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2; };
+const t = {};
+for (const l of fs.readFileSync(process.argv[2], 'utf8').trim().split('\n')) {
+  const [name, , kind, ms] = l.split(' ');
+  ((t[name] = t[name] || {})[kind] = t[name][kind] || []).push(Number(ms));
+}
+const w = {};
+for (const l of fs.readFileSync(process.argv[3], 'utf8').trim().split('\n')) {
+  const [name, w32, w8, n8, , nall] = l.split(' ');
+  w[name] = { w32: Number(w32), w8: Number(w8), prec: `${n8} of ${nall}` };
+}
+const f = (x) => x.toFixed(2);
+console.log('| model | int8 nodes | edgeserve FP32 ms | edgeserve int8 ms | ORT FP32 ms | ORT int8 ms | int8 / edgeserve FP32 | int8 / ORT int8 | int8 / ORT FP32 | weights FP32 -> int8 (ratio) |');
+console.log('|---|---|---|---|---|---|---|---|---|---|');
+for (const [name, k] of Object.entries(t)) {
+  const m = Object.fromEntries(Object.entries(k).map(([a, v]) => [a, med(v)]));
+  const ww = w[name];
+  console.log(`| ${name} | ${ww.prec} | ${f(m.es32)} | ${f(m.es8)} | ${f(m.ort32)} | ${f(m.ort8)} | ${f(m.es8 / m.es32)} | ` +
+              `${f(m.es8 / m.ort8)} | ${f(m.es8 / m.ort32)} | ${ww.w32} -> ${ww.w8} B (${f(ww.w8 / ww.w32)}) |`);
+}
+console.log('(goals: det int8 <= 0.4x edgeserve FP32 and <= 0.8x ORT int8; rec, cls, BlazeFace int8 <= 0.8x ORT int8;');
+console.log(' int8 weight bytes <= 0.3x FP32. Weights: what the engine holds for the file (inspect).)');
+EOF

@@ -1,0 +1,454 @@
+/* Load-time lowering of QDQ convolutions to QLinearConv, the int8 kernel.
+ *
+ * A QDQ model (what `edgeserve quantize` and ONNX Runtime's quantizer
+ * write) says "int8" with QuantizeLinear / DequantizeLinear around float
+ * operators:
+ *
+ *   xq -> DQ(sx, zx) -> Conv(W: DQ(wq, sw), B: DQ(bq, sx * sw)) [-> Relu] -> Q(sy, zy) -> yq
+ *
+ * which is, by the operators' definitions, QLinearConv(xq, sx, zx, wq, sw,
+ * zw, sy, zy, bq) with the Relu applied before the rounding: the int32 sum
+ * of (xq - zx) * wq plus bq, times sx * sw / sy, rounded, plus zy. The
+ * pass rewrites the pattern to that one node (attribute "activation" 1 for
+ * the Relu), so the kernel runs it as an int8 convolution (oneDNN, VNNI)
+ * reading and writing 8-bit tensors, and the weights stay int8 in memory.
+ * It runs before constant folding, which would otherwise turn DQ(wq) into
+ * float weights.
+ *
+ * Only the exact pattern is taken: constants for every scale and zero
+ * point (x's, y's per tensor), int8 weights with scales per tensor or per
+ * output channel (axis 0), and a bias, when there is one, quantized at
+ * exactly sx * sw (float32 product: what quantizers write). The Conv's and
+ * the Relu's outputs must be read by the next node of the pattern alone.
+ * Anything else is left as it is: the Q/DQ kernels and the float Conv
+ * still give the same numbers, only slower. Results differ from the
+ * unlowered graph where a float sum in another order rounds to another
+ * 8-bit step (ONNX Runtime lowers the same way). Skipped with
+ * es_engine_fusion_set(0). */
+#include "common/internal.h"
+#include "engine/engine_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static int is_const(const es_graph *g, int v) {
+  return v >= 0 && g->values[v].kind == ES_VALUE_CONST && g->values[v].data;
+}
+
+static size_t const_count(const es_graph *g, int v) {
+  size_t n = 1;
+  for (int i = 0; i < g->values[v].rank; i++)
+    n *= (size_t)g->values[v].dims[i];
+  return n;
+}
+
+/* A float32 constant of one element. */
+static int const_scalar_f32(const es_graph *g, int v) {
+  return is_const(g, v) && g->values[v].dtype == ES_DTYPE_FLOAT && const_count(g, v) == 1;
+}
+
+/* The node producing v if it is op, with one output and no guard; else -1. */
+static int producer_is(const es_graph *g, int v, es_op op) {
+  if (v < 0 || g->values[v].producer < 0)
+    return -1;
+  const es_node *n = &g->nodes[g->values[v].producer];
+  return n->op == op && n->n_out == 1 && n->n_guard == 0 ? g->values[v].producer : -1;
+}
+
+/* Read once, by the node after it in the pattern, and not a graph output. */
+static int inner(const es_graph *g, int v) {
+  return v >= 0 && g->values[v].uses == 1 && !g->values[v].is_output;
+}
+
+static int64_t attr_int(const es_node *n, const char *name, int64_t def) {
+  const es_attr *a = es__node_attr(n, name);
+  return a && a->type == ES_ATTR_INT ? a->i : def;
+}
+
+/* xq's element type: its zero point's, or that of the QuantizeLinear
+ * making it (intermediate values have no type before planning), or the
+ * one the file declares. */
+static es_dtype x_type(const es_graph *g, int xq, int zx) {
+  if (zx >= 0)
+    return g->values[zx].dtype;
+  int p = g->values[xq].producer;
+  if (p >= 0 && g->nodes[p].op == ES_OP_QuantizeLinear)
+    return g->nodes[p].n_in > 2 && g->nodes[p].in[2] >= 0 ? g->values[g->nodes[p].in[2]].dtype
+                                                           : ES_DTYPE_UINT8;
+  return g->values[xq].dtype;
+}
+
+/* A zero point of n elements of type t, when the DQ omits it. */
+static int zero_const(es_graph *g, es_dtype t, int64_t n, int *out) {
+  size_t bytes = (size_t)n * es_dtype_size(t);
+  void *z = es_mem_calloc(ES_MEM_MODEL, 1, bytes ? bytes : 1);
+  if (!z)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ convolution");
+  int64_t dims[1] = {n};
+  return es__graph_const_append(g, "", t, n == 1 ? 0 : 1, dims, z, bytes, out);
+}
+
+/* Node qi (a QuantizeLinear) and what it quantizes, as one QLinearConv;
+ * 1 when rewritten, 0 when the pattern does not hold. */
+static int lower_one(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  if (q->n_in != 3 || q->n_out != 1 || q->n_guard || !const_scalar_f32(g, q->in[1]) ||
+      !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1)
+    return 0;
+  int t = q->in[0], relu = 0;
+  if (!inner(g, t))
+    return 0;
+  int ci = producer_is(g, t, ES_OP_Relu);
+  if (ci >= 0) {
+    relu = 1;
+    t = g->nodes[ci].in[0];
+    if (!inner(g, t))
+      return 0;
+  }
+  ci = producer_is(g, t, ES_OP_Conv);
+  if (ci < 0)
+    return 0;
+  const es_node *c = &g->nodes[ci];
+  if (c->n_in < 2)
+    return 0;
+  /* x: DQ(xq, sx[, zx]) */
+  int dx = producer_is(g, c->in[0], ES_OP_DequantizeLinear);
+  if (dx < 0)
+    return 0;
+  const es_node *nx = &g->nodes[dx];
+  int xq = nx->in[0], sx = nx->in[1], zx = nx->n_in > 2 ? nx->in[2] : -1;
+  es_dtype xt = x_type(g, xq, zx);
+  if ((xt != ES_DTYPE_UINT8 && xt != ES_DTYPE_INT8) || !const_scalar_f32(g, sx) ||
+      (zx >= 0 && (!is_const(g, zx) || const_count(g, zx) != 1)))
+    return 0;
+  /* W: DQ(wq int8, sw per tensor or along axis 0[, zw]) */
+  int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
+  if (dw < 0)
+    return 0;
+  const es_node *nw = &g->nodes[dw];
+  int wq = nw->in[0], sw = nw->in[1], zw = nw->n_in > 2 ? nw->in[2] : -1;
+  const es_value *wv = &g->values[wq];
+  if (!is_const(g, wq) || wv->dtype != ES_DTYPE_INT8 || wv->rank < 3 || !is_const(g, sw) ||
+      g->values[sw].dtype != ES_DTYPE_FLOAT)
+    return 0;
+  int64_t m = wv->dims[0], nsw = (int64_t)const_count(g, sw);
+  if (nsw != 1) {
+    int64_t axis = attr_int(nw, "axis", 1);
+    if (g->values[sw].rank != 1 || nsw != m || (axis != 0 && axis != -wv->rank))
+      return 0;
+  }
+  if (zw >= 0 && (!is_const(g, zw) || g->values[zw].dtype != ES_DTYPE_INT8 ||
+                  (int64_t)const_count(g, zw) != nsw))
+    return 0;
+  /* B: DQ(bq int32, sx * sw) */
+  int bq = -1;
+  if (c->n_in > 2 && c->in[2] >= 0) {
+    int db = producer_is(g, c->in[2], ES_OP_DequantizeLinear);
+    if (db < 0)
+      return 0;
+    const es_node *nb = &g->nodes[db];
+    bq = nb->in[0];
+    int sb = nb->in[1];
+    if (!is_const(g, bq) || g->values[bq].dtype != ES_DTYPE_INT32 ||
+        g->values[bq].rank != 1 || g->values[bq].dims[0] != m || !is_const(g, sb) ||
+        g->values[sb].dtype != ES_DTYPE_FLOAT)
+      return 0;
+    if (nb->n_in > 2 && nb->in[2] >= 0) {
+      if (!is_const(g, nb->in[2]) || g->values[nb->in[2]].dtype != ES_DTYPE_INT32)
+        return 0;
+      const int32_t *z = g->values[nb->in[2]].data;
+      for (size_t i = 0; i < const_count(g, nb->in[2]); i++)
+        if (z[i])
+          return 0;
+    }
+    int64_t nsb = (int64_t)const_count(g, sb);
+    if (nsb != 1 && nsb != m)
+      return 0;
+    const float *bs = g->values[sb].data, *ws = g->values[sw].data;
+    float xs = *(const float *)g->values[sx].data;
+    for (int64_t o = 0; o < m; o++) {
+      float want = xs * ws[nsw == 1 ? 0 : o], have = bs[nsb == 1 ? 0 : o];
+      if (memcmp(&want, &have, sizeof want))
+        return 0;
+    }
+  }
+  int rc;
+  if (zx < 0 && (rc = zero_const(g, xt, 1, &zx)) < 0)
+    return rc;
+  if (zw < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsw, &zw)) < 0)
+    return rc;
+  c = &g->nodes[ci]; /* the values array may have moved, the nodes not */
+  q = &g->nodes[qi];
+  int n_in = bq >= 0 ? 9 : 8;
+  int *in = es__ctx_alloc(&g->ctx, (size_t)n_in * sizeof *in);
+  es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(c->n_attr + 1) * sizeof *attrs);
+  char *an = es__ctx_strdup(&g->ctx, "activation");
+  if (!in || !attrs || !an)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ convolution");
+  int v[9] = {xq, sx, zx, wq, sw, zw, q->in[1], q->in[2], bq};
+  memcpy(in, v, (size_t)n_in * sizeof *in);
+  if (c->n_attr)
+    memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof *attrs);
+  attrs[c->n_attr] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = relu, .tensor = -1};
+  es_node nd = *c;
+  nd.op = ES_OP_QLinearConv;
+  nd.n_in = n_in;
+  nd.in = in;
+  nd.n_out = 1;
+  nd.out = q->out;
+  nd.n_attr = c->n_attr + 1;
+  nd.attrs = attrs;
+  g->nodes[qi] = nd; /* the Conv, Relu and DQs go with the next prune */
+  return 1;
+}
+
+/* fn on every QuantizeLinear (1: it rewrote the node there), then the
+ * nodes nothing reads any more go. */
+static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi)) {
+  if (!es__graph_fusion_enabled())
+    return 0;
+  es__graph_reindex(g);
+  int changed = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].op != ES_OP_QuantizeLinear)
+      continue;
+    int rc = fn(g, i);
+    if (rc < 0)
+      return rc;
+    if (rc > 0) {
+      changed++;
+      es__graph_reindex(g); /* uses changed for the nodes after */
+    }
+  }
+  if (changed) {
+    es__graph_prune(g);
+    es__graph_reindex(g);
+  }
+  return 0;
+}
+
+int es__graph_lower_qdq(es_graph *g) { return lower_each(g, lower_one); }
+
+/* ==========================================================================
+ * DequantizeLinear -> elementwise float ops -> QuantizeLinear as a table
+ * ======================================================================== */
+
+/* Between two quantized tensors, elementwise float operators whose only
+ * runtime input is one 8-bit tensor (a HardSwish written as
+ * x * Clip(x + 3, 0, 6) / 6, a Sigmoid, a Relu6) map 256 possible bytes
+ * to 256 possible bytes: the pass evaluates the chain once, with the
+ * operators' own kernels, on the 256 dequantized values, quantizes the
+ * results by QuantizeLinear's rule, and replaces the chain by one QLookup
+ * node (kernels/quant.c) reading the byte and writing the byte. The
+ * numbers are the chain's exactly; what goes is a float tensor written
+ * and read per operator. */
+
+#define LU_MAX_NODES 16
+
+static int lookup_op(es_op op) {
+  switch (op) {
+  case ES_OP_Add: case ES_OP_Sub: case ES_OP_Mul: case ES_OP_Div: case ES_OP_Clip:
+  case ES_OP_Relu: case ES_OP_Sigmoid: case ES_OP_Tanh: case ES_OP_HardSigmoid:
+  case ES_OP_HardSwish: case ES_OP_LeakyRelu: case ES_OP_Elu: case ES_OP_Exp: case ES_OP_Neg:
+  case ES_OP_Abs: case ES_OP_Min: case ES_OP_Max: case ES_OP_Sqrt: case ES_OP_Erf:
+  case ES_OP_Softplus: case ES_OP_Identity: case ES_OP_Pow:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* A per-tensor DequantizeLinear of an 8-bit tensor: its node, else -1. */
+static int per_tensor_dq(const es_graph *g, int v) {
+  int d = producer_is(g, v, ES_OP_DequantizeLinear);
+  if (d < 0)
+    return -1;
+  const es_node *n = &g->nodes[d];
+  int zx = n->n_in > 2 ? n->in[2] : -1;
+  es_dtype xt = x_type(g, n->in[0], zx);
+  if ((xt != ES_DTYPE_UINT8 && xt != ES_DTYPE_INT8) || !const_scalar_f32(g, n->in[1]) ||
+      (zx >= 0 && (!is_const(g, zx) || const_count(g, zx) != 1)))
+    return -1;
+  return d;
+}
+
+static int32_t byte_value(es_dtype t, int i) { return t == ES_DTYPE_INT8 ? (int8_t)i : i; }
+
+/* The chain ending in t (Q's input) back to one per-tensor DQ: its nodes
+ * in s[] (ascending: topological), the DQ in *dq. 0 when it is not one. */
+static int chain_of(const es_graph *g, int t, int *s, int *ns, int *dq) {
+  int stack[LU_MAX_NODES * 4], sp = 0, n = 0, r = -1;
+  *dq = -1;
+  if (g->values[t].producer < 0)
+    return 0;
+  stack[sp++] = g->values[t].producer;
+  while (sp > 0) {
+    int ni = stack[--sp], seen = 0;
+    for (int i = 0; i < n; i++)
+      seen |= s[i] == ni;
+    if (seen)
+      continue;
+    const es_node *nd = &g->nodes[ni];
+    if (!lookup_op(nd->op) || nd->n_out != 1 || nd->n_guard || n == LU_MAX_NODES)
+      return 0;
+    s[n++] = ni;
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      if (v < 0)
+        continue;
+      if (is_const(g, v)) {
+        if (const_count(g, v) != 1 || g->values[v].dtype != ES_DTYPE_FLOAT)
+          return 0;
+        continue;
+      }
+      int d = per_tensor_dq(g, v);
+      if (d >= 0) {
+        if (r >= 0 && r != v)
+          return 0; /* two runtime inputs */
+        r = v;
+        *dq = d;
+        continue;
+      }
+      if (g->values[v].producer < 0 || sp == (int)(sizeof stack / sizeof *stack))
+        return 0;
+      stack[sp++] = g->values[v].producer;
+    }
+  }
+  if (r < 0)
+    return 0;
+  /* every value the chain makes is read by the chain alone (t by the Q) */
+  for (int i = 0; i < n; i++) {
+    int v = g->nodes[s[i]].out[0], uses = 0;
+    if (v == t)
+      continue;
+    if (g->values[v].is_output)
+      return 0;
+    for (int j = 0; j < n; j++)
+      for (int k = 0; k < g->nodes[s[j]].n_in; k++)
+        uses += g->nodes[s[j]].in[k] == v;
+    if (uses != g->values[v].uses)
+      return 0;
+  }
+  for (int i = 1; i < n; i++) /* ascending */
+    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+      int tmp = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = tmp;
+    }
+  *ns = n;
+  return 1;
+}
+
+/* The chain's outputs for the 256 bytes of its DQ's input, in ys. 0: done;
+ * 1: a kernel could not evaluate it (left as it is); < 0: an error. */
+static int chain_eval(const es_graph *g, const int *s, int ns, int dq, float *ys) {
+  const es_node *d = &g->nodes[dq];
+  int zx = d->n_in > 2 ? d->in[2] : -1;
+  es_dtype xt = x_type(g, d->in[0], zx);
+  float sx = *(const float *)g->values[d->in[1]].data;
+  int32_t z = zx < 0 ? 0 : xt == ES_DTYPE_INT8 ? *(const int8_t *)g->values[zx].data
+                                              : *(const uint8_t *)g->values[zx].data;
+  float *val[LU_MAX_NODES + 1] = {0}; /* [0]: the DQ's output; [i + 1]: node s[i]'s */
+  int owner[LU_MAX_NODES + 1] = {d->out[0]};
+  if (!(val[0] = es_mem_alloc(ES_MEM_MODEL, 256 * sizeof(float))))
+    return es__fail(ES_ENOMEM, "out of memory lowering a quantized chain");
+  for (int i = 0; i < 256; i++) /* as DequantizeLinear computes it */
+    val[0][i] = (float)(byte_value(xt, i) - z) * sx;
+  int rc = 0;
+  es_tdesc vec;
+  int64_t n256 = 256;
+  es__tdesc_set(&vec, ES_DTYPE_FLOAT, 1, &n256);
+  for (int i = 0; i < ns && rc == 0; i++) {
+    const es_node *nd = &g->nodes[s[i]];
+    es_tdesc desc[8];
+    const es_tdesc *in[8];
+    const void *data[8];
+    if (nd->n_in > 8) {
+      rc = 1;
+      break;
+    }
+    for (int k = 0; k < nd->n_in; k++) {
+      int v = nd->in[k];
+      in[k] = NULL;
+      data[k] = NULL;
+      if (v < 0)
+        continue;
+      if (is_const(g, v)) {
+        es__tdesc_set(&desc[k], g->values[v].dtype, g->values[v].rank, g->values[v].dims);
+        in[k] = &desc[k];
+        data[k] = g->values[v].data;
+        continue;
+      }
+      for (int j = 0; j <= i; j++)
+        if (owner[j] == v)
+          data[k] = val[j];
+      in[k] = &vec;
+    }
+    es_knode kn = es__knode_of(nd);
+    es_tdesc od;
+    void *out = NULL;
+    int erc = es__kernel_eval(&kn, g->opset, nd->n_in, in, data, 1, &od, &out);
+    if (erc < 0 || od.dtype != ES_DTYPE_FLOAT || od.count != 256) {
+      es_mem_free(out);
+      rc = erc == ES_ENOMEM ? erc : 1;
+      break;
+    }
+    val[i + 1] = out;
+    owner[i + 1] = nd->out[0];
+  }
+  if (rc == 0)
+    memcpy(ys, val[ns], 256 * sizeof(float));
+  for (int i = 0; i <= ns; i++)
+    es_mem_free(val[i]);
+  return rc;
+}
+
+static int lookup_one(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  if (q->n_in != 3 || q->n_out != 1 || q->n_guard || !const_scalar_f32(g, q->in[1]) ||
+      !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1 || !inner(g, q->in[0]))
+    return 0;
+  es_dtype yt = g->values[q->in[2]].dtype;
+  if (yt != ES_DTYPE_UINT8 && yt != ES_DTYPE_INT8)
+    return 0;
+  int s[LU_MAX_NODES], ns, dq;
+  if (!chain_of(g, q->in[0], s, &ns, &dq))
+    return 0;
+  float ys[256];
+  int rc = chain_eval(g, s, ns, dq, ys);
+  if (rc != 0)
+    return rc < 0 ? rc : 0;
+  float sy = *(const float *)g->values[q->in[1]].data;
+  int32_t zy = yt == ES_DTYPE_INT8 ? *(const int8_t *)g->values[q->in[2]].data
+                                   : *(const uint8_t *)g->values[q->in[2]].data;
+  int32_t lo = yt == ES_DTYPE_INT8 ? -128 : 0, hi = yt == ES_DTYPE_INT8 ? 127 : 255;
+  uint8_t *table = es_mem_alloc(ES_MEM_MODEL, 256);
+  if (!table)
+    return es__fail(ES_ENOMEM, "out of memory lowering a quantized chain");
+  for (int i = 0; i < 256; i++) { /* QuantizeLinear's rule */
+    float v = rintf(ys[i] / sy);
+    int32_t r = v != v ? zy : v + (float)zy <= (float)lo ? lo : v + (float)zy >= (float)hi ? hi
+                                                                                  : (int32_t)(v + (float)zy);
+    table[i] = yt == ES_DTYPE_INT8 ? (uint8_t)(int8_t)r : (uint8_t)r;
+  }
+  int tv;
+  int64_t n256 = 256;
+  if ((rc = es__graph_const_append(g, "", yt, 1, &n256, table, 256, &tv)) < 0)
+    return rc;
+  int xq = g->nodes[dq].in[0];
+  int *in = es__ctx_alloc(&g->ctx, 2 * sizeof *in);
+  if (!in)
+    return es__fail(ES_ENOMEM, "out of memory lowering a quantized chain");
+  in[0] = xq;
+  in[1] = tv;
+  es_node nd = g->nodes[qi];
+  nd.op = ES_OP_QLookup;
+  nd.n_in = 2;
+  nd.in = in;
+  nd.n_attr = 0;
+  nd.attrs = NULL;
+  g->nodes[qi] = nd; /* the chain (and the DQ, if nothing else reads it) goes with the prune */
+  return 1;
+}
+
+int es__graph_lower_lookups(es_graph *g) { return lower_each(g, lookup_one); }
