@@ -53,6 +53,16 @@ static int relayout_infer(es_kinst *k) {
 static void transpose2d(const unsigned char *restrict src, unsigned char *restrict dst,
                         int64_t r, int64_t c, size_t esz) {
   enum { T = 16 };
+  if (esz == 1) {
+    for (int64_t i0 = 0; i0 < r; i0 += T)
+      for (int64_t j0 = 0; j0 < c; j0 += T) {
+        int64_t i1 = i0 + T < r ? i0 + T : r, j1 = j0 + T < c ? j0 + T : c;
+        for (int64_t j = j0; j < j1; j++)
+          for (int64_t i = i0; i < i1; i++)
+            dst[j * r + i] = src[i * c + j];
+      }
+    return;
+  }
   if (esz == 4) {
     const float *s = (const float *)src;
     float *d = (float *)dst;
@@ -95,6 +105,26 @@ static void few_channels3(const float *restrict src, float *restrict dst, int64_
   }
 }
 
+/* The same for 8-bit images (a quantized model's input). */
+static void few_channels3_u8(const uint8_t *restrict src, uint8_t *restrict dst, int64_t hw,
+                             int to_nhwc) {
+  if (to_nhwc) {
+    const uint8_t *r = src, *g = src + hw, *bl = src + 2 * hw;
+    for (int64_t i = 0; i < hw; i++) {
+      dst[3 * i] = r[i];
+      dst[3 * i + 1] = g[i];
+      dst[3 * i + 2] = bl[i];
+    }
+  } else {
+    uint8_t *r = dst, *g = dst + hw, *bl = dst + 2 * hw;
+    for (int64_t i = 0; i < hw; i++) {
+      r[i] = src[3 * i];
+      g[i] = src[3 * i + 1];
+      bl[i] = src[3 * i + 2];
+    }
+  }
+}
+
 static int relayout_run(const es_kinst *k, const void *const *in, void *const *out,
                         void *scratch) {
   (void)scratch;
@@ -110,6 +140,8 @@ static int relayout_run(const es_kinst *k, const void *const *in, void *const *o
     unsigned char *dst = (unsigned char *)out[0] + (size_t)b * img;
     if (p->esz == 4 && p->c == 3) /* images: tiles would be 3 wide */
       few_channels3((const float *)src, (float *)dst, p->hw, p->to_nhwc);
+    else if (p->esz == 1 && p->c == 3)
+      few_channels3_u8(src, dst, p->hw, p->to_nhwc);
     else if (p->to_nhwc) /* [C, HW] -> [HW, C] */
       transpose2d(src, dst, p->c, p->hw, p->esz);
     else /* [HW, C] -> [C, HW] */
