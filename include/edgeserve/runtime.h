@@ -622,6 +622,8 @@ typedef struct es_runtime_model_stats {
   size_t pool_in_use;        /* arenas of it in use now */
   size_t pool_high_water;    /* most in use at once */
   size_t weights_resident;   /* of weights_bytes' mapped region, resident */
+  size_t int8_nodes;         /* its convolutions and matrix products in int8 ... */
+  size_t float_nodes;        /* ... and in float32 (es_model_stats) */
   uint64_t completed, failed;
   double mean_run_ns;
   uint64_t preemptions;      /* times one of its runs was paused for a more

@@ -2769,6 +2769,8 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
   if (es_model_stats_get(m->model, &ms) == 0) {
     out->weights_bytes = ms.weight_bytes + ms.prepared_bytes;
     out->weights_resident = ms.weights_resident;
+    out->int8_nodes = ms.int8_nodes;
+    out->float_nodes = ms.float_nodes;
   }
   out->planned_bytes = m->planned;
   out->pool_bytes = m->pool_bytes;

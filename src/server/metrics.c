@@ -94,6 +94,14 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
               "counted for each name).", weights_bytes)
   MODEL_GAUGE("edgeserve_weights_resident_bytes", "Of the mapped weights, bytes in RAM.",
               weights_resident)
+  head(b, "edgeserve_model_compute_nodes", "gauge",
+       "Convolutions and matrix products of the model by the precision they run in.");
+  for (int i = 0; i < n; i++) {
+    es__sb_printf(b, "edgeserve_model_compute_nodes{model=\"%s\",precision=\"int8\"} %zu\n",
+                  snap[i].name, ms[i].int8_nodes);
+    es__sb_printf(b, "edgeserve_model_compute_nodes{model=\"%s\",precision=\"float32\"} %zu\n",
+                  snap[i].name, ms[i].float_nodes);
+  }
   MODEL_GAUGE("edgeserve_sequences_live", "Live sequences of the model.", sequences)
   MODEL_GAUGE("edgeserve_sequence_state_bytes",
               "Bytes reserved for the state of the model's live sequences.", state_bytes)

@@ -117,6 +117,37 @@ if quantize ppocr_det "$work/det.onnx" "$work/det" --preprocess ocr-det:640 --me
   check "int8 vs FP32" node "$ort/quant_check.js" map "$work/es_det/$f" "$work/es_det32/$f" --min 0.99
 fi
 
+# ---- det as the engine loads it: int8 kernels, and the server says so ----
+if [ -f "$work/det.onnx" ]; then
+  n8=$("$es" inspect "$work/det.onnx" | awk '/^precision:/ {print $2}')
+  if [ "${n8:-0}" -ge 60 ]; then
+    echo "  inspect: ${n8} convolutions of det in int8"
+  else
+    echo "FAIL det: ${n8:-no} convolutions lowered to int8 (expected at least 60)"; fail=1
+  fi
+  if command -v curl >/dev/null; then
+    mkdir -p "$work/repo/det8"
+    cp "$work/det.onnx" "$work/repo/det8/det8.onnx"
+    "$es" serve --port 0 --model-repository "$work/repo" --memory 512M >"$work/srv.log" 2>&1 &
+    spid=$!
+    port=""
+    for _ in $(seq 600); do
+      port=$(sed -n 's#.*serving .* on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/srv.log")
+      [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break
+      kill -0 $spid 2>/dev/null || break
+      sleep 0.1
+    done
+    line=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^edgeserve_model_compute_nodes{model="det8",precision="int8"}')
+    kill -TERM $spid 2>/dev/null
+    wait $spid 2>/dev/null
+    if [ "${line##* }" = "$n8" ]; then
+      echo "  /metrics: $line"
+    else
+      echo "FAIL /metrics: '$line', expected $n8 int8 nodes for det8"; cat "$work/srv.log"; fail=1
+    fi
+  fi
+fi
+
 # ---- rec and cls: rendered lines; checked on held-out ones ----------------
 for m in rec cls; do
   echo "== ppocr_$m"
