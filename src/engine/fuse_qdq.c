@@ -28,7 +28,6 @@
 #include "common/internal.h"
 #include "engine/engine_internal.h"
 
-#include <math.h>
 #include <string.h>
 
 static int is_const(const es_graph *g, int v) {
@@ -418,18 +417,25 @@ static int lookup_one(es_graph *g, int qi) {
   int rc = chain_eval(g, s, ns, dq, ys);
   if (rc != 0)
     return rc < 0 ? rc : 0;
-  float sy = *(const float *)g->values[q->in[1]].data;
-  int32_t zy = yt == ES_DTYPE_INT8 ? *(const int8_t *)g->values[q->in[2]].data
-                                   : *(const uint8_t *)g->values[q->in[2]].data;
-  int32_t lo = yt == ES_DTYPE_INT8 ? -128 : 0, hi = yt == ES_DTYPE_INT8 ? 127 : 255;
-  uint8_t *table = es_mem_alloc(ES_MEM_MODEL, 256);
-  if (!table)
-    return es__fail(ES_ENOMEM, "out of memory lowering a quantized chain");
-  for (int i = 0; i < 256; i++) { /* QuantizeLinear's rule */
-    float v = rintf(ys[i] / sy);
-    int32_t r = v != v ? zy : v + (float)zy <= (float)lo ? lo : v + (float)zy >= (float)hi ? hi
-                                                                                  : (int32_t)(v + (float)zy);
-    table[i] = yt == ES_DTYPE_INT8 ? (uint8_t)(int8_t)r : (uint8_t)r;
+  /* the table: the QuantizeLinear node itself, run by its kernel on the
+   * chain's 256 results (so its rule is the one rule) */
+  es_tdesc desc[3];
+  const es_tdesc *in3[3];
+  const void *data3[3] = {ys, g->values[q->in[1]].data, g->values[q->in[2]].data};
+  int64_t n256v = 256;
+  es__tdesc_set(&desc[0], ES_DTYPE_FLOAT, 1, &n256v);
+  for (int k = 1; k < 3; k++)
+    es__tdesc_set(&desc[k], g->values[q->in[k]].dtype, g->values[q->in[k]].rank,
+                  g->values[q->in[k]].dims);
+  for (int k = 0; k < 3; k++)
+    in3[k] = &desc[k];
+  es_knode kq = es__knode_of(q);
+  es_tdesc td;
+  void *table = NULL;
+  rc = es__kernel_eval(&kq, g->opset, 3, in3, data3, 1, &td, &table);
+  if (rc < 0 || td.dtype != yt || td.count != 256) {
+    es_mem_free(table);
+    return rc == ES_ENOMEM ? rc : 0;
   }
   int tv;
   int64_t n256 = 256;
