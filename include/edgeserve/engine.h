@@ -64,7 +64,53 @@ typedef struct es_model_stats {
   size_t int8_nodes;       /* convolutions and matrix products that run in int8 (QLinearConv,
                               QLinearMatMul: a QDQ model's are lowered to them at load) */
   size_t float_nodes;      /* those that run in float32 (Conv, ConvTranspose, MatMul, Gemm) */
+  size_t bf16_nodes;       /* those that run in bfloat16 (ES_PRECISION_BF16) */
 } es_model_stats;
+
+/* ===========================================================================
+ * Precision: what a model's convolutions and matrix products compute in.
+ *
+ *   es_model_options o = {.precision = ES_PRECISION_BF16};
+ *   if (es_model_load("det.onnx", &o, &m) < 0)   // ES_ENOTSUP on a CPU
+ *     puts(es_last_error_detail());               // without avx512_bf16
+ *
+ * AUTO (the default, NULL options): as the file says: float32, and int8
+ *   where the file is quantized (QDQ pairs around a Conv are lowered to
+ *   QLinearConv at load; QLinearConv and QLinearMatMul run as they are).
+ * FP32: the same, and the model must not be quantized (ES_EINVAL names
+ *   the quantized nodes; a compiled .esm made for bf16 is refused too).
+ * INT8: the model must be quantized (ES_EINVAL otherwise: make one with
+ *   `edgeserve quantize` or es_quantizer_*); its float nodes stay float32.
+ * BF16: every Conv and every MatMul by static weights runs in bfloat16
+ *   through oneDNN: weights prepared in bf16 (half the bytes of float32),
+ *   the source rounded to bf16 into the plan's scratch before each run,
+ *   products accumulated and written in float32; every other node, and a
+ *   quantized model's int8 nodes, as they are. Needs a CPU with avx512_bf16
+ *   or AMX: elsewhere the load fails with ES_ENOTSUP naming the feature. A
+ *   model compiled (.esm) in bf16 keeps its bf16 weights and is refused by
+ *   FP32; one compiled in float32 is refused by BF16 (compile again). With
+ *   reference kernels (es_engine_reference_kernels_set) they run float32.
+ * ========================================================================= */
+
+typedef enum es_precision {
+  ES_PRECISION_AUTO = 0,
+  ES_PRECISION_FP32 = 1,
+  ES_PRECISION_BF16 = 2,
+  ES_PRECISION_INT8 = 3,
+} es_precision;
+
+typedef struct es_model_options {
+  es_precision precision;
+} es_model_options;
+
+/* "auto", "fp32", "bf16", "int8" (and "float32", "bfloat16" when parsing).
+ * parse: ES_EINVAL for anything else, with the accepted names. */
+ES_API const char *es_precision_name(es_precision p);
+ES_API int es_precision_parse(const char *s, es_precision *out);
+/* 0 when this CPU (as oneDNN sees it, ONEDNN_MAX_CPU_ISA included) runs
+ * bf16 convolutions natively; ES_ENOTSUP otherwise, the detail naming the
+ * missing feature. Thread-safe. */
+ES_API int es_engine_bf16_check(void);
 
 /* Load an ONNX file. A malformed, truncated or hostile file gives an error
  * (ES_EMODEL, ES_ENOTSUP for an operator, dtype or feature outside what the
@@ -73,10 +119,12 @@ typedef struct es_model_stats {
  * ES_ENOTSUP the detail lists everything unsupported the model holds (the
  * first items and how many more; es_model_check gives all). The engine
  * runs opsets 7 to 21 of the default ONNX domain ("" or "ai.onnx").
- * opts is reserved, pass NULL. The caller holds one reference. */
-ES_API int es_model_load(const char *path, const void *opts, es_model **out);
+ * opts may be NULL (precision AUTO; see es_model_options). The caller
+ * holds one reference. */
+ES_API int es_model_load(const char *path, const es_model_options *opts, es_model **out);
 /* Same from a buffer the caller keeps ownership of (may be freed after). */
-ES_API int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out);
+ES_API int es_model_load_buffer(const void *data, size_t size, const es_model_options *opts,
+                                es_model **out);
 
 /* ===========================================================================
  * What a model needs that the engine cannot run, listed at once.

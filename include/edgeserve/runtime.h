@@ -488,6 +488,10 @@ typedef struct es_model_config {
                                 registry entry is shared (one copy of its
                                 weights); 0: a private copy of everything,
                                 for the naive comparison mode */
+  es_precision precision;    /* what its convolutions and matrix products
+                                compute in (es_model_options; default
+                                AUTO); entries share a file only at the
+                                same precision */
   /* Sequences (stateful models; see "Sequences" below). */
   const es_state_pair *states; /* inputs fed from outputs between the
                                   requests of a sequence; NULL: none */
@@ -623,7 +627,8 @@ typedef struct es_runtime_model_stats {
   size_t pool_high_water;    /* most in use at once */
   size_t weights_resident;   /* of weights_bytes' mapped region, resident */
   size_t int8_nodes;         /* its convolutions and matrix products in int8 ... */
-  size_t float_nodes;        /* ... and in float32 (es_model_stats) */
+  size_t float_nodes;        /* ... in float32 ... */
+  size_t bf16_nodes;         /* ... and in bf16 (es_model_stats) */
   uint64_t completed, failed;
   double mean_run_ns;
   uint64_t preemptions;      /* times one of its runs was paused for a more

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# int8 against FP32, edgeserve against ONNX Runtime, in one run (issue 16):
-# each model quantized by `edgeserve quantize` (calibration made here:
-# rendered pages and lines, the scikit-image photos), then edgeserve FP32,
-# edgeserve int8, ONNX Runtime FP32 and ONNX Runtime int8 (the same QDQ
-# file) timed one after the other, R interleaved rounds (median of the
-# rounds' medians), one thread each, on the same input. Prints the latency
-# table, the ratios the issue sets goals for, and the weight bytes the
-# engine holds for each file.
+# int8 and bf16 against FP32, edgeserve against ONNX Runtime, in one run
+# (issue 16): each model quantized by `edgeserve quantize` (calibration
+# made here: rendered pages and lines, the scikit-image photos), then
+# edgeserve FP32, edgeserve bf16 (--precision bf16 on the FP32 file, where
+# the CPU has avx512_bf16), edgeserve int8, ONNX Runtime FP32 and ONNX
+# Runtime int8 (the same QDQ file) timed one after the other, R interleaved
+# rounds (median of the rounds' medians), one thread each, on the same
+# input. Prints the latency table, the ratios the issue sets goals for, the
+# weight bytes the engine holds for each file and the prepared (reordered)
+# weight bytes in FP32 and bf16.
 #   scripts/bench/bench_int8.sh [--rounds R] [--iters N] [--only "det rec cls front back"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,13 +73,17 @@ for c in "${cases[@]}"; do
   [ "$input" = - ] && cp "$work/in_$name/0000.npy" "$work/${name}_in.npy" || true
 done
 
-es_ms() { "$es" bench "$1" "$2" --iters "$iters" 2>&1 | awk '/latency ms/ {print $4}'; }
+es_ms() { "$es" bench "$@" --iters "$iters" 2>&1 | awk '/latency ms/ {print $4}'; }
+prep_b() { "$es" bench "$@" --iters 1 --warmup 0 2>&1 | awk '/^prepared weights:/ {print $3}'; }
+bf16=1
+"$es" inspect "$models/ppocr_cls.onnx" --precision bf16 >/dev/null 2>&1 || bf16=0
 ort_ms() { node $ort/ort_run.js "$1" - "$2" --repeat "$iters" --warmup 3 | awk '/latency ms/ {print $4}'; }
 for r in $(seq 1 "$rounds"); do
   for c in "${cases[@]}"; do
     read -r name model _ <<<"$c"
     in="$work/${name}_in.npy"
     echo "$name $r es32 $(es_ms "$models/$model.onnx" "$in")" >>"$work/times"
+    [ $bf16 = 0 ] || echo "$name $r es16 $(es_ms "$models/$model.onnx" "$in" --precision bf16)" >>"$work/times"
     echo "$name $r es8 $(es_ms "$work/$name.int8.onnx" "$in")" >>"$work/times"
     echo "$name $r ort32 $(ort_ms "$models/$model.onnx" "$in")" >>"$work/times"
     echo "$name $r ort8 $(ort_ms "$work/$name.int8.onnx" "$in")" >>"$work/times"
@@ -87,8 +93,10 @@ for c in "${cases[@]}"; do
   read -r name model _ <<<"$c"
   w32=$("$es" inspect "$models/$model.onnx" | awk '/^weights:/ {print $2}')
   w8=$("$es" inspect "$work/$name.int8.onnx" | awk '/^weights:/ {print $2}')
-  prec=$("$es" inspect "$work/$name.int8.onnx" | awk '/^precision:/ {print $2 " of " $2 + $9}')
-  echo "$name $w32 $w8 $prec" >>"$work/weights"
+  prec=$("$es" inspect "$work/$name.int8.onnx" | awk '/^precision:/ {print $2 " of " $2 + $9 + $12}')
+  p32=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy") p16=-
+  [ $bf16 = 0 ] || p16=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy" --precision bf16)
+  echo "$name $w32 $w8 $prec $p32 $p16" >>"$work/weights"
 done
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $iters runs, one thread"
 node - "$work/times" "$work/weights" <<'EOF'
@@ -102,18 +110,26 @@ for (const l of fs.readFileSync(process.argv[2], 'utf8').trim().split('\n')) {
 }
 const w = {};
 for (const l of fs.readFileSync(process.argv[3], 'utf8').trim().split('\n')) {
-  const [name, w32, w8, n8, , nall] = l.split(' ');
-  w[name] = { w32: Number(w32), w8: Number(w8), prec: `${n8} of ${nall}` };
+  const [name, w32, w8, n8, , nall, p32, p16] = l.split(' ');
+  w[name] = { w32: Number(w32), w8: Number(w8), prec: `${n8} of ${nall}`, p32: Number(p32), p16: Number(p16) };
 }
-const f = (x) => x.toFixed(2);
-console.log('| model | int8 nodes | edgeserve FP32 ms | edgeserve int8 ms | ORT FP32 ms | ORT int8 ms | int8 / edgeserve FP32 | int8 / ORT int8 | int8 / ORT FP32 | weights FP32 -> int8 (ratio) |');
-console.log('|---|---|---|---|---|---|---|---|---|---|');
+const f = (x) => (Number.isFinite(x) ? x.toFixed(2) : '-');
+console.log('| model | int8 nodes | edgeserve FP32 ms | edgeserve bf16 ms | edgeserve int8 ms | ORT FP32 ms | ORT int8 ms | bf16 / edgeserve FP32 | bf16 / ORT FP32 | int8 / edgeserve FP32 | int8 / ORT int8 | int8 / ORT FP32 |');
+console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+const ms = {};
 for (const [name, k] of Object.entries(t)) {
-  const m = Object.fromEntries(Object.entries(k).map(([a, v]) => [a, med(v)]));
+  const m = ms[name] = Object.fromEntries(Object.entries(k).map(([a, v]) => [a, med(v)]));
+  console.log(`| ${name} | ${w[name].prec} | ${f(m.es32)} | ${f(m.es16)} | ${f(m.es8)} | ${f(m.ort32)} | ${f(m.ort8)} | ` +
+              `${f(m.es16 / m.es32)} | ${f(m.es16 / m.ort32)} | ${f(m.es8 / m.es32)} | ${f(m.es8 / m.ort8)} | ${f(m.es8 / m.ort32)} |`);
+}
+console.log('');
+console.log('| model | weights FP32 -> int8 file (ratio) | prepared weights FP32 -> bf16 (ratio) |');
+console.log('|---|---|---|');
+for (const name of Object.keys(t)) {
   const ww = w[name];
-  console.log(`| ${name} | ${ww.prec} | ${f(m.es32)} | ${f(m.es8)} | ${f(m.ort32)} | ${f(m.ort8)} | ${f(m.es8 / m.es32)} | ` +
-              `${f(m.es8 / m.ort8)} | ${f(m.es8 / m.ort32)} | ${ww.w32} -> ${ww.w8} B (${f(ww.w8 / ww.w32)}) |`);
+  console.log(`| ${name} | ${ww.w32} -> ${ww.w8} B (${f(ww.w8 / ww.w32)}) | ${ww.p32} -> ${Number.isFinite(ww.p16) ? ww.p16 : '-'} B (${f(ww.p16 / ww.p32)}) |`);
 }
 console.log('(goals: det int8 <= 0.4x edgeserve FP32 and <= 0.8x ORT int8; rec, cls, BlazeFace int8 <= 0.8x ORT int8;');
-console.log(' int8 weight bytes <= 0.3x FP32. Weights: what the engine holds for the file (inspect).)');
+console.log(' int8 weight bytes <= 0.3x FP32; det bf16 <= 0.7x FP32. Weights: what the engine holds for the file');
+console.log(' (inspect); prepared: the weights reordered for oneDNN, in bf16 half of FP32.)');
 EOF

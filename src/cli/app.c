@@ -13,6 +13,9 @@ int cli_app_arg(cli_app_opts *o, const char *cmd, int argc, char **argv, int *i)
   const char *a = argv[*i];
   if (!strcmp(a, "--json"))
     return 1; /* the only output format */
+  int got = cli_precision_arg(cmd, argc, argv, i, &o->precision);
+  if (got)
+    return got;
   if (!strcmp(a, "--repeat") && *i + 1 < argc) {
     const char *v = argv[++*i];
     if (cli_parse_count(v, 1, 100000, &o->repeat) < 0) {

@@ -7,10 +7,11 @@
 typedef struct cli_app_opts {
   const char *image; /* the positional argument */
   long repeat;       /* --repeat N, 1 by default */
+  int precision;     /* --precision (es_precision) of every model the command loads */
 } cli_app_opts;
 
 /* Consumes argv[*i] (and its value) if it is an option every pipeline
- * command takes (--json, --repeat N) or the image. Returns 1 when consumed,
+ * command takes (--json, --repeat N, --precision P) or the image. Returns 1 when consumed,
  * 0 when not ours (another option: the caller's, or unknown), 2 on a usage
  * error (printed). */
 int cli_app_arg(cli_app_opts *o, const char *cmd, int argc, char **argv, int *i);

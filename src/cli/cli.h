@@ -45,5 +45,9 @@ void cli_json_real(FILE *f, double v, int decimals);
  * dims the data decides after "<=". */
 struct es_bound_info;
 void cli_print_bound_shape(const struct es_bound_info *b);
+/* --precision auto|fp32|bf16|int8 at argv[*i] (es_model_options): 1 when
+ * consumed (into *prec, an es_precision), 0 when not ours, 2 on a usage
+ * error (printed). */
+int cli_precision_arg(const char *cmd, int argc, char **argv, int *i, int *prec);
 
 #endif

@@ -47,6 +47,7 @@ static void bench_usage(FILE *f) {
           "                      [--shape NAME=DxDxD]... [--threads N] [--iters N]\n"
           "                      [--warmup N] [--json] [--profile] [--load-twice]\n"
           "                      [--split MFLOP] [--cache-dir DIR] [--perf]\n"
+          "                      [--precision auto|fp32|bf16|int8]\n"
           "       edgeserve bench MODEL.onnx [inputs as above] --concurrency N [--no-share]\n"
           "                      [--workers W] [--duration S] [--warmup K] [--threads N]\n"
           "                      [--memory BYTES] [--queue N] [--json]\n"
@@ -915,6 +916,7 @@ static int probe_inputs(bench_rt *b, int *probe_id) {
   const bench_args *a = b->a;
   es_model_config pc;
   es_model_config_default(&pc);
+  pc.precision = (es_precision)a->ci.precision;
   pc.name = "probe";
   pc.path = a->model_path;
   pc.arenas = 1;
@@ -968,6 +970,7 @@ static int load_copies(bench_rt *b) {
     mc.n_shapes = b->nin;
     mc.lane = -1;
     mc.share = a->no_share ? 0 : 1;
+    mc.precision = (es_precision)a->ci.precision;
     if (a->no_share) {
       mc.arenas = 1;
       mc.max_inflight = 1;

@@ -14,12 +14,14 @@
 #include <sys/stat.h>
 
 static void compile_usage(FILE *f) {
-  fprintf(f, "usage: edgeserve compile MODEL.onnx -o MODEL.esm [--shape NAME=DxDxD]...\n\n"
+  fprintf(f, "usage: edgeserve compile MODEL.onnx -o MODEL.esm [--shape NAME=DxDxD]...\n"
+             "                        [--precision auto|fp32|bf16|int8]\n\n"
              "Writes a compiled model file: the prepared graph, its weights and the weights\n"
              "already reordered for this CPU, 64-byte aligned. Loading it maps it read-only\n"
              "and shared, so processes serving the same model share one physical copy.\n"
              "--shape plans that input shape before writing (inputs the model leaves open\n"
-             "default to 1 for the first dimension and 64 for the others).\n");
+             "default to 1 for the first dimension and 64 for the others). --precision bf16\n"
+             "stores the convolutions' and matrix products' prepared weights in bf16.\n");
 }
 
 int cli_cmd_compile(int argc, char **argv) {
@@ -51,7 +53,8 @@ int cli_cmd_compile(int argc, char **argv) {
     return 2;
   }
   es_model *m;
-  if (es_model_load(src, NULL, &m) < 0) {
+  es_model_options mo = {.precision = (es_precision)ci.precision};
+  if (es_model_load(src, &mo, &m) < 0) {
     fprintf(stderr, "edgeserve compile: %s\n", es_last_error_detail());
     return 1;
   }

@@ -22,7 +22,7 @@
 static void face_usage(FILE *f) {
   fprintf(f,
           "usage: edgeserve face IMAGE [--model front|back|FILE.onnx] [--min-score S]\n"
-          "                      [--repeat N] [--json]\n\n"
+          "                      [--repeat N] [--json] [--precision auto|fp32|bf16|int8]\n\n"
           "Detects faces in a JPEG or PNG image with MediaPipe's BlazeFace and prints\n"
           "{\"image\", \"width\", \"height\", \"faces\": [{\"box\": [x0,y0,x1,y1], \"score\",\n"
           "\"keypoints\": [[x,y] x6]}], \"ms\"} in image pixels, best first. Keypoints:\n"
@@ -138,6 +138,7 @@ int cli_cmd_face(int argc, char **argv) {
   es_model_config_default(&mc);
   mc.name = "face";
   mc.path = path;
+  mc.precision = (es_precision)o.precision;
   int id;
   if (es_runtime_model_load(rt, &mc, &id) < 0) {
     fprintf(stderr, "edgeserve face: %s: %s\n", path, es_last_error_detail());

@@ -210,9 +210,11 @@ int cli_cmd_inspect(int argc, char **argv) {
   const char *path = NULL;
   cli_shape specs[MAX_SHAPES];
   int n_specs = 0;
+  int prec = ES_PRECISION_AUTO, r;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: edgeserve inspect MODEL.onnx [--shape NAME=1x3x640x640]...\n\n"
+      printf("usage: edgeserve inspect MODEL.onnx [--shape NAME=1x3x640x640]...\n"
+             "                        [--precision auto|fp32|bf16|int8]\n\n"
              "Prints the model's inputs and outputs, its operators and their counts,\n"
              "and the bytes of its read-only weights. With --shape (one per input whose\n"
              "dimensions the model leaves open), also plans the model for that shape and\n"
@@ -223,6 +225,9 @@ int cli_cmd_inspect(int argc, char **argv) {
              "types are the kernels' to judge: they are checked when every input's\n"
              "shape is concrete (the model's own or --shape).\n");
       return 0;
+    } else if ((r = cli_precision_arg("inspect", argc, argv, &i, &prec)) != 0) {
+      if (r == 2)
+        return 2;
     } else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
       if (n_specs == MAX_SHAPES) {
         fprintf(stderr, "edgeserve inspect: at most %d --shape options\n", MAX_SHAPES);
@@ -250,7 +255,8 @@ int cli_cmd_inspect(int argc, char **argv) {
     return 2;
   }
   es_model *m;
-  int rc = es_model_load(path, NULL, &m);
+  es_model_options mo = {.precision = (es_precision)prec};
+  int rc = es_model_load(path, &mo, &m);
   if (rc == ES_ENOTSUP)
     return report_unsupported(path, specs, n_specs, 1);
   if (rc < 0) {
@@ -265,8 +271,8 @@ int cli_cmd_inspect(int argc, char **argv) {
   printf("folded: %zu constant nodes, %zu BatchNormalization into Conv; removed: %zu Identity and "
          "Dropout\n",
          st.folded_nodes, st.folded_bn, st.elided);
-  printf("precision: %zu convolutions and matrix products in int8, %zu in float32\n",
-         st.int8_nodes, st.float_nodes);
+  printf("precision: %zu convolutions and matrix products in int8, %zu in bf16, %zu in float32\n",
+         st.int8_nodes, st.bf16_nodes, st.float_nodes);
   printf("weights: %zu bytes (read-only, shared)", st.weight_bytes);
   if (st.weight_file_bytes)
     printf(", %zu of them read in place from the file", st.weight_file_bytes);

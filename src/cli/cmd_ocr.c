@@ -26,7 +26,8 @@
 
 static void ocr_usage(FILE *f) {
   fprintf(f,
-          "usage: edgeserve ocr IMAGE [--no-cls] [--limit-side N] [--repeat N] [--json]\n\n"
+          "usage: edgeserve ocr IMAGE [--no-cls] [--limit-side N] [--repeat N] [--json]\n"
+          "                     [--precision auto|fp32|bf16]\n\n"
           "Reads the text in a JPEG or PNG image with PaddleOCR's PP-OCR models\n"
           "(detection, direction classification, recognition) and prints\n"
           "{\"image\", \"width\", \"height\", \"lines\": [{\"text\", \"confidence\", \"box\":\n"
@@ -56,13 +57,15 @@ static void print_json(const char *path, const es_image *img, const es_ocr_line 
   printf("],\"ms\":%.3f,\"first_ms\":%.3f}\n", ms, first_ms);
 }
 
-static int load_model(es_runtime *rt, const char *dir, const char *file, int *id) {
+static int load_model(es_runtime *rt, const char *dir, const char *file, int precision,
+                      int *id) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, file);
   es_model_config mc;
   es_model_config_default(&mc);
   mc.name = file;
   mc.path = path;
+  mc.precision = (es_precision)precision;
   if (es_runtime_model_load(rt, &mc, id) < 0) {
     fprintf(stderr, "edgeserve ocr: %s: %s\n", path, es_last_error_detail());
     return -1;
@@ -146,9 +149,9 @@ int cli_cmd_ocr(int argc, char **argv) {
   char keys[4096];
   snprintf(keys, sizeof keys, "%s/ppocr_keys_v1.txt", dir);
   oc.keys_path = keys;
-  if (load_model(rt, dir, "ppocr_det.onnx", &oc.det_model) < 0 ||
-      load_model(rt, dir, "ppocr_rec.onnx", &oc.rec_model) < 0 ||
-      (use_cls && load_model(rt, dir, "ppocr_cls.onnx", &oc.cls_model) < 0))
+  if (load_model(rt, dir, "ppocr_det.onnx", o.precision, &oc.det_model) < 0 ||
+      load_model(rt, dir, "ppocr_rec.onnx", o.precision, &oc.rec_model) < 0 ||
+      (use_cls && load_model(rt, dir, "ppocr_cls.onnx", o.precision, &oc.cls_model) < 0))
     goto out;
   if (es_ocr_create(rt, &oc, &run.ocr) < 0) {
     fprintf(stderr, "edgeserve ocr: %s\n", es_last_error_detail());

@@ -63,6 +63,7 @@ typedef struct plan_run {
   plan_item *items;        /* PLAN_MAX_MODELS */
   plan_file files[PLAN_MAX_MODELS];
   int n_items, n_files, json;
+  int precision;           /* --precision (es_precision) of every model */
   const char *memory, *reserve_arg;
   double margin;
   /* the runtime overhead */
@@ -82,7 +83,8 @@ typedef struct plan_run {
 static void plan_usage(FILE *f) {
   fprintf(f,
           "usage: edgeserve plan --model FILE[:NAME=SHAPE[,NAME=SHAPE]]... [--memory BYTES|auto]\n"
-          "                      [--reserve BYTES] [--margin RATIO] [--json]\n\n"
+          "                      [--reserve BYTES] [--margin RATIO] [--json]\n"
+          "                      [--precision auto|fp32|bf16|int8]\n\n"
           "Capacity planner (BRIEF 5): loads each model file once, plans each model at\n"
           "its shape (SHAPE like 1x3x640x640; inputs not named keep the model's fixed\n"
           "shape), and prints weights, prepared weights, plan context and per-request\n"
@@ -100,7 +102,9 @@ static void plan_usage(FILE *f) {
           "             else 10%% of the total)\n"
           "  --margin   factor on per-request bytes for fragmentation and peaks\n"
           "             (default 1.2)\n"
-          "  --json     one JSON object instead of the table\n");
+          "  --json     one JSON object instead of the table\n"
+          "  --precision  what every model computes in (bf16: half the prepared weight\n"
+          "             bytes; int8 needs quantized files)\n");
 }
 
 /* ---- parsing ---------------------------------------------------------------- */
@@ -195,9 +199,13 @@ static const char *base_name(const char *p) {
 static int parse_args(plan_run *pr, int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int r;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
       plan_usage(stdout);
       return 0;
+    } else if ((r = cli_precision_arg("plan", argc, argv, &i, &pr->precision)) != 0) {
+      if (r == 2)
+        return 2;
     } else if (!strcmp(a, "--json")) {
       pr->json = 1;
     } else if (!strcmp(a, "--model") && i + 1 < argc) {
@@ -268,7 +276,8 @@ static int load_file(plan_run *pr, const plan_item *it) {
   pf->path = it->path;
   pf->real = real ? es_mem_strdup(ES_MEM_CLI, real) : NULL;
   free(real);
-  if (es_model_load(it->path, NULL, &pf->model) < 0) {
+  es_model_options mo = {.precision = (es_precision)pr->precision};
+  if (es_model_load(it->path, &mo, &pf->model) < 0) {
     fprintf(stderr, "edgeserve plan: %s: %s\n", it->path, es_last_error_detail());
     es_mem_free(pf->real);
     return -1;

@@ -20,14 +20,16 @@
 static void run_usage(FILE *f) {
   fprintf(f, "usage: edgeserve run MODEL.onnx [--input NAME=FILE.npy]... [FILE.npy]...\n"
              "                    [--shape NAME=DxDxD]... [--output-dir DIR] [--repeat N]\n"
-             "                    [--bounds]\n\n"
+             "                    [--bounds] [--precision auto|fp32|bf16|int8]\n\n"
              "Runs the model on inputs read from NumPy .npy files (by name, or positionally\n"
              "in the model's input order; --shape gives an input random values of that\n"
              "shape instead), writes every output to DIR/NAME.npy (NAME with\n"
              "characters outside [A-Za-z0-9._-] replaced by '_'), and prints each output's\n"
              "shape, the planned arena bytes and the median latency over N runs. With\n"
              "--bounds, also each value whose shape depends on the data: its planned bound\n"
-             "and the most the runs used of it (the runs are profiled to see it).\n");
+             "and the most the runs used of it (the runs are profiled to see it).\n"
+             "--precision: what convolutions and matrix products compute in (auto: as the\n"
+             "file says; bf16 needs avx512_bf16; int8 needs a quantized model).\n");
 }
 
 /* mkdir -p */

@@ -10,6 +10,9 @@
 
 int cli_inputs_arg(cli_inputs *ci, const char *cmd, int argc, char **argv, int *i) {
   const char *a = argv[*i];
+  int got = cli_precision_arg(cmd, argc, argv, i, &ci->precision);
+  if (got)
+    return got;
   int is_input = !strcmp(a, "--input"), is_shape = !strcmp(a, "--shape");
   if (!is_input && !is_shape)
     return 0;
@@ -179,7 +182,8 @@ void cli_inputs_free(es_tensor *in, int n) {
 int cli_session_open(cli_session *s, const char *path, const cli_inputs *ci, const char *cmd) {
   memset(s, 0, sizeof *s);
   double t0 = cli_now_ms();
-  if (es_model_load(path, NULL, &s->model) < 0) {
+  es_model_options mo = {.precision = (es_precision)ci->precision};
+  if (es_model_load(path, &mo, &s->model) < 0) {
     fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
     return 1;
   }

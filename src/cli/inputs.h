@@ -17,9 +17,10 @@ typedef struct cli_inputs {
   int n_pos;
   cli_shape shapes[CLI_MAX_INPUTS]; /* --shape NAME=1x3x640x640: random data */
   int n_shapes;
+  int precision; /* --precision (es_precision) */
 } cli_inputs;
 
-/* Consumes argv[*i] (and its value) if it is --input or --shape (parsed by
+/* Consumes argv[*i] (and its value) if it is --input, --precision or --shape (parsed by
  * cli_shape_parse, so a malformed shape is a usage error here). Returns 1
  * when consumed, 0 when not ours, 2 on a usage error (printed). Positional
  * files are the caller's to add to ci->positional. */

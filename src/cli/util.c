@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double cli_now_ms(void) { return (double)cli_now_ns() / 1e6; }
@@ -76,4 +77,20 @@ void cli_json_real(FILE *f, double v, int decimals) {
     fputs("null", f);
   else
     fprintf(f, "%.*f", decimals, v);
+}
+
+int cli_precision_arg(const char *cmd, int argc, char **argv, int *i, int *prec) {
+  if (strcmp(argv[*i], "--precision"))
+    return 0;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "edgeserve %s: --precision wants auto, fp32, bf16 or int8\n", cmd);
+    return 2;
+  }
+  es_precision p;
+  if (es_precision_parse(argv[++*i], &p) < 0) {
+    fprintf(stderr, "edgeserve %s: %s\n", cmd, es_last_error_detail());
+    return 2;
+  }
+  *prec = (int)p;
+  return 1;
 }

@@ -170,6 +170,143 @@ static int check_shapes(const es_model *m, const es_tensor_info *given, int n_gi
   return 0;
 }
 
+/* ==========================================================================
+ * Precision (es_model_options)
+ * ======================================================================== */
+
+static const char *const precision_names_[] = {"auto", "fp32", "bf16", "int8"};
+
+const char *es_precision_name(es_precision p) {
+  return (unsigned)p <= ES_PRECISION_INT8 ? precision_names_[p] : "unknown";
+}
+
+int es_precision_parse(const char *s, es_precision *out) {
+  static const struct {
+    const char *name;
+    es_precision p;
+  } names[] = {{"auto", ES_PRECISION_AUTO}, {"fp32", ES_PRECISION_FP32},
+               {"float32", ES_PRECISION_FP32}, {"bf16", ES_PRECISION_BF16},
+               {"bfloat16", ES_PRECISION_BF16}, {"int8", ES_PRECISION_INT8}};
+  for (size_t i = 0; s && out && i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(s, names[i].name)) {
+      *out = names[i].p;
+      return 0;
+    }
+  return es__fail(ES_EINVAL, "precision '%s': expected auto, fp32, bf16 or int8", s ? s : "(null)");
+}
+
+int es_engine_bf16_check(void) { return es__kernels_bf16_check(); }
+
+static int is_float_compute(es_op op) {
+  return op == ES_OP_Conv || op == ES_OP_ConvTranspose || op == ES_OP_MatMul || op == ES_OP_Gemm;
+}
+
+static int node_bf16(const es_node *nd) {
+  const es_attr *a = es__node_attr(nd, "_bf16");
+  return a && a->type == ES_ATTR_INT && a->i != 0;
+}
+
+/* The nodes that compute in int8, in bf16 (marked "_bf16") and in float32. */
+static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_t *fp32) {
+  *int8 = *bf16 = *fp32 = 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const es_node *nd = &g->nodes[i];
+    if (nd->op == ES_OP_QLinearConv || nd->op == ES_OP_QLinearMatMul)
+      (*int8)++;
+    else if (is_float_compute(nd->op))
+      (*(node_bf16(nd) ? bf16 : fp32))++;
+  }
+}
+
+/* Whether node nd gains from bf16. bf16 halves the cost of a product's
+ * multiply-adds (oneDNN's vdpbf16ps pairs two along the reduction) but
+ * adds a pass over the source (rounded to bf16 before each run). On det
+ * (640x640, one core) every conv with a reduction of 2 or more per output
+ * and 32 or more FLOPs per source element ran in 0.40-0.93x of its float32
+ * time (the 3x3 96->24 convs 0.51x); depthwise convs (a reduction of 1
+ * per channel: nothing to pair) ran in 0.87-1.93x, 1x1 48->12 (24 FLOPs
+ * per element) in 1.18x. Both measures follow from the weights' shape, the
+ * group and the strides: a conv's FLOPs per source element are
+ * 2 (M/g) kh kw / (sh sw), a MatMul's 2 N. */
+static int bf16_gains(const es_graph *g, const es_node *nd) {
+  if (nd->n_in < 2 || nd->in[1] < 0)
+    return 0;
+  const es_value *w = &g->values[nd->in[1]];
+  if (w->kind != ES_VALUE_CONST)
+    return 0;
+  if (nd->op == ES_OP_MatMul)
+    return w->rank == 2 && w->dims[0] >= 2 && 2 * w->dims[1] >= 32;
+  if (nd->op != ES_OP_Conv || w->rank < 3)
+    return 0;
+  const es_attr *ga = es__node_attr(nd, "group"), *sa = es__node_attr(nd, "strides");
+  int64_t groups = ga && ga->type == ES_ATTR_INT && ga->i > 0 ? ga->i : 1, ker = 1, str = 1;
+  for (int d = 2; d < w->rank; d++)
+    ker *= w->dims[d] > 0 ? w->dims[d] : 1;
+  for (size_t d = 0; sa && sa->type == ES_ATTR_INTS && d < sa->n; d++)
+    str *= sa->ints[d] > 0 ? sa->ints[d] : 1;
+  int64_t red = w->dims[1] * ker, m_per_g = w->dims[0] / groups;
+  return red >= 2 && 2 * m_per_g * ker >= 16 * str;
+}
+
+/* ES_PRECISION_BF16: every Conv and MatMul by static weights that gains
+ * (bf16_gains) gets "_bf16" 1, which its kernel reads (kernels/dnnl_glue.h).
+ * An attribute rather than a flag of the plan: a compiled .esm keeps it,
+ * with the bf16 weights its plans prepared. ConvTranspose stays float32:
+ * oneDNN 2.6 runs a deconvolution as a backward-data convolution plus our
+ * own epilogue, and det's two take 6% of its time. */
+static int graph_mark_bf16(es_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    es_node *nd = &g->nodes[i];
+    if (!bf16_gains(g, nd) || es__node_attr(nd, "_bf16"))
+      continue;
+    es_attr *a = es__ctx_alloc(&g->ctx, (size_t)(nd->n_attr + 1) * sizeof *a);
+    char *name = es__ctx_strdup(&g->ctx, "_bf16");
+    if (!a || !name)
+      return es__fail(ES_ENOMEM, "out of memory marking nodes for bf16");
+    if (nd->n_attr)
+      memcpy(a, nd->attrs, (size_t)nd->n_attr * sizeof *a);
+    a[nd->n_attr] = (es_attr){.name = name, .type = ES_ATTR_INT, .i = 1};
+    nd->attrs = a;
+    nd->n_attr++;
+  }
+  return 0;
+}
+
+/* A loaded model (from ONNX or .esm) against the precision asked for. */
+static int precision_check(const es_model *m, es_precision want) {
+  size_t int8, bf16, fp32;
+  precision_count(&m->g, &int8, &bf16, &fp32);
+  if (bf16) {
+    int rc = es_engine_bf16_check();
+    if (rc < 0)
+      return rc;
+  }
+  switch (want) {
+  case ES_PRECISION_FP32:
+    if (int8)
+      return es__fail(ES_EINVAL, "precision fp32: the model is quantized (%zu convolutions and "
+                      "matrix products run in int8); load its float model, or ask for int8 "
+                      "or auto", int8);
+    if (bf16)
+      return es__fail(ES_EINVAL, "precision fp32: the compiled model runs %zu nodes in bf16; "
+                      "compile it again with precision fp32", bf16);
+    return 0;
+  case ES_PRECISION_INT8:
+    if (!int8)
+      return es__fail(ES_EINVAL, "precision int8: the model is not quantized (no QDQ "
+                      "convolution, QLinearConv or QLinearMatMul); make an int8 model with "
+                      "`edgeserve quantize`, or ask for fp32 or bf16");
+    return 0;
+  case ES_PRECISION_BF16:
+    if (!bf16 && fp32 && m->compiled)
+      return es__fail(ES_EINVAL, "precision bf16: the compiled model runs in float32; compile "
+                      "it again with precision bf16");
+    return 0;
+  default:
+    return 0;
+  }
+}
+
 /* What build_model reports besides the list. */
 typedef struct build_info {
   int planned, unreached;
@@ -183,7 +320,8 @@ typedef struct build_info {
  * given shapes (the model's own for the others) is attempted when they are
  * concrete, its refusals joining the list. */
 static int build_model(const void *data, size_t size, es_weights *file, es_issues *l, int plan,
-                       const es_tensor_info *given, int n_given, build_info *bi, es_model **out) {
+                       const es_tensor_info *given, int n_given, es_precision prec, build_info *bi,
+                       es_model **out) {
   es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
   if (!m)
     return es__fail(ES_ENOMEM, "out of memory loading the model");
@@ -192,7 +330,9 @@ static int build_model(const void *data, size_t size, es_weights *file, es_issue
     es_mem_free(m);
     return rc;
   }
-  if (l->n == 0 && (rc = es__graph_fuse(&m->g)) == 0 && (rc = es__graph_seal(&m->g)) == 0)
+  if (l->n == 0 && (rc = es__graph_fuse(&m->g)) == 0 &&
+      (prec != ES_PRECISION_BF16 || (rc = graph_mark_bf16(&m->g)) == 0) &&
+      (rc = es__graph_seal(&m->g)) == 0)
     rc = es__graph_progs_make(&m->g);
   if (rc == 0)
     rc = es__prep_store_create(&m->prep);
@@ -219,13 +359,22 @@ static int build_model(const void *data, size_t size, es_weights *file, es_issue
   return 0;
 }
 
-static int load_built(const void *data, size_t size, es_weights *file, es_model **out) {
+static es_precision opts_precision(const es_model_options *opts) {
+  return opts ? opts->precision : ES_PRECISION_AUTO;
+}
+
+static int load_built(const void *data, size_t size, es_weights *file, es_precision prec,
+                      es_model **out) {
   es_issues l = {0};
   build_info bi = {0};
   es_model *m = NULL;
-  int rc = build_model(data, size, file, &l, 0, NULL, 0, &bi, &m);
+  int rc = prec == ES_PRECISION_BF16 ? es_engine_bf16_check() : 0;
+  if (rc == 0)
+    rc = build_model(data, size, file, &l, 0, NULL, 0, prec, &bi, &m);
   if (rc == 0 && l.n) {
     rc = es__issues_fail(&l, ES_LOAD_INTRO);
+    es_model_release(m);
+  } else if (rc == 0 && (rc = precision_check(m, prec)) < 0) {
     es_model_release(m);
   } else if (rc == 0) {
     *out = m;
@@ -234,14 +383,17 @@ static int load_built(const void *data, size_t size, es_weights *file, es_model 
   return rc;
 }
 
-int es_model_load_buffer(const void *data, size_t size, const void *opts, es_model **out) {
-  (void)opts;
+int es_model_load_buffer(const void *data, size_t size, const es_model_options *opts,
+                         es_model **out) {
   if (!data || !out)
     return es__fail(ES_EINVAL, "es_model_load_buffer: NULL argument");
-  return load_built(data, size, NULL, out);
+  if (opts && (unsigned)opts->precision > ES_PRECISION_INT8)
+    return es__fail(ES_EINVAL, "es_model_load: precision %d is not one of auto, fp32, bf16, int8",
+                    (int)opts->precision);
+  return load_built(data, size, NULL, opts_precision(opts), out);
 }
 
-static int model_load_onnx(const char *path, const void *opts, es_model **out);
+static int model_load_onnx(const char *path, const es_model_options *opts, es_model **out);
 
 /* The source an .esm names, next to it: NULL path when there is none. */
 static int esm_source_stale(const char *path, const unsigned char *head, size_t head_size,
@@ -268,9 +420,12 @@ static int esm_source_stale(const char *path, const unsigned char *head, size_t 
   return memcmp(sha, head + sha_at, 32) != 0;
 }
 
-int es_model_load(const char *path, const void *opts, es_model **out) {
+int es_model_load(const char *path, const es_model_options *opts, es_model **out) {
   if (!path || !out)
     return es__fail(ES_EINVAL, "es_model_load: NULL argument");
+  if (opts && (unsigned)opts->precision > ES_PRECISION_INT8)
+    return es__fail(ES_EINVAL, "es_model_load: precision %d is not one of auto, fp32, bf16, int8",
+                    (int)opts->precision);
   /* A compiled model file is mapped, not read: look at its header first. */
   unsigned char head[512];
   ssize_t got_head = -1;
@@ -290,7 +445,15 @@ int es_model_load(const char *path, const void *opts, es_model **out) {
     es_model *m = es_mem_calloc(ES_MEM_MODEL, 1, sizeof *m);
     if (!m)
       return es__fail(ES_ENOMEM, "out of memory loading the model");
-    return model_finish(m, es__esm_load(path, m), out);
+    int rc = model_finish(m, es__esm_load(path, m), out);
+    if (rc == 0 && (rc = precision_check(*out, opts_precision(opts))) < 0) {
+      char detail[512];
+      snprintf(detail, sizeof detail, "%s", es_last_error_detail());
+      es_model_release(*out);
+      *out = NULL;
+      rc = es__fail(rc, "%s: %s", path, detail);
+    }
+    return rc;
   }
   return model_load_onnx(path, opts, out);
 }
@@ -356,15 +519,15 @@ static int fail_in_file(int rc, const char *path) {
   return es__fail(rc, "%s: %s", path, detail);
 }
 
-static int model_load_onnx(const char *path, const void *opts, es_model **out) {
-  (void)opts;
+static int model_load_onnx(const char *path, const es_model_options *opts, es_model **out) {
   /* Mapped shared and kept while constants are read from it in place
    * (graph.h); a file that cannot be mapped so (or is empty, or too
    * large) goes the way below, which says why. */
   es_weights *file;
   if (es_weights_open(path, 0, &file) == 0) {
     if (es_weights_size(file) <= ES_MODEL_MAX_FILE) {
-      int rc = load_built(es_weights_data(file), es_weights_size(file), file, out);
+      int rc = load_built(es_weights_data(file), es_weights_size(file), file,
+                          opts_precision(opts), out);
       es_weights_release(file); /* the graph holds its own reference when it reads it */
       if (rc == 0 && (rc = es__prep_cache_attach(*out, path)) < 0)
         es_model_release(*out);
@@ -420,7 +583,7 @@ int es_model_check_buffer(const void *data, size_t size, const es_tensor_info *s
   es_issues l = {0};
   build_info bi = {0};
   es_model *m;
-  int rc = build_model(data, size, NULL, &l, 1, shapes, n_shapes, &bi, &m);
+  int rc = build_model(data, size, NULL, &l, 1, shapes, n_shapes, ES_PRECISION_AUTO, &bi, &m);
   if (rc == 0) {
     rc = check_report(m, &l, &bi, fn, user, info);
     es_model_release(m);
@@ -528,13 +691,7 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->folded_nodes = (size_t)m->g.folded_nodes;
   out->folded_bn = (size_t)m->g.folded_bn;
   out->elided = (size_t)m->g.elided;
-  out->int8_nodes = out->float_nodes = 0;
-  for (int i = 0; i < m->g.n_nodes; i++) {
-    es_op op = m->g.nodes[i].op;
-    out->int8_nodes += op == ES_OP_QLinearConv || op == ES_OP_QLinearMatMul;
-    out->float_nodes += op == ES_OP_Conv || op == ES_OP_ConvTranspose || op == ES_OP_MatMul ||
-                        op == ES_OP_Gemm;
-  }
+  precision_count(&m->g, &out->int8_nodes, &out->bf16_nodes, &out->float_nodes);
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
   out->compiled = m->compiled;

@@ -112,6 +112,9 @@ typedef struct conv_params {
   int64_t band_in0[CONV_BANDS_MAX]; /* ... and the first input row it reads */
   es_dnnl_prim bprim[CONV_BAND_KINDS]; /* one primitive per band geometry */
   int res_sum;           /* ... as oneDNN's sum: Y holds the residual before the conv */
+  int bf16;              /* "_bf16": X rounded to bf16 at scratch offset bf_at, bf16
+                            weights (dnnl_glue.h) */
+  size_t bf_at;
   es_dnnl_prim dnnl;
 } conv_params;
 
@@ -421,13 +424,16 @@ static int conv_dnnl_fits(const conv_params *p) {
 
 /* An activation descriptor: plain row-major, or channels-last for a 2-D
  * conv's NHWC or a 3-D conv's NDHWC tensor. */
-static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, int nhwc) {
-  if (!nhwc)
+static dnnl_status_t conv_act_md(dnnl_memory_desc_t *md, int nd, const int64_t *dims, int nhwc,
+                                 dnnl_data_type_t dt) {
+  if (!nhwc && dt == dnnl_f32)
     return es__dnnl_plain_md(md, nd, dims);
   dnnl_dims_t d = {0};
   for (int i = 0; i < nd; i++)
     d[i] = dims[i];
-  return dnnl_memory_desc_init_by_tag(md, nd, d, dnnl_f32, nd == 5 ? dnnl_ndhwc : dnnl_nhwc);
+  dnnl_format_tag_t tag = nhwc ? (nd == 5 ? dnnl_ndhwc : dnnl_nhwc)
+                               : (nd == 5 ? dnnl_abcde : nd == 4 ? dnnl_abcd : dnnl_abc);
+  return dnnl_memory_desc_init_by_tag(md, nd, d, dt, tag);
 }
 
 /* ConvTranspose whose kernel equals its stride (no pads, dilation, output
@@ -591,9 +597,9 @@ static int conv_bands_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_
     int64_t xd[4] = {1, p->c, rows, p->in[2]}, yd[4] = {1, p->m, h, p->out[2]};
     dnnl_dims_t pl = {pt, p->pb[2]}, pr = {pb, p->pe[2]};
     dnnl_memory_desc_t xmd, ymd;
-    dnnl_status_t stt = conv_act_md(&xmd, 4, xd, 1);
+    dnnl_status_t stt = conv_act_md(&xmd, 4, xd, 1, p->bf16 ? dnnl_bf16 : dnnl_f32);
     if (stt == dnnl_success)
-      stt = conv_act_md(&ymd, 4, yd, 1);
+      stt = conv_act_md(&ymd, 4, yd, 1, dnnl_f32);
     es_dnnl_prim *bp = &p->bprim[kind];
     dnnl_post_ops_t po = NULL;
     int res_sum = 0;
@@ -652,15 +658,16 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
     return conv_kxs_setup(k, p);
   }
   dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
-  dnnl_status_t stt = conv_act_md(&xmd, nd, xd, p->nhwc);
+  dnnl_data_type_t wdt = p->bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_status_t stt = conv_act_md(&xmd, nd, xd, p->nhwc, wdt);
   if (stt == dnnl_success)
-    stt = conv_act_md(&ymd, nd, yd, p->nhwc);
+    stt = conv_act_md(&ymd, nd, yd, p->nhwc, dnnl_f32);
   if (stt == dnnl_success)
     stt = es__dnnl_plain_md(&bmd, 1, bd);
   if (stt == dnnl_success)
     stt = conv_user_wei_md(p, &wuser);
   if (stt == dnnl_success)
-    stt = dnnl_memory_desc_init_by_tag(&wany, wuser.ndims, wuser.dims, dnnl_f32,
+    stt = dnnl_memory_desc_init_by_tag(&wany, wuser.ndims, wuser.dims, wdt,
                                        dnnl_format_tag_any);
   if (stt != dnnl_success)
     return es__dnnl_fail(k, stt, "describing the tensors");
@@ -703,6 +710,9 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
     rc = conv_bands_setup(k, p, bias);
   if (rc == 0)
     rc = es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
+  if (rc == 0 && p->bf16) /* after oneDNN's scratchpad, the largest of the bands' */
+    p->bf_at = es__dnnl_bf16_room(k, (size_t)xd[0] * (size_t)xd[1] * (size_t)p->in[0] *
+                                         (size_t)p->in[1] * (size_t)p->in[2]);
   if (rc < 0)
     conv_bands_destroy(p);
   return rc;
@@ -898,12 +908,23 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   p->empty = y->count == 0;
   p->use_dnnl = !p->empty && !es__kernels_reference() && conv_dnnl_fits(p);
   p->nhwc = conv_wants_nhwc(k, p);
-  if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, conv_dnnl_setup(k, p),
-                                                &p->use_dnnl)) < 0)
-    return rc;
+  p->bf16 = !transpose && es__dnnl_bf16_wanted(k);
+  if (p->use_dnnl) {
+    int src = conv_dnnl_setup(k, p);
+    if (src == ES_ENOTSUP && p->bf16) { /* no bf16 kernel for this geometry: float32 */
+      es__dnnl_prim_destroy(&p->dnnl);
+      conv_bands_destroy(p);
+      k->scratch_bytes = 0;
+      p->bf16 = 0;
+      src = conv_dnnl_setup(k, p);
+    }
+    if ((rc = es__dnnl_setup_done(k, &p->dnnl, src, &p->use_dnnl)) < 0)
+      return rc;
+  }
   if (!p->use_dnnl) {
     conv_bands_destroy(p);
     p->nhwc = p->res_sum = 0; /* the reference loops read and write plain tensors only */
+    p->bf16 = 0;
   }
   /* Ask for X, and the residual, in the layout the conv runs in. */
   k->want_plain = k->want_nhwc = 0;
@@ -929,14 +950,17 @@ static int conv_infer(es_kinst *k) { return conv_infer_common(k, 0); }
 static int convtranspose_infer(es_kinst *k) { return conv_infer_common(k, 1); }
 
 /* Band by band (conv_bands_setup), each reading and writing its rows of
- * the channels-last tensors in place, with a safe point between two. */
-static int conv_run_bands(const es_kinst *k, const conv_params *p, const float *x, const void *w,
-                          const void *bias, float *y, const float *res, void *scratch) {
-  size_t xrow = (size_t)p->in[2] * (size_t)p->c, yrow = (size_t)p->out[2] * (size_t)p->m;
+ * the channels-last tensors in place, with a safe point between two. x is
+ * float32, or bf16 (p->bf16): esz bytes per element. */
+static int conv_run_bands(const es_kinst *k, const conv_params *p, const void *x, size_t esz,
+                          const void *w, const void *bias, float *y, const float *res,
+                          void *scratch) {
+  size_t xrow = (size_t)p->in[2] * (size_t)p->c * esz, yrow = (size_t)p->out[2] * (size_t)p->m;
   for (int b = 0; b < p->nbands; b++) {
     size_t yo = (size_t)(b * p->band_rows) * yrow;
-    int rc = es__dnnl_prim_run(k, &p->bprim[p->band_prim[b]], x + (size_t)p->band_in0[b] * xrow,
-                               w, bias, y + yo, res ? res + yo : NULL, scratch);
+    int rc = es__dnnl_prim_run(k, &p->bprim[p->band_prim[b]],
+                               (const char *)x + (size_t)p->band_in0[b] * xrow, w, bias, y + yo,
+                               res ? res + yo : NULL, scratch);
     if (rc < 0)
       return rc;
     if (b + 1 < p->nbands)
@@ -957,9 +981,17 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     if (p->res_sum && out[0] != res)
       memcpy(out[0], res, p->count * sizeof(float));
     const void *w = p->dnnl.weights ? p->dnnl.weights : in[1];
+    const void *x = in[0];
+    if (p->bf16) {
+      uint16_t *xb = (uint16_t *)((char *)scratch + p->bf_at);
+      es__f32_to_bf16(xb, in[0], (size_t)p->n * (size_t)p->c * (size_t)p->in[0] *
+                                     (size_t)p->in[1] * (size_t)p->in[2]);
+      x = xb;
+    }
     if (p->nbands > 1)
-      return conv_run_bands(k, p, in[0], w, bias, out[0], p->res_sum ? NULL : res, scratch);
-    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], w, p->epilogue ? NULL : bias, out[0],
+      return conv_run_bands(k, p, x, p->bf16 ? 2 : 4, w, bias, out[0], p->res_sum ? NULL : res,
+                            scratch);
+    int rc = es__dnnl_prim_run(k, &p->dnnl, x, w, p->epilogue ? NULL : bias, out[0],
                                p->epilogue || p->res_sum ? NULL : res, scratch);
     if (rc == 0 && p->epilogue)
       conv_epilogue(p, out[0], bias, res);

@@ -451,3 +451,89 @@ dnnl_status_t es__dnnl_posts(const es_posts *ps, const dnnl_memory_desc_t *ymd,
   }
   return st;
 }
+
+/* ==========================================================================
+ * bf16
+ * ======================================================================== */
+
+int es__kernels_bf16_check(void) {
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+      (unsigned)dnnl_cpu_isa_avx512_core_bf16)
+    return 0;
+  const char *name = "below avx512_core";
+  switch (isa) {
+  case dnnl_cpu_isa_avx512_core: name = "avx512_core"; break;
+  case dnnl_cpu_isa_avx512_core_vnni: name = "avx512_core_vnni"; break;
+  case dnnl_cpu_isa_avx2: name = "avx2"; break;
+  case dnnl_cpu_isa_avx2_vnni: name = "avx2_vnni"; break;
+  case dnnl_cpu_isa_avx: name = "avx"; break;
+  case dnnl_cpu_isa_sse41: name = "sse4.1"; break;
+  default: break;
+  }
+  return es__fail(ES_ENOTSUP, "bf16 needs a CPU with avx512_bf16 (or AMX): this one has %s "
+                  "(as oneDNN sees it; ONEDNN_MAX_CPU_ISA may lower it); use fp32 or int8",
+                  name);
+}
+
+int es__dnnl_bf16_wanted(const es_kinst *k) {
+  int64_t v = 0;
+  return es__attr_int(k, "_bf16", 0, &v) == 0 && v != 0;
+}
+
+size_t es__dnnl_bf16_room(es_kinst *k, size_t n) {
+  size_t at = es__align_up(k->scratch_bytes, 64);
+  k->scratch_bytes = at + n * sizeof(uint16_t);
+  return at;
+}
+
+/* The scalar rule: round to nearest even, a NaN kept a quiet NaN. */
+static void f32_to_bf16_scalar(uint16_t *restrict dst, const float *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    int nan = (u & 0x7fffffffu) > 0x7f800000u;
+    dst[i] = (uint16_t)(nan ? ((u >> 16) | 0x40u) : r);
+  }
+}
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+/* vcvtne2ps2bf16, 32 values per instruction: 0.15 ms for det's largest
+ * source (96x160x160), where the compiler's vectorisation of the scalar
+ * rule took 1.6 ms, half the time the bf16 conv saves. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
+f32_to_bf16_avx512(uint16_t *restrict dst, const float *restrict src, size_t n) {
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+    _mm512_storeu_si512((void *)(dst + i), (__m512i)v);
+  }
+  f32_to_bf16_scalar(dst + i, src + i, n - i);
+}
+
+/* CPUID leaf 7 subleaf 1, EAX bit 5: AVX512_BF16. */
+static int cpu_has_avx512_bf16(void) {
+  static _Atomic int have = -1;
+  int h = atomic_load_explicit(&have, memory_order_relaxed);
+  if (h < 0) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    h = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+    atomic_store_explicit(&have, h, memory_order_relaxed);
+  }
+  return h;
+}
+#endif
+
+void es__f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
+#if defined(__x86_64__)
+  if (cpu_has_avx512_bf16()) {
+    f32_to_bf16_avx512(dst, src, n);
+    return;
+  }
+#endif
+  f32_to_bf16_scalar(dst, src, n);
+}

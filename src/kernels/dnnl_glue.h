@@ -101,6 +101,20 @@ int es__dnnl_prim_run(const es_kinst *k, const es_dnnl_prim *p, const void *src,
  * primitive and is returned. */
 int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl);
 
+/* bf16 (es_model_options' ES_PRECISION_BF16). A node marked "_bf16" 1
+ * (engine/model.c) runs its primitive on bf16 source and weights, writing
+ * float32 (oneDNN accumulates in float32): the weights are prepared in bf16
+ * once, like any reordered weights; the source, a float32 tensor of the
+ * plan, is rounded to bf16 into the kernel's scratch before each run
+ * (es__dnnl_bf16_room, es__f32_to_bf16). Where oneDNN has no bf16 kernel
+ * the node falls back to float32. */
+int es__dnnl_bf16_wanted(const es_kinst *k);
+/* Reserve n bf16 values at the end of k's scratch (after oneDNN's
+ * scratchpad, which stays at offset 0); returns their offset. */
+size_t es__dnnl_bf16_room(es_kinst *k, size_t n);
+/* Round to nearest even, NaN kept a (quiet) NaN. */
+void es__f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+
 /* Destroy what es__dnnl_prim_create made; safe on a zeroed or half-made p. */
 void es__dnnl_prim_destroy(es_dnnl_prim *p);
 

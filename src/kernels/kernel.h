@@ -294,6 +294,9 @@ void es__kernels_split_set(uint64_t flops);
 void es__kernels_safe_point(void);
 void es__kernels_safe_point_set(void (*fn)(void *user), void *user);
 int es__kernels_reference(void);
+/* 0 when oneDNN runs bf16 convolutions natively here (avx512_bf16 or AMX,
+ * within ONEDNN_MAX_CPU_ISA); ES_ENOTSUP naming the missing feature. */
+int es__kernels_bf16_check(void);
 
 /* Intra-op threads for kernels run by the calling thread (oneDNN's
  * OpenMP regions); our own kernels are single-threaded. ES_EINVAL outside

@@ -49,6 +49,9 @@ typedef struct matmul_params {
   es_aligned_in b_copy;         /* B read in place misaligned: read from an aligned copy */
   int has_bias;                 /* input 2: N floats added to every row */
   es_posts post;                /* fused post-ops; post.has_res: input 3 is added */
+  int bf16;                     /* "_bf16" (static 2-D B): A rounded to bf16 at scratch
+                                   offset bf_at, B prepared in bf16 (dnnl_glue.h) */
+  size_t bf_at;
   es_dnnl_prim dnnl;
 } matmul_params;
 
@@ -170,8 +173,13 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
   }
   /* Static 2-D weights: let oneDNN pick their layout, prepared once. */
   int prepare = flat && bstatic;
+  p->bf16 = p->bf16 && prepare;
+  dnnl_memory_desc_t abf;
+  if (st == dnnl_success && p->bf16)
+    st = dnnl_memory_desc_init_by_tag(&abf, 2, amd.dims, dnnl_bf16, dnnl_ab);
   if (st == dnnl_success && prepare)
-    st = dnnl_memory_desc_init_by_tag(&bany, 2, bmd.dims, dnnl_f32, dnnl_format_tag_any);
+    st = dnnl_memory_desc_init_by_tag(&bany, 2, bmd.dims, p->bf16 ? dnnl_bf16 : dnnl_f32,
+                                      dnnl_format_tag_any);
   if (st != dnnl_success)
     return es__dnnl_fail(k, st, "describing the tensors");
   /* Bias and post-ops go into the 2-D primitive; the batched one leaves
@@ -195,7 +203,8 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
     }
   }
   dnnl_matmul_desc_t d;
-  st = dnnl_matmul_desc_init(&d, &amd, prepare ? &bany : &bmd, with_bias ? &biasmd : NULL, &cmd);
+  st = dnnl_matmul_desc_init(&d, p->bf16 ? &abf : &amd, prepare ? &bany : &bmd,
+                             with_bias ? &biasmd : NULL, &cmd);
   int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the matmul")
                               : es__dnnl_prim_create(k, &d, po, &p->dnnl);
   if (po)
@@ -203,7 +212,10 @@ static int matmul_dnnl_setup(es_kinst *k, matmul_params *p) {
   if (rc < 0)
     return rc;
   p->prepared = prepare && !dnnl_memory_desc_equal(&bmd, p->dnnl.wei_md);
-  return prepare ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
+  rc = prepare ? es__dnnl_weights_prepare(k, &p->dnnl, &bmd, bstatic) : 0;
+  if (rc == 0 && p->bf16)
+    p->bf_at = es__dnnl_bf16_room(k, (size_t)(p->batch * p->m * p->k));
+  return rc;
 }
 
 /* ==========================================================================
@@ -286,9 +298,20 @@ static int matmul_infer(es_kinst *k) {
   p->count = k->out[0]->count;
   p->empty = p->count == 0;
   p->use_dnnl = !es__kernels_reference() && !p->empty && p->k > 0;
-  if (p->use_dnnl && (rc = es__dnnl_setup_done(k, &p->dnnl, matmul_dnnl_setup(k, p),
-                                                &p->use_dnnl)) < 0)
-    return rc;
+  p->bf16 = es__dnnl_bf16_wanted(k);
+  if (p->use_dnnl) {
+    int src = matmul_dnnl_setup(k, p);
+    if (src == ES_ENOTSUP && p->bf16) { /* no bf16 kernel for this shape: float32 */
+      es__dnnl_prim_destroy(&p->dnnl);
+      k->scratch_bytes = 0;
+      p->bf16 = 0;
+      src = matmul_dnnl_setup(k, p);
+    }
+    if ((rc = es__dnnl_setup_done(k, &p->dnnl, src, &p->use_dnnl)) < 0)
+      return rc;
+  }
+  if (!p->use_dnnl)
+    p->bf16 = 0;
   /* A static B may be read in place from the model file at any byte
    * offset (onnx.c's matmul_b_only): where a run reads B itself rather than
    * its prepared copy, it reads an aligned copy made in scratch. */
@@ -304,7 +327,13 @@ static int matmul_run(const es_kinst *k, const void *const *in, void *const *out
   const float *bias = p->has_bias ? in[2] : NULL, *res = p->post.has_res ? in[3] : NULL;
   const void *b = es__aligned_in_get(&p->b_copy, in[1], scratch);
   if (p->use_dnnl) {
-    int rc = es__dnnl_prim_run(k, &p->dnnl, in[0], p->dnnl.weights ? p->dnnl.weights : b,
+    const void *a = in[0];
+    if (p->bf16) {
+      uint16_t *ab = (uint16_t *)((char *)scratch + p->bf_at);
+      es__f32_to_bf16(ab, in[0], (size_t)(p->batch * p->m * p->k));
+      a = ab;
+    }
+    int rc = es__dnnl_prim_run(k, &p->dnnl, a, p->dnnl.weights ? p->dnnl.weights : b,
                                p->epilogue ? NULL : bias, out[0], p->epilogue ? NULL : res,
                                scratch);
     if (rc == 0 && p->epilogue)

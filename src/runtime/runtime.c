@@ -117,6 +117,7 @@ typedef struct rt_model {
   char name[ES_RT_NAME_MAX];
   char *realpath;    /* for sharing one es_model between entries */
   int share;
+  es_precision precision;
   es_model *model;
   es_plan_cache *cache;
   es_plan *cfg_plan; /* at the configured shape, or NULL */
@@ -2026,7 +2027,7 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
                       cfg->name);
     }
     if (cfg->share && m->share && m->state == SLOT_LIVE && !shared &&
-        !strcmp(m->realpath, rp))
+        m->precision == cfg->precision && !strcmp(m->realpath, rp))
       shared = es_model_retain(m->model);
   }
   if (slot < 0) {
@@ -2043,6 +2044,7 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   m->lane = cfg->lane;
   m->realpath = rp;
   m->share = cfg->share;
+  m->precision = cfg->precision;
   pthread_mutex_unlock(&rt->lock);
 
   /* The slow part, without the lock. Plans made here and at submit carry
@@ -2050,7 +2052,8 @@ int es_runtime_model_load(es_runtime *rt, const es_model_config *cfg, int *id) {
   if (rt->cfg.intra_threads > 1)
     es_engine_threads_set(rt->cfg.intra_threads);
   m->model = shared;
-  rc = shared ? 0 : es_model_load(cfg->path, NULL, &m->model);
+  es_model_options mo = {.precision = cfg->precision};
+  rc = shared ? 0 : es_model_load(cfg->path, &mo, &m->model);
   if (rc == 0) {
     m->n_in = es_model_input_count(m->model);
     m->n_out = es_model_output_count(m->model);
@@ -2771,6 +2774,7 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
     out->weights_resident = ms.weights_resident;
     out->int8_nodes = ms.int8_nodes;
     out->float_nodes = ms.float_nodes;
+    out->bf16_nodes = ms.bf16_nodes;
   }
   out->planned_bytes = m->planned;
   out->pool_bytes = m->pool_bytes;

@@ -101,6 +101,8 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
                   snap[i].name, ms[i].int8_nodes);
     es__sb_printf(b, "edgeserve_model_compute_nodes{model=\"%s\",precision=\"float32\"} %zu\n",
                   snap[i].name, ms[i].float_nodes);
+    es__sb_printf(b, "edgeserve_model_compute_nodes{model=\"%s\",precision=\"bf16\"} %zu\n",
+                  snap[i].name, ms[i].bf16_nodes);
   }
   MODEL_GAUGE("edgeserve_sequences_live", "Live sequences of the model.", sequences)
   MODEL_GAUGE("edgeserve_sequence_state_bytes",

@@ -397,6 +397,12 @@ static int model_from_json(srv_model *sm, const char *name, json_t *o, const cha
         sm->share = json_is_true(v);
       else
         sm->load_at_start = json_is_true(v);
+    } else if (!strcmp(key, "precision")) {
+      es_precision p;
+      if (!json_is_string(v) || es_precision_parse(json_string_value(v), &p) < 0)
+        return es__fail(ES_EINVAL, "%s: model '%s': precision must be \"auto\", \"fp32\", "
+                        "\"bf16\" or \"int8\"", src, name);
+      sm->precision = (int)p;
     } else if (!strcmp(key, "sequence")) {
       int rc = sequence_from_json(sm, v, name, src);
       if (rc < 0)
@@ -597,6 +603,7 @@ static int plain_load(es_server *s, const srv_model *sm, int *id) {
   mc.max_inflight = sm->max_concurrency;
   mc.arenas = sm->instances;
   mc.share = sm->share;
+  mc.precision = (es_precision)sm->precision;
   mc.plans = sm->plans;
   es_state_pair states[ES_RT_MAX_IO];
   for (int k = 0; k < sm->n_states; k++)

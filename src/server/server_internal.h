@@ -42,6 +42,7 @@ typedef struct srv_model {
   unsigned instances;
   unsigned plans;
   int share;
+  int precision; /* es_precision: "precision" */
   int load_at_start;
   int n_shapes;
   es_tensor_info shapes[ES_RT_MAX_IO];

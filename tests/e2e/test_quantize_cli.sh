@@ -38,17 +38,7 @@ node -e "require('$src/.cache/ort/node_modules/onnxruntime-node')" 2>/dev/null |
   { echo "test_quantize_cli: onnxruntime-node missing (scripts/setup/install-ort.sh): skipped"; exit 77; }
 
 fail=0
-check() { # NAME COMMAND...: runs a check, prints its lines, counts a failure
-  local name=$1
-  shift
-  if "$@" >"$work/check.log" 2>&1; then
-    sed "s/^/  $name: /" "$work/check.log"
-  else
-    sed "s/^/  $name: /" "$work/check.log"
-    echo "FAIL $name"
-    fail=1
-  fi
-}
+source "$(dirname "$0")/accuracy_lib.sh"
 quantize() { # MODEL OUT CALIB [options...]: quantize, keep the summary
   local model=$1 out=$2 calib=$3 cap=0.3
   shift 3
@@ -60,10 +50,6 @@ quantize() { # MODEL OUT CALIB [options...]: quantize, keep the summary
   # int8 weights at most 0.3x the FP32 ones of the nodes quantized
   awk -v cap=$cap '/weights of those nodes/ { r = $(NF) ; gsub(/[()x]/, "", r); if (r + 0 > cap || r + 0 <= 0) exit 1 }' \
     "$out.log" || { echo "FAIL $model: int8 weights above ${cap}x FP32"; fail=1; }
-}
-text_ppm() { # OUT.ppm WIDTH HEIGHT POINTSIZE X Y TEXT
-  convert -size "$2x$3" xc:white -font DejaVu-Sans -fill black -pointsize "$4" \
-    -annotate "+$5+$6" "$7" -depth 8 "$1"
 }
 
 # ---- face: BlazeFace front and back, calibrated on the photos ------------
@@ -184,17 +170,6 @@ grep -q "opset: 9 -> 13" "$work/rec.onnx.log" ||
 
 # ---- bad input: clear errors, exit 1 or 2, no crash ------------------------
 echo "== bad input"
-bad() { # WANT_STATUS WANT_TEXT COMMAND...
-  local want=$1 text=$2
-  shift 2
-  "$@" >"$work/bad.log" 2>&1
-  local st=$?
-  if [ $st -ne "$want" ] || ! grep -q -- "$text" "$work/bad.log"; then
-    echo "FAIL bad input ($*): status $st, wanted $want and '$text':"; cat "$work/bad.log"; fail=1
-  else
-    echo "  ok: $(head -1 "$work/bad.log")"
-  fi
-}
 bad 1 "cannot open" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/nowhere"
 bad 1 "--preprocess" "$es" quantize "$models/ppocr_det.onnx" -o "$work/x.onnx" --calibrate "$work/det"
 head -c 3000 "$models/ppocr_cls.onnx" >"$work/trunc.onnx"

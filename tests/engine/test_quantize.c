@@ -141,6 +141,13 @@ static void test_quantize_and_run(void **state) {
   /* both convolutions lowered to int8 kernels at load */
   assert_int_equal(ms.int8_nodes, 2);
   assert_int_equal(ms.float_nodes, 0);
+  /* precision: int8 takes it, fp32 refuses it by what it is */
+  es_model_options o8 = {.precision = ES_PRECISION_INT8}, o32 = {.precision = ES_PRECISION_FP32};
+  es_model *other;
+  ES_CHECK_RC(es_model_load(path_, &o8, &other));
+  es_model_release(other);
+  ES_EXPECT_RC(es_model_load(path_, &o32, &other), ES_EINVAL);
+  assert_non_null(strstr(es_last_error_detail(), "quantized (2 convolutions"));
   /* against the file's Q/DQ operators run as written (no lowering): one
    * 8-bit step of y at most (y's range is within [0, 6]), where a float
    * sum and the exact integer one round to different sides */
