@@ -1,4 +1,5 @@
-/* Load-time lowering of QDQ convolutions to QLinearConv, the int8 kernel.
+/* Load-time lowering of QDQ convolutions to QLinearConv and of QDQ linear
+ * layers (MatMul by int8 weights) to QLinearMatMul, the int8 kernels.
  *
  * A QDQ model (what `edgeserve quantize` and ONNX Runtime's quantizer
  * write) says "int8" with QuantizeLinear / DequantizeLinear around float
@@ -82,18 +83,30 @@ static int zero_const(es_graph *g, es_dtype t, int64_t n, int *out) {
   size_t bytes = (size_t)n * es_dtype_size(t);
   void *z = es_mem_calloc(ES_MEM_MODEL, 1, bytes ? bytes : 1);
   if (!z)
-    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ convolution");
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ node");
   int64_t dims[1] = {n};
   return es__graph_const_append(g, "", t, n == 1 ? 0 : 1, dims, z, bytes, out);
 }
 
-/* Node qi (a QuantizeLinear) and what it quantizes, as one QLinearConv;
- * 1 when rewritten, 0 when the pattern does not hold. */
-static int lower_one(es_graph *g, int qi) {
+/* x's DQ feeding input v of a node: DQ(xq, sx[, zx]) with a per-tensor
+ * scale and zero point and an 8-bit xq. Its node, or -1. */
+static int x_dq(const es_graph *g, int v, int *xq, int *sx, int *zx, es_dtype *xt) {
+  int dx = producer_is(g, v, ES_OP_DequantizeLinear);
+  if (dx < 0)
+    return -1;
+  const es_node *nx = &g->nodes[dx];
+  *xq = nx->in[0], *sx = nx->in[1], *zx = nx->n_in > 2 ? nx->in[2] : -1;
+  *xt = x_type(g, *xq, *zx);
+  if ((*xt != ES_DTYPE_UINT8 && *xt != ES_DTYPE_INT8) || !const_scalar_f32(g, *sx) ||
+      (*zx >= 0 && (!is_const(g, *zx) || const_count(g, *zx) != 1)))
+    return -1;
+  return dx;
+}
+
+/* Node qi (a QuantizeLinear) and the Conv it quantizes, as one
+ * QLinearConv; 1 when rewritten, 0 when the pattern does not hold. */
+static int lower_conv(es_graph *g, int qi) {
   const es_node *q = &g->nodes[qi];
-  if (q->n_in != 3 || q->n_out != 1 || q->n_guard || !const_scalar_f32(g, q->in[1]) ||
-      !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1)
-    return 0;
   int t = q->in[0], relu = 0;
   if (!inner(g, t))
     return 0;
@@ -111,14 +124,9 @@ static int lower_one(es_graph *g, int qi) {
   if (c->n_in < 2)
     return 0;
   /* x: DQ(xq, sx[, zx]) */
-  int dx = producer_is(g, c->in[0], ES_OP_DequantizeLinear);
-  if (dx < 0)
-    return 0;
-  const es_node *nx = &g->nodes[dx];
-  int xq = nx->in[0], sx = nx->in[1], zx = nx->n_in > 2 ? nx->in[2] : -1;
-  es_dtype xt = x_type(g, xq, zx);
-  if ((xt != ES_DTYPE_UINT8 && xt != ES_DTYPE_INT8) || !const_scalar_f32(g, sx) ||
-      (zx >= 0 && (!is_const(g, zx) || const_count(g, zx) != 1)))
+  int xq, sx, zx;
+  es_dtype xt;
+  if (x_dq(g, c->in[0], &xq, &sx, &zx, &xt) < 0)
     return 0;
   /* W: DQ(wq int8, sw per tensor or along axis 0[, zw]) */
   int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
@@ -199,6 +207,79 @@ static int lower_one(es_graph *g, int qi) {
   nd.attrs = attrs;
   g->nodes[qi] = nd; /* the Conv, Relu and DQs go with the next prune */
   return 1;
+}
+
+/* Node qi and the MatMul it quantizes, a linear layer:
+ *
+ *   aq -> DQ(sa, za) -> MatMul(B: DQ(bq int8 [K, N], sb per tensor or per
+ *   column, axis 1[, zb])) -> Q(sy, zy)
+ *
+ * as QLinearMatMul(aq, sa, za, bq, sb, zb, sy, zy), which the kernel runs
+ * as oneDNN's int8 matmul. 1 when rewritten, 0 when the pattern does not
+ * hold (a product of two activations, attention's, stays as it is). */
+static int lower_matmul(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  int t = q->in[0];
+  if (!inner(g, t))
+    return 0;
+  int mi = producer_is(g, t, ES_OP_MatMul);
+  if (mi < 0 || g->nodes[mi].n_in != 2)
+    return 0;
+  const es_node *mm = &g->nodes[mi];
+  int aq, sa, za;
+  es_dtype at;
+  if (x_dq(g, mm->in[0], &aq, &sa, &za, &at) < 0)
+    return 0;
+  int db = producer_is(g, mm->in[1], ES_OP_DequantizeLinear);
+  if (db < 0)
+    return 0;
+  const es_node *nb = &g->nodes[db];
+  int bq = nb->in[0], sb = nb->in[1], zb = nb->n_in > 2 ? nb->in[2] : -1;
+  const es_value *bv = &g->values[bq];
+  if (!is_const(g, bq) || bv->dtype != ES_DTYPE_INT8 || bv->rank != 2 || !is_const(g, sb) ||
+      g->values[sb].dtype != ES_DTYPE_FLOAT)
+    return 0;
+  int64_t n = bv->dims[1], nsb = (int64_t)const_count(g, sb);
+  if (nsb != 1) {
+    int64_t axis = attr_int(nb, "axis", 1);
+    if (g->values[sb].rank != 1 || nsb != n || (axis != 1 && axis != -1))
+      return 0;
+  }
+  if (zb >= 0 && (!is_const(g, zb) || g->values[zb].dtype != ES_DTYPE_INT8 ||
+                  (int64_t)const_count(g, zb) != nsb))
+    return 0;
+  int rc;
+  if (za < 0 && (rc = zero_const(g, at, 1, &za)) < 0)
+    return rc;
+  if (zb < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsb, &zb)) < 0)
+    return rc;
+  mm = &g->nodes[mi];
+  q = &g->nodes[qi];
+  int *in = es__ctx_alloc(&g->ctx, 8 * sizeof *in);
+  if (!in)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ MatMul");
+  int v[8] = {aq, sa, za, bq, sb, zb, q->in[1], q->in[2]};
+  memcpy(in, v, sizeof v);
+  es_node nd = *mm;
+  nd.op = ES_OP_QLinearMatMul;
+  nd.n_in = 8;
+  nd.in = in;
+  nd.n_out = 1;
+  nd.out = q->out;
+  nd.n_attr = 0;
+  nd.attrs = NULL;
+  g->nodes[qi] = nd; /* the MatMul and DQs go with the next prune */
+  return 1;
+}
+
+/* Node qi (a QuantizeLinear) and what it quantizes as one int8 node. */
+static int lower_one(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  if (q->n_in != 3 || q->n_out != 1 || q->n_guard || !const_scalar_f32(g, q->in[1]) ||
+      !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1)
+    return 0;
+  int rc = lower_conv(g, qi);
+  return rc != 0 ? rc : lower_matmul(g, qi);
 }
 
 /* fn on every QuantizeLinear (1: it rewrote the node there), then the

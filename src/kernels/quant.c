@@ -536,6 +536,9 @@ typedef struct qmm_params {
   int sa_rows, sb_cols;                /* scale per row of A, per column of B */
   int ys;                              /* Y signed */
   int32_t lo, hi;
+  int use_dnnl;                        /* oneDNN's int8 matmul (qmm_dnnl_fits) */
+  es_dnnl_prim dnnl;
+  float *scales;                       /* its requantization: a_scale * b_scale[j] / y_scale */
 } qmm_params;
 
 /* Input indices per op: A, B, za, zb (MatMulInteger: 0 1 2 3; QLinearMatMul:
@@ -574,6 +577,58 @@ static int qmm_zero_point(es_kinst *k, const qmm_params *p, const es_tdesc *z, c
                     z->rank, z->count);
   *per = *nd = 1;
   return 0;
+}
+
+/* oneDNN's int8 matmul (brgemm, VNNI) for a QLinearMatMul by static int8
+ * weights B [K, N] (A's batch folds into M: B has none), with zero points 0
+ * for B (symmetric, as quantizers write them), per-tensor scale and zero
+ * point for A and every scale and zero point known while planning: a
+ * linear layer of a QDQ model, lowered at load (engine/fuse_qdq.c). The
+ * requantization (a_scale * b_scale[j] / y_scale, then y's zero point,
+ * rounded half to even and saturated) is the primitive's output scales and
+ * zero points, computed as the loops compute it. Anything else keeps the
+ * exact loops. */
+static int qmm_dnnl_fits(const es_kinst *k, const qmm_params *p) {
+  if (!p->qlinear || p->empty || !p->bs || p->sa_rows || p->za_rows ||
+      k->in[3]->rank != 2 || !k->in_static[3])
+    return 0;
+  for (int i = 1; i < k->n_in; i++)
+    if (i != 3 && k->in[i] && !k->in_static[i])
+      return 0;
+  const int8_t *zb = k->in_static[5];
+  for (size_t i = 0; i < k->in[5]->count; i++)
+    if (zb[i] != 0)
+      return 0;
+  return 1;
+}
+
+static int qmm_dnnl_setup(es_kinst *k, qmm_params *p) {
+  dnnl_dims_t ad = {p->batch * p->m, p->k}, bd = {p->k, p->n}, cd = {p->batch * p->m, p->n};
+  dnnl_memory_desc_t amd, bmd, bany, cmd;
+  dnnl_status_t st = dnnl_memory_desc_init_by_tag(&amd, 2, ad, p->as ? dnnl_s8 : dnnl_u8, dnnl_ab);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, dnnl_ab);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8, dnnl_format_tag_any);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&cmd, 2, cd, p->ys ? dnnl_s8 : dnnl_u8, dnnl_ab);
+  if (st != dnnl_success)
+    return es__dnnl_fail(k, st, "describing the int8 tensors");
+  const float *sa = k->in_static[1], *sb = k->in_static[4], *sy = k->in_static[6];
+  int64_t ns = p->sb_cols ? p->n : 1;
+  if (!(p->scales = es__kinst_alloc(k, (size_t)ns * sizeof *p->scales)))
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the scales");
+  for (int64_t j = 0; j < ns; j++)
+    p->scales[j] = sa[0] * sb[j] / sy[0]; /* as the loops compute it */
+  es_dnnl_quant q = {p->scales, ns, p->has_za ? q_at8(k->in_static[2], p->as, 0) : 0,
+                     q_at8(k->in_static[7], p->ys, 0)};
+  dnnl_matmul_desc_t d;
+  st = dnnl_matmul_desc_init(&d, &amd, &bany, NULL, &cmd);
+  int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the int8 matmul")
+                              : es__dnnl_prim_create_q(k, &d, NULL, &q, &p->dnnl);
+  if (rc == 0)
+    rc = es__dnnl_weights_prepare(k, &p->dnnl, &bmd, k->in_static[3]);
+  return rc;
 }
 
 static int qmm_infer(es_kinst *k) {
@@ -669,7 +724,6 @@ static int qmm_infer(es_kinst *k) {
     yt = zy->dtype;
     p->ys = yt == ES_DTYPE_INT8;
     q_range(yt, &p->lo, &p->hi);
-    k->scratch_bytes = (size_t)p->n * sizeof(uint32_t);
   }
   if ((rc = q_out_set(k, 0, yt, r, od)) < 0)
     return rc;
@@ -695,7 +749,19 @@ static int qmm_infer(es_kinst *k) {
     p->batch *= p->bdims[i];
   }
   k->flops = 2 * (uint64_t)k->out[0]->count * (uint64_t)p->k;
+  p->use_dnnl = !es__kernels_reference() && qmm_dnnl_fits(k, p);
+  if (p->use_dnnl &&
+      (rc = es__dnnl_setup_done(k, &p->dnnl, qmm_dnnl_setup(k, p), &p->use_dnnl)) < 0)
+    return rc;
+  if (!p->use_dnnl)
+    k->scratch_bytes = p->qlinear ? (size_t)p->n * sizeof(uint32_t) : 0;
   return 0;
+}
+
+static void qmm_release(es_kinst *k) {
+  qmm_params *p = k->params;
+  if (p)
+    es__dnnl_prim_destroy(&p->dnnl);
 }
 
 static int qmm_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -706,6 +772,9 @@ static int qmm_run(const es_kinst *k, const void *const *in, void *const *out, v
   int64_t m = p->m, kk = p->k, n = p->n;
   if (p->empty)
     return 0;
+  if (p->use_dnnl)
+    return es__dnnl_prim_run(k, &p->dnnl, a, p->dnnl.weights ? p->dnnl.weights : b, NULL,
+                             out[0], NULL, scratch);
   int64_t idx[ES_MAX_RANK] = {0}, off[MM_OPS] = {0};
   for (int64_t bt = 0; bt < p->batch; bt++) {
     uint32_t *yi = p->qlinear ? NULL : (uint32_t *)out[0] + bt * m * n;
@@ -1244,7 +1313,7 @@ static int qlookup_run(const es_kinst *k, const void *const *in, void *const *ou
 static const es_kernel quant_kernel = {qlin_infer, quant_run, NULL, 1};
 static const es_kernel dequant_kernel = {qlin_infer, dequant_run, NULL, 1};
 static const es_kernel dql_kernel = {dql_infer, dql_run, NULL, 0};
-static const es_kernel qmm_kernel = {qmm_infer, qmm_run, NULL, 0};
+static const es_kernel qmm_kernel = {qmm_infer, qmm_run, qmm_release, 0};
 static const es_kernel qconv_kernel = {qconv_infer, qconv_run, qconv_release, 1};
 static const es_kernel qlookup_kernel = {qlookup_infer, qlookup_run, NULL, 1};
 

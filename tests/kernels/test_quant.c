@@ -813,6 +813,66 @@ static void test_qlinearconv_int8(void **state) {
   }
 }
 
+/* QLinearMatMul by static int8 weights (a QDQ linear layer lowered at
+ * load) runs as oneDNN's int8 matmul: against the ONNX rule to the step,
+ * u8 and s8 A and Y, per-tensor and per-column B scales, A with a batch
+ * (folded into M), and the same answers from the reference loops. */
+static void test_qlinearmatmul_int8(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int r = 0; r < 24; r++) {
+    es_dtype at = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8, yt = r & 2 ? ES_DTYPE_INT8
+                                                                     : ES_DTYPE_UINT8;
+    int per_col = (r >> 2) & 1, batch = (r >> 3) & 1 ? 3 : 1;
+    int64_t m = rnd(&seed, 1, 40), kk = rnd(&seed, 1, 130), n = rnd(&seed, 1, 70);
+    int64_t ad[3] = {batch, m, kk}, bd[2] = {kk, n};
+    size_t na = count_of(ad, 3), nb = count_of(bd, 2), ny = (size_t)(batch * m * n);
+    uint8_t *a = malloc(na), za, zy;
+    int8_t *b = malloc(nb), *zb = calloc((size_t)n, 1);
+    rand_q(&seed, a, at, na);
+    rand_q(&seed, b, ES_DTYPE_INT8, nb);
+    rand_q(&seed, &za, at, 1);
+    rand_q(&seed, &zy, yt, 1);
+    float sa = 0.03f, sy = 0.9f, *sb = malloc((size_t)n * sizeof *sb);
+    kh_rand_f32(&seed, sb, (size_t)n, 0.001f, 0.1f);
+    es_tdesc adesc = kh_td(at, 3, ad), bdesc = kh_td(ES_DTYPE_INT8, 2, bd),
+             zad = kh_td(at, 0, NULL), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+             zyd = kh_td(yt, 0, NULL),
+             sbd = per_col ? KH_TD(ES_DTYPE_FLOAT, n) : KH_TD(ES_DTYPE_FLOAT, 1),
+             zbd = per_col ? KH_TD(ES_DTYPE_INT8, n) : KH_TD(ES_DTYPE_INT8, 1), out;
+    es_knode node = kh_knode(ES_OP_QLinearMatMul, NULL, 0);
+    const es_tdesc *in[8] = {&adesc, &s0, &zad, &bdesc, &sbd, &zbd, &s0, &zyd};
+    const void *data[8] = {a, &sa, &za, b, sb, zb, &sy, &zy};
+    for (int ref = 0; ref < 2; ref++) {
+      es_engine_reference_kernels_set(ref);
+      kh_opts o = {.opset = 13, .dyn = 1u};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &o, 8, in, data, 1, &out, &od));
+      assert_int_equal(out.count, ny);
+      for (int64_t bt = 0; bt < batch; bt++)
+        for (int64_t i = 0; i < m; i++)
+          for (int64_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int64_t t = 0; t < kk; t++)
+              acc += (get_q(a, at, (size_t)((bt * m + i) * kk + t)) - get_q(&za, at, 0)) *
+                     b[t * n + j];
+            float v = (float)acc * (sa * sb[per_col ? j : 0] / sy);
+            size_t at_y = (size_t)((bt * m + i) * n + j);
+            int32_t wq = want_q(v, get_q(&zy, yt, 0), yt);
+            if (get_q(od, yt, at_y) != wq)
+              fail_msg("int8 QLinearMatMul case %d (%s) [%zu]: %d, expected %d", r,
+                       ref ? "reference" : "oneDNN", at_y, get_q(od, yt, at_y), wq);
+          }
+      es_mem_free(od);
+    }
+    es_engine_reference_kernels_set(0);
+    free(a);
+    free(b);
+    free(zb);
+    free(sb);
+  }
+}
+
 static void test_conv_errors(void **state) {
   (void)state;
   uint8_t buf[512] = {0};
@@ -972,6 +1032,7 @@ int main(void) {
       cmocka_unit_test(test_conv_integer),
       cmocka_unit_test(test_conv_errors),
       cmocka_unit_test(test_qlinearconv_int8),
+      cmocka_unit_test(test_qlinearmatmul_int8),
       cmocka_unit_test(test_qdq_weights_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
