@@ -27,6 +27,11 @@
 #           when the run ends or the script exits for any reason.
 #           (The files' own "memory_budget", 85M, is 512M/6 for a manual
 #           run; here --memory overrides it.)
+#   int8    the shared setup with det quantized to int8 by `edgeserve
+#           quantize` (scripts/demo/int8.json: the default config's models,
+#           ppocr_det from .cache/scenario/ppocr_det.int8.onnx, made here
+#           once from rendered pages and a photo), for the memory table's
+#           int8 column.
 # Same models in every setup: the door camera runs blazeface_front (the
 # default "face" pipeline's). naive.json and procs-ocr.json do not plan the
 # plate's detector at 640x640 (plates are small) and the default config
@@ -51,8 +56,8 @@
 # --preempt off: the servers let a started run finish before an urgent
 # request (the runtime's cooperative preemption is on by default).
 # Other arguments go to bench-mem, e.g. --ops 10000000 (the full benchmark).
-# Outputs: .cache/scenario/{shared,naive,procs}.summary.json, and the
-# servers' logs: {shared,naive}.serve.log, procs-STREAM.serve.log.
+# Outputs: .cache/scenario/{shared,naive,procs,int8}.summary.json, and the
+# servers' logs: {shared,naive,int8}.serve.log, procs-STREAM.serve.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=30 budget=512M scenario_only=0
@@ -92,6 +97,14 @@ scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 es=build-release/edgeserve
 $es version
 scripts/demo/make_images.sh
+det8=.cache/scenario/ppocr_det.int8.onnx
+if [ ! -s "$det8" ]; then
+  cal=$(mktemp -d)
+  scripts/bench/calib_pages.sh "$cal"
+  $es quantize .cache/models/ppocr_det.onnx -o "$det8" --calibrate "$cal" --preprocess ocr-det:640 \
+    --method percentile
+  rm -rf "$cal"
+fi
 
 runs=.cache/scenario
 srv_pids=()  # the servers running now
@@ -214,9 +227,13 @@ run_setup naive "1 process, no sharing" \
   "1 process, every stream its own private model copies (scripts/demo/naive.json, \"share\": false), budget $budget" \
   --config scripts/demo/naive.json
 run_procs
+run_setup int8 "shared, det int8" \
+  "1 process, the default config with det in int8 (scripts/demo/int8.json), budget $budget" \
+  --config scripts/demo/int8.json
 echo
-echo "== BRIEF §1 on this machine ($(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)): shared vs sharing disabled vs one process per stream"
-node scripts/demo/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json" "$runs/procs.summary.json"
+echo "== BRIEF §1 on this machine ($(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)): shared vs sharing disabled vs one process per stream, and shared with det in int8"
+node scripts/demo/scenario.js --compare "$runs/shared.summary.json" "$runs/naive.summary.json" "$runs/procs.summary.json" \
+  "$runs/int8.summary.json"
 [ $scenario_only -eq 0 ] || exit 0
 
 echo

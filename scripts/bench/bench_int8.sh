@@ -34,14 +34,9 @@ trap 'rm -rf "$work"' EXIT
 text() { # OUT.ppm W H POINTSIZE TEXT
   convert -size "$2x$3" xc:white -font DejaVu-Sans -fill black -pointsize "$4" -annotate +8+$(($3 * 3 / 4)) "$5" -depth 8 "$1"
 }
-mkdir -p "$work/cal_det" "$work/cal_face" "$work/cal_rec" "$work/cal_cls"
-i=0
-for t in 'edgeserve reads text 1234' 'INVOICE No 2026-0042' 'the quick brown fox'; do
-  i=$((i + 1))
-  text "$work/p$i.ppm" 640 480 $((20 + 8 * i)) "$t"
-  convert "$work/p$i.ppm" "$work/cal_det/p$i.png"
-done
-cp "$images/coffee.png" "$work/cal_det/"
+mkdir -p "$work/cal_face" "$work/cal_rec" "$work/cal_cls"
+scripts/bench/calib_pages.sh "$work/cal_det"
+i=3
 cp "$images/astronaut.png" "$images/coffee.png" "$work/cal_face/"
 convert "$images/astronaut.png" -flop "$work/cal_face/flop.png"
 for t in 'Serial 4711' 'edge boxes 2026' 'camera gateway' 'OCR quantized int8'; do

@@ -6,7 +6,9 @@
 #      pool), edgeserve --no-share (a copy of everything per stream, BRIEF §1's
 #      "before") and ONNX Runtime (one onnxruntime-node session per stream):
 #      throughput, p50/p99, peak RSS and PSS, against the budget formula
-#      weights + 6 x planned arena + 30 MB;
+#      weights + 6 x planned arena + 30 MB; for det also edgeserve in bf16
+#      (where the CPU has avx512_bf16) and edgeserve and ONNX Runtime on det
+#      quantized to int8 by `edgeserve quantize` (the same QDQ file);
 #   2. lane: BlazeFace back, det and rec on one lane with one shared
 #      scratchpad vs private arenas vs ONNX Runtime: per-frame latency,
 #      memory, switch time;
@@ -43,6 +45,15 @@ table() { node scripts/bench/runtime_table.js "$@"; }
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 if want streams; then
+  # det in int8 (quantized here) and bf16 beside FP32
+  det8=""
+  if command -v convert >/dev/null; then
+    scripts/bench/calib_pages.sh "$work/cal_det"
+    "$es" quantize "$det" -o "$work/det.int8.onnx" --calibrate "$work/cal_det" \
+      --preprocess ocr-det:640 --method percentile >/dev/null && det8="$work/det.int8.onnx"
+  fi
+  bf16=1
+  "$es" inspect "$det" --precision bf16 >/dev/null 2>&1 || bf16=0
   for c in "det $det x=$det_in" "rec $rec x=$rec_in"; do
     read -r name model input <<<"$c"
     for r in $(seq 1 "$rounds"); do
@@ -50,8 +61,15 @@ if want streams; then
       b() { "$es" bench "$model" --input "$input" --concurrency 6 --no-share --duration "$dur" --json >>"$work/s_${name}_naive.jsonl"; }
       o() { node scripts/ort/bench_streams.js "$model" --concurrency 6 --input "${input#x=}" --duration "$dur" --json >>"$work/s_${name}_ort.jsonl"; }
       case $((r % 3)) in 1) a; b; o ;; 2) o; a; b ;; 0) b; o; a ;; esac
+      [ "$name" = det ] || continue
+      h() { [ $bf16 = 0 ] || "$es" bench "$model" --input "$input" --concurrency 6 --precision bf16 --duration "$dur" --json >>"$work/s_det_es16.jsonl"; }
+      e8() { [ -z "$det8" ] || "$es" bench "$det8" --input "$input" --concurrency 6 --duration "$dur" --json >>"$work/s_det_es8.jsonl"; }
+      o8() { [ -z "$det8" ] || node scripts/ort/bench_streams.js "$det8" --concurrency 6 --input "${input#x=}" --duration "$dur" --json >>"$work/s_det_ort8.jsonl"; }
+      case $((r % 3)) in 1) h; e8; o8 ;; 2) o8; h; e8 ;; 0) e8; o8; h ;; esac
     done
-    table streams "$name" "$work/s_${name}_es.jsonl" "$work/s_${name}_naive.jsonl" "$work/s_${name}_ort.jsonl"
+    table streams "$name" "$work/s_${name}_es.jsonl" "$work/s_${name}_naive.jsonl" "$work/s_${name}_ort.jsonl" \
+      "edgeserve bf16=$work/s_${name}_es16.jsonl" "edgeserve int8=$work/s_${name}_es8.jsonl" \
+      "onnxruntime int8=$work/s_${name}_ort8.jsonl"
   done
 fi
 

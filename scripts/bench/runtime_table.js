@@ -2,7 +2,8 @@
 // benchmark commands wrote (one line per round); every number is the median
 // over the rounds, so one disturbed round on a shared machine does not decide
 // a claim.
-//   node runtime_table.js streams NAME ES.jsonl NAIVE.jsonl ORT.jsonl
+//   node runtime_table.js streams NAME ES.jsonl NAIVE.jsonl ORT.jsonl [LABEL=FILE.jsonl]...
+//       (the extra sets: other precisions, with their own weights and arena)
 //   node runtime_table.js lane LANE.jsonl PRIVATE.jsonl ORT.jsonl
 //   node runtime_table.js scaling W1.jsonl W2.jsonl
 //   node runtime_table.js load LOAD80.jsonl LOAD80_PACED.jsonl LOAD300.jsonl BUDGET
@@ -23,16 +24,21 @@ function med(list, key) {
 const f = (x, d = 1) => (isFinite(x) ? x.toFixed(d) : '-');
 const pad = (s, n) => String(s).padStart(n);
 
-function streams(name, es, naive, ort) {
+function streams(name, es, naive, ort, ...extra) {
   const sets = [['edgeserve', rows(es)], ['es --no-share', rows(naive)], ['onnxruntime', rows(ort)]];
+  for (const x of extra) {
+    const at = x.indexOf('=');
+    if (rows(x.slice(at + 1)).length) sets.push([x.slice(0, at), rows(x.slice(at + 1))]);
+  }
   console.log(`\n== ${name}: 6 concurrent streams (medians of ${sets[0][1].length} rounds)`);
-  console.log(`${'engine'.padEnd(14)} ${pad('req/s', 7)} ${pad('p50 ms', 8)} ${pad('p99 ms', 8)} ` +
-    `${pad('peak RSS MB', 11)} ${pad('PSS MB', 8)}`);
+  console.log(`${'engine'.padEnd(20)} ${pad('req/s', 7)} ${pad('p50 ms', 8)} ${pad('p99 ms', 8)} ` +
+    `${pad('peak RSS MB', 11)} ${pad('PSS MB', 8)} ${pad('weights MB', 10)} ${pad('arena MB', 8)}`);
   const peak = {};
   for (const [label, r] of sets) {
     peak[label] = med(r, 'peak_rss_bytes');
-    console.log(`${label.padEnd(14)} ${pad(f(med(r, 'throughput_rps')), 7)} ${pad(f(med(r, 'p50_ms')), 8)} ` +
-      `${pad(f(med(r, 'p99_ms')), 8)} ${pad(f(peak[label] / MB), 11)} ${pad(f(med(r, 'pss_bytes') / MB), 8)}`);
+    console.log(`${label.padEnd(20)} ${pad(f(med(r, 'throughput_rps')), 7)} ${pad(f(med(r, 'p50_ms')), 8)} ` +
+      `${pad(f(med(r, 'p99_ms')), 8)} ${pad(f(peak[label] / MB), 11)} ${pad(f(med(r, 'pss_bytes') / MB), 8)} ` +
+      `${pad(f(med(r, 'weights_bytes') / MB, 2), 10)} ${pad(f(med(r, 'planned_arena_bytes') / MB, 2), 8)}`);
   }
   const e = rows(es);
   const w = med(e, 'weights_bytes'), a = med(e, 'planned_arena_bytes');

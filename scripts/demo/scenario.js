@@ -707,11 +707,17 @@ function compare(files) {
   for (const r of runs.slice(1)) {
     const p = peak(r);
     if (!p || !pa) continue;
+    /* naive and procs are the setups without sharing; others (int8) share too */
+    const unshared = r.setup === 'naive' || r.setup === 'procs';
     const pss = a.server.pss_end_bytes && r.server.pss_end_bytes
-      ? `; PSS ${MiB(a.server.pss_end_bytes)} vs ${MiB(r.server.pss_end_bytes)} MiB, ` +
-        `${(100 * (1 - a.server.pss_end_bytes / r.server.pss_end_bytes)).toFixed(0)}% less` : '';
+      ? `; PSS ${MiB(a.server.pss_end_bytes)} vs ${MiB(r.server.pss_end_bytes)} MiB` +
+        (unshared ? `, ${(100 * (1 - a.server.pss_end_bytes / r.server.pss_end_bytes)).toFixed(0)}% less` : '')
+      : '';
+    const what = unshared
+      ? `sharing saves ${(100 * (1 - pa / p)).toFixed(0)}%`
+      : `${name(r)} takes ${Math.abs(100 * (1 - p / pa)).toFixed(0)}% ${p <= pa ? 'less' : 'more'}`;
     out.push(`memory: ${name(a)} ${MiB(pa)} MiB at its peak vs ${name(r)} ${MiB(p)} MiB: ` +
-             `${(p / pa).toFixed(2)}x, sharing saves ${(100 * (1 - pa / p)).toFixed(0)}%${pss}.`);
+             `${(p / pa).toFixed(2)}x, ${what}${pss}.`);
   }
   for (const r of runs) if (r.about) out.push(`${name(r)}: ${r.about}`);
   const unavailable = [];
