@@ -3,8 +3,8 @@
 'use strict';
 const fs = require('fs');
 
-const DESCR = { '<f4': 'float32', '<i8': 'int64', '<i4': 'int32', '|b1': 'bool', '|u1': 'uint8' };
-const ARRAYS = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array, uint8: Uint8Array };
+const DESCR = { '<f4': 'float32', '<i8': 'int64', '<i4': 'int32', '|b1': 'bool', '|u1': 'uint8', '|i1': 'int8' };
+const ARRAYS = { float32: Float32Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array, uint8: Uint8Array, int8: Int8Array };
 
 function read(path) {
   const buf = fs.readFileSync(path);

@@ -18,7 +18,17 @@ es_op es__op_from_name(const char *name) {
   if (!name)
     return ES_OP_UNKNOWN;
   for (int i = 1; i < ES_OP_COUNT; i++)
-    if (es_ops_[i].min_opset != ES_OP_INTERNAL && !strcmp(es_ops_[i].name, name))
+    if (es_ops_[i].min_opset != ES_OP_INTERNAL && es_ops_[i].min_opset != ES_OP_MS &&
+        !strcmp(es_ops_[i].name, name))
+      return (es_op)i;
+  return ES_OP_UNKNOWN;
+}
+
+es_op es__op_from_domain(const char *dom, const char *name) {
+  if (!dom || !name || strcmp(dom, "com.microsoft"))
+    return ES_OP_UNKNOWN;
+  for (int i = 1; i < ES_OP_COUNT; i++)
+    if (es_ops_[i].min_opset == ES_OP_MS && !strcmp(es_ops_[i].name, name))
       return (es_op)i;
   return ES_OP_UNKNOWN;
 }

@@ -6,7 +6,8 @@
  * ONNX op_type to an es_op, inspect prints names, kernels dispatch on it.
  * XX(name, min_opset) : the oldest default-domain opset whose semantics the
  * engine implements for that operator. ES_OP_INTERNAL marks operators only
- * the planner creates (never read from a model file). */
+ * the planner creates (never read from a model file); ES_OP_MS those of
+ * the com.microsoft domain. */
 #ifndef ES_COMMON_OP_H
 #define ES_COMMON_OP_H
 
@@ -16,6 +17,10 @@
 #include "edgeserve/types.h"
 
 #define ES_OP_INTERNAL 1000000
+/* Operators of the com.microsoft domain (ONNX Runtime's contrib operators,
+ * what its quantizer writes in the QOperator format), read from a node of
+ * that domain only (es__op_from_domain). */
+#define ES_OP_MS 1000001
 
 #define ES_OP_MAP(XX)                                                          \
   XX(Add, 7)                                                                   \
@@ -174,6 +179,11 @@
   XX(QLinearConv, 10)                                                          \
   XX(QLinearMatMul, 10)                                                        \
   XX(QuantizeLinear, 10)                                                       \
+  XX(QLinearAdd, ES_OP_MS)                                                     \
+  XX(QLinearMul, ES_OP_MS)                                                     \
+  XX(QLinearSigmoid, ES_OP_MS)                                                 \
+  XX(QLinearGlobalAveragePool, ES_OP_MS)                                       \
+  XX(QLinearConcat, ES_OP_MS)                                                  \
   /* recurrent layers (recurrent.c) */                                         \
   XX(GRU, 7)                                                                   \
   XX(LSTM, 7)                                                                  \
@@ -198,6 +208,9 @@ typedef enum es_op {
 
 /* ES_OP_UNKNOWN for a name the engine does not run. */
 es_op es__op_from_name(const char *name);
+/* An operator of domain dom (not the default one): ES_OP_UNKNOWN for a
+ * domain or name the engine does not run. */
+es_op es__op_from_domain(const char *dom, const char *name);
 const char *es__op_name(es_op op);
 int es__op_min_opset(es_op op);
 

@@ -44,6 +44,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -1307,6 +1308,348 @@ static int qlookup_run(const es_kinst *k, const void *const *in, void *const *ou
 }
 
 /* ==========================================================================
+ * com.microsoft QLinear operators (ONNX Runtime's QOperator format)
+ * ======================================================================== */
+
+/* ONNX Runtime's quantizer writes, in its QOperator format, the float
+ * operator between a dequantization and a quantization as one node of the
+ * com.microsoft domain. Scales and zero points are per tensor (zero points
+ * may be omitted: 0), every 8-bit tensor of a node has one type, and the
+ * arithmetic is done in float32 as ONNX Runtime's CPU kernels do it, then
+ * rounded half to even and saturated as quantize does:
+ *   QLinearAdd  c = rint((a - za) (sa / sc) + (b - zb) (sb / sc)) + zc
+ *   QLinearMul  c = rint((a - za) (b - zb) (sa sb / sc)) + zc
+ *     (numpy broadcasting)
+ *   QLinearSigmoid  y = quantize(sigmoid(dequantize(x))), as a table of
+ *     the 256 possible bytes made per run
+ *   QLinearGlobalAveragePool  y = rint((sum x - n zx) (sx / (sy n))) + zy
+ *     over the n spatial positions of each channel (channels_last 0:
+ *     [N, C, ...] -> [N, C, 1, ...]; 1: [N, ..., C] -> [N, 1, ..., C])
+ *   QLinearConcat  each input copied when its scale and zero point are
+ *     Y's, else y = quantize(dequantize(x)), along axis
+ * Where a float product rounds the other way, ONNX Runtime may differ by
+ * one 8-bit step (the tests allow that, nothing more). */
+
+/* Input i, a per-tensor scale (float32) or zero point (typed like want),
+ * present or optional. */
+static int ms_param(es_kinst *k, int i, int is_zp, es_dtype want, const char *name) {
+  const es_tdesc *t = k->n_in > i ? k->in[i] : NULL;
+  if (!t)
+    return is_zp ? 0 : ES_KFAIL(k, ES_EMODEL, "%s is missing", name);
+  int rc = is_zp ? 0 : q_dtype_float(k, t, name);
+  if (rc == 0 && is_zp && t->dtype != want)
+    return ES_KFAIL(k, ES_EMODEL, "%s is %s, expected %s", name, es_dtype_name(t->dtype),
+                    es_dtype_name(want));
+  return rc < 0 ? rc : q_single(k, t, name);
+}
+
+static float ms_scale(const void *const *in, int i) { return *(const float *)in[i]; }
+static int32_t ms_zp(const void *const *in, int i, int is_signed) {
+  return in[i] ? q_at8(in[i], is_signed, 0) : 0;
+}
+
+/* QLinearAdd, QLinearMul: a, sa, za, b, sb, zb, sc, zc. */
+typedef struct msbin_params {
+  int mul, is_signed;
+  int32_t lo, hi;
+  int rank;
+  int64_t dims[ES_MAX_RANK];
+  int64_t st[ES_MAX_RANK * 2]; /* per dim: a's and b's element strides (0: broadcast) */
+  size_t count;
+} msbin_params;
+
+static int msbin_infer(es_kinst *k) {
+  msbin_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  p->mul = k->node.op == ES_OP_QLinearMul;
+  int rc = q_io(k, 7, 8);
+  if (rc == 0)
+    rc = q_need(k, 0, "A");
+  if (rc == 0)
+    rc = q_need(k, 3, "B");
+  if (rc < 0)
+    return rc;
+  const es_tdesc *a = k->in[0], *b = k->in[3];
+  if ((rc = q_dtype_8bit(k, a, "A")) < 0)
+    return rc;
+  if (b->dtype != a->dtype)
+    return ES_KFAIL(k, ES_EMODEL, "A is %s, B %s: they must be the same type",
+                    es_dtype_name(a->dtype), es_dtype_name(b->dtype));
+  if ((rc = ms_param(k, 1, 0, a->dtype, "A_scale")) < 0 ||
+      (rc = ms_param(k, 2, 1, a->dtype, "A_zero_point")) < 0 ||
+      (rc = ms_param(k, 4, 0, a->dtype, "B_scale")) < 0 ||
+      (rc = ms_param(k, 5, 1, a->dtype, "B_zero_point")) < 0 ||
+      (rc = ms_param(k, 6, 0, a->dtype, "C_scale")) < 0 ||
+      (rc = ms_param(k, 7, 1, a->dtype, "C_zero_point")) < 0)
+    return rc;
+  p->is_signed = a->dtype == ES_DTYPE_INT8;
+  q_range(a->dtype, &p->lo, &p->hi);
+  if ((rc = es__broadcast_shape(k, a, b, &p->rank, p->dims)) < 0 ||
+      (rc = q_out_set(k, 0, a->dtype, p->rank, p->dims)) < 0)
+    return rc;
+  p->count = k->out[0]->count;
+  for (int t = 0; t < 2; t++) {
+    const es_tdesc *x = t ? b : a;
+    int64_t s = 1;
+    for (int d = p->rank - 1; d >= 0; d--) {
+      int xd = d - (p->rank - x->rank);
+      int64_t e = xd >= 0 ? x->dims[xd] : 1;
+      p->st[d * 2 + t] = e == 1 ? 0 : s;
+      s *= e;
+    }
+  }
+  k->inplace = -1;
+  return 0;
+}
+
+static int msbin_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const msbin_params *p = k->params;
+  if (p->count == 0)
+    return 0;
+  int sg = p->is_signed;
+  float sa = ms_scale(in, 1), sb = ms_scale(in, 4), sc = ms_scale(in, 6);
+  int32_t za = ms_zp(in, 2, sg), zb = ms_zp(in, 5, sg), zc = ms_zp(in, 7, sg);
+  float ra = sa / sc, rb = sb / sc, rab = sa * sb / sc;
+  /* the last dim by hand, the others walked */
+  int last = p->rank - 1;
+  int64_t n = p->rank ? p->dims[last] : 1;
+  int64_t sa1 = p->rank ? p->st[last * 2] : 0, sb1 = p->rank ? p->st[last * 2 + 1] : 0;
+  int64_t wd[ES_MAX_RANK], idx[ES_MAX_RANK] = {0}, off[2] = {0, 0};
+  for (int d = 0; d < p->rank; d++)
+    wd[d] = d == last ? 1 : p->dims[d];
+  size_t o = 0;
+  do {
+    for (int64_t i = 0; i < n; i++, o++) {
+      int32_t av = q_at8(in[0], sg, off[0] + i * sa1) - za;
+      int32_t bv = q_at8(in[3], sg, off[1] + i * sb1) - zb;
+      float v = p->mul ? (float)(av * bv) * rab : (float)av * ra + (float)bv * rb;
+      q_store8(out[0], sg, (int64_t)o, q_round_sat(v, zc, p->lo, p->hi));
+    }
+  } while (es__walk_step(p->rank, wd, idx, 2, off, p->st) >= 0);
+  return 0;
+}
+
+/* QLinearSigmoid: x, sx, zx, sy, zy. */
+typedef struct mssig_params {
+  int is_signed;
+  int32_t lo, hi;
+  size_t count;
+} mssig_params;
+
+static int mssig_infer(es_kinst *k) {
+  mssig_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  int rc = q_io(k, 4, 5);
+  if (rc == 0)
+    rc = q_need(k, 0, "X");
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  if ((rc = q_dtype_8bit(k, x, "X")) < 0 || (rc = ms_param(k, 1, 0, x->dtype, "X_scale")) < 0 ||
+      (rc = ms_param(k, 2, 1, x->dtype, "X_zero_point")) < 0 ||
+      (rc = ms_param(k, 3, 0, x->dtype, "Y_scale")) < 0 ||
+      (rc = ms_param(k, 4, 1, x->dtype, "Y_zero_point")) < 0 ||
+      (rc = q_out_set(k, 0, x->dtype, x->rank, x->dims)) < 0)
+    return rc;
+  p->is_signed = x->dtype == ES_DTYPE_INT8;
+  q_range(x->dtype, &p->lo, &p->hi);
+  p->count = x->count;
+  k->scratch_bytes = 256;
+  k->inplace = 0;
+  return 0;
+}
+
+static int mssig_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  const mssig_params *p = k->params;
+  int sg = p->is_signed;
+  float sx = ms_scale(in, 1), sy = ms_scale(in, 3);
+  int32_t zx = ms_zp(in, 2, sg), zy = ms_zp(in, 4, sg);
+  uint8_t *table = scratch;
+  for (int b = 0; b < 256; b++) {
+    int32_t v = sg ? (int8_t)(uint8_t)b : b;
+    float f = (float)(v - zx) * sx;
+    float s = 1.0f / (1.0f + expf(-f));
+    int32_t q = q_round_sat(s / sy, zy, p->lo, p->hi);
+    table[b] = (uint8_t)(sg ? (uint8_t)(int8_t)q : (uint8_t)q);
+  }
+  const uint8_t *x = in[0];
+  uint8_t *y = out[0];
+  for (size_t i = 0; i < p->count; i++)
+    y[i] = table[x[i]];
+  return 0;
+}
+
+/* QLinearGlobalAveragePool: x, sx, zx, sy, zy; attribute channels_last. */
+typedef struct msgap_params {
+  int is_signed, last;
+  int32_t lo, hi;
+  int64_t n, c, size; /* batch, channels, spatial positions */
+} msgap_params;
+
+static int msgap_infer(es_kinst *k) {
+  msgap_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  int rc = q_io(k, 4, 5);
+  if (rc == 0)
+    rc = q_need(k, 0, "X");
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x = k->in[0];
+  int64_t last;
+  if ((rc = q_dtype_8bit(k, x, "X")) < 0 || (rc = ms_param(k, 1, 0, x->dtype, "x_scale")) < 0 ||
+      (rc = ms_param(k, 2, 1, x->dtype, "x_zero_point")) < 0 ||
+      (rc = ms_param(k, 3, 0, x->dtype, "y_scale")) < 0 ||
+      (rc = ms_param(k, 4, 1, x->dtype, "y_zero_point")) < 0 ||
+      (rc = es__attr_int(k, "channels_last", 0, &last)) < 0)
+    return rc;
+  if (x->rank < 3)
+    return ES_KFAIL(k, ES_EMODEL, "X must have rank 3 or more (N, C and spatial dims), has %d",
+                    x->rank);
+  if (last != 0 && last != 1)
+    return ES_KFAIL(k, ES_EMODEL, "channels_last %lld is not 0 or 1", (long long)last);
+  p->last = (int)last;
+  p->is_signed = x->dtype == ES_DTYPE_INT8;
+  q_range(x->dtype, &p->lo, &p->hi);
+  int64_t dims[ES_MAX_RANK];
+  int cax = p->last ? x->rank - 1 : 1;
+  p->n = x->dims[0];
+  p->c = x->dims[cax];
+  p->size = 1;
+  for (int d = 0; d < x->rank; d++) {
+    int spatial = d != 0 && d != cax;
+    dims[d] = spatial ? 1 : x->dims[d];
+    if (spatial)
+      p->size *= x->dims[d];
+  }
+  if (p->size > Q_DIM_MAX || p->n * p->c > Q_DIM_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "X is too large (%zu elements)", x->count);
+  k->inplace = -1;
+  return q_out_set(k, 0, x->dtype, x->rank, dims);
+}
+
+static int msgap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const msgap_params *p = k->params;
+  int sg = p->is_signed;
+  float sx = ms_scale(in, 1), sy = ms_scale(in, 3);
+  int32_t zx = ms_zp(in, 2, sg), zy = ms_zp(in, 4, sg);
+  float mult = sx / (sy * (float)p->size);
+  for (int64_t b = 0; b < p->n; b++)
+    for (int64_t c = 0; c < p->c; c++) {
+      int64_t sum = 0;
+      for (int64_t i = 0; i < p->size; i++)
+        sum += q_at8(in[0], sg, p->last ? (b * p->size + i) * p->c + c : (b * p->c + c) * p->size + i);
+      sum -= (int64_t)zx * p->size;
+      q_store8(out[0], sg, b * p->c + c, q_round_sat((float)sum * mult, zy, p->lo, p->hi));
+    }
+  return 0;
+}
+
+/* QLinearConcat: sy, zy, then (x, sx, zx) per input; attribute axis. */
+#define MSCAT_MAX 64
+typedef struct mscat_params {
+  int is_signed, n;
+  int32_t lo, hi;
+  int64_t outer, total;          /* rows before the axis; elements per row of Y */
+  int64_t inner[MSCAT_MAX];      /* elements per row of input j */
+} mscat_params;
+
+static int mscat_infer(es_kinst *k) {
+  mscat_params *p = es__kinst_params(k, sizeof *p);
+  if (!p)
+    return ES_ENOMEM;
+  k->params = p;
+  if (k->n_in < 5 || (k->n_in - 2) % 3 != 0 || (k->n_in - 2) / 3 > MSCAT_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "QLinearConcat takes Y's scale and zero point, then 1 to %d "
+                    "triples (X, its scale, its zero point); has %d inputs", MSCAT_MAX, k->n_in);
+  if (k->n_out != 1 || !k->out[0])
+    return ES_KFAIL(k, ES_EMODEL, "QLinearConcat has exactly one output");
+  int rc = q_need(k, 2, "X 0");
+  if (rc < 0)
+    return rc;
+  const es_tdesc *x0 = k->in[2];
+  if ((rc = q_dtype_8bit(k, x0, "X 0")) < 0 || (rc = ms_param(k, 0, 0, x0->dtype, "Y_scale")) < 0 ||
+      (rc = ms_param(k, 1, 1, x0->dtype, "Y_zero_point")) < 0)
+    return rc;
+  int64_t axis;
+  int ax;
+  if ((rc = es__attr_int(k, "axis", INT64_MIN, &axis)) < 0)
+    return rc;
+  if (axis == INT64_MIN)
+    return ES_KFAIL(k, ES_EMODEL, "QLinearConcat needs the attribute axis");
+  if ((rc = es__axis_norm(k, axis, x0->rank, &ax)) < 0)
+    return rc;
+  p->n = (k->n_in - 2) / 3;
+  int64_t dims[ES_MAX_RANK];
+  memcpy(dims, x0->dims, sizeof(int64_t) * (size_t)x0->rank);
+  dims[ax] = 0;
+  char name[3][48];
+  for (int j = 0; j < p->n; j++) {
+    snprintf(name[0], sizeof name[0], "X %d", j);
+    snprintf(name[1], sizeof name[1], "X %d's scale", j);
+    snprintf(name[2], sizeof name[2], "X %d's zero point", j);
+    if ((rc = q_need(k, 2 + 3 * j, name[0])) < 0 ||
+        (rc = ms_param(k, 3 + 3 * j, 0, x0->dtype, name[1])) < 0 ||
+        (rc = ms_param(k, 4 + 3 * j, 1, x0->dtype, name[2])) < 0)
+      return rc;
+    const es_tdesc *x = k->in[2 + 3 * j];
+    if (x->dtype != x0->dtype || x->rank != x0->rank)
+      return ES_KFAIL(k, ES_EMODEL, "X %d is %s of rank %d, X 0 %s of rank %d: they must match",
+                      j, es_dtype_name(x->dtype), x->rank, es_dtype_name(x0->dtype), x0->rank);
+    for (int d = 0; d < x->rank; d++)
+      if (d != ax && x->dims[d] != x0->dims[d])
+        return ES_KFAIL(k, ES_EMODEL, "X %d's dimension %d is %lld, X 0's %lld", j, d,
+                        (long long)x->dims[d], (long long)x0->dims[d]);
+    if (x->dims[ax] > Q_DIM_MAX || dims[ax] > Q_DIM_MAX)
+      return ES_KFAIL(k, ES_EMODEL, "the concatenated axis is too long");
+    dims[ax] += x->dims[ax];
+    p->inner[j] = q_prod(x->dims, ax, x->rank);
+  }
+  p->is_signed = x0->dtype == ES_DTYPE_INT8;
+  q_range(x0->dtype, &p->lo, &p->hi);
+  p->outer = q_prod(dims, 0, ax);
+  p->total = q_prod(dims, ax, x0->rank);
+  k->inplace = -1;
+  return q_out_set(k, 0, x0->dtype, x0->rank, dims);
+}
+
+static int mscat_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const mscat_params *p = k->params;
+  int sg = p->is_signed;
+  float sy = ms_scale(in, 0);
+  int32_t zy = ms_zp(in, 1, sg);
+  int64_t at = 0;
+  for (int j = 0; j < p->n; j++) {
+    const uint8_t *x = in[2 + 3 * j];
+    float sx = ms_scale(in, 3 + 3 * j);
+    int32_t zx = ms_zp(in, 4 + 3 * j, sg);
+    int64_t w = p->inner[j];
+    int same = sx == sy && zx == zy;
+    for (int64_t o = 0; o < p->outer; o++) {
+      uint8_t *y = (uint8_t *)out[0] + o * p->total + at;
+      if (same) {
+        memcpy(y, x + o * w, (size_t)w);
+        continue;
+      }
+      for (int64_t i = 0; i < w; i++) {
+        float v = (float)(q_at8(x, sg, o * w + i) - zx) * sx;
+        q_store8(y, sg, i, q_round_sat(v / sy, zy, p->lo, p->hi));
+      }
+    }
+    at += w;
+  }
+  return 0;
+}
+
+/* ==========================================================================
  * Family
  * ======================================================================== */
 
@@ -1316,6 +1659,10 @@ static const es_kernel dql_kernel = {dql_infer, dql_run, NULL, 0};
 static const es_kernel qmm_kernel = {qmm_infer, qmm_run, qmm_release, 0};
 static const es_kernel qconv_kernel = {qconv_infer, qconv_run, qconv_release, 1};
 static const es_kernel qlookup_kernel = {qlookup_infer, qlookup_run, NULL, 1};
+static const es_kernel msbin_kernel = {msbin_infer, msbin_run, NULL, 0};
+static const es_kernel mssig_kernel = {mssig_infer, mssig_run, NULL, 0};
+static const es_kernel msgap_kernel = {msgap_infer, msgap_run, NULL, 0};
+static const es_kernel mscat_kernel = {mscat_infer, mscat_run, NULL, 0};
 
 const es_kernel *es__kernels_quant(es_op op) {
   switch (op) {
@@ -1328,6 +1675,15 @@ const es_kernel *es__kernels_quant(es_op op) {
   case ES_OP_MatMulInteger:
   case ES_OP_QLinearMatMul:
     return &qmm_kernel;
+  case ES_OP_QLinearAdd:
+  case ES_OP_QLinearMul:
+    return &msbin_kernel;
+  case ES_OP_QLinearSigmoid:
+    return &mssig_kernel;
+  case ES_OP_QLinearGlobalAveragePool:
+    return &msgap_kernel;
+  case ES_OP_QLinearConcat:
+    return &mscat_kernel;
   case ES_OP_ConvInteger:
   case ES_OP_QLinearConv:
     return &qconv_kernel;

@@ -1132,10 +1132,13 @@ static const char *node_domain(const Onnx__NodeProto *np) {
 static int op_check(const es_graph *g, const char *dom, const char *ot, es_op *op, char *what,
                     char *why) {
   *op = ES_OP_UNKNOWN;
+  if (dom && (*op = es__op_from_domain(dom, ot)) != ES_OP_UNKNOWN)
+    return 0; /* ONNX Runtime's contrib operators have no default-domain opset */
   if (dom) {
     snprintf(what, KEY_MAX, "%.60s (domain '%.60s')", ot, dom);
     snprintf(why, 240,
-             "operator domain '%.60s' is not supported (the engine runs the default ONNX domain)",
+             "operator domain '%.60s' is not supported (the engine runs the default ONNX "
+             "domain and com.microsoft's QLinear operators)",
              dom);
     return 1;
   }

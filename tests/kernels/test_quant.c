@@ -873,6 +873,122 @@ static void test_qlinearmatmul_int8(void **state) {
   }
 }
 
+/* The com.microsoft QLinear operators (QOperator format) against their
+ * float32 rule, element by element: broadcasting, omitted zero points,
+ * both 8-bit types, both pooling layouts, a concat that copies one input
+ * and requantizes the other. Against ONNX Runtime on the same file:
+ * tests/e2e/test_qoperator.sh. */
+static void test_ms_qlinear(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int r = 0; r < 4; r++) {
+    es_dtype t = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+    int mul = r >> 1, sg = t == ES_DTYPE_INT8;
+    uint8_t a[24], b[3], za, zb, zc;
+    rand_q(&seed, a, t, 24);
+    rand_q(&seed, b, t, 3);
+    rand_q(&seed, &za, t, 1);
+    rand_q(&seed, &zb, t, 1);
+    rand_q(&seed, &zc, t, 1);
+    float sa = 0.05f, sb = 0.11f, sc = mul ? 0.4f : 0.09f;
+    es_tdesc ad = KH_TD(t, 2, 3, 4), bd = KH_TD(t, 3, 1), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+             z0 = kh_td(t, 0, NULL), out;
+    es_knode node = kh_knode(mul ? ES_OP_QLinearMul : ES_OP_QLinearAdd, NULL, 0);
+    const es_tdesc *in[8] = {&ad, &s0, &z0, &bd, &s0, &z0, &s0, &z0};
+    const void *data[8] = {a, &sa, &za, b, &sb, &zb, &sc, &zc};
+    int n_in = r == 3 ? 7 : 8; /* C's zero point omitted once: 0 */
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 9u}, n_in, in, data, 1, &out,
+                             &od));
+    assert_int_equal(out.rank, 3);
+    assert_int_equal(out.count, 24);
+    int32_t zcv = n_in == 8 ? get_q(&zc, t, 0) : 0;
+    for (int i = 0; i < 24; i++) {
+      int32_t av = get_q(a, t, (size_t)i) - get_q(&za, t, 0);
+      int32_t bv = get_q(b, t, (size_t)(i / 4 % 3)) - get_q(&zb, t, 0);
+      float v = mul ? (float)(av * bv) * (sa * sb / sc) : (float)av * (sa / sc) + (float)bv * (sb / sc);
+      int32_t want = want_q(v, zcv, t);
+      if (get_q(od, t, (size_t)i) != want)
+        fail_msg("%s %s [%d]: %d, expected %d", mul ? "QLinearMul" : "QLinearAdd",
+                 sg ? "int8" : "uint8", i, get_q(od, t, (size_t)i), want);
+    }
+    es_mem_free(od);
+  }
+  /* QLinearSigmoid over every byte */
+  for (int sg = 0; sg < 2; sg++) {
+    es_dtype t = sg ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+    uint8_t x[256], zx = sg ? 0 : 128, zy = sg ? (uint8_t)-128 : 0;
+    for (int i = 0; i < 256; i++)
+      x[i] = (uint8_t)i;
+    float sx = 0.06f, sy = 1.0f / 256;
+    es_tdesc xd = KH_TD(t, 256), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), z0 = kh_td(t, 0, NULL), out;
+    es_knode node = kh_knode(ES_OP_QLinearSigmoid, NULL, 0);
+    const es_tdesc *in[5] = {&xd, &s0, &z0, &s0, &z0};
+    const void *data[5] = {x, &sx, &zx, &sy, &zy};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 5, in, data, 1, &out, &od));
+    for (int i = 0; i < 256; i++) {
+      float f = (float)(get_q(x, t, (size_t)i) - get_q(&zx, t, 0)) * sx;
+      int32_t want = want_q(1.0f / (1.0f + expf(-f)) / sy, get_q(&zy, t, 0), t);
+      if (get_q(od, t, (size_t)i) != want)
+        fail_msg("QLinearSigmoid byte %d: %d, expected %d", i, get_q(od, t, (size_t)i), want);
+    }
+    es_mem_free(od);
+  }
+  /* QLinearGlobalAveragePool, [N, C, H, W] and channels-last [N, H, W, C] */
+  for (int last = 0; last < 2; last++) {
+    uint8_t x[2 * 3 * 5 * 4], zx = 7, zy = 3;
+    rand_q(&seed, x, ES_DTYPE_UINT8, sizeof x);
+    float sx = 0.02f, sy = 0.015f;
+    es_tdesc xd = last ? KH_TD(ES_DTYPE_UINT8, 2, 5, 4, 3) : KH_TD(ES_DTYPE_UINT8, 2, 3, 5, 4),
+             s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), z0 = kh_td(ES_DTYPE_UINT8, 0, NULL), out;
+    es_attr at[1] = {KH_INT("channels_last", last)};
+    es_knode node = kh_knode(ES_OP_QLinearGlobalAveragePool, at, 1);
+    const es_tdesc *in[5] = {&xd, &s0, &z0, &s0, &z0};
+    const void *data[5] = {x, &sx, &zx, &sy, &zy};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 5, in, data, 1, &out, &od));
+    assert_int_equal(out.count, 6);
+    assert_int_equal(out.dims[last ? 3 : 1], 3);
+    for (int n = 0; n < 2; n++)
+      for (int c = 0; c < 3; c++) {
+        int64_t sum = 0;
+        for (int i = 0; i < 20; i++)
+          sum += x[last ? (n * 20 + i) * 3 + c : (n * 3 + c) * 20 + i];
+        sum -= 7 * 20;
+        int32_t want = want_q((float)sum * (sx / (sy * 20.0f)), zy, ES_DTYPE_UINT8);
+        assert_int_equal(((uint8_t *)od)[n * 3 + c], want);
+      }
+    es_mem_free(od);
+  }
+  /* QLinearConcat along axis 1: x0 copied (Y's scale and zero point), x1
+   * requantized */
+  {
+    uint8_t x0[2 * 2 * 3], x1[2 * 1 * 3], zy = 10, z1 = 100;
+    rand_q(&seed, x0, ES_DTYPE_UINT8, sizeof x0);
+    rand_q(&seed, x1, ES_DTYPE_UINT8, sizeof x1);
+    float sy = 0.1f, s1 = 0.037f;
+    es_tdesc d0 = KH_TD(ES_DTYPE_UINT8, 2, 2, 3), d1 = KH_TD(ES_DTYPE_UINT8, 2, 1, 3),
+             s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), z0 = kh_td(ES_DTYPE_UINT8, 0, NULL), out;
+    es_attr at[1] = {KH_INT("axis", -2)};
+    es_knode node = kh_knode(ES_OP_QLinearConcat, at, 1);
+    const es_tdesc *in[8] = {&s0, &z0, &d0, &s0, &z0, &d1, &s0, &z0};
+    const void *data[8] = {&sy, &zy, x0, &sy, &zy, x1, &s1, &z1};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 36u}, 8, in, data, 1, &out,
+                             &od));
+    assert_int_equal(out.dims[1], 3);
+    const uint8_t *y = od;
+    for (int o = 0; o < 2; o++)
+      for (int i = 0; i < 9; i++) {
+        int32_t want = i < 6 ? x0[o * 6 + i]
+                             : want_q((float)(x1[o * 3 + i - 6] - 100) * s1 / sy, 10, ES_DTYPE_UINT8);
+        assert_int_equal(y[o * 9 + i], want);
+      }
+    es_mem_free(od);
+  }
+}
+
 static void test_conv_errors(void **state) {
   (void)state;
   uint8_t buf[512] = {0};
@@ -1033,6 +1149,7 @@ int main(void) {
       cmocka_unit_test(test_conv_errors),
       cmocka_unit_test(test_qlinearconv_int8),
       cmocka_unit_test(test_qlinearmatmul_int8),
+      cmocka_unit_test(test_ms_qlinear),
       cmocka_unit_test(test_qdq_weights_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

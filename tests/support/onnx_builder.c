@@ -125,6 +125,16 @@ Onnx__TensorProto *ob_init_f32(ob *b, const char *name, int rank, const int64_t 
   return t;
 }
 
+Onnx__TensorProto *ob_init_8bit(ob *b, const char *name, int elem_type, int rank,
+                                const int64_t *dims, const void *data) {
+  size_t n;
+  Onnx__TensorProto *t = init_add(b, name, elem_type, rank, dims, &n);
+  t->has_raw_data = 1;
+  t->raw_data.len = n;
+  t->raw_data.data = (uint8_t *)data;
+  return t;
+}
+
 Onnx__TensorProto *ob_init_i64(ob *b, const char *name, int rank, const int64_t *dims,
                                const int64_t *data) {
   size_t n;

@@ -71,6 +71,9 @@ void ob_output_typed(ob *b, const char *name, int elem_type);
 /* A float initializer in float_data (rank 0: a scalar); returns it. */
 Onnx__TensorProto *ob_init_f32(ob *b, const char *name, int rank, const int64_t *dims,
                                const float *data);
+/* An 8-bit initializer (elem_type ONNX's UINT8 or INT8) in raw_data. */
+Onnx__TensorProto *ob_init_8bit(ob *b, const char *name, int elem_type, int rank,
+                                const int64_t *dims, const void *data);
 /* An int64 initializer in int64_data. */
 Onnx__TensorProto *ob_init_i64(ob *b, const char *name, int rank, const int64_t *dims,
                                const int64_t *data);
