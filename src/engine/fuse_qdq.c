@@ -272,6 +272,56 @@ static int lower_matmul(es_graph *g, int qi) {
   return 1;
 }
 
+/* Node qi and the Add of two dequantized 8-bit tensors it quantizes (a
+ * residual or a feature pyramid's sum):
+ *
+ *   DQ(aq, sa, za) + DQ(bq, sb, zb) -> Q(sy, zy)
+ *
+ * as QLinearAdd(aq, sa, za, bq, sb, zb, sy, zy) (kernels/quant.c), which
+ * reads and writes bytes: the sum in float32 as (a - za) (sa / sy) +
+ * (b - zb) (sb / sy), one 8-bit step from the float graph's
+ * ((a - za) sa + (b - zb) sb) / sy where the two round apart. All three
+ * tensors must have one 8-bit type. 1 when rewritten, else 0. */
+static int lower_add(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  int t = q->in[0];
+  if (!inner(g, t))
+    return 0;
+  int ai = producer_is(g, t, ES_OP_Add);
+  if (ai < 0 || g->nodes[ai].n_in != 2)
+    return 0;
+  const es_node *ad = &g->nodes[ai];
+  int x[2], s[2], z[2];
+  es_dtype xt[2];
+  for (int i = 0; i < 2; i++)
+    if (x_dq(g, ad->in[i], &x[i], &s[i], &z[i], &xt[i]) < 0)
+      return 0;
+  es_dtype yt = g->values[q->in[2]].dtype;
+  if (xt[0] != xt[1] || yt != xt[0])
+    return 0;
+  int rc;
+  for (int i = 0; i < 2; i++)
+    if (z[i] < 0 && (rc = zero_const(g, xt[0], 1, &z[i])) < 0)
+      return rc;
+  ad = &g->nodes[ai];
+  q = &g->nodes[qi];
+  int *in = es__ctx_alloc(&g->ctx, 8 * sizeof *in);
+  if (!in)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ Add");
+  int v[8] = {x[0], s[0], z[0], x[1], s[1], z[1], q->in[1], q->in[2]};
+  memcpy(in, v, sizeof v);
+  es_node nd = *ad;
+  nd.op = ES_OP_QLinearAdd;
+  nd.n_in = 8;
+  nd.in = in;
+  nd.n_out = 1;
+  nd.out = q->out;
+  nd.n_attr = 0;
+  nd.attrs = NULL;
+  g->nodes[qi] = nd; /* the Add and DQs go with the next prune */
+  return 1;
+}
+
 /* Node qi (a QuantizeLinear) and what it quantizes as one int8 node. */
 static int lower_one(es_graph *g, int qi) {
   const es_node *q = &g->nodes[qi];
@@ -279,7 +329,9 @@ static int lower_one(es_graph *g, int qi) {
       !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1)
     return 0;
   int rc = lower_conv(g, qi);
-  return rc != 0 ? rc : lower_matmul(g, qi);
+  if (rc == 0)
+    rc = lower_matmul(g, qi);
+  return rc != 0 ? rc : lower_add(g, qi);
 }
 
 /* fn on every QuantizeLinear (1: it rewrote the node there), then the
