@@ -88,6 +88,27 @@ static int zero_const(es_graph *g, es_dtype t, int64_t n, int *out) {
   return es__graph_const_append(g, "", t, n == 1 ? 0 : 1, dims, z, bytes, out);
 }
 
+/* Node qi (the pattern's QuantizeLinear) becomes op: node base's name,
+ * the attributes attrs[0..n_attr), inputs v[0..n), qi's output. The nodes the pattern leaves unread go with the next
+ * prune. Returns 1. */
+static int lower_to(es_graph *g, int qi, int base, es_op op, const int *v, int n,
+                    es_attr *attrs, int n_attr) {
+  int *in = es__ctx_alloc(&g->ctx, (size_t)n * sizeof *in);
+  if (!in)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ %s", es__op_name(g->nodes[base].op));
+  memcpy(in, v, (size_t)n * sizeof *in);
+  es_node nd = g->nodes[base];
+  nd.op = op;
+  nd.n_in = n;
+  nd.in = in;
+  nd.n_out = 1;
+  nd.out = g->nodes[qi].out;
+  nd.attrs = attrs;
+  nd.n_attr = n_attr;
+  g->nodes[qi] = nd;
+  return 1;
+}
+
 /* x's DQ feeding input v of a node: DQ(xq, sx[, zx]) with a per-tensor
  * scale and zero point and an 8-bit xq. Its node, or -1. */
 static int x_dq(const es_graph *g, int v, int *xq, int *sx, int *zx, es_dtype *xt) {
@@ -186,27 +207,15 @@ static int lower_conv(es_graph *g, int qi) {
     return rc;
   c = &g->nodes[ci]; /* the values array may have moved, the nodes not */
   q = &g->nodes[qi];
-  int n_in = bq >= 0 ? 9 : 8;
-  int *in = es__ctx_alloc(&g->ctx, (size_t)n_in * sizeof *in);
   es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(c->n_attr + 1) * sizeof *attrs);
   char *an = es__ctx_strdup(&g->ctx, "activation");
-  if (!in || !attrs || !an)
+  if (!attrs || !an)
     return es__fail(ES_ENOMEM, "out of memory lowering a QDQ convolution");
-  int v[9] = {xq, sx, zx, wq, sw, zw, q->in[1], q->in[2], bq};
-  memcpy(in, v, (size_t)n_in * sizeof *in);
   if (c->n_attr)
     memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof *attrs);
   attrs[c->n_attr] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = relu, .tensor = -1};
-  es_node nd = *c;
-  nd.op = ES_OP_QLinearConv;
-  nd.n_in = n_in;
-  nd.in = in;
-  nd.n_out = 1;
-  nd.out = q->out;
-  nd.n_attr = c->n_attr + 1;
-  nd.attrs = attrs;
-  g->nodes[qi] = nd; /* the Conv, Relu and DQs go with the next prune */
-  return 1;
+  int v[9] = {xq, sx, zx, wq, sw, zw, q->in[1], q->in[2], bq};
+  return lower_to(g, qi, ci, ES_OP_QLinearConv, v, bq >= 0 ? 9 : 8, attrs, c->n_attr + 1);
 }
 
 /* Node qi and the MatMul it quantizes, a linear layer:
@@ -253,23 +262,9 @@ static int lower_matmul(es_graph *g, int qi) {
     return rc;
   if (zb < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsb, &zb)) < 0)
     return rc;
-  mm = &g->nodes[mi];
   q = &g->nodes[qi];
-  int *in = es__ctx_alloc(&g->ctx, 8 * sizeof *in);
-  if (!in)
-    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ MatMul");
   int v[8] = {aq, sa, za, bq, sb, zb, q->in[1], q->in[2]};
-  memcpy(in, v, sizeof v);
-  es_node nd = *mm;
-  nd.op = ES_OP_QLinearMatMul;
-  nd.n_in = 8;
-  nd.in = in;
-  nd.n_out = 1;
-  nd.out = q->out;
-  nd.n_attr = 0;
-  nd.attrs = NULL;
-  g->nodes[qi] = nd; /* the MatMul and DQs go with the next prune */
-  return 1;
+  return lower_to(g, qi, mi, ES_OP_QLinearMatMul, v, 8, NULL, 0);
 }
 
 /* Node qi and the Add of two dequantized 8-bit tensors it quantizes (a
@@ -303,23 +298,9 @@ static int lower_add(es_graph *g, int qi) {
   for (int i = 0; i < 2; i++)
     if (z[i] < 0 && (rc = zero_const(g, xt[0], 1, &z[i])) < 0)
       return rc;
-  ad = &g->nodes[ai];
   q = &g->nodes[qi];
-  int *in = es__ctx_alloc(&g->ctx, 8 * sizeof *in);
-  if (!in)
-    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ Add");
   int v[8] = {x[0], s[0], z[0], x[1], s[1], z[1], q->in[1], q->in[2]};
-  memcpy(in, v, sizeof v);
-  es_node nd = *ad;
-  nd.op = ES_OP_QLinearAdd;
-  nd.n_in = 8;
-  nd.in = in;
-  nd.n_out = 1;
-  nd.out = q->out;
-  nd.n_attr = 0;
-  nd.attrs = NULL;
-  g->nodes[qi] = nd; /* the Add and DQs go with the next prune */
-  return 1;
+  return lower_to(g, qi, ai, ES_OP_QLinearAdd, v, 8, NULL, 0);
 }
 
 /* Node qi (a QuantizeLinear) and what it quantizes as one int8 node. */

@@ -1343,6 +1343,20 @@ static int ms_param(es_kinst *k, int i, int is_zp, es_dtype want, const char *na
   return rc < 0 ? rc : q_single(k, t, name);
 }
 
+/* A unary operator's inputs: an 8-bit X, its scale and zero point, then
+ * Y's (per tensor, zero points optional), named as the operator names
+ * them. */
+static int ms_unary_inputs(es_kinst *k, const char *const names[5]) {
+  int rc = q_io(k, 4, 5);
+  if (rc == 0)
+    rc = q_need(k, 0, names[0]);
+  if (rc == 0)
+    rc = q_dtype_8bit(k, k->in[0], names[0]);
+  for (int i = 1; rc == 0 && i < 5; i++)
+    rc = ms_param(k, i, i == 2 || i == 4, k->in[0]->dtype, names[i]);
+  return rc;
+}
+
 static float ms_scale(const void *const *in, int i) { return *(const float *)in[i]; }
 static int32_t ms_zp(const void *const *in, int i, int is_signed) {
   return in[i] ? q_at8(in[i], is_signed, 0) : 0;
@@ -1480,17 +1494,13 @@ static int mssig_infer(es_kinst *k) {
   if (!p)
     return ES_ENOMEM;
   k->params = p;
-  int rc = q_io(k, 4, 5);
-  if (rc == 0)
-    rc = q_need(k, 0, "X");
+  static const char *const names[5] = {"X", "X_scale", "X_zero_point", "Y_scale",
+                                      "Y_zero_point"};
+  int rc = ms_unary_inputs(k, names);
   if (rc < 0)
     return rc;
   const es_tdesc *x = k->in[0];
-  if ((rc = q_dtype_8bit(k, x, "X")) < 0 || (rc = ms_param(k, 1, 0, x->dtype, "X_scale")) < 0 ||
-      (rc = ms_param(k, 2, 1, x->dtype, "X_zero_point")) < 0 ||
-      (rc = ms_param(k, 3, 0, x->dtype, "Y_scale")) < 0 ||
-      (rc = ms_param(k, 4, 1, x->dtype, "Y_zero_point")) < 0 ||
-      (rc = q_out_set(k, 0, x->dtype, x->rank, x->dims)) < 0)
+  if ((rc = q_out_set(k, 0, x->dtype, x->rank, x->dims)) < 0)
     return rc;
   p->is_signed = x->dtype == ES_DTYPE_INT8;
   q_range(x->dtype, &p->lo, &p->hi);
@@ -1532,19 +1542,13 @@ static int msgap_infer(es_kinst *k) {
   if (!p)
     return ES_ENOMEM;
   k->params = p;
-  int rc = q_io(k, 4, 5);
-  if (rc == 0)
-    rc = q_need(k, 0, "X");
-  if (rc < 0)
+  static const char *const names[5] = {"X", "x_scale", "x_zero_point", "y_scale",
+                                      "y_zero_point"};
+  int64_t last;
+  int rc = ms_unary_inputs(k, names);
+  if (rc < 0 || (rc = es__attr_int(k, "channels_last", 0, &last)) < 0)
     return rc;
   const es_tdesc *x = k->in[0];
-  int64_t last;
-  if ((rc = q_dtype_8bit(k, x, "X")) < 0 || (rc = ms_param(k, 1, 0, x->dtype, "x_scale")) < 0 ||
-      (rc = ms_param(k, 2, 1, x->dtype, "x_zero_point")) < 0 ||
-      (rc = ms_param(k, 3, 0, x->dtype, "y_scale")) < 0 ||
-      (rc = ms_param(k, 4, 1, x->dtype, "y_zero_point")) < 0 ||
-      (rc = es__attr_int(k, "channels_last", 0, &last)) < 0)
-    return rc;
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "X must have rank 3 or more (N, C and spatial dims), has %d",
                     x->rank);
