@@ -220,13 +220,13 @@ static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_
 
 /* Whether node nd gains from bf16. bf16 halves the cost of a product's
  * multiply-adds (oneDNN's vdpbf16ps pairs two along the reduction) but
- * adds a pass over the source (rounded to bf16 before each run). On det
- * (640x640, one core) every conv with a reduction of 2 or more per output
- * and 32 or more FLOPs per source element ran in 0.40-0.93x of its float32
- * time (the 3x3 96->24 convs 0.51x); depthwise convs (a reduction of 1
- * per channel: nothing to pair) ran in 0.87-1.93x, 1x1 48->12 (24 FLOPs
- * per element) in 1.18x. Both measures follow from the weights' shape, the
- * group and the strides: a conv's FLOPs per source element are
+ * adds a pass over the source (rounded to bf16 before each run, 0.15 ms
+ * for det's largest). On det (640x640, one core) the 1x1 and 3x3 convs
+ * ran in 0.38-0.81x of their float32 time (the 3x3 96->24 ones 0.50x, 1x1
+ * 48->12 with 24 FLOPs per source element 0.81x), stride-1 depthwise convs
+ * (18 and 50) in 0.70-0.90x, stride-2 depthwise ones (4.5 and 12.5) in
+ * 1.12-1.19x: the line is 16 FLOPs per source element, which follows from
+ * the weights' shape, the group and the strides: a conv's are
  * 2 (M/g) kh kw / (sh sw), a MatMul's 2 N. */
 static int bf16_gains(const es_graph *g, const es_node *nd) {
   if (nd->n_in < 2 || nd->in[1] < 0)
