@@ -1561,17 +1561,21 @@ static int msgap_infer(es_kinst *k) {
   int cax = p->last ? x->rank - 1 : 1;
   p->n = x->dims[0];
   p->c = x->dims[cax];
+  for (int d = 0; d < x->rank; d++)
+    dims[d] = d != 0 && d != cax ? 1 : x->dims[d];
+  /* the output's count is checked by its descriptor, X's nonzero dims by
+   * its own (at most 2^40 together); the product is checked all the same */
+  if ((rc = q_out_set(k, 0, x->dtype, x->rank, dims)) < 0)
+    return rc;
   p->size = 1;
-  for (int d = 0; d < x->rank; d++) {
-    int spatial = d != 0 && d != cax;
-    dims[d] = spatial ? 1 : x->dims[d];
-    if (spatial)
-      p->size *= x->dims[d];
-  }
-  if (p->size > Q_DIM_MAX || p->n * p->c > Q_DIM_MAX)
-    return ES_KFAIL(k, ES_EMODEL, "X is too large (%zu elements)", x->count);
+  for (int d = 0; d < x->rank; d++)
+    if (d != 0 && d != cax && __builtin_mul_overflow(p->size, x->dims[d], &p->size))
+      return ES_KFAIL(k, ES_EMODEL, "X's spatial dimensions overflow");
+  if (p->size > Q_DIM_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "X has %lld positions per channel, more than 2^40",
+                    (long long)p->size);
   k->inplace = -1;
-  return q_out_set(k, 0, x->dtype, x->rank, dims);
+  return 0;
 }
 
 static int msgap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -1595,7 +1599,7 @@ static int msgap_run(const es_kinst *k, const void *const *in, void *const *out,
 /* QLinearConcat: sy, zy, then (x, sx, zx) per input; attribute axis. */
 #define MSCAT_MAX 64
 typedef struct mscat_params {
-  int is_signed, n;
+  int is_signed, n, empty;
   int32_t lo, hi;
   int64_t outer, total;          /* rows before the axis; elements per row of Y */
   int64_t inner[MSCAT_MAX];      /* elements per row of input j */
@@ -1657,12 +1661,17 @@ static int mscat_infer(es_kinst *k) {
   p->outer = q_prod(dims, 0, ax);
   p->total = q_prod(dims, ax, x0->rank);
   k->inplace = -1;
-  return q_out_set(k, 0, x0->dtype, x0->rank, dims);
+  if ((rc = q_out_set(k, 0, x0->dtype, x0->rank, dims)) < 0)
+    return rc;
+  p->empty = k->out[0]->count == 0; /* then outer and total are not both meaningful */
+  return 0;
 }
 
 static int mscat_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   (void)scratch;
   const mscat_params *p = k->params;
+  if (p->empty)
+    return 0;
   int sg = p->is_signed;
   float sy = ms_scale(in, 0);
   int32_t zy = ms_zp(in, 1, sg);

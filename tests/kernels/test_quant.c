@@ -961,6 +961,22 @@ static void test_ms_qlinear(void **state) {
       }
     es_mem_free(od);
   }
+  /* an empty concat whose other dims are large: nothing to do, in no time */
+  {
+    uint8_t one = 0;
+    float sc = 0.1f;
+    es_tdesc e = KH_TD(ES_DTYPE_UINT8, (int64_t)1 << 30, 0), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+             z0 = kh_td(ES_DTYPE_UINT8, 0, NULL), out;
+    es_attr at[1] = {KH_INT("axis", 1)};
+    es_knode node = kh_knode(ES_OP_QLinearConcat, at, 1);
+    const es_tdesc *in[8] = {&s0, &z0, &e, &s0, &z0, &e, &s0, &z0};
+    const void *data[8] = {&sc, &one, &one, &sc, &one, &one, &sc, &one};
+    void *od;
+    ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 36u}, 8, in, data, 1, &out,
+                             &od));
+    assert_int_equal(out.count, 0);
+    es_mem_free(od);
+  }
   /* QLinearConcat along axis 1: x0 copied (Y's scale and zero point), x1
    * requantized */
   {
