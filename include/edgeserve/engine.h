@@ -75,8 +75,9 @@ typedef struct es_model_stats {
  *     puts(es_last_error_detail());               // without avx512_bf16
  *
  * AUTO (the default, NULL options): as the file says: float32, and int8
- *   where the file is quantized (QDQ pairs around a Conv are lowered to
- *   QLinearConv at load; QLinearConv and QLinearMatMul run as they are).
+ *   where the file is quantized (QDQ pairs around a Conv, a MatMul by int8
+ *   weights and an Add are lowered at load to QLinearConv, QLinearMatMul
+ *   and QLinearAdd; the QOperator format's nodes run as they are).
  * FP32: the same, and the model must not be quantized (ES_EINVAL names
  *   the quantized nodes; a compiled .esm made for bf16 is refused too).
  * INT8: the model must be quantized (ES_EINVAL otherwise: make one with

@@ -1429,24 +1429,25 @@ static int msbin_infer(es_kinst *k) {
       s *= e;
     }
   }
-  k->inplace = -1;
   return 0;
 }
 
-/* The flat case, bytes in and out, vectorisable: a branch-free round and
- * clamp (rintf rounds half to even). */
-ES_KCLONES static void msbin_flat_u8(const uint8_t *restrict a, const uint8_t *restrict b,
-                                     uint8_t *restrict c, size_t n, int mul, float ra, float rb,
-                                     float rab, int32_t za, int32_t zb, int32_t zc, int32_t lo,
-                                     int32_t hi, int sg) {
-  for (size_t i = 0; i < n; i++) {
-    int32_t av = (sg ? (int32_t)(int8_t)a[i] : (int32_t)a[i]) - za;
-    int32_t bv = (sg ? (int32_t)(int8_t)b[i] : (int32_t)b[i]) - zb;
-    float v = mul ? (float)(av * bv) * rab : (float)av * ra + (float)bv * rb;
-    float r = rintf(v) + (float)zc;
-    r = r < (float)lo ? (float)lo : r > (float)hi ? (float)hi : r;
-    c[i] = (uint8_t)(int32_t)r;
-  }
+/* One element's requantized value (av, bv: a - za, b - zb). */
+static inline int32_t msbin_one(const msbin_params *p, int32_t av, int32_t bv, float ra, float rb,
+                                float rab, int32_t zc) {
+  float v = p->mul ? (float)(av * bv) * rab : (float)av * ra + (float)bv * rb;
+  return q_round_sat(v, zc, p->lo, p->hi);
+}
+
+/* The flat case: both operands and the output element by element. */
+ES_KCLONES static void msbin_flat(const msbin_params *p, const uint8_t *restrict a,
+                                  const uint8_t *restrict b, uint8_t *restrict c, float ra,
+                                  float rb, float rab, int32_t za, int32_t zb, int32_t zc) {
+  int sg = p->is_signed;
+  for (size_t i = 0; i < p->count; i++)
+    q_store8(c, sg, (int64_t)i,
+             msbin_one(p, q_at8(a, sg, (int64_t)i) - za, q_at8(b, sg, (int64_t)i) - zb, ra, rb,
+                       rab, zc));
 }
 
 static int msbin_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
@@ -1459,8 +1460,7 @@ static int msbin_run(const es_kinst *k, const void *const *in, void *const *out,
   int32_t za = ms_zp(in, 2, sg), zb = ms_zp(in, 5, sg), zc = ms_zp(in, 7, sg);
   float ra = sa / sc, rb = sb / sc, rab = sa * sb / sc;
   if (p->flat) {
-    msbin_flat_u8(in[0], in[3], out[0], p->count, p->mul, ra, rb, rab, za, zb, zc, p->lo, p->hi,
-                  sg);
+    msbin_flat(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc);
     return 0;
   }
   /* the last dim by hand, the others walked */
@@ -1475,8 +1475,7 @@ static int msbin_run(const es_kinst *k, const void *const *in, void *const *out,
     for (int64_t i = 0; i < n; i++, o++) {
       int32_t av = q_at8(in[0], sg, off[0] + i * sa1) - za;
       int32_t bv = q_at8(in[3], sg, off[1] + i * sb1) - zb;
-      float v = p->mul ? (float)(av * bv) * rab : (float)av * ra + (float)bv * rb;
-      q_store8(out[0], sg, (int64_t)o, q_round_sat(v, zc, p->lo, p->hi));
+      q_store8(out[0], sg, (int64_t)o, msbin_one(p, av, bv, ra, rb, rab, zc));
     }
   } while (es__walk_step(p->rank, wd, idx, 2, off, p->st) >= 0);
   return 0;

@@ -5,6 +5,9 @@
 #   bad WANT_STATUS WANT_TEXT COMMAND...: a refusal: the command must exit
 #     WANT_STATUS with WANT_TEXT in its output, else fail=1.
 #   text_ppm OUT.ppm WIDTH HEIGHT POINTSIZE X Y TEXT: black text on white.
+#   serve_start LOG SERVE_OPTIONS...: `$es serve --port 0` in the background;
+#     sets spid, and port once it answers /v2/health/ready (empty if it
+#     died or took over a minute; the caller's checks then fail).
 check() {
   local name=$1
   shift
@@ -30,4 +33,18 @@ bad() {
 text_ppm() {
   convert -size "$2x$3" xc:white -font DejaVu-Sans -fill black -pointsize "$4" \
     -annotate "+$5+$6" "$7" -depth 8 "$1"
+}
+serve_start() {
+  local log=$1
+  shift
+  "$es" serve --port 0 "$@" >"$log" 2>&1 &
+  spid=$!
+  port=""
+  for _ in $(seq 600); do
+    port=$(sed -n 's#.*serving .* on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$log")
+    [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && return 0
+    kill -0 $spid 2>/dev/null || break
+    sleep 0.1
+  done
+  return 1
 }

@@ -163,15 +163,7 @@ cat >"$work/srv.json" <<EOF
 {"models": {"det16": {"path": "$models/ppocr_det.onnx", "precision": "bf16"},
             "det32": {"path": "$models/ppocr_det.onnx"}}}
 EOF
-"$es" serve --port 0 --config "$work/srv.json" --memory 512M >"$work/srv.log" 2>&1 &
-spid=$!
-port=""
-for _ in $(seq 600); do
-  port=$(sed -n 's#.*serving .* on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/srv.log")
-  [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break
-  kill -0 $spid 2>/dev/null || break
-  sleep 0.1
-done
+serve_start "$work/srv.log" --config "$work/srv.json" --memory 512M
 curl -s "http://127.0.0.1:$port/metrics" >"$work/metrics.txt"
 l16=$(grep '^edgeserve_model_compute_nodes{model="det16",precision="bf16"}' "$work/metrics.txt")
 l32=$(grep '^edgeserve_model_compute_nodes{model="det32",precision="bf16"}' "$work/metrics.txt")

@@ -114,15 +114,7 @@ if [ -f "$work/det.onnx" ]; then
   if command -v curl >/dev/null; then
     mkdir -p "$work/repo/det8"
     cp "$work/det.onnx" "$work/repo/det8/det8.onnx"
-    "$es" serve --port 0 --model-repository "$work/repo" --memory 512M >"$work/srv.log" 2>&1 &
-    spid=$!
-    port=""
-    for _ in $(seq 600); do
-      port=$(sed -n 's#.*serving .* on http://[0-9.]*:\([0-9]*\)/v2.*#\1#p' "$work/srv.log")
-      [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && break
-      kill -0 $spid 2>/dev/null || break
-      sleep 0.1
-    done
+    serve_start "$work/srv.log" --model-repository "$work/repo" --memory 512M
     line=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^edgeserve_model_compute_nodes{model="det8",precision="int8"}')
     kill -TERM $spid 2>/dev/null
     wait $spid 2>/dev/null

@@ -83,8 +83,8 @@ static void input_of(es_tensor *t, float *x, uint64_t seed) {
   t->nbytes = sizeof(float) * C_IN * HW * HW;
 }
 
-/* Runs m on x; y [1,4,12,12] into out. */
-static void run(es_model *m, es_tensor *x, float *out) {
+/* Runs m on x: its first output, of count floats, into out. */
+static void run_n(es_model *m, es_tensor *x, float *out, size_t count) {
   es_plan *p;
   es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
                           .dims = {1, C_IN, HW, HW}};
@@ -93,11 +93,14 @@ static void run(es_model *m, es_tensor *x, float *out) {
   ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
   es_tensor y[2];
   ES_CHECK_RC(es_plan_run(p, x, 1, a, y, es_plan_output_count(p)));
-  assert_int_equal(y[0].nbytes, sizeof(float) * 4 * HW * HW);
+  assert_int_equal(y[0].nbytes, count * sizeof(float));
   memcpy(out, y[0].data, y[0].nbytes);
   es_arena_destroy(a);
   es_plan_release(p);
 }
+
+/* y [1,4,12,12] of the small model. */
+static void run(es_model *m, es_tensor *x, float *out) { run_n(m, x, out, 4 * HW * HW); }
 
 static char path_[64];
 
@@ -353,21 +356,6 @@ static void count_qadd(void *user, const char *op, int n) {
     *(int *)user += n;
 }
 
-static void run_any(es_model *m, es_tensor *x, float *out, size_t count) {
-  es_plan *p;
-  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
-                          .dims = {1, C_IN, HW, HW}};
-  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
-  es_arena *a;
-  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p) + 64, 64, &a));
-  es_tensor y;
-  ES_CHECK_RC(es_plan_run(p, x, 1, a, &y, 1));
-  assert_int_equal(y.nbytes, count * sizeof(float));
-  memcpy(out, y.data, y.nbytes);
-  es_arena_destroy(a);
-  es_plan_release(p);
-}
-
 static void test_qdq_add(void **state) {
   (void)state;
   static const float s1 = 0.01f, s2 = 0.007f, s3 = 0.013f;
@@ -406,8 +394,8 @@ static void test_qdq_add(void **state) {
   input_of(&x, xs, 77);
   for (int i = 0; i < N; i++)
     xs[i] *= 1.2f; /* past both ranges: saturation too */
-  run_any(ref, &x, y0, N);
-  run_any(m, &x, y1, N);
+  run_n(ref, &x, y0, N);
+  run_n(m, &x, y1, N);
   int off = 0;
   for (int i = 0; i < N; i++) {
     assert_true(fabsf(y0[i] - y1[i]) <= s3 * 1.001f);
