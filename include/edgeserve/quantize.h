@@ -72,7 +72,7 @@ typedef struct es_quant_stats {
   int nodes_quantized;    /* Conv, ConvTranspose, MatMul, Gemm written as QDQ */
   int nodes_excluded;     /* of those kinds, left in float (by name, or no constant weights) */
   int activations_folded; /* Relu / Clip folded into a quantized output */
-  int bn_folded;          /* BatchNormalization folded into a Conv */
+  int bn_folded;          /* BatchNormalization or bias Add folded into a Conv(Transpose) */
   int tensors_observed;   /* activations calibrated */
   int64_t opset_from, opset_to;
   unsigned long long samples; /* es_quantizer_observe calls that succeeded */

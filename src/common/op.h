@@ -196,7 +196,8 @@
   XX(Relayout, ES_OP_INTERNAL)                                                 \
   XX(FusedElementwise, ES_OP_INTERNAL)                                         \
   XX(LayerNorm, ES_OP_INTERNAL)                                                \
-  XX(QLookup, ES_OP_INTERNAL)
+  XX(QLookup, ES_OP_INTERNAL)                                                  \
+  XX(QLinearConvTranspose, ES_OP_INTERNAL)
 
 typedef enum es_op {
   ES_OP_UNKNOWN = 0,

@@ -1,5 +1,10 @@
-/* Load-time lowering of QDQ convolutions to QLinearConv and of QDQ linear
- * layers (MatMul by int8 weights) to QLinearMatMul, the int8 kernels.
+/* Load-time lowering of QDQ convolutions to QLinearConv (ConvTranspose to
+ * the internal QLinearConvTranspose), of QDQ linear layers (MatMul by
+ * int8 weights) to QLinearMatMul, and of the QDQ Add, Mul, Concat and
+ * GlobalAveragePool between them to the com.microsoft QLinear kernels:
+ * a feature pyramid runs in 8 bits from its input's quantization on. A
+ * nearest Resize moves before its DequantizeLinear (it copies bytes), and
+ * a QuantizeLinear that undoes the DequantizeLinear before it goes.
  *
  * A QDQ model (what `edgeserve quantize` and ONNX Runtime's quantizer
  * write) says "int8" with QuantizeLinear / DequantizeLinear around float
@@ -29,7 +34,10 @@
 #include "common/internal.h"
 #include "engine/engine_internal.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
+#include <stdio.h>
 
 static int is_const(const es_graph *g, int v) {
   return v >= 0 && g->values[v].kind == ES_VALUE_CONST && g->values[v].data;
@@ -124,6 +132,8 @@ static int x_dq(const es_graph *g, int v, int *xq, int *sx, int *zx, es_dtype *x
   return dx;
 }
 
+static int per_tensor_dq(const es_graph *g, int v);
+
 /* Node qi (a QuantizeLinear) and the Conv it quantizes, as one
  * QLinearConv; 1 when rewritten, 0 when the pattern does not hold. */
 static int lower_conv(es_graph *g, int qi) {
@@ -140,10 +150,20 @@ static int lower_conv(es_graph *g, int qi) {
   }
   ci = producer_is(g, t, ES_OP_Conv);
   if (ci < 0)
+    ci = producer_is(g, t, ES_OP_ConvTranspose);
+  if (ci < 0)
     return 0;
   const es_node *c = &g->nodes[ci];
+  int tr = c->op == ES_OP_ConvTranspose;
   if (c->n_in < 2)
     return 0;
+  if (tr) { /* the kernel's geometry: explicit pads (or VALID), no output_shape */
+    const es_attr *ap = es__node_attr(c, "auto_pad");
+    if (es__node_attr(c, "output_shape") ||
+        (ap && (ap->type != ES_ATTR_STRING ||
+                (strcmp(ap->s, "NOTSET") && strcmp(ap->s, "VALID")))))
+      return 0;
+  }
   /* x: DQ(xq, sx[, zx]) */
   int xq, sx, zx;
   es_dtype xt;
@@ -159,10 +179,14 @@ static int lower_conv(es_graph *g, int qi) {
   if (!is_const(g, wq) || wv->dtype != ES_DTYPE_INT8 || wv->rank < 3 || !is_const(g, sw) ||
       g->values[sw].dtype != ES_DTYPE_FLOAT)
     return 0;
-  int64_t m = wv->dims[0], nsw = (int64_t)const_count(g, sw);
+  /* output channels: W's axis 0 ([M, C/g, k...]), a transposed one's
+   * axis 1 ([C, M/g, k...]; per channel only with one group) */
+  int64_t group = attr_int(c, "group", 1), wax = tr ? 1 : 0;
+  int64_t m = tr ? wv->dims[1] * group : wv->dims[0], nsw = (int64_t)const_count(g, sw);
   if (nsw != 1) {
     int64_t axis = attr_int(nw, "axis", 1);
-    if (g->values[sw].rank != 1 || nsw != m || (axis != 0 && axis != -wv->rank))
+    if (g->values[sw].rank != 1 || nsw != m || (tr && group != 1) ||
+        (axis != wax && axis != wax - wv->rank))
       return 0;
   }
   if (zw >= 0 && (!is_const(g, zw) || g->values[zw].dtype != ES_DTYPE_INT8 ||
@@ -215,7 +239,8 @@ static int lower_conv(es_graph *g, int qi) {
     memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof *attrs);
   attrs[c->n_attr] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = relu, .tensor = -1};
   int v[9] = {xq, sx, zx, wq, sw, zw, q->in[1], q->in[2], bq};
-  return lower_to(g, qi, ci, ES_OP_QLinearConv, v, bq >= 0 ? 9 : 8, attrs, c->n_attr + 1);
+  return lower_to(g, qi, ci, tr ? ES_OP_QLinearConvTranspose : ES_OP_QLinearConv, v,
+                  bq >= 0 ? 9 : 8, attrs, c->n_attr + 1);
 }
 
 /* Node qi and the MatMul it quantizes, a linear layer:
@@ -282,7 +307,9 @@ static int lower_add(es_graph *g, int qi) {
   int t = q->in[0];
   if (!inner(g, t))
     return 0;
-  int ai = producer_is(g, t, ES_OP_Add);
+  int ai = producer_is(g, t, ES_OP_Add), mul = 0;
+  if (ai < 0 && (ai = producer_is(g, t, ES_OP_Mul)) >= 0)
+    mul = 1;
   if (ai < 0 || g->nodes[ai].n_in != 2)
     return 0;
   const es_node *ad = &g->nodes[ai];
@@ -300,7 +327,74 @@ static int lower_add(es_graph *g, int qi) {
       return rc;
   q = &g->nodes[qi];
   int v[8] = {x[0], s[0], z[0], x[1], s[1], z[1], q->in[1], q->in[2]};
-  return lower_to(g, qi, ai, ES_OP_QLinearAdd, v, 8, NULL, 0);
+  return lower_to(g, qi, ai, mul ? ES_OP_QLinearMul : ES_OP_QLinearAdd, v, 8, NULL, 0);
+}
+
+/* Node qi and the GlobalAveragePool of a dequantized 8-bit tensor it
+ * quantizes (a squeeze-excitation's pooling):
+ *
+ *   DQ(xq, sx, zx) -> GlobalAveragePool -> Q(sy, zy)
+ *
+ * as QLinearGlobalAveragePool(xq, sx, zx, sy, zy) (channels_last 0): the
+ * integer sum times sx / (sy n), one 8-bit step from the float mean's
+ * rounding at most. 1 when rewritten, else 0. */
+static int lower_gap(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  int t = q->in[0];
+  if (!inner(g, t))
+    return 0;
+  int gi = producer_is(g, t, ES_OP_GlobalAveragePool);
+  if (gi < 0 || g->nodes[gi].n_in != 1)
+    return 0;
+  int x, sx, zx;
+  es_dtype xt;
+  if (x_dq(g, g->nodes[gi].in[0], &x, &sx, &zx, &xt) < 0 || xt != g->values[q->in[2]].dtype)
+    return 0;
+  int rc;
+  if (zx < 0 && (rc = zero_const(g, xt, 1, &zx)) < 0)
+    return rc;
+  q = &g->nodes[qi];
+  int v[5] = {x, sx, zx, q->in[1], q->in[2]};
+  return lower_to(g, qi, gi, ES_OP_QLinearGlobalAveragePool, v, 5, NULL, 0);
+}
+
+/* Node qi and the Concat of dequantized 8-bit tensors it quantizes (a
+ * feature pyramid's join):
+ *
+ *   Concat(DQ(x1, s1, z1), ..., DQ(xn, sn, zn)) -> Q(sy, zy)
+ *
+ * as QLinearConcat(sy, zy, x1, s1, z1, ...) (kernels/quant.c): an input
+ * quantized like Y is copied, another requantized, which is what the
+ * float graph computes for it. 1 when rewritten, else 0. */
+#define LOWER_CAT_MAX 64
+static int lower_concat(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  int t = q->in[0];
+  if (!inner(g, t))
+    return 0;
+  int ci = producer_is(g, t, ES_OP_Concat);
+  if (ci < 0 || g->nodes[ci].n_in < 1 || g->nodes[ci].n_in > LOWER_CAT_MAX)
+    return 0;
+  int n = g->nodes[ci].n_in, x[LOWER_CAT_MAX], s[LOWER_CAT_MAX], z[LOWER_CAT_MAX];
+  es_dtype yt = g->values[q->in[2]].dtype;
+  for (int i = 0; i < n; i++) {
+    es_dtype xt;
+    if (x_dq(g, g->nodes[ci].in[i], &x[i], &s[i], &z[i], &xt) < 0 || xt != yt)
+      return 0;
+  }
+  int rc;
+  for (int i = 0; i < n; i++)
+    if (z[i] < 0 && (rc = zero_const(g, yt, 1, &z[i])) < 0)
+      return rc;
+  q = &g->nodes[qi];
+  int v[2 + 3 * LOWER_CAT_MAX] = {q->in[1], q->in[2]};
+  for (int i = 0; i < n; i++) {
+    v[2 + 3 * i] = x[i];
+    v[3 + 3 * i] = s[i];
+    v[4 + 3 * i] = z[i];
+  }
+  const es_node *c = &g->nodes[ci];
+  return lower_to(g, qi, ci, ES_OP_QLinearConcat, v, 2 + 3 * n, c->attrs, c->n_attr);
 }
 
 /* Node qi (a QuantizeLinear) and what it quantizes as one int8 node. */
@@ -312,7 +406,11 @@ static int lower_one(es_graph *g, int qi) {
   int rc = lower_conv(g, qi);
   if (rc == 0)
     rc = lower_matmul(g, qi);
-  return rc != 0 ? rc : lower_add(g, qi);
+  if (rc == 0)
+    rc = lower_add(g, qi);
+  if (rc == 0)
+    rc = lower_gap(g, qi);
+  return rc != 0 ? rc : lower_concat(g, qi);
 }
 
 /* fn on every QuantizeLinear (1: it rewrote the node there), then the
@@ -340,7 +438,104 @@ static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi)) {
   return 0;
 }
 
-int es__graph_lower_qdq(es_graph *g) { return lower_each(g, lower_one); }
+/* A nearest-neighbour Resize of a dequantized tensor copies dequantized
+ * values, so it can copy the bytes before the DequantizeLinear as well:
+ *
+ *   xq -> DQ(s, z) -> Resize(nearest) -> y   becomes   xq -> Resize -> DQ(s, z) -> y
+ *
+ * with the same numbers. Then the Resize moves a quarter of the bytes, and
+ * what reads y sees a DQ it can lower (a feature pyramid's upsampled Add
+ * becomes QLinearAdd, its Concat QLinearConcat). The Resize reads xq and
+ * writes a new 8-bit value, which a new DQ (the old one's scale and zero
+ * point) turns into y; the old DQ stays while something else reads it.
+ * tf_crop_and_resize, whose extrapolation value is a float, is left as it
+ * is. 1 when rewritten. */
+static int commute_resize(es_graph *g, int ri) {
+  const es_node *r = &g->nodes[ri];
+  if ((r->op != ES_OP_Resize && r->op != ES_OP_Upsample) || r->n_in < 1 || r->n_out != 1 ||
+      r->n_guard)
+    return 0;
+  const es_attr *m = es__node_attr(r, "mode");
+  const es_attr *ct = es__node_attr(r, "coordinate_transformation_mode");
+  if ((m && (m->type != ES_ATTR_STRING || strcmp(m->s, "nearest"))) ||
+      (ct && (ct->type != ES_ATTR_STRING || !strcmp(ct->s, "tf_crop_and_resize"))))
+    return 0;
+  int di = per_tensor_dq(g, r->in[0]);
+  if (di < 0 || g->nodes[di].n_guard)
+    return 0;
+  int rq, rc;
+  if ((rc = es__graph_act_append(g, "", &rq)) < 0)
+    return rc;
+  const es_node *dq = &g->nodes[di];
+  int *in = es__ctx_alloc(&g->ctx, (size_t)dq->n_in * sizeof *in);
+  int *out = es__ctx_alloc(&g->ctx, sizeof *out);
+  if (!in || !out)
+    return es__fail(ES_ENOMEM, "out of memory moving a Resize before its DequantizeLinear");
+  memcpy(in, dq->in, (size_t)dq->n_in * sizeof *in);
+  int xq = in[0];
+  in[0] = rq;
+  out[0] = g->nodes[ri].out[0];
+  es_node nd = *dq;
+  nd.in = in;
+  nd.out = out;
+  nd.n_out = 1;
+  g->values[rq].dtype = x_type(g, xq, dq->n_in > 2 ? dq->in[2] : -1);
+  g->nodes[ri].in[0] = xq;
+  g->nodes[ri].out[0] = rq;
+  g->values[rq].producer = ri;
+  g->values[out[0]].producer = g->n_nodes; /* the sort reads producers */
+  return (rc = es__graph_node_append(g, &nd)) < 0 ? rc : 1;
+}
+
+/* Q(DQ(xq, s, z), s, z) is xq: the byte dequantized and quantized again
+ * by the same scale and zero point comes back (|s| >= the smallest normal
+ * float keeps (q - z) s / s exact). Such pairs appear where a tensor and
+ * its copy were calibrated alike (an upsampling's output and input) and
+ * the copy's DQ moved (commute_resize). The Q's readers read xq; the
+ * nodes go with the prune. 1 when rewritten. */
+static int elide_requant(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  if (q->n_in != 3 || q->n_out != 1 || q->n_guard || g->values[q->out[0]].is_output)
+    return 0;
+  int di = per_tensor_dq(g, q->in[0]);
+  if (di < 0 || g->nodes[di].n_in != 3 || !const_scalar_f32(g, q->in[1]) ||
+      !is_const(g, q->in[2]) || const_count(g, q->in[2]) != 1)
+    return 0;
+  const es_node *d = &g->nodes[di];
+  const es_value *sq = &g->values[q->in[1]], *sd = &g->values[d->in[1]];
+  const es_value *zq = &g->values[q->in[2]], *zd = &g->values[d->in[2]];
+  float s = *(const float *)sd->data;
+  if (memcmp(sq->data, sd->data, sizeof(float)) || !(fabsf(s) >= FLT_MIN) || isinf(s) ||
+      zq->dtype != zd->dtype || memcmp(zq->data, zd->data, 1))
+    return 0;
+  int from = q->out[0], to = d->in[0];
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int k = 0; k < g->nodes[i].n_in; k++)
+      if (g->nodes[i].in[k] == from)
+        g->nodes[i].in[k] = to;
+  return 1;
+}
+
+int es__graph_lower_qdq(es_graph *g) {
+  if (!es__graph_fusion_enabled())
+    return 0;
+  es__graph_reindex(g);
+  int moved = 0, rc, n = g->n_nodes;
+  for (int i = 0; i < n; i++) {
+    if ((rc = commute_resize(g, i)) < 0)
+      return rc;
+    moved += rc;
+  }
+  if (moved) {
+    if ((rc = es__graph_toposort(g)) < 0)
+      return rc;
+    es__graph_reindex(g);
+    es__graph_prune(g);
+  }
+  if ((rc = lower_each(g, elide_requant)) < 0)
+    return rc;
+  return lower_each(g, lower_one);
+}
 
 /* ==========================================================================
  * DequantizeLinear -> elementwise float ops -> QuantizeLinear as a table

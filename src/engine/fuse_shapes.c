@@ -197,9 +197,10 @@ static void shape_window(fuser *f, const es_node *nd, const sshape *x, int64_t c
   }
 }
 
-static void shape_conv_transpose(fuser *f, const es_node *nd, const sshape *x, sshape *o) {
+static void shape_conv_transpose(fuser *f, const es_node *nd, int wi, const sshape *x,
+                                 sshape *o) {
   const es_graph *g = f->g;
-  int w = nd->n_in > 1 ? nd->in[1] : -1;
+  int w = nd->n_in > wi ? nd->in[wi] : -1;
   int nsp = x->rank - 2;
   int64_t group;
   if (x->rank < 3 || !es__fz_is_const(g, w) || g->values[w].rank != x->rank ||
@@ -481,6 +482,7 @@ static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
     return ES_DTYPE_INT32;
   case ES_OP_QLinearMatMul:
   case ES_OP_QLinearConv:
+  case ES_OP_QLinearConvTranspose:
     return input_dtype(f, nd, 7); /* y_zero_point's */
   case ES_OP_Cast:
     return es__fz_attr_int(nd, "to", 0, &to) && es_dtype_size((es_dtype)to) ? (es_dtype)to
@@ -559,7 +561,8 @@ static void shape_node(fuser *f, const es_node *nd) {
     break;
   }
   case ES_OP_ConvTranspose:
-    shape_conv_transpose(f, nd, &x, &o);
+  case ES_OP_QLinearConvTranspose:
+    shape_conv_transpose(f, nd, nd->op == ES_OP_ConvTranspose ? 1 : 3, &x, &o);
     break;
   case ES_OP_MaxPool:
   case ES_OP_AveragePool:

@@ -211,7 +211,8 @@ static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_
   *int8 = *bf16 = *fp32 = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const es_node *nd = &g->nodes[i];
-    if (nd->op == ES_OP_QLinearConv || nd->op == ES_OP_QLinearMatMul)
+    if (nd->op == ES_OP_QLinearConv || nd->op == ES_OP_QLinearMatMul ||
+        nd->op == ES_OP_QLinearConvTranspose)
       (*int8)++;
     else if (is_float_compute(nd->op))
       (*(node_bf16(nd) ? bf16 : fp32))++;

@@ -7,9 +7,12 @@
  * it.
  *
  * Three stages:
- *   1. create: BatchNormalization after a Conv is folded into the Conv (a
- *      quantized Conv's weights must be the ones that run); nodes are
- *      classified; the tensors to calibrate are chosen; the tree (with
+ *   1. create: BatchNormalization (or a per-channel bias Add) after a Conv
+ *      or ConvTranspose is folded into it (a quantized convolution's
+ *      weights must be the ones that run); nodes are classified (the
+ *      weighted ones, and the Adds, Muls, Concats and GlobalAveragePools
+ *      of convolutions' maps); the tensors to calibrate are chosen; the
+ *      tree (with
  *      those tensors added as graph outputs) is loaded into the engine as
  *      the calibration model.
  *   2. observe: a run per sample; each observed tensor keeps its min and
@@ -131,7 +134,14 @@ static void smap_free(smap *m) {
  * The quantizer
  * ======================================================================== */
 
-typedef enum qkind { QK_NONE, QK_CONV, QK_CONVT, QK_MATMUL, QK_GEMM } qkind;
+/* QK_ADD, QK_CONCAT, QK_MUL and QK_GAP have activations only (no
+ * weights): a pair on each input and on the output, which engines run as
+ * QLinearAdd / QLinearConcat / QLinearMul / QLinearGlobalAveragePool (a
+ * feature pyramid's sums and joins, a squeeze-excitation's pooling and
+ * scaling stay in 8 bits). */
+typedef enum qkind {
+  QK_NONE, QK_CONV, QK_CONVT, QK_MATMUL, QK_GEMM, QK_ADD, QK_CONCAT, QK_MUL, QK_GAP
+} qkind;
 
 typedef struct qz_node {
   qkind kind;
@@ -140,7 +150,7 @@ typedef struct qz_node {
   double act_max; /* the Clip's upper bound (INFINITY for Relu) */
   int quant;      /* written as QDQ */
   int w_axis;     /* weight scale axis, -1: per tensor */
-  int n_act;      /* activation inputs (1, or 2 for a MatMul of two) */
+  int n_act;      /* activation inputs (1; 2 for a MatMul of two or an Add; a Concat's) */
   int out_float;  /* the output stays float: only shape ops lie between it and
                      the model's outputs */
 } qz_node;
@@ -471,49 +481,122 @@ static int is_activation(const es_quantizer *q, const char *name) {
  * Stage 1: BatchNormalization into Conv, classification, observation list
  * ======================================================================== */
 
+/* The per-channel constant an Add puts on a 2-D convolution's m output
+ * channels: [1, m, 1, 1] or [m, 1, 1] (or one value); NULL otherwise. */
+static float *channel_const(es_quantizer *q, const char *name, int64_t m) {
+  const Onnx__TensorProto *t = init_of(q, name);
+  int64_t cnt;
+  float *v = t ? tp_floats(q, t, &cnt) : NULL;
+  if (!v || t->n_dims > 4 || (cnt != m && cnt != 1))
+    return NULL;
+  for (size_t d = 0; d < t->n_dims; d++)
+    if (t->dims[d] != 1 && !(cnt == m && d == t->n_dims - 3))
+      return NULL;
+  if (cnt == m && m > 1 && t->n_dims < 3)
+    return NULL; /* [m] broadcasts along the width, not the channels */
+  return v;
+}
+
+/* Whether tensor name is a graph output or read by one node alone that
+ * writes one (a head's last bias before its Sigmoid). */
+static int ends_model(const es_quantizer *q, const char *name) {
+  if (is_graph_output(q, name))
+    return 1;
+  int c = sole_consumer(q, name);
+  if (c < 0)
+    return 0;
+  const Onnx__NodeProto *n = q->g->node[c];
+  for (size_t k = 0; k < n->n_output; k++)
+    if (is_graph_output(q, n->output[k]))
+      return 1;
+  return 0;
+}
+
+/* BatchNormalization, or an Add of a per-channel constant, after a Conv
+ * or a ConvTranspose (one group) goes into the convolution's weights and
+ * bias: the quantized convolution's numbers must be the ones that run, and
+ * the int8 kernel then writes what the next node reads (a detection head's
+ * upsampling: ConvTranspose, bias Add, BatchNormalization, Relu becomes
+ * one node). An Add whose result ends the model stays: folded, it would
+ * leave the convolution a float output (see near_outputs). */
 static int fold_bn(es_quantizer *q) {
   Onnx__GraphProto *g = q->g;
   for (size_t i = 0; i < q->n_nodes; i++) {
     Onnx__NodeProto *bn = g->node[i];
-    if (q->nodes[i].removed || !is_op(bn, "BatchNormalization") || bn->n_input < 5 ||
-        bn->n_output < 1 || attr_int(bn, "training_mode", 0))
+    if (q->nodes[i].removed || bn->n_output < 1)
       continue;
-    int c = smap_get(&q->prod_map, bn->input[0]);
-    if (c < 0 || !is_op(g->node[c], "Conv") || g->node[c]->n_output != 1 ||
-        smap_get(&q->cons_n, bn->input[0]) != 1 || is_graph_output(q, bn->input[0]) ||
-        g->node[c]->n_input < 2)
+    int is_bn = is_op(bn, "BatchNormalization") && bn->n_input >= 5 &&
+                !attr_int(bn, "training_mode", 0);
+    int is_add = is_op(bn, "Add") && bn->n_input == 2 && bn->n_output == 1;
+    if (!is_bn && !is_add)
+      continue;
+    int xi = 0;
+    if (is_add) {
+      xi = init_of(q, bn->input[0]) ? 1 : 0;
+      if (!init_of(q, bn->input[1 - xi]) || ends_model(q, bn->output[0]))
+        continue;
+    }
+    int c = smap_get(&q->prod_map, bn->input[xi]);
+    if (c < 0 || (!is_op(g->node[c], "Conv") && !is_op(g->node[c], "ConvTranspose")) ||
+        g->node[c]->n_output != 1 || smap_get(&q->cons_n, bn->input[xi]) != 1 ||
+        is_graph_output(q, bn->input[xi]) || g->node[c]->n_input < 2)
       continue;
     Onnx__NodeProto *cv = g->node[c];
+    int tr = is_op(cv, "ConvTranspose");
+    if (tr && attr_int(cv, "group", 1) != 1)
+      continue;
     const Onnx__TensorProto *wt = init_of(q, cv->input[1]);
-    int64_t nw, ns, nb, nm, nv, nbias = 0;
+    int64_t nw, ns = 0, nb = 0, nm = 0, nv = 0, nbias = 0;
     float *w = tp_floats(q, wt, &nw);
-    float *sc = tp_floats(q, init_of(q, bn->input[1]), &ns);
-    float *be = tp_floats(q, init_of(q, bn->input[2]), &nb);
-    float *me = tp_floats(q, init_of(q, bn->input[3]), &nm);
-    float *va = tp_floats(q, init_of(q, bn->input[4]), &nv);
+    float *sc = NULL, *be = NULL, *me = NULL, *va = NULL, *add = NULL;
+    if (!w || wt->n_dims < 3)
+      continue;
+    int64_t m = tr ? wt->dims[1] : wt->dims[0];
+    if (is_bn) {
+      sc = tp_floats(q, init_of(q, bn->input[1]), &ns);
+      be = tp_floats(q, init_of(q, bn->input[2]), &nb);
+      me = tp_floats(q, init_of(q, bn->input[3]), &nm);
+      va = tp_floats(q, init_of(q, bn->input[4]), &nv);
+      if (!sc || !be || !me || !va || ns != m || nb != m || nm != m || nv != m)
+        continue;
+    } else if (wt->n_dims != 4 || !(add = channel_const(q, bn->input[1 - xi], m))) {
+      continue;
+    }
     float *bias = NULL;
     if (cv->n_input > 2 && cv->input[2][0] && !(bias = tp_floats(q, init_of(q, cv->input[2]),
                                                                    &nbias)))
       continue;
-    if (!w || !sc || !be || !me || !va || wt->n_dims < 3)
-      continue;
-    int64_t m = wt->dims[0];
-    if (m <= 0 || ns != m || nb != m || nm != m || nv != m || (bias && nbias != m))
+    if (m <= 0 || (bias && nbias != m))
       continue;
     double eps = attr_float(bn, "epsilon", 1e-5);
-    int64_t per = nw / m;
+    int64_t per = nw / (tr ? wt->dims[0] * m : m); /* kernel taps (and inputs, for Conv) */
     float *nbv = qz_alloc(q, (size_t)m * sizeof *nbv);
     if (!nbv)
       return ES_ENOMEM;
+    int64_t nadd = 0;
+    if (add)
+      tp_floats(q, init_of(q, bn->input[1 - xi]), &nadd);
     for (int64_t o = 0; o < m; o++) {
+      double b0 = bias ? (double)bias[o] : 0.0;
+      if (add) {
+        nbv[o] = (float)(b0 + (double)add[nadd == 1 ? 0 : o]);
+        continue;
+      }
       double s = (double)sc[o] / sqrt((double)va[o] + eps);
-      for (int64_t k = 0; k < per; k++)
-        w[o * per + k] = (float)((double)w[o * per + k] * s);
-      nbv[o] = (float)(((bias ? (double)bias[o] : 0.0) - (double)me[o]) * s + (double)be[o]);
+      if (tr)
+        for (int64_t ci = 0; ci < wt->dims[0]; ci++)
+          for (int64_t k = 0; k < per; k++)
+            w[(ci * m + o) * per + k] = (float)((double)w[(ci * m + o) * per + k] * s);
+      else
+        for (int64_t k = 0; k < per; k++)
+          w[o * per + k] = (float)((double)w[o * per + k] * s);
+      nbv[o] = (float)((b0 - (double)me[o]) * s + (double)be[o]);
     }
-    const char *wn = init_floats(q, cv->input[1], "_bnfold", (int)wt->n_dims, wt->dims, w, nw);
+    const char *wn = add ? cv->input[1]
+                         : init_floats(q, cv->input[1], "_bnfold", (int)wt->n_dims, wt->dims, w,
+                                       nw);
     const char *bnm = init_floats(q, cv->name && cv->name[0] ? cv->name : cv->output[0],
-                                  "_bias_bnfold", 1, &m, nbv, m);
+                                  add ? "_bias_addfold" : "_bias_bnfold", 1, &m, nbv, m);
     if (!wn || !bnm)
       return ES_ENOMEM;
     char **ins = qz_alloc(q, 3 * sizeof *ins);
@@ -613,6 +696,27 @@ static int near_outputs(es_quantizer *q, smap *near) {
   return rc;
 }
 
+/* Whether tensor name is a quantized convolution's feature map: made by
+ * a Conv or ConvTranspose (or an Add or Concat of such) classified for
+ * int8, possibly through value-preserving ops (Relu, Clip, Resize,
+ * MaxPool). Adds and Concats are quantized only there (a pyramid's sums
+ * and joins), not on a transformer's residual stream, whose float sums
+ * carry more than 255 steps can (rec lost a character with them). */
+static int conv_map(const es_quantizer *q, const char *name, int depth) {
+  int p = depth > 8 ? -1 : smap_get(&q->prod_map, name);
+  if (p < 0)
+    return 0;
+  const qz_node *qn = &q->nodes[p];
+  const Onnx__NodeProto *n = q->g->node[p];
+  if (qn->quant && (qn->kind == QK_CONV || qn->kind == QK_CONVT || qn->kind == QK_ADD ||
+                    qn->kind == QK_CONCAT || qn->kind == QK_MUL))
+    return 1;
+  if ((is_op(n, "Relu") || is_op(n, "Clip") || is_op(n, "Resize") || is_op(n, "Upsample") ||
+       is_op(n, "MaxPool")) && n->n_input >= 1)
+    return conv_map(q, n->input[0], depth + 1);
+  return 0;
+}
+
 static int classify(es_quantizer *q) {
   Onnx__GraphProto *g = q->g;
   smap near = {0};
@@ -656,6 +760,28 @@ static int classify(es_quantizer *q) {
       k = QK_GEMM;
       qn->w_axis = attr_int(n, "transB", 0) ? 0 : 1;
       qn->n_act = 1;
+    } else if (is_op(n, "Add") && n->n_input == 2 && conv_map(q, n->input[0], 0) &&
+               conv_map(q, n->input[1], 0) && strcmp(n->input[0], n->input[1])) {
+      k = QK_ADD;
+      qn->n_act = 2;
+    } else if (is_op(n, "Mul") && n->n_input == 2 && is_activation(q, n->input[0]) &&
+               is_activation(q, n->input[1]) && strcmp(n->input[0], n->input[1]) &&
+               (conv_map(q, n->input[0], 0) || conv_map(q, n->input[1], 0))) {
+      k = QK_MUL; /* a map scaled per channel (squeeze-excitation) or gated */
+      qn->n_act = 2;
+    } else if (is_op(n, "GlobalAveragePool") && n->n_input == 1 && conv_map(q, n->input[0], 0)) {
+      k = QK_GAP;
+      qn->n_act = 1;
+    } else if (is_op(n, "Concat") && n->n_input >= 2 && n->n_input <= 16) {
+      k = QK_CONCAT;
+      for (size_t j = 0; j < n->n_input && k; j++) {
+        if (!conv_map(q, n->input[j], 0))
+          k = QK_NONE;
+        for (size_t l = 0; l < j && k; l++)
+          if (!strcmp(n->input[j], n->input[l]))
+            k = QK_NONE;
+      }
+      qn->n_act = (int)n->n_input;
     }
     if (k == QK_NONE)
       continue;
@@ -666,6 +792,10 @@ static int classify(es_quantizer *q) {
     qn->kind = k;
     qn->quant = 1;
     if (smap_get(&near, n->output[0]) > 0) {
+      if (k >= QK_ADD) { /* no weights: nothing to gain with a float output */
+        qn->quant = 0;
+        continue;
+      }
       qn->out_float = 1;
       continue;
     }
@@ -1615,7 +1745,7 @@ static int emit_quantized(es_quantizer *q, qz_out *out, size_t i, const char *co
     if (k == 0)
       x_scale = q->obs[j].scale;
   }
-  if (qn->n_act == 1) {
+  if (qn->n_act == 1 && qn->kind < QK_ADD) { /* weights (and a bias) */
     float *ws = NULL;
     int64_t nws = 0;
     const char *wdq = emit_weights(q, out, i, &ws, &nws);

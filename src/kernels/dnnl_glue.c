@@ -155,7 +155,8 @@ int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl
    * the primitive (oneDNN 2.6's int8 convolutions take runtime ones only in
    * its reference kernels) */
   if (st == dnnl_success && q)
-    st = dnnl_primitive_attr_set_output_scales(attr, q->n_scales, q->n_scales > 1 ? 2 : 0,
+    st = dnnl_primitive_attr_set_output_scales(attr, q->n_scales,
+                                               q->n_scales > 1 ? (q->mask ? q->mask : 2) : 0,
                                                q->scales);
   if (st == dnnl_success && q && q->zp_src)
     st = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &q->zp_src);

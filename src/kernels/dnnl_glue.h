@@ -54,11 +54,13 @@ int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_p
 
 /* An int8 primitive's requantization: dst = scales[c] * (sum + bias),
  * after the post-ops plus zp_dst, with zp_src taken from the source's
- * values; one scale (n_scales 1) or one per output channel (dim 1). */
+ * values; one scale (n_scales 1) or one per output channel (dim 1, or the
+ * dims set in mask: a matmul's columns). */
 typedef struct es_dnnl_quant {
   const float *scales;
   int64_t n_scales;
   int32_t zp_src, zp_dst;
+  int mask; /* 0: dim 1 */
 } es_dnnl_quant;
 
 /* es__dnnl_prim_create with an int8 primitive's scales and zero points. */

@@ -1,6 +1,9 @@
 /* Quantisation operators: QuantizeLinear, DequantizeLinear,
  * DynamicQuantizeLinear, and the integer products MatMulInteger,
- * ConvInteger, QLinearMatMul and QLinearConv (8-bit, uint8 or int8).
+ * ConvInteger, QLinearMatMul, QLinearConv and the internal
+ * QLinearConvTranspose (a QDQ ConvTranspose lowered at load; W as
+ * ConvTranspose's, [C, M/group, k...]) (8-bit, uint8 or int8); then
+ * QLookup and the com.microsoft QLinear operators.
  *
  * The arithmetic is ONNX's, in the order ONNX Runtime evaluates it, so
  * results agree to the bit:
@@ -48,11 +51,28 @@
 #include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
+/* A loop GCC should vectorise 512 bits wide (its clones pick 256). */
+#define Q_AVX512                                                                                  \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")))
 #endif
 
 /* ==========================================================================
  * Shared helpers
  * ======================================================================== */
+
+#if defined(__x86_64__)
+static int q_has_avx512bw(void) {
+  static _Atomic int has512 = -1; /* runs on any thread: asked once, kept atomically */
+  int has = atomic_load_explicit(&has512, memory_order_relaxed);
+  if (has < 0) {
+    has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512dq");
+    atomic_store_explicit(&has512, has, memory_order_relaxed);
+  }
+  return has;
+}
+#endif
+
 
 /* Bounds that keep size arithmetic far from int64 overflow (as conv.c). */
 #define Q_DIM_MAX ((int64_t)1 << 40)
@@ -384,6 +404,21 @@ ES_KCLONES static void quant_s8(const float *restrict x, float s, int32_t zp, in
   }
 }
 
+#if defined(__x86_64__)
+/* The input's quantization (det's 640x640 picture) 512 bits wide. */
+Q_AVX512 static void quant_u8_512(const float *restrict x, float s, int32_t zp,
+                                  uint8_t *restrict y, int64_t n) {
+  const float lo = (float)(0 - zp), hi = (float)(255 - zp);
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i] / s;
+    v = v == v ? v : 0.0f;
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    y[i] = (uint8_t)((int32_t)((v + Q_MAGIC) - Q_MAGIC) + zp);
+  }
+}
+#endif
+
 ES_KCLONES static void dequant_u8(const uint8_t *restrict x, float s, int32_t zp, float *restrict y, int64_t n) {
   for (int64_t i = 0; i < n; i++)
     y[i] = (float)((int32_t)x[i] - zp) * s;
@@ -405,6 +440,10 @@ static int quant_run(const es_kinst *k, const void *const *in, void *const *out,
     int32_t zp = z ? q_at8(z, ysg, 0) : 0;
     if (ysg)
       quant_s8(in[0], s[0], zp, out[0], m->d);
+#if defined(__x86_64__)
+    else if (q_has_avx512bw())
+      quant_u8_512(in[0], s[0], zp, out[0], m->d);
+#endif
     else
       quant_u8(in[0], s[0], zp, out[0], m->d);
     return 0;
@@ -622,7 +661,7 @@ static int qmm_dnnl_setup(es_kinst *k, qmm_params *p) {
   for (int64_t j = 0; j < ns; j++)
     p->scales[j] = sa[0] * sb[j] / sy[0]; /* as the loops compute it */
   es_dnnl_quant q = {p->scales, ns, p->has_za ? q_at8(k->in_static[2], p->as, 0) : 0,
-                     q_at8(k->in_static[7], p->ys, 0)};
+                     q_at8(k->in_static[7], p->ys, 0), 0};
   dnnl_matmul_desc_t d;
   st = dnnl_matmul_desc_init(&d, &amd, &bany, NULL, &cmd);
   int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the int8 matmul")
@@ -836,7 +875,11 @@ typedef struct qconv_params {
   int64_t ivol, ovol, kvol; /* spatial volumes of x, y and the kernel */
   int empty;                /* the output has no element: run does nothing */
   int relu;                 /* QLinearConv: "activation" 1 (set when a Relu was fused) */
+  int transpose;            /* QLinearConvTranspose (internal): W is [C, M/g, k...] */
+  int64_t outpad[3];        /* its output_padding, right-aligned as the geometry */
   int use_dnnl, nhwc;       /* oneDNN's int8 convolution, channels-last */
+  int kxs;                  /* QLinearConvTranspose as one int8 matmul (qconvt_kxs_setup) */
+  size_t kxs_bias_at;       /* ... its bias per column at this byte offset of the weights */
   es_dnnl_prim dnnl;
   float *scales;            /* its requantization: x_scale * w_scale[c] / y_scale */
 } qconv_params;
@@ -960,6 +1003,75 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
   return 0;
 }
 
+/* ConvTranspose's geometry (ONNX's attributes; auto_pad NOTSET or VALID,
+ * no output_shape: the loader lowers only those) for X and W [C, M/g, k...]. */
+static int qconvt_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
+  if (x->rank < 3 || x->rank > 5)
+    return ES_KFAIL(k, ES_ENOTSUP, "x has rank %d: 1-D to 3-D transposed convolutions only",
+                    x->rank);
+  if (w->rank != x->rank)
+    return ES_KFAIL(k, ES_EMODEL, "w has rank %d, expected %d (as x)", w->rank, x->rank);
+  for (int t = 0; t < 2; t++) {
+    const es_tdesc *d = t ? w : x;
+    for (int i = 0; i < d->rank; i++)
+      if (d->dims[i] > Q_DIM_MAX)
+        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %s is %lld, more than 2^40", i,
+                        t ? "w" : "x", (long long)d->dims[i]);
+  }
+  int nsp = x->rank - 2, rc;
+  p->nsp = nsp;
+  if ((rc = es__attr_int(k, "group", 1, &p->g)) < 0)
+    return rc;
+  if (p->g < 1 || p->g > Q_DIM_MAX)
+    return ES_KFAIL(k, ES_EMODEL, "group is %lld, expected at least 1", (long long)p->g);
+  p->n = x->dims[0];
+  p->c = x->dims[1];
+  p->m = w->dims[1] * p->g;
+  if (w->dims[0] != p->c || p->c % p->g)
+    return ES_KFAIL(k, ES_EMODEL, "w has %lld input channels, x %lld (a multiple of group %lld)",
+                    (long long)w->dims[0], (long long)p->c, (long long)p->g);
+  if (es__kattr(k, "output_shape"))
+    return ES_KFAIL(k, ES_ENOTSUP, "output_shape is not supported here (pads instead)");
+  const char *ap;
+  if ((rc = es__attr_string(k, "auto_pad", "NOTSET", &ap)) < 0)
+    return rc;
+  if (strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+    return ES_KFAIL(k, ES_ENOTSUP, "auto_pad '%s' is not supported here (NOTSET, VALID)", ap);
+  int64_t st[3], dl[3], pads[6] = {0}, op[3];
+  if ((rc = qconv_ints(k, "strides", nsp, 1, 1, st)) < 0 ||
+      (rc = qconv_ints(k, "dilations", nsp, 1, 1, dl)) < 0 ||
+      (rc = qconv_ints(k, "output_padding", nsp, 0, 0, op)) < 0 ||
+      (strcmp(ap, "VALID") && (rc = qconv_ints(k, "pads", 2 * nsp, 0, 0, pads)) < 0))
+    return rc;
+  for (int s = 0; s < 3; s++) {
+    int i = s - (3 - nsp);
+    if (i < 0) {
+      p->in[s] = p->out[s] = p->ker[s] = p->str[s] = p->dil[s] = 1;
+      p->pb[s] = p->pe[s] = p->outpad[s] = 0;
+      continue;
+    }
+    p->in[s] = x->dims[2 + i];
+    p->ker[s] = w->dims[2 + i];
+    if (p->ker[s] < 1)
+      return ES_KFAIL(k, ES_EMODEL, "w's kernel dimension %d is %lld, expected at least 1", i,
+                      (long long)p->ker[s]);
+    p->str[s] = st[i];
+    p->dil[s] = dl[i];
+    p->pb[s] = pads[i];
+    p->pe[s] = pads[nsp + i];
+    p->outpad[s] = op[i];
+    if (op[i] >= st[i] && op[i] >= dl[i])
+      return ES_KFAIL(k, ES_EMODEL, "output_padding[%d] is %lld, expected less than the stride "
+                      "or the dilation", i, (long long)op[i]);
+    int64_t o = st[i] * (p->in[s] - 1) + (p->ker[s] - 1) * dl[i] + 1 + op[i] - p->pb[s] - p->pe[s];
+    if (p->in[s] < 1 || o < 1)
+      return ES_KFAIL(k, ES_EMODEL, "spatial axis %d: input %lld gives an output of %lld", i,
+                      (long long)p->in[s], (long long)o);
+    p->out[s] = o;
+  }
+  return 0;
+}
+
 /* oneDNN's int8 convolution (VNNI where the CPU has it) runs a
  * QLinearConv whose parameters are the model's constants: a 2-D
  * convolution, weights int8 with zero points 0 (symmetric, as quantizers
@@ -968,6 +1080,13 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
 static int qconv_dnnl_fits(const es_kinst *k, const qconv_params *p) {
   if (!p->qlinear || p->nsp != 2 || p->ws != 1 || p->empty)
     return 0;
+  /* output_padding as a smaller end pad: oneDNN's int8 deconvolution
+   * leaves an end pad below 0 unwritten (rows only the padding reaches,
+   * which should hold the bias), and rows between taps when the stride
+   * is longer than the kernel: those take the loops */
+  for (int s = 1; s < 3 && p->transpose; s++)
+    if (p->pe[s] - p->outpad[s] < 0 || p->str[s] > (p->ker[s] - 1) * p->dil[s] + 1)
+      return 0;
   for (int i = 1; i < k->n_in; i++)
     if (i != 3 && k->in[i] && !k->in_static[i])
       return 0;
@@ -982,13 +1101,100 @@ static int qconv_dnnl_fits(const es_kinst *k, const qconv_params *p) {
   return 1;
 }
 
+/* A transposed convolution whose kernel equals its stride (no pads,
+ * dilation, output padding or groups), channels-last, with a constant
+ * bias: each input pixel writes its own kh x kw block of the output, so it
+ * is one int8 matmul [N*H, 1, W, C] x [1, kh, C, kw*M] -> [N*H, kh, W,
+ * kw*M] whose source and destination are the NHWC tensors themselves (as
+ * conv.c's float one). oneDNN's deconvolution is slow with few output
+ * channels (det's last upsampling to its 1-channel map: 0.69 ms). */
+static int qconvt_kxs_fits(const es_kinst *k, const qconv_params *p) {
+  if (!p->transpose || p->nsp != 2 || !p->nhwc || p->g != 1 || (p->has_bias && !k->in_static[8]))
+    return 0;
+  for (int s = 1; s < 3; s++)
+    if (p->ker[s] != p->str[s] || p->dil[s] != 1 || p->pb[s] || p->pe[s] || p->outpad[s])
+      return 0;
+  return 1;
+}
+
+typedef struct qconvt_kxs_job {
+  const qconv_params *p;
+  const int8_t *w;
+  const int32_t *b;
+} qconvt_kxs_job;
+
+/* es_prep_fill_fn: the matmul's weights [kh][C][kw*M] from W [C][M][kh][kw],
+ * then at kxs_bias_at the bias repeated kw times. */
+static int qconvt_kxs_fill(void *user, void *dst, size_t bytes) {
+  const qconvt_kxs_job *j = user;
+  const qconv_params *p = j->p;
+  int64_t kh = p->ker[1], kw = p->ker[2], c = p->c, m = p->m, n = kw * m;
+  int8_t *d = dst;
+  (void)bytes;
+  for (int64_t a = 0; a < kh; a++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t b = 0; b < kw; b++)
+        for (int64_t o = 0; o < m; o++)
+          d[(a * c + ci) * n + b * m + o] = j->w[((ci * m + o) * kh + a) * kw + b];
+  if (j->b) {
+    int32_t *bd = (int32_t *)(void *)((char *)dst + p->kxs_bias_at);
+    for (int64_t b = 0; b < kw; b++)
+      for (int64_t o = 0; o < m; o++)
+        bd[b * m + o] = j->b[o];
+  }
+  return 0;
+}
+
+static int qconvt_kxs_setup(es_kinst *k, qconv_params *p, const es_dnnl_quant *q0,
+                            const_dnnl_post_ops_t po) {
+  int64_t kh = p->ker[1], kw = p->ker[2], nh = p->n * p->in[1], n = kw * p->m;
+  dnnl_dims_t sd = {nh, 1, p->in[2], p->c}, wd = {1, kh, p->c, n}, dd = {nh, kh, p->in[2], n},
+              bd = {1, 1, 1, n};
+  dnnl_memory_desc_t smd, wmd, dmd, bmd;
+  dnnl_status_t st = dnnl_memory_desc_init_by_tag(&smd, 4, sd, p->xs ? dnnl_s8 : dnnl_u8,
+                                                  dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&wmd, 4, wd, dnnl_s8, dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&dmd, 4, dd, p->ys ? dnnl_s8 : dnnl_u8, dnnl_abcd);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&bmd, 4, bd, dnnl_s32, dnnl_abcd);
+  if (st != dnnl_success)
+    return es__dnnl_fail(k, st, "describing the int8 matmul");
+  /* the scales per column: channel o at every b * M + o */
+  float *sc = q0->n_scales > 1 ? es__kinst_alloc(k, (size_t)n * sizeof *sc) : NULL;
+  if (q0->n_scales > 1 && !sc)
+    return ES_KFAIL(k, ES_ENOMEM, "out of memory for the scales");
+  for (int64_t b = 0; sc && b < kw; b++)
+    memcpy(sc + b * p->m, q0->scales, (size_t)p->m * sizeof *sc);
+  es_dnnl_quant q = {sc ? sc : q0->scales, sc ? n : 1, q0->zp_src, q0->zp_dst, sc ? 8 : 0};
+  dnnl_matmul_desc_t d;
+  st = dnnl_matmul_desc_init(&d, &smd, &wmd, p->has_bias ? &bmd : NULL, &dmd);
+  int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the int8 matmul")
+                              : es__dnnl_prim_create_q(k, &d, po, &q, &p->dnnl);
+  if (rc < 0)
+    return rc;
+  char key[160];
+  snprintf(key, sizeof key, "%s#%d:w:qkxs-matmul-abcd:%lldx%lldx%lldx%lld%s",
+           es__op_name(k->node.op), k->node.id, (long long)kh, (long long)p->c, (long long)kw,
+           (long long)p->m, p->has_bias ? "+b" : "");
+  qconvt_kxs_job job = {p, k->in_static[3], p->has_bias ? k->in_static[8] : NULL};
+  size_t wn = (size_t)(kh * p->c * n);
+  p->kxs_bias_at = (wn + 63) / 64 * 64;
+  p->kxs = 1;
+  return es__kinst_prepared(k, key, p->kxs_bias_at + (p->has_bias ? (size_t)n * 4 : 0),
+                            qconvt_kxs_fill, &job, sizeof job, &p->dnnl.weights);
+}
+
 static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
+  p->kxs = 0;
   int64_t g = p->g;
   dnnl_dims_t xd = {p->n, p->c, p->in[1], p->in[2]}, yd = {p->n, p->m, p->out[1], p->out[2]};
   dnnl_dims_t bd = {p->m}, wg = {g, p->m / g, p->c / g, p->ker[1], p->ker[2]};
   dnnl_dims_t w1 = {p->m, p->c, p->ker[1], p->ker[2]};
   dnnl_dims_t st = {p->str[1], p->str[2]}, dl = {p->dil[1] - 1, p->dil[2] - 1};
-  dnnl_dims_t pl = {p->pb[1], p->pb[2]}, pr = {p->pe[1], p->pe[2]};
+  dnnl_dims_t pl = {p->pb[1], p->pb[2]},
+              pr = {p->pe[1] - p->outpad[1], p->pe[2] - p->outpad[2]};
   dnnl_data_type_t xt = p->xs ? dnnl_s8 : dnnl_u8, yt = p->ys ? dnnl_s8 : dnnl_u8;
   dnnl_format_tag_t act = p->nhwc ? dnnl_nhwc : dnnl_nchw;
   dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
@@ -1000,7 +1206,9 @@ static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
   if (stt == dnnl_success)
     stt = dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_s32, dnnl_x);
   if (stt == dnnl_success)
-    stt = dnnl_memory_desc_init_by_tag(&wuser, wnd, wdims, dnnl_s8, g > 1 ? dnnl_goihw : dnnl_oihw);
+    stt = dnnl_memory_desc_init_by_tag(&wuser, wnd, wdims, dnnl_s8,
+                                       p->transpose ? (g > 1 ? dnnl_giohw : dnnl_iohw)
+                                                    : (g > 1 ? dnnl_goihw : dnnl_oihw));
   if (stt == dnnl_success)
     stt = dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
   if (stt != dnnl_success)
@@ -1012,7 +1220,7 @@ static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
   for (int64_t c = 0; c < ns; c++)
     p->scales[c] = sx[0] * sw[c] / sy[0]; /* as the loops compute it */
   es_dnnl_quant q = {p->scales, ns, p->has_zx ? q_at8(k->in_static[2], p->xs, 0) : 0,
-                     q_at8(k->in_static[7], p->ys, 0)};
+                     q_at8(k->in_static[7], p->ys, 0), 0};
   dnnl_post_ops_t po = NULL;
   if (p->relu) {
     stt = dnnl_post_ops_create(&po);
@@ -1024,12 +1232,28 @@ static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
       return es__dnnl_fail(k, stt, "describing the fused Relu");
     }
   }
+  if (qconvt_kxs_fits(k, p)) {
+    int rc = qconvt_kxs_setup(k, p, &q, po);
+    if (po)
+      dnnl_post_ops_destroy(po);
+    return rc;
+  }
   dnnl_convolution_desc_t d;
-  stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
-                                                   dnnl_convolution_direct, &xmd, &wany,
-                                                   p->has_bias ? &bmd : NULL, &ymd, st, dl, pl, pr);
-  int rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the int8 convolution")
-                               : es__dnnl_prim_create_q(k, &d, po, &q, &p->dnnl);
+  dnnl_deconvolution_desc_t dd;
+  if (p->transpose)
+    stt = dnnl_dilated_deconvolution_forward_desc_init(
+        &dd, dnnl_forward_inference, dnnl_deconvolution_direct, &xmd, &wany,
+        p->has_bias ? &bmd : NULL, &ymd, st, dl, pl, pr);
+  else
+    stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                     dnnl_convolution_direct, &xmd, &wany,
+                                                     p->has_bias ? &bmd : NULL, &ymd, st, dl, pl,
+                                                     pr);
+  int rc = stt != dnnl_success
+               ? es__dnnl_fail(k, stt, "describing the int8 convolution")
+               : es__dnnl_prim_create_q(k, p->transpose ? (const_dnnl_op_desc_t)&dd
+                                                        : (const_dnnl_op_desc_t)&d,
+                                        po, &q, &p->dnnl);
   if (po)
     dnnl_post_ops_destroy(po);
   if (rc == 0)
@@ -1042,7 +1266,8 @@ static int qconv_infer(es_kinst *k) {
   if (!p)
     return ES_ENOMEM;
   k->params = p;
-  p->qlinear = k->node.op == ES_OP_QLinearConv;
+  p->transpose = k->node.op == ES_OP_QLinearConvTranspose;
+  p->qlinear = k->node.op == ES_OP_QLinearConv || p->transpose;
   const int *ix = p->qlinear ? qlc_idx : ci_idx;
   int rc;
   if (p->qlinear) {
@@ -1070,7 +1295,7 @@ static int qconv_infer(es_kinst *k) {
                     es_dtype_name(zw->dtype), es_dtype_name(w->dtype));
   p->xs = x->dtype == ES_DTYPE_INT8;
   p->ws = w->dtype == ES_DTYPE_INT8;
-  if ((rc = qconv_geometry(k, p, x, w)) < 0)
+  if ((rc = p->transpose ? qconvt_geometry(k, p, x, w) : qconv_geometry(k, p, x, w)) < 0)
     return rc;
   if (zx && (rc = q_single(k, zx, "x_zero_point")) < 0)
     return rc;
@@ -1112,7 +1337,9 @@ static int qconv_infer(es_kinst *k) {
   k->inplace = -1;
   if (p->empty)
     return 0;
-  k->flops = 2 * (uint64_t)k->out[0]->count * (uint64_t)(p->c / p->g) * (uint64_t)p->kvol;
+  k->flops = p->transpose
+                 ? 2 * (uint64_t)k->in[0]->count * (uint64_t)(p->m / p->g) * (uint64_t)p->kvol
+                 : 2 * (uint64_t)k->out[0]->count * (uint64_t)(p->c / p->g) * (uint64_t)p->kvol;
   if (p->qlinear) {
     int64_t act;
     if ((rc = es__attr_int(k, "activation", 0, &act)) < 0)
@@ -1197,12 +1424,53 @@ static void qconv_plane(const qconv_params *p, const void *x, const void *w, int
   }
 }
 
+/* The transposed convolution's plane: every input element of the group's
+ * channels scatters into the outputs its kernel taps reach (o = i * st -
+ * pb + tap * dil). */
+static void qconvt_plane(const qconv_params *p, const void *x, const void *w, int32_t zx,
+                         int32_t zw, int64_t nb, int64_t oc, uint32_t *acc) {
+  int64_t cg = p->c / p->g, mg = p->m / p->g, grp = oc / mg, ocg = oc % mg;
+  memset(acc, 0, (size_t)p->ovol * sizeof *acc);
+  for (int64_t ic = 0; ic < cg; ic++) {
+    int64_t xbase = (nb * p->c + grp * cg + ic) * p->ivol;
+    int64_t wbase = ((grp * cg + ic) * mg + ocg) * p->kvol;
+    for (int64_t kd = 0; kd < p->ker[0]; kd++)
+      for (int64_t kh = 0; kh < p->ker[1]; kh++)
+        for (int64_t kw = 0; kw < p->ker[2]; kw++) {
+          int32_t wv = q_at8(w, p->ws, wbase + (kd * p->ker[1] + kh) * p->ker[2] + kw) - zw;
+          if (wv == 0)
+            continue;
+          for (int64_t id = 0; id < p->in[0]; id++) {
+            int64_t od = id * p->str[0] - p->pb[0] + kd * p->dil[0];
+            if (od < 0 || od >= p->out[0])
+              continue;
+            for (int64_t ih = 0; ih < p->in[1]; ih++) {
+              int64_t oh = ih * p->str[1] - p->pb[1] + kh * p->dil[1];
+              if (oh < 0 || oh >= p->out[1])
+                continue;
+              uint32_t *row = acc + (od * p->out[1] + oh) * p->out[2];
+              int64_t xrow = xbase + (id * p->in[1] + ih) * p->in[2];
+              for (int64_t iw = 0; iw < p->in[2]; iw++) {
+                int64_t ow = iw * p->str[2] - p->pb[2] + kw * p->dil[2];
+                if (ow >= 0 && ow < p->out[2])
+                  row[ow] += (uint32_t)(wv * (q_at8(x, p->xs, xrow + iw) - zx));
+              }
+            }
+          }
+        }
+  }
+}
+
 static int qconv_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   const qconv_params *p = k->params;
   const int *ix = p->qlinear ? qlc_idx : ci_idx;
   const void *x = in[ix[QC_X]], *w = in[ix[QC_W]];
   if (p->empty)
     return 0;
+  if (p->use_dnnl && p->kxs)
+    return es__dnnl_prim_run(k, &p->dnnl, x, p->dnnl.weights,
+                             p->has_bias ? (const char *)p->dnnl.weights + p->kxs_bias_at : NULL,
+                             out[0], NULL, scratch);
   if (p->use_dnnl)
     return es__dnnl_prim_run(k, &p->dnnl, x, p->dnnl.weights ? p->dnnl.weights : w,
                              p->has_bias ? in[8] : NULL, out[0], NULL, scratch);
@@ -1217,7 +1485,10 @@ static int qconv_run(const es_kinst *k, const void *const *in, void *const *out,
         continue;
       }
       uint32_t *acc = scratch;
-      qconv_plane(p, x, w, zx, zw, nb, oc, acc);
+      if (p->transpose)
+        qconvt_plane(p, x, w, zx, zw, nb, oc, acc);
+      else
+        qconv_plane(p, x, w, zx, zw, nb, oc, acc);
       const float *sx = in[1], *sw = in[4], *sy = in[6];
       int32_t zy = q_at8(in[7], p->ys, 0);
       uint32_t bias = p->has_bias ? (uint32_t)((const int32_t *)in[8])[oc] : 0;
@@ -1288,9 +1559,27 @@ qlookup_vbmi(const uint8_t *x, const uint8_t *t, uint8_t *y, size_t n) {
 }
 #endif
 
-static int qlookup_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
-  (void)scratch;
-  const qlookup_params *p = k->params;
+#if defined(__x86_64__)
+/* rows runs of w bytes, x's a stride xs apart, y's ys apart, each looked
+ * up in t: the table loaded once, short runs (a channels-last join's
+ * channels per pixel) by masked loads and stores. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void
+qlookup_rows_vbmi(const uint8_t *x, size_t xs, const uint8_t *t, uint8_t *y, size_t ys, size_t w,
+                  size_t rows) {
+  const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+  const __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+  for (size_t r = 0; r < rows; r++, x += xs, y += ys)
+    for (size_t i = 0; i < w; i += 64) {
+      size_t n = w - i < 64 ? w - i : 64;
+      __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+      __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
+      __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
+      _mm512_mask_storeu_epi8(y + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+    }
+}
+#endif
+
+static int q_has_vbmi(void) {
 #if defined(__x86_64__)
   static _Atomic int vbmi = -1; /* runs on any thread: asked once, kept atomically */
   int has = atomic_load_explicit(&vbmi, memory_order_relaxed);
@@ -1298,12 +1587,40 @@ static int qlookup_run(const es_kinst *k, const void *const *in, void *const *ou
     has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
     atomic_store_explicit(&vbmi, has, memory_order_relaxed);
   }
-  if (has) {
-    qlookup_vbmi(in[0], in[1], out[0], p->count);
-    return 0;
+  return has;
+#else
+  return 0;
+#endif
+}
+
+/* y[i] = t[x[i]] for n bytes: VBMI where the CPU has it. */
+static void q_lut8(const uint8_t *x, const uint8_t *t, uint8_t *y, size_t n) {
+#if defined(__x86_64__)
+  if (q_has_vbmi()) {
+    qlookup_vbmi(x, t, y, n);
+    return;
   }
 #endif
-  qlookup_bytes(in[0], in[1], out[0], p->count);
+  qlookup_bytes(x, t, y, n);
+}
+
+/* q_lut8 on rows runs of w bytes, x's xs apart, y's ys apart. */
+static void q_lut8_rows(const uint8_t *x, size_t xs, const uint8_t *t, uint8_t *y, size_t ys,
+                        size_t w, size_t rows) {
+#if defined(__x86_64__)
+  if (q_has_vbmi()) {
+    qlookup_rows_vbmi(x, xs, t, y, ys, w, rows);
+    return;
+  }
+#endif
+  for (size_t r = 0; r < rows; r++)
+    qlookup_bytes(x + r * xs, t, y + r * ys, w);
+}
+
+static int qlookup_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
+  (void)scratch;
+  const qlookup_params *p = k->params;
+  q_lut8(in[0], in[1], out[0], p->count);
   return 0;
 }
 
@@ -1366,6 +1683,10 @@ static int32_t ms_zp(const void *const *in, int i, int is_signed) {
 typedef struct msbin_params {
   int mul, is_signed;
   int flat;                    /* A and B of one shape and layout: one run over the bytes */
+  int chan;                    /* 1 (2): A (B) an NHWC map, the other one value per channel
+                                  ([1, C, 1, 1]: a squeeze-excitation's scale) */
+  int64_t pixels, c;           /* chan: the map's pixels and channels */
+  int64_t rep;                 /* chan: pixels the vector is repeated over in scratch */
   int32_t lo, hi;
   int rank;
   int64_t dims[ES_MAX_RANK];
@@ -1411,6 +1732,19 @@ static int msbin_infer(es_kinst *k) {
    * broadcasting walks plain tensors. */
   p->flat = a->layout == b->layout && es__tdesc_same_shape(a, b);
   k->want_plain = 0;
+  for (int t = 0; t < 2 && !p->flat && !p->chan; t++) {
+    const es_tdesc *m = t ? b : a, *v = t ? a : b;
+    if (m->layout != ES_LAYOUT_NHWC || m->rank != 4 || v->rank < 3 || v->rank > 4 ||
+        v->count != (size_t)m->dims[1] || m->dims[0] != 1 || v->dims[v->rank - 3] != m->dims[1])
+      continue;
+    p->chan = 1 + t; /* v: [1, C, 1, 1] or [C, 1, 1], its bytes C in a row in any layout */
+    p->c = m->dims[1];
+    p->pixels = m->dims[2] * m->dims[3];
+    p->rep = p->c >= 4096 ? 1 : 4096 / p->c;
+    k->scratch_bytes = (size_t)(p->rep * p->c);
+    k->out[0]->layout = ES_LAYOUT_NHWC;
+    return 0;
+  }
   if (!p->flat) {
     k->want_plain = (a->layout != ES_LAYOUT_PLAIN ? 1u : 0u) | (b->layout != ES_LAYOUT_PLAIN ? 8u : 0u);
     if (k->want_plain)
@@ -1450,8 +1784,92 @@ ES_KCLONES static void msbin_flat(const msbin_params *p, const uint8_t *restrict
                        rab, zc));
 }
 
+/* The flat case again, written so the compiler vectorises it: rintf as
+ * adding and taking away 1.5 * 2^23 (the same even rounding for |v| <
+ * 2^22, which the callers' bounds on the ratios give for 8-bit inputs),
+ * then the clamp. The numbers are msbin_one's; mul and sg are constants
+ * at each call, so each of the four loops is specialised. */
+static inline void msbin_flat_vec(int mul, int sg, size_t n, const uint8_t *restrict a,
+                                  const uint8_t *restrict b, uint8_t *restrict c, float ra,
+                                  float rb, float rab, int32_t za, int32_t zb, int32_t zc,
+                                  int32_t lo, int32_t hi) {
+  const float flo = (float)lo, fhi = (float)hi, fz = (float)zc;
+  for (size_t i = 0; i < n; i++) {
+    int32_t av = (sg ? (int32_t)(int8_t)a[i] : (int32_t)a[i]) - za;
+    int32_t bv = (sg ? (int32_t)(int8_t)b[i] : (int32_t)b[i]) - zb;
+    float v = mul ? (float)(av * bv) * rab : (float)av * ra + (float)bv * rb;
+    float r = ((v + Q_MAGIC) - Q_MAGIC) + fz;
+    r = r < flo ? flo : r;
+    r = r > fhi ? fhi : r;
+    c[i] = (uint8_t)(int32_t)r;
+  }
+}
+
+/* n elements, the four specialisations */
+static inline void msbin_run_vec(const msbin_params *p, size_t n, const uint8_t *restrict a,
+                                 const uint8_t *restrict b, uint8_t *restrict c, float ra,
+                                 float rb, float rab, int32_t za, int32_t zb, int32_t zc) {
+  if (p->mul && p->is_signed)
+    msbin_flat_vec(1, 1, n, a, b, c, ra, rb, rab, za, zb, zc, p->lo, p->hi);
+  else if (p->mul)
+    msbin_flat_vec(1, 0, n, a, b, c, ra, rb, rab, za, zb, zc, p->lo, p->hi);
+  else if (p->is_signed)
+    msbin_flat_vec(0, 1, n, a, b, c, ra, rb, rab, za, zb, zc, p->lo, p->hi);
+  else
+    msbin_flat_vec(0, 0, n, a, b, c, ra, rb, rab, za, zb, zc, p->lo, p->hi);
+}
+
+/* The flat and channel cases over a whole tensor (chan: per pixel, the
+ * map's C bytes with the vector's; the roles kept, a is A and b is B). */
+static inline void msbin_all(const msbin_params *p, const uint8_t *restrict a,
+                             const uint8_t *restrict b, uint8_t *restrict c, float ra, float rb,
+                             float rab, int32_t za, int32_t zb, int32_t zc, uint8_t *row) {
+  if (!p->chan) {
+    msbin_run_vec(p, p->count, a, b, c, ra, rb, rab, za, zb, zc);
+    return;
+  }
+  /* the vector repeated over rep pixels (scratch), then runs of rep pixels */
+  int amap = p->chan == 1;
+  const uint8_t *v = amap ? b : a;
+  for (int64_t r = 0; r < p->rep; r++)
+    memcpy(row + r * p->c, v, (size_t)p->c);
+  for (int64_t px = 0; px < p->pixels; px += p->rep) {
+    int64_t np = p->pixels - px < p->rep ? p->pixels - px : p->rep, off = px * p->c;
+    msbin_run_vec(p, (size_t)(np * p->c), amap ? a + off : row, amap ? row : b + off, c + off, ra,
+                  rb, rab, za, zb, zc);
+  }
+}
+
+ES_KCLONES static void msbin_fast(const msbin_params *p, const uint8_t *restrict a,
+                                  const uint8_t *restrict b, uint8_t *restrict c, float ra,
+                                  float rb, float rab, int32_t za, int32_t zb, int32_t zc,
+                                  uint8_t *row) {
+  msbin_all(p, a, b, c, ra, rb, rab, za, zb, zc, row);
+}
+
+#if defined(__x86_64__)
+/* GCC vectorises the clones above 256 bits wide; 512 bits does these
+ * byte-to-float loops in about half the time (det's pyramid sums). */
+Q_AVX512 static void msbin_fast512(const msbin_params *p, const uint8_t *restrict a,
+                                   const uint8_t *restrict b, uint8_t *restrict c, float ra,
+                                   float rb, float rab, int32_t za, int32_t zb, int32_t zc,
+                                   uint8_t *row) {
+  msbin_all(p, a, b, c, ra, rb, rab, za, zb, zc, row);
+}
+#endif
+
+/* The channel case element by element (ratios outside the fast bounds). */
+static void msbin_chan(const msbin_params *p, const uint8_t *a, const uint8_t *b, uint8_t *c,
+                       float ra, float rb, float rab, int32_t za, int32_t zb, int32_t zc) {
+  int sg = p->is_signed, amap = p->chan == 1;
+  for (int64_t px = 0; px < p->pixels; px++)
+    for (int64_t ch = 0; ch < p->c; ch++) {
+      int64_t e = px * p->c + ch, ia = amap ? e : ch, ib = amap ? ch : e;
+      q_store8(c, sg, e, msbin_one(p, q_at8(a, sg, ia) - za, q_at8(b, sg, ib) - zb, ra, rb, rab, zc));
+    }
+}
+
 static int msbin_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
-  (void)scratch;
   const msbin_params *p = k->params;
   if (p->count == 0)
     return 0;
@@ -1459,6 +1877,22 @@ static int msbin_run(const es_kinst *k, const void *const *in, void *const *out,
   float sa = ms_scale(in, 1), sb = ms_scale(in, 4), sc = ms_scale(in, 6);
   int32_t za = ms_zp(in, 2, sg), zb = ms_zp(in, 5, sg), zc = ms_zp(in, 7, sg);
   float ra = sa / sc, rb = sb / sc, rab = sa * sb / sc;
+  /* |v| < 2^22 for every input byte: the fast rounding is exact */
+  int fast = p->mul ? fabsf(rab) < 64.0f : fabsf(ra) + fabsf(rb) < 16384.0f;
+  if ((p->chan || p->flat) && fast) {
+#if defined(__x86_64__)
+    if (q_has_avx512bw()) {
+      msbin_fast512(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc, scratch);
+      return 0;
+    }
+#endif
+    msbin_fast(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc, scratch);
+    return 0;
+  }
+  if (p->chan) {
+    msbin_chan(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc);
+    return 0;
+  }
   if (p->flat) {
     msbin_flat(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc);
     return 0;
@@ -1534,6 +1968,7 @@ typedef struct msgap_params {
   int is_signed, last;
   int32_t lo, hi;
   int64_t n, c, size; /* batch, channels, spatial positions */
+  int64_t rep;        /* channels-last: pixels summed per run (msgap_sums) */
 } msgap_params;
 
 static int msgap_infer(es_kinst *k) {
@@ -1553,11 +1988,15 @@ static int msgap_infer(es_kinst *k) {
                     x->rank);
   if (last != 0 && last != 1)
     return ES_KFAIL(k, ES_EMODEL, "channels_last %lld is not 0 or 1", (long long)last);
+  /* X in NHWC (a QDQ model's pooled feature map, between channels-last
+   * convolutions): its bytes are channels-last whatever the attribute */
+  if (x->layout == ES_LAYOUT_NHWC && last == 0)
+    last = 2;
   p->last = (int)last;
   p->is_signed = x->dtype == ES_DTYPE_INT8;
   q_range(x->dtype, &p->lo, &p->hi);
   int64_t dims[ES_MAX_RANK];
-  int cax = p->last ? x->rank - 1 : 1;
+  int cax = p->last == 1 ? x->rank - 1 : 1;
   p->n = x->dims[0];
   p->c = x->dims[cax];
   for (int d = 0; d < x->rank; d++)
@@ -1574,8 +2013,54 @@ static int msgap_infer(es_kinst *k) {
     return ES_KFAIL(k, ES_EMODEL, "X has %lld positions per channel, more than 2^40",
                     (long long)p->size);
   k->inplace = -1;
+  /* channels-last sums every pixel's channels in a row, into C int64s */
+  p->rep = p->c >= 1024 ? 1 : 1024 / p->c;
+  k->scratch_bytes = p->last ? (size_t)p->c * (sizeof(int64_t) + (size_t)p->rep * sizeof(int32_t))
+                             : 0;
   return 0;
 }
+
+/* Channels-last sums: sum[c] over size pixels of nc bytes. Runs of rep
+ * pixels (rep * nc bytes, about 1 KiB) add into rep * nc int32s, which a
+ * long loop vectorises whatever nc is; blocks of 2^16 runs (at most 2^16
+ * * 255 per int32) then fold into the int64 sums. */
+static inline void msgap_sums(const uint8_t *restrict x, int sg, int64_t size, int64_t nc,
+                              int64_t rep, int64_t *restrict sum, int32_t *restrict acc) {
+  int64_t len = rep * nc, block = rep * 65536;
+  memset(sum, 0, (size_t)nc * sizeof *sum);
+  for (int64_t i0 = 0; i0 < size; i0 += block) {
+    int64_t i1 = size - i0 < block ? size : i0 + block;
+    int64_t full = i0 + (i1 - i0) / rep * rep, i = i0;
+    memset(acc, 0, (size_t)len * sizeof *acc);
+    for (; i < full; i += rep) {
+      const uint8_t *px = x + i * nc;
+      if (sg)
+        for (int64_t j = 0; j < len; j++)
+          acc[j] += (int8_t)px[j];
+      else
+        for (int64_t j = 0; j < len; j++)
+          acc[j] += px[j];
+    }
+    for (; i < i1; i++)
+      for (int64_t c = 0; c < nc; c++)
+        acc[c] += sg ? (int8_t)x[i * nc + c] : x[i * nc + c];
+    for (int64_t j = 0; j < len; j++)
+      sum[j % nc] += acc[j];
+  }
+}
+
+ES_KCLONES static void msgap_sums_any(const uint8_t *restrict x, int sg, int64_t size,
+                                      int64_t nc, int64_t rep, int64_t *restrict sum,
+                                      int32_t *restrict acc) {
+  msgap_sums(x, sg, size, nc, rep, sum, acc);
+}
+
+#if defined(__x86_64__)
+Q_AVX512 static void msgap_sums512(const uint8_t *restrict x, int sg, int64_t size, int64_t nc,
+                                   int64_t rep, int64_t *restrict sum, int32_t *restrict acc) {
+  msgap_sums(x, sg, size, nc, rep, sum, acc);
+}
+#endif
 
 static int msgap_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   (void)scratch;
@@ -1584,18 +2069,40 @@ static int msgap_run(const es_kinst *k, const void *const *in, void *const *out,
   float sx = ms_scale(in, 1), sy = ms_scale(in, 3);
   int32_t zx = ms_zp(in, 2, sg), zy = ms_zp(in, 4, sg);
   float mult = sx / (sy * (float)p->size);
-  for (int64_t b = 0; b < p->n; b++)
+  for (int64_t b = 0; b < p->n; b++) {
+    if (p->last) {
+      int64_t *sum = scratch;
+      int32_t *acc = (int32_t *)(sum + p->c);
+      const uint8_t *x = (const uint8_t *)in[0] + b * p->size * p->c;
+#if defined(__x86_64__)
+      if (q_has_avx512bw())
+        msgap_sums512(x, sg, p->size, p->c, p->rep, sum, acc);
+      else
+#endif
+        msgap_sums_any(x, sg, p->size, p->c, p->rep, sum, acc);
+      for (int64_t c = 0; c < p->c; c++)
+        q_store8(out[0], sg, b * p->c + c,
+                 q_round_sat((float)(sum[c] - (int64_t)zx * p->size) * mult, zy, p->lo, p->hi));
+      continue;
+    }
     for (int64_t c = 0; c < p->c; c++) {
       int64_t sum = 0;
       for (int64_t i = 0; i < p->size; i++)
-        sum += q_at8(in[0], sg, p->last ? (b * p->size + i) * p->c + c : (b * p->c + c) * p->size + i);
+        sum += q_at8(in[0], sg, (b * p->c + c) * p->size + i);
       sum -= (int64_t)zx * p->size;
       q_store8(out[0], sg, b * p->c + c, q_round_sat((float)sum * mult, zy, p->lo, p->hi));
     }
+  }
   return 0;
 }
 
-/* QLinearConcat: sy, zy, then (x, sx, zx) per input; attribute axis. */
+/* QLinearConcat: sy, zy, then (x, sx, zx) per input; attribute axis.
+ * Inputs all in NHWC (a QDQ pyramid's join between channels-last
+ * convolutions) concatenate in NHWC: the axis is found among the bytes'
+ * own dimensions, so a channel join copies one run per input and pixel.
+ * Mixed layouts are asked plain. An input whose scale or zero point is not
+ * Y's goes through a 256-byte table of quantize(dequantize(b)) for its
+ * bytes b, made once per run: the same numbers as element by element. */
 #define MSCAT_MAX 64
 typedef struct mscat_params {
   int is_signed, n, empty;
@@ -1603,6 +2110,18 @@ typedef struct mscat_params {
   int64_t outer, total;          /* rows before the axis; elements per row of Y */
   int64_t inner[MSCAT_MAX];      /* elements per row of input j */
 } mscat_params;
+
+/* dims of t in its bytes' order (NHWC: N, H, W, C) and where axis ax is */
+static int mscat_dims(const es_tdesc *t, int ax, int64_t *pd) {
+  if (t->layout != ES_LAYOUT_NHWC) {
+    memcpy(pd, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    return ax;
+  }
+  static const int from[4] = {0, 2, 3, 1}, to[4] = {0, 3, 1, 2};
+  for (int d = 0; d < 4; d++)
+    pd[d] = t->dims[from[d]];
+  return to[ax];
+}
 
 static int mscat_infer(es_kinst *k) {
   mscat_params *p = es__kinst_params(k, sizeof *p);
@@ -1634,6 +2153,8 @@ static int mscat_infer(es_kinst *k) {
   memcpy(dims, x0->dims, sizeof(int64_t) * (size_t)x0->rank);
   dims[ax] = 0;
   char name[3][48];
+  int nhwc = 0;
+  uint32_t plain = 0;
   for (int j = 0; j < p->n; j++) {
     snprintf(name[0], sizeof name[0], "X %d", j);
     snprintf(name[1], sizeof name[1], "X %d's scale", j);
@@ -1653,16 +2174,33 @@ static int mscat_infer(es_kinst *k) {
     if (x->dims[ax] > Q_DIM_MAX || dims[ax] > Q_DIM_MAX)
       return ES_KFAIL(k, ES_EMODEL, "the concatenated axis is too long");
     dims[ax] += x->dims[ax];
-    p->inner[j] = q_prod(x->dims, ax, x->rank);
+    if (x->layout == ES_LAYOUT_NHWC) {
+      nhwc++;
+      if (2 + 3 * j < 32)
+        plain |= 1u << (2 + 3 * j);
+    }
+  }
+  if (nhwc && nhwc < p->n) { /* mixed: all plain */
+    if (nhwc != __builtin_popcount(plain))
+      return ES_KFAIL(k, ES_ENOTSUP, "a channels-last input after the tenth among plain ones");
+    k->want_plain = plain;
+    return ES_KRELAYOUT;
   }
   p->is_signed = x0->dtype == ES_DTYPE_INT8;
   q_range(x0->dtype, &p->lo, &p->hi);
-  p->outer = q_prod(dims, 0, ax);
-  p->total = q_prod(dims, ax, x0->rank);
   k->inplace = -1;
   if ((rc = q_out_set(k, 0, x0->dtype, x0->rank, dims)) < 0)
     return rc;
+  k->out[0]->layout = nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
   p->empty = k->out[0]->count == 0; /* then outer and total are not both meaningful */
+  int64_t pd[ES_MAX_RANK];
+  int pa = mscat_dims(k->out[0], ax, pd);
+  p->outer = q_prod(pd, 0, pa);
+  p->total = q_prod(pd, pa, x0->rank);
+  for (int j = 0; j < p->n; j++) {
+    mscat_dims(k->in[2 + 3 * j], ax, pd);
+    p->inner[j] = q_prod(pd, pa, x0->rank);
+  }
   return 0;
 }
 
@@ -1675,23 +2213,24 @@ static int mscat_run(const es_kinst *k, const void *const *in, void *const *out,
   float sy = ms_scale(in, 0);
   int32_t zy = ms_zp(in, 1, sg);
   int64_t at = 0;
+  uint8_t table[256];
   for (int j = 0; j < p->n; j++) {
     const uint8_t *x = in[2 + 3 * j];
     float sx = ms_scale(in, 3 + 3 * j);
     int32_t zx = ms_zp(in, 4 + 3 * j, sg);
     int64_t w = p->inner[j];
     int same = sx == sy && zx == zy;
-    for (int64_t o = 0; o < p->outer; o++) {
-      uint8_t *y = (uint8_t *)out[0] + o * p->total + at;
-      if (same) {
-        memcpy(y, x + o * w, (size_t)w);
-        continue;
+    if (!same)
+      for (int b = 0; b < 256; b++) {
+        float v = (float)(q_at8(&(uint8_t){(uint8_t)b}, sg, 0) - zx) * sx;
+        q_store8(table, sg, b, q_round_sat(v / sy, zy, p->lo, p->hi));
       }
-      for (int64_t i = 0; i < w; i++) {
-        float v = (float)(q_at8(x, sg, o * w + i) - zx) * sx;
-        q_store8(y, sg, i, q_round_sat(v / sy, zy, p->lo, p->hi));
-      }
-    }
+    uint8_t *y = (uint8_t *)out[0] + at;
+    if (!same)
+      q_lut8_rows(x, (size_t)w, table, y, (size_t)p->total, (size_t)w, (size_t)p->outer);
+    else
+      for (int64_t o = 0; o < p->outer; o++)
+        memcpy(y + o * p->total, x + o * w, (size_t)w);
     at += w;
   }
   return 0;
@@ -1709,8 +2248,8 @@ static const es_kernel qconv_kernel = {qconv_infer, qconv_run, qconv_release, 1}
 static const es_kernel qlookup_kernel = {qlookup_infer, qlookup_run, NULL, 1};
 static const es_kernel msbin_kernel = {msbin_infer, msbin_run, NULL, 1};
 static const es_kernel mssig_kernel = {mssig_infer, mssig_run, NULL, 0};
-static const es_kernel msgap_kernel = {msgap_infer, msgap_run, NULL, 0};
-static const es_kernel mscat_kernel = {mscat_infer, mscat_run, NULL, 0};
+static const es_kernel msgap_kernel = {msgap_infer, msgap_run, NULL, 1};
+static const es_kernel mscat_kernel = {mscat_infer, mscat_run, NULL, 1};
 
 const es_kernel *es__kernels_quant(es_op op) {
   switch (op) {
@@ -1734,6 +2273,7 @@ const es_kernel *es__kernels_quant(es_op op) {
     return &mscat_kernel;
   case ES_OP_ConvInteger:
   case ES_OP_QLinearConv:
+  case ES_OP_QLinearConvTranspose:
     return &qconv_kernel;
   case ES_OP_QLookup:
     return &qlookup_kernel;

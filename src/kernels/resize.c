@@ -1,6 +1,8 @@
 /* Resize (float32): opset 10 (X, scales) and opset 11+ (X, roi, scales,
  * sizes), modes nearest, linear and cubic; and Upsample (opsets 7-10), its
- * predecessor, planned by the same code (nearest on any element type).
+ * predecessor, planned by the same code. Nearest runs on any element type
+ * (an int8 pyramid's upsampling, moved before its DequantizeLinear at
+ * load), in NHWC too.
  *
  * Interpolation is separable: the value at an output point is a weighted
  * sum, along each axis in turn, of a few input points of that axis (1 tap
@@ -316,9 +318,6 @@ static int resize_infer(es_kinst *k) {
   if (k->n_out != 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "%d outputs, expected 1", k->n_out);
   const es_tdesc *x = k->in[0];
-  if (x->dtype != ES_DTYPE_FLOAT)
-    return ES_KFAIL(k, ES_ENOTSUP, "X is %s; Resize is implemented for float32 only",
-                    es_dtype_name(x->dtype));
   if (x->rank < 1)
     return ES_KFAIL(k, ES_EMODEL, "X is a scalar, expected rank >= 1");
   resize_params *p = es__kinst_alloc(k, sizeof *p);
@@ -328,6 +327,13 @@ static int resize_infer(es_kinst *k) {
   int rc = resize_attrs(k, &c, &p->extrapolation);
   if (rc < 0)
     return rc;
+  /* Nearest copies elements of any type (an int8 pyramid's upsampling,
+   * moved before its DequantizeLinear by the loader); the interpolating
+   * modes and tf_crop_and_resize's float extrapolation need float32. */
+  if (x->dtype != ES_DTYPE_FLOAT && (c.mode != RS_NEAREST || c.ctm == CT_TF_CROP_AND_RESIZE))
+    return ES_KFAIL(k, ES_ENOTSUP, "X is %s; Resize is implemented for float32 only, or for "
+                    "any type in mode nearest (without tf_crop_and_resize)",
+                    es_dtype_name(x->dtype));
   int64_t odims[ES_MAX_RANK];
   double scale[ES_MAX_RANK], len[ES_MAX_RANK];
   if ((rc = resize_target(k, x, odims, scale, len)) < 0)
@@ -462,8 +468,10 @@ static int resize_plan(es_kinst *k, resize_params *p, const resize_cfg *cfg, con
   p->count = (int64_t)x->count;
   if (active_lo == r)
     p->path = PATH_COPY;
-  else if (x->dtype != ES_DTYPE_FLOAT) /* Upsample's nearest on other types */
-    p->path = PATH_NEAREST_BYTES;
+  else if (x->dtype != ES_DTYPE_FLOAT) /* nearest on other types */
+    p->path = x->layout == ES_LAYOUT_NHWC && r == 4 && active_lo >= 2 && !has_outside
+                  ? PATH_NEAREST_2D
+                  : PATH_NEAREST_BYTES;
   else if (r >= 2 && active_lo >= r - 2 && !has_outside && c.mode == RS_NEAREST)
     p->path = PATH_NEAREST_2D;
   else if (r >= 2 && active_lo >= r - 2 && !has_outside && c.mode == RS_LINEAR)
@@ -561,18 +569,18 @@ static void resize_linear_2d(const resize_params *p, const float *restrict src,
 
 /* NHWC nearest: output pixel (oh, ow) is input pixel (idx_h, idx_w), all
  * C channels; an output row equal to the previous one is copied whole. */
-static void resize_nearest_nhwc(const resize_params *p, const float *restrict src,
-                                float *restrict dst) {
+static void resize_nearest_nhwc(const resize_params *p, const char *restrict src,
+                                char *restrict dst) {
   const resize_dim *h = &p->dim[2], *w = &p->dim[3];
-  int64_t nc = p->c, row_in = w->in * nc, row_out = w->out * nc;
-  size_t pix = (size_t)nc * sizeof *dst;
+  int64_t nc = p->c * (int64_t)p->esz, row_in = w->in * nc, row_out = w->out * nc;
+  size_t pix = (size_t)nc;
   for (int64_t b = 0; b < p->n; b++, src += h->in * row_in) {
     for (int64_t oh = 0; oh < h->out; oh++, dst += row_out) {
       if (oh > 0 && h->idx[oh] == h->idx[oh - 1]) {
-        memcpy(dst, dst - row_out, (size_t)row_out * sizeof *dst);
+        memcpy(dst, dst - row_out, (size_t)row_out);
         continue;
       }
-      const float *restrict row = src + h->idx[oh] * row_in;
+      const char *restrict row = src + h->idx[oh] * row_in;
       for (int64_t j = 0; j < w->out; j++)
         memcpy(dst + j * nc, row + w->idx[j] * nc, pix);
     }

@@ -210,43 +210,71 @@ void es__graph_reindex(es_graph *g) {
  * Adding constants (load-time passes)
  * ======================================================================== */
 
-int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
-                           const int64_t *dims, void *data, size_t nbytes, int *out) {
+/* A new value's slot, zeroed: the array grows in the context when full. */
+static int value_new(es_graph *g, const char *name, int *out) {
   if (g->n_values >= g->cap_values) {
     /* The loader's estimate leaves slack (every attribute counts), so this
      * is rare; the old array stays in the context until the graph goes. */
-    if (g->n_values > (1 << 28)) {
-      es_mem_free(data);
-      return es__fail(ES_EMODEL, "the graph has too many values to add a constant");
-    }
+    if (g->n_values > (1 << 28))
+      return es__fail(ES_EMODEL, "the graph has too many values to add one");
     int cap = g->n_values < 8 ? 16 : g->n_values * 2;
     es_value *nv = es__ctx_alloc(&g->ctx, (size_t)cap * sizeof *nv);
-    if (!nv) {
-      es_mem_free(data);
-      return es__fail(ES_ENOMEM, "out of memory adding a constant");
-    }
+    if (!nv)
+      return es__fail(ES_ENOMEM, "out of memory adding a value");
     memcpy(nv, g->values, (size_t)g->n_values * sizeof *nv);
     g->values = nv;
     g->cap_values = cap;
   }
   const char *nm = es__ctx_strdup(&g->ctx, name);
-  if (!nm) {
-    es_mem_free(data);
-    return es__fail(ES_ENOMEM, "out of memory adding a constant");
-  }
+  if (!nm)
+    return es__fail(ES_ENOMEM, "out of memory adding a value");
   int v = g->n_values++;
   es_value *val = &g->values[v];
   memset(val, 0, sizeof *val);
   val->name = nm;
+  val->producer = -1;
+  *out = v;
+  return 0;
+}
+
+int es__graph_act_append(es_graph *g, const char *name, int *out) {
+  int rc = value_new(g, name, out);
+  if (rc < 0)
+    return rc;
+  es_value *v = &g->values[*out];
+  v->rank = -1;
+  v->kind = ES_VALUE_ACT;
+  return 0;
+}
+
+int es__graph_node_append(es_graph *g, const es_node *nd) {
+  /* The array has no spare room: a copy one longer, in the context (the
+   * old one stays there until the graph goes; load-time passes add few). */
+  es_node *nn = es__ctx_alloc(&g->ctx, ((size_t)g->n_nodes + 2) * sizeof *nn);
+  if (!nn)
+    return es__fail(ES_ENOMEM, "out of memory adding a node");
+  memcpy(nn, g->nodes, (size_t)g->n_nodes * sizeof *nn);
+  nn[g->n_nodes] = *nd;
+  g->nodes = nn;
+  g->n_nodes++;
+  return 0;
+}
+
+int es__graph_const_append(es_graph *g, const char *name, es_dtype dtype, int rank,
+                           const int64_t *dims, void *data, size_t nbytes, int *out) {
+  int rc = value_new(g, name, out);
+  if (rc < 0) {
+    es_mem_free(data);
+    return rc;
+  }
+  es_value *val = &g->values[*out];
   val->dtype = dtype;
   val->rank = rank;
   if (rank > 0)
     memcpy(val->dims, dims, (size_t)rank * sizeof *dims);
   val->kind = ES_VALUE_CONST;
-  val->producer = -1;
   val->data = data;
   val->nbytes = nbytes;
-  *out = v;
   return 0;
 }
 

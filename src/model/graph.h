@@ -279,6 +279,12 @@ void es__graph_reindex(es_graph *g);
  * operator of its own is marked with why. Needs producers and uses. */
 int es__graph_elide(es_graph *g);
 
+/* Appends an intermediate value (no type or shape until planned), index in
+ * *out; and a node (its arrays must live in the graph's context) at the
+ * end of the node list, which es__graph_toposort then puts in place. For
+ * the load-time passes. */
+int es__graph_act_append(es_graph *g, const char *name, int *out);
+int es__graph_node_append(es_graph *g, const es_node *nd);
 /* Appends a constant value that adopts the staging block data (es_mem; the
  * graph frees it from now on, whatever happens, failures included). Used by
  * the load-time passes before es__graph_seal. Index in *out. */

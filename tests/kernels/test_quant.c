@@ -1149,6 +1149,285 @@ static void test_qdq_weights_fold(void **state) {
   es_model_release(m);
 }
 
+/* The paths a QDQ feature pyramid takes between channels-last int8
+ * convolutions, against the element-by-element rule: QLinearConcat of
+ * NHWC inputs (copied, or requantized through a byte table; runs shorter
+ * and longer than 64 bytes), QLinearMul and QLinearAdd of an NHWC map and
+ * a per-channel vector (either operand), QLinearGlobalAveragePool of an
+ * NHWC map (short, long and over-1024 channel counts), and Resize nearest
+ * on bytes in NHWC. Each keeps NHWC out, asking for no conversion. */
+static void test_qdq_nhwc(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  static const int64_t chans[3] = {3, 70, 24};
+  for (int sg = 0; sg < 2; sg++) {
+    es_dtype t = sg ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+    es_tdesc s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), z0 = kh_td(t, 0, NULL), out;
+    /* QLinearConcat along channels */
+    {
+      uint8_t *x[3], zs[3], zy;
+      float ss[3] = {0.05f, 0.031f, 0.08f}, sy = 0.05f;
+      es_tdesc d[3];
+      void *xn[3];
+      int64_t ctot = 0;
+      rand_q(&seed, zs, t, 3);
+      zy = zs[0]; /* input 0 is copied */
+      for (int j = 0; j < 3; j++) {
+        d[j] = KH_TD(t, 1, chans[j], 5, 7);
+        x[j] = malloc(d[j].count);
+        rand_q(&seed, x[j], t, d[j].count);
+        xn[j] = kh_reorder4(x[j], &d[j], 1);
+        d[j] = kh_as_nhwc(d[j]);
+        ctot += chans[j];
+      }
+      es_attr at[1] = {KH_INT("axis", 1)};
+      es_knode node = kh_knode(ES_OP_QLinearConcat, at, 1);
+      const es_tdesc *in[11] = {&s0, &z0, &d[0], &s0, &z0, &d[1], &s0, &z0, &d[2], &s0, &z0};
+      const void *data[11] = {&sy, &zy, xn[0], &ss[0], &zs[0], xn[1], &ss[1], &zs[1],
+                              xn[2], &ss[2], &zs[2]};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 0x124u}, 11, in, data, 1,
+                               &out, &od));
+      assert_int_equal(out.layout, ES_LAYOUT_NHWC);
+      void *y = kh_reorder4(od, &out, 0);
+      for (int64_t c = 0, base = 0; c < ctot; c++) {
+        int j = c < chans[0] ? 0 : c < chans[0] + chans[1] ? 1 : 2;
+        base = j == 0 ? 0 : j == 1 ? chans[0] : chans[0] + chans[1];
+        for (int64_t i = 0; i < 35; i++) {
+          int32_t v = get_q(x[j], t, (size_t)((c - base) * 35 + i));
+          float f = (float)(v - get_q(&zs[j], t, 0)) * ss[j];
+          int32_t want = j == 0 ? v : want_q(f / sy, get_q(&zy, t, 0), t);
+          if (get_q(y, t, (size_t)(c * 35 + i)) != want)
+            fail_msg("NHWC QLinearConcat %s channel %lld [%lld]: %d, expected %d",
+                     sg ? "int8" : "uint8", (long long)c, (long long)i,
+                     get_q(y, t, (size_t)(c * 35 + i)), want);
+        }
+      }
+      es_mem_free(y);
+      es_mem_free(od);
+      for (int j = 0; j < 3; j++) {
+        free(x[j]);
+        es_mem_free(xn[j]);
+      }
+    }
+    /* QLinearMul / QLinearAdd: an NHWC map and a per-channel vector */
+    for (int r = 0; r < 12; r++) {
+      int mul = r & 1, vfirst = (r >> 1) & 1;
+      int64_t c = chans[r / 4];
+      es_tdesc md = KH_TD(t, 1, c, 6, 5), vd = KH_TD(t, 1, c, 1, 1);
+      uint8_t *m = malloc(md.count), *v = malloc(vd.count), zm, zv, zc;
+      rand_q(&seed, m, t, md.count);
+      rand_q(&seed, v, t, vd.count);
+      rand_q(&seed, &zm, t, 1);
+      rand_q(&seed, &zv, t, 1);
+      rand_q(&seed, &zc, t, 1);
+      float sm = 0.04f, sv = 0.013f, sc = mul ? 0.002f : 0.05f;
+      void *mn = kh_reorder4(m, &md, 1);
+      es_tdesc mdn = kh_as_nhwc(md);
+      es_knode node = kh_knode(mul ? ES_OP_QLinearMul : ES_OP_QLinearAdd, NULL, 0);
+      const es_tdesc *in[8] = {vfirst ? &vd : &mdn, &s0, &z0, vfirst ? &mdn : &vd, &s0, &z0,
+                               &s0, &z0};
+      const void *data[8] = {vfirst ? (void *)v : mn, vfirst ? &sv : &sm, vfirst ? &zv : &zm,
+                             vfirst ? mn : (void *)v, vfirst ? &sm : &sv, vfirst ? &zm : &zv,
+                             &sc, &zc};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 9u}, 8, in, data, 1, &out,
+                               &od));
+      assert_int_equal(out.layout, ES_LAYOUT_NHWC);
+      void *y = kh_reorder4(od, &out, 0);
+      float sa = vfirst ? sv : sm, sb = vfirst ? sm : sv;
+      for (int64_t ch = 0; ch < c; ch++)
+        for (int64_t i = 0; i < 30; i++) {
+          int32_t mv = get_q(m, t, (size_t)(ch * 30 + i)) - get_q(&zm, t, 0);
+          int32_t vv = get_q(v, t, (size_t)ch) - get_q(&zv, t, 0);
+          int32_t av = vfirst ? vv : mv, bv = vfirst ? mv : vv;
+          float f = mul ? (float)(av * bv) * (sa * sb / sc) : (float)av * (sa / sc) + (float)bv * (sb / sc);
+          int32_t want = want_q(f, get_q(&zc, t, 0), t);
+          if (get_q(y, t, (size_t)(ch * 30 + i)) != want)
+            fail_msg("NHWC %s by a channel vector (%s, C %lld) [%lld, %lld]: %d, expected %d",
+                     mul ? "QLinearMul" : "QLinearAdd", sg ? "int8" : "uint8", (long long)c,
+                     (long long)ch, (long long)i, get_q(y, t, (size_t)(ch * 30 + i)), want);
+        }
+      es_mem_free(y);
+      es_mem_free(od);
+      es_mem_free(mn);
+      free(m);
+      free(v);
+    }
+    /* QLinearGlobalAveragePool of an NHWC map */
+    static const int64_t gc[3] = {3, 24, 1100};
+    for (int r = 0; r < 3; r++) {
+      es_tdesc xd = KH_TD(t, 1, gc[r], 9, 11);
+      uint8_t *x = malloc(xd.count), zx, zy;
+      rand_q(&seed, x, t, xd.count);
+      rand_q(&seed, &zx, t, 1);
+      rand_q(&seed, &zy, t, 1);
+      float sx = 0.03f, sy = 0.01f;
+      void *xn = kh_reorder4(x, &xd, 1);
+      es_tdesc xdn = kh_as_nhwc(xd);
+      es_attr at[1] = {KH_INT("channels_last", 0)};
+      es_knode node = kh_knode(ES_OP_QLinearGlobalAveragePool, at, 1);
+      const es_tdesc *in[5] = {&xdn, &s0, &z0, &s0, &z0};
+      const void *data[5] = {xn, &sx, &zx, &sy, &zy};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 5, in, data, 1, &out,
+                               &od));
+      assert_int_equal(out.count, (size_t)gc[r]);
+      for (int64_t c = 0; c < gc[r]; c++) {
+        int64_t sum = 0;
+        for (int i = 0; i < 99; i++)
+          sum += get_q(x, t, (size_t)(c * 99 + i)) - get_q(&zx, t, 0);
+        int32_t want = want_q((float)sum * (sx / (sy * 99.0f)), get_q(&zy, t, 0), t);
+        if (get_q(od, t, (size_t)c) != want)
+          fail_msg("NHWC QLinearGlobalAveragePool (C %lld) channel %lld: %d, expected %d",
+                   (long long)gc[r], (long long)c, get_q(od, t, (size_t)c), want);
+      }
+      es_mem_free(od);
+      es_mem_free(xn);
+      free(x);
+    }
+    /* Resize nearest 2x on bytes, NHWC */
+    {
+      es_tdesc xd = KH_TD(t, 1, 5, 3, 4);
+      uint8_t x[60];
+      rand_q(&seed, x, t, 60);
+      void *xn = kh_reorder4(x, &xd, 1);
+      es_tdesc xdn = kh_as_nhwc(xd), rd = KH_TD(ES_DTYPE_FLOAT, 0), sd = KH_TD(ES_DTYPE_FLOAT, 4);
+      static const float sc[4] = {1, 1, 2, 2};
+      es_attr at[1] = {KH_STR("mode", "nearest")};
+      es_knode node = kh_knode(ES_OP_Resize, at, 1);
+      const es_tdesc *in[3] = {&xdn, &rd, &sd};
+      const void *data[3] = {xn, NULL, sc};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 3, in, data, 1, &out,
+                               &od));
+      assert_int_equal(out.layout, ES_LAYOUT_NHWC);
+      assert_int_equal(out.dtype, t);
+      void *y = kh_reorder4(od, &out, 0);
+      for (int c = 0; c < 5; c++)
+        for (int h = 0; h < 6; h++)
+          for (int w = 0; w < 8; w++)
+            assert_int_equal(get_q(y, t, (size_t)((c * 6 + h) * 8 + w)),
+                             get_q(x, t, (size_t)((c * 3 + h / 2) * 4 + w / 2)));
+      es_mem_free(y);
+      es_mem_free(od);
+      es_mem_free(xn);
+    }
+  }
+}
+
+/* QLinearConvTranspose (internal: a QDQ ConvTranspose lowered at load)
+ * against the ONNX ConvTranspose of the dequantized tensors, requantized
+ * by the rule: random geometries (kernels, strides, pads, output padding,
+ * two groups), u8 and s8, per-tensor and per-channel weight scales, a Relu
+ * fused; oneDNN's int8 deconvolution in NHWC and plain (and, kernel equal
+ * to stride in NHWC, its int8 matmul), and the reference loops, each to
+ * the step. */
+static void test_qlinear_convtranspose(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  for (int r = 0; r < 36; r++) {
+    es_dtype xt = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8, yt = r & 2 ? ES_DTYPE_INT8
+                                                                     : ES_DTYPE_UINT8;
+    int g = r % 9 == 8 ? 2 : 1, per_ch = g == 1 && (r >> 2) & 1, relu = (r >> 3) & 1;
+    int mode = r % 3; /* 0: oneDNN plain, 1: oneDNN NHWC, 2: the reference loops */
+    int64_t c = g * rnd(&seed, 1, 9), m = g * rnd(&seed, 1, 9), k[2], st[2], pd[4], op[2];
+    int64_t ih = rnd(&seed, 1, 9), iw = rnd(&seed, 1, 9), oh, ow;
+    int kxs = r % 6 == 4 && g == 1; /* kernel = stride, no pads: NHWC runs it as one matmul */
+    for (int i = 0; i < 2; i++) {
+      k[i] = rnd(&seed, 1, 3);
+      st[i] = kxs ? k[i] : rnd(&seed, 1, 3);
+      pd[i] = kxs ? 0 : rnd(&seed, 0, k[i] - 1);
+      pd[2 + i] = kxs ? 0 : rnd(&seed, 0, k[i] - 1);
+      op[i] = kxs ? 0 : rnd(&seed, 0, st[i] - 1);
+    }
+    oh = st[0] * (ih - 1) + k[0] + op[0] - pd[0] - pd[2];
+    ow = st[1] * (iw - 1) + k[1] + op[1] - pd[1] - pd[3];
+    if (oh < 1 || ow < 1)
+      continue;
+    int64_t xd[4] = {1, c, ih, iw}, wd[4] = {c, m / g, k[0], k[1]};
+    size_t nx = count_of(xd, 4), nw = count_of(wd, 4), ny = (size_t)(m * oh * ow);
+    uint8_t *x = malloc(nx), zx, zy;
+    int8_t *w = malloc(nw), zw[9] = {0};
+    int32_t bias[18];
+    float sw[18], sx = 0.03f, sy = 0.4f;
+    rand_q(&seed, x, xt, nx);
+    rand_q(&seed, w, ES_DTYPE_INT8, nw);
+    rand_q(&seed, &zx, xt, 1);
+    rand_q(&seed, &zy, yt, 1);
+    kh_rand_f32(&seed, sw, 18, 0.001f, 0.1f);
+    for (int i = 0; i < 18; i++)
+      bias[i] = (int32_t)rnd(&seed, -3000, 3000);
+    /* the int32 sums by the definition: every input scatters into the
+     * outputs its taps reach */
+    int32_t *acc = calloc(ny, sizeof *acc);
+    int64_t cg = c / g, mg = m / g;
+    for (int64_t ic = 0; ic < c; ic++)
+      for (int64_t o = 0; o < mg; o++)
+        for (int64_t y0 = 0; y0 < ih; y0++)
+          for (int64_t x0 = 0; x0 < iw; x0++)
+            for (int64_t a = 0; a < k[0]; a++)
+              for (int64_t b = 0; b < k[1]; b++) {
+                int64_t yy = y0 * st[0] - pd[0] + a, xx = x0 * st[1] - pd[1] + b;
+                if (yy < 0 || yy >= oh || xx < 0 || xx >= ow)
+                  continue;
+                int64_t oc = ic / cg * mg + o;
+                acc[(oc * oh + yy) * ow + xx] +=
+                    (get_q(x, xt, (size_t)((ic * ih + y0) * iw + x0)) - get_q(&zx, xt, 0)) *
+                    w[((ic * mg + o) * k[0] + a) * k[1] + b];
+              }
+#define INTS_OF(nm, v, len) ((es_attr){.name = (nm), .type = ES_ATTR_INTS, .n = (len), .ints = (v), .tensor = -1})
+    es_attr attrs[5] = {INTS_OF("strides", st, 2), INTS_OF("pads", pd, 4),
+                        INTS_OF("output_padding", op, 2), KH_INT("group", g),
+                        KH_INT("activation", relu)};
+#undef INTS_OF
+    es_tdesc xdesc = kh_td(xt, 4, xd), wdesc = kh_td(ES_DTYPE_INT8, 4, wd),
+             s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), zxd = kh_td(xt, 0, NULL),
+             zyd = kh_td(yt, 0, NULL),
+             swd = per_ch ? KH_TD(ES_DTYPE_FLOAT, m) : KH_TD(ES_DTYPE_FLOAT, 1),
+             zwd = per_ch ? KH_TD(ES_DTYPE_INT8, m) : KH_TD(ES_DTYPE_INT8, 1),
+             bd = KH_TD(ES_DTYPE_INT32, m), out;
+    es_tdesc xin = mode == 1 ? kh_as_nhwc(xdesc) : xdesc;
+    void *xdata = mode == 1 ? kh_reorder4(x, &xdesc, 1) : x;
+    es_knode node = kh_knode(ES_OP_QLinearConvTranspose, attrs, 5);
+    const es_tdesc *in[9] = {&xin, &s0, &zxd, &wdesc, &swd, &zwd, &s0, &zyd, &bd};
+    const void *data[9] = {xdata, &sx, &zx, w, sw, zw, &sy, &zy, bias};
+    es_engine_reference_kernels_set(mode == 2);
+    void *od;
+    int rc = kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 9, in, data, 1, &out, &od);
+    if (rc == ES_KRELAYOUT && mode == 1) { /* a geometry oneDNN does not take: the loops, plain */
+      in[0] = &xdesc;
+      data[0] = x;
+      rc = kh_eval_with(&node, &(kh_opts){.opset = 13, .dyn = 1u}, 9, in, data, 1, &out, &od);
+    }
+    ES_CHECK_RC(rc);
+    es_engine_reference_kernels_set(0);
+    assert_int_equal(out.count, ny);
+    assert_int_equal(out.dims[2], oh);
+    assert_int_equal(out.dims[3], ow);
+    void *y = out.layout == ES_LAYOUT_NHWC ? kh_reorder4(od, &out, 0) : od;
+    for (size_t i = 0; i < ny; i++) {
+      int64_t oc = (int64_t)i / (oh * ow);
+      float v = (float)(acc[i] + bias[oc]) * (sx * sw[per_ch ? oc : 0] / sy);
+      int32_t want = want_q(relu && v < 0 ? 0.0f : v, get_q(&zy, yt, 0), yt);
+      if (get_q(y, yt, i) != want)
+        fail_msg("QLinearConvTranspose case %d (%s; C %lld M %lld group %d kernel %lldx%lld "
+                 "stride %lldx%lld) [%zu]: %d, expected %d", r,
+                 mode == 2 ? "reference" : mode ? "oneDNN NHWC" : "oneDNN", (long long)c,
+                 (long long)m, g, (long long)k[0], (long long)k[1], (long long)st[0],
+                 (long long)st[1], i, get_q(y, yt, i), want);
+    }
+    if (y != od)
+      es_mem_free(y);
+    if (xdata != x)
+      es_mem_free(xdata);
+    es_mem_free(od);
+    free(acc);
+    free(x);
+    free(w);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_quantize_rounding_saturation),
@@ -1166,6 +1445,8 @@ int main(void) {
       cmocka_unit_test(test_qlinearconv_int8),
       cmocka_unit_test(test_qlinearmatmul_int8),
       cmocka_unit_test(test_ms_qlinear),
+      cmocka_unit_test(test_qdq_nhwc),
+      cmocka_unit_test(test_qlinear_convtranspose),
       cmocka_unit_test(test_qdq_weights_fold),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

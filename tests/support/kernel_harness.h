@@ -88,7 +88,7 @@ int kh_eval(const es_knode *nd, int64_t opset, int n_in, const es_tdesc *const *
 int kh_eval1(const es_knode *nd, int64_t opset, const es_tdesc *x, const void *xd,
              es_tdesc *out, void **outd);
 
-#define KH_MAX_IO 9 /* QLinearConv has 9 inputs */
+#define KH_MAX_IO 16 /* QLinearConv has 9 inputs, a QLinearConcat of 3 has 11 */
 
 /* An instance made by hand, as the planner makes one. */
 typedef struct kh_run {
