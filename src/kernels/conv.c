@@ -458,6 +458,17 @@ typedef struct conv_kxs_job {
   const float *w, *b;
 } conv_kxs_job;
 
+void es__kxs_weights(void *dst, const void *w, size_t esz, int64_t c, int64_t m, int64_t kh,
+                     int64_t kw) {
+  int64_t n = kw * m;
+  for (int64_t a = 0; a < kh; a++)
+    for (int64_t ci = 0; ci < c; ci++)
+      for (int64_t b = 0; b < kw; b++)
+        for (int64_t o = 0; o < m; o++)
+          memcpy((char *)dst + (size_t)((a * c + ci) * n + b * m + o) * esz,
+                 (const char *)w + (size_t)(((ci * m + o) * kh + a) * kw + b) * esz, esz);
+}
+
 /* es_prep_fill_fn: the matmul's weights [kh][C][kw*M] from ConvTranspose's
  * [C][M][kh][kw], then the bias repeated kw times. */
 static int conv_kxs_fill(void *user, void *dst, size_t bytes) {
@@ -466,11 +477,7 @@ static int conv_kxs_fill(void *user, void *dst, size_t bytes) {
   int64_t kh = p->ker[1], kw = p->ker[2], c = p->c, m = p->m, n = kw * m;
   float *d = dst;
   (void)bytes;
-  for (int64_t a = 0; a < kh; a++)
-    for (int64_t ci = 0; ci < c; ci++)
-      for (int64_t b = 0; b < kw; b++)
-        for (int64_t o = 0; o < m; o++)
-          d[(a * c + ci) * n + b * m + o] = j->w[((ci * m + o) * kh + a) * kw + b];
+  es__kxs_weights(d, j->w, sizeof *d, c, m, kh, kw);
   if (j->b)
     for (int64_t b = 0; b < kw; b++)
       for (int64_t o = 0; o < m; o++)

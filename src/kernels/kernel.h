@@ -329,6 +329,12 @@ static inline const es_attr *es__kattr(const es_kinst *k, const char *name) {
 
 /* ---- helpers shared by kernels ------------------------------------------------ */
 
+/* A ConvTranspose whose kernel equals its stride as one matmul (conv.c,
+ * quant.c): its weights [C][M][kh][kw] (esz bytes each) as the matmul's
+ * [kh][C][kw*M]. */
+void es__kxs_weights(void *dst, const void *w, size_t esz, int64_t c, int64_t m, int64_t kh,
+                     int64_t kw);
+
 /* Layouts. The physical dims of t (its dims in memory order). */
 void es__tdesc_phys_dims(const es_tdesc *t, int64_t *dims);
 /* The physical position of logical axis a (in [0, rank)). */

@@ -382,7 +382,8 @@ static int qlin_infer(es_kinst *k) {
  * rint(v) (round half to even, the default mode the reference uses); NaN
  * becomes 0 first, so the zero point, as in q_round_sat. */
 #define Q_MAGIC 12582912.0f
-ES_KCLONES static void quant_u8(const float *restrict x, float s, int32_t zp, uint8_t *restrict y, int64_t n) {
+static inline void quant_u8_loop(const float *restrict x, float s, int32_t zp,
+                                 uint8_t *restrict y, int64_t n) {
   const float lo = (float)(0 - zp), hi = (float)(255 - zp);
   for (int64_t i = 0; i < n; i++) {
     float v = x[i] / s;
@@ -391,6 +392,10 @@ ES_KCLONES static void quant_u8(const float *restrict x, float s, int32_t zp, ui
     v = v > hi ? hi : v;
     y[i] = (uint8_t)((int32_t)((v + Q_MAGIC) - Q_MAGIC) + zp);
   }
+}
+
+ES_KCLONES static void quant_u8(const float *restrict x, float s, int32_t zp, uint8_t *restrict y, int64_t n) {
+  quant_u8_loop(x, s, zp, y, n);
 }
 
 ES_KCLONES static void quant_s8(const float *restrict x, float s, int32_t zp, int8_t *restrict y, int64_t n) {
@@ -408,14 +413,7 @@ ES_KCLONES static void quant_s8(const float *restrict x, float s, int32_t zp, in
 /* The input's quantization (det's 640x640 picture) 512 bits wide. */
 Q_AVX512 static void quant_u8_512(const float *restrict x, float s, int32_t zp,
                                   uint8_t *restrict y, int64_t n) {
-  const float lo = (float)(0 - zp), hi = (float)(255 - zp);
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i] / s;
-    v = v == v ? v : 0.0f;
-    v = v < lo ? lo : v;
-    v = v > hi ? hi : v;
-    y[i] = (uint8_t)((int32_t)((v + Q_MAGIC) - Q_MAGIC) + zp);
-  }
+  quant_u8_loop(x, s, zp, y, n);
 }
 #endif
 
@@ -908,8 +906,9 @@ static int qconv_ints(es_kinst *k, const char *name, int len, int64_t min, int64
   return 0;
 }
 
-/* Conv's geometry (the ONNX Conv attributes) for X and W. */
-static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
+/* What Conv and ConvTranspose ask of X and W alike: ranks 3 to 5, equal,
+ * dims below 2^40; sets the spatial rank and the group. */
+static int qconv_ranks(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "x has rank %d, expected N x C x D1 ... (rank 3 or more)",
                     x->rank);
@@ -925,12 +924,20 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
         return ES_KFAIL(k, ES_EMODEL, "dimension %d of %s is %lld, more than 2^40", i,
                         t ? "w" : "x", (long long)d->dims[i]);
   }
-  int nsp = x->rank - 2, rc;
-  p->nsp = nsp;
-  if ((rc = es__attr_int(k, "group", 1, &p->g)) < 0)
+  p->nsp = x->rank - 2;
+  int rc = es__attr_int(k, "group", 1, &p->g);
+  if (rc < 0)
     return rc;
   if (p->g < 1 || p->g > Q_DIM_MAX)
     return ES_KFAIL(k, ES_EMODEL, "group is %lld, expected at least 1", (long long)p->g);
+  return 0;
+}
+
+/* Conv's geometry (the ONNX Conv attributes) for X and W. */
+static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
+  int rc = qconv_ranks(k, p, x, w), nsp = x->rank - 2;
+  if (rc < 0)
+    return rc;
   p->n = x->dims[0];
   p->c = x->dims[1];
   p->m = w->dims[0];
@@ -1006,24 +1013,9 @@ static int qconv_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const
 /* ConvTranspose's geometry (ONNX's attributes; auto_pad NOTSET or VALID,
  * no output_shape: the loader lowers only those) for X and W [C, M/g, k...]. */
 static int qconvt_geometry(es_kinst *k, qconv_params *p, const es_tdesc *x, const es_tdesc *w) {
-  if (x->rank < 3 || x->rank > 5)
-    return ES_KFAIL(k, ES_ENOTSUP, "x has rank %d: 1-D to 3-D transposed convolutions only",
-                    x->rank);
-  if (w->rank != x->rank)
-    return ES_KFAIL(k, ES_EMODEL, "w has rank %d, expected %d (as x)", w->rank, x->rank);
-  for (int t = 0; t < 2; t++) {
-    const es_tdesc *d = t ? w : x;
-    for (int i = 0; i < d->rank; i++)
-      if (d->dims[i] > Q_DIM_MAX)
-        return ES_KFAIL(k, ES_EMODEL, "dimension %d of %s is %lld, more than 2^40", i,
-                        t ? "w" : "x", (long long)d->dims[i]);
-  }
-  int nsp = x->rank - 2, rc;
-  p->nsp = nsp;
-  if ((rc = es__attr_int(k, "group", 1, &p->g)) < 0)
+  int rc = qconv_ranks(k, p, x, w), nsp = x->rank - 2;
+  if (rc < 0)
     return rc;
-  if (p->g < 1 || p->g > Q_DIM_MAX)
-    return ES_KFAIL(k, ES_EMODEL, "group is %lld, expected at least 1", (long long)p->g);
   p->n = x->dims[0];
   p->c = x->dims[1];
   p->m = w->dims[1] * p->g;
@@ -1128,14 +1120,9 @@ typedef struct qconvt_kxs_job {
 static int qconvt_kxs_fill(void *user, void *dst, size_t bytes) {
   const qconvt_kxs_job *j = user;
   const qconv_params *p = j->p;
-  int64_t kh = p->ker[1], kw = p->ker[2], c = p->c, m = p->m, n = kw * m;
-  int8_t *d = dst;
+  int64_t kw = p->ker[2], m = p->m;
   (void)bytes;
-  for (int64_t a = 0; a < kh; a++)
-    for (int64_t ci = 0; ci < c; ci++)
-      for (int64_t b = 0; b < kw; b++)
-        for (int64_t o = 0; o < m; o++)
-          d[(a * c + ci) * n + b * m + o] = j->w[((ci * m + o) * kh + a) * kw + b];
+  es__kxs_weights(dst, j->w, 1, p->c, m, p->ker[1], kw);
   if (j->b) {
     int32_t *bd = (int32_t *)(void *)((char *)dst + p->kxs_bias_at);
     for (int64_t b = 0; b < kw; b++)
@@ -2111,18 +2098,6 @@ typedef struct mscat_params {
   int64_t inner[MSCAT_MAX];      /* elements per row of input j */
 } mscat_params;
 
-/* dims of t in its bytes' order (NHWC: N, H, W, C) and where axis ax is */
-static int mscat_dims(const es_tdesc *t, int ax, int64_t *pd) {
-  if (t->layout != ES_LAYOUT_NHWC) {
-    memcpy(pd, t->dims, sizeof(int64_t) * (size_t)t->rank);
-    return ax;
-  }
-  static const int from[4] = {0, 2, 3, 1}, to[4] = {0, 3, 1, 2};
-  for (int d = 0; d < 4; d++)
-    pd[d] = t->dims[from[d]];
-  return to[ax];
-}
-
 static int mscat_infer(es_kinst *k) {
   mscat_params *p = es__kinst_params(k, sizeof *p);
   if (!p)
@@ -2193,12 +2168,14 @@ static int mscat_infer(es_kinst *k) {
     return rc;
   k->out[0]->layout = nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN;
   p->empty = k->out[0]->count == 0; /* then outer and total are not both meaningful */
+  /* the axis among the bytes' own dims (NHWC: N, H, W, C) */
   int64_t pd[ES_MAX_RANK];
-  int pa = mscat_dims(k->out[0], ax, pd);
+  int pa = es__layout_axis(k->out[0], ax);
+  es__tdesc_phys_dims(k->out[0], pd);
   p->outer = q_prod(pd, 0, pa);
   p->total = q_prod(pd, pa, x0->rank);
   for (int j = 0; j < p->n; j++) {
-    mscat_dims(k->in[2 + 3 * j], ax, pd);
+    es__tdesc_phys_dims(k->in[2 + 3 * j], pd);
     p->inner[j] = q_prod(pd, pa, x0->rank);
   }
   return 0;
