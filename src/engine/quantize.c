@@ -717,6 +717,36 @@ static int conv_map(const es_quantizer *q, const char *name, int depth) {
   return 0;
 }
 
+/* Whether tensor b is made from tensor a by elementwise ops of one
+ * runtime input (constants aside): then a * b is a gate of a by itself
+ * (HardSwish written as x * Clip(x + 3, 0, 6) / 6, Swish as x *
+ * Sigmoid(x)), which the engine runs from a's bytes as one 256-entry
+ * table; quantizing the Mul would cut that chain in two. */
+static int derived_from(const es_quantizer *q, const char *b, const char *a, int depth) {
+  static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Clip", "Relu", "Sigmoid",
+                                   "HardSigmoid", "HardSwish", "Max", "Min", "Tanh", NULL};
+  if (!strcmp(a, b))
+    return 1;
+  int p = depth > 8 ? -1 : smap_get(&q->prod_map, b);
+  if (p < 0)
+    return 0;
+  const Onnx__NodeProto *n = q->g->node[p];
+  int known = 0;
+  for (int i = 0; ew[i]; i++)
+    known |= is_op(n, ew[i]);
+  if (!known)
+    return 0;
+  const char *src = NULL;
+  for (size_t k = 0; k < n->n_input; k++) {
+    if (!n->input[k][0] || init_of(q, n->input[k]))
+      continue;
+    if (src)
+      return 0; /* two runtime inputs */
+    src = n->input[k];
+  }
+  return src && derived_from(q, src, a, depth + 1);
+}
+
 static int classify(es_quantizer *q) {
   Onnx__GraphProto *g = q->g;
   smap near = {0};
@@ -765,7 +795,8 @@ static int classify(es_quantizer *q) {
       k = QK_ADD;
       qn->n_act = 2;
     } else if (is_op(n, "Mul") && n->n_input == 2 && is_activation(q, n->input[0]) &&
-               is_activation(q, n->input[1]) && strcmp(n->input[0], n->input[1]) &&
+               is_activation(q, n->input[1]) && !derived_from(q, n->input[1], n->input[0], 0) &&
+               !derived_from(q, n->input[0], n->input[1], 0) &&
                (conv_map(q, n->input[0], 0) || conv_map(q, n->input[1], 0))) {
       k = QK_MUL; /* a map scaled per channel (squeeze-excitation) or gated */
       qn->n_act = 2;
