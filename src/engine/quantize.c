@@ -696,12 +696,52 @@ static int near_outputs(es_quantizer *q, smap *near) {
   return rc;
 }
 
+static int derived_from(const es_quantizer *q, const char *b, const char *a, int depth);
+
+/* An elementwise node's one runtime source: its only runtime input, or
+ * the one its other runtime inputs are made from (x in x * Sigmoid(x));
+ * NULL for anything else. */
+static const char *ew_source(const es_quantizer *q, const Onnx__NodeProto *n, int depth) {
+  static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Clip", "Relu", "Sigmoid",
+                                   "HardSigmoid", "HardSwish", "Max", "Min", "Tanh", NULL};
+  int known = 0;
+  for (int i = 0; ew[i]; i++)
+    known |= is_op(n, ew[i]);
+  if (!known || depth > 8)
+    return NULL;
+  const char *src = NULL;
+  for (size_t k = 0; k < n->n_input; k++) {
+    const char *in = n->input[k];
+    if (!in[0] || init_of(q, in) || (src && derived_from(q, in, src, depth + 1)))
+      continue;
+    if (src && !derived_from(q, src, in, depth + 1))
+      return NULL; /* two independent runtime inputs */
+    src = in;
+  }
+  return src;
+}
+
+/* Whether tensor b is made from tensor a by elementwise ops of one
+ * runtime source (constants aside): then a * b is a gate of a by itself
+ * (HardSwish written as x * Clip(x + 3, 0, 6) / 6, Swish as x *
+ * Sigmoid(x)), which the engine runs from a's bytes as one 256-entry
+ * table; quantizing the Mul would cut that chain in two. */
+static int derived_from(const es_quantizer *q, const char *b, const char *a, int depth) {
+  if (!strcmp(a, b))
+    return 1;
+  int p = depth > 8 ? -1 : smap_get(&q->prod_map, b);
+  const char *src = p < 0 ? NULL : ew_source(q, q->g->node[p], depth + 1);
+  return src && derived_from(q, src, a, depth + 1);
+}
+
 /* Whether tensor name is a quantized convolution's feature map: made by
- * a Conv or ConvTranspose (or an Add or Concat of such) classified for
- * int8, possibly through value-preserving ops (Relu, Clip, Resize,
+ * a Conv or ConvTranspose (or an Add, Mul or Concat of such) classified
+ * for int8, possibly through value-preserving ops (Relu, Clip, Resize,
  * MaxPool). Adds and Concats are quantized only there (a pyramid's sums
  * and joins), not on a transformer's residual stream, whose float sums
- * carry more than 255 steps can (rec lost a character with them). */
+ * carry more than 255 steps can (rec lost a character with them); nor
+ * behind other activations (a HardSwish): rec's squeeze-excitations there,
+ * quantized, cost its held-out line a character too. */
 static int conv_map(const es_quantizer *q, const char *name, int depth) {
   int p = depth > 8 ? -1 : smap_get(&q->prod_map, name);
   if (p < 0)
@@ -715,36 +755,6 @@ static int conv_map(const es_quantizer *q, const char *name, int depth) {
        is_op(n, "MaxPool")) && n->n_input >= 1)
     return conv_map(q, n->input[0], depth + 1);
   return 0;
-}
-
-/* Whether tensor b is made from tensor a by elementwise ops of one
- * runtime input (constants aside): then a * b is a gate of a by itself
- * (HardSwish written as x * Clip(x + 3, 0, 6) / 6, Swish as x *
- * Sigmoid(x)), which the engine runs from a's bytes as one 256-entry
- * table; quantizing the Mul would cut that chain in two. */
-static int derived_from(const es_quantizer *q, const char *b, const char *a, int depth) {
-  static const char *const ew[] = {"Add", "Sub", "Mul", "Div", "Clip", "Relu", "Sigmoid",
-                                   "HardSigmoid", "HardSwish", "Max", "Min", "Tanh", NULL};
-  if (!strcmp(a, b))
-    return 1;
-  int p = depth > 8 ? -1 : smap_get(&q->prod_map, b);
-  if (p < 0)
-    return 0;
-  const Onnx__NodeProto *n = q->g->node[p];
-  int known = 0;
-  for (int i = 0; ew[i]; i++)
-    known |= is_op(n, ew[i]);
-  if (!known)
-    return 0;
-  const char *src = NULL;
-  for (size_t k = 0; k < n->n_input; k++) {
-    if (!n->input[k][0] || init_of(q, n->input[k]))
-      continue;
-    if (src)
-      return 0; /* two runtime inputs */
-    src = n->input[k];
-  }
-  return src && derived_from(q, src, a, depth + 1);
 }
 
 static int classify(es_quantizer *q) {
