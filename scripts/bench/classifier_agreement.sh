@@ -14,8 +14,8 @@
 # learnt their classes instead: the same architectures trained here from
 # their initialisation (scripts/zoo/train_classifier.py, a few minutes on
 # two cores) to tell which of ten sources a picture was cut from (the two
-# photos, their negative and grey versions, six rendered pages), on 3,000
-# pictures at 96x96 (seed 1); the 1,000 measured (seed 7) and the 16 for
+# photos, their negative and grey versions, six rendered pages), on 2,000
+# pictures at 64x64 (seed 1); the 1,000 measured (seed 7) and the 16 for
 # calibration (seed 99) are other pictures of the same sources. The trained
 # .onnx files are kept in .cache/zoo (NAME.trained.onnx).
 #   scripts/bench/classifier_agreement.sh [--models "resnet18 mobilenet_v2"] [--n 1000]
@@ -45,7 +45,7 @@ convert -size 480x360 xc:white -font DejaVu-Sans -fill black -pointsize 40 -anno
 pics=("$work/astronaut.ppm" "$work/coffee.ppm" "$work/page.ppm")
 size=160 variant=randnorm
 if [ $trained = 1 ]; then
-  size=96 variant=trained
+  size=64 variant=trained
   convert "$work/astronaut.ppm" -negate "$work/neg.ppm"
   convert "$work/coffee.ppm" -colorspace gray -colorspace sRGB -type TrueColor "$work/grey.ppm"
   pics+=("$work/neg.ppm" "$work/grey.ppm")
@@ -59,18 +59,20 @@ if [ $trained = 1 ]; then
   done
   command -v /usr/bin/python3 >/dev/null && /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null ||
     scripts/setup/deps.sh --zoo
-  node scripts/zoo/augment.js "$work/train" 3000 50 $size 1 "${pics[@]}"
+  node scripts/zoo/augment.js "$work/train" 2000 50 $size 1 "${pics[@]}"
+  node scripts/zoo/augment.js "$work/in" "$n" 25 $size 7 "${pics[@]}"
   for m in $models; do
     [ -f "$zoo/$m.trained.onnx" ] && continue
     mkdir -p "$zoo"
-    /usr/bin/python3 scripts/zoo/train_classifier.py "$m" "$work/train" ${#pics[@]} "$zoo/$m.trained.onnx"
+    /usr/bin/python3 scripts/zoo/train_classifier.py "$m" "$work/train" ${#pics[@]} \
+      "$zoo/$m.trained.onnx" --epochs 4 --val "$work/in"
   done
 else
   for m in $models; do
     [ -f "$zoo/$m.randnorm.onnx" ] || scripts/zoo/export.sh --models "$(tr ' ' ',' <<<"$models")"
   done
 fi
-node scripts/zoo/augment.js "$work/in" "$n" 25 $size 7 "${pics[@]}"
+[ -d "$work/in" ] || node scripts/zoo/augment.js "$work/in" "$n" 25 $size 7 "${pics[@]}"
 node scripts/zoo/augment.js "$work/cal" 16 1 $size 99 "${pics[@]}"
 bf16=1
 "$es" inspect "$zoo/$(cut -d' ' -f1 <<<"$models").$variant.onnx" --precision bf16 >/dev/null 2>&1 || bf16=0

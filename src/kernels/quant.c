@@ -51,9 +51,15 @@
 #include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* A loop GCC should vectorise 512 bits wide (its clones pick 256). */
+/* A loop the compiler should vectorise 512 bits wide (GCC's clones pick
+ * 256): GCC says so in the target string, clang by min_vector_width. */
+#if defined(__clang__)
+#define Q_AVX512                                                                                  \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), min_vector_width(512)))
+#else
 #define Q_AVX512                                                                                  \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")))
+#endif
 #endif
 
 /* ==========================================================================
