@@ -5,6 +5,12 @@
 #   bad WANT_STATUS WANT_TEXT COMMAND...: a refusal: the command must exit
 #     WANT_STATUS with WANT_TEXT in its output, else fail=1.
 #   text_ppm OUT.ppm WIDTH HEIGHT POINTSIZE X Y TEXT: black text on white.
+#   ocr_page OUT.png: the seven-line page the OCR checks read (ocr_truth;
+#     about 170 characters, so one misread is 0.6 points).
+#   ocr_accuracy REF.json OTHER.json NAME: `ocr --json` answers' character
+#     accuracy against ocr_truth (spaces aside: PP-OCRv4's dictionary reads
+#     most of them as nothing); OTHER (called NAME) within 1 point of REF,
+#     REF above 80%.
 #   serve_start LOG SERVE_OPTIONS...: `$es serve --port 0` in the background;
 #     sets spid, and port once it answers /v2/health/ready (empty if it
 #     died or took over a minute; the caller's checks then fail).
@@ -47,4 +53,35 @@ serve_start() {
     sleep 0.1
   done
   return 1
+}
+ocr_truth="Serial 4711-0815 OK|HELLO 2026 edge boxes|the quick brown fox jumps over the lazy dog|Invoice 0042 total 318.50 EUR|KServe v2 gateway camera 7|Pack my box with five dozen liquor jugs|Deliver to Dock 3, Gate B"
+ocr_page() {
+  text_ppm "$work/ocr_page.ppm" 640 640 36 30 80 'Serial 4711-0815 OK'
+  convert "$work/ocr_page.ppm" -font DejaVu-Sans -pointsize 24 -annotate +40+170 'HELLO 2026 edge boxes' \
+    -pointsize 16 -annotate +40+240 'the quick brown fox jumps over the lazy dog' \
+    -pointsize 22 -annotate +40+320 'Invoice 0042 total 318.50 EUR' \
+    -pointsize 20 -annotate +40+400 'KServe v2 gateway camera 7' \
+    -pointsize 18 -annotate +40+480 'Pack my box with five dozen liquor jugs' \
+    -pointsize 26 -annotate +40+560 'Deliver to Dock 3, Gate B' -depth 8 "$1"
+}
+ocr_accuracy() {
+  node -e '
+    const fs = require("fs");
+    const truth = process.argv[4].split("|").join("").replace(/ /g, "");
+    const read = (f) => JSON.parse(fs.readFileSync(f)).lines.map((l) => l.text).join("").replace(/ /g, "");
+    const dist = (a, b) => {
+      let prev = Array.from({length: b.length + 1}, (_, j) => j);
+      for (let i = 1; i <= a.length; i++) {
+        const cur = [i];
+        for (let j = 1; j <= b.length; j++)
+          cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+        prev = cur;
+      }
+      return prev[b.length];
+    };
+    const acc = (s) => 100 * (1 - dist(s, truth) / truth.length);
+    const a = acc(read(process.argv[1])), b = acc(read(process.argv[2]));
+    console.log(`fp32 ${a.toFixed(1)}%, ${process.argv[3]} ${b.toFixed(1)}% of ${truth.length} characters`);
+    process.exit(a > 80 && b >= a - 1 ? 0 : 1);
+  ' "$1" "$2" "$3" "$ocr_truth"
 }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# edgeserve quantize on the five target models, each checked three ways:
+# edgeserve quantize on the five target models, checked four ways (the
+# OCR pipeline with the three OCR files together):
 #   - ONNX Runtime runs the same QDQ file (its int8 kernels) and gives what
 #     edgeserve gives: the same faces, texts, classes, the same detection
 #     map to within 0.1% of its pixels;
 #   - against FP32 (the accuracy table): face boxes IoU >= 0.98 and
 #     as many faces, det's map on the same side of 0.3 for >= 99% of pixels,
 #     the same recognised text, the same direction class;
+#   - OCR with the three int8 files: character accuracy on a rendered page
+#     within 1 point of FP32;
 #   - the file: int8 weights at most 0.3x the FP32 weights of the nodes
 #     quantized for det and rec (the small convolutions of cls and BlazeFace
 #     pay more for their per-channel scales: printed, not asserted), and a
@@ -157,6 +160,20 @@ for m in rec cls; do
       "$work/es_$m/$f" "$work/ort_$m/$f" "$work/es_${m}32/$f"
   fi
 done
+# ---- OCR with the three int8 files: character accuracy on a page -------
+echo "== ocr int8"
+if [ -f "$work/det.onnx" ] && [ -f "$work/rec.onnx" ] && [ -f "$work/cls.onnx" ]; then
+  mkdir -p "$work/ocr8"
+  for m in det rec cls; do ln -s "$work/$m.onnx" "$work/ocr8/ppocr_$m.onnx"; done
+  ln -s "$models/ppocr_keys_v1.txt" "$work/ocr8/ppocr_keys_v1.txt"
+  ocr_page "$work/ocr_page.png"
+  if ES_MODEL_DIR="$models" "$es" ocr "$work/ocr_page.png" --json >"$work/ocr32.json" &&
+    ES_MODEL_DIR="$work/ocr8" "$es" ocr "$work/ocr_page.png" --precision int8 --json >"$work/ocr8.json"; then
+    check "int8 vs FP32 character accuracy" ocr_accuracy "$work/ocr32.json" "$work/ocr8.json" int8
+  else
+    echo "FAIL ocr with the int8 files"; fail=1
+  fi
+fi
 grep -q "opset: 9 -> 13" "$work/rec.onnx.log" ||
   { echo "FAIL rec: opset 9 was not raised to 13"; fail=1; }
 
