@@ -3,8 +3,9 @@
  * int8 weights) to QLinearMatMul, and of the QDQ Add, Mul, Concat and
  * GlobalAveragePool between them to the com.microsoft QLinear kernels:
  * a feature pyramid runs in 8 bits from its input's quantization on. A
- * nearest Resize moves before its DequantizeLinear (it copies bytes), and
- * a QuantizeLinear that undoes the DequantizeLinear before it goes.
+ * nearest Resize or a MaxPool moves before its DequantizeLinear (it
+ * copies or picks bytes), and a QuantizeLinear that undoes the
+ * DequantizeLinear before it goes.
  *
  * A QDQ model (what `edgeserve quantize` and ONNX Runtime's quantizer
  * write) says "int8" with QuantizeLinear / DequantizeLinear around float
@@ -439,7 +440,9 @@ static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi)) {
 }
 
 /* A nearest-neighbour Resize of a dequantized tensor copies dequantized
- * values, so it can copy the bytes before the DequantizeLinear as well:
+ * values, so it can copy the bytes before the DequantizeLinear as well
+ * (and a MaxPool pick the largest byte: the same value by a positive
+ * scale):
  *
  *   xq -> DQ(s, z) -> Resize(nearest) -> y   becomes   xq -> Resize -> DQ(s, z) -> y
  *
@@ -452,16 +455,21 @@ static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi)) {
  * is. 1 when rewritten. */
 static int commute_resize(es_graph *g, int ri) {
   const es_node *r = &g->nodes[ri];
-  if ((r->op != ES_OP_Resize && r->op != ES_OP_Upsample) || r->n_in < 1 || r->n_out != 1 ||
-      r->n_guard)
+  int pool = r->op == ES_OP_MaxPool;
+  if ((r->op != ES_OP_Resize && r->op != ES_OP_Upsample && !pool) || r->n_in < 1 ||
+      r->n_out != 1 || r->n_guard)
     return 0;
   const es_attr *m = es__node_attr(r, "mode");
   const es_attr *ct = es__node_attr(r, "coordinate_transformation_mode");
-  if ((m && (m->type != ES_ATTR_STRING || strcmp(m->s, "nearest"))) ||
-      (ct && (ct->type != ES_ATTR_STRING || !strcmp(ct->s, "tf_crop_and_resize"))))
+  if (!pool && ((m && (m->type != ES_ATTR_STRING || strcmp(m->s, "nearest"))) ||
+                (ct && (ct->type != ES_ATTR_STRING || !strcmp(ct->s, "tf_crop_and_resize")))))
     return 0;
   int di = per_tensor_dq(g, r->in[0]);
   if (di < 0 || g->nodes[di].n_guard)
+    return 0;
+  /* the largest of dequantized values is the dequantized largest byte
+   * while the scale is positive (a MaxPool's padding is ignored, not 0) */
+  if (pool && !(*(const float *)g->values[g->nodes[di].in[1]].data > 0))
     return 0;
   int rq, rc;
   if ((rc = es__graph_act_append(g, "", &rq)) < 0)

@@ -1767,6 +1767,27 @@ static void finalize(es_quantizer *q) {
   for (int k = 0; k < q->n_obs; k++)
     if (q->obs[k].need && !q->obs[k].out_kind)
       obs_params(q, &q->obs[k], NAN);
+  /* A MaxPool's or nearest Resize's output takes its input's scale and
+   * zero point when the input has a pair (its values are some of the
+   * input's): the engine then runs the op on the bytes and reads them on
+   * with no requantization between. */
+  for (int k = 0; k < q->n_obs; k++) {
+    qz_obs *o = &q->obs[k];
+    int p = o->need ? smap_get(&q->prod_map, o->name) : -1;
+    if (p < 0 || q->nodes[p].removed)
+      continue;
+    const Onnx__NodeProto *n = q->g->node[p];
+    Onnx__AttributeProto *mode = attr_find(n, "mode");
+    int copy = is_op(n, "MaxPool") ? n->n_output == 1
+               : is_op(n, "Resize") || is_op(n, "Upsample")
+                   ? !mode || (mode->has_s && mode->s.len == 7 && !memcmp(mode->s.data, "nearest", 7))
+                   : 0;
+    int j = copy && n->n_input >= 1 ? smap_get(&q->obs_map, n->input[0]) : -1;
+    if (j < 0 || !q->obs[j].need)
+      continue;
+    o->scale = q->obs[j].scale;
+    o->zp = q->obs[j].zp;
+  }
 }
 
 /* Node i, quantized, with its weight / bias DQs before it and its output

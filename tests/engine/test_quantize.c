@@ -410,17 +410,17 @@ static void test_qdq_add(void **state) {
 /* A feature pyramid with a detection head, float32, as det's neck and
  * head are built: convolutions, a squeeze-excitation (GlobalAveragePool,
  * Conv, Sigmoid, Mul), a residual Add, a nearest 2x upsampling added to
- * the finer map and joined with it (Concat), then two 2x2 stride-2
+ * the finer map (max-pooled 3x3) and joined with it (Concat), then two 2x2 stride-2
  * ConvTransposes, the first followed by a bias Add, BatchNormalization and
  * Relu, the last by a bias Add and the Sigmoid that ends the model.
  * Quantized, every node of it runs in 8 bits: the sums, joins, pooling and
- * scaling as the QLinear operators, the upsampling on bytes, the
+ * scaling as the QLinear operators, the upsampling and pooling on bytes, the
  * ConvTransposes as QLinearConvTranspose with the first's bias Add and
  * BatchNormalization folded in (the last's Add, which ends the model,
  * stays). The lowered model stays close to the unlowered graph and to
  * FP32, and the reference kernels give what oneDNN gives. */
 typedef struct op_tally {
-  int qadd, qmul, qgap, qcat, qconvt, q, dq, resize, fp;
+  int qadd, qmul, qgap, qcat, qconvt, q, dq, resize, maxpool, fp;
 } op_tally;
 
 static void tally_ops(void *user, const char *op, int n) {
@@ -441,6 +441,8 @@ static void tally_ops(void *user, const char *op, int n) {
     t->dq += n;
   else if (!strcmp(op, "Resize"))
     t->resize += n;
+  else if (!strcmp(op, "MaxPool"))
+    t->maxpool += n;
   else if (strncmp(op, "QLinear", 7) && strcmp(op, "QLookup"))
     t->fp += n;
 }
@@ -497,7 +499,10 @@ static uint8_t *pyramid_model(size_t *size) {
   ob_node(b, "Add", "a2", 2, "se", "r2");
   int rs = ob_node(b, "Resize", "u", 3, "a2", "", "up");
   ob_attr_string(b, rs, "mode", "nearest");
-  ob_node(b, "Add", "a1", 2, "r1", "u");
+  int mp = ob_node(b, "MaxPool", "mp", 1, "r1");
+  ob_attr_ints(b, mp, "kernel_shape", 2, (int64_t[]){3, 3});
+  ob_attr_ints(b, mp, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  ob_node(b, "Add", "a1", 2, "mp", "u");
   int cat = ob_node(b, "Concat", "cat", 2, "a1", "u");
   ob_attr_int(b, cat, "axis", 1);
   ob_node(b, "Conv", "hc", 2, "cat", "wh");
@@ -570,6 +575,7 @@ static void test_pyramid(void **state) {
   assert_int_equal(t.qcat, 1);
   assert_int_equal(t.qconvt, 2);
   assert_int_equal(t.resize, 1);
+  assert_int_equal(t.maxpool, 1); /* on bytes: no pair around it (below) */
   assert_int_equal(t.q, 1);  /* the input's */
   assert_int_equal(t.dq, 1); /* before t2's bias Add, which ends the model in float */
   op_tally tr = {0};
