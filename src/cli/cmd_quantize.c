@@ -402,8 +402,9 @@ int cli_cmd_quantize(int argc, char **argv) {
            c.opt.method == ES_QUANT_PERCENTILE ? "percentile"
            : c.opt.method == ES_QUANT_MSE    ? "least squared error"
                                              : "min-max");
-    printf("  nodes in int8: %d (activations folded: %d, BatchNormalization or bias Add folded: %d); left "
-           "in float: %d\n", s.nodes_quantized, s.activations_folded, s.bn_folded, s.nodes_excluded);
+    printf("  nodes in int8: %d (activations folded: %d, BatchNormalization or bias Add "
+           "folded: %d); left in float: %d\n",
+           s.nodes_quantized, s.activations_folded, s.bn_folded, s.nodes_excluded);
     if (c.opt.target_db > 0)
       printf("  accuracy search: %d nodes kept in float; outputs within %.1f dB of FP32 "
              "(target %.1f)\n", s.auto_excluded, s.sqnr_db, c.opt.target_db);

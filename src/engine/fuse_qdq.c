@@ -38,7 +38,6 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
-#include <stdio.h>
 
 static int is_const(const es_graph *g, int v) {
   return v >= 0 && g->values[v].kind == ES_VALUE_CONST && g->values[v].data;
@@ -301,8 +300,10 @@ static int lower_matmul(es_graph *g, int qi) {
  * as QLinearAdd(aq, sa, za, bq, sb, zb, sy, zy) (kernels/quant.c), which
  * reads and writes bytes: the sum in float32 as (a - za) (sa / sy) +
  * (b - zb) (sb / sy), one 8-bit step from the float graph's
- * ((a - za) sa + (b - zb) sb) / sy where the two round apart. All three
- * tensors must have one 8-bit type. 1 when rewritten, else 0. */
+ * ((a - za) sa + (b - zb) sb) / sy where the two round apart. A Mul (a
+ * squeeze-excitation's scale) likewise becomes QLinearMul, (a - za)(b -
+ * zb) (sa sb / sy). All three tensors must have one 8-bit type. 1 when
+ * rewritten, else 0. */
 static int lower_add(es_graph *g, int qi) {
   const es_node *q = &g->nodes[qi];
   int t = q->in[0];
@@ -367,7 +368,7 @@ static int lower_gap(es_graph *g, int qi) {
  * as QLinearConcat(sy, zy, x1, s1, z1, ...) (kernels/quant.c): an input
  * quantized like Y is copied, another requantized, which is what the
  * float graph computes for it. 1 when rewritten, else 0. */
-#define LOWER_CAT_MAX 64
+#define LOWER_CAT_MAX 10 /* the kernel can ask for 10 inputs in another layout */
 static int lower_concat(es_graph *g, int qi) {
   const es_node *q = &g->nodes[qi];
   int t = q->in[0];
@@ -496,8 +497,9 @@ static int commute_resize(es_graph *g, int ri) {
 }
 
 /* Q(DQ(xq, s, z), s, z) is xq: the byte dequantized and quantized again
- * by the same scale and zero point comes back (|s| >= the smallest normal
- * float keeps (q - z) s / s exact). Such pairs appear where a tensor and
+ * by the same scale and zero point comes back (with |s| a normal float
+ * below FLT_MAX / 256, (q - z) s / s is within 2^-15 of q - z, and nothing
+ * overflows). Such pairs appear where a tensor and
  * its copy were calibrated alike (an upsampling's output and input) and
  * the copy's DQ moved (commute_resize). The Q's readers read xq; the
  * nodes go with the prune. 1 when rewritten. */
@@ -513,7 +515,8 @@ static int elide_requant(es_graph *g, int qi) {
   const es_value *sq = &g->values[q->in[1]], *sd = &g->values[d->in[1]];
   const es_value *zq = &g->values[q->in[2]], *zd = &g->values[d->in[2]];
   float s = *(const float *)sd->data;
-  if (memcmp(sq->data, sd->data, sizeof(float)) || !(fabsf(s) >= FLT_MIN) || isinf(s) ||
+  if (memcmp(sq->data, sd->data, sizeof(float)) || !(fabsf(s) >= FLT_MIN) ||
+      !(fabsf(s) <= FLT_MAX / 256) ||
       zq->dtype != zd->dtype || memcmp(zq->data, zd->data, 1))
     return 0;
   int from = q->out[0], to = d->in[0];
