@@ -67,18 +67,25 @@
  * ======================================================================== */
 
 #if defined(__x86_64__)
-static int q_has_avx512bw(void) {
-  static _Atomic int has512 = -1; /* runs on any thread: asked once, kept atomically */
-  int has = atomic_load_explicit(&has512, memory_order_relaxed);
-  if (has < 0) {
-    has = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-          __builtin_cpu_supports("avx512dq");
-    atomic_store_explicit(&has512, has, memory_order_relaxed);
+/* The CPU's features these kernels pick paths by, asked once (runs on any
+ * thread: kept atomically): Q_CPU_512 AVX-512 BW, VL and DQ (the 512-bit
+ * loops), Q_CPU_VBMI AVX-512 VBMI and BW (byte tables). */
+enum { Q_CPU_512 = 1, Q_CPU_VBMI = 2, Q_CPU_ASKED = 4 };
+static int q_cpu(int feature) {
+  static _Atomic int flags;
+  int f = atomic_load_explicit(&flags, memory_order_relaxed);
+  if (!f) {
+    int bw = __builtin_cpu_supports("avx512bw");
+    f = Q_CPU_ASKED |
+        (bw && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+             ? Q_CPU_512
+             : 0) |
+        (bw && __builtin_cpu_supports("avx512vbmi") ? Q_CPU_VBMI : 0);
+    atomic_store_explicit(&flags, f, memory_order_relaxed);
   }
-  return has;
+  return (f & feature) != 0;
 }
 #endif
-
 
 /* Bounds that keep size arithmetic far from int64 overflow (as conv.c). */
 #define Q_DIM_MAX ((int64_t)1 << 40)
@@ -445,7 +452,7 @@ static int quant_run(const es_kinst *k, const void *const *in, void *const *out,
     if (ysg)
       quant_s8(in[0], s[0], zp, out[0], m->d);
 #if defined(__x86_64__)
-    else if (q_has_avx512bw())
+    else if (q_cpu(Q_CPU_512))
       quant_u8_512(in[0], s[0], zp, out[0], m->d);
 #endif
     else
@@ -1534,74 +1541,40 @@ static void qlookup_bytes(const uint8_t *x, const uint8_t *t, uint8_t *y, size_t
 }
 
 #if defined(__x86_64__)
-/* With AVX-512 VBMI a byte permute reads a 128-byte half of the table per
- * instruction: two of them and a blend on the index's top bit look up 64
- * bytes at once (the loop above does one byte at a time; a compiler cannot
- * vectorise a gather of bytes). */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void
-qlookup_vbmi(const uint8_t *x, const uint8_t *t, uint8_t *y, size_t n) {
-  const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
-  const __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m512i v = _mm512_loadu_si512(x + i);
-    __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
-    _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
-  }
-  qlookup_bytes(x + i, t, y + i, n - i);
-}
-#endif
-
-#if defined(__x86_64__)
 /* rows runs of w bytes, x's a stride xs apart, y's ys apart, each looked
- * up in t: the table loaded once, short runs (a channels-last join's
- * channels per pixel) by masked loads and stores. */
+ * up in t. With AVX-512 VBMI a byte permute reads a 128-byte half of the
+ * table per instruction: two of them and a blend on the index's top bit
+ * look up 64 bytes at once (a compiler cannot vectorise a gather of
+ * bytes); the table is loaded once, and short runs (a channels-last
+ * join's channels per pixel) go by masked loads and stores. */
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void
 qlookup_rows_vbmi(const uint8_t *x, size_t xs, const uint8_t *t, uint8_t *y, size_t ys, size_t w,
                   size_t rows) {
   const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
   const __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
-  for (size_t r = 0; r < rows; r++, x += xs, y += ys)
-    for (size_t i = 0; i < w; i += 64) {
-      size_t n = w - i < 64 ? w - i : 64;
-      __mmask64 m = n == 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+  for (size_t r = 0; r < rows; r++, x += xs, y += ys) {
+    size_t i = 0;
+    for (; i + 64 <= w; i += 64) {
+      __m512i v = _mm512_loadu_si512(x + i);
+      __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
+      _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
+    }
+    if (i < w) {
+      __mmask64 m = ((__mmask64)1 << (w - i)) - 1;
       __m512i v = _mm512_maskz_loadu_epi8(m, x + i);
       __m512i lo = _mm512_permutex2var_epi8(t0, v, t1), hi = _mm512_permutex2var_epi8(t2, v, t3);
       _mm512_mask_storeu_epi8(y + i, m, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), lo, hi));
     }
-}
-#endif
-
-static int q_has_vbmi(void) {
-#if defined(__x86_64__)
-  static _Atomic int vbmi = -1; /* runs on any thread: asked once, kept atomically */
-  int has = atomic_load_explicit(&vbmi, memory_order_relaxed);
-  if (has < 0) {
-    has = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
-    atomic_store_explicit(&vbmi, has, memory_order_relaxed);
   }
-  return has;
-#else
-  return 0;
-#endif
 }
-
-/* y[i] = t[x[i]] for n bytes: VBMI where the CPU has it. */
-static void q_lut8(const uint8_t *x, const uint8_t *t, uint8_t *y, size_t n) {
-#if defined(__x86_64__)
-  if (q_has_vbmi()) {
-    qlookup_vbmi(x, t, y, n);
-    return;
-  }
 #endif
-  qlookup_bytes(x, t, y, n);
-}
 
-/* q_lut8 on rows runs of w bytes, x's xs apart, y's ys apart. */
+/* y = t[x] on rows runs of w bytes, x's xs apart, y's ys apart: VBMI
+ * where the CPU has it. */
 static void q_lut8_rows(const uint8_t *x, size_t xs, const uint8_t *t, uint8_t *y, size_t ys,
                         size_t w, size_t rows) {
 #if defined(__x86_64__)
-  if (q_has_vbmi()) {
+  if (q_cpu(Q_CPU_VBMI)) {
     qlookup_rows_vbmi(x, xs, t, y, ys, w, rows);
     return;
   }
@@ -1613,7 +1586,7 @@ static void q_lut8_rows(const uint8_t *x, size_t xs, const uint8_t *t, uint8_t *
 static int qlookup_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
   (void)scratch;
   const qlookup_params *p = k->params;
-  q_lut8(in[0], in[1], out[0], p->count);
+  q_lut8_rows(in[0], p->count, in[1], out[0], p->count, p->count, 1);
   return 0;
 }
 
@@ -1874,7 +1847,7 @@ static int msbin_run(const es_kinst *k, const void *const *in, void *const *out,
   int fast = p->mul ? fabsf(rab) < 64.0f : fabsf(ra) + fabsf(rb) < 16384.0f;
   if ((p->chan || p->flat) && fast) {
 #if defined(__x86_64__)
-    if (q_has_avx512bw()) {
+    if (q_cpu(Q_CPU_512)) {
       msbin_fast512(p, in[0], in[3], out[0], ra, rb, rab, za, zb, zc, scratch);
       return 0;
     }
@@ -2068,7 +2041,7 @@ static int msgap_run(const es_kinst *k, const void *const *in, void *const *out,
       int32_t *acc = (int32_t *)(sum + p->c);
       const uint8_t *x = (const uint8_t *)in[0] + b * p->size * p->c;
 #if defined(__x86_64__)
-      if (q_has_avx512bw())
+      if (q_cpu(Q_CPU_512))
         msgap_sums512(x, sg, p->size, p->c, p->rep, sum, acc);
       else
 #endif
