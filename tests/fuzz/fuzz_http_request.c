@@ -24,6 +24,7 @@
  *   build with -DES_FUZZ=ON (clang), then: fuzz_http_request -max_total_time=60 CORPUS */
 #define _GNU_SOURCE 1 /* usleep, clock_gettime */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
@@ -171,15 +172,45 @@ static void direct(const uint8_t *data, size_t size) {
   free(copy);
 }
 
+/* connect(2), finished when a signal interrupts it: libFuzzer's unit timer
+ * raises SIGALRM every few seconds without SA_RESTART, and a connect that
+ * had to sleep (a loaded machine defers loopback's handshake) then fails
+ * with EINTR while the handshake goes on. Any other failure is the server's
+ * and is reported. */
+static int connect_loopback(int fd, const struct sockaddr_in *a) {
+  if (connect(fd, (const struct sockaddr *)a, sizeof *a) == 0)
+    return 0;
+  if (errno == EINTR) {
+    struct pollfd p = {fd, POLLOUT, 0};
+    int r;
+    do
+      r = poll(&p, 1, 10000);
+    while (r < 0 && errno == EINTR);
+    int err = r == 1 ? 0 : ETIMEDOUT;
+    socklen_t len = sizeof err;
+    if (r == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+      err = errno;
+    if (!err)
+      return 0;
+    errno = err;
+  }
+  fprintf(stderr, "connect to the server: %s\n", strerror(errno));
+  return -1;
+}
+
 /* Bytes on a socket: read what comes back until 100 ms of quiet, close. */
 static void raw(const uint8_t *data, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    fprintf(stderr, "socket: %s\n", strerror(errno));
+    abort();
+  }
   struct sockaddr_in a;
   memset(&a, 0, sizeof a);
   a.sin_family = AF_INET;
   a.sin_port = htons((uint16_t)g_port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0)
+  if (connect_loopback(fd, &a) < 0)
     abort();
   size_t off = 0;
   while (off < size) {
