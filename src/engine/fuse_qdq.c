@@ -1,6 +1,8 @@
 /* Load-time lowering of QDQ convolutions to QLinearConv (ConvTranspose to
- * the internal QLinearConvTranspose), of QDQ linear layers (MatMul by
- * int8 weights) to QLinearMatMul, and of the QDQ Add, Mul, Concat and
+ * the internal QLinearConvTranspose), of QDQ linear layers (MatMul or Gemm
+ * by int8 weights) to QLinearMatMul, of such layers whose output stays
+ * float (a model's last) to the same kernels with a float output, and of
+ * the QDQ Add, Mul, Concat and
  * GlobalAveragePool between them to the com.microsoft QLinear kernels:
  * a feature pyramid runs in 8 bits from its input's quantization on. A
  * nearest Resize or a MaxPool moves before its DequantizeLinear (it
@@ -134,11 +136,136 @@ static int x_dq(const es_graph *g, int v, int *xq, int *sx, int *zx, es_dtype *x
 
 static int per_tensor_dq(const es_graph *g, int v);
 
+/* A bias DQ(bq int32 [m], sx * sw[, 0]) quantized at exactly x's scale
+ * times w's (nsw: 1 or m scales), as quantizers write it: bq, else -1. */
+static int dq_bias(const es_graph *g, int v, int64_t m, int sx, int sw, int64_t nsw) {
+  int db = producer_is(g, v, ES_OP_DequantizeLinear);
+  if (db < 0)
+    return -1;
+  const es_node *nb = &g->nodes[db];
+  int bq = nb->in[0], sb = nb->in[1];
+  if (!is_const(g, bq) || g->values[bq].dtype != ES_DTYPE_INT32 || g->values[bq].rank != 1 ||
+      g->values[bq].dims[0] != m || !is_const(g, sb) || g->values[sb].dtype != ES_DTYPE_FLOAT)
+    return -1;
+  if (nb->n_in > 2 && nb->in[2] >= 0) {
+    if (!is_const(g, nb->in[2]) || g->values[nb->in[2]].dtype != ES_DTYPE_INT32)
+      return -1;
+    const int32_t *z = g->values[nb->in[2]].data;
+    for (size_t i = 0; i < const_count(g, nb->in[2]); i++)
+      if (z[i])
+        return -1;
+  }
+  int64_t nsb = (int64_t)const_count(g, sb);
+  if (nsb != 1 && nsb != m)
+    return -1;
+  const float *bs = g->values[sb].data, *ws = g->values[sw].data;
+  float xs = *(const float *)g->values[sx].data;
+  for (int64_t o = 0; o < m; o++) {
+    float want = xs * ws[nsw == 1 ? 0 : o], have = bs[nsb == 1 ? 0 : o];
+    if (memcmp(&want, &have, sizeof want))
+      return -1;
+  }
+  return bq;
+}
+
+/* A dequantized int8 weight DQ(wq, sw[, zw]) of rank rank_lo..rank_hi
+ * whose scale is per tensor or has m values along axis wax: sets v[3..5]
+ * (wq, sw, zw or -1) and *nsw. 1 when it is one, else 0. */
+static int dq_weight(const es_graph *g, int v_in, int rank_lo, int rank_hi, int64_t m,
+                     int64_t wax, int per_ok, int *v, int64_t *nsw) {
+  int dw = producer_is(g, v_in, ES_OP_DequantizeLinear);
+  if (dw < 0)
+    return 0;
+  const es_node *nw = &g->nodes[dw];
+  int wq = nw->in[0], sw = nw->in[1], zw = nw->n_in > 2 ? nw->in[2] : -1;
+  const es_value *wv = &g->values[wq];
+  if (!is_const(g, wq) || wv->dtype != ES_DTYPE_INT8 || wv->rank < rank_lo ||
+      wv->rank > rank_hi || !is_const(g, sw) || g->values[sw].dtype != ES_DTYPE_FLOAT)
+    return 0;
+  *nsw = (int64_t)const_count(g, sw);
+  if (*nsw != 1) {
+    int64_t axis = attr_int(nw, "axis", 1);
+    if (!per_ok || g->values[sw].rank != 1 || *nsw != m ||
+        (axis != wax && axis != wax - wv->rank))
+      return 0;
+  }
+  if (zw >= 0 && (!is_const(g, zw) || g->values[zw].dtype != ES_DTYPE_INT8 ||
+                  (int64_t)const_count(g, zw) != *nsw))
+    return 0;
+  v[3] = wq, v[4] = sw, v[5] = zw;
+  return 1;
+}
+
+/* The int8 operands of convolution ci (Conv or ConvTranspose) whose x,
+ * W and B are dequantized: v[0..5] = xq, sx, zx, wq, sw, zw (zero points
+ * made when the DQs omit them) and *bq (-1: no bias). 1 when the pattern
+ * holds, 0 when not, < 0 on error. */
+static int conv_parts(es_graph *g, int ci, int v[6], int *bq) {
+  const es_node *c = &g->nodes[ci];
+  int tr = c->op == ES_OP_ConvTranspose;
+  if (c->n_in < 2 || c->n_out != 1 || c->n_guard)
+    return 0;
+  if (tr) { /* the kernel's geometry: explicit pads (or VALID), no output_shape */
+    const es_attr *ap = es__node_attr(c, "auto_pad");
+    if (es__node_attr(c, "output_shape") ||
+        (ap && (ap->type != ES_ATTR_STRING ||
+                (strcmp(ap->s, "NOTSET") && strcmp(ap->s, "VALID")))))
+      return 0;
+  }
+  /* x: DQ(xq, sx[, zx]) */
+  es_dtype xt;
+  if (x_dq(g, c->in[0], &v[0], &v[1], &v[2], &xt) < 0)
+    return 0;
+  /* W: DQ(wq int8, sw per tensor or along the output channels[, zw]):
+   * W's axis 0 ([M, C/g, k...]), a transposed one's axis 1 ([C, M/g,
+   * k...]; per channel only with one group) */
+  int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
+  if (dw < 0 || !is_const(g, g->nodes[dw].in[0]) || g->values[g->nodes[dw].in[0]].rank < 3)
+    return 0;
+  const es_value *wv = &g->values[g->nodes[dw].in[0]];
+  int64_t group = attr_int(c, "group", 1), nsw;
+  int64_t m = tr ? wv->dims[1] * group : wv->dims[0];
+  if (!dq_weight(g, c->in[1], 3, 5, m, tr ? 1 : 0, !tr || group == 1, v, &nsw))
+    return 0;
+  /* B: DQ(bq int32, sx * sw) */
+  *bq = -1;
+  if (c->n_in > 2 && c->in[2] >= 0 && (*bq = dq_bias(g, c->in[2], m, v[1], v[4], nsw)) < 0)
+    return 0;
+  int rc;
+  if (v[2] < 0 && (rc = zero_const(g, xt, 1, &v[2])) < 0)
+    return rc;
+  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsw, &v[5])) < 0)
+    return rc;
+  return 1;
+}
+
+/* The attributes of node base plus "activation" (relu) and, with
+ * float_out, "_float_out" 1; *n set. NULL when out of memory. */
+static es_attr *attrs_plus(es_graph *g, int base, int relu, int float_out, int transb, int *n) {
+  const es_node *c = &g->nodes[base];
+  es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(c->n_attr + 3) * sizeof *attrs);
+  if (!attrs)
+    return NULL;
+  *n = c->n_attr;
+  if (c->n_attr)
+    memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof *attrs);
+  const char *names[3] = {"activation", "_float_out", "_transB"};
+  int64_t vals[3] = {relu, float_out, transb};
+  for (int i = 0; i < 3; i++) {
+    if (i > 0 && !vals[i])
+      continue;
+    char *an = es__ctx_strdup(&g->ctx, names[i]);
+    if (!an)
+      return NULL;
+    attrs[(*n)++] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = vals[i], .tensor = -1};
+  }
+  return attrs;
+}
+
 /* Node qi (a QuantizeLinear) and the Conv it quantizes, as one
  * QLinearConv; 1 when rewritten, 0 when the pattern does not hold. */
 static int lower_conv(es_graph *g, int qi) {
-  const es_node *q = &g->nodes[qi];
-  int t = q->in[0], relu = 0;
+  int t = g->nodes[qi].in[0], relu = 0;
   if (!inner(g, t))
     return 0;
   int ci = producer_is(g, t, ES_OP_Relu);
@@ -153,143 +280,124 @@ static int lower_conv(es_graph *g, int qi) {
     ci = producer_is(g, t, ES_OP_ConvTranspose);
   if (ci < 0)
     return 0;
-  const es_node *c = &g->nodes[ci];
-  int tr = c->op == ES_OP_ConvTranspose;
-  if (c->n_in < 2)
-    return 0;
-  if (tr) { /* the kernel's geometry: explicit pads (or VALID), no output_shape */
-    const es_attr *ap = es__node_attr(c, "auto_pad");
-    if (es__node_attr(c, "output_shape") ||
-        (ap && (ap->type != ES_ATTR_STRING ||
-                (strcmp(ap->s, "NOTSET") && strcmp(ap->s, "VALID")))))
-      return 0;
-  }
-  /* x: DQ(xq, sx[, zx]) */
-  int xq, sx, zx;
-  es_dtype xt;
-  if (x_dq(g, c->in[0], &xq, &sx, &zx, &xt) < 0)
-    return 0;
-  /* W: DQ(wq int8, sw per tensor or along axis 0[, zw]) */
-  int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
-  if (dw < 0)
-    return 0;
-  const es_node *nw = &g->nodes[dw];
-  int wq = nw->in[0], sw = nw->in[1], zw = nw->n_in > 2 ? nw->in[2] : -1;
-  const es_value *wv = &g->values[wq];
-  if (!is_const(g, wq) || wv->dtype != ES_DTYPE_INT8 || wv->rank < 3 || !is_const(g, sw) ||
-      g->values[sw].dtype != ES_DTYPE_FLOAT)
-    return 0;
-  /* output channels: W's axis 0 ([M, C/g, k...]), a transposed one's
-   * axis 1 ([C, M/g, k...]; per channel only with one group) */
-  int64_t group = attr_int(c, "group", 1), wax = tr ? 1 : 0;
-  int64_t m = tr ? wv->dims[1] * group : wv->dims[0], nsw = (int64_t)const_count(g, sw);
-  if (nsw != 1) {
-    int64_t axis = attr_int(nw, "axis", 1);
-    if (g->values[sw].rank != 1 || nsw != m || (tr && group != 1) ||
-        (axis != wax && axis != wax - wv->rank))
-      return 0;
-  }
-  if (zw >= 0 && (!is_const(g, zw) || g->values[zw].dtype != ES_DTYPE_INT8 ||
-                  (int64_t)const_count(g, zw) != nsw))
-    return 0;
-  /* B: DQ(bq int32, sx * sw) */
-  int bq = -1;
-  if (c->n_in > 2 && c->in[2] >= 0) {
-    int db = producer_is(g, c->in[2], ES_OP_DequantizeLinear);
-    if (db < 0)
-      return 0;
-    const es_node *nb = &g->nodes[db];
-    bq = nb->in[0];
-    int sb = nb->in[1];
-    if (!is_const(g, bq) || g->values[bq].dtype != ES_DTYPE_INT32 ||
-        g->values[bq].rank != 1 || g->values[bq].dims[0] != m || !is_const(g, sb) ||
-        g->values[sb].dtype != ES_DTYPE_FLOAT)
-      return 0;
-    if (nb->n_in > 2 && nb->in[2] >= 0) {
-      if (!is_const(g, nb->in[2]) || g->values[nb->in[2]].dtype != ES_DTYPE_INT32)
-        return 0;
-      const int32_t *z = g->values[nb->in[2]].data;
-      for (size_t i = 0; i < const_count(g, nb->in[2]); i++)
-        if (z[i])
-          return 0;
-    }
-    int64_t nsb = (int64_t)const_count(g, sb);
-    if (nsb != 1 && nsb != m)
-      return 0;
-    const float *bs = g->values[sb].data, *ws = g->values[sw].data;
-    float xs = *(const float *)g->values[sx].data;
-    for (int64_t o = 0; o < m; o++) {
-      float want = xs * ws[nsw == 1 ? 0 : o], have = bs[nsb == 1 ? 0 : o];
-      if (memcmp(&want, &have, sizeof want))
-        return 0;
-    }
-  }
-  int rc;
-  if (zx < 0 && (rc = zero_const(g, xt, 1, &zx)) < 0)
+  int v[9], bq, rc, na;
+  if ((rc = conv_parts(g, ci, v, &bq)) <= 0)
     return rc;
-  if (zw < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsw, &zw)) < 0)
-    return rc;
-  c = &g->nodes[ci]; /* the values array may have moved, the nodes not */
-  q = &g->nodes[qi];
-  es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(c->n_attr + 1) * sizeof *attrs);
-  char *an = es__ctx_strdup(&g->ctx, "activation");
-  if (!attrs || !an)
+  int tr = g->nodes[ci].op == ES_OP_ConvTranspose;
+  es_attr *attrs = attrs_plus(g, ci, relu, 0, 0, &na);
+  if (!attrs)
     return es__fail(ES_ENOMEM, "out of memory lowering a QDQ convolution");
-  if (c->n_attr)
-    memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof *attrs);
-  attrs[c->n_attr] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = relu, .tensor = -1};
-  int v[9] = {xq, sx, zx, wq, sw, zw, q->in[1], q->in[2], bq};
+  v[6] = g->nodes[qi].in[1], v[7] = g->nodes[qi].in[2], v[8] = bq;
   return lower_to(g, qi, ci, tr ? ES_OP_QLinearConvTranspose : ES_OP_QLinearConv, v,
-                  bq >= 0 ? 9 : 8, attrs, c->n_attr + 1);
+                  bq >= 0 ? 9 : 8, attrs, na);
 }
 
-/* Node qi and the MatMul it quantizes, a linear layer:
- *
- *   aq -> DQ(sa, za) -> MatMul(B: DQ(bq int8 [K, N], sb per tensor or per
- *   column, axis 1[, zb])) -> Q(sy, zy)
- *
- * as QLinearMatMul(aq, sa, za, bq, sb, zb, sy, zy), which the kernel runs
- * as oneDNN's int8 matmul. 1 when rewritten, 0 when the pattern does not
- * hold (a product of two activations, attention's, stays as it is). */
-static int lower_matmul(es_graph *g, int qi) {
-  const es_node *q = &g->nodes[qi];
-  int t = q->in[0];
-  if (!inner(g, t))
+/* The int8 operands of linear layer li: a MatMul by a dequantized int8
+ * B [K, N] (scale per tensor or per column, axis 1), or a Gemm (alpha and
+ * beta 1, no transA) by B [K, N] or, transB, [N, K] (scale along axis 0)
+ * plus C = DQ(bq int32 [N], sa * sb). v[0..5] = aq, sa, za, bq, sb, zb
+ * (zero points made when omitted), *bias (-1: none), *transb. 1 when the
+ * pattern holds, 0 when not (a product of two activations, attention's,
+ * stays as it is), < 0 on error. */
+static int linear_parts(es_graph *g, int li, int v[6], int *bias, int *transb) {
+  const es_node *mm = &g->nodes[li];
+  int gemm = mm->op == ES_OP_Gemm;
+  *bias = -1;
+  *transb = 0;
+  if (mm->n_out != 1 || mm->n_guard || (!gemm && mm->n_in != 2) ||
+      (gemm && (mm->n_in < 2 || mm->n_in > 3)))
     return 0;
-  int mi = producer_is(g, t, ES_OP_MatMul);
-  if (mi < 0 || g->nodes[mi].n_in != 2)
-    return 0;
-  const es_node *mm = &g->nodes[mi];
-  int aq, sa, za;
+  if (gemm) {
+    const es_attr *al = es__node_attr(mm, "alpha"), *be = es__node_attr(mm, "beta");
+    if ((al && (al->type != ES_ATTR_FLOAT || al->f != 1)) ||
+        (be && (be->type != ES_ATTR_FLOAT || be->f != 1)) || attr_int(mm, "transA", 0))
+      return 0;
+    *transb = attr_int(mm, "transB", 0) != 0;
+  }
   es_dtype at;
-  if (x_dq(g, mm->in[0], &aq, &sa, &za, &at) < 0)
+  if (x_dq(g, mm->in[0], &v[0], &v[1], &v[2], &at) < 0)
     return 0;
   int db = producer_is(g, mm->in[1], ES_OP_DequantizeLinear);
-  if (db < 0)
+  if (db < 0 || !is_const(g, g->nodes[db].in[0]) || g->values[g->nodes[db].in[0]].rank != 2)
     return 0;
-  const es_node *nb = &g->nodes[db];
-  int bq = nb->in[0], sb = nb->in[1], zb = nb->n_in > 2 ? nb->in[2] : -1;
-  const es_value *bv = &g->values[bq];
-  if (!is_const(g, bq) || bv->dtype != ES_DTYPE_INT8 || bv->rank != 2 || !is_const(g, sb) ||
-      g->values[sb].dtype != ES_DTYPE_FLOAT)
+  int64_t n = g->values[g->nodes[db].in[0]].dims[*transb ? 0 : 1], nsb;
+  if (!dq_weight(g, mm->in[1], 2, 2, n, *transb ? 0 : 1, 1, v, &nsb))
     return 0;
-  int64_t n = bv->dims[1], nsb = (int64_t)const_count(g, sb);
-  if (nsb != 1) {
-    int64_t axis = attr_int(nb, "axis", 1);
-    if (g->values[sb].rank != 1 || nsb != n || (axis != 1 && axis != -1))
-      return 0;
-  }
-  if (zb >= 0 && (!is_const(g, zb) || g->values[zb].dtype != ES_DTYPE_INT8 ||
-                  (int64_t)const_count(g, zb) != nsb))
+  if (gemm && mm->n_in > 2 && mm->in[2] >= 0 &&
+      (*bias = dq_bias(g, mm->in[2], n, v[1], v[4], nsb)) < 0)
     return 0;
   int rc;
-  if (za < 0 && (rc = zero_const(g, at, 1, &za)) < 0)
+  if (v[2] < 0 && (rc = zero_const(g, at, 1, &v[2])) < 0)
     return rc;
-  if (zb < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsb, &zb)) < 0)
+  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsb, &v[5])) < 0)
     return rc;
-  q = &g->nodes[qi];
-  int v[8] = {aq, sa, za, bq, sb, zb, q->in[1], q->in[2]};
-  return lower_to(g, qi, mi, ES_OP_QLinearMatMul, v, 8, NULL, 0);
+  return 1;
+}
+
+/* Node qi and the linear layer it quantizes (through a Relu, for a Gemm:
+ * its bias goes in before the Relu):
+ *
+ *   aq -> DQ(sa, za) -> MatMul or Gemm(B: DQ(bq int8, sb[, zb]), C: DQ(bias
+ *   int32, sa * sb)) [-> Relu] -> Q(sy, zy)
+ *
+ * as QLinearMatMul(aq, sa, za, bq, sb, zb, sy, zy[, bias]) (the bias, the
+ * Relu as "activation" and "_transB" the kernel's own extensions), which
+ * runs as oneDNN's int8 matmul. 1 when rewritten, 0 when the pattern does
+ * not hold. */
+static int lower_matmul(es_graph *g, int qi) {
+  int t = g->nodes[qi].in[0], relu = 0;
+  if (!inner(g, t))
+    return 0;
+  int mi = producer_is(g, t, ES_OP_Relu);
+  if (mi >= 0) {
+    relu = 1;
+    t = g->nodes[mi].in[0];
+    if (!inner(g, t))
+      return 0;
+  }
+  mi = producer_is(g, t, ES_OP_MatMul);
+  if (mi < 0)
+    mi = producer_is(g, t, ES_OP_Gemm);
+  if (mi < 0)
+    return 0;
+  int v[9], bias, transb, rc, na;
+  if ((rc = linear_parts(g, mi, v, &bias, &transb)) <= 0)
+    return rc;
+  es_attr *attrs = attrs_plus(g, mi, relu, 0, transb, &na);
+  if (!attrs)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ linear layer");
+  v[6] = g->nodes[qi].in[1], v[7] = g->nodes[qi].in[2], v[8] = bias;
+  return lower_to(g, qi, mi, ES_OP_QLinearMatMul, v, bias >= 0 ? 9 : 8, attrs, na);
+}
+
+/* A convolution or linear layer of dequantized int8 operands whose output
+ * stays float (no QuantizeLinear follows: a model's last layers, which
+ * quantizers leave in float for accuracy) as the int8 kernel with a float
+ * output: QLinearConv, QLinearConvTranspose or QLinearMatMul without y's
+ * scale and zero point, attribute "_float_out" 1. The kernel writes the
+ * exact integer sum plus the bias, times sx * sw: what the float operator
+ * computes on the dequantized values, in another summation order. The
+ * weights stay int8 in memory. 1 when rewritten. */
+static int lower_float_out(es_graph *g, int i) {
+  es_op op = g->nodes[i].op;
+  int v[9], bias, transb = 0, rc, na;
+  if (op == ES_OP_Conv || op == ES_OP_ConvTranspose)
+    rc = conv_parts(g, i, v, &bias);
+  else if (op == ES_OP_MatMul || op == ES_OP_Gemm)
+    rc = linear_parts(g, i, v, &bias, &transb);
+  else
+    return 0;
+  if (rc <= 0)
+    return rc;
+  es_attr *attrs = attrs_plus(g, i, 0, 1, transb, &na);
+  if (!attrs)
+    return es__fail(ES_ENOMEM, "out of memory lowering a QDQ %s", es__op_name(op));
+  v[6] = v[7] = -1;
+  v[8] = bias;
+  es_op to = op == ES_OP_Conv            ? ES_OP_QLinearConv
+             : op == ES_OP_ConvTranspose ? ES_OP_QLinearConvTranspose
+                                         : ES_OP_QLinearMatMul;
+  return lower_to(g, i, i, to, v, 9, attrs, na);
 }
 
 /* Node qi and the Add of two dequantized 8-bit tensors it quantizes (a
@@ -415,15 +523,15 @@ static int lower_one(es_graph *g, int qi) {
   return rc != 0 ? rc : lower_concat(g, qi);
 }
 
-/* fn on every QuantizeLinear (1: it rewrote the node there), then the
- * nodes nothing reads any more go. */
-static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi)) {
+/* fn on every QuantizeLinear, or with any_op on every node (1: it
+ * rewrote the node there), then the nodes nothing reads any more go. */
+static int lower_each(es_graph *g, int (*fn)(es_graph *g, int qi), int any_op) {
   if (!es__graph_fusion_enabled())
     return 0;
   es__graph_reindex(g);
   int changed = 0;
   for (int i = 0; i < g->n_nodes; i++) {
-    if (g->nodes[i].op != ES_OP_QuantizeLinear)
+    if (!any_op && g->nodes[i].op != ES_OP_QuantizeLinear)
       continue;
     int rc = fn(g, i);
     if (rc < 0)
@@ -543,9 +651,9 @@ int es__graph_lower_qdq(es_graph *g) {
     es__graph_reindex(g);
     es__graph_prune(g);
   }
-  if ((rc = lower_each(g, elide_requant)) < 0)
+  if ((rc = lower_each(g, elide_requant, 0)) < 0 || (rc = lower_each(g, lower_one, 0)) < 0)
     return rc;
-  return lower_each(g, lower_one);
+  return lower_each(g, lower_float_out, 1);
 }
 
 /* ==========================================================================
@@ -777,4 +885,4 @@ static int lookup_one(es_graph *g, int qi) {
   return 1;
 }
 
-int es__graph_lower_lookups(es_graph *g) { return lower_each(g, lookup_one); }
+int es__graph_lower_lookups(es_graph *g) { return lower_each(g, lookup_one, 0); }

@@ -483,6 +483,8 @@ static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
   case ES_OP_QLinearMatMul:
   case ES_OP_QLinearConv:
   case ES_OP_QLinearConvTranspose:
+    if (es__fz_attr_int(nd, "_float_out", 0, &to) && to) /* engine/fuse_qdq.c's */
+      return ES_DTYPE_FLOAT;
     return input_dtype(f, nd, 7); /* y_zero_point's */
   case ES_OP_Cast:
     return es__fz_attr_int(nd, "to", 0, &to) && es_dtype_size((es_dtype)to) ? (es_dtype)to
@@ -588,10 +590,17 @@ static void shape_node(fuser *f, const es_node *nd) {
     es__fz_shape_of(f, nd->n_in > 1 ? nd->in[1] : -1, &b);
     shape_matmul(f, &x, &b, &o);
     break;
-  case ES_OP_QLinearMatMul:
+  case ES_OP_QLinearMatMul: {
     es__fz_shape_of(f, nd->n_in > 3 ? nd->in[3] : -1, &b);
+    int64_t tb = 0;
+    if (es__fz_attr_int(nd, "_transB", 0, &tb) && tb && b.rank == 2) { /* B is [N, K] */
+      int64_t d0 = b.d[0];
+      b.d[0] = b.d[1];
+      b.d[1] = d0;
+    }
     shape_matmul(f, &x, &b, &o);
     break;
+  }
   case ES_OP_QuantizeLinear:
   case ES_OP_DequantizeLinear:
   case ES_OP_DynamicQuantizeLinear:

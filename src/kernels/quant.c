@@ -3,7 +3,11 @@
  * ConvInteger, QLinearMatMul, QLinearConv and the internal
  * QLinearConvTranspose (a QDQ ConvTranspose lowered at load; W as
  * ConvTranspose's, [C, M/group, k...]) (8-bit, uint8 or int8); then
- * QLookup and the com.microsoft QLinear operators.
+ * QLookup and the com.microsoft QLinear operators. What QDQ layers lower
+ * to adds three internal extensions: QLinearMatMul's "_transB" (B [N, K],
+ * a Gemm's), bias (input 8) and "activation"; and both products'
+ * "_float_out" (y's scale and zero point absent, the output float32: the
+ * layer a model ends with).
  *
  * The arithmetic is ONNX's, in the order ONNX Runtime evaluates it, so
  * results agree to the bit:
@@ -586,11 +590,41 @@ typedef struct qmm_params {
   /* QLinearMatMul */
   int sa_rows, sb_cols;                /* scale per row of A, per column of B */
   int ys;                              /* Y signed */
+  /* ... and the extensions a QDQ linear layer lowers to (engine/fuse_qdq.c) */
+  int transb;                          /* "_transB": B is [N, K] */
+  int has_bias;                        /* input 8: int32 [N], added before the scale */
+  int relu;                            /* "activation" 1: Relu before the rounding */
+  int fout;                            /* "_float_out": Y is float32 = sum * a_scale * b_scale */
   int32_t lo, hi;
   int use_dnnl;                        /* oneDNN's int8 matmul (qmm_dnnl_fits) */
   es_dnnl_prim dnnl;
   float *scales;                       /* its requantization: a_scale * b_scale[j] / y_scale */
 } qmm_params;
+
+/* QLinearConv's and QLinearMatMul's float output (attribute "_float_out",
+ * which the lowering of a QDQ layer with a float output sets, y's scale
+ * and zero point absent): 0 or 1, or an error. */
+static int q_float_out(es_kinst *k, int *fout) {
+  int64_t v;
+  int rc = es__attr_int(k, "_float_out", 0, &v);
+  if (rc < 0)
+    return rc;
+  *fout = v != 0;
+  if (*fout && ((k->n_in > 6 && k->in[6]) || (k->n_in > 7 && k->in[7])))
+    return ES_KFAIL(k, ES_EMODEL, "_float_out: y_scale and y_zero_point must be absent");
+  return 0;
+}
+
+static int q_activation(es_kinst *k, int *relu) {
+  int64_t act;
+  int rc = es__attr_int(k, "activation", 0, &act);
+  if (rc < 0)
+    return rc;
+  if (act != 0 && act != 1)
+    return ES_KFAIL(k, ES_EMODEL, "activation %lld is not 0 (none) or 1 (Relu)", (long long)act);
+  *relu = act == 1;
+  return 0;
+}
 
 /* Input indices per op: A, B, za, zb (MatMulInteger: 0 1 2 3; QLinearMatMul:
  * 0 3 2 5, scales 1 4, Y's 6 7). */
@@ -654,29 +688,47 @@ static int qmm_dnnl_fits(const es_kinst *k, const qmm_params *p) {
 }
 
 static int qmm_dnnl_setup(es_kinst *k, qmm_params *p) {
-  dnnl_dims_t ad = {p->batch * p->m, p->k}, bd = {p->k, p->n}, cd = {p->batch * p->m, p->n};
-  dnnl_memory_desc_t amd, bmd, bany, cmd;
+  dnnl_dims_t ad = {p->batch * p->m, p->k}, bd = {p->k, p->n}, cd = {p->batch * p->m, p->n},
+              biasd = {1, p->n};
+  dnnl_memory_desc_t amd, bmd, bany, cmd, biasmd;
   dnnl_status_t st = dnnl_memory_desc_init_by_tag(&amd, 2, ad, p->as ? dnnl_s8 : dnnl_u8, dnnl_ab);
-  if (st == dnnl_success)
-    st = dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, dnnl_ab);
+  if (st == dnnl_success) /* B [N, K] is B [K, N] with its strides swapped */
+    st = dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, p->transb ? dnnl_ba : dnnl_ab);
   if (st == dnnl_success)
     st = dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8, dnnl_format_tag_any);
   if (st == dnnl_success)
-    st = dnnl_memory_desc_init_by_tag(&cmd, 2, cd, p->ys ? dnnl_s8 : dnnl_u8, dnnl_ab);
+    st = dnnl_memory_desc_init_by_tag(&cmd, 2, cd,
+                                      p->fout ? dnnl_f32 : p->ys ? dnnl_s8 : dnnl_u8, dnnl_ab);
+  if (st == dnnl_success)
+    st = dnnl_memory_desc_init_by_tag(&biasmd, 2, biasd, dnnl_s32, dnnl_ab);
   if (st != dnnl_success)
     return es__dnnl_fail(k, st, "describing the int8 tensors");
-  const float *sa = k->in_static[1], *sb = k->in_static[4], *sy = k->in_static[6];
+  const float *sa = k->in_static[1], *sb = k->in_static[4];
+  float sy = p->fout ? 1.0f : *(const float *)k->in_static[6];
   int64_t ns = p->sb_cols ? p->n : 1;
   if (!(p->scales = es__kinst_alloc(k, (size_t)ns * sizeof *p->scales)))
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the scales");
   for (int64_t j = 0; j < ns; j++)
-    p->scales[j] = sa[0] * sb[j] / sy[0]; /* as the loops compute it */
+    p->scales[j] = p->fout ? sa[0] * sb[j] : sa[0] * sb[j] / sy; /* as the loops compute it */
   es_dnnl_quant q = {p->scales, ns, p->has_za ? q_at8(k->in_static[2], p->as, 0) : 0,
-                     q_at8(k->in_static[7], p->ys, 0), 0};
+                     p->fout ? 0 : q_at8(k->in_static[7], p->ys, 0), 0};
+  dnnl_post_ops_t po = NULL;
+  if (p->relu) {
+    st = dnnl_post_ops_create(&po);
+    if (st == dnnl_success)
+      st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    if (st != dnnl_success) {
+      if (po)
+        dnnl_post_ops_destroy(po);
+      return es__dnnl_fail(k, st, "describing the fused Relu");
+    }
+  }
   dnnl_matmul_desc_t d;
-  st = dnnl_matmul_desc_init(&d, &amd, &bany, NULL, &cmd);
+  st = dnnl_matmul_desc_init(&d, &amd, &bany, p->has_bias ? &biasmd : NULL, &cmd);
   int rc = st != dnnl_success ? es__dnnl_fail(k, st, "describing the int8 matmul")
-                              : es__dnnl_prim_create_q(k, &d, NULL, &q, &p->dnnl);
+                              : es__dnnl_prim_create_q(k, &d, po, &q, &p->dnnl);
+  if (po)
+    dnnl_post_ops_destroy(po);
   if (rc == 0)
     rc = es__dnnl_weights_prepare(k, &p->dnnl, &bmd, k->in_static[3]);
   return rc;
@@ -693,9 +745,12 @@ static int qmm_infer(es_kinst *k) {
   if (p->qlinear) {
     static const char *names[8] = {"a", "a_scale", "a_zero_point", "b",
                                    "b_scale", "b_zero_point", "y_scale", "y_zero_point"};
-    if ((rc = q_io(k, 8, 8)) < 0)
+    int64_t tb;
+    if ((rc = q_io(k, 8, 9)) < 0 || (rc = q_float_out(k, &p->fout)) < 0 ||
+        (rc = q_activation(k, &p->relu)) < 0 || (rc = es__attr_int(k, "_transB", 0, &tb)) < 0)
       return rc;
-    for (int i = 0; i < 8; i++)
+    p->transb = tb != 0;
+    for (int i = 0; i < (p->fout ? 6 : 8); i++)
       if ((rc = q_need(k, i, names[i])) < 0)
         return rc;
   } else if ((rc = q_io(k, 2, 4)) < 0 || (rc = q_need(k, 0, "A")) < 0 ||
@@ -725,11 +780,13 @@ static int qmm_infer(es_kinst *k) {
         return ES_KFAIL(k, ES_EMODEL, "dimension %d of %c is %lld, more than 2^40", i,
                         t ? 'B' : 'A', (long long)x->dims[i]);
   }
+  if (p->transb && b->rank != 2)
+    return ES_KFAIL(k, ES_EMODEL, "_transB: B must have rank 2, not %d", b->rank);
   /* numpy's MatMul: A [K] is [1, K] and B [K] is [K, 1], the 1 dropped */
   p->m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
   p->k = a->dims[a->rank - 1];
-  int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - 2];
-  p->n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+  int64_t kb = b->rank == 1 ? b->dims[0] : b->dims[b->rank - (p->transb ? 1 : 2)];
+  p->n = b->rank == 1 ? 1 : b->dims[p->transb ? 0 : b->rank - 1];
   if (kb != p->k)
     return ES_KFAIL(k, ES_EMODEL, "inner dimensions differ: A has K = %lld, B has K = %lld",
                     (long long)p->k, (long long)kb);
@@ -762,19 +819,32 @@ static int qmm_infer(es_kinst *k) {
   es_dtype yt = ES_DTYPE_INT32;
   if (p->qlinear) {
     const es_tdesc *sa = k->in[1], *sb = k->in[4], *sy = k->in[6], *zy = k->in[7];
+    const es_tdesc *bias = k->n_in > 8 ? k->in[8] : NULL;
     if ((rc = q_dtype_float(k, sa, "a_scale")) < 0 || (rc = q_dtype_float(k, sb, "b_scale")) < 0 ||
-        (rc = q_dtype_float(k, sy, "y_scale")) < 0 || (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
         (rc = q_vec(k, sa, p->m, "a_scale", "one per row of a", &p->sa_rows)) < 0 ||
-        (rc = q_vec(k, sb, p->n, "b_scale", "one per column of b", &p->sb_cols)) < 0 ||
-        (rc = q_single(k, sy, "y_scale")) < 0 || (rc = q_single(k, zy, "y_zero_point")) < 0)
+        (rc = q_vec(k, sb, p->n, "b_scale", "one per column of b", &p->sb_cols)) < 0)
+      return rc;
+    if (!p->fout && ((rc = q_dtype_float(k, sy, "y_scale")) < 0 ||
+                     (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
+                     (rc = q_single(k, sy, "y_scale")) < 0 ||
+                     (rc = q_single(k, zy, "y_zero_point")) < 0))
       return rc;
     if (p->sa_rows && a->rank < 2)
       return ES_KFAIL(k, ES_EMODEL, "a_scale has one value per row, but a is 1-D");
     if (p->sb_cols && b->rank < 2)
       return ES_KFAIL(k, ES_EMODEL, "b_scale has one value per column, but b is 1-D");
-    yt = zy->dtype;
-    p->ys = yt == ES_DTYPE_INT8;
-    q_range(yt, &p->lo, &p->hi);
+    if (bias && (bias->dtype != ES_DTYPE_INT32 || bias->rank != 1 || bias->dims[0] != p->n))
+      return ES_KFAIL(k, ES_EMODEL, "the bias (input 8) must be int32 and 1-D with %lld values "
+                      "(the columns); it is %s with rank %d", (long long)p->n,
+                      es_dtype_name(bias->dtype), bias->rank);
+    p->has_bias = bias != NULL;
+    if (p->fout) {
+      yt = ES_DTYPE_FLOAT;
+    } else {
+      yt = zy->dtype;
+      p->ys = yt == ES_DTYPE_INT8;
+      q_range(yt, &p->lo, &p->hi);
+    }
   }
   if ((rc = q_out_set(k, 0, yt, r, od)) < 0)
     return rc;
@@ -824,8 +894,8 @@ static int qmm_run(const es_kinst *k, const void *const *in, void *const *out, v
   if (p->empty)
     return 0;
   if (p->use_dnnl)
-    return es__dnnl_prim_run(k, &p->dnnl, a, p->dnnl.weights ? p->dnnl.weights : b, NULL,
-                             out[0], NULL, scratch);
+    return es__dnnl_prim_run(k, &p->dnnl, a, p->dnnl.weights ? p->dnnl.weights : b,
+                             p->has_bias ? in[8] : NULL, out[0], NULL, scratch);
   int64_t idx[ES_MAX_RANK] = {0}, off[MM_OPS] = {0};
   for (int64_t bt = 0; bt < p->batch; bt++) {
     uint32_t *yi = p->qlinear ? NULL : (uint32_t *)out[0] + bt * m * n;
@@ -838,28 +908,38 @@ static int qmm_run(const es_kinst *k, const void *const *in, void *const *out, v
       for (int64_t t = 0; t < kk; t++) {
         int32_t av = q_at8(a, p->as, arow + t) - zai;
         asum += (uint32_t)av;
-        if (av == 0)
+        if (av == 0 || p->transb)
           continue;
         if (p->bs)
           q_axpy_i8(acc, (const int8_t *)b + off[MM_B] + t * n, av, n);
         else
           q_axpy_u8(acc, (const uint8_t *)b + off[MM_B] + t * n, av, n);
       }
+      for (int64_t j = 0; p->transb && j < n; j++) /* B [N, K]: a row of B per column */
+        for (int64_t t = 0; t < kk; t++)
+          acc[j] += (uint32_t)(q_at8(a, p->as, arow + t) - zai) *
+                    (uint32_t)q_at8(b, p->bs, j * kk + t);
       if (zb)
         for (int64_t j = 0; j < n; j++)
           acc[j] -= asum * (uint32_t)q_at8(zb, p->bs, off[MM_ZB] + (p->zb_cols ? j : 0));
       if (!p->qlinear)
         continue;
-      /* requantize the row */
-      const float *sa = in[1], *sb = in[4], *sy = in[6];
-      int32_t zy = q_at8(in[7], p->ys, 0);
+      /* requantize the row (or scale it, for a float output) */
+      const float *sa = in[1], *sb = in[4];
+      float sy = p->fout ? 1.0f : *(const float *)in[6];
+      int32_t zy = p->fout ? 0 : q_at8(in[7], p->ys, 0);
+      const int32_t *bias = p->has_bias ? in[8] : NULL;
       float sai = sa[p->sa_rows ? i : 0];
-      float mult = sai * sb[0] / sy[0];
       for (int64_t j = 0; j < n; j++) {
-        if (p->sb_cols)
-          mult = sai * sb[j] / sy[0];
-        q_store8(out[0], p->ys, (bt * m + i) * n + j,
-                 q_round_sat((float)(int32_t)acc[j] * mult, zy, p->lo, p->hi));
+        float sbj = sb[p->sb_cols ? j : 0];
+        float mult = p->fout ? sai * sbj : sai * sbj / sy;
+        float v = (float)(int32_t)(acc[j] + (bias ? (uint32_t)bias[j] : 0u)) * mult;
+        if (p->relu && v < 0)
+          v = 0;
+        if (p->fout)
+          ((float *)out[0])[(bt * m + i) * n + j] = v;
+        else
+          q_store8(out[0], p->ys, (bt * m + i) * n + j, q_round_sat(v, zy, p->lo, p->hi));
       }
     }
     es__walk_step(p->nb, p->bdims, idx, MM_OPS, off, p->st);
@@ -886,6 +966,7 @@ typedef struct qconv_params {
   int64_t ivol, ovol, kvol; /* spatial volumes of x, y and the kernel */
   int empty;                /* the output has no element: run does nothing */
   int relu;                 /* QLinearConv: "activation" 1 (set when a Relu was fused) */
+  int fout;                 /* "_float_out": Y is float32 = (sum + bias) * x_scale * w_scale */
   int transpose;            /* QLinearConvTranspose (internal): W is [C, M/g, k...] */
   int64_t outpad[3];        /* its output_padding, right-aligned as the geometry */
   int use_dnnl, nhwc;       /* oneDNN's int8 convolution, channels-last */
@@ -1156,7 +1237,8 @@ static int qconvt_kxs_setup(es_kinst *k, qconv_params *p, const es_dnnl_quant *q
   if (st == dnnl_success)
     st = dnnl_memory_desc_init_by_tag(&wmd, 4, wd, dnnl_s8, dnnl_abcd);
   if (st == dnnl_success)
-    st = dnnl_memory_desc_init_by_tag(&dmd, 4, dd, p->ys ? dnnl_s8 : dnnl_u8, dnnl_abcd);
+    st = dnnl_memory_desc_init_by_tag(&dmd, 4, dd,
+                                      p->fout ? dnnl_f32 : p->ys ? dnnl_s8 : dnnl_u8, dnnl_abcd);
   if (st == dnnl_success)
     st = dnnl_memory_desc_init_by_tag(&bmd, 4, bd, dnnl_s32, dnnl_abcd);
   if (st != dnnl_success)
@@ -1195,7 +1277,8 @@ static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
   dnnl_dims_t st = {p->str[1], p->str[2]}, dl = {p->dil[1] - 1, p->dil[2] - 1};
   dnnl_dims_t pl = {p->pb[1], p->pb[2]},
               pr = {p->pe[1] - p->outpad[1], p->pe[2] - p->outpad[2]};
-  dnnl_data_type_t xt = p->xs ? dnnl_s8 : dnnl_u8, yt = p->ys ? dnnl_s8 : dnnl_u8;
+  dnnl_data_type_t xt = p->xs ? dnnl_s8 : dnnl_u8,
+                    yt = p->fout ? dnnl_f32 : p->ys ? dnnl_s8 : dnnl_u8;
   dnnl_format_tag_t act = p->nhwc ? dnnl_nhwc : dnnl_nchw;
   dnnl_memory_desc_t xmd, ymd, bmd, wany, wuser;
   const int64_t *wdims = g > 1 ? wg : w1;
@@ -1213,14 +1296,15 @@ static int qconv_dnnl_setup(es_kinst *k, qconv_params *p) {
     stt = dnnl_memory_desc_init_by_tag(&wany, wnd, wdims, dnnl_s8, dnnl_format_tag_any);
   if (stt != dnnl_success)
     return es__dnnl_fail(k, stt, "describing the int8 tensors");
-  const float *sx = k->in_static[1], *sw = k->in_static[4], *sy = k->in_static[6];
+  const float *sx = k->in_static[1], *sw = k->in_static[4];
+  float sy = p->fout ? 1.0f : *(const float *)k->in_static[6];
   int64_t ns = p->sw_per ? p->m : 1;
   if (!(p->scales = es__kinst_alloc(k, (size_t)ns * sizeof *p->scales)))
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for the scales");
   for (int64_t c = 0; c < ns; c++)
-    p->scales[c] = sx[0] * sw[c] / sy[0]; /* as the loops compute it */
+    p->scales[c] = p->fout ? sx[0] * sw[c] : sx[0] * sw[c] / sy; /* as the loops compute it */
   es_dnnl_quant q = {p->scales, ns, p->has_zx ? q_at8(k->in_static[2], p->xs, 0) : 0,
-                     q_at8(k->in_static[7], p->ys, 0), 0};
+                     p->fout ? 0 : q_at8(k->in_static[7], p->ys, 0), 0};
   dnnl_post_ops_t po = NULL;
   if (p->relu) {
     stt = dnnl_post_ops_create(&po);
@@ -1273,9 +1357,9 @@ static int qconv_infer(es_kinst *k) {
   if (p->qlinear) {
     static const char *names[8] = {"x", "x_scale", "x_zero_point", "w",
                                    "w_scale", "w_zero_point", "y_scale", "y_zero_point"};
-    if ((rc = q_io(k, 8, 9)) < 0)
+    if ((rc = q_io(k, 8, 9)) < 0 || (rc = q_float_out(k, &p->fout)) < 0)
       return rc;
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < (p->fout ? 6 : 8); i++)
       if ((rc = q_need(k, i, names[i])) < 0)
         return rc;
   } else if ((rc = q_io(k, 2, 4)) < 0 || (rc = q_need(k, 0, "x")) < 0 ||
@@ -1308,19 +1392,26 @@ static int qconv_infer(es_kinst *k) {
     const es_tdesc *sx = k->in[1], *sw = k->in[4], *sy = k->in[6], *zy = k->in[7];
     const es_tdesc *bias = k->n_in > 8 ? k->in[8] : NULL;
     if ((rc = q_dtype_float(k, sx, "x_scale")) < 0 || (rc = q_dtype_float(k, sw, "w_scale")) < 0 ||
-        (rc = q_dtype_float(k, sy, "y_scale")) < 0 || (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
         (rc = q_single(k, sx, "x_scale")) < 0 ||
-        (rc = q_vec(k, sw, p->m, "w_scale", "one per output channel", &p->sw_per)) < 0 ||
-        (rc = q_single(k, sy, "y_scale")) < 0 || (rc = q_single(k, zy, "y_zero_point")) < 0)
+        (rc = q_vec(k, sw, p->m, "w_scale", "one per output channel", &p->sw_per)) < 0)
+      return rc;
+    if (!p->fout && ((rc = q_dtype_float(k, sy, "y_scale")) < 0 ||
+                     (rc = q_dtype_8bit(k, zy, "y_zero_point")) < 0 ||
+                     (rc = q_single(k, sy, "y_scale")) < 0 ||
+                     (rc = q_single(k, zy, "y_zero_point")) < 0))
       return rc;
     if (bias && (bias->dtype != ES_DTYPE_INT32 || bias->rank != 1 || bias->dims[0] != p->m))
       return ES_KFAIL(k, ES_EMODEL, "B must be int32 and 1-D with %lld values (the output "
                       "channels); it is %s with rank %d", (long long)p->m,
                       es_dtype_name(bias->dtype), bias->rank);
     p->has_bias = bias != NULL;
-    yt = zy->dtype;
-    p->ys = yt == ES_DTYPE_INT8;
-    q_range(yt, &p->lo, &p->hi);
+    if (p->fout) {
+      yt = ES_DTYPE_FLOAT;
+    } else {
+      yt = zy->dtype;
+      p->ys = yt == ES_DTYPE_INT8;
+      q_range(yt, &p->lo, &p->hi);
+    }
   }
   int64_t od[5] = {p->n, p->m};
   for (int i = 0; i < p->nsp; i++)
@@ -1340,14 +1431,8 @@ static int qconv_infer(es_kinst *k) {
   k->flops = p->transpose
                  ? 2 * (uint64_t)k->in[0]->count * (uint64_t)(p->m / p->g) * (uint64_t)p->kvol
                  : 2 * (uint64_t)k->out[0]->count * (uint64_t)(p->c / p->g) * (uint64_t)p->kvol;
-  if (p->qlinear) {
-    int64_t act;
-    if ((rc = es__attr_int(k, "activation", 0, &act)) < 0)
-      return rc;
-    if (act != 0 && act != 1)
-      return ES_KFAIL(k, ES_EMODEL, "activation %lld is not 0 (none) or 1 (Relu)", (long long)act);
-    p->relu = act == 1;
-  }
+  if (p->qlinear && (rc = q_activation(k, &p->relu)) < 0)
+    return rc;
   /* oneDNN runs channels-last inside a model's plan (the planner converts
    * a plain x for it), or when x already is; the loops read plain tensors */
   p->use_dnnl = !es__kernels_reference() && qconv_dnnl_fits(k, p);
@@ -1489,10 +1574,19 @@ static int qconv_run(const es_kinst *k, const void *const *in, void *const *out,
         qconvt_plane(p, x, w, zx, zw, nb, oc, acc);
       else
         qconv_plane(p, x, w, zx, zw, nb, oc, acc);
-      const float *sx = in[1], *sw = in[4], *sy = in[6];
-      int32_t zy = q_at8(in[7], p->ys, 0);
+      const float *sx = in[1], *sw = in[4];
       uint32_t bias = p->has_bias ? (uint32_t)((const int32_t *)in[8])[oc] : 0;
-      float mult = sx[0] * sw[p->sw_per ? oc : 0] / sy[0];
+      if (p->fout) { /* the sum scaled back to float */
+        float mult = sx[0] * sw[p->sw_per ? oc : 0], *y = (float *)out[0] + obase;
+        for (int64_t e = 0; e < ovol; e++) {
+          float v = (float)(int32_t)(acc[e] + bias) * mult;
+          y[e] = p->relu && v < 0 ? 0 : v;
+        }
+        continue;
+      }
+      float sy = *(const float *)in[6];
+      int32_t zy = q_at8(in[7], p->ys, 0);
+      float mult = sx[0] * sw[p->sw_per ? oc : 0] / sy;
       for (int64_t e = 0; e < ovol; e++) {
         float v = (float)(int32_t)(acc[e] + bias) * mult;
         q_store8(out[0], p->ys, obase + e, q_round_sat(p->relu && v < 0 ? 0 : v, zy, p->lo, p->hi));

@@ -616,6 +616,114 @@ static void test_pyramid(void **state) {
   unlink(path_);
 }
 
+/* A classifier's head: x -> Conv 3x3 -> Relu -> GlobalAveragePool ->
+ * Flatten -> Gemm (transB 1, bias) -> Relu -> Gemm (transB 0, bias) -> y.
+ * The quantizer writes both Gemms in QDQ, the last with a float output
+ * (it ends the model); at load the first becomes QLinearMatMul (B [N, K],
+ * its bias and Relu inside) and the last QLinearMatMul with a float
+ * output, so no convolution or product is left in float and every weight
+ * stays int8. The lowered model stays close to the unlowered graph and to
+ * FP32, and the reference kernels give what oneDNN gives. */
+enum { GM_H = 16, GM_C = 4 };
+
+static uint8_t *gemm_model(size_t *size) {
+  static float w1[8 * C_IN * 9], g1[16 * 8], gb1[16], g2[16 * GM_C], gb2[GM_C];
+  uint64_t s = 5;
+  es_test_fill_small(w1, sizeof w1 / 4, &s);
+  es_test_fill_small(g1, sizeof g1 / 4, &s);
+  es_test_fill_small(gb1, 16, &s);
+  es_test_fill_small(g2, sizeof g2 / 4, &s);
+  es_test_fill_small(gb2, GM_C, &s);
+  for (size_t i = 0; i < sizeof g1 / 4; i++)
+    g1[i] *= 4; /* a gain near 1 per layer */
+  for (size_t i = 0; i < sizeof g2 / 4; i++)
+    g2[i] *= 4;
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, (int64_t[]){1, C_IN, HW, HW});
+  ob_init_f32(b, "w1", 4, (int64_t[]){8, C_IN, 3, 3}, w1);
+  ob_init_f32(b, "g1", 2, (int64_t[]){16, 8}, g1);
+  ob_init_f32(b, "gb1", 1, (int64_t[]){16}, gb1);
+  ob_init_f32(b, "g2", 2, (int64_t[]){16, GM_C}, g2);
+  ob_init_f32(b, "gb2", 1, (int64_t[]){GM_C}, gb2);
+  int c1 = ob_node(b, "Conv", "c1", 2, "x", "w1");
+  ob_attr_ints(b, c1, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  ob_node(b, "Relu", "r1", 1, "c1");
+  ob_node(b, "GlobalAveragePool", "gap", 1, "r1");
+  ob_node(b, "Flatten", "flat", 1, "gap");
+  int n1 = ob_node(b, "Gemm", "fc1", 3, "flat", "g1", "gb1");
+  ob_attr_int(b, n1, "transB", 1);
+  ob_node(b, "Relu", "r2", 1, "fc1");
+  ob_node(b, "Gemm", "y", 3, "r2", "g2", "gb2");
+  ob_output(b, "y");
+  uint8_t *bytes = ob_pack(b, size);
+  free(b);
+  return bytes;
+}
+
+static void test_gemm(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = gemm_model(&size);
+  es_quantizer *q;
+  es_quant_options o;
+  es_quant_options_default(&o);
+  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+  float xs[5][C_IN * HW * HW];
+  es_tensor x[5];
+  for (int k = 0; k < 5; k++) {
+    input_of(&x[k], xs[k], 300 + (uint64_t)k);
+    if (k < 4)
+      ES_CHECK_RC(es_quantizer_observe(q, &x[k], 1));
+  }
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  es_quant_stats st;
+  ES_CHECK_RC(es_quantizer_stats(q, &st));
+  assert_int_equal(st.nodes_quantized, 4); /* the Conv, the pooling, both Gemms */
+  es_quantizer_destroy(q);
+  es_model *m, *ref, *fp, *mref;
+  ES_CHECK_RC(es_model_load(path_, NULL, &m));
+  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
+  es_engine_fusion_set(0);
+  ES_CHECK_RC(es_model_load(path_, NULL, &ref));
+  es_engine_fusion_set(1);
+  es_engine_reference_kernels_set(1);
+  ES_CHECK_RC(es_model_load(path_, NULL, &mref));
+  es_model_stats ms, mf;
+  ES_CHECK_RC(es_model_stats_get(m, &ms));
+  ES_CHECK_RC(es_model_stats_get(fp, &mf));
+  printf("# int8 nodes %zu, float %zu; weights %zu B (FP32 %zu B)\n", (size_t)ms.int8_nodes,
+         (size_t)ms.float_nodes, ms.weight_bytes, mf.weight_bytes);
+  assert_int_equal(ms.int8_nodes, 3);
+  assert_int_equal(ms.float_nodes, 0);
+  assert_true(ms.weight_bytes * 2 < mf.weight_bytes);
+  for (int k = 0; k < 5; k++) { /* k = 4 was not calibrated on */
+    float yl[GM_C], yr[GM_C], yf[GM_C], yk[GM_C];
+    run_n(m, &x[k], yl, GM_C);
+    run_n(ref, &x[k], yr, GM_C);
+    run_n(fp, &x[k], yf, GM_C);
+    run_n(mref, &x[k], yk, GM_C);
+    double sig = 0, el = 0, ef = 0;
+    for (int i = 0; i < GM_C; i++) {
+      sig += (double)yf[i] * yf[i];
+      el += ((double)yl[i] - yr[i]) * ((double)yl[i] - yr[i]);
+      ef += ((double)yl[i] - yf[i]) * ((double)yl[i] - yf[i]);
+      if (fabsf(yk[i] - yl[i]) > 1e-5f * fabsf(yl[i]) + 1e-6f)
+        fail_msg("sample %d [%d]: the reference kernels give %g, oneDNN %g", k, i, yk[i], yl[i]);
+    }
+    printf("# sample %d: y %.4f %.4f %.4f %.4f; vs unlowered %.1f dB, vs FP32 %.1f dB\n", k,
+           yl[0], yl[1], yl[2], yl[3], 10 * log10(sig / (el + 1e-30)), 10 * log10(sig / ef));
+    assert_true(10 * log10(sig / (el + 1e-30)) > 40);
+    assert_true(10 * log10(sig / ef) > 25);
+  }
+  es_engine_reference_kernels_set(0);
+  es_model_release(m);
+  es_model_release(ref);
+  es_model_release(fp);
+  es_model_release(mref);
+  free(bytes);
+  unlink(path_);
+}
+
 int main(void) {
   snprintf(path_, sizeof path_, "/tmp/es-quantize-%d.onnx", (int)getpid());
   const struct CMUnitTest tests[] = {
@@ -626,6 +734,7 @@ int main(void) {
       cmocka_unit_test(test_lookup),
       cmocka_unit_test(test_qdq_add),
       cmocka_unit_test(test_pyramid),
+      cmocka_unit_test(test_gemm),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
