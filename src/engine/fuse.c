@@ -15,6 +15,9 @@
  *   1. Identities. Mul or Div by ones, Add or Sub of zeros (a constant that
  *      does not broadcast the other operand to a larger shape) are removed;
  *      PP-OCR writes Swish as x * Sigmoid(x * 1).
+ *   1a. A Concat of one tensor with float32 zero constants (a channel
+ *      padding, as TensorFlow-converted BlazeFace writes it) becomes a Pad:
+ *      the zeros need no memory.
  *   1b. Zero padding: a constant-zero Pad of the spatial axes read only by
  *      a Conv, or by an AveragePool whose averages count the zeros, becomes
  *      that node's pads.
@@ -83,6 +86,7 @@
 
 #include "common/internal.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -511,6 +515,111 @@ int es__fuse_identities(fuser *f) {
 }
 
 /* ==========================================================================
+ * Pass 1a: a Concat with zeros is a Pad
+ * ======================================================================== */
+
+static int attr_set(es_graph *g, es_node *nd, const char *name, const int64_t *v, int n);
+
+/* Concat(Z1, x, Z2) along an axis, the Z constants of float32 zeros: what
+ * TensorFlow-converted networks write for a channel padding (BlazeFace's
+ * residual blocks widen their shortcut this way, 172 KB of zeros in the
+ * front model, 30% of its weights). As Pad(x) with the Zs' extents as
+ * pads, the zeros take no memory and the copy is the same. Only where
+ * x's shape is proven to match the Zs' on every other axis (as Concat
+ * requires: a mismatch must still fail as it would). */
+static int zero_concat(fuser *f, int c) {
+  es_graph *g = f->g;
+  const es_node *nd = &g->nodes[c];
+  if (nd->op != ES_OP_Concat || nd->n_out != 1 || nd->n_in < 2 || nd->n_guard)
+    return 0;
+  int x = -1, xi = -1;
+  for (int i = 0; i < nd->n_in; i++) {
+    int v = nd->in[i];
+    if (v < 0)
+      return 0;
+    if (es__fz_is_const(g, v)) {
+      if (!es__fz_const_f32(g, v))
+        return 0;
+      const float *d = g->values[v].data;
+      for (size_t e = 0; e < es__fz_const_count(g, v); e++)
+        if (d[e] != 0.0f || signbit(d[e]))
+          return 0;
+    } else if (x >= 0) {
+      return 0; /* two runtime inputs: a real concat */
+    } else {
+      x = v, xi = i;
+    }
+  }
+  sshape xs;
+  es__fz_shape_of(f, x, &xs);
+  int64_t axis;
+  if (x < 0 || xs.rank < 1 || xs.dt != ES_DTYPE_FLOAT || !es__fz_attr_int(nd, "axis", 0, &axis) ||
+      axis < -xs.rank || axis >= xs.rank)
+    return 0;
+  int a = (int)(axis < 0 ? axis + xs.rank : axis), r = xs.rank;
+  int64_t *pads = es_mem_calloc(ES_MEM_MODEL, 2 * (size_t)r, sizeof *pads);
+  if (!pads)
+    return es__fail(ES_ENOMEM, "out of memory rewriting a Concat of zeros");
+  for (int i = 0; i < nd->n_in; i++) {
+    if (i == xi)
+      continue;
+    const es_value *z = &g->values[nd->in[i]];
+    int ok = z->rank == r;
+    for (int d = 0; ok && d < r; d++)
+      ok = d == a || (xs.d[d] >= 0 && z->dims[d] == xs.d[d]);
+    if (!ok) {
+      es_mem_free(pads);
+      return 0;
+    }
+    pads[(i < xi ? 0 : r) + a] += z->dims[a];
+  }
+  int pv, rc = es__fz_touch(f, c);
+  int64_t pd = 2 * r;
+  if (rc == 0)
+    rc = es__graph_const_append(g, "", ES_DTYPE_INT64, 1, &pd, pads, 2 * (size_t)r * sizeof *pads,
+                                &pv);
+  else
+    es_mem_free(pads);
+  if (rc < 0)
+    return rc;
+  es_node pad = g->nodes[c];
+  pad.op = ES_OP_Pad;
+  pad.n_attr = 0;
+  pad.attrs = NULL;
+  if (g->opset < 11) { /* the attribute form: pads, mode constant, value 0 */
+    pad.n_in = 1;
+    pad.in = es__ctx_alloc(&g->ctx, sizeof *pad.in);
+    if (pad.in)
+      pad.in[0] = x;
+    if (pad.in && (rc = attr_set(g, &pad, "pads", g->values[pv].data, (int)pd)) < 0)
+      return rc;
+  } else {
+    pad.n_in = 2;
+    pad.in = es__ctx_alloc(&g->ctx, 2 * sizeof *pad.in);
+    if (pad.in)
+      pad.in[0] = x, pad.in[1] = pv;
+  }
+  if (!pad.in)
+    return es__fail(ES_ENOMEM, "out of memory rewriting a Concat of zeros");
+  g->nodes[c] = pad;
+  rc = es__fz_commit(f);
+  return rc < 0 ? rc : 1;
+}
+
+int es__fuse_zero_concats(fuser *f) {
+  int changed = 0;
+  for (int c = 0; c < f->g->n_nodes; c++) {
+    if (f->gone[c])
+      continue;
+    int rc = zero_concat(f, c);
+    if (rc < 0)
+      return rc;
+    changed |= rc;
+  }
+  return changed ? es__fz_nodes_compact(f) : 0;
+}
+
+/* ==========================================================================
  * Pass 1b: zero padding into the window that reads it
  * ======================================================================== */
 
@@ -699,6 +808,8 @@ int es__graph_fuse(es_graph *g) {
     rc = es__fuse_shapes(&f);
   if (rc == 0)
     rc = es__fuse_identities(&f);
+  if (rc == 0)
+    rc = es__fuse_zero_concats(&f);
   if (rc == 0)
     rc = es__fuse_pads(&f);
   if (rc == 0)

@@ -70,6 +70,7 @@ int es__fuse_shapes(fuser *f);      /* fuse_shapes.c: symbolic shapes and types 
 /* Frees what the passes allocated in f (not f itself). */
 void es__fuser_fini(fuser *f);
 int es__fuse_identities(fuser *f);  /* fuse.c: Mul by ones, Add of zeros... */
+int es__fuse_zero_concats(fuser *f); /* fuse.c: Concat of zeros as a Pad */
 int es__fuse_pads(fuser *f);        /* fuse.c: zero Pad into Conv / AveragePool */
 int es__fuse_convs(fuser *f);       /* fuse_conv.c: affine maps and post-ops */
 int es__fuse_matmuls(fuser *f);    /* fuse_conv.c: a MatMul's bias and post-ops */

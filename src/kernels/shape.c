@@ -1172,13 +1172,24 @@ static int pad_infer(es_kinst *k) {
   }
   if (np != 2 * na)
     return ES_KFAIL(k, ES_EMODEL, "pads has %zu values, expected %zu", np, 2 * na);
-  int64_t end[ES_MAX_RANK] = {0};
+  /* Pads per logical axis, then everything per physical axis: an NHWC x
+   * (a channel padding between convolutions) is padded as it lies, its
+   * output NHWC too. */
+  int64_t lbegin[ES_MAX_RANK] = {0}, lend[ES_MAX_RANK] = {0}, odims[ES_MAX_RANK];
   for (size_t j = 0; j < na; j++) {
-    p->begin[ax[j]] = pads[j];
-    end[ax[j]] = pads[j + na];
+    lbegin[ax[j]] = pads[j];
+    lend[ax[j]] = pads[j + na];
+  }
+  int64_t end[ES_MAX_RANK] = {0}, pdims[ES_MAX_RANK];
+  es__tdesc_phys_dims(x, pdims);
+  for (int d = 0; d < r; d++) {
+    int j = es__layout_axis(x, d);
+    p->begin[j] = lbegin[d];
+    end[j] = lend[d];
+    odims[d] = x->dims[d] + lbegin[d] + lend[d];
   }
   for (int d = 0; d < r; d++) {
-    int64_t n = x->dims[d], b = p->begin[d], e = end[d];
+    int64_t n = pdims[d], b = p->begin[d], e = end[d];
     /* Bound the pads so the sums below cannot overflow. */
     if (b > ((int64_t)1 << 40) || e > ((int64_t)1 << 40) || b < -n || e < -n || n + b + e < 0)
       return ES_KFAIL(k, ES_EMODEL, "pads %lld, %lld on dim %d of size %lld leave a negative or "
@@ -1193,7 +1204,10 @@ static int pad_infer(es_kinst *k) {
   }
   es__strides_of(r, p->in_dims, p->in_st);
   k->params = p;
-  return out_set(k, 0, x->dtype, r, p->out_dims);
+  if ((rc = out_set(k, 0, x->dtype, r, odims)) < 0)
+    return rc;
+  k->out[0]->layout = x->layout;
+  return 0;
 }
 
 /* One output row: the run of the last dim. src is the input row, or NULL
@@ -2072,7 +2086,7 @@ static const es_kernel k_concat = {concat_infer, concat_run, NULL, 1};
 static const es_kernel k_slice = {slice_infer, gather_run, NULL, 0};
 static const es_kernel k_split = {split_infer, split_run, NULL, 1};
 static const es_kernel k_transpose = {transpose_infer, gather_run, NULL, 1};
-static const es_kernel k_pad = {pad_infer, pad_run, NULL, 0};
+static const es_kernel k_pad = {pad_infer, pad_run, NULL, 1};
 static const es_kernel k_constant_of_shape = {constant_of_shape_infer, constant_of_shape_run,
                                               NULL, 0};
 static const es_kernel k_flatten = {flatten_infer, view_run, NULL, 0};

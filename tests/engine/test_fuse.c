@@ -542,6 +542,98 @@ static void test_pad_into_window(void **state) {
   }
 }
 
+/* A Concat of a tensor with float32 zero constants (BlazeFace's channel
+ * padding of a residual shortcut) becomes a Pad: zeros after, before and
+ * on both sides of the channels between convolutions (channels-last, the
+ * Pad runs on NHWC without conversions), and in the opset 9 attribute
+ * form; the zeros leave the weights. It stays a Concat where a constant is
+ * not all zeros (-0 included), where two tensors are joined, or where the
+ * constant's other dims differ from the tensor's (the load must still
+ * refuse that model as the unfused one does). */
+static void test_zero_concat(void **state) {
+  (void)state;
+  static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {4, 4, 3, 3}, w2d[4] = {7, 7, 1, 1},
+                       z2[4] = {1, 2, 5, 5}, z1[4] = {1, 1, 5, 5}, zbad[4] = {1, 3, 5, 4};
+  static float w[144], w2[49], zeros[50], negz[50];
+  fill_random(w, 144, -1, 1);
+  fill_random(w2, 49, -1, 1);
+  for (int i = 0; i < 50; i++)
+    negz[i] = i == 7 ? -0.0f : 0.0f;
+  enum { AFTER, BEFORE, BOTH, OPSET9, NEG_ZERO, TWO_TENSORS, MISMATCH, N_CASES };
+  for (int c = 0; c < N_CASES; c++) {
+    ob *b = ob_new(c == OPSET9 ? 9 : 13);
+    ob_input(b, "x", 4, xd);
+    ob_init_f32(b, "W", 4, wd, w);
+    ob_init_f32(b, "W2", 4, w2d, w2);
+    ob_init_f32(b, "z2", 4, z2, c == NEG_ZERO ? negz : zeros);
+    ob_init_f32(b, "z1", 4, z1, zeros);
+    ob_init_f32(b, "zbad", 4, zbad, zeros);
+    add_conv(b, "x", "W", NULL, "c", 3, 1);
+    int n;
+    if (c == BEFORE)
+      n = ob_node(b, "Concat", "p", 3, "z2", "z1", "c");
+    else if (c == BOTH)
+      n = ob_node(b, "Concat", "p", 3, "z1", "c", "z2");
+    else if (c == TWO_TENSORS)
+      n = ob_node(b, "Concat", "p", 3, "c", "z1", "x");
+    else if (c == MISMATCH)
+      n = ob_node(b, "Concat", "p", 2, "c", "zbad");
+    else
+      n = ob_node(b, "Concat", "p", 3, "c", "z2", "z1");
+    ob_attr_int(b, n, "axis", c == OPSET9 ? 1 : -3);
+    if (c == TWO_TENSORS) {
+      static const int64_t w3d[4] = {9, 9, 1, 1};
+      static float w3[81];
+      fill_random(w3, 81, -1, 1);
+      ob_init_f32(b, "W3", 4, w3d, w3);
+      add_conv(b, "p", "W3", NULL, "y", 1, 0);
+    } else {
+      add_conv(b, "p", "W2", NULL, "y", 1, 0); /* reads the padded channels */
+    }
+    ob_output(b, "y");
+    if (c == MISMATCH) { /* refused by the Concat, fused or not */
+      size_t size;
+      uint8_t *buf = ob_pack(b, &size);
+      es_model *m;
+      for (int fu = 0; fu < 2; fu++) {
+        fuse_set(fu);
+        int rc = es_model_load_buffer(buf, size, NULL, &m);
+        if (rc == 0) {
+          es_plan *pl;
+          es_tensor_info in = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                               .dims = {1, 4, 5, 5}};
+          assert_true(es_model_plan(m, &in, 1, &pl) < 0);
+          es_model_release(m);
+        }
+      }
+      fuse_set(1);
+      free(buf);
+      free(b);
+      continue;
+    }
+    es_graph g;
+    lowered_graph(b, &g);
+    int fused = c <= OPSET9;
+    if (graph_count(&g, ES_OP_Pad) != fused || graph_count(&g, ES_OP_Concat) != !fused)
+      fail_msg("case %d: %d Pad, %d Concat; want %d Pad", c, graph_count(&g, ES_OP_Pad),
+               graph_count(&g, ES_OP_Concat), fused);
+    es__graph_fini(&g);
+    es_model *m0 = load_model(b, 0), *m1 = load_model(b, 1);
+    es_model_stats s0, s1;
+    ES_CHECK_RC(es_model_stats_get(m0, &s0));
+    ES_CHECK_RC(es_model_stats_get(m1, &s1));
+    if (fused) /* the zeros are gone (the pads are 8 int64 at most) */
+      assert_true(s1.weight_bytes + 3 * 25 * sizeof(float) - 64 <= s0.weight_bytes);
+    es_model_release(m0);
+    es_model_release(m1);
+    feed f = {0};
+    feed_add(&f, "x", 4, xd);
+    check_same(b, &f, 1e-5f);
+    feed_free(&f);
+    free(b);
+  }
+}
+
 /* A Relu alone after an inference BatchNormalization that no convolution
  * took becomes the BatchNormalization's "_relu" (DenseNet's pre-activation):
  * plain input, and channels-last between convolutions (Concat of two convs,
@@ -1116,6 +1208,7 @@ int main(void) {
       cmocka_unit_test(test_affine_after_conv_transpose),
       cmocka_unit_test(test_affine_before_conv),
       cmocka_unit_test(test_conv_not_fused),
+      cmocka_unit_test(test_zero_concat),
       cmocka_unit_test(test_matmul_bias_gelu),
       cmocka_unit_test(test_matmul_not_fused),
       cmocka_unit_test(test_layernorm),
