@@ -486,6 +486,16 @@ static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
     if (es__fz_attr_int(nd, "_float_out", 0, &to) && to) /* engine/fuse_qdq.c's */
       return ES_DTYPE_FLOAT;
     return input_dtype(f, nd, 7); /* y_zero_point's */
+  case ES_OP_QLinearAdd:
+  case ES_OP_QLinearMul:
+    return input_dtype(f, nd, 7);
+  case ES_OP_QLinearSigmoid:
+  case ES_OP_QLinearGlobalAveragePool:
+    return input_dtype(f, nd, 4);
+  case ES_OP_QLinearConcat:
+    return input_dtype(f, nd, 1);
+  case ES_OP_QLookup:
+    return input_dtype(f, nd, 0);
   case ES_OP_Cast:
     return es__fz_attr_int(nd, "to", 0, &to) && es_dtype_size((es_dtype)to) ? (es_dtype)to
                                                                       : ES_DTYPE_UNDEFINED;
@@ -525,6 +535,8 @@ static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
     return es__fz_ew_dtype(nd, x->dt);
   }
 }
+
+#define QCAT_MAX 64
 
 /* Output shapes of one node from its inputs'. */
 static void shape_node(fuser *f, const es_node *nd) {
@@ -576,6 +588,41 @@ static void shape_node(fuser *f, const es_node *nd) {
     for (int i = 2; i < o.rank; i++)
       o.d[i] = 1;
     break;
+  case ES_OP_QLinearGlobalAveragePool: { /* channels_last 1: [N, spatial..., C] */
+    int64_t last = 0;
+    o = x;
+    if (!es__fz_attr_int(nd, "channels_last", 0, &last)) {
+      o.rank = -1;
+      break;
+    }
+    for (int i = last ? 1 : 2; i < o.rank - (last ? 1 : 0); i++)
+      o.d[i] = 1;
+    break;
+  }
+  case ES_OP_QLinearAdd:
+  case ES_OP_QLinearMul:
+    es__fz_shape_of(f, nd->n_in > 3 ? nd->in[3] : -1, &b);
+    shape_broadcast(f, &x, &b, &o);
+    break;
+  case ES_OP_QLinearSigmoid:
+  case ES_OP_QLookup:
+    o = x;
+    break;
+  case ES_OP_QLinearConcat: { /* y_scale, y_zero_point, then (x, scale, zero point)... */
+    int n = (nd->n_in - 2) / 3;
+    if (n < 1 || n > QCAT_MAX) {
+      o.rank = -1;
+      break;
+    }
+    es_node view = *nd;
+    int xs[QCAT_MAX];
+    for (int i = 0; i < n; i++)
+      xs[i] = nd->in[2 + 3 * i];
+    view.in = xs;
+    view.n_in = n;
+    shape_concat(f, &view, &o);
+    break;
+  }
   case ES_OP_Resize:
     shape_resize(f, nd, &x, &o);
     break;
