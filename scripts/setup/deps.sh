@@ -3,12 +3,14 @@
 # Safe to run again: it only calls apt-get when something is missing.
 #   deps.sh          the packages above
 #   deps.sh --zoo    and the optional group below (exporting the model zoo)
+#   deps.sh --cjk    and a CJK font (the OCR benchmark's mixed Chinese page)
 set -euo pipefail
-zoo=0
+zoo=0 cjk=0
 for a in "$@"; do
   case $a in
     --zoo) zoo=1 ;;
-    *) echo "usage: $0 [--zoo]" >&2; exit 2 ;;
+    --cjk) cjk=1 ;;
+    *) echo "usage: $0 [--zoo] [--cjk]" >&2; exit 2 ;;
   esac
 done
 
@@ -45,6 +47,7 @@ command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
                                      # ViT's matrix products 13x slower
 )
 
+[ $cjk -eq 0 ] || pkgs+=(fonts-wqy-zenhei) # Chinese glyphs for rendered test pages
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,10 @@
 #   astronaut.png  NASA portrait of astronaut Eileen Collins (public domain):
 #                  one face, frontal, about a sixth of the frame wide
 #   coffee.png     a cup of coffee: no face
+#   page.png       a photo of a printed book page (384x191, letters about
+#                  10 px high, tight lines, a code line): the OCR benchmark
+#   bw_text.png    a paragraph of Moby-Dick rendered in black on white
+#                  (516x333): the OCR benchmark
 # Only the image files' sha256 are pinned, not the .deb's: a Debian point
 # release rebuilds the package, the sample images inside stay the same.
 # Safe to run again: verified files are kept and nothing is fetched.
@@ -23,6 +27,8 @@ pkg=python3-skimage
 files=(
   "usr/lib/python3/dist-packages/skimage/data/astronaut.png 88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5 astronaut.png"
   "usr/lib/python3/dist-packages/skimage/data/coffee.png cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7 coffee.png"
+  "usr/lib/python3/dist-packages/skimage/data/page.png 341a6f0a61557662b02734a9b6e56ec33a915b2c41886b97509dedf2a43b47a3 page.png"
+  "usr/lib/python3/dist-packages/skimage/data/bw_text.png 308c2b09f8975a69b212e103b18520e8cbb7a4eccfce0f757836cd371f1b9094 bw_text.png"
 )
 
 sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }

@@ -28,11 +28,17 @@
  *   the hull (monotone chain) and run rotating calipers over its edges.
  *   Hole contours (RETR_LIST also returns those) are not boxes of their own
  *   here; in PaddleOCR they can only add a duplicate inside a real box. The
- *   box score is the mean probability over the pixels inside the rectangle.
- *   Unclip offsets the rectangle by d = area * ratio / perimeter; the
- *   minimum-area rectangle of that rounded offset polygon is the rectangle
- *   grown by d on every side, so it is computed directly (no polygon
- *   clipper). Boxes are scaled to the image, ordered clockwise from the
+ *   box score is the mean probability inside the blob's outline (every
+ *   pixel between a row's extremes: PaddleOCR's "slow" score mode), not
+ *   over the rectangle ("fast"), which loses bent and slanted lines of
+ *   photographed pages (blob_rect). Unclip offsets the rectangle by d =
+ *   area * ratio / perimeter; the minimum-area rectangle of that rounded
+ *   offset polygon is the rectangle grown by d on every side, so it is
+ *   computed directly (no polygon clipper). d is PaddleOCR's (ratio 1.5)
+ *   at least and up to ratio 2.5 on each side that no other blob faces
+ *   within that distance: the recogniser keeps the spaces between words
+ *   when it sees a margin around them (unclip_rect). Boxes are scaled to
+ *   the image, ordered clockwise from the
  *   top-left corner, clipped, and sorted top to bottom as PaddleOCR's
  *   sorted_boxes (by the top-left corner, lines within 10 px left to right).
  *
@@ -47,7 +53,9 @@
  *
  * - cls (optional): a crop resized to height 48 keeping its ratio (width
  *   capped at 192), right-padded with 0 after (x/255 - 0.5) / 0.5; label 1
- *   ("180") above cls_thresh turns the crop upside down. One departure:
+ *   ("180") above cls_thresh turns the crop upside down; when most lines
+ *   turn, the page is upside down and its lines are returned from the
+ *   bottom of the image up, its reading order. One departure:
  *   PaddleOCR squeezes a line longer than 4:1 into the 192 x 48 input, and
  *   on rendered pages the squeezed 20:1 lines were called "180" at up to
  *   0.96, so good lines came out as garbage (page accuracy 0.92, upside-down
@@ -110,6 +118,7 @@
 #define OCR_MAGIC 0x4f4352524541444bull /* "OCRREADK" */
 #define OCR_MAX_CANDIDATES 1000 /* DBPostProcess max_candidates */
 #define OCR_MIN_SIZE 3          /* DBPostProcess min_size */
+#define OCR_UNCLIP_FREE 2.5f    /* the unclip ratio where the margin is free (unclip_rect) */
 #define OCR_DROP_SCORE 0.5f     /* TextSystem drop_score */
 #define OCR_BATCH 6             /* cls and rec batch (PaddleOCR's default) */
 #define OCR_CLS_W 192
@@ -514,49 +523,6 @@ static void rect_corners(const ocr_rect *r, ocr_pt p[4]) {
   p[3] = (ocr_pt){r->c.x - ax + bx, r->c.y - ay + by};
 }
 
-/* Mean of the probability map over the pixels inside the quadrilateral
- * (cv2.fillPoly fills boundary pixels too: half a pixel of slack). */
-static float box_score(const float *prob, int w, int h, const ocr_pt p[4]) {
-  float minx = p[0].x, maxx = p[0].x, miny = p[0].y, maxy = p[0].y;
-  for (int i = 1; i < 4; i++) {
-    minx = fminf(minx, p[i].x);
-    maxx = fmaxf(maxx, p[i].x);
-    miny = fminf(miny, p[i].y);
-    maxy = fmaxf(maxy, p[i].y);
-  }
-  int x0 = clampi((int)floorf(minx), 0, w - 1), x1 = clampi((int)ceilf(maxx), 0, w - 1);
-  int y0 = clampi((int)floorf(miny), 0, h - 1), y1 = clampi((int)ceilf(maxy), 0, h - 1);
-  /* Edge equations with the inside positive whatever the winding. */
-  float ex[4], ey[4], ec[4];
-  float area2 = 0;
-  for (int i = 0; i < 4; i++)
-    area2 += p[i].x * p[(i + 1) % 4].y - p[(i + 1) % 4].x * p[i].y;
-  float sgn = area2 >= 0 ? 1.0f : -1.0f;
-  for (int i = 0; i < 4; i++) {
-    ocr_pt a = p[i], b = p[(i + 1) % 4];
-    float nx = -(b.y - a.y) * sgn, ny = (b.x - a.x) * sgn;
-    float len = sqrtf(nx * nx + ny * ny);
-    if (len < 1e-6f)
-      len = 1e-6f;
-    ex[i] = nx / len;
-    ey[i] = ny / len;
-    ec[i] = -(ex[i] * a.x + ey[i] * a.y) + 0.5f;
-  }
-  double sum = 0;
-  size_t cnt = 0;
-  for (int y = y0; y <= y1; y++)
-    for (int x = x0; x <= x1; x++) {
-      int in = 1;
-      for (int i = 0; i < 4 && in; i++)
-        in = ex[i] * x + ey[i] * y + ec[i] >= 0;
-      if (in) {
-        sum += prob[(size_t)y * w + x];
-        cnt++;
-      }
-    }
-  return cnt ? (float)(sum / cnt) : 0.0f;
-}
-
 /* Clockwise (on screen, y down) starting at the top-left corner: the one
  * with the smallest x + y, as PaddleOCR's order_points_clockwise picks it;
  * sorting by angle around the centre cannot pick the same corner twice. */
@@ -593,7 +559,7 @@ static float dist(ocr_pt a, ocr_pt b) { return hypotf(a.x - b.x, a.y - b.y); }
  * extreme pixels in (y, x) order, for the hull; returns how many. rmin and
  * rmax (per row) come in and go out empty. */
 static int flood_blob(uint8_t *mask, int32_t *stack, int32_t *rmin, int32_t *rmax, int mw,
-                      int mh, size_t seed, ocr_pt *pts) {
+                      int mh, size_t seed, ocr_pt *pts, const float *prob, float *span_score) {
   int top = 0, ylo = mh, yhi = -1;
   stack[top++] = (int32_t)seed;
   mask[seed] = 2;
@@ -624,37 +590,112 @@ static int flood_blob(uint8_t *mask, int32_t *stack, int32_t *rmin, int32_t *rma
   }
   /* Blob rows are contiguous. */
   int np = 0;
+  double sum = 0;
+  size_t cnt = 0;
   for (int y = ylo; y <= yhi; y++) {
+    for (int x = rmin[y]; x <= rmax[y]; x++)
+      sum += prob[(size_t)y * mw + x];
+    cnt += (size_t)(rmax[y] - rmin[y] + 1);
     pts[np++] = (ocr_pt){(float)rmin[y], (float)y};
     if (rmax[y] != rmin[y])
       pts[np++] = (ocr_pt){(float)rmax[y], (float)y};
     rmin[y] = INT32_MAX;
     rmax[y] = -1;
   }
+  *span_score = cnt ? (float)(sum / (double)cnt) : 0.0f;
   return np;
 }
 
-/* The box of a blob (its row extremes pts, np of them, with room for the
- * hull after them) in image pixels, unclipped and clockwise; 0 when it is
- * too small or scores below the threshold. */
-static int blob_box(const es_ocr *o, const float *prob, int mw, int mh, int iw, int ih,
-                    ocr_pt *pts, int np, ocr_box *box) {
-  float sx = (float)iw / mw, sy = (float)ih / mh;
+/* A blob's minimum-area rectangle in map pixels and its score, before
+ * any unclip. */
+typedef struct ocr_blob {
+  ocr_rect r;
+  float score;
+} ocr_blob;
+
+/* The rectangle of a blob (its row extremes pts, np of them, with room for
+ * the hull after them); 0 when it is too small or scores below the
+ * threshold. The score is the mean probability inside the blob's outline
+ * (span_score: every pixel between a row's extremes), PaddleOCR's "slow"
+ * box score, not the mean over the rectangle ("fast"): a line bent by a
+ * photographed page, or slanted in perspective, leaves background in the
+ * corners of its rectangle, and there the fast score fell below 0.6 on
+ * two of the book page's six lines (0.56 and 0.51, against 0.73 and 0.67
+ * over the outline). */
+static int blob_rect(const es_ocr *o, ocr_pt *pts, int np, float span_score, ocr_blob *b) {
   int nh = hull(pts, np, pts + np);
-  ocr_rect r = min_area_rect(pts + np, nh);
-  if (fminf(r.w, r.h) < OCR_MIN_SIZE)
-    return 0;
+  b->r = min_area_rect(pts + np, nh);
+  b->score = span_score;
+  return fminf(b->r.w, b->r.h) >= OCR_MIN_SIZE && span_score >= o->box_thresh;
+}
+
+/* The projections of rectangle r's corners onto the unit axis a through
+ * c: their interval [*lo, *hi]. */
+static void rect_span(const ocr_rect *r, ocr_pt c, ocr_pt a, float *lo, float *hi) {
   ocr_pt q[4];
-  rect_corners(&r, q);
-  float score = box_score(prob, mw, mh, q);
-  if (score < o->box_thresh)
-    return 0;
-  /* Unclip: offset by area * ratio / perimeter on every side. */
-  float d = r.w * r.h * o->unclip / (2 * (r.w + r.h));
-  r.w += 2 * d;
-  r.h += 2 * d;
+  rect_corners(r, q);
+  *lo = INFINITY;
+  *hi = -INFINITY;
+  for (int k = 0; k < 4; k++) {
+    float v = (q[k].x - c.x) * a.x + (q[k].y - c.y) * a.y;
+    *lo = fminf(*lo, v);
+    *hi = fmaxf(*hi, v);
+  }
+}
+
+/* Unclip blob i of n: each side of its rectangle moves out by d = area *
+ * ratio / perimeter (DBPostProcess's offset), at least with the configured
+ * ratio (1.5, PaddleOCR's), and up to OCR_UNCLIP_FREE where nothing is
+ * in the way: a side stops at the nearest blob beyond it (one its
+ * rectangle faces across that side). The recogniser reads the gaps
+ * between words from the margin around them: with 1.5, rendered lines came
+ * out as "Edgegatewaysreadcamerastreams" (and so did the peer's on the
+ * pages where its crops were as tight), with 2.0 they keep their spaces;
+ * but a book page's lines, 18 px apart, then reached into each other and
+ * lost a line, so the free margin is taken only where it is free. */
+static ocr_rect unclip_rect(const es_ocr *o, const ocr_blob *bl, int n, int i) {
+  ocr_rect r = bl[i].r;
+  float k = r.w * r.h / (2 * (r.w + r.h));
+  float d1 = k * o->unclip, d2 = fmaxf(d1, k * OCR_UNCLIP_FREE);
+  ocr_pt ax[2] = {r.u, {-r.u.y, r.u.x}};
+  float ext[2] = {r.w / 2, r.h / 2}, grow[2][2]; /* [axis][side: +, -] */
+  for (int a = 0; a < 2; a++) {
+    float free_pos = INFINITY, free_neg = INFINITY;
+    for (int j = 0; j < n; j++) {
+      if (j == i)
+        continue;
+      float lo, hi, olo, ohi;
+      rect_span(&bl[j].r, r.c, ax[1 - a], &olo, &ohi);
+      if (ohi < -ext[1 - a] || olo > ext[1 - a])
+        continue; /* beside this side, not across it */
+      rect_span(&bl[j].r, r.c, ax[a], &lo, &hi);
+      if (lo >= ext[a])
+        free_pos = fminf(free_pos, lo - ext[a]);
+      else if (hi <= -ext[a])
+        free_neg = fminf(free_neg, -ext[a] - hi);
+    }
+    grow[a][0] = free_pos >= d2 ? d2 : fmaxf(d1, free_pos);
+    grow[a][1] = free_neg >= d2 ? d2 : fmaxf(d1, free_neg);
+  }
+  for (int a = 0; a < 2; a++) {
+    float shift = (grow[a][0] - grow[a][1]) / 2;
+    r.c.x += ax[a].x * shift;
+    r.c.y += ax[a].y * shift;
+  }
+  r.w += grow[0][0] + grow[0][1];
+  r.h += grow[1][0] + grow[1][1];
+  return r;
+}
+
+/* The box of an unclipped rectangle in image pixels, clockwise from the
+ * top-left corner and clipped to the image; 0 when it is too small. */
+static int rect_box(const ocr_rect *rr, float score, int mw, int mh, int iw, int ih,
+                    ocr_box *box) {
+  float sx = (float)iw / mw, sy = (float)ih / mh;
+  ocr_rect r = *rr;
   if (fminf(r.w, r.h) < OCR_MIN_SIZE + 2)
     return 0;
+  ocr_pt q[4];
   rect_corners(&r, q);
   for (int i = 0; i < 4; i++) {
     q[i].x = clampf(roundf(q[i].x * sx), 0, (float)iw);
@@ -713,7 +754,8 @@ static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, 
    * than that (hull() repeats the first point while it works). */
   ocr_pt *pts = es_mem_alloc(ES_MEM_APPS, ((size_t)mh * 4 + 4) * sizeof *pts);
   ocr_box *boxes = NULL;
-  int cap = 0, nb = 0, rc = 0;
+  ocr_blob *blobs = NULL;
+  int cap = 0, nbl = 0, nb = 0, rc = 0;
   if (!mask || !stack || !rmin || !pts) {
     rc = es__fail(ES_ENOMEM, "ocr: no memory for the %dx%d detection map", mw, mh);
     goto out;
@@ -730,27 +772,34 @@ static int db_boxes(const es_ocr *o, const float *prob, int mw, int mh, int iw, 
     if (mask[seed] != 1)
       continue;
     candidates++;
-    int np = flood_blob(mask, stack, rmin, rmax, mw, mh, seed, pts);
-    ocr_box box;
-    if (!blob_box(o, prob, mw, mh, iw, ih, pts, np, &box))
-      continue;
-    if (nb == cap) {
+    float span;
+    int np = flood_blob(mask, stack, rmin, rmax, mw, mh, seed, pts, prob, &span);
+    if (nbl == cap) {
       int ncap = cap ? cap * 2 : 16;
-      ocr_box *nbx = es_mem_alloc(ES_MEM_APPS, (size_t)ncap * sizeof *nbx);
+      ocr_blob *nbx = es_mem_alloc(ES_MEM_APPS, (size_t)ncap * sizeof *nbx);
       if (!nbx) {
         rc = es__fail(ES_ENOMEM, "ocr: no memory for %d boxes", ncap);
         goto out;
       }
-      if (nb)
-        memcpy(nbx, boxes, (size_t)nb * sizeof *nbx);
-      es_mem_free(boxes);
-      boxes = nbx;
+      if (nbl)
+        memcpy(nbx, blobs, (size_t)nbl * sizeof *nbx);
+      es_mem_free(blobs);
+      blobs = nbx;
       cap = ncap;
     }
-    boxes[nb++] = box;
+    nbl += blob_rect(o, pts, np, span, &blobs[nbl]);
+  }
+  if (nbl && !(boxes = es_mem_alloc(ES_MEM_APPS, (size_t)nbl * sizeof *boxes))) {
+    rc = es__fail(ES_ENOMEM, "ocr: no memory for %d boxes", nbl);
+    goto out;
+  }
+  for (int i = 0; i < nbl; i++) {
+    ocr_rect r = unclip_rect(o, blobs, nbl, i);
+    nb += rect_box(&r, blobs[i].score, mw, mh, iw, ih, &boxes[nb]);
   }
   sort_boxes(boxes, nb);
 out:
+  es_mem_free(blobs);
   es_mem_free(mask);
   es_mem_free(stack);
   es_mem_free(rmin);
@@ -1429,6 +1478,7 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     goto out;
 
   /* cls: turn upside-down crops */
+  int flipped = 0;
   if (o->cls >= 0) {
     rc = cls_views(o, &cc);
     if (rc < 0)
@@ -1445,8 +1495,10 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
     for (int i = 0; i < dc.n; i++) {
       ocr_crop *c = &cc.crops[i];
       float down = c->views ? 1.0f / (1.0f + expf(-c->lodds / c->views)) : 0;
-      if (down > 0.5f && down > o->cls_thresh)
+      if (down > 0.5f && down > o->cls_thresh) {
         crop_rotate180(c);
+        flipped++;
+      }
     }
   }
 
@@ -1483,8 +1535,11 @@ int es_ocr_read(es_ocr *o, const es_image *img, int priority, uint64_t deadline_
   if (rc < 0)
     goto out;
 
-  int k = 0;
-  for (int i = 0; i < dc.n && k < max; i++) {
+  /* Most lines upside down: the page is, and it reads from the bottom
+   * right (the boxes were sorted from the top left of the image). */
+  int k = 0, upside = 2 * flipped > dc.n;
+  for (int t = 0; t < dc.n && k < max; t++) {
+    int i = upside ? dc.n - 1 - t : t;
     const ocr_crop *c = &cc.crops[i];
     if (!c->text || !c->text[0] || c->conf < OCR_DROP_SCORE)
       continue;

@@ -9,9 +9,9 @@
  * Unicode code points: the PP-OCR Chinese recogniser (the model fetched)
  * writes inter-word spaces only some of the time, and a line split into
  * two boxes must not count as an error. Full-width forms count as their
- * ASCII characters. For the upside-down image the lines come back in
- * reverse order (they are read top to bottom of the image as given), so
- * the expectation is reversed too.
+ * ASCII characters. An upside-down page comes back in its own reading
+ * order: most of its lines turned by the direction classifier make the
+ * reader read the page from the bottom of the image up.
  *
  * Also: a blank image gives no lines, a corrupt file is ES_EINVAL, a
  * deadline already passed is refused through the runtime (ES_EAGAIN,
@@ -312,8 +312,8 @@ static void check_case(const ocr_case *c) {
   int n = 0;
   while (n < 4 && c->lines[n])
     n++;
-  for (int i = 0; i < n; i++) /* upside down: read bottom line first */
-    strcat(want, c->lines[c->angle == 180 ? n - 1 - i : i]);
+  for (int i = 0; i < n; i++)
+    strcat(want, c->lines[i]);
   es_ocr_line *lines = calloc(MAX_LINES, sizeof *lines);
   assert_non_null(lines);
   int nl = 0;
