@@ -650,9 +650,10 @@ static void rect_span(const ocr_rect *r, ocr_pt c, ocr_pt a, float *lo, float *h
  * rectangle faces across that side). The recogniser reads the gaps
  * between words from the margin around them: with 1.5, rendered lines came
  * out as "Edgegatewaysreadcamerastreams" (and so did the peer's on the
- * pages where its crops were as tight), with 2.0 they keep their spaces;
- * but a book page's lines, 18 px apart, then reached into each other and
- * lost a line, so the free margin is taken only where it is free. */
+ * pages where its crops were as tight); with 2.5 they keep their spaces
+ * (2.0 kept most, not a blurred page's or a JPEG's); but a book page's
+ * lines, 18 px apart, then reached into each other and one was lost, so
+ * the wider margin is taken only where it is free. */
 static ocr_rect unclip_rect(const es_ocr *o, const ocr_blob *bl, int n, int i) {
   ocr_rect r = bl[i].r;
   float k = r.w * r.h / (2 * (r.w + r.h));
