@@ -513,6 +513,26 @@ if command -v convert >/dev/null && [ -f "$font" ]; then
 else
   skipped "ocr pipeline over HTTP (no ImageMagick or DejaVu font; scripts/setup/deps.sh)"
 fi
+# The ocr pipeline over HTTP answers what `edgeserve ocr` answers: the
+# photographed book page's lines, text for text (one code path, the same
+# defaults; the plate stream of the main job reads through it too).
+if [ -f "$imgdir/page.png" ]; then
+  res=$(pipe ocr "$imgdir/page.png")
+  "$es" ocr "$imgdir/page.png" --json >"$work/page_cli.json" 2>/dev/null
+  if [[ $res == 200* ]] && node -e '
+      const fs = require("fs");
+      const http = JSON.parse(process.argv[1].slice(4)).lines.map((l) => l.text);
+      const cli = JSON.parse(fs.readFileSync(process.argv[2])).lines.map((l) => l.text);
+      console.log("# http: " + http.join(" | "));
+      process.exit(http.length >= 6 && JSON.stringify(http) === JSON.stringify(cli) ? 0 : 1);' \
+      "$res" "$work/page_cli.json"; then
+    ok "ocr pipeline over HTTP = edgeserve ocr on the photographed page"
+  else
+    notok "ocr pipeline over HTTP differs from edgeserve ocr: ${res:0:300}"
+  fi
+else
+  skipped "ocr over HTTP against the CLI (no page.png; scripts/setup/fetch-images.sh)"
+fi
 printf 'not an image' >"$work/bad.img"
 res=$(pipe face "$work/bad.img")
 [[ $res == 400* ]] && grep -q "not a JPEG or PNG" <<<"$res" && ok "pipeline: a corrupt image is a 400" ||
