@@ -183,6 +183,7 @@
   XX(QLinearMul, ES_OP_MS)                                                     \
   XX(QLinearSigmoid, ES_OP_MS)                                                 \
   XX(QLinearGlobalAveragePool, ES_OP_MS)                                       \
+  XX(QLinearAveragePool, ES_OP_MS)                                             \
   XX(QLinearConcat, ES_OP_MS)                                                  \
   /* recurrent layers (recurrent.c) */                                         \
   XX(GRU, 7)                                                                   \

@@ -2,8 +2,8 @@
  * the internal QLinearConvTranspose), of QDQ linear layers (MatMul or Gemm
  * by int8 weights) to QLinearMatMul, of such layers whose output stays
  * float (a model's last) to the same kernels with a float output, and of
- * the QDQ Add, Mul, Concat and
- * GlobalAveragePool between them to the com.microsoft QLinear kernels:
+ * the QDQ Add, Mul, Concat, GlobalAveragePool and AveragePool between
+ * them to the com.microsoft QLinear kernels:
  * a feature pyramid runs in 8 bits from its input's quantization on. A
  * nearest Resize or a MaxPool moves before its DequantizeLinear (it
  * copies or picks bytes), and a QuantizeLinear that undoes the
@@ -468,6 +468,35 @@ static int lower_gap(es_graph *g, int qi) {
   return lower_to(g, qi, gi, ES_OP_QLinearGlobalAveragePool, v, 5, NULL, 0);
 }
 
+/* Node qi and the AveragePool of a dequantized 8-bit tensor it quantizes:
+ *
+ *   DQ(xq, sx, zx) -> AveragePool -> Q(sy, zy)
+ *
+ * as com.microsoft's QLinearAveragePool(xq, sx, zx, sy, zy) with the
+ * pool's attributes (channels_last 0): the window's integer sum times sx
+ * / (sy n), one 8-bit step from the float average's rounding at most.
+ * 1 when rewritten, else 0. */
+static int lower_avgpool(es_graph *g, int qi) {
+  const es_node *q = &g->nodes[qi];
+  int t = q->in[0];
+  if (!inner(g, t))
+    return 0;
+  int pi = producer_is(g, t, ES_OP_AveragePool);
+  if (pi < 0 || g->nodes[pi].n_in != 1)
+    return 0;
+  int x, sx, zx;
+  es_dtype xt;
+  if (x_dq(g, g->nodes[pi].in[0], &x, &sx, &zx, &xt) < 0 || xt != g->values[q->in[2]].dtype)
+    return 0;
+  int rc;
+  if (zx < 0 && (rc = zero_const(g, xt, 1, &zx)) < 0)
+    return rc;
+  q = &g->nodes[qi];
+  const es_node *pn = &g->nodes[pi];
+  int v[5] = {x, sx, zx, q->in[1], q->in[2]};
+  return lower_to(g, qi, pi, ES_OP_QLinearAveragePool, v, 5, pn->attrs, pn->n_attr);
+}
+
 /* Node qi and the Concat of dequantized 8-bit tensors it quantizes (a
  * feature pyramid's join):
  *
@@ -520,6 +549,8 @@ static int lower_one(es_graph *g, int qi) {
     rc = lower_add(g, qi);
   if (rc == 0)
     rc = lower_gap(g, qi);
+  if (rc == 0)
+    rc = lower_avgpool(g, qi);
   return rc != 0 ? rc : lower_concat(g, qi);
 }
 

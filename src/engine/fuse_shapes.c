@@ -491,6 +491,7 @@ static es_dtype node_dtype(const fuser *f, const es_node *nd, const sshape *x) {
     return input_dtype(f, nd, 7);
   case ES_OP_QLinearSigmoid:
   case ES_OP_QLinearGlobalAveragePool:
+  case ES_OP_QLinearAveragePool:
     return input_dtype(f, nd, 4);
   case ES_OP_QLinearConcat:
     return input_dtype(f, nd, 1);
@@ -580,6 +581,7 @@ static void shape_node(fuser *f, const es_node *nd) {
     break;
   case ES_OP_MaxPool:
   case ES_OP_AveragePool:
+  case ES_OP_QLinearAveragePool:
     if (x.rank >= 3)
       shape_window(f, nd, &x, x.d[1], NULL, 1, &o);
     break;

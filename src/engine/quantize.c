@@ -134,11 +134,12 @@ static void smap_free(smap *m) {
  * The quantizer
  * ======================================================================== */
 
-/* QK_ADD, QK_CONCAT, QK_MUL and QK_GAP have activations only (no
- * weights): a pair on each input and on the output, which engines run as
- * QLinearAdd / QLinearConcat / QLinearMul / QLinearGlobalAveragePool (a
- * feature pyramid's sums and joins, a squeeze-excitation's pooling and
- * scaling stay in 8 bits). */
+/* QK_ADD, QK_CONCAT, QK_MUL and QK_GAP (a GlobalAveragePool or an
+ * AveragePool) have activations only (no weights): a pair on each input
+ * and on the output, which engines run as QLinearAdd / QLinearConcat /
+ * QLinearMul / QLinearGlobalAveragePool / QLinearAveragePool (a feature
+ * pyramid's sums and joins, a squeeze-excitation's pooling and scaling
+ * stay in 8 bits). */
 typedef enum qkind {
   QK_NONE, QK_CONV, QK_CONVT, QK_MATMUL, QK_GEMM, QK_ADD, QK_CONCAT, QK_MUL, QK_GAP
 } qkind;
@@ -810,7 +811,8 @@ static int classify(es_quantizer *q) {
                (conv_map(q, n->input[0], 0) || conv_map(q, n->input[1], 0))) {
       k = QK_MUL; /* a map scaled per channel (squeeze-excitation) or gated */
       qn->n_act = 2;
-    } else if (is_op(n, "GlobalAveragePool") && n->n_input == 1 && conv_map(q, n->input[0], 0)) {
+    } else if ((is_op(n, "GlobalAveragePool") || is_op(n, "AveragePool")) && n->n_input == 1 &&
+               conv_map(q, n->input[0], 0)) {
       k = QK_GAP;
       qn->n_act = 1;
     } else if (is_op(n, "Concat") && n->n_input >= 2 && n->n_input <= 16) {

@@ -1,5 +1,6 @@
 /* Pooling: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool,
- * GlobalLpPool (float32; MaxPool also uint8 and int8).
+ * GlobalLpPool (float32; MaxPool also uint8 and int8), and com.microsoft's
+ * QLinearAveragePool (8-bit: what a QDQ AveragePool lowers to).
  *
  * Every windowed pool is planned in one canonical form: N*C independent
  * planes of D x H x W, a 1-D or 2-D pool getting leading spatial axes of size
@@ -75,6 +76,8 @@ typedef struct pool_params {
   int col_major;      /* storage_order 1: Indices count the spatial axes column-major */
   int nhwc;           /* X and Y channels-last (NHWC, NDHWC): pixel-major walk */
   int64_t n, c;       /* N and C, for the NHWC walk */
+  int q;              /* QLinearAveragePool: X and Y 8-bit, scales and zero points inputs 1-4 */
+  int xs, ys;         /* ... X, Y signed */
 } pool_params;
 
 static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
@@ -176,11 +179,38 @@ static int pool_infer_common(es_kinst *k, int kind) {
   if (k->n_out < 1 || !k->out[0])
     return ES_KFAIL(k, ES_EMODEL, "output Y is missing");
   const es_tdesc *x = k->in[0];
-  int ok_type = x->dtype == ES_DTYPE_FLOAT ||
-                (kind == POOL_MAX && (x->dtype == ES_DTYPE_UINT8 || x->dtype == ES_DTYPE_INT8));
+  int q = k->node.op == ES_OP_QLinearAveragePool, is8 = x->dtype == ES_DTYPE_UINT8 ||
+                                                         x->dtype == ES_DTYPE_INT8;
+  int ok_type = q ? is8 : x->dtype == ES_DTYPE_FLOAT || (kind == POOL_MAX && is8);
   if (!ok_type)
-    return ES_KFAIL(k, ES_EMODEL, "X is %s, expected float32%s", es_dtype_name(x->dtype),
-                    kind == POOL_MAX ? ", uint8 or int8" : "");
+    return ES_KFAIL(k, ES_EMODEL, "X is %s, expected %s", es_dtype_name(x->dtype),
+                    q ? "uint8 or int8" : kind == POOL_MAX ? "float32, uint8 or int8" : "float32");
+  es_dtype yt = x->dtype;
+  if (q) { /* x_scale, x_zero_point, y_scale, y_zero_point: scalars */
+    static const char *const names[4] = {"x_scale", "x_zero_point", "y_scale", "y_zero_point"};
+    if (k->n_in != 5)
+      return ES_KFAIL(k, ES_EMODEL, "%d inputs, expected 5 (X and its and Y's scale and zero "
+                      "point)", k->n_in);
+    for (int i = 1; i < 5; i++) {
+      const es_tdesc *t = k->in[i];
+      if (!t || t->count != 1 || t->rank > 1)
+        return ES_KFAIL(k, ES_EMODEL, "%s must be one value", names[i - 1]);
+      if ((i == 1 || i == 3) ? t->dtype != ES_DTYPE_FLOAT
+                             : (t->dtype != ES_DTYPE_UINT8 && t->dtype != ES_DTYPE_INT8))
+        return ES_KFAIL(k, ES_EMODEL, "%s is %s", names[i - 1], es_dtype_name(t->dtype));
+    }
+    if (k->in[2]->dtype != x->dtype)
+      return ES_KFAIL(k, ES_EMODEL, "x_zero_point is %s, X %s", es_dtype_name(k->in[2]->dtype),
+                      es_dtype_name(x->dtype));
+    yt = k->in[4]->dtype;
+    int64_t last;
+    int rc0 = es__attr_int(k, "channels_last", 0, &last);
+    if (rc0 < 0)
+      return rc0;
+    if (last)
+      return ES_KFAIL(k, ES_ENOTSUP, "channels_last 1 (X stored [N, spatial..., C]) is not "
+                      "supported; the QDQ lowering writes channels_last 0");
+  }
   if (x->rank < 3 || x->rank > 5)
     return ES_KFAIL(k, x->rank < 3 ? ES_EMODEL : ES_ENOTSUP,
                     "X has rank %d, expected 3 to 5 (N, C and 1 to 3 spatial axes)", x->rank);
@@ -239,6 +269,9 @@ static int pool_infer_common(es_kinst *k, int kind) {
     return ES_KFAIL(k, ES_ENOMEM, "out of memory for pooling parameters");
   p->kind = kind;
   p->dtype = x->dtype;
+  p->q = q;
+  p->xs = x->dtype == ES_DTYPE_INT8;
+  p->ys = yt == ES_DTYPE_INT8;
   p->planes = x->dims[0] * x->dims[1];
   p->indices = indices;
   p->col_major = (int)storage_order;
@@ -263,9 +296,11 @@ static int pool_infer_common(es_kinst *k, int kind) {
       return rc;
     odims[2 + i] = ax->out;
   }
-  if ((rc = es__tdesc_set(k->out[0], x->dtype, x->rank, odims)) < 0)
+  if ((rc = es__tdesc_set(k->out[0], yt, x->rank, odims)) < 0)
     return rc;
   k->out[0]->layout = x->layout;
+  if (q && !nhwc) /* the plane path's int32 sums of one output row */
+    k->scratch_bytes = (size_t)p->ax[2].out * sizeof(int32_t);
   if (indices && (rc = es__tdesc_set(k->out[1], ES_DTYPE_INT64, x->rank, odims)) < 0)
     return rc;
   for (int a = 0; a < 3; a++)
@@ -477,11 +512,91 @@ static void pool_max_indices_f32(const pool_params *p, const float *src, float *
   }
 }
 
+/* QLinearAveragePool: the window's int32 sum of (x - zx) (padding adds
+ * nothing: its dequantized value is 0), times the same per-axis inverse
+ * counts as the float path, times x_scale / y_scale, rounded half to even,
+ * plus zy, saturated. One step from ONNX Runtime's float average where a
+ * product rounds apart. */
+static inline int32_t qavg_at(const void *x, int s, int64_t i) {
+  return s ? ((const int8_t *)x)[i] : ((const uint8_t *)x)[i];
+}
+
+static inline void qavg_store(void *y, int s, int64_t i, float v, int32_t zy) {
+  float r = nearbyintf(v) + (float)zy;
+  float lo = s ? -128.0f : 0.0f, hi = s ? 127.0f : 255.0f;
+  r = r < lo ? lo : r > hi ? hi : r;
+  if (s)
+    ((int8_t *)y)[i] = (int8_t)r;
+  else
+    ((uint8_t *)y)[i] = (uint8_t)r;
+}
+
+static void qavg_run(const pool_params *p, const void *const *in, void *y, int32_t *acc) {
+  const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
+  const void *x = in[0];
+  float m = *(const float *)in[1] / *(const float *)in[3];
+  int32_t zx = qavg_at(in[2], p->xs, 0), zy = qavg_at(in[4], p->ys, 0);
+  int64_t plane_in = ad->in * ah->in * aw->in, plane_out = ad->out * ah->out * aw->out;
+  if (p->nhwc) { /* pixel by pixel, the channels innermost */
+    int64_t nc = p->c, yo = 0;
+    for (int64_t b = 0; b < p->n; b++)
+      for (int64_t od = 0; od < ad->out; od++)
+        for (int64_t oh = 0; oh < ah->out; oh++)
+          for (int64_t ow = 0; ow < aw->out; ow++, yo += nc) {
+            float f = ad->inv[od] * ah->inv[oh] * aw->inv[ow] * m;
+            for (int64_t c0 = 0; c0 < nc; c0 += AVG_CB) {
+              int64_t cn = nc - c0 < AVG_CB ? nc - c0 : AVG_CB;
+              int32_t a[AVG_CB] = {0};
+              for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
+                int64_t id = od * ad->s - ad->pb + kd * ad->d;
+                for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
+                  int64_t ih = oh * ah->s - ah->pb + kh * ah->d;
+                  for (int64_t kw = aw->tap_lo[ow]; kw < aw->tap_hi[ow]; kw++) {
+                    int64_t iw = ow * aw->s - aw->pb + kw * aw->d;
+                    int64_t px = b * plane_in * nc + ((id * ah->in + ih) * aw->in + iw) * nc + c0;
+                    for (int64_t c = 0; c < cn; c++)
+                      a[c] += qavg_at(x, p->xs, px + c) - zx;
+                  }
+                }
+              }
+              for (int64_t c = 0; c < cn; c++)
+                qavg_store(y, p->ys, yo + c0 + c, (float)a[c] * f, zy);
+            }
+          }
+    return;
+  }
+  for (int64_t pl = 0; pl < p->planes; pl++) {
+    int64_t xi0 = pl * plane_in, yi0 = pl * plane_out;
+    for (int64_t od = 0; od < ad->out; od++)
+      for (int64_t oh = 0; oh < ah->out; oh++) {
+        memset(acc, 0, (size_t)aw->out * sizeof *acc);
+        for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
+          int64_t id = od * ad->s - ad->pb + kd * ad->d;
+          for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
+            int64_t ih = oh * ah->s - ah->pb + kh * ah->d, row = xi0 + (id * ah->in + ih) * aw->in;
+            for (int64_t kw = 0; kw < aw->k; kw++) {
+              int64_t off = kw * aw->d - aw->pb;
+              for (int64_t i = p->col_lo[kw]; i < p->col_hi[kw]; i++)
+                acc[i] += qavg_at(x, p->xs, row + i * aw->s + off) - zx;
+            }
+          }
+        }
+        float f = ad->inv[od] * ah->inv[oh] * m;
+        int64_t yo = yi0 + (od * ah->out + oh) * aw->out;
+        for (int64_t i = 0; i < aw->out; i++)
+          qavg_store(y, p->ys, yo + i, (float)acc[i] * (f * aw->inv[i]), zy);
+      }
+  }
+}
+
 static int pool_run(const es_kinst *k, const void *const *in, void *const *out, void *scratch) {
-  (void)scratch;
   const pool_params *p = k->params;
   int64_t plane_in = p->ax[0].in * p->ax[1].in * p->ax[2].in;
   int64_t plane_out = p->ax[0].out * p->ax[1].out * p->ax[2].out;
+  if (p->q) {
+    qavg_run(p, in, out[0], scratch);
+    return 0;
+  }
   if (p->indices) {
     pool_max_indices_f32(p, in[0], out[0], out[1]);
     return 0;
@@ -697,6 +812,7 @@ const es_kernel *es__kernels_pool(es_op op) {
   case ES_OP_MaxPool:
     return &maxpool_kernel;
   case ES_OP_AveragePool:
+  case ES_OP_QLinearAveragePool:
     return &avgpool_kernel;
   case ES_OP_GlobalAveragePool:
   case ES_OP_GlobalMaxPool:

@@ -2,7 +2,8 @@
 # The QOperator format (ONNX Runtime's quantizer's other form): a model of
 # every com.microsoft QLinear operator the engine runs (QLinearSigmoid,
 # QLinearAdd with broadcasting, QLinearMul, QLinearConcat,
-# QLinearGlobalAveragePool; written by es_qop_model), in uint8 and in int8,
+# QLinearGlobalAveragePool, QLinearAveragePool; written by es_qop_model),
+# in uint8 and in int8,
 # run by edgeserve and by ONNX Runtime on the same input: every 8-bit output
 # within one step of ONNX Runtime's (a float product rounding the other way
 # is the only allowed difference), the steps that differ counted. A
@@ -36,7 +37,7 @@ for t in u8 s8; do
   node -e '
     const npy = require(process.argv[1] + "/npy.js");
     let bad = 0;
-    for (const name of ["d", "e"]) {
+    for (const name of ["d", "e", "f"]) {
       const a = npy.read(`${process.argv[2]}/${name}.npy`), b = npy.read(`${process.argv[3]}/${name}.npy`);
       if (a.type !== b.type || a.data.length !== b.data.length || a.shape.join() !== b.shape.join()) {
         console.log(`${name}: ${a.type} [${a.shape}] vs ${b.type} [${b.shape}]`);
@@ -55,9 +56,9 @@ for t in u8 s8; do
     process.exit(bad);
   ' "$ort" "$work/es_$t" "$work/ort_$t" "$t" || { echo "FAIL $t: more than one step from ONNX Runtime"; fail=1; }
 done
-ops=$("$es" inspect "$work/qu8.onnx" | grep -cE '^  QLinear(Sigmoid|Add|Mul|Concat|GlobalAveragePool) ')
-[ "$ops" = 5 ] && echo "inspect: the five com.microsoft operators" ||
-  { echo "FAIL inspect lists $ops of the 5 operators"; "$es" inspect "$work/qu8.onnx"; fail=1; }
+ops=$("$es" inspect "$work/qu8.onnx" | grep -cE '^  QLinear(Sigmoid|Add|Mul|Concat|GlobalAveragePool|AveragePool) ')
+[ "$ops" = 6 ] && echo "inspect: the six com.microsoft operators" ||
+  { echo "FAIL inspect lists $ops of the 6 operators"; "$es" inspect "$work/qu8.onnx"; fail=1; }
 # an operator of the domain the engine does not run: named, exit 1
 sed 's/QLinearSigmoid/QLinearSoftmax/' "$work/qu8.onnx" >"$work/bad.onnx"
 "$es" inspect "$work/bad.onnx" >"$work/bad.log" 2>&1

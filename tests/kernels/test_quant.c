@@ -1019,6 +1019,104 @@ static void test_qlinear_extensions(void **state) {
   }
 }
 
+/* QLinearAveragePool (a QDQ AveragePool lowered at load): against the
+ * float rule (the average of the dequantized window, quantized; one step
+ * only at a tie), u8 and s8, plain and channels-last, with strides, pads
+ * counted or not, ceil_mode and a 1-D pool; channels_last 1 is refused. */
+#define QINTS(nm, v, len) \
+  ((es_attr){.name = (nm), .type = ES_ATTR_INTS, .n = (size_t)(len), .ints = (v), .tensor = -1})
+
+static void test_qlinear_avgpool(void **state) {
+  (void)state;
+  uint64_t seed = es_test_seed();
+  typedef struct geo {
+    int rank;
+    int64_t k, s, pad, ceil, incl;
+  } geo;
+  static const geo gs[] = {{4, 3, 1, 1, 0, 0}, {4, 3, 2, 1, 0, 1}, {4, 2, 2, 0, 0, 0},
+                           {4, 3, 2, 0, 1, 0}, {4, 5, 1, 2, 0, 1}, {3, 3, 2, 1, 0, 0}};
+  for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++)
+    for (int r = 0; r < 4; r++) {
+      const geo *g = &gs[gi];
+      es_dtype t = r & 1 ? ES_DTYPE_INT8 : ES_DTYPE_UINT8;
+      int nhwc = (r >> 1) & 1 && g->rank == 4;
+      int64_t n = 2, c = 5 + (int64_t)gi, h = g->rank == 4 ? 7 : 1, w = 9;
+      int64_t xd[4] = {n, c, h, w}, xd3[3] = {n, c, w};
+      es_tdesc xdesc = g->rank == 4 ? kh_td(t, 4, xd) : kh_td(t, 3, xd3);
+      uint8_t *x = malloc(xdesc.count), zx, zy;
+      rand_q(&seed, x, t, xdesc.count);
+      rand_q(&seed, &zx, t, 1);
+      rand_q(&seed, &zy, t, 1);
+      float sx = 0.04f, sy = 0.03f;
+      int ns = g->rank - 2;
+      int64_t ks[2] = {g->k, g->k}, st[2] = {g->s, g->s}, pd[4] = {g->pad, g->pad, g->pad, g->pad};
+      es_attr at[5] = {QINTS("kernel_shape", ks, ns), QINTS("strides", st, ns),
+                       QINTS("pads", pd, 2 * ns), KH_INT("ceil_mode", g->ceil),
+                       KH_INT("count_include_pad", g->incl)};
+      es_knode node = kh_knode(ES_OP_QLinearAveragePool, at, 5);
+      es_tdesc s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL), z0 = kh_td(t, 0, NULL), out;
+      es_tdesc xin = nhwc ? kh_as_nhwc(xdesc) : xdesc;
+      void *xdata = nhwc ? kh_reorder4(x, &xdesc, 1) : x;
+      const es_tdesc *in[5] = {&xin, &s0, &z0, &s0, &z0};
+      const void *data[5] = {xdata, &sx, &zx, &sy, &zy};
+      void *od;
+      ES_CHECK_RC(kh_eval_with(&node, &(kh_opts){.opset = 13}, 5, in, data, 1, &out, &od));
+      assert_int_equal(out.layout, nhwc ? ES_LAYOUT_NHWC : ES_LAYOUT_PLAIN);
+      void *y = nhwc ? kh_reorder4(od, &out, 0) : od;
+      int64_t oh = g->rank == 4 ? out.dims[2] : 1, ow = out.dims[g->rank - 1];
+      /* the extents ONNX gives: floor or ceil of (in + 2 pad - k) / s + 1 */
+      int64_t num = w + 2 * g->pad - g->k;
+      assert_int_equal(ow, (g->ceil ? (num + g->s - 1) / g->s : num / g->s) + 1);
+      for (int64_t b = 0; b < n; b++)
+        for (int64_t ch = 0; ch < c; ch++)
+          for (int64_t yy = 0; yy < oh; yy++)
+            for (int64_t xx = 0; xx < ow; xx++) {
+              double sum = 0;
+              int cnt = 0, cnt_pad = 0;
+              for (int64_t ky = 0; ky < (g->rank == 4 ? g->k : 1); ky++)
+                for (int64_t kx = 0; kx < g->k; kx++) {
+                  int64_t iy = g->rank == 4 ? yy * g->s - g->pad + ky : 0;
+                  int64_t ix = xx * g->s - g->pad + kx;
+                  int in_pad = (g->rank == 3 || (iy >= -g->pad && iy < h + g->pad)) &&
+                               ix >= -g->pad && ix < w + g->pad;
+                  cnt_pad += in_pad;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                    continue;
+                  sum += (get_q(x, t, (size_t)(((b * c + ch) * h + iy) * w + ix)) -
+                          get_q(&zx, t, 0)) * (double)sx;
+                  cnt++;
+                }
+              int den = g->incl ? cnt_pad : cnt;
+              float v = den ? (float)(sum / den / sy) : 0.0f;
+              int32_t want = want_q(v, get_q(&zy, t, 0), t);
+              size_t at_y = (size_t)(((b * c + ch) * oh + yy) * ow + xx);
+              if (!step_ok(get_q(y, t, at_y), want, v))
+                fail_msg("QLinearAveragePool geometry %zu %s %s [%zu]: %d, expected %d (%.5f)", gi,
+                         r & 1 ? "int8" : "uint8", nhwc ? "NHWC" : "plain", at_y,
+                         get_q(y, t, at_y), want, (double)v);
+            }
+      if (nhwc) {
+        es_mem_free(y);
+        es_mem_free(xdata);
+      }
+      es_mem_free(od);
+      free(x);
+    }
+  /* channels_last 1 (X stored [N, H, W, C] as a plain tensor): refused */
+  int64_t xd[4] = {1, 4, 4, 3}, ks[2] = {2, 2};
+  es_tdesc xdesc = kh_td(ES_DTYPE_UINT8, 4, xd), s0 = kh_td(ES_DTYPE_FLOAT, 0, NULL),
+           z0 = kh_td(ES_DTYPE_UINT8, 0, NULL), out;
+  es_attr at[2] = {QINTS("kernel_shape", ks, 2), KH_INT("channels_last", 1)};
+  es_knode node = kh_knode(ES_OP_QLinearAveragePool, at, 2);
+  uint8_t x[48] = {0}, z = 0;
+  float s = 1;
+  const es_tdesc *in[5] = {&xdesc, &s0, &z0, &s0, &z0};
+  const void *data[5] = {x, &s, &z, &s, &z};
+  void *od;
+  assert_int_equal(kh_eval_with(&node, &(kh_opts){.opset = 13}, 5, in, data, 1, &out, &od),
+                   ES_ENOTSUP);
+}
+
 /* The com.microsoft QLinear operators (QOperator format) against their
  * float32 rule, element by element: broadcasting, omitted zero points,
  * both 8-bit types, both pooling layouts, a concat that copies one input
@@ -1591,6 +1689,7 @@ int main(void) {
       cmocka_unit_test(test_qlinearconv_int8),
       cmocka_unit_test(test_qlinearmatmul_int8),
       cmocka_unit_test(test_qlinear_extensions),
+      cmocka_unit_test(test_qlinear_avgpool),
       cmocka_unit_test(test_ms_qlinear),
       cmocka_unit_test(test_qdq_nhwc),
       cmocka_unit_test(test_qlinear_convtranspose),

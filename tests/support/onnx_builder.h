@@ -26,7 +26,7 @@
 #include "onnx.pb-c.h"
 
 #define OB_NODES 24
-#define OB_INITS 16
+#define OB_INITS 24
 #define OB_IO 3
 #define OB_ATTRS 6
 #define OB_NODE_IN 9 /* QLinearConv */
