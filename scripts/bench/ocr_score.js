@@ -12,22 +12,11 @@
 // CASES: one image per line, "CLASS<TAB>IMAGE<TAB>TRUTH", the truth's
 // lines separated by " | ". The JSONL files: {"image", "ms", "lines"}.
 const fs = require('fs');
+const { editDistance: lev } = require('./text_dist.js');
 const [casesPath, esPath, peerPath] = process.argv.slice(2);
 const verbose = process.argv.includes('--verbose');
 
 const norm = (s) => s.normalize('NFKC').replace(/\s+/g, ' ').trim();
-function lev(a, b) {
-  a = Array.from(a);
-  b = Array.from(b);
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++)
-      cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
-    prev = cur;
-  }
-  return prev[b.length];
-}
 const load = (p) => {
   const m = new Map();
   for (const l of fs.readFileSync(p, 'utf8').split('\n'))

@@ -615,6 +615,16 @@ static int q_float_out(es_kinst *k, int *fout) {
   return 0;
 }
 
+/* Y's type for QLinearConv and QLinearMatMul: float32 with "_float_out",
+ * else y_zero_point's, with its signedness and range set. */
+static es_dtype q_y_type(int fout, const es_tdesc *zy, int *ys, int32_t *lo, int32_t *hi) {
+  if (fout)
+    return ES_DTYPE_FLOAT;
+  *ys = zy->dtype == ES_DTYPE_INT8;
+  q_range(zy->dtype, lo, hi);
+  return zy->dtype;
+}
+
 static int q_activation(es_kinst *k, int *relu) {
   int64_t act;
   int rc = es__attr_int(k, "activation", 0, &act);
@@ -838,13 +848,7 @@ static int qmm_infer(es_kinst *k) {
                       "(the columns); it is %s with rank %d", (long long)p->n,
                       es_dtype_name(bias->dtype), bias->rank);
     p->has_bias = bias != NULL;
-    if (p->fout) {
-      yt = ES_DTYPE_FLOAT;
-    } else {
-      yt = zy->dtype;
-      p->ys = yt == ES_DTYPE_INT8;
-      q_range(yt, &p->lo, &p->hi);
-    }
+    yt = q_y_type(p->fout, zy, &p->ys, &p->lo, &p->hi);
   }
   if ((rc = q_out_set(k, 0, yt, r, od)) < 0)
     return rc;
@@ -1405,13 +1409,7 @@ static int qconv_infer(es_kinst *k) {
                       "channels); it is %s with rank %d", (long long)p->m,
                       es_dtype_name(bias->dtype), bias->rank);
     p->has_bias = bias != NULL;
-    if (p->fout) {
-      yt = ES_DTYPE_FLOAT;
-    } else {
-      yt = zy->dtype;
-      p->ys = yt == ES_DTYPE_INT8;
-      q_range(yt, &p->lo, &p->hi);
-    }
+    yt = q_y_type(p->fout, zy, &p->ys, &p->lo, &p->hi);
   }
   int64_t od[5] = {p->n, p->m};
   for (int i = 0; i < p->nsp; i++)

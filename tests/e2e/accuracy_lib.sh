@@ -1,5 +1,5 @@
 # Sourced by the end-to-end accuracy tests (quantize, precision), after they
-# set $work (a scratch folder) and fail=0.
+# set $work (a scratch folder), $src (the source tree) and fail=0.
 #   check NAME COMMAND...: runs a check, prints its lines prefixed by NAME,
 #     sets fail=1 when it fails.
 #   bad WANT_STATUS WANT_TEXT COMMAND...: a refusal: the command must exit
@@ -69,19 +69,10 @@ ocr_accuracy() {
     const fs = require("fs");
     const truth = process.argv[4].split("|").join("").replace(/ /g, "");
     const read = (f) => JSON.parse(fs.readFileSync(f)).lines.map((l) => l.text).join("").replace(/ /g, "");
-    const dist = (a, b) => {
-      let prev = Array.from({length: b.length + 1}, (_, j) => j);
-      for (let i = 1; i <= a.length; i++) {
-        const cur = [i];
-        for (let j = 1; j <= b.length; j++)
-          cur[j] = Math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
-        prev = cur;
-      }
-      return prev[b.length];
-    };
+    const dist = require(process.argv[5] + "/scripts/bench/text_dist.js").editDistance;
     const acc = (s) => 100 * (1 - dist(s, truth) / truth.length);
     const a = acc(read(process.argv[1])), b = acc(read(process.argv[2]));
     console.log(`fp32 ${a.toFixed(1)}%, ${process.argv[3]} ${b.toFixed(1)}% of ${truth.length} characters`);
     process.exit(a > 80 && b >= a - 1 ? 0 : 1);
-  ' "$1" "$2" "$3" "$ocr_truth"
+  ' "$1" "$2" "$3" "$ocr_truth" "$src"
 }

@@ -660,26 +660,33 @@ static uint8_t *gemm_model(size_t *size) {
   return bytes;
 }
 
-static void test_gemm(void **state) {
-  (void)state;
-  size_t size;
-  uint8_t *bytes = gemm_model(&size);
+/* Five inputs x[k] (seeds seed + k) and the model quantized on the first
+ * four into path_ (the fifth is held out); its stats in *st. */
+static void quantize_four(const uint8_t *bytes, size_t size, uint64_t seed,
+                          float xs[5][C_IN * HW * HW], es_tensor x[5], es_quant_stats *st) {
   es_quantizer *q;
   es_quant_options o;
   es_quant_options_default(&o);
   ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
-  float xs[5][C_IN * HW * HW];
-  es_tensor x[5];
   for (int k = 0; k < 5; k++) {
-    input_of(&x[k], xs[k], 300 + (uint64_t)k);
+    input_of(&x[k], xs[k], seed + (uint64_t)k);
     if (k < 4)
       ES_CHECK_RC(es_quantizer_observe(q, &x[k], 1));
   }
   ES_CHECK_RC(es_quantizer_write(q, path_));
-  es_quant_stats st;
-  ES_CHECK_RC(es_quantizer_stats(q, &st));
-  assert_int_equal(st.nodes_quantized, 4); /* the Conv, the pooling, both Gemms */
+  ES_CHECK_RC(es_quantizer_stats(q, st));
   es_quantizer_destroy(q);
+}
+
+static void test_gemm(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = gemm_model(&size);
+  float xs[5][C_IN * HW * HW];
+  es_tensor x[5];
+  es_quant_stats st;
+  quantize_four(bytes, size, 300, xs, x, &st);
+  assert_int_equal(st.nodes_quantized, 4); /* the Conv, the pooling, both Gemms */
   es_model *m, *ref, *fp, *mref;
   ES_CHECK_RC(es_model_load(path_, NULL, &m));
   ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
@@ -758,19 +765,11 @@ static void test_avgpool(void **state) {
   size_t size;
   uint8_t *bytes = ob_pack(b, &size);
   free(b);
-  es_quantizer *q;
-  es_quant_options o;
-  es_quant_options_default(&o);
-  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
   float xs[5][C_IN * HW * HW];
   es_tensor x[5];
-  for (int k = 0; k < 5; k++) {
-    input_of(&x[k], xs[k], 500 + (uint64_t)k);
-    if (k < 4)
-      ES_CHECK_RC(es_quantizer_observe(q, &x[k], 1));
-  }
-  ES_CHECK_RC(es_quantizer_write(q, path_));
-  es_quantizer_destroy(q);
+  es_quant_stats st;
+  quantize_four(bytes, size, 500, xs, x, &st);
+  assert_int_equal(st.nodes_quantized, 3); /* both convolutions and the pooling */
   es_model *m, *ref, *fp;
   ES_CHECK_RC(es_model_load(path_, NULL, &m));
   ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
