@@ -1383,11 +1383,15 @@ static void hold_drop(ocr_hold *h) {
   h->on = 0;
 }
 
-/* db_boxes' buffers (the input is the stage's). */
+/* db_boxes' buffers (the input is the stage's): the mask, the flood's
+ * stack, the row extremes, the hull's points, the blobs (an array that
+ * doubles: old and new at once, at most 2 x OCR_MAX_CANDIDATES) and the
+ * boxes. */
 static size_t det_map_bytes(const det_ctx *c) {
   size_t npix = (size_t)c->dw * c->dh;
   return npix * (1 + sizeof(int32_t)) + (size_t)c->dh * 2 * sizeof(int32_t) +
-         ((size_t)c->dh * 4 + 4) * sizeof(ocr_pt) + 2 * OCR_MAX_CANDIDATES * sizeof(ocr_box);
+         ((size_t)c->dh * 4 + 4) * sizeof(ocr_pt) + 2 * OCR_MAX_CANDIDATES * sizeof(ocr_blob) +
+         OCR_MAX_CANDIDATES * sizeof(ocr_box);
 }
 
 /* The crops (and one more for a rotation's copy), their bookkeeping, the
