@@ -164,6 +164,20 @@ static void conn_free(es_server *s, conn *k) {
 
 /* ---- connection and request lifecycle ----------------------------------------- */
 
+/* Once the server drains, a new connection is closed as it is accepted
+ * ("no new connections"). Not MHD_quiesce_daemon: with a pool of epoll
+ * threads, it takes the listening socket out of each thread's epoll set
+ * while each thread, seeing it quiesced, may do the same; the second
+ * removal fails and libmicrohttpd aborts the process ("Failed to remove
+ * listen FD from epoll set", seen once in a test whose server shut down
+ * as it started). It also hands the socket to the caller to close. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len) {
+  (void)addr;
+  (void)len;
+  es_server *s = cls;
+  return atomic_load(&s->stopping) ? MHD_NO : MHD_YES;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   es_server *s = cls;
@@ -584,7 +598,7 @@ int es__srv_start_http(es_server *s) {
     s->cfg.max_connections = (unsigned)(nofile.rlim_cur - 128);
   s->daemon = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME,
-      (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+      (uint16_t)s->cfg.port, accept_policy, s, on_request, s, MHD_OPTION_SOCK_ADDR,
       (struct sockaddr *)&addr, MHD_OPTION_THREAD_POOL_SIZE, threads,
       MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       s->cfg.max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.idle_timeout_s,
@@ -622,8 +636,7 @@ int es_server_shutdown(es_server *s, int grace_ms, es_server_report *report) {
     return 0;
   }
   uint64_t t0 = es__now_ns();
-  if (s->daemon)
-    MHD_quiesce_daemon(s->daemon); /* no new connections */
+  /* no new connections from here on: accept_policy */
   es_admission_set_draining(es_runtime_admission(s->rt), -1, 1);
   /* Requests count until their response is handed to the connection
    * (on_completed), so none is cut off between its run and its answer. */

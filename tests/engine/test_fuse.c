@@ -554,7 +554,7 @@ static void test_zero_concat(void **state) {
   (void)state;
   static const int64_t xd[4] = {1, 4, 5, 5}, wd[4] = {4, 4, 3, 3}, w2d[4] = {7, 7, 1, 1},
                        z2[4] = {1, 2, 5, 5}, z1[4] = {1, 1, 5, 5}, zbad[4] = {1, 3, 5, 4};
-  static float w[144], w2[49], zeros[50], negz[50];
+  static float w[144], w2[49], zeros[64], negz[64];
   fill_random(w, 144, -1, 1);
   fill_random(w2, 49, -1, 1);
   for (int i = 0; i < 50; i++)
