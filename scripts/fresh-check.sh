@@ -22,20 +22,23 @@
 #      last lines and exit code are printed at the end.
 # The root is deleted at the end unless --keep is given.
 #   scripts/fresh-check.sh [--dir DIR] [--keep] [--reuse] [--only demo|test]
-#                          [--mirror URI] [--demo-args "ARGS"]
+#                          [--mirror URI] [--demo-args "ARGS"] [--run "COMMAND"]
 # --dir: the folder to work in (default: a new one under /var/tmp); it holds
 # root/ and the logs demo.log and test.log. --reuse: a root already in DIR
 # is used as it is instead of making a new one (not fresh: for iterating on a
 # fix; the project copy is always replaced). --only: run one of the two
 # commands. --mirror: the Debian mirror for debootstrap when this machine's
 # sources have no bookworm entry. --demo-args: arguments for demo.sh (the
-# default is none: as the README runs it).
+# default is none: as the README runs it). --run: instead of the two
+# commands, one other command that must work on a fresh machine, e.g. a
+# benchmark that installs its own peer ("bash scripts/bench/bench_ocr.sh");
+# its log is DIR/run.log.
 # Exits 0 when both commands exited 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 
-dir="" keep=0 reuse=0 only="" mirror="" demo_args=""
+dir="" keep=0 reuse=0 only="" mirror="" demo_args="" run=""
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=${2:?--dir needs a folder}; shift 2 ;;
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
     --only) only=${2:?--only needs demo or test}; shift 2 ;;
     --mirror) mirror=${2:?--mirror needs a URI}; shift 2 ;;
     --demo-args) demo_args=${2?--demo-args needs a string}; shift 2 ;;
+    --run) run=${2:?--run needs a command}; shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -246,6 +250,17 @@ in_root() {
 }
 
 demo_rc=- test_rc=-
+if [ -n "$run" ]; then
+  echo "fresh-check: $run (log: $dir/run.log)"
+  in_root "$dir/run.log" "$run"
+  run_rc=$?
+  echo
+  echo "== $run, last lines:"
+  tail -n 25 "$dir/run.log"
+  echo
+  echo "fresh-check: '$run' exit $run_rc"
+  exit $((run_rc != 0))
+fi
 if [ "$only" != test ]; then
   echo "fresh-check: bash scripts/demo.sh $demo_args (log: $dir/demo.log)"
   in_root "$dir/demo.log" "bash scripts/demo.sh $demo_args"
