@@ -34,9 +34,9 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--repeat R] [--verbose] [--keep DIR]" >&2; exit 2 ;;
   esac
 done
+scripts/setup/deps.sh --cjk >/dev/null # the build's packages too, on a new machine
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
-scripts/setup/deps.sh --cjk >/dev/null
 scripts/setup/fetch-models.sh >/dev/null
 scripts/setup/fetch-images.sh >/dev/null
 scripts/setup/install-ocr-peer.sh >/dev/null
