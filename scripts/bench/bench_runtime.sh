@@ -32,6 +32,7 @@ while [ $# -gt 0 ]; do
 done
 want() { [ -z "$only" ] || grep -qw "$1" <<<"$only"; }
 es=${ES_BIN:-build-release/edgeserve}
+scripts/setup/deps.sh >/dev/null # the build's packages, on a new machine
 [ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
 scripts/setup/fetch-models.sh >/dev/null
 scripts/setup/install-ort.sh

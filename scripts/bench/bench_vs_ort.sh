@@ -45,6 +45,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 es=${ES_BIN:-build-release/edgeserve}
+scripts/setup/deps.sh >/dev/null # the build's packages, on a new machine
 [ -x "$es" ] || { scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null; }
 [ $zoo -eq 1 ] || [ $det -eq 1 ] || scripts/setup/fetch-models.sh >/dev/null
 scripts/setup/install-ort.sh

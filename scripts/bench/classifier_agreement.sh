@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 es=${ES_BIN:-build-release/edgeserve}
+scripts/setup/deps.sh >/dev/null # the build's packages, on a new machine
 [ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
 scripts/setup/fetch-images.sh >/dev/null
 zoo=.cache/zoo
