@@ -18,10 +18,11 @@
 #   plate    licence-plate-like crops: dark on yellow or white, framed,
 #            one blurred and slanted
 #   mixed    Chinese and English lines (WenQuanYi Zen Hei: deps.sh --cjk)
-# Latency: each pipeline reads each image R times with its models loaded
-# (edgeserve: `ocr --repeat R`, whose first run also plans the shapes;
-# the peer: one process, warmed up on the first image), median; both use
-# every core (edgeserve's runtime, ONNX Runtime's default threads).
+# Latency: each pipeline reads each image R times (R >= 3) with its models
+# loaded (edgeserve: `ocr --repeat R`, whose first read also plans the
+# shapes, so the median is a read with its plans made; the peer: one
+# process, warmed up on the first image), median; both use every core
+# (edgeserve's runtime, ONNX Runtime's default threads).
 #   scripts/bench/bench_ocr.sh [--repeat R] [--verbose] [--keep DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +35,9 @@ while [ $# -gt 0 ]; do
     *) echo "usage: $0 [--repeat R] [--verbose] [--keep DIR]" >&2; exit 2 ;;
   esac
 done
+# edgeserve's first read of an image plans its shapes: at least 3 reads,
+# so that the median is a read with its plans made (the peer is warmed up)
+[[ $reps =~ ^[0-9]+$ ]] && [ "$reps" -ge 3 ] || { echo "bench_ocr: --repeat is at least 3" >&2; exit 2; }
 scripts/setup/deps.sh --cjk >/dev/null # the build's packages too, on a new machine
 es=${ES_BIN:-build-release/edgeserve}
 [ -x "$es" ] || scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
