@@ -299,8 +299,8 @@ static int pool_infer_common(es_kinst *k, int kind) {
   if ((rc = es__tdesc_set(k->out[0], yt, x->rank, odims)) < 0)
     return rc;
   k->out[0]->layout = x->layout;
-  if (q && !nhwc) /* the plane path's int32 sums of one output row */
-    k->scratch_bytes = (size_t)p->ax[2].out * sizeof(int32_t);
+  if (q && !nhwc) /* the plane path's sums of one output row */
+    k->scratch_bytes = (size_t)p->ax[2].out * sizeof(int64_t);
   if (indices && (rc = es__tdesc_set(k->out[1], ES_DTYPE_INT64, x->rank, odims)) < 0)
     return rc;
   for (int a = 0; a < 3; a++)
@@ -512,17 +512,19 @@ static void pool_max_indices_f32(const pool_params *p, const float *src, float *
   }
 }
 
-/* QLinearAveragePool: the window's int32 sum of (x - zx) (padding adds
- * nothing: its dequantized value is 0), times the same per-axis inverse
- * counts as the float path, times x_scale / y_scale, rounded half to even,
- * plus zy, saturated. One step from ONNX Runtime's float average where a
- * product rounds apart. */
+/* QLinearAveragePool: the window's integer sum of (x - zx) (padding adds
+ * nothing: its dequantized value is 0; 64 bits, as a window may hold more
+ * than 2^23 taps), times the same per-axis inverse counts as the float
+ * path, times x_scale / y_scale, rounded half to even, plus zy, saturated
+ * (NaN, from a NaN or infinite scale, gives the zero point, as
+ * QuantizeLinear's rule). One step from ONNX Runtime's float average where
+ * a product rounds apart. */
 static inline int32_t qavg_at(const void *x, int s, int64_t i) {
   return s ? ((const int8_t *)x)[i] : ((const uint8_t *)x)[i];
 }
 
 static inline void qavg_store(void *y, int s, int64_t i, float v, int32_t zy) {
-  float r = nearbyintf(v) + (float)zy;
+  float r = v == v ? nearbyintf(v) + (float)zy : (float)zy;
   float lo = s ? -128.0f : 0.0f, hi = s ? 127.0f : 255.0f;
   r = r < lo ? lo : r > hi ? hi : r;
   if (s)
@@ -531,7 +533,7 @@ static inline void qavg_store(void *y, int s, int64_t i, float v, int32_t zy) {
     ((uint8_t *)y)[i] = (uint8_t)r;
 }
 
-static void qavg_run(const pool_params *p, const void *const *in, void *y, int32_t *acc) {
+static void qavg_run(const pool_params *p, const void *const *in, void *y, int64_t *acc) {
   const pool_axis *ad = &p->ax[0], *ah = &p->ax[1], *aw = &p->ax[2];
   const void *x = in[0];
   float m = *(const float *)in[1] / *(const float *)in[3];
@@ -546,7 +548,7 @@ static void qavg_run(const pool_params *p, const void *const *in, void *y, int32
             float f = ad->inv[od] * ah->inv[oh] * aw->inv[ow] * m;
             for (int64_t c0 = 0; c0 < nc; c0 += AVG_CB) {
               int64_t cn = nc - c0 < AVG_CB ? nc - c0 : AVG_CB;
-              int32_t a[AVG_CB] = {0};
+              int64_t a[AVG_CB] = {0};
               for (int64_t kd = ad->tap_lo[od]; kd < ad->tap_hi[od]; kd++) {
                 int64_t id = od * ad->s - ad->pb + kd * ad->d;
                 for (int64_t kh = ah->tap_lo[oh]; kh < ah->tap_hi[oh]; kh++) {
