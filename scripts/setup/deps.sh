@@ -34,6 +34,8 @@ pkgs=(
   prometheus                             # promtool checks the /metrics output
   libjpeg62-turbo-dev libspng-dev        # image decoding for the pipelines
   zlib1g-dev                             # test_image writes hostile PNGs chunk by chunk
+  libsystemd-dev                         # sd_notify: READY/STOPPING/WATCHDOG under systemd
+  systemd                                # systemd-analyze verify checks the service unit
 )
 # Node.js and npm fetch the models and run ONNX Runtime for comparisons; a
 # machine that already has them (from any source) keeps its own.
@@ -48,9 +50,13 @@ command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
 )
 
 [ $cjk -eq 0 ] || pkgs+=(fonts-wqy-zenhei) # Chinese glyphs for rendered test pages
+# Installed for this machine's architecture (or for all): a cross build's
+# foreign -dev package (libfoo-dev:arm64) of the same name does not count.
+arch=$(dpkg --print-architecture)
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status} ${Architecture}\n' "$p" 2>/dev/null |
+    grep -qE "^install ok installed ($arch|all)$" || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

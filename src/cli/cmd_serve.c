@@ -12,7 +12,14 @@
  * in-flight requests get the grace period, the rest is reported.
  *
  * Process-wide settings (malloc tuning, the environment, signals) are made
- * here, not in the library: a program embedding the server keeps its own. */
+ * here, not in the library: a program embedding the server keeps its own.
+ *
+ * Under systemd (Type=notify, sd_notify(3); without $NOTIFY_SOCKET every
+ * call below does nothing): READY=1 once the models are loaded and the port
+ * listens, STOPPING=1 when the drain starts, and with WatchdogSec= a
+ * WATCHDOG=1 every half period, sent only after the server answered its own
+ * GET /v2/health/live: a server whose HTTP threads hang is restarted by the
+ * manager, one that merely has work queued is not. */
 #include "cli/cli.h"
 #include "edgeserve/server.h"
 
@@ -23,6 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
 
 static void serve_usage(FILE *f) {
   fprintf(f,
@@ -190,6 +205,86 @@ static int wait_signal(const sigset_t *set) {
   return sig;
 }
 
+/* Milliseconds left until the monotonic deadline (0 when past). */
+static int ms_left(const struct timespec *end) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  long long ms = (end->tv_sec - now.tv_sec) * 1000LL + (end->tv_nsec - now.tv_nsec) / 1000000;
+  return ms > 0 ? (int)ms : 0;
+}
+
+/* 1 when the server answers GET /v2/health/live with 200 within timeout_ms
+ * on its own port (a wildcard host is asked on the loopback), else 0. A
+ * blocking-free client: one short request, poll for each step. */
+static int self_live(const char *host, int port, int timeout_ms) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  if (!strcmp(host, "0.0.0.0") || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return 0;
+  struct timespec end;
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  end.tv_sec += timeout_ms / 1000;
+  end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (end.tv_nsec >= 1000000000L) {
+    end.tv_sec++;
+    end.tv_nsec -= 1000000000L;
+  }
+  int ok = 0;
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS)
+    goto out;
+  if (poll(&p, 1, ms_left(&end)) != 1 || !(p.revents & POLLOUT))
+    goto out;
+  int err = 0;
+  socklen_t el = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err)
+    goto out;
+  static const char req[] = "GET /v2/health/live HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  if (send(fd, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1))
+    goto out;
+  char buf[64];
+  size_t got = 0;
+  p.events = POLLIN;
+  while (got < 12) { /* "HTTP/1.x 200" */
+    if (poll(&p, 1, ms_left(&end)) != 1)
+      goto out;
+    ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+    if (n <= 0)
+      goto out;
+    got += (size_t)n;
+  }
+  buf[got] = 0;
+  ok = !strncmp(buf, "HTTP/1.", 7) && !strncmp(buf + 9, "200", 3);
+out:
+  close(fd);
+  return ok;
+}
+
+/* Waits for SIGTERM or SIGINT. With the manager's watchdog on, wakes every
+ * half period to send WATCHDOG=1 when the server is live; a failed probe
+ * sends nothing, so the manager's timer runs out if it stays failed. */
+static int wait_signal_watchdog(const sigset_t *set, const char *host, int port) {
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+    return wait_signal(set);
+  uint64_t half = usec / 2;
+  for (;;) {
+    struct timespec ts = {.tv_sec = (time_t)(half / 1000000),
+                          .tv_nsec = (long)(half % 1000000) * 1000};
+    int sig = sigtimedwait(set, NULL, &ts);
+    if (sig > 0)
+      return sig;
+    if (errno != EAGAIN)
+      continue; /* EINTR */
+    /* A quarter period for the answer: the ping still lands in time. */
+    int timeout = (int)(usec / 4000);
+    if (self_live(host, port, timeout > 0 ? timeout : 1))
+      sd_notify(0, "WATCHDOG=1");
+  }
+}
+
 int cli_cmd_serve(int argc, char **argv) {
   es_server_config cfg;
   es_server_config_default(&cfg);
@@ -202,6 +297,7 @@ int cli_cmd_serve(int argc, char **argv) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc &&
         es_server_config_load(&cfg, argv[i + 1]) < 0) {
       fprintf(stderr, "edgeserve serve: %s\n", es_last_error_detail());
+      sd_notifyf(0, "STATUS=not started: %s", es_last_error_detail());
       rc = 2;
     }
   if (rc == 0)
@@ -251,6 +347,7 @@ int cli_cmd_serve(int argc, char **argv) {
   es_server_config_fini(&cfg);
   if (rc < 0) {
     fprintf(stderr, "edgeserve serve: %s\n", es_last_error_detail());
+    sd_notifyf(0, "STATUS=not started: %s", es_last_error_detail());
     return 1;
   }
   int port = 0;
@@ -268,7 +365,10 @@ int cli_cmd_serve(int argc, char **argv) {
           : as.memory_budget_bytes ? "as given"
                                    : "none (unbounded, as asked for)",
           cfg.repository_control ? "on (bearer token)" : "off");
-  int sig = wait_signal(&sigs);
+  sd_notifyf(0, "READY=1\nSTATUS=serving %d models on %s:%d, budget %zu B\nMAINPID=%lu",
+             rs.models, cfg.host, port, as.memory_budget_bytes, (unsigned long)getpid());
+  int sig = wait_signal_watchdog(&sigs, cfg.host, port);
+  sd_notifyf(0, "STOPPING=1\nSTATUS=draining (grace %ld ms)", grace);
   fprintf(stderr, "edgeserve: signal %d: draining (grace %ld ms)\n", sig, grace);
   es_server_report rep;
   es_server_shutdown(s, (int)grace, &rep);
