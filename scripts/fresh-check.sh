@@ -23,6 +23,7 @@
 # The root is deleted at the end unless --keep is given.
 #   scripts/fresh-check.sh [--dir DIR] [--keep] [--reuse] [--only demo|test]
 #                          [--mirror URI] [--demo-args "ARGS"] [--run "COMMAND"]
+#                          [--copy FILE]...
 # --dir: the folder to work in (default: a new one under /var/tmp); it holds
 # root/ and the logs demo.log and test.log. --reuse: a root already in DIR
 # is used as it is instead of making a new one (not fresh: for iterating on a
@@ -32,13 +33,14 @@
 # default is none: as the README runs it). --run: instead of the two
 # commands, one other command that must work on a fresh machine, e.g. a
 # benchmark that installs its own peer ("bash scripts/bench/bench_ocr.sh");
-# its log is DIR/run.log.
+# its log is DIR/run.log. --copy: a file made on this machine (a package
+# to install) is copied to /root/extra/ in the root; repeatable.
 # Exits 0 when both commands exited 0.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
 
-dir="" keep=0 reuse=0 only="" mirror="" demo_args="" run=""
+dir="" keep=0 reuse=0 only="" mirror="" demo_args="" run="" copies=()
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=${2:?--dir needs a folder}; shift 2 ;;
@@ -48,6 +50,8 @@ while [ $# -gt 0 ]; do
     --mirror) mirror=${2:?--mirror needs a URI}; shift 2 ;;
     --demo-args) demo_args=${2?--demo-args needs a string}; shift 2 ;;
     --run) run=${2:?--run needs a command}; shift 2 ;;
+    --copy) [ -f "${2:-}" ] || { echo "fresh-check: --copy needs a file" >&2; exit 2; }
+            copies+=("$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"); shift 2 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -216,6 +220,11 @@ mkdir -p "$root/root/edgeserve"
 git -C "$src" archive --format=tar HEAD | tar -x -C "$root/root/edgeserve" ||
   { echo "fresh-check: git archive failed" >&2; exit 1; }
 echo "fresh-check: project at $(git -C "$src" log -1 --format='%h %s' HEAD)"
+rm -rf --one-file-system "$root/root/extra"
+if [ ${#copies[@]} -gt 0 ]; then
+  mkdir -p "$root/root/extra" && cp "${copies[@]}" "$root/root/extra/" ||
+    { echo "fresh-check: cannot copy ${copies[*]}" >&2; exit 1; }
+fi
 
 # The kernel's file systems: a proc of its own; /sys and /dev bound with what
 # is mounted below them (cgroups, /dev/pts, /dev/shm), as slaves so that
