@@ -940,8 +940,14 @@ int es__srv_handle(es_server *s, const srv_req *rq, srv_wake_fn wake, void *user
       return 0;
     }
     if (!strcmp(seg[2], "ready")) {
-      int ready = !atomic_load(&s->stopping);
-      resp_json(out, ready ? 200 : 503, json_pack("{s:b}", "ready", ready));
+      /* 503 while draining, or while a model the server was to serve at
+       * start failed to load: a balancer or Kubernetes sends no work to a
+       * box that lacks part of its models. The names say which. */
+      char failed[512];
+      int ready = es__srv_ready(s, failed, sizeof failed);
+      resp_json(out, ready ? 200 : 503,
+                ready || !failed[0] ? json_pack("{s:b}", "ready", ready)
+                                    : json_pack("{s:b, s:s}", "ready", ready, "not_loaded", failed));
       return 0;
     }
   }

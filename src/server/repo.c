@@ -678,6 +678,7 @@ int es__srv_model_load(es_server *s, srv_model *sm) {
     sm->ocr = ocr;
     sm->rt_id = id;
     sm->state = SRV_READY;
+    sm->start_failed = 0;
   } else {
     sm->rt_id = -1;
     sm->state = SRV_UNLOADED;
@@ -704,6 +705,7 @@ int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
   pthread_mutex_lock(&s->mu);
   wait_settled(s, sm);
   if (sm->state != SRV_READY) { /* unloaded meanwhile, or never loaded */
+    sm->start_failed = 0;         /* either way, out of service on purpose now */
     pthread_mutex_unlock(&s->mu);
     return 0;
   }
@@ -755,6 +757,7 @@ int es__srv_model_unload(es_server *s, srv_model *sm, int timeout_ms) {
     sm->ocr = NULL;
     sm->rt_id = -1;
     sm->state = SRV_UNLOADED;
+    sm->start_failed = 0; /* taken out on purpose */
     snprintf(sm->reason, sizeof sm->reason, "unloaded");
   } else {
     sm->state = SRV_READY;
@@ -788,6 +791,25 @@ void es__srv_model_release(es_server *s, srv_model *sm) {
   if (sm->refs && --sm->refs == 0)
     pthread_cond_broadcast(&s->cv); /* an unload may be waiting */
   pthread_mutex_unlock(&s->mu);
+}
+
+int es__srv_ready(es_server *s, char *names, size_t size) {
+  size_t used = 0;
+  if (names && size)
+    names[0] = 0;
+  pthread_mutex_lock(&s->mu);
+  int ready = !atomic_load(&s->stopping);
+  for (int i = 0; i < s->n_models; i++) {
+    if (!s->models[i].start_failed)
+      continue;
+    ready = 0;
+    if (names && used + 1 < size) {
+      int n = snprintf(names + used, size - used, "%s%s", used ? "," : "", s->models[i].name);
+      used = n < 0 ? used : used + (size_t)n < size ? used + (size_t)n : size - 1;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return ready;
 }
 
 int es__srv_model_ready(es_server *s, srv_model *sm) {
@@ -994,9 +1016,12 @@ int es_server_create(const es_server_config *cfg, es_server **out) {
     if (lrc == ES_EMEMLOCK && cfg->mlock)
       rc = es__fail(ES_EMEMLOCK, "mlock: model '%s' cannot be locked in RAM: %s",
                     s->models[i].name, s->models[i].reason);
-    else if (lrc < 0 && !cfg->quiet)
-      fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
-              s->models[i].reason);
+    else if (lrc < 0) {
+      s->models[i].start_failed = 1; /* no HTTP thread yet: no lock needed */
+      if (!cfg->quiet)
+        fprintf(stderr, "edgeserve: model '%s' not loaded: %s\n", s->models[i].name,
+                s->models[i].reason);
+    }
   }
   if (rc == 0)
     rc = es__srv_start_http(s);

@@ -62,6 +62,8 @@ typedef struct srv_model {
   struct es_ocr *ocr;
   /* ---- lifecycle and priority cap (repo.c) ---- */
   int state;                  /* SRV_UNLOADED, SRV_LOADING, SRV_READY, SRV_UNLOADING */
+  int start_failed;           /* its load at start failed, and it has been neither
+                                 loaded nor unloaded since: the server is not ready */
   unsigned refs;              /* requests holding it (es__srv_model_acquire) */
   int max_priority;           /* the highest level (smallest number) a client
                                  may ask for; -1 in a config being parsed:
@@ -251,6 +253,12 @@ int es__srv_model_acquire(es_server *s, srv_model *sm, int *rt_id);
 void es__srv_model_release(es_server *s, srv_model *sm);
 /* Whether sm is READY now (for GET .../ready; a request must acquire). */
 int es__srv_model_ready(es_server *s, srv_model *sm);
+/* Whether the server is ready (GET /v2/health/ready): not draining, and
+ * every model it was to load at start is loaded, unless an operator has
+ * unloaded it since (the protocol's "all models ready", for the models the
+ * server was configured to serve). With names non-NULL, the models holding
+ * readiness back, comma-separated, truncated to size. Takes the mutex. */
+int es__srv_ready(es_server *s, char *names, size_t size);
 /* "READY", "LOADING", "UNLOADING" or "UNAVAILABLE" for the repository
  * index. Call with the mutex held. */
 const char *es__srv_state_name(const srv_model *sm);

@@ -6,7 +6,9 @@
 # MAINPID that is the server's; with WATCHDOG_USEC set, WATCHDOG=1 comes
 # every half period while the server answers; without it, none; SIGTERM
 # sends STOPPING=1 before the server exits 0; a server that cannot start
-# (a broken config) sends a STATUS with the reason and no READY=1.
+# (a broken config) sends a STATUS with the reason and no READY=1. And
+# readiness as a balancer sees it: 503 naming a model that failed to load
+# at start, 200 again once it is unloaded on purpose.
 # Skipped (77) without python3, node or curl.
 #   test_server_notify.sh EDGESERVE_BINARY SOURCE_DIR
 set -uo pipefail
@@ -82,6 +84,35 @@ check "a broken config: exit non-zero ($rc)" test $rc -ne 0
 check "it sent a STATUS with the reason" grep -q ' STATUS=not started: .*port' "$work/bad.log"
 check "and no READY=1" test "$(count bad READY=1)" = 0
 sed 's/^/#   /' "$work/bad.log"
+
+# 4. Readiness for a balancer or Kubernetes: a model the server was to serve
+# failed to load, so /v2/health/ready says 503 and names it (live stays
+# 200, the loaded model serves); once an operator unloads it on purpose the
+# server is ready again.
+mkdir -p "$work/repo/cls" "$work/repo/broken"
+cp "$ES_MODEL_DIR/ppocr_cls.onnx" "$work/repo/cls/model.onnx"
+head -c 4096 "$ES_MODEL_DIR/ppocr_cls.onnx" >"$work/repo/broken/model.onnx" # truncated
+token=notify-test-token-$RANDOM$RANDOM
+echo "$token" >"$work/token"
+"$es" serve --port 0 --model-repository "$work/repo" --repository-control \
+  --control-token-file "$work/token" 2>"$work/err4" >/dev/null &
+pid=$!
+await_server repo "$pid" "$work/err4" || exit 1
+code=$(curl -s -o "$work/ready.json" -w '%{http_code}' "$url/v2/health/ready")
+echo "# ready: $code $(cat "$work/ready.json")"
+check "a model failed to load: ready 503, naming it" \
+  sh -c "[ $code = 503 ] && grep -q '\"not_loaded\": *\"broken\"' '$work/ready.json'"
+check "live is still 200" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/live")" = 200
+check "the loaded model is ready" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/models/cls/ready")" = 200
+curl -s -o /dev/null -X POST -H "Authorization: Bearer $token" -d '' \
+  "$url/v2/repository/models/broken/unload"
+check "unloaded on purpose: ready 200 again" \
+  test "$(curl -s -o /dev/null -w '%{http_code}' "$url/v2/health/ready")" = 200
+kill -TERM "$pid"
+wait "$pid"
+pid=
 
 echo "# $n_fail failed"
 [ $n_fail -eq 0 ]
