@@ -1,13 +1,15 @@
 // Turns a binary PPM (P6) image into a float32 NCHW .npy normalised as
 // PP-OCR's detector expects: RGB / 255, minus mean (0.485, 0.456, 0.406),
-// over std (0.229, 0.224, 0.225).
-//   node image_npy.js IMAGE.ppm OUT.npy
+// over std (0.229, 0.224, 0.225). --norm half: minus 0.5, over 0.5 (values in
+// [-1, 1]); --nhwc: channels last, as BlazeFace takes them.
+//   node image_npy.js IMAGE.ppm OUT.npy [--norm half] [--nhwc]
 'use strict';
 const fs = require('fs');
 const npy = require('./npy');
 
 const [src, dst] = process.argv.slice(2);
 const half = process.argv.includes('--norm') && process.argv[process.argv.indexOf('--norm') + 1] === 'half';
+const nhwc = process.argv.includes('--nhwc');
 const buf = fs.readFileSync(src);
 const tokens = [];
 let i = 0;
@@ -27,5 +29,6 @@ const out = new Float32Array(3 * h * w);
 for (let y = 0; y < h; y++)
   for (let x = 0; x < w; x++)
     for (let c = 0; c < 3; c++)
-      out[c * h * w + y * w + x] = (buf[i + (y * w + x) * 3 + c] / 255 - mean[c]) / std[c];
-npy.write(dst, 'float32', [1, 3, h, w], out);
+      out[nhwc ? (y * w + x) * 3 + c : c * h * w + y * w + x] =
+        (buf[i + (y * w + x) * 3 + c] / 255 - mean[c]) / std[c];
+npy.write(dst, 'float32', nhwc ? [1, h, w, 3] : [1, 3, h, w], out);

@@ -646,6 +646,46 @@ static int conv_bands_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_
   return 0;
 }
 
+/* The primitive for p's descriptors: bias and post-ops fused unless
+ * p->epilogue leaves them to conv_epilogue. */
+static int conv_dnnl_create(es_kinst *k, conv_params *p, const dnnl_memory_desc_t *xmd,
+                            const dnnl_memory_desc_t *wany, const dnnl_memory_desc_t *bmd,
+                            const dnnl_memory_desc_t *ymd, const int64_t *st, const int64_t *dl,
+                            const int64_t *pl, const int64_t *pr) {
+  dnnl_status_t stt = dnnl_success;
+  dnnl_post_ops_t po = NULL;
+  if (p->post.n && !p->epilogue) {
+    stt = dnnl_post_ops_create(&po);
+    if (stt == dnnl_success)
+      stt = es__dnnl_posts(&p->post, ymd, po, 1, &p->dnnl, &p->res_sum);
+    if (stt != dnnl_success) {
+      if (po)
+        dnnl_post_ops_destroy(po);
+      return es__dnnl_fail(k, stt, "describing the fused post-ops");
+    }
+  }
+  const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? bmd : NULL;
+  int rc;
+  if (!p->transpose) {
+    dnnl_convolution_desc_t d;
+    stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                     dnnl_convolution_direct, xmd, wany, bias,
+                                                     ymd, st, dl, pl, pr);
+    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the convolution")
+                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
+  } else {
+    dnnl_deconvolution_desc_t d;
+    stt = dnnl_dilated_deconvolution_forward_desc_init(&d, dnnl_forward_inference,
+                                                       dnnl_deconvolution_direct, xmd, wany,
+                                                       bias, ymd, st, dl, pl, pr);
+    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the transposed convolution")
+                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
+  }
+  if (po)
+    dnnl_post_ops_destroy(po);
+  return rc;
+}
+
 static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   int nsp = p->nsp, nd = 2 + nsp;
   int64_t xd[5] = {p->n, p->c}, yd[5] = {p->n, p->m}, bd[1] = {p->m};
@@ -678,41 +718,25 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
                                        dnnl_format_tag_any);
   if (stt != dnnl_success)
     return es__dnnl_fail(k, stt, "describing the tensors");
-  dnnl_post_ops_t po = NULL;
   /* oneDNN 2.6 builds a deconvolution from a backward-data convolution and
    * then adds the bias, and applies post-ops, in a separate plain loop
    * (adding 24 biases to a 24x320x320 output took 4.5 ms, five times the
    * deconvolution itself): ConvTranspose leaves both to conv_epilogue. */
   p->epilogue = p->transpose;
-  if (p->post.n && !p->epilogue) {
-    stt = dnnl_post_ops_create(&po);
-    if (stt == dnnl_success)
-      stt = es__dnnl_posts(&p->post, &ymd, po, 1, &p->dnnl, &p->res_sum);
-    if (stt != dnnl_success) {
-      if (po)
-        dnnl_post_ops_destroy(po);
-      return es__dnnl_fail(k, stt, "describing the fused post-ops");
-    }
+  int rc = conv_dnnl_create(k, p, &xmd, &wany, &bmd, &ymd, st, dl, pl, pr);
+  /* oneDNN 2.6's portable GEMM convolution (the only one it has for CPUs
+   * without its JIT kernels, e.g. Armv8.2 without SVE) gets a binary
+   * post-op wrong when the tensors are channels-last: a residual Add
+   * after HardSwish was off by up to 1.9 (test_conv). Such a conv runs
+   * without post-ops, and conv_epilogue applies them. */
+  if (rc == 0 && !p->epilogue && p->nhwc && p->dnnl.bin_arg &&
+      !strcmp(es__dnnl_impl_name(&p->dnnl), "gemm:ref")) {
+    es__dnnl_prim_destroy(&p->dnnl);
+    p->res_sum = 0;
+    p->epilogue = 1;
+    rc = conv_dnnl_create(k, p, &xmd, &wany, &bmd, &ymd, st, dl, pl, pr);
   }
   const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? &bmd : NULL;
-  int rc;
-  if (!p->transpose) {
-    dnnl_convolution_desc_t d;
-    stt = dnnl_dilated_convolution_forward_desc_init(&d, dnnl_forward_inference,
-                                                     dnnl_convolution_direct, &xmd, &wany, bias,
-                                                     &ymd, st, dl, pl, pr);
-    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the convolution")
-                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
-  } else {
-    dnnl_deconvolution_desc_t d;
-    stt = dnnl_dilated_deconvolution_forward_desc_init(&d, dnnl_forward_inference,
-                                                       dnnl_deconvolution_direct, &xmd, &wany,
-                                                       bias, &ymd, st, dl, pl, pr);
-    rc = stt != dnnl_success ? es__dnnl_fail(k, stt, "describing the transposed convolution")
-                             : es__dnnl_prim_create(k, &d, po, &p->dnnl);
-  }
-  if (po)
-    dnnl_post_ops_destroy(po);
   if (rc == 0 && !p->transpose)
     rc = conv_bands_setup(k, p, bias);
   if (rc == 0)

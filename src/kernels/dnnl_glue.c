@@ -201,6 +201,14 @@ int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl) {
   return 0;
 }
 
+const char *es__dnnl_impl_name(const es_dnnl_prim *p) {
+  const char *name = NULL;
+  if (!p->pd || dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &name) !=
+                    dnnl_success || !name)
+    return "";
+  return name;
+}
+
 void es__dnnl_prim_destroy(es_dnnl_prim *p) {
   if (p->prim)
     dnnl_primitive_destroy(p->prim);
@@ -458,6 +466,13 @@ dnnl_status_t es__dnnl_posts(const es_posts *ps, const dnnl_memory_desc_t *ymd,
  * ======================================================================== */
 
 int es__kernels_bf16_check(void) {
+#if !defined(__x86_64__)
+  /* oneDNN's bf16 convolutions and matmuls are x86 kernels (a build for
+   * Arm has none without the Arm Compute Library), and its CPU ISA values
+   * name x86 extensions only. */
+  return es__fail(ES_ENOTSUP, "bf16 needs an x86-64 CPU with avx512_bf16 (or AMX): oneDNN has "
+                  "no bf16 kernels for this CPU architecture; use fp32 or int8");
+#else
   dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
   if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
       (unsigned)dnnl_cpu_isa_avx512_core_bf16)
@@ -475,6 +490,7 @@ int es__kernels_bf16_check(void) {
   return es__fail(ES_ENOTSUP, "bf16 needs a CPU with avx512_bf16 (or AMX): this one has %s "
                   "(as oneDNN sees it; ONEDNN_MAX_CPU_ISA may lower it); use fp32 or int8",
                   name);
+#endif
 }
 
 int es__dnnl_bf16_wanted(const es_kinst *k) {

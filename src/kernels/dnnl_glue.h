@@ -120,6 +120,10 @@ void es__f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 /* Destroy what es__dnnl_prim_create made; safe on a zeroed or half-made p. */
 void es__dnnl_prim_destroy(es_dnnl_prim *p);
 
+/* The implementation oneDNN picked for p, as ONEDNN_VERBOSE names it
+ * ("gemm:ref", "brgconv:avx512_core", ...); "" when p has none. */
+const char *es__dnnl_impl_name(const es_dnnl_prim *p);
+
 /* ES_ENOMEM / ES_ENOTSUP / ES_EINVAL for a oneDNN status, with a message
  * naming the node and what failed. */
 int es__dnnl_fail(const es_kinst *k, dnnl_status_t st, const char *what);

@@ -192,6 +192,16 @@ static void urgent_at_safe_point(void *user) {
   ES_CHECK_RC(es_plan_run(t_[0].p, &t_[0].in, 1, c->a, c->out, t_[0].n_out));
 }
 
+/* A band's outputs against the whole conv's. oneDNN's x86 kernels compute
+ * each output the same way whatever the band; its portable GEMM
+ * convolution (CPUs without its JIT kernels, e.g. Armv8.2 without SVE)
+ * blocks the product by the band's size, which reorders the sums. */
+#if defined(__x86_64__)
+#define SPLIT_TOL 1e-5
+#else
+#define SPLIT_TOL 1e-4
+#endif
+
 /* Each model planned again with convolutions split into bands of 8 MFLOP:
  * the outputs equal the whole plan's (to float rounding: a band is its own
  * oneDNN primitive, whose blocking may differ), the hook runs at the safe
@@ -232,9 +242,9 @@ static void test_split_safe_points(void **state) {
         worst = d > worst ? d : worst;
       }
     }
-    printf("# %-26s %3d safe points in a run, worst difference %.2g\n", targets_[i].file,
+    printf("# %-26s %3d safe points in a run, worst difference %.3g\n", targets_[i].file,
            c.calls, worst);
-    assert_true(worst <= 1e-5);
+    assert_true(worst <= SPLIT_TOL);
     any |= c.calls > 0;
     es_arena_destroy(a);
     es_arena_destroy(b);

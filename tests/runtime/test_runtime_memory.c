@@ -170,21 +170,32 @@ static void test_two_at_the_ceiling(void **state) {
   es_runtime *rt = runtime_new(2, NULL);
   int det = load(rt, "det", det_);
   input in;
-  input_make(&in, 1536);
   es_request *r[2];
   es_refusal why;
   ES_CHECK_RC(es_runtime_pause(rt, 1)); /* both start together */
-  for (int i = 0; i < 2; i++)
-    ES_CHECK_RC(submit(rt, det, &in, &r[i], &why));
+  /* oneDNN's portable GEMM convolution (CPUs without its JIT kernels, e.g.
+   * Armv8.2 without SVE) adds im2col buffers: det at 1536 needs 144 MiB
+   * there, more than a block. The side steps down until one run fits. */
+  int side = 1536, first;
+  for (;;) {
+    input_make(&in, side);
+    first = submit(rt, det, &in, &r[0], &why);
+    if (first != ES_ENOSPC || side <= 1024)
+      break;
+    free(in.data);
+    side -= 128;
+  }
+  ES_CHECK_RC(first);
+  ES_CHECK_RC(submit(rt, det, &in, &r[1], &why));
   ES_CHECK_RC(es_runtime_pause(rt, 0));
   int ok = 0;
   for (int i = 0; i < 2; i++) {
     int rc = es_request_wait(r[i], -1);
     es_request_info info;
     ES_CHECK_RC(es_request_info_get(r[i], &info));
-    printf("# det 1x3x1536x1536 #%d: %s (%s, retry after %u ms), %zu B reserved\n", i,
-           es_err_name(rc), es_refusal_name(info.refusal.reason), info.refusal.retry_after_ms,
-           info.reserved_bytes);
+    printf("# det 1x3x%dx%d #%d: %s (%s, retry after %u ms), %zu B reserved\n", side, side,
+           i, es_err_name(rc), es_refusal_name(info.refusal.reason),
+           info.refusal.retry_after_ms, info.reserved_bytes);
     if (rc == 0) {
       ok++;
     } else {
