@@ -298,9 +298,9 @@ if [ $fetch -eq 1 ]; then
     # path as npm's cafile, which replaces the CAs npm trusts.
     [ -f /etc/ssl/certs/ca-certificates.crt ] &&
       npmrc+=(-v /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
-    # An empty writable folder for the models, as an emptyDir would be (a
-    # tmpfs over the image's /models takes that directory's owner and mode
-    # from the image, root's, and the image's user cannot write it).
+    # An empty writable folder for the models, as an emptyDir would be (with
+    # podman's --tmpfs over /models, the image's user got "Permission
+    # denied" writing there).
     mkdir -p "$work/fetched" && chmod 1777 "$work/fetched"
     if start es-check-d -v "$work/fetched:/models:rw" --tmpfs /tmp:rw,size=256m \
          "${npmrc[@]}" "$image_fetch" "${serve_args[@]}" && wait_ready es-check-d 600; then
