@@ -12,14 +12,10 @@
 set -uo pipefail
 build=$1
 src=$2
-n_fail=0
-ok() { echo "ok - $*"; }
-notok() { echo "not ok - $*"; n_fail=$((n_fail + 1)); }
-check() {
-  local what=$1
-  shift
-  if "$@"; then ok "$what"; else notok "$what"; fi
-}
+# ok / notok / check and the failure count (no server here: serve_begin is
+# not called).
+# shellcheck source=serve_lib.sh
+. "$(dirname "$0")/serve_lib.sh"
 for need in cc pkg-config nm objdump; do
   command -v $need >/dev/null || { echo "test_install: '$need' is missing: skipped"; exit 77; }
 done
