@@ -65,6 +65,9 @@ typedef struct es_model_stats {
                               QLinearMatMul: a QDQ model's are lowered to them at load) */
   size_t float_nodes;      /* those that run in float32 (Conv, ConvTranspose, MatMul, Gemm) */
   size_t bf16_nodes;       /* those that run in bfloat16 (ES_PRECISION_BF16) */
+  size_t w8_nodes;         /* of float_nodes, Convs whose weights the model holds in int8
+                              (weight-only: a float Conv by DequantizeLinear of int8
+                              weights, dequantized into the arena on each run) */
 } es_model_stats;
 
 /* ===========================================================================

@@ -64,6 +64,10 @@ typedef struct es_quant_options {
                         eval_samples samples (each node's sensitivity measured alone,
                         the least sensitive kept in int8); 0: quantize all */
   int eval_samples;  /* samples kept for that search (default 4) */
+  int keep_float_weights; /* 0 (default): a Conv the search keeps in float still gets
+                             int8 weights (weight-only: DQ(int8 W) -> float Conv), unless
+                             that alone misses the target; 1: its weights stay float.
+                             Nodes named in exclude always stay wholly float */
 } es_quant_options;
 
 typedef struct es_quantizer es_quantizer;
@@ -81,6 +85,7 @@ typedef struct es_quant_stats {
   int auto_excluded;          /* of nodes_excluded, those the accuracy search kept in float */
   double sqnr_db;             /* outputs' lowest SNR against FP32 on the kept samples (dB;
                                  NAN when not measured) */
+  int weight_only;            /* of auto_excluded, Convs written with int8 weights alone */
 } es_quant_stats;
 
 ES_API void es_quant_options_default(es_quant_options *o);

@@ -629,6 +629,7 @@ typedef struct es_runtime_model_stats {
   size_t int8_nodes;         /* its convolutions and matrix products in int8 ... */
   size_t float_nodes;        /* ... in float32 ... */
   size_t bf16_nodes;         /* ... and in bf16 (es_model_stats) */
+  size_t w8_nodes;           /* of float_nodes, Convs from int8 weights (es_model_stats) */
   uint64_t completed, failed;
   double mean_run_ns;
   uint64_t preemptions;      /* times one of its runs was paused for a more

@@ -59,7 +59,7 @@ cases=()
 want det && cases+=("det ppocr_det cal_det det_in.npy --preprocess ocr-det:640 --method percentile")
 want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25")
 want cls && cases+=("cls ppocr_cls cal_cls cls_in.npy")
-want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 20")
+want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 22")
 want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --target-db 25")
 for c in "${cases[@]}"; do
   read -r name model cal input opts <<<"$c"

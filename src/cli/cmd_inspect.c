@@ -271,8 +271,11 @@ int cli_cmd_inspect(int argc, char **argv) {
   printf("folded: %zu constant nodes, %zu BatchNormalization into Conv; removed: %zu Identity and "
          "Dropout\n",
          st.folded_nodes, st.folded_bn, st.elided);
-  printf("precision: %zu convolutions and matrix products in int8, %zu in bf16, %zu in float32\n",
+  printf("precision: %zu convolutions and matrix products in int8, %zu in bf16, %zu in float32",
          st.int8_nodes, st.bf16_nodes, st.float_nodes);
+  if (st.w8_nodes)
+    printf(" (%zu of them from int8 weights)", st.w8_nodes);
+  printf("\n");
   printf("weights: %zu bytes (read-only, shared)", st.weight_bytes);
   if (st.weight_file_bytes)
     printf(", %zu of them read in place from the file", st.weight_file_bytes);

@@ -29,7 +29,8 @@ static void quantize_usage(FILE *f) {
           "usage: edgeserve quantize MODEL.onnx -o OUT.onnx --calibrate DIR\n"
           "                          [--method minmax|percentile|mse] [--percentile P]\n"
           "                          [--preprocess ocr-det[:LIMIT]|face] [--exclude NODE]...\n"
-          "                          [--target-db DB] [--max-samples N] [--save-inputs DIR]\n\n"
+          "                          [--target-db DB] [--keep-float-weights]\n"
+          "                          [--max-samples N] [--save-inputs DIR]\n\n"
           "Writes a standard QDQ ONNX model (QuantizeLinear / DequantizeLinear, opset 13 or\n"
           "newer) that edgeserve and ONNX Runtime both run: Conv, ConvTranspose, MatMul and\n"
           "Gemm weights in int8 (symmetric, per output channel), biases in int32, their\n"
@@ -44,7 +45,10 @@ static void quantize_usage(FILE *f) {
           "squared error over the values seen). --exclude keeps a node (by name) in float.\n"
           "--target-db keeps in float the nodes it takes for every output to stay within\n"
           "DB of FP32 (signal to quantization noise, on the first 4 samples): each node's\n"
-          "sensitivity is measured alone, and the least sensitive go to int8.\n"
+          "sensitivity is measured alone, and the least sensitive go to int8. A Conv it\n"
+          "keeps in float still gets int8 weights (DequantizeLinear of int8 weights into the\n"
+          "float Conv: weight-only int8, a quarter of the bytes), unless that alone misses\n"
+          "the target; --keep-float-weights keeps their weights float.\n"
           "--save-inputs writes each sample's inputs as DIR/NNNN[_INPUT].npy: what the\n"
           "model saw, to run it again elsewhere (ONNX Runtime).\n");
 }
@@ -237,6 +241,8 @@ static int parse(qcli *c, int argc, char **argv) {
         fprintf(stderr, "edgeserve quantize: --percentile takes a number in (50, 100]\n");
         return 2;
       }
+    } else if (!strcmp(a, "--keep-float-weights")) {
+      c->opt.keep_float_weights = 1;
     } else if (!strcmp(a, "--exclude") && more) {
       if (c->opt.n_exclude == QCLI_MAX_EXCLUDE) {
         fprintf(stderr, "edgeserve quantize: at most %d --exclude\n", QCLI_MAX_EXCLUDE);
@@ -406,8 +412,9 @@ int cli_cmd_quantize(int argc, char **argv) {
            "folded: %d); left in float: %d\n",
            s.nodes_quantized, s.activations_folded, s.bn_folded, s.nodes_excluded);
     if (c.opt.target_db > 0)
-      printf("  accuracy search: %d nodes kept in float; outputs within %.1f dB of FP32 "
-             "(target %.1f)\n", s.auto_excluded, s.sqnr_db, c.opt.target_db);
+      printf("  accuracy search: %d nodes kept in float (%d of them with int8 weights); outputs "
+             "within %.1f dB of FP32 (target %.1f)\n", s.auto_excluded, s.weight_only, s.sqnr_db,
+             c.opt.target_db);
     printf("  opset: %lld -> %lld\n", (long long)s.opset_from, (long long)s.opset_to);
     printf("  weights of those nodes: %zu B float32 -> %zu B int8 (%.2fx)\n", s.weight_bytes_fp32,
            s.weight_bytes_int8,

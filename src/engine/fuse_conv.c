@@ -160,6 +160,8 @@ typedef struct conv_info {
   int64_t m, c, g;  /* output channels, input channels, groups */
   int64_t ksz;      /* kernel elements per (output, input) channel pair */
   int rank;
+  int w8;           /* int8 weights dequantized by the kernel ("_w8_scale"): post-ops
+                       fuse, affine maps do not (they would rewrite W in float) */
 } conv_info;
 
 static int conv_info_get(const es_graph *g, es_node *nd, conv_info *ci) {
@@ -172,7 +174,10 @@ static int conv_info_get(const es_graph *g, es_node *nd, conv_info *ci) {
   ci->x = nd->in[0];
   ci->w = nd->in[1];
   ci->b = nd->n_in > 2 ? nd->in[2] : -1;
-  if (!es__fz_attr_int(nd, "group", 1, &ci->g) || ci->g < 1 || !es__fz_const_f32(g, ci->w))
+  ci->w8 = es__node_attr(nd, "_w8_scale") != NULL;
+  if (!es__fz_attr_int(nd, "group", 1, &ci->g) || ci->g < 1 ||
+      (!ci->w8 && !es__fz_const_f32(g, ci->w)) ||
+      (ci->w8 && (!es__fz_is_const(g, ci->w) || g->values[ci->w].dtype != ES_DTYPE_INT8)))
     return 0;
   const es_value *w = &g->values[ci->w];
   if (w->rank < 3 || w->rank > 5)
@@ -309,7 +314,7 @@ static int conv_pads_zero(const es_node *nd, int nsp) {
 static int fuse_pre_affine(fuser *f, int n) {
   es_graph *g = f->g;
   conv_info ci;
-  if (g->nodes[n].op != ES_OP_Conv || !conv_info_get(g, &g->nodes[n], &ci) ||
+  if (g->nodes[n].op != ES_OP_Conv || !conv_info_get(g, &g->nodes[n], &ci) || ci.w8 ||
       !conv_pads_zero(ci.node, ci.rank - 2))
     return 0;
   affine a = {0}, tmp = {0};
@@ -574,7 +579,7 @@ static int fuse_conv_after(fuser *f, int n) {
   post_chain pc = {.residual = -1, .tip = ci.node->out[0]};
   affine a = {0};
   int rc = affine_alloc(&a, ci.m), folded = 0;
-  while (rc == 0 && es__fz_inner(g, pc.tip, 1) && pc.n_nodes < 4 * ES_POST_MAX) {
+  while (rc == 0 && !ci.w8 && es__fz_inner(g, pc.tip, 1) && pc.n_nodes < 4 * ES_POST_MAX) {
     int c = es__fz_consumer(f, pc.tip);
     if (affine_step(f, &g->nodes[c], ci.rank, 1, &a) != pc.tip)
       break;

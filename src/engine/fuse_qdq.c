@@ -400,6 +400,71 @@ static int lower_float_out(es_graph *g, int i) {
   return lower_to(g, i, i, to, v, 9, attrs, na);
 }
 
+/* A float convolution by dequantized int8 weights, its input float (no
+ * DequantizeLinear the lowerings above could take): what a quantizer
+ * writes for a layer it keeps in float for accuracy, quantizing only its
+ * weights ("weight-only" int8):
+ *
+ *   x (float) -> Conv(W: DQ(wq int8, sw per tensor or per output channel,
+ *                zero point 0), B) -> y (float)
+ *
+ * becomes the Conv reading wq itself, attribute "_w8_scale" sw (one per
+ * output channel). The kernel (conv.c) dequantizes W into its scratch on
+ * each run and runs the float convolution: the same float weights
+ * constant folding would make (float(wq) * sw, rounded once), so the same
+ * numbers, while the model holds a quarter of the bytes. The
+ * per-run cost is one pass over the weights, a small part of a
+ * convolution's time except where the input is a few pixels. Only Conv
+ * (ConvTranspose's weights are laid out by input channel), only with
+ * zero points 0 (what symmetric quantizers write), and only when the DQ
+ * feeds this Conv alone. 1 when rewritten. */
+static int lower_weight_only(es_graph *g, int i) {
+  const es_node *c = &g->nodes[i];
+  if (c->op != ES_OP_Conv || c->n_in < 2 || c->n_in > 3 || c->n_out != 1 || c->n_guard ||
+      es__node_attr(c, "_w8_scale") || !inner(g, c->in[1]))
+    return 0;
+  int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
+  if (dw < 0 || !is_const(g, g->nodes[dw].in[0]))
+    return 0;
+  const es_value *wv = &g->values[g->nodes[dw].in[0]];
+  if (wv->rank < 3 || wv->rank > 5 || wv->dims[0] < 1)
+    return 0;
+  int64_t m = wv->dims[0], nsw;
+  int v[6];
+  if (!dq_weight(g, c->in[1], 3, 5, m, 0, 1, v, &nsw))
+    return 0;
+  if (v[5] >= 0) { /* zero points: only zeros */
+    const int8_t *z = g->values[v[5]].data;
+    for (int64_t k = 0; k < nsw; k++)
+      if (z[k])
+        return 0;
+  }
+  const float *sw = g->values[v[4]].data;
+  float *sc = es__ctx_alloc(&g->ctx, (size_t)m * sizeof *sc);
+  int na = c->n_attr;
+  es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(na + 1) * sizeof *attrs);
+  char *an = es__ctx_strdup(&g->ctx, "_w8_scale");
+  int *in = es__ctx_alloc(&g->ctx, (size_t)c->n_in * sizeof *in);
+  if (!sc || !attrs || !an || !in)
+    return es__fail(ES_ENOMEM, "out of memory lowering a weight-only int8 Conv");
+  for (int64_t o = 0; o < m; o++) {
+    sc[o] = sw[nsw == 1 ? 0 : o];
+    if (!isfinite(sc[o]))
+      return 0; /* left to DequantizeLinear's own rule */
+  }
+  if (na)
+    memcpy(attrs, c->attrs, (size_t)na * sizeof *attrs);
+  attrs[na] = (es_attr){.name = an, .type = ES_ATTR_FLOATS, .n = (size_t)m, .floats = sc,
+                        .tensor = -1};
+  memcpy(in, c->in, (size_t)c->n_in * sizeof *in);
+  in[1] = v[3];
+  es_node *w = &g->nodes[i];
+  w->in = in;
+  w->attrs = attrs;
+  w->n_attr = na + 1;
+  return 1;
+}
+
 /* Node qi and the Add of two dequantized 8-bit tensors it quantizes (a
  * residual or a feature pyramid's sum):
  *
@@ -684,7 +749,9 @@ int es__graph_lower_qdq(es_graph *g) {
   }
   if ((rc = lower_each(g, elide_requant, 0)) < 0 || (rc = lower_each(g, lower_one, 0)) < 0)
     return rc;
-  return lower_each(g, lower_float_out, 1);
+  if ((rc = lower_each(g, lower_float_out, 1)) < 0)
+    return rc;
+  return lower_each(g, lower_weight_only, 1);
 }
 
 /* ==========================================================================

@@ -207,8 +207,9 @@ static int node_bf16(const es_node *nd) {
 }
 
 /* The nodes that compute in int8, in bf16 (marked "_bf16") and in float32. */
-static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_t *fp32) {
-  *int8 = *bf16 = *fp32 = 0;
+static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_t *fp32,
+                            size_t *w8) {
+  *int8 = *bf16 = *fp32 = *w8 = 0;
   for (int i = 0; i < g->n_nodes; i++) {
     const es_node *nd = &g->nodes[i];
     if (nd->op == ES_OP_QLinearConv || nd->op == ES_OP_QLinearMatMul ||
@@ -216,6 +217,8 @@ static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_
       (*int8)++;
     else if (is_float_compute(nd->op))
       (*(node_bf16(nd) ? bf16 : fp32))++;
+    if (is_float_compute(nd->op) && es__node_attr(nd, "_w8_scale"))
+      (*w8)++;
   }
 }
 
@@ -275,8 +278,8 @@ static int graph_mark_bf16(es_graph *g) {
 
 /* A loaded model (from ONNX or .esm) against the precision asked for. */
 static int precision_check(const es_model *m, es_precision want) {
-  size_t int8, bf16, fp32;
-  precision_count(&m->g, &int8, &bf16, &fp32);
+  size_t int8, bf16, fp32, w8;
+  precision_count(&m->g, &int8, &bf16, &fp32, &w8);
   if (bf16) {
     int rc = es_engine_bf16_check();
     if (rc < 0)
@@ -692,7 +695,8 @@ int es_model_stats_get(const es_model *m, es_model_stats *out) {
   out->folded_nodes = (size_t)m->g.folded_nodes;
   out->folded_bn = (size_t)m->g.folded_bn;
   out->elided = (size_t)m->g.elided;
-  precision_count(&m->g, &out->int8_nodes, &out->bf16_nodes, &out->float_nodes);
+  precision_count(&m->g, &out->int8_nodes, &out->bf16_nodes, &out->float_nodes,
+                  &out->w8_nodes);
   out->context_bytes = m->g.ctx.bytes;
   out->opset = m->g.opset;
   out->compiled = m->compiled;

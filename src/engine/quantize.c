@@ -154,6 +154,7 @@ typedef struct qz_node {
   int n_act;      /* activation inputs (1; 2 for a MatMul of two or an Add; a Concat's) */
   int out_float;  /* the output stays float: only shape ops lie between it and
                      the model's outputs */
+  int wonly;      /* a Conv kept in float whose weights alone are int8 */
 } qz_node;
 
 typedef struct qz_obs {
@@ -171,6 +172,16 @@ typedef struct qz_obs {
   float scale;
   uint8_t zp;
 } qz_obs;
+
+/* Bias correction: per input channel and kernel tap of a 2-D Conv, the
+ * mean of the input values that tap reads (zero padding included), summed
+ * over the samples. Quantizing W moves each output channel's mean by
+ * sum (Wq - W) * that mean; the bias takes it back (emit_weights). */
+typedef struct qz_taps {
+  double *sum;      /* [c][kh * kw] */
+  int64_t c, kh, kw;
+  uint64_t n;       /* samples summed */
+} qz_taps;
 
 struct es_quantizer {
   es_ctx ctx; /* the protobuf tree and all that is added to it */
@@ -190,6 +201,8 @@ struct es_quantizer {
   size_t arena_cap;
   es_quant_stats st;
   int written;
+  int wonly;   /* the search may give Convs it keeps in float int8 weights */
+  qz_taps *taps; /* per node: 2-D Convs to quantize (NULL until observed) */
   unsigned name_seq;
   /* what each build starts from (write and the accuracy search build
    * many models from one calibration) */
@@ -1048,6 +1061,7 @@ int es_quantizer_create(const void *onnx, size_t size, const es_quant_options *o
   if (!q)
     return es__fail(ES_ENOMEM, "quantize: out of memory");
   q->opt = *o;
+  q->wonly = !o->keep_float_weights;
   void *tree;
   if ((rc = es__onnx_unpack(onnx, size, &q->ctx, &tree)) < 0)
     goto fail;
@@ -1121,6 +1135,10 @@ void es_quantizer_destroy(es_quantizer *q) {
   for (int k = 0; k < q->n_obs; k++)
     es_mem_free(q->obs[k].hist);
   es_mem_free(q->obs);
+  if (q->taps)
+    for (size_t i = 0; i < q->n_nodes; i++)
+      es_mem_free(q->taps[i].sum);
+  es_mem_free(q->taps);
   es_mem_free(q->nodes);
   es_mem_free(q->nodes0);
   es_mem_free(q->pristine);
@@ -1247,6 +1265,108 @@ static void keep_sample(es_quantizer *q, const es_tensor *in, int n_in, const es
   q->n_keep++;
 }
 
+/* A 2-D Conv's geometry for input x [N, C, H, W] and weights [M, C/g,
+ * KH, KW]: strides, dilations, begin pads and output size per axis. 0
+ * when it is one the correction takes (plain NOTSET pads, or auto_pad). */
+static int conv2d_geometry(const Onnx__NodeProto *n, const int64_t *x, const int64_t *w,
+                           int64_t st[2], int64_t dl[2], int64_t pb[2], int64_t out[2]) {
+  const Onnx__AttributeProto *a;
+  const char *ap = "NOTSET";
+  char apbuf[16];
+  if ((a = attr_find(n, "auto_pad")) && a->has_s && a->s.len < sizeof apbuf) {
+    memcpy(apbuf, a->s.data, a->s.len);
+    apbuf[a->s.len] = 0;
+    ap = apbuf;
+  }
+  for (int d = 0; d < 2; d++) {
+    st[d] = dl[d] = 1;
+    pb[d] = 0;
+  }
+  int64_t pe[2] = {0, 0};
+  if ((a = attr_find(n, "strides")) && a->n_ints == 2)
+    st[0] = a->ints[0], st[1] = a->ints[1];
+  if ((a = attr_find(n, "dilations")) && a->n_ints == 2)
+    dl[0] = a->ints[0], dl[1] = a->ints[1];
+  if ((a = attr_find(n, "pads")) && a->n_ints == 4)
+    pb[0] = a->ints[0], pb[1] = a->ints[1], pe[0] = a->ints[2], pe[1] = a->ints[3];
+  for (int d = 0; d < 2; d++) {
+    int64_t in = x[2 + d], ext = (w[2 + d] - 1) * dl[d] + 1;
+    if (st[d] < 1 || dl[d] < 1 || pb[d] < 0 || pe[d] < 0 || in < 1)
+      return -1;
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+      out[d] = (in + st[d] - 1) / st[d];
+      int64_t total = (out[d] - 1) * st[d] + ext - in;
+      total = total > 0 ? total : 0;
+      pb[d] = !strcmp(ap, "SAME_UPPER") ? total / 2 : total - total / 2;
+    } else if (!strcmp(ap, "VALID") || !strcmp(ap, "NOTSET")) {
+      if (ap[0] == 'V')
+        pb[d] = pe[d] = 0;
+      if (in + pb[d] + pe[d] < ext)
+        return -1;
+      out[d] = (in + pb[d] + pe[d] - ext) / st[d] + 1;
+    } else {
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* First output position o in [0, n) whose tap reads a row inside [0, in):
+ * o * st + off >= 0; and one past the last. */
+static void tap_range(int64_t n, int64_t in, int64_t st, int64_t off, int64_t *lo, int64_t *hi) {
+  int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
+  int64_t b = in - 1 - off < 0 ? 0 : (in - 1 - off) / st + 1;
+  *lo = a;
+  *hi = b < n ? b : n;
+  if (*hi < *lo)
+    *hi = *lo;
+}
+
+/* Adds sample x (the input of 2-D Conv i) to its tap means. */
+static int taps_update(es_quantizer *q, size_t i, const es_tensor *x) {
+  const Onnx__NodeProto *n = q->g->node[i];
+  const Onnx__TensorProto *wt = n->n_input > 1 ? init_of(q, n->input[1]) : NULL;
+  int64_t g = attr_int(n, "group", 1), st[2], dl[2], pb[2], out[2];
+  if (!wt || wt->n_dims != 4 || x->rank != 4 || x->dtype != ES_DTYPE_FLOAT || g < 1 ||
+      x->dims[1] != wt->dims[1] * g || x->dims[0] < 1 ||
+      conv2d_geometry(n, x->dims, wt->dims, st, dl, pb, out) < 0)
+    return 0;
+  if (!q->taps && !(q->taps = es_mem_calloc(ES_MEM_ENGINE, q->n_nodes, sizeof *q->taps)))
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  qz_taps *t = &q->taps[i];
+  int64_t c = x->dims[1], kh = wt->dims[2], kw = wt->dims[3], h = x->dims[2], w = x->dims[3];
+  if (!t->sum) {
+    if (!(t->sum = es_mem_calloc(ES_MEM_ENGINE, (size_t)(c * kh * kw), sizeof *t->sum)))
+      return es__fail(ES_ENOMEM, "quantize: out of memory");
+    t->c = c, t->kh = kh, t->kw = kw;
+  } else if (t->c != c || t->kh != kh || t->kw != kw) {
+    return 0;
+  }
+  const float *xv = x->data;
+  double per = 1.0 / ((double)x->dims[0] * (double)out[0] * (double)out[1]);
+  for (int64_t b = 0; b < x->dims[0]; b++)
+    for (int64_t ic = 0; ic < c; ic++) {
+      const float *plane = xv + (b * c + ic) * h * w;
+      for (int64_t u = 0; u < kh; u++) {
+        int64_t r0, r1;
+        tap_range(out[0], h, st[0], u * dl[0] - pb[0], &r0, &r1);
+        for (int64_t v = 0; v < kw; v++) {
+          int64_t c0, c1;
+          tap_range(out[1], w, st[1], v * dl[1] - pb[1], &c0, &c1);
+          double sum = 0;
+          for (int64_t r = r0; r < r1; r++) {
+            const float *row = plane + (r * st[0] + u * dl[0] - pb[0]) * w;
+            for (int64_t cc = c0; cc < c1; cc++)
+              sum += row[cc * st[1] + v * dl[1] - pb[1]];
+          }
+          t->sum[(ic * kh + u) * kw + v] += sum * per;
+        }
+      }
+    }
+  t->n++;
+  return 0;
+}
+
 int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in) {
   if (!q || (!inputs && n_in))
     return es__fail(ES_EINVAL, "es_quantizer_observe: NULL argument");
@@ -1293,6 +1413,14 @@ int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in) {
     for (int k = 0; k < q->n_obs; k++) {
       qz_obs *o = &q->obs[k];
       obs_update(q, o, o->in_index >= 0 ? &inputs[o->in_index] : &outs[o->out_index]);
+    }
+    for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
+      int k = q->nodes[i].kind == QK_CONV && q->nodes[i].quant
+                  ? smap_get(&q->obs_map, q->g->node[i]->input[0])
+                  : -1;
+      if (k >= 0)
+        rc = taps_update(q, i, q->obs[k].in_index >= 0 ? &inputs[q->obs[k].in_index]
+                                                        : &outs[q->obs[k].out_index]);
     }
     if (q->keep && q->n_keep < q->opt.eval_samples && n_in <= 16)
       keep_sample(q, inputs, n_in, outs, no < q->n_out0 ? no : q->n_out0);
@@ -1624,8 +1752,49 @@ static int emit_pair(es_quantizer *q, qz_out *out, qz_obs *o, qz_pair *pr) {
 
 /* Weights of node i as int8 with their DequantizeLinear; *w_scale gets the
  * scales (per channel along axis, or one). Returns the DQ output's name. */
+/* The bias of 2-D Conv i with its weights' quantization error's mean
+ * taken back: b[oc] - sum over its taps of (dq(wq) - w) * the tap's mean
+ * input (qz_taps). *out: that new initializer's name (the Conv had no
+ * bias: one is made), or bname (NULL: none) when nothing was observed.
+ * ES_ENOMEM, else 0. */
+static int bias_corrected(es_quantizer *q, size_t i, const float *w, const int8_t *qw,
+                          const float *sc, const char *bname, const char **out) {
+  const qz_taps *t = q->taps ? &q->taps[i] : NULL;
+  const Onnx__NodeProto *n = q->g->node[i];
+  const Onnx__TensorProto *wt = init_of(q, n->input[1]);
+  *out = bname;
+  if (!t || !t->n || !wt || wt->n_dims != 4)
+    return 0;
+  int64_t m = wt->dims[0], cg = wt->dims[1], k = t->kh * t->kw, g = attr_int(n, "group", 1);
+  if (g < 1 || m % g || cg * g != t->c || wt->dims[2] != t->kh || wt->dims[3] != t->kw)
+    return 0;
+  int64_t nb = 0;
+  const float *b = bname ? tp_floats(q, init_of(q, bname), &nb) : NULL;
+  if (bname && (!b || nb != m))
+    return 0;
+  float *nbv = qz_alloc(q, (size_t)m * sizeof *nbv);
+  if (!nbv)
+    return ES_ENOMEM;
+  for (int64_t oc = 0; oc < m; oc++) {
+    int64_t ic0 = oc / (m / g) * cg;
+    double d = 0;
+    for (int64_t j = 0; j < cg * k; j++) {
+      int64_t at = oc * cg * k + j;
+      float dq = (float)qw[at] * sc[oc]; /* DequantizeLinear's value */
+      d += ((double)dq - (double)w[at]) * t->sum[ic0 * k + j];
+    }
+    nbv[oc] = (float)((b ? (double)b[oc] : 0.0) - d / (double)t->n);
+  }
+  *out = init_floats(q, n->input[1], "_bias_corrected", 1, &m, nbv, m);
+  return *out ? 0 : ES_ENOMEM;
+}
+
+/* Node i's weights as DQ(int8, scale) (symmetric, per channel along
+ * w_axis): the DQ's output name, its scales in *w_scale (*n_scale), and
+ * for a 2-D Conv with observed inputs, in *cbias its corrected bias
+ * (bias_corrected; else *cbias is bname). NULL when out of memory. */
 static const char *emit_weights(es_quantizer *q, qz_out *out, size_t i, float **w_scale,
-                                int64_t *n_scale) {
+                                int64_t *n_scale, const char *bname, const char **cbias) {
   Onnx__NodeProto *n = q->g->node[i];
   const Onnx__TensorProto *t = init_of(q, n->input[1]);
   int64_t cnt;
@@ -1682,6 +1851,10 @@ static const char *emit_weights(es_quantizer *q, qz_out *out, size_t i, float **
     return NULL;
   q->st.weight_bytes_fp32 += (size_t)cnt * 4;
   q->st.weight_bytes_int8 += (size_t)cnt + (size_t)ch * 5;
+  *cbias = bname;
+  if (q->nodes[i].kind == QK_CONV && axis == 0 &&
+      bias_corrected(q, i, w, qw, sc, bname, cbias) < 0)
+    return NULL;
   *w_scale = sc;
   *n_scale = ch;
   return dq;
@@ -1797,7 +1970,7 @@ static void finalize(es_quantizer *q) {
 static int emit_quantized(es_quantizer *q, qz_out *out, size_t i, const char *const *dq_of) {
   Onnx__NodeProto *n = q->g->node[i];
   qz_node *qn = &q->nodes[i];
-  char **ins = qz_alloc(q, (n->n_input ? n->n_input : 1) * sizeof *ins);
+  char **ins = qz_alloc(q, (n->n_input > 3 ? n->n_input : 3) * sizeof *ins);
   if (!ins)
     return ES_ENOMEM;
   memcpy(ins, n->input, n->n_input * sizeof *ins);
@@ -1812,13 +1985,20 @@ static int emit_quantized(es_quantizer *q, qz_out *out, size_t i, const char *co
   if (qn->n_act == 1 && qn->kind < QK_ADD) { /* weights (and a bias) */
     float *ws = NULL;
     int64_t nws = 0;
-    const char *wdq = emit_weights(q, out, i, &ws, &nws);
+    int bias_at = qn->kind == QK_GEMM ? 2 : (qn->kind == QK_MATMUL ? -1 : 2);
+    const char *bname = bias_at > 0 && (int)n->n_input > bias_at && n->input[bias_at][0]
+                            ? n->input[bias_at]
+                            : NULL, *cb;
+    const char *wdq = emit_weights(q, out, i, &ws, &nws, bname, &cb);
     if (!wdq)
       return ES_ENOMEM;
     ins[1] = (char *)wdq;
-    int bias_at = qn->kind == QK_GEMM ? 2 : (qn->kind == QK_MATMUL ? -1 : 2);
-    if (bias_at > 0 && (int)n->n_input > bias_at && n->input[bias_at][0]) {
-      const char *bdq = emit_bias(q, out, n->input[bias_at], x_scale, ws, nws);
+    if (cb && !bname) { /* the correction made a bias */
+      ins[2] = (char *)cb;
+      n->n_input = 3;
+    }
+    if (cb) {
+      const char *bdq = emit_bias(q, out, cb, x_scale, ws, nws);
       if (!bdq)
         return ES_ENOMEM;
       ins[bias_at] = (char *)bdq;
@@ -1834,6 +2014,34 @@ static int emit_quantized(es_quantizer *q, qz_out *out, size_t i, const char *co
   n->output[0] = (char *)pr.src;
   int rc = emit(q, out, n);
   return rc < 0 ? rc : emit_pair(q, out, o, &pr);
+}
+
+/* A Conv the accuracy search keeps in float, its weights int8 all the
+ * same: DQ(wq, per-channel scale) -> Conv, x and the bias float. The
+ * weights' error alone (symmetric, per channel: half a step of each
+ * channel's largest weight / 127) is far below an activation's, which
+ * is what the search found too coarse; the engine runs the Conv in float
+ * from int8 weights it holds (weight-only int8). */
+static int emit_weight_only(es_quantizer *q, qz_out *out, size_t i) {
+  Onnx__NodeProto *n = q->g->node[i];
+  char **ins = qz_alloc(q, (n->n_input > 3 ? n->n_input : 3) * sizeof *ins);
+  if (!ins)
+    return ES_ENOMEM;
+  memcpy(ins, n->input, n->n_input * sizeof *ins);
+  float *ws = NULL;
+  int64_t nws = 0;
+  const char *bname = n->n_input > 2 && n->input[2][0] ? n->input[2] : NULL, *cb;
+  const char *wdq = emit_weights(q, out, i, &ws, &nws, bname, &cb);
+  if (!wdq)
+    return ES_ENOMEM;
+  ins[1] = (char *)wdq;
+  if (cb) {
+    ins[2] = (char *)cb;
+    if (n->n_input < 3)
+      n->n_input = 3;
+  }
+  n->input = ins;
+  return emit(q, out, n);
 }
 
 static int mark_used(es_quantizer *q, smap *used, const Onnx__GraphProto *g, int depth) {
@@ -1888,6 +2096,9 @@ static int rewrite(es_quantizer *q) {
     if (q->nodes[i].quant) {
       if ((rc = emit_quantized(q, &out, i, dq_of)) < 0)
         return rc;
+    } else if (q->nodes[i].wonly) {
+      if ((rc = emit_weight_only(q, &out, i)) < 0)
+        return rc;
     } else if ((rc = emit(q, &out, n)) < 0) {
       return rc;
     }
@@ -1929,8 +2140,11 @@ static int rewrite(es_quantizer *q) {
   return 0;
 }
 
-/* The QDQ model with the nodes mask[i] != 0 quantized (of those create
- * chose), packed into *out (es_mem). Works on a fresh copy of the tree as
+/* How build writes each node create chose to quantize (mask[i]). */
+enum { QZ_FLOAT = 0, QZ_INT8 = 1, QZ_WEIGHTS = 2 };
+
+/* The QDQ model with the nodes mask[i] QZ_INT8 quantized (of those create
+ * chose), QZ_WEIGHTS (a Conv) with int8 weights alone, packed into *out (es_mem). Works on a fresh copy of the tree as
  * create left it, so any number of builds can be made. */
 static int build(es_quantizer *q, const unsigned char *mask, uint8_t **out, size_t *size) {
   es_ctx saved_ctx = q->ctx;
@@ -1956,11 +2170,15 @@ static int build(es_quantizer *q, const unsigned char *mask, uint8_t **out, size
     q->opset = q->opset0;
     q->name_seq = 0;
     for (size_t i = 0; i < q->n_nodes; i++)
-      if (q->nodes[i].quant && !mask[i]) {
+      if (q->nodes[i].quant && mask[i] != QZ_INT8) {
         q->nodes[i].quant = 0;
         q->nodes[i].act = -1;
         q->st.nodes_excluded++;
         q->st.auto_excluded++;
+        if (mask[i] == QZ_WEIGHTS && q->nodes[i].kind == QK_CONV) {
+          q->nodes[i].wonly = 1;
+          q->st.weight_only++;
+        }
       }
     for (size_t i = 0; i < q->g->n_initializer && rc == 0; i++)
       if (q->g->initializer[i]->name &&
@@ -2076,10 +2294,75 @@ static int rank_cmp(const void *pa, const void *pb) {
   return a->db > b->db ? -1 : a->db < b->db ? 1 : a->node - b->node;
 }
 
-/* Which nodes to keep in int8 so that the outputs stay within target_db
- * of FP32: each node's sensitivity is the accuracy with it alone in int8;
- * nodes are taken least sensitive first, as many as keep the target
- * (a binary search over that count: more nodes in int8 lose more). */
+/* Of the nodes cand[0..n) (all QZ_FLOAT in mask), as many as keep the
+ * outputs within target_db of FP32 go to state, least sensitive first:
+ * all of them if that holds; else each one's sensitivity is the accuracy
+ * with it alone moved (the rest as mask has them), and a binary search
+ * finds how many of the least sensitive can move (more lose more).
+ * *best: the accuracy with those moved (unchanged when none). */
+static int tier(es_quantizer *q, unsigned char *mask, const int *cand, int n,
+                unsigned char state, double *best) {
+  if (n == 0)
+    return 0;
+  double db = 0;
+  qz_rank *r = es_mem_alloc(ES_MEM_ENGINE, (size_t)n * sizeof *r);
+  unsigned char *m = es_mem_alloc(ES_MEM_ENGINE, q->n_nodes);
+  if (!r || !m) {
+    es_mem_free(r);
+    es_mem_free(m);
+    return es__fail(ES_ENOMEM, "quantize: out of memory");
+  }
+  memcpy(m, mask, q->n_nodes);
+  for (int j = 0; j < n; j++)
+    m[cand[j]] = state;
+  int rc = build_eval(q, m, &db), lo = n;
+  if (rc == 0 && db < q->opt.target_db) {
+    for (int j = 0; j < n && rc == 0; j++) {
+      memcpy(m, mask, q->n_nodes);
+      m[cand[j]] = state;
+      r[j].node = cand[j];
+      rc = build_eval(q, m, &r[j].db);
+    }
+    if (rc == 0)
+      qsort(r, (size_t)n, sizeof *r, rank_cmp);
+    int hi = n - 1; /* the answer is in [lo, hi]: all n miss the target */
+    lo = 0;
+    double got = *best;
+    while (lo < hi && rc == 0) {
+      int mid = (lo + hi + 1) / 2;
+      memcpy(m, mask, q->n_nodes);
+      for (int j = 0; j < mid; j++)
+        m[r[j].node] = state;
+      if ((rc = build_eval(q, m, &db)) < 0)
+        break;
+      if (db >= q->opt.target_db) {
+        lo = mid;
+        got = db;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    db = got;
+  } else {
+    for (int j = 0; j < n; j++)
+      r[j].node = cand[j];
+  }
+  if (rc == 0) {
+    for (int j = 0; j < lo; j++)
+      mask[r[j].node] = state;
+    if (lo > 0)
+      *best = db;
+  }
+  es_mem_free(r);
+  es_mem_free(m);
+  return rc;
+}
+
+/* Which nodes go to int8 so that the outputs stay within target_db of
+ * FP32 (tier: the least sensitive first), then, of those left in float,
+ * which Convs still take int8 weights (weight-only): the same search
+ * over them, with the int8 nodes chosen. A model whose every candidate
+ * runs in int8 within the target is not searched. */
 static int search(es_quantizer *q, unsigned char *mask) {
   double db;
   int rc = build_eval(q, mask, &db);
@@ -2087,51 +2370,25 @@ static int search(es_quantizer *q, unsigned char *mask) {
     q->st.sqnr_db = db;
     return rc;
   }
-  int nq = 0;
-  for (size_t i = 0; i < q->n_nodes; i++)
-    nq += q->nodes0[i].quant;
-  qz_rank *r = es_mem_alloc(ES_MEM_ENGINE, (size_t)(nq ? nq : 1) * sizeof *r);
-  unsigned char *m = es_mem_calloc(ES_MEM_ENGINE, q->n_nodes ? q->n_nodes : 1, 1);
-  if (!r || !m) {
-    es_mem_free(r);
-    es_mem_free(m);
+  int *cand = es_mem_alloc(ES_MEM_ENGINE, (q->n_nodes ? q->n_nodes : 1) * sizeof *cand);
+  if (!cand)
     return es__fail(ES_ENOMEM, "quantize: out of memory");
+  int n = 0;
+  for (size_t i = 0; i < q->n_nodes; i++)
+    if (q->nodes0[i].quant)
+      cand[n++] = (int)i;
+  memset(mask, QZ_FLOAT, q->n_nodes);
+  double best = 200; /* the float model: FP32's outputs */
+  rc = tier(q, mask, cand, n, QZ_INT8, &best);
+  if (rc == 0 && q->wonly) {
+    n = 0;
+    for (size_t i = 0; i < q->n_nodes; i++)
+      if (q->nodes0[i].quant && mask[i] == QZ_FLOAT && q->nodes0[i].kind == QK_CONV)
+        cand[n++] = (int)i;
+    rc = tier(q, mask, cand, n, QZ_WEIGHTS, &best);
   }
-  int k = 0;
-  for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
-    if (!q->nodes0[i].quant)
-      continue;
-    memset(m, 0, q->n_nodes);
-    m[i] = 1;
-    r[k].node = (int)i;
-    rc = build_eval(q, m, &r[k].db);
-    k++;
-  }
-  if (rc == 0) {
-    qsort(r, (size_t)nq, sizeof *r, rank_cmp);
-    int lo = 0, hi = nq - 1; /* the answer is in [lo, hi]: all nq fail the target */
-    double best = 200;
-    while (lo < hi && rc == 0) {
-      int mid = (lo + hi + 1) / 2;
-      memset(m, 0, q->n_nodes);
-      for (int j = 0; j < mid; j++)
-        m[r[j].node] = 1;
-      if ((rc = build_eval(q, m, &db)) < 0)
-        break;
-      if (db >= q->opt.target_db) {
-        lo = mid;
-        best = db;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    memset(mask, 0, q->n_nodes);
-    for (int j = 0; j < lo; j++)
-      mask[r[j].node] = 1;
-    q->st.sqnr_db = lo > 0 ? best : 200;
-  }
-  es_mem_free(r);
-  es_mem_free(m);
+  es_mem_free(cand);
+  q->st.sqnr_db = best;
   return rc;
 }
 
@@ -2145,7 +2402,7 @@ int es_quantizer_write(es_quantizer *q, const char *path) {
   unsigned char *mask = es_mem_alloc(ES_MEM_ENGINE, q->n_nodes ? q->n_nodes : 1);
   if (!mask)
     return es__fail(ES_ENOMEM, "quantize: out of memory");
-  memset(mask, 1, q->n_nodes ? q->n_nodes : 1);
+  memset(mask, QZ_INT8, q->n_nodes ? q->n_nodes : 1);
   q->st.sqnr_db = NAN;
   int rc = q->opt.target_db > 0 && q->n_keep > 0 ? search(q, mask) : 0;
   double db = q->st.sqnr_db;

@@ -115,6 +115,11 @@ typedef struct conv_params {
   int bf16;              /* "_bf16": X rounded to bf16 at scratch offset bf_at, bf16
                             weights (dnnl_glue.h) */
   size_t bf_at;
+  const float *w8_scale; /* "_w8_scale": W is int8, dequantized per run (one scale per
+                            output channel) into scratch at w8_at, by w8r on the oneDNN
+                            path (into the layout the conv wants), else plainly */
+  size_t w8_at;
+  es_dnnl_prim w8r;
   es_dnnl_prim dnnl;
 } conv_params;
 
@@ -182,10 +187,19 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
   const es_tdesc *x = k->in[0], *w = k->in[1], *b = k->n_in > 2 ? k->in[2] : NULL;
   const char *names[3] = {"X", "W", "B"};
   const es_tdesc *ts[3] = {x, w, b};
-  for (int i = 0; i < 3; i++)
-    if (ts[i] && ts[i]->dtype != ES_DTYPE_FLOAT)
-      return ES_KFAIL(k, ES_EMODEL, "input %s is %s, expected float32", names[i],
-                      es_dtype_name(ts[i]->dtype));
+  size_t nsc = 0;
+  int rc = es__attr_floats(k, "_w8_scale", &p->w8_scale, &nsc);
+  if (rc < 0)
+    return rc;
+  for (int i = 0; i < 3; i++) {
+    es_dtype want = i == 1 && p->w8_scale ? ES_DTYPE_INT8 : ES_DTYPE_FLOAT;
+    if (ts[i] && ts[i]->dtype != want)
+      return ES_KFAIL(k, ES_EMODEL, "input %s is %s, expected %s", names[i],
+                      es_dtype_name(ts[i]->dtype), es_dtype_name(want));
+  }
+  if (p->w8_scale && (p->transpose || (int64_t)nsc != w->dims[0]))
+    return ES_KFAIL(k, ES_EMODEL, "_w8_scale has %zu values, expected %lld (a Conv's output "
+                    "channels)", nsc, (long long)w->dims[0]);
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected N x C x D1 ... (rank 3 or more)",
                     x->rank);
@@ -203,7 +217,7 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
     return ES_KFAIL(k, ES_ENOTSUP, "W (weights) must be known when planning");
   int nsp = x->rank - 2;
   p->nsp = nsp;
-  int rc = es__attr_int(k, "group", 1, &p->g);
+  rc = es__attr_int(k, "group", 1, &p->g);
   if (rc < 0)
     return rc;
   if (p->g < 1)
@@ -686,6 +700,22 @@ static int conv_dnnl_create(es_kinst *k, conv_params *p, const dnnl_memory_desc_
   return rc;
 }
 
+/* Weight-only int8 ("_w8_scale"): a reorder from the int8 weights as the
+ * model stores them to the layout the conv chose, times the per-channel
+ * scales (float(wq) * s, rounded once: DequantizeLinear's numbers), into
+ * scratch at w8_at, sized by that layout; run before each convolution. */
+static int conv_w8_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_t *wuser) {
+  dnnl_memory_desc_t ws = *wuser;
+  ws.data_type = dnnl_s8;
+  int rc = es__dnnl_reorder_create(k, &ws, p->dnnl.wei_md, p->w8_scale, p->m, p->g > 1 ? 3 : 1,
+                                   &p->w8r);
+  if (rc == 0) {
+    p->w8_at = es__align_up(k->scratch_bytes, 64);
+    k->scratch_bytes = p->w8_at + dnnl_memory_desc_get_size(p->dnnl.wei_md);
+  }
+  return rc;
+}
+
 static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   int nsp = p->nsp, nd = 2 + nsp;
   int64_t xd[5] = {p->n, p->c}, yd[5] = {p->n, p->m}, bd[1] = {p->m};
@@ -739,7 +769,9 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? &bmd : NULL;
   if (rc == 0 && !p->transpose)
     rc = conv_bands_setup(k, p, bias);
-  if (rc == 0)
+  if (rc == 0 && p->w8_scale)
+    rc = conv_w8_setup(k, p, &wuser);
+  else if (rc == 0)
     rc = es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
   if (rc == 0 && p->bf16) /* after oneDNN's scratchpad, the largest of the bands' */
     p->bf_at = es__dnnl_bf16_room(k, (size_t)xd[0] * (size_t)xd[1] * (size_t)p->in[0] *
@@ -939,7 +971,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   p->empty = y->count == 0;
   p->use_dnnl = !p->empty && !es__kernels_reference() && conv_dnnl_fits(p);
   p->nhwc = conv_wants_nhwc(k, p);
-  p->bf16 = !transpose && es__dnnl_bf16_wanted(k);
+  p->bf16 = !transpose && !p->w8_scale && es__dnnl_bf16_wanted(k);
   if (p->use_dnnl) {
     int src = conv_dnnl_setup(k, p);
     if (src == ES_ENOTSUP && p->bf16) { /* no bf16 kernel for this geometry: float32 */
@@ -954,8 +986,13 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   }
   if (!p->use_dnnl) {
     conv_bands_destroy(p);
+    es__dnnl_prim_destroy(&p->w8r);
     p->nhwc = p->res_sum = 0; /* the reference loops read and write plain tensors only */
     p->bf16 = 0;
+    if (p->w8_scale) { /* W dequantized plainly into scratch on each run */
+      p->w8_at = es__align_up(k->scratch_bytes, 64);
+      k->scratch_bytes = p->w8_at + (size_t)k->in[1]->count * sizeof(float);
+    }
   }
   /* Ask for X, and the residual, in the layout the conv runs in. */
   k->want_plain = k->want_nhwc = 0;
@@ -966,6 +1003,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     *want |= 1u << 3;
   if (*want) {
     es__dnnl_prim_destroy(&p->dnnl);
+    es__dnnl_prim_destroy(&p->w8r);
     conv_bands_destroy(p);
     return ES_KRELAYOUT;
   }
@@ -1012,6 +1050,13 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     if (p->res_sum && out[0] != res)
       memcpy(out[0], res, p->count * sizeof(float));
     const void *w = p->dnnl.weights ? p->dnnl.weights : in[1];
+    if (p->w8_scale) {
+      void *wf = (char *)scratch + p->w8_at;
+      int rc = es__dnnl_prim_run(k, &p->w8r, in[1], NULL, NULL, wf, NULL, scratch);
+      if (rc < 0)
+        return rc;
+      w = wf;
+    }
     const void *x = in[0];
     if (p->bf16) {
       uint16_t *xb = (uint16_t *)((char *)scratch + p->bf_at);
@@ -1028,10 +1073,19 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
       conv_epilogue(p, out[0], bias, res);
     return rc;
   }
+  const float *w = in[1];
+  if (p->w8_scale) {
+    float *wf = (float *)((char *)scratch + p->w8_at);
+    const int8_t *wq = in[1];
+    size_t per = k->in[1]->count / (size_t)p->m; /* W is [M, C/g, k...] */
+    for (size_t i = 0; i < k->in[1]->count; i++)
+      wf[i] = (float)wq[i] * p->w8_scale[i / per];
+    w = wf;
+  }
   if (p->transpose)
-    convtranspose_ref(p, in[0], in[1], bias, out[0]);
+    convtranspose_ref(p, in[0], w, bias, out[0]);
   else
-    conv_ref(p, in[0], in[1], bias, out[0]);
+    conv_ref(p, in[0], w, bias, out[0]);
   es__posts_ref(&p->post, out[0], res, p->count);
   return 0;
 }
@@ -1040,6 +1094,7 @@ static void conv_release(es_kinst *k) {
   conv_params *p = k->params;
   if (p) {
     es__dnnl_prim_destroy(&p->dnnl);
+    es__dnnl_prim_destroy(&p->w8r);
     conv_bands_destroy(p);
   }
 }

@@ -189,6 +189,45 @@ int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl
   return 0;
 }
 
+int es__dnnl_reorder_create(es_kinst *k, const dnnl_memory_desc_t *src,
+                            const dnnl_memory_desc_t *dst, const float *scales, int64_t n,
+                            int mask, es_dnnl_prim *p) {
+  dnnl_engine_t eng = NULL;
+  int rc = dnnl_engine_get(k->label, &eng);
+  if (rc < 0)
+    return rc;
+  dnnl_primitive_attr_t attr;
+  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
+  if (st != dnnl_success)
+    return es__dnnl_fail(k, st, "creating primitive attributes");
+  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && scales)
+    st = dnnl_primitive_attr_set_output_scales(attr, n, n > 1 ? mask : 0, scales);
+  if (st == dnnl_success)
+    st = dnnl_reorder_primitive_desc_create(&p->pd, src, eng, dst, eng, attr);
+  dnnl_primitive_attr_destroy(attr);
+  if (st != dnnl_success) {
+    p->pd = NULL;
+    return es__dnnl_fail(k, st, "creating the reorder");
+  }
+  st = dnnl_primitive_create(&p->prim, p->pd);
+  if (st != dnnl_success) {
+    p->prim = NULL;
+    return es__dnnl_fail(k, st, "creating the reorder primitive");
+  }
+  p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
+  p->dst_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_dst_md, 0);
+  p->wei_md = p->bias_md = NULL;
+  p->scratch_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+  size_t sb = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
+  if (sb == 0)
+    p->scratch_md = NULL;
+  if (sb > k->scratch_bytes) /* run before the kernel's own primitive: one scratchpad */
+    k->scratch_bytes = sb;
+  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
+  return 0;
+}
+
 int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl) {
   if (rc >= 0)
     return rc;

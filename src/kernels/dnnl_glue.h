@@ -67,6 +67,16 @@ typedef struct es_dnnl_quant {
 int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                            const es_dnnl_quant *q, es_dnnl_prim *p);
 
+/* A reorder from src to dst (e.g. int8 weights to the float layout a
+ * primitive chose), times scales: n of them along the dimensions in mask
+ * (or one), fixed in the primitive. Its scratchpad, if any, is at offset 0
+ * of k's scratch, like the kernel's own primitive's: run it before that
+ * one, with es__dnnl_prim_run(k, p, src, NULL, NULL, dst, NULL, scratch).
+ * Raises k->scratch_bytes to its scratchpad when larger. */
+int es__dnnl_reorder_create(es_kinst *k, const dnnl_memory_desc_t *src,
+                            const dnnl_memory_desc_t *dst, const float *scales, int64_t n,
+                            int mask, es_dnnl_prim *p);
+
 /* The fused post-ops as oneDNN's attribute, appended to po: eltwise ops
  * where oneDNN has them (HardSigmoid, missing from 2.6, is linear then
  * clip), the residual as a binary add whose second operand is described

@@ -2775,6 +2775,7 @@ int es_runtime_model_stats_get(es_runtime *rt, int id, es_runtime_model_stats *o
     out->int8_nodes = ms.int8_nodes;
     out->float_nodes = ms.float_nodes;
     out->bf16_nodes = ms.bf16_nodes;
+    out->w8_nodes = ms.w8_nodes;
   }
   out->planned_bytes = m->planned;
   out->pool_bytes = m->pool_bytes;

@@ -104,6 +104,9 @@ static void model_memory(es_strbuf *b, es_server *s, const srv_model *snap, int 
     es__sb_printf(b, "edgeserve_model_compute_nodes{model=\"%s\",precision=\"bf16\"} %zu\n",
                   snap[i].name, ms[i].bf16_nodes);
   }
+  MODEL_GAUGE("edgeserve_model_int8_weight_nodes",
+              "Of the float32 convolutions, those whose weights the model holds in int8.",
+              w8_nodes)
   MODEL_GAUGE("edgeserve_sequences_live", "Live sequences of the model.", sequences)
   MODEL_GAUGE("edgeserve_sequence_state_bytes",
               "Bytes reserved for the state of the model's live sequences.", state_bytes)

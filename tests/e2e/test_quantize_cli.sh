@@ -63,7 +63,7 @@ convert "$images/astronaut.png" -resize 50% -gravity center -background gray -ex
   "$work/face/astronaut_small.png"
 for m in front back; do
   model=blazeface_${m}_$([ $m = front ] && echo 128 || echo 256)
-  target=$([ $m = front ] && echo 20 || echo 25)
+  target=$([ $m = front ] && echo 22 || echo 25)
   echo "== $model"
   mkdir -p "$work/in_$m"
   quantize "$model" "$work/$m.onnx" "$work/face" --preprocess face --save-inputs "$work/in_$m" \

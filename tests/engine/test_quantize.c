@@ -805,6 +805,150 @@ static void test_avgpool(void **state) {
   unlink(path_);
 }
 
+/* Weight-only int8 and bias correction. x [1, 8, 12, 12] -> depthwise
+ * Conv 3x3 (bias) -> c1 -> Relu -> Conv 1x1 (no bias) -> y (c1 an output
+ * too), calibrated on an
+ * input in [2, 3] with one outlier of 500: 8-bit steps of x are 2 wide, so
+ * neither Conv can run in int8 within 30 dB, while int8 weights alone
+ * (per channel) can. The search writes both as DQ(int8 W) -> float Conv,
+ * each bias corrected for its weights' quantization (the 1x1 gets one);
+ * at load both run from int8 weights (no DequantizeLinear left, the
+ * weights the model holds under 0.6x FP32's), giving what the same file
+ * gives with its DequantizeLinear folded to float weights, on oneDNN and
+ * on the reference kernels. On the calibration input, each channel of
+ * c1 has a mean error of nothing (rounding) against FP32 while its error
+ * is not nothing: without the correction, an input of mean 2.5 turns the
+ * weights' error into an offset nearly as large as the error itself. */
+enum { WO_C = 8, WO_HW = 12, WO_OUT = 4 * WO_HW * WO_HW, WO_DB = 40 };
+
+static uint8_t *wonly_model(size_t *size) {
+  static float w1[WO_C * 9], b1[WO_C], w2[4 * WO_C];
+  uint64_t s = 77;
+  es_test_fill_small(w1, WO_C * 9, &s);
+  es_test_fill_small(b1, WO_C, &s);
+  es_test_fill_small(w2, 4 * WO_C, &s);
+  ob *b = ob_new(13);
+  ob_input(b, "x", 4, (int64_t[]){1, WO_C, WO_HW, WO_HW});
+  ob_init_f32(b, "w1", 4, (int64_t[]){WO_C, 1, 3, 3}, w1);
+  ob_init_f32(b, "b1", 1, (int64_t[]){WO_C}, b1);
+  ob_init_f32(b, "w2", 4, (int64_t[]){4, WO_C, 1, 1}, w2);
+  int c1 = ob_node(b, "Conv", "c1", 3, "x", "w1", "b1");
+  ob_attr_ints(b, c1, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  ob_attr_int(b, c1, "group", WO_C);
+  ob_node(b, "Relu", "r", 1, "c1");
+  ob_node(b, "Conv", "y", 2, "r", "w2");
+  ob_output(b, "y");
+  ob_output(b, "c1");
+  uint8_t *bytes = ob_pack(b, size);
+  free(b);
+  return bytes;
+}
+
+/* y, then c1, in one allocation. */
+static float *wonly_run(es_model *m, float *x) {
+  es_tensor t = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                 .dims = {1, WO_C, WO_HW, WO_HW}, .data = x,
+                 .nbytes = sizeof(float) * WO_C * WO_HW * WO_HW};
+  es_tensor_info shape = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                          .dims = {1, WO_C, WO_HW, WO_HW}};
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
+  es_arena *a; /* exactly the planned bytes: the dequantized weights fit in them */
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p), 64, &a));
+  es_tensor y[2];
+  ES_CHECK_RC(es_plan_run(p, &t, 1, a, y, 2));
+  assert_int_equal(y[0].nbytes, WO_OUT * sizeof(float));
+  assert_int_equal(y[1].nbytes, WO_C * WO_HW * WO_HW * sizeof(float));
+  float *out = malloc(y[0].nbytes + y[1].nbytes);
+  memcpy(out, y[0].data, y[0].nbytes);
+  memcpy(out + WO_OUT, y[1].data, y[1].nbytes);
+  es_arena_destroy(a);
+  es_plan_release(p);
+  return out;
+}
+
+static void test_weight_only(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = wonly_model(&size);
+  static float x[WO_C * WO_HW * WO_HW];
+  uint64_t s = 5;
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+    x[i] = 2.0f + (float)(es_test_rand(&s) % 1001) / 1000.0f;
+  x[0] = 500.0f;
+  es_tensor xt = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                  .dims = {1, WO_C, WO_HW, WO_HW}, .data = x, .nbytes = sizeof x};
+  es_quant_options o;
+  es_quant_options_default(&o);
+  o.target_db = WO_DB;
+  es_quantizer *q;
+  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+  ES_CHECK_RC(es_quantizer_observe(q, &xt, 1));
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  es_quant_stats st;
+  ES_CHECK_RC(es_quantizer_stats(q, &st));
+  es_quantizer_destroy(q);
+  printf("# search: %d kept in float, %d of them weight-only; %.1f dB\n", st.auto_excluded,
+         st.weight_only, st.sqnr_db);
+  assert_int_equal(st.auto_excluded, 2);
+  assert_int_equal(st.weight_only, 2);
+  assert_true(st.sqnr_db >= WO_DB);
+
+  es_model *m, *folded, *mref, *fp;
+  ES_CHECK_RC(es_model_load(path_, NULL, &m));
+  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
+  es_engine_fusion_set(0);
+  ES_CHECK_RC(es_model_load(path_, NULL, &folded));
+  es_engine_fusion_set(1);
+  es_engine_reference_kernels_set(1);
+  ES_CHECK_RC(es_model_load(path_, NULL, &mref));
+  es_engine_reference_kernels_set(0);
+  es_model_stats ms, fs;
+  ES_CHECK_RC(es_model_stats_get(m, &ms));
+  ES_CHECK_RC(es_model_stats_get(fp, &fs));
+  op_tally t = {0};
+  ES_CHECK_RC(es_model_op_counts(m, tally_ops, &t));
+  printf("# weights held: %zu B (FP32 model %zu B); DequantizeLinear left: %d\n", ms.weight_bytes,
+         fs.weight_bytes, t.dq);
+  assert_int_equal(ms.w8_nodes, 2);
+  assert_int_equal(ms.int8_nodes, 0);
+  assert_int_equal(t.dq, 0);
+  assert_true(ms.weight_bytes < fs.weight_bytes * 6 / 10);
+
+  float *yw = wonly_run(m, x), *yd = wonly_run(folded, x), *yr = wonly_run(mref, x);
+  float *yf = wonly_run(fp, x);
+  enum { N = WO_OUT + WO_C * WO_HW * WO_HW, P = WO_HW * WO_HW };
+  for (int at = 0; at < N; at++) {
+    double tol = 1e-5 * (1 + fabs(yd[at]));
+    if (fabs((double)yw[at] - yd[at]) > tol || fabs((double)yr[at] - yd[at]) > tol)
+      fail_msg("[%d]: from int8 weights %g (reference kernels %g), folded %g", at, yw[at],
+               yr[at], yd[at]);
+  }
+  for (int c = 0; c < WO_C; c++) {
+    double mean = 0, sq = 0;
+    for (int i = 0; i < P; i++) {
+      double d = (double)yw[WO_OUT + c * P + i] - yf[WO_OUT + c * P + i];
+      mean += d;
+      sq += d * d;
+    }
+    mean /= P;
+    double rms = sqrt(sq / P);
+    printf("# c1 channel %d: error vs FP32 mean %.2e, rms %.2e\n", c, mean, rms);
+    assert_true(rms > 0);
+    assert_true(fabs(mean) < 0.02 * rms);
+  }
+  free(yw);
+  free(yd);
+  free(yr);
+  free(yf);
+  es_model_release(m);
+  es_model_release(folded);
+  es_model_release(mref);
+  es_model_release(fp);
+  free(bytes);
+  unlink(path_);
+}
+
 int main(void) {
   snprintf(path_, sizeof path_, "/tmp/es-quantize-%d.onnx", (int)getpid());
   const struct CMUnitTest tests[] = {
@@ -817,6 +961,7 @@ int main(void) {
       cmocka_unit_test(test_pyramid),
       cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_avgpool),
+      cmocka_unit_test(test_weight_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

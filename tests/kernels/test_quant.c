@@ -1334,63 +1334,73 @@ static void test_conv_errors(void **state) {
  * ======================================================================== */
 
 /* A QDQ model's weights: int8 W with per-output-channel scales through
- * DequantizeLinear into a float Conv. The DequantizeLinear of constants is
- * folded at load (one node left), and the model computes the convolution
- * with the dequantized weights. */
+ * DequantizeLinear into a float Conv (weight-only int8). At load the Conv
+ * takes the int8 weights and their scales (the DequantizeLinear goes, one
+ * node left, the weights held in int8); with the lowering off
+ * (es_engine_fusion_set(0)) the DequantizeLinear of constants is folded
+ * into float weights instead. Both compute the convolution with the
+ * dequantized weights. */
 static void test_qdq_weights_fold(void **state) {
   (void)state;
-  enum { M = 3, C = 2, K = 3 };
-  static int32_t w[M * C * K * K];
-  static const float ws[M] = {0.5f, 0.25f, 0.125f};
-  static const int32_t wz[M] = {0, 0, 0};
-  for (int i = 0; i < M * C * K * K; i++)
-    w[i] = (i * 29) % 255 - 127;
-  ob *b = ob_new(13);
-  ob_input(b, "x", 4, (int64_t[]){1, C, 5, 5});
-  Onnx__TensorProto *t = ob_init_f32(b, "Wq", 4, (int64_t[]){M, C, K, K}, NULL);
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
-  t->n_float_data = 0;
-  t->n_int32_data = M * C * K * K;
-  t->int32_data = w;
-  ob_init_f32(b, "ws", 1, (int64_t[]){M}, ws);
-  t = ob_init_f32(b, "wz", 1, (int64_t[]){M}, NULL);
-  t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
-  t->n_float_data = 0;
-  t->n_int32_data = M;
-  t->int32_data = (int32_t *)wz;
-  int dq = ob_node(b, "DequantizeLinear", "W", 3, "Wq", "ws", "wz");
-  ob_attr_int(b, dq, "axis", 0);
-  ob_node(b, "Conv", "y", 2, "x", "W");
-  ob_output(b, "y");
-  es_model *m = ob_load(b);
-  free(b);
-  es_model_stats st;
-  ES_CHECK_RC(es_model_stats_get(m, &st));
-  assert_int_equal(st.nodes, 1);
-  assert_int_equal(st.folded_nodes, 1);
-  float x[C * 25];
-  for (int i = 0; i < C * 25; i++)
-    x[i] = (float)((i * 7) % 11 - 5) / 4.0f;
-  es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, 5, 5}, x);
-  float *y;
-  size_t count;
-  ob_run(m, 1, &in, 1, &y, &count);
-  assert_int_equal(count, M * 9);
-  for (int oc = 0; oc < M; oc++)
-    for (int oh = 0; oh < 3; oh++)
-      for (int ow = 0; ow < 3; ow++) {
-        double s = 0;
-        for (int c = 0; c < C; c++)
-          for (int kh = 0; kh < K; kh++)
-            for (int kw = 0; kw < K; kw++)
-              s += (double)x[(c * 5 + oh + kh) * 5 + ow + kw] *
-                   (w[((oc * C + c) * K + kh) * K + kw] * (double)ws[oc]);
-        float got = y[(oc * 3 + oh) * 3 + ow];
-        if (fabs(got - s) > 1e-4 * (1 + fabs(s)))
-          fail_msg("y[%d,%d,%d] = %g, expected %g", oc, oh, ow, (double)got, s);
-      }
-  free(y);
-  es_model_release(m);
+  for (int lower = 1; lower >= 0; lower--) {
+    enum { M = 3, C = 2, K = 3 };
+    static int32_t w[M * C * K * K];
+    static const float ws[M] = {0.5f, 0.25f, 0.125f};
+    static const int32_t wz[M] = {0, 0, 0};
+    for (int i = 0; i < M * C * K * K; i++)
+      w[i] = (i * 29) % 255 - 127;
+    ob *b = ob_new(13);
+    ob_input(b, "x", 4, (int64_t[]){1, C, 5, 5});
+    Onnx__TensorProto *t = ob_init_f32(b, "Wq", 4, (int64_t[]){M, C, K, K}, NULL);
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
+    t->n_float_data = 0;
+    t->n_int32_data = M * C * K * K;
+    t->int32_data = w;
+    ob_init_f32(b, "ws", 1, (int64_t[]){M}, ws);
+    t = ob_init_f32(b, "wz", 1, (int64_t[]){M}, NULL);
+    t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
+    t->n_float_data = 0;
+    t->n_int32_data = M;
+    t->int32_data = (int32_t *)wz;
+    int dq = ob_node(b, "DequantizeLinear", "W", 3, "Wq", "ws", "wz");
+    ob_attr_int(b, dq, "axis", 0);
+    ob_node(b, "Conv", "y", 2, "x", "W");
+    ob_output(b, "y");
+    es_engine_fusion_set(lower);
+    es_model *m = ob_load(b);
+    es_engine_fusion_set(1);
+    free(b);
+    es_model_stats st;
+    ES_CHECK_RC(es_model_stats_get(m, &st));
+    assert_int_equal(st.nodes, 1);
+    assert_int_equal(st.folded_nodes, lower ? 0 : 1);
+    assert_int_equal(st.w8_nodes, lower ? 1 : 0);
+    assert_true(st.weight_bytes < (lower ? M * C * K * K + 64 : M * C * K * K * 4 + 64) &&
+                st.weight_bytes >= (lower ? M * C * K * K : M * C * K * K * 4));
+    float x[C * 25];
+    for (int i = 0; i < C * 25; i++)
+      x[i] = (float)((i * 7) % 11 - 5) / 4.0f;
+    es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, 5, 5}, x);
+    float *y;
+    size_t count;
+    ob_run(m, 1, &in, 1, &y, &count);
+    assert_int_equal(count, M * 9);
+    for (int oc = 0; oc < M; oc++)
+      for (int oh = 0; oh < 3; oh++)
+        for (int ow = 0; ow < 3; ow++) {
+          double s = 0;
+          for (int c = 0; c < C; c++)
+            for (int kh = 0; kh < K; kh++)
+              for (int kw = 0; kw < K; kw++)
+                s += (double)x[(c * 5 + oh + kh) * 5 + ow + kw] *
+                     (w[((oc * C + c) * K + kh) * K + kw] * (double)ws[oc]);
+          float got = y[(oc * 3 + oh) * 3 + ow];
+          if (fabs(got - s) > 1e-4 * (1 + fabs(s)))
+            fail_msg("y[%d,%d,%d] = %g, expected %g", oc, oh, ow, (double)got, s);
+        }
+    free(y);
+    es_model_release(m);
+  }
 }
 
 /* The paths a QDQ feature pyramid takes between channels-last int8
