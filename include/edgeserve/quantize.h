@@ -54,6 +54,17 @@ typedef enum es_quant_method {
                               values seen: outliers are clipped where that pays */
 } es_quant_method;
 
+/* Which quantized Convs get their bias corrected for the mean shift their
+ * int8 weights make (per output channel: the weights' rounding error times
+ * the mean input each kernel tap reads in calibration). */
+typedef enum es_quant_bias_correction {
+  ES_QUANT_BC_WEIGHTS = 0, /* weight-only Convs: their input is float, the correction exact
+                              on average (the default) */
+  ES_QUANT_BC_ALL = 1,     /* int8 Convs too: their error is mostly their input's rounding,
+                              which it does not see; may help or hurt (measure) */
+  ES_QUANT_BC_NONE = 2,
+} es_quant_bias_correction;
+
 typedef struct es_quant_options {
   es_quant_method method;
   double percentile;           /* ES_QUANT_PERCENTILE: in (50, 100]; default 99.999 */
@@ -68,6 +79,7 @@ typedef struct es_quant_options {
                              int8 weights (weight-only: DQ(int8 W) -> float Conv), unless
                              that alone misses the target; 1: its weights stay float.
                              Nodes named in exclude always stay wholly float */
+  es_quant_bias_correction bias_correction;
 } es_quant_options;
 
 typedef struct es_quantizer es_quantizer;

@@ -57,10 +57,10 @@ node $ort/image_npy.js "$work/l.ppm" "$work/cls_in.npy" --norm half
 # name model calibration-folder options... (input: the first saved sample for faces)
 cases=()
 want det && cases+=("det ppocr_det cal_det det_in.npy --preprocess ocr-det:640 --method percentile")
-want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25")
+want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25 --bias-correction all")
 want cls && cases+=("cls ppocr_cls cal_cls cls_in.npy")
-want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 22")
-want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --target-db 25")
+want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 22 --bias-correction all")
+want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --target-db 25 --bias-correction all")
 for c in "${cases[@]}"; do
   read -r name model cal input opts <<<"$c"
   # shellcheck disable=SC2086
@@ -89,7 +89,9 @@ for c in "${cases[@]}"; do
   read -r name model _ <<<"$c"
   w32=$("$es" inspect "$models/$model.onnx" | awk '/^weights:/ {print $2}')
   w8=$("$es" inspect "$work/$name.int8.onnx" | awk '/^weights:/ {print $2}')
-  prec=$("$es" inspect "$work/$name.int8.onnx" | awk '/^precision:/ {print $2 " of " $2 + $9 + $12}')
+  # "N of ALL W": int8 products, all products, float Convs from int8 weights
+  prec=$("$es" inspect "$work/$name.int8.onnx" |
+    awk '/^precision:/ {w = $15 ~ /^\(/ ? substr($15, 2) : 0; print $2 " of " $2 + $9 + $12 " " w}')
   p32=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy") p16=-
   [ $bf16 = 0 ] || p16=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy" --precision bf16)
   echo "$name $w32 $w8 $prec $p32 $p16" >>"$work/weights"
@@ -106,11 +108,12 @@ for (const l of fs.readFileSync(process.argv[2], 'utf8').trim().split('\n')) {
 }
 const w = {};
 for (const l of fs.readFileSync(process.argv[3], 'utf8').trim().split('\n')) {
-  const [name, w32, w8, n8, , nall, p32, p16] = l.split(' ');
-  w[name] = { w32: Number(w32), w8: Number(w8), prec: `${n8} of ${nall}`, p32: Number(p32), p16: Number(p16) };
+  const [name, w32, w8, n8, , nall, nw8, p32, p16] = l.split(' ');
+  w[name] = { w32: Number(w32), w8: Number(w8), p32: Number(p32), p16: Number(p16),
+              prec: `${n8} of ${nall}` + (Number(nw8) ? `, ${nw8} from int8 weights` : '') };
 }
 const f = (x) => (Number.isFinite(x) ? x.toFixed(2) : '-');
-console.log('| model | int8 nodes | edgeserve FP32 ms | edgeserve bf16 ms | edgeserve int8 ms | ORT FP32 ms | ORT int8 ms | bf16 / edgeserve FP32 | bf16 / ORT FP32 | int8 / edgeserve FP32 | int8 / ORT int8 | int8 / ORT FP32 |');
+console.log('| model | int8 products | edgeserve FP32 ms | edgeserve bf16 ms | edgeserve int8 ms | ORT FP32 ms | ORT int8 ms | bf16 / edgeserve FP32 | bf16 / ORT FP32 | int8 / edgeserve FP32 | int8 / ORT int8 | int8 / ORT FP32 |');
 console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
 const ms = {};
 for (const [name, k] of Object.entries(t)) {
@@ -123,7 +126,7 @@ console.log('| model | weights FP32 -> int8 file (ratio) | prepared weights FP32
 console.log('|---|---|---|');
 for (const name of Object.keys(t)) {
   const ww = w[name];
-  console.log(`| ${name} | ${ww.w32} -> ${ww.w8} B (${f(ww.w8 / ww.w32)}) | ${ww.p32} -> ${Number.isFinite(ww.p16) ? ww.p16 : '-'} B (${f(ww.p16 / ww.p32)}) |`);
+  console.log(`| ${name} | ${ww.w32} -> ${ww.w8} B (${(ww.w8 / ww.w32).toFixed(3)}) | ${ww.p32} -> ${Number.isFinite(ww.p16) ? ww.p16 : '-'} B (${f(ww.p16 / ww.p32)}) |`);
 }
 console.log('(goals: det int8 <= 0.4x edgeserve FP32 and <= 0.8x ORT int8; rec, cls, BlazeFace int8 <= 0.8x ORT int8;');
 console.log(' int8 weight bytes <= 0.3x FP32; det bf16 <= 0.7x FP32. Weights: what the engine holds for the file');

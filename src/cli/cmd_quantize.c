@@ -30,6 +30,7 @@ static void quantize_usage(FILE *f) {
           "                          [--method minmax|percentile|mse] [--percentile P]\n"
           "                          [--preprocess ocr-det[:LIMIT]|face] [--exclude NODE]...\n"
           "                          [--target-db DB] [--keep-float-weights]\n"
+          "                          [--bias-correction weights|all|none]\n"
           "                          [--max-samples N] [--save-inputs DIR]\n\n"
           "Writes a standard QDQ ONNX model (QuantizeLinear / DequantizeLinear, opset 13 or\n"
           "newer) that edgeserve and ONNX Runtime both run: Conv, ConvTranspose, MatMul and\n"
@@ -49,6 +50,10 @@ static void quantize_usage(FILE *f) {
           "keeps in float still gets int8 weights (DequantizeLinear of int8 weights into the\n"
           "float Conv: weight-only int8, a quarter of the bytes), unless that alone misses\n"
           "the target; --keep-float-weights keeps their weights float.\n"
+          "--bias-correction: the Convs whose bias takes back the mean shift their int8\n"
+          "weights make (the weights' rounding times the mean input each kernel tap read in\n"
+          "calibration): weights (default: the weight-only ones, whose input is float), all\n"
+          "(the int8 ones too: may help or hurt, measure) or none.\n"
           "--save-inputs writes each sample's inputs as DIR/NNNN[_INPUT].npy: what the\n"
           "model saw, to run it again elsewhere (ONNX Runtime).\n");
 }
@@ -239,6 +244,19 @@ static int parse(qcli *c, int argc, char **argv) {
       c->opt.percentile = strtod(argv[++i], &end);
       if (*end || !(c->opt.percentile > 50 && c->opt.percentile <= 100)) {
         fprintf(stderr, "edgeserve quantize: --percentile takes a number in (50, 100]\n");
+        return 2;
+      }
+    } else if (!strcmp(a, "--bias-correction") && more) {
+      const char *v = argv[++i];
+      if (!strcmp(v, "weights"))
+        c->opt.bias_correction = ES_QUANT_BC_WEIGHTS;
+      else if (!strcmp(v, "all"))
+        c->opt.bias_correction = ES_QUANT_BC_ALL;
+      else if (!strcmp(v, "none"))
+        c->opt.bias_correction = ES_QUANT_BC_NONE;
+      else {
+        fprintf(stderr, "edgeserve quantize: --bias-correction is weights, all or none, not "
+                        "'%s'\n", v);
         return 2;
       }
     } else if (!strcmp(a, "--keep-float-weights")) {

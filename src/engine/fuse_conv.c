@@ -160,13 +160,16 @@ typedef struct conv_info {
   int64_t m, c, g;  /* output channels, input channels, groups */
   int64_t ksz;      /* kernel elements per (output, input) channel pair */
   int rank;
-  int w8;           /* int8 weights dequantized by the kernel ("_w8_scale"): post-ops
-                       fuse, affine maps do not (they would rewrite W in float) */
+  int w8;           /* int8 weights dequantized by the kernel ("_w8", their scales
+                       input 4): post-ops fuse, affine maps do not (they would
+                       rewrite W in float) */
 } conv_info;
 
 static int conv_info_get(const es_graph *g, es_node *nd, conv_info *ci) {
+  int w8 = es__node_attr(nd, "_w8") != NULL;
   if ((nd->op != ES_OP_Conv && nd->op != ES_OP_ConvTranspose) || nd->n_out != 1 ||
-      nd->out[0] < 0 || nd->n_in < 2 || nd->n_in > 3 || nd->in[0] < 0)
+      nd->out[0] < 0 || nd->n_in < 2 || nd->n_in > (w8 ? 5 : 3) || nd->in[0] < 0 ||
+      (w8 && nd->n_in > 3 && nd->in[3] >= 0))
     return 0;
   memset(ci, 0, sizeof *ci);
   ci->node = nd;
@@ -174,7 +177,7 @@ static int conv_info_get(const es_graph *g, es_node *nd, conv_info *ci) {
   ci->x = nd->in[0];
   ci->w = nd->in[1];
   ci->b = nd->n_in > 2 ? nd->in[2] : -1;
-  ci->w8 = es__node_attr(nd, "_w8_scale") != NULL;
+  ci->w8 = w8;
   if (!es__fz_attr_int(nd, "group", 1, &ci->g) || ci->g < 1 ||
       (!ci->w8 && !es__fz_const_f32(g, ci->w)) ||
       (ci->w8 && (!es__fz_is_const(g, ci->w) || g->values[ci->w].dtype != ES_DTYPE_INT8)))
@@ -539,7 +542,8 @@ static int conv_take_chain(fuser *f, int n, const post_chain *pc, int conv_touch
     int64_t *codes = es__ctx_alloc(&g->ctx, (size_t)pc->codes * sizeof *codes);
     float *par = es__ctx_alloc(&g->ctx, (size_t)pc->codes * 2 * sizeof *par);
     char *n1 = es__ctx_strdup(&g->ctx, "_post"), *n2 = es__ctx_strdup(&g->ctx, "_post_f");
-    int *in4 = pc->residual >= 0 ? es__ctx_alloc(&g->ctx, 4 * sizeof *in4) : nd.in;
+    int nin = nd.n_in > 4 ? nd.n_in : 4; /* a weight-only Conv's scales stay input 4 */
+    int *in4 = pc->residual >= 0 ? es__ctx_alloc(&g->ctx, (size_t)nin * sizeof *in4) : nd.in;
     if (!attrs || !codes || !par || !n1 || !n2 || !in4)
       return es__fail(ES_ENOMEM, "%s: out of memory fusing its activations",
                       es__node_label(&nd, label, sizeof label));
@@ -556,8 +560,10 @@ static int conv_take_chain(fuser *f, int n, const post_chain *pc, int conv_touch
       in4[1] = nd.in[1];
       in4[2] = nd.n_in > 2 ? nd.in[2] : -1;
       in4[3] = pc->residual;
+      for (int i = 4; i < nin; i++)
+        in4[i] = nd.in[i];
       nd.in = in4;
-      nd.n_in = 4;
+      nd.n_in = nin;
     }
   }
   nd.out[0] = pc->tip;

@@ -170,7 +170,8 @@ static int dq_bias(const es_graph *g, int v, int64_t m, int sx, int sw, int64_t 
 
 /* A dequantized int8 weight DQ(wq, sw[, zw]) of rank rank_lo..rank_hi
  * whose scale is per tensor or has m values along axis wax: sets v[3..5]
- * (wq, sw, zw or -1) and *nsw. 1 when it is one, else 0. */
+ * (wq, sw, and zw, or -1 when it is absent or all zeros) and *nsw. 1 when
+ * it is one, else 0. */
 static int dq_weight(const es_graph *g, int v_in, int rank_lo, int rank_hi, int64_t m,
                      int64_t wax, int per_ok, int *v, int64_t *nsw) {
   int dw = producer_is(g, v_in, ES_OP_DequantizeLinear);
@@ -192,7 +193,13 @@ static int dq_weight(const es_graph *g, int v_in, int rank_lo, int rank_hi, int6
   if (zw >= 0 && (!is_const(g, zw) || g->values[zw].dtype != ES_DTYPE_INT8 ||
                   (int64_t)const_count(g, zw) != *nsw))
     return 0;
-  v[3] = wq, v[4] = sw, v[5] = zw;
+  /* Zero points of zero (symmetric weights; per channel in the file, as
+   * the rule wants one per scale) are one scalar zero to the kernels: the
+   * model does not keep a byte per channel of zeros. */
+  int all_zero = 1;
+  for (int64_t k = 0; zw >= 0 && k < *nsw && all_zero; k++)
+    all_zero = ((const int8_t *)g->values[zw].data)[k] == 0;
+  v[3] = wq, v[4] = sw, v[5] = all_zero ? -1 : zw;
   return 1;
 }
 
@@ -234,7 +241,7 @@ static int conv_parts(es_graph *g, int ci, int v[6], int *bq) {
   int rc;
   if (v[2] < 0 && (rc = zero_const(g, xt, 1, &v[2])) < 0)
     return rc;
-  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsw, &v[5])) < 0)
+  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, 1, &v[5])) < 0)
     return rc;
   return 1;
 }
@@ -329,7 +336,7 @@ static int linear_parts(es_graph *g, int li, int v[6], int *bias, int *transb) {
   int rc;
   if (v[2] < 0 && (rc = zero_const(g, at, 1, &v[2])) < 0)
     return rc;
-  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, nsb, &v[5])) < 0)
+  if (v[5] < 0 && (rc = zero_const(g, ES_DTYPE_INT8, 1, &v[5])) < 0)
     return rc;
   return 1;
 }
@@ -408,8 +415,8 @@ static int lower_float_out(es_graph *g, int i) {
  *   x (float) -> Conv(W: DQ(wq int8, sw per tensor or per output channel,
  *                zero point 0), B) -> y (float)
  *
- * becomes the Conv reading wq itself, attribute "_w8_scale" sw (one per
- * output channel). The kernel (conv.c) dequantizes W into its scratch on
+ * becomes the Conv reading wq itself and sw as input 4 (input 3 is a
+ * fused residual's; attribute "_w8" 1). The kernel (conv.c) dequantizes W into its scratch on
  * each run and runs the float convolution: the same float weights
  * constant folding would make (float(wq) * sw, rounded once), so the same
  * numbers, while the model holds a quarter of the bytes. The
@@ -421,7 +428,7 @@ static int lower_float_out(es_graph *g, int i) {
 static int lower_weight_only(es_graph *g, int i) {
   const es_node *c = &g->nodes[i];
   if (c->op != ES_OP_Conv || c->n_in < 2 || c->n_in > 3 || c->n_out != 1 || c->n_guard ||
-      es__node_attr(c, "_w8_scale") || !inner(g, c->in[1]))
+      es__node_attr(c, "_w8") || !inner(g, c->in[1]))
     return 0;
   int dw = producer_is(g, c->in[1], ES_OP_DequantizeLinear);
   if (dw < 0 || !is_const(g, g->nodes[dw].in[0]))
@@ -433,33 +440,29 @@ static int lower_weight_only(es_graph *g, int i) {
   int v[6];
   if (!dq_weight(g, c->in[1], 3, 5, m, 0, 1, v, &nsw))
     return 0;
-  if (v[5] >= 0) { /* zero points: only zeros */
-    const int8_t *z = g->values[v[5]].data;
-    for (int64_t k = 0; k < nsw; k++)
-      if (z[k])
-        return 0;
-  }
+  if (v[5] >= 0) /* zero points other than zeros */
+    return 0;
   const float *sw = g->values[v[4]].data;
-  float *sc = es__ctx_alloc(&g->ctx, (size_t)m * sizeof *sc);
+  for (int64_t o = 0; o < nsw; o++)
+    if (!isfinite(sw[o]))
+      return 0; /* left to DequantizeLinear's own rule */
   int na = c->n_attr;
   es_attr *attrs = es__ctx_alloc(&g->ctx, (size_t)(na + 1) * sizeof *attrs);
-  char *an = es__ctx_strdup(&g->ctx, "_w8_scale");
-  int *in = es__ctx_alloc(&g->ctx, (size_t)c->n_in * sizeof *in);
-  if (!sc || !attrs || !an || !in)
+  char *an = es__ctx_strdup(&g->ctx, "_w8");
+  int *in = es__ctx_alloc(&g->ctx, 5 * sizeof *in);
+  if (!attrs || !an || !in)
     return es__fail(ES_ENOMEM, "out of memory lowering a weight-only int8 Conv");
-  for (int64_t o = 0; o < m; o++) {
-    sc[o] = sw[nsw == 1 ? 0 : o];
-    if (!isfinite(sc[o]))
-      return 0; /* left to DequantizeLinear's own rule */
-  }
   if (na)
     memcpy(attrs, c->attrs, (size_t)na * sizeof *attrs);
-  attrs[na] = (es_attr){.name = an, .type = ES_ATTR_FLOATS, .n = (size_t)m, .floats = sc,
-                        .tensor = -1};
-  memcpy(in, c->in, (size_t)c->n_in * sizeof *in);
+  attrs[na] = (es_attr){.name = an, .type = ES_ATTR_INT, .i = 1, .tensor = -1};
+  in[0] = c->in[0];
   in[1] = v[3];
+  in[2] = c->n_in > 2 ? c->in[2] : -1;
+  in[3] = -1;
+  in[4] = v[4];
   es_node *w = &g->nodes[i];
   w->in = in;
+  w->n_in = 5;
   w->attrs = attrs;
   w->n_attr = na + 1;
   return 1;

@@ -217,7 +217,7 @@ static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_
       (*int8)++;
     else if (is_float_compute(nd->op))
       (*(node_bf16(nd) ? bf16 : fp32))++;
-    if (is_float_compute(nd->op) && es__node_attr(nd, "_w8_scale"))
+    if (is_float_compute(nd->op) && es__node_attr(nd, "_w8"))
       (*w8)++;
   }
 }

@@ -115,9 +115,12 @@ typedef struct conv_params {
   int bf16;              /* "_bf16": X rounded to bf16 at scratch offset bf_at, bf16
                             weights (dnnl_glue.h) */
   size_t bf_at;
-  const float *w8_scale; /* "_w8_scale": W is int8, dequantized per run (one scale per
-                            output channel) into scratch at w8_at, by w8r on the oneDNN
-                            path (into the layout the conv wants), else plainly */
+  int w8;               /* "_w8": W is int8, dequantized per run by its scales (input 4:
+                            one, or one per output channel) into scratch at w8_at, by
+                            w8r on the oneDNN path (into the layout the conv wants),
+                            else plainly */
+  const float *w8_scale;
+  int64_t w8_n;          /* scales: 1 or M */
   size_t w8_at;
   es_dnnl_prim w8r;
   es_dnnl_prim dnnl;
@@ -177,9 +180,16 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
   const char *op = es__op_name(k->node.op);
   if (k->n_in < 2 || !k->in[0] || !k->in[1])
     return ES_KFAIL(k, ES_EMODEL, "%s needs inputs X and W", op);
-  if (k->n_in > 3 + p->post.has_res)
+  int64_t w8 = 0;
+  int rc = es__attr_int(k, "_w8", 0, &w8);
+  if (rc < 0)
+    return rc;
+  p->w8 = w8 != 0;
+  if (k->n_in > (p->w8 ? 5 : 3 + p->post.has_res))
     return ES_KFAIL(k, ES_EMODEL, "%s takes at most %d inputs (X, W, B%s), got %d", op,
-                    3 + p->post.has_res, p->post.has_res ? ", residual" : "", k->n_in);
+                    p->w8 ? 5 : 3 + p->post.has_res,
+                    p->w8 ? ", residual, W's scales" : p->post.has_res ? ", residual" : "",
+                    k->n_in);
   if (p->post.has_res && (k->n_in < 4 || !k->in[3]))
     return ES_KFAIL(k, ES_EMODEL, "the fused Add (post-op 7) needs input 3, the residual");
   if (k->n_out != 1 || !k->out[0])
@@ -187,19 +197,22 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
   const es_tdesc *x = k->in[0], *w = k->in[1], *b = k->n_in > 2 ? k->in[2] : NULL;
   const char *names[3] = {"X", "W", "B"};
   const es_tdesc *ts[3] = {x, w, b};
-  size_t nsc = 0;
-  int rc = es__attr_floats(k, "_w8_scale", &p->w8_scale, &nsc);
-  if (rc < 0)
-    return rc;
   for (int i = 0; i < 3; i++) {
-    es_dtype want = i == 1 && p->w8_scale ? ES_DTYPE_INT8 : ES_DTYPE_FLOAT;
+    es_dtype want = i == 1 && p->w8 ? ES_DTYPE_INT8 : ES_DTYPE_FLOAT;
     if (ts[i] && ts[i]->dtype != want)
       return ES_KFAIL(k, ES_EMODEL, "input %s is %s, expected %s", names[i],
                       es_dtype_name(ts[i]->dtype), es_dtype_name(want));
   }
-  if (p->w8_scale && (p->transpose || (int64_t)nsc != w->dims[0]))
-    return ES_KFAIL(k, ES_EMODEL, "_w8_scale has %zu values, expected %lld (a Conv's output "
-                    "channels)", nsc, (long long)w->dims[0]);
+  if (p->w8) {
+    const es_tdesc *sc = k->n_in > 4 ? k->in[4] : NULL;
+    if (p->transpose || !sc || !k->in_static[4] || sc->dtype != ES_DTYPE_FLOAT ||
+        (sc->count != 1 && (sc->rank != 1 || (int64_t)sc->count != w->dims[0])))
+      return ES_KFAIL(k, ES_EMODEL, "int8 weights (_w8) need a Conv's W scales as a constant "
+                      "input 4, float32, one or one per output channel (%lld)",
+                      (long long)w->dims[0]);
+    p->w8_scale = k->in_static[4];
+    p->w8_n = (int64_t)sc->count;
+  }
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected N x C x D1 ... (rank 3 or more)",
                     x->rank);
@@ -700,15 +713,15 @@ static int conv_dnnl_create(es_kinst *k, conv_params *p, const dnnl_memory_desc_
   return rc;
 }
 
-/* Weight-only int8 ("_w8_scale"): a reorder from the int8 weights as the
+/* Weight-only int8 ("_w8"): a reorder from the int8 weights as the
  * model stores them to the layout the conv chose, times the per-channel
  * scales (float(wq) * s, rounded once: DequantizeLinear's numbers), into
  * scratch at w8_at, sized by that layout; run before each convolution. */
 static int conv_w8_setup(es_kinst *k, conv_params *p, const dnnl_memory_desc_t *wuser) {
   dnnl_memory_desc_t ws = *wuser;
   ws.data_type = dnnl_s8;
-  int rc = es__dnnl_reorder_create(k, &ws, p->dnnl.wei_md, p->w8_scale, p->m, p->g > 1 ? 3 : 1,
-                                   &p->w8r);
+  int rc = es__dnnl_reorder_create(k, &ws, p->dnnl.wei_md, p->w8_scale, p->w8_n,
+                                   p->g > 1 ? 3 : 1, &p->w8r);
   if (rc == 0) {
     p->w8_at = es__align_up(k->scratch_bytes, 64);
     k->scratch_bytes = p->w8_at + dnnl_memory_desc_get_size(p->dnnl.wei_md);
@@ -769,7 +782,7 @@ static int conv_dnnl_setup(es_kinst *k, conv_params *p) {
   const dnnl_memory_desc_t *bias = p->has_bias && !p->epilogue ? &bmd : NULL;
   if (rc == 0 && !p->transpose)
     rc = conv_bands_setup(k, p, bias);
-  if (rc == 0 && p->w8_scale)
+  if (rc == 0 && p->w8)
     rc = conv_w8_setup(k, p, &wuser);
   else if (rc == 0)
     rc = es__dnnl_weights_prepare(k, &p->dnnl, &wuser, k->in_static[1]);
@@ -971,7 +984,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
   p->empty = y->count == 0;
   p->use_dnnl = !p->empty && !es__kernels_reference() && conv_dnnl_fits(p);
   p->nhwc = conv_wants_nhwc(k, p);
-  p->bf16 = !transpose && !p->w8_scale && es__dnnl_bf16_wanted(k);
+  p->bf16 = !transpose && !p->w8 && es__dnnl_bf16_wanted(k);
   if (p->use_dnnl) {
     int src = conv_dnnl_setup(k, p);
     if (src == ES_ENOTSUP && p->bf16) { /* no bf16 kernel for this geometry: float32 */
@@ -989,7 +1002,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     es__dnnl_prim_destroy(&p->w8r);
     p->nhwc = p->res_sum = 0; /* the reference loops read and write plain tensors only */
     p->bf16 = 0;
-    if (p->w8_scale) { /* W dequantized plainly into scratch on each run */
+    if (p->w8) { /* W dequantized plainly into scratch on each run */
       p->w8_at = es__align_up(k->scratch_bytes, 64);
       k->scratch_bytes = p->w8_at + (size_t)k->in[1]->count * sizeof(float);
     }
@@ -1050,7 +1063,7 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     if (p->res_sum && out[0] != res)
       memcpy(out[0], res, p->count * sizeof(float));
     const void *w = p->dnnl.weights ? p->dnnl.weights : in[1];
-    if (p->w8_scale) {
+    if (p->w8) {
       void *wf = (char *)scratch + p->w8_at;
       int rc = es__dnnl_prim_run(k, &p->w8r, in[1], NULL, NULL, wf, NULL, scratch);
       if (rc < 0)
@@ -1074,12 +1087,12 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
     return rc;
   }
   const float *w = in[1];
-  if (p->w8_scale) {
+  if (p->w8) {
     float *wf = (float *)((char *)scratch + p->w8_at);
     const int8_t *wq = in[1];
     size_t per = k->in[1]->count / (size_t)p->m; /* W is [M, C/g, k...] */
     for (size_t i = 0; i < k->in[1]->count; i++)
-      wf[i] = (float)wq[i] * p->w8_scale[i / per];
+      wf[i] = (float)wq[i] * p->w8_scale[p->w8_n == 1 ? 0 : i / per];
     w = wf;
   }
   if (p->transpose)

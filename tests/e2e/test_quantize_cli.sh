@@ -67,7 +67,7 @@ for m in front back; do
   echo "== $model"
   mkdir -p "$work/in_$m"
   quantize "$model" "$work/$m.onnx" "$work/face" --preprocess face --save-inputs "$work/in_$m" \
-    --target-db $target || continue
+    --target-db $target --bias-correction all || continue
   "$es" face "$images/astronaut.png" --model "$work/$m.onnx" --json >"$work/$m.int8.json" &&
     "$es" face "$images/astronaut.png" --model "$models/$model.onnx" --json >"$work/$m.fp32.json" ||
     { echo "FAIL face $m"; fail=1; continue; }
@@ -143,7 +143,7 @@ for m in rec cls; do
   text_ppm "$work/l.ppm" $w 48 28 8 36 'Plate B-EV 2042'
   node "$ort/image_npy.js" "$work/l.ppm" "$work/$m.held.npy" --norm half || exit 1
   if [ $m = rec ]; then
-    quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" --target-db 25 || continue
+    quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" --target-db 25 --bias-correction all || continue
   else
     quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" || continue
   fi

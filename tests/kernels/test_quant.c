@@ -1403,6 +1403,81 @@ static void test_qdq_weights_fold(void **state) {
   }
 }
 
+/* A weight-only Conv (DequantizeLinear of int8 W, per channel and, for
+ * the second, one scale) followed by a residual Add and a Relu, which the
+ * fusion pass makes its post-ops: lowered (the Conv reading int8 W, its
+ * scales input 4 beside the residual's input 3) it gives what the same
+ * graph gives with the weights folded to float and nothing fused, on
+ * oneDNN and on the reference kernels; grouped (depthwise) too. */
+static void test_weight_only_fused(void **state) {
+  (void)state;
+  enum { C = 8, H = 7 };
+  for (int grouped = 0; grouped < 2; grouped++) {
+    int cg = grouped ? 1 : C;
+    static int32_t w[C * C * 9];
+    static float ws[C], xb[C];
+    for (int i = 0; i < C * cg * 9; i++)
+      w[i] = (i * 37 + grouped * 11) % 255 - 127;
+    for (int i = 0; i < C; i++) {
+      ws[i] = 0.01f + 0.003f * (float)i;
+      xb[i] = 0.1f * (float)(i - 3);
+    }
+    float one = 0.02f;
+    float y[3][C * H * H];
+    for (int mode = 0; mode < 3; mode++) { /* lowered, folded, reference kernels */
+      ob *b = ob_new(13);
+      ob_input(b, "x", 4, (int64_t[]){1, C, H, H});
+      Onnx__TensorProto *t = ob_init_f32(b, "Wq", 4, (int64_t[]){C, cg, 3, 3}, NULL);
+      t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT8;
+      t->n_float_data = 0;
+      t->n_int32_data = (size_t)(C * cg * 9);
+      t->int32_data = w;
+      if (grouped)
+        ob_init_f32(b, "ws", 0, NULL, &one);
+      else
+        ob_init_f32(b, "ws", 1, (int64_t[]){C}, ws);
+      ob_init_f32(b, "B", 1, (int64_t[]){C}, xb);
+      int dq = ob_node(b, "DequantizeLinear", "W", 2, "Wq", "ws");
+      if (!grouped)
+        ob_attr_int(b, dq, "axis", 0);
+      int cv = ob_node(b, "Conv", "c", 3, "x", "W", "B");
+      ob_attr_ints(b, cv, "pads", 4, (int64_t[]){1, 1, 1, 1});
+      if (grouped)
+        ob_attr_int(b, cv, "group", C);
+      ob_node(b, "Add", "s", 2, "c", "x");
+      ob_node(b, "Relu", "y", 1, "s");
+      ob_output(b, "y");
+      es_engine_fusion_set(mode != 1);
+      es_engine_reference_kernels_set(mode == 2);
+      es_model *m = ob_load(b);
+      es_engine_fusion_set(1);
+      es_engine_reference_kernels_set(0);
+      free(b);
+      es_model_stats st;
+      ES_CHECK_RC(es_model_stats_get(m, &st));
+      assert_int_equal(st.w8_nodes, mode != 1);
+      if (mode == 0)
+        assert_int_equal(st.nodes, 1); /* the Add and the Relu are its post-ops */
+      float x[C * H * H];
+      for (int i = 0; i < C * H * H; i++)
+        x[i] = (float)((i * 13) % 17 - 8) / 4.0f;
+      es_tensor in = ob_tensor_f32("x", 4, (int64_t[]){1, C, H, H}, x);
+      float *out;
+      size_t count;
+      ob_run(m, 1, &in, 1, &out, &count);
+      assert_int_equal(count, C * H * H);
+      memcpy(y[mode], out, sizeof y[mode]);
+      free(out);
+      es_model_release(m);
+    }
+    for (int i = 0; i < C * H * H; i++)
+      for (int mode = 0; mode < 3; mode += 2)
+        if (fabsf(y[mode][i] - y[1][i]) > 1e-5f * (1 + fabsf(y[1][i])))
+          fail_msg("grouped %d, [%d]: %s %g, folded %g", grouped, i,
+                   mode ? "reference kernels" : "lowered", (double)y[mode][i], (double)y[1][i]);
+  }
+}
+
 /* The paths a QDQ feature pyramid takes between channels-last int8
  * convolutions, against the element-by-element rule: QLinearConcat of
  * NHWC inputs (copied, or requantized through a byte table; runs shorter
@@ -1704,6 +1779,7 @@ int main(void) {
       cmocka_unit_test(test_qdq_nhwc),
       cmocka_unit_test(test_qlinear_convtranspose),
       cmocka_unit_test(test_qdq_weights_fold),
+      cmocka_unit_test(test_weight_only_fused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
