@@ -67,6 +67,19 @@ typedef struct qcli {
   long max_samples;
 } qcli;
 
+/* v's index in names (NULL-terminated, in the enum's order), or -1 with
+ * the choices printed. */
+static int pick(const char *opt, const char *v, const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (!strcmp(v, names[i]))
+      return i;
+  fprintf(stderr, "edgeserve quantize: %s is ", opt);
+  for (int i = 0; names[i]; i++)
+    fprintf(stderr, "%s%s", names[i], !names[i + 1] ? "" : !names[i + 2] ? " or " : ", ");
+  fprintf(stderr, ", not '%s'\n", v);
+  return -1;
+}
+
 static int has_ext(const char *name, const char *ext) {
   size_t n = strlen(name), e = strlen(ext);
   return n > e && !strcasecmp(name + n - e, ext);
@@ -228,17 +241,11 @@ static int parse(qcli *c, int argc, char **argv) {
     } else if (!strcmp(a, "--calibrate") && more) {
       c->dir = argv[++i];
     } else if (!strcmp(a, "--method") && more) {
-      const char *v = argv[++i];
-      if (!strcmp(v, "minmax"))
-        c->opt.method = ES_QUANT_MINMAX;
-      else if (!strcmp(v, "percentile"))
-        c->opt.method = ES_QUANT_PERCENTILE;
-      else if (!strcmp(v, "mse"))
-        c->opt.method = ES_QUANT_MSE;
-      else {
-        fprintf(stderr, "edgeserve quantize: --method is minmax, percentile or mse, not '%s'\n", v);
+      static const char *const m[] = {"minmax", "percentile", "mse", NULL}; /* es_quant_method */
+      int k = pick(a, argv[++i], m);
+      if (k < 0)
         return 2;
-      }
+      c->opt.method = (es_quant_method)k;
     } else if (!strcmp(a, "--percentile") && more) {
       char *end;
       c->opt.percentile = strtod(argv[++i], &end);
@@ -247,18 +254,11 @@ static int parse(qcli *c, int argc, char **argv) {
         return 2;
       }
     } else if (!strcmp(a, "--bias-correction") && more) {
-      const char *v = argv[++i];
-      if (!strcmp(v, "weights"))
-        c->opt.bias_correction = ES_QUANT_BC_WEIGHTS;
-      else if (!strcmp(v, "all"))
-        c->opt.bias_correction = ES_QUANT_BC_ALL;
-      else if (!strcmp(v, "none"))
-        c->opt.bias_correction = ES_QUANT_BC_NONE;
-      else {
-        fprintf(stderr, "edgeserve quantize: --bias-correction is weights, all or none, not "
-                        "'%s'\n", v);
+      static const char *const m[] = {"weights", "all", "none", NULL}; /* in enum order */
+      int k = pick(a, argv[++i], m);
+      if (k < 0)
         return 2;
-      }
+      c->opt.bias_correction = (es_quant_bias_correction)k;
     } else if (!strcmp(a, "--keep-float-weights")) {
       c->opt.keep_float_weights = 1;
     } else if (!strcmp(a, "--exclude") && more) {

@@ -131,6 +131,38 @@ dnnl_status_t es__dnnl_plain_md(dnnl_memory_desc_t *md, int ndims, const int64_t
   return dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, strides);
 }
 
+/* The primitive of p->pd (made with status st) and its descriptors: those
+ * a primitive lacks (a reorder's weights, a bias) are NULL, as is the
+ * scratchpad's when it needs none; *scratch its bytes. */
+static int dnnl_prim_finish(es_kinst *k, es_dnnl_prim *p, dnnl_status_t st, const char *what,
+                            size_t *scratch) {
+  char msg[64];
+  if (st != dnnl_success) {
+    p->pd = NULL;
+    snprintf(msg, sizeof msg, "creating the %s descriptor", what);
+    return es__dnnl_fail(k, st, msg);
+  }
+  if ((st = dnnl_primitive_create(&p->prim, p->pd)) != dnnl_success) {
+    p->prim = NULL;
+    snprintf(msg, sizeof msg, "creating the %s", what);
+    return es__dnnl_fail(k, st, msg);
+  }
+  const dnnl_memory_desc_t **mds[5] = {&p->src_md, &p->wei_md, &p->bias_md, &p->dst_md,
+                                       &p->scratch_md};
+  const dnnl_query_t qs[5] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_weights_md,
+                              dnnl_query_dst_md, dnnl_query_scratchpad_md};
+  for (int i = 0; i < 5; i++) {
+    *mds[i] = dnnl_primitive_desc_query_md(p->pd, qs[i], i == 2);
+    if (*mds[i] && (*mds[i])->ndims == 0)
+      *mds[i] = NULL;
+  }
+  *scratch = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
+  if (*scratch == 0)
+    p->scratch_md = NULL;
+  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
+  return 0;
+}
+
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p) {
   return es__dnnl_prim_create_q(k, op_desc, post, NULL, p);
@@ -165,28 +197,10 @@ int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl
   if (st == dnnl_success)
     st = dnnl_primitive_desc_create(&p->pd, op_desc, attr, eng, NULL);
   dnnl_primitive_attr_destroy(attr);
-  if (st != dnnl_success) {
-    p->pd = NULL;
-    return es__dnnl_fail(k, st, "creating the primitive descriptor");
-  }
-  st = dnnl_primitive_create(&p->prim, p->pd);
-  if (st != dnnl_success) {
-    p->prim = NULL;
-    return es__dnnl_fail(k, st, "creating the primitive");
-  }
-  p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
-  p->wei_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
-  p->bias_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 1);
-  p->dst_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_dst_md, 0);
-  p->scratch_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-  if (p->bias_md && p->bias_md->ndims == 0)
-    p->bias_md = NULL;
-  size_t sb = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
-  if (sb == 0)
-    p->scratch_md = NULL;
-  k->scratch_bytes = sb;
-  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
-  return 0;
+  size_t sb = 0;
+  if ((rc = dnnl_prim_finish(k, p, st, "primitive", &sb)) == 0)
+    k->scratch_bytes = sb;
+  return rc;
 }
 
 int es__dnnl_reorder_create(es_kinst *k, const dnnl_memory_desc_t *src,
@@ -206,26 +220,10 @@ int es__dnnl_reorder_create(es_kinst *k, const dnnl_memory_desc_t *src,
   if (st == dnnl_success)
     st = dnnl_reorder_primitive_desc_create(&p->pd, src, eng, dst, eng, attr);
   dnnl_primitive_attr_destroy(attr);
-  if (st != dnnl_success) {
-    p->pd = NULL;
-    return es__dnnl_fail(k, st, "creating the reorder");
-  }
-  st = dnnl_primitive_create(&p->prim, p->pd);
-  if (st != dnnl_success) {
-    p->prim = NULL;
-    return es__dnnl_fail(k, st, "creating the reorder primitive");
-  }
-  p->src_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_src_md, 0);
-  p->dst_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_dst_md, 0);
-  p->wei_md = p->bias_md = NULL;
-  p->scratch_md = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-  size_t sb = p->scratch_md ? dnnl_memory_desc_get_size(p->scratch_md) : 0;
-  if (sb == 0)
-    p->scratch_md = NULL;
-  if (sb > k->scratch_bytes) /* run before the kernel's own primitive: one scratchpad */
-    k->scratch_bytes = sb;
-  p->id = atomic_fetch_add(&es_dnnl_next_id_, 1) + 1;
-  return 0;
+  size_t sb = 0;
+  if ((rc = dnnl_prim_finish(k, p, st, "reorder", &sb)) == 0 && sb > k->scratch_bytes)
+    k->scratch_bytes = sb; /* run before the kernel's own primitive: one scratchpad */
+  return rc;
 }
 
 int es__dnnl_setup_done(es_kinst *k, es_dnnl_prim *p, int rc, int *use_dnnl) {
