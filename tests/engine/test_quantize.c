@@ -815,7 +815,7 @@ static void test_avgpool(void **state) {
  * at load both run from int8 weights (no DequantizeLinear left, the
  * weights the model holds under 0.6x FP32's), giving what the same file
  * gives with its DequantizeLinear folded to float weights, on oneDNN and
- * on the reference kernels. On the calibration input, each channel of
+ * on the reference kernels, and compiled to .esm gives the same bytes. On the calibration input, each channel of
  * c1 has a mean error of nothing (rounding) against FP32 while its error
  * is not nothing: without the correction, an input of mean 2.5 turns the
  * weights' error into an offset nearly as large as the error itself. */
@@ -915,8 +915,22 @@ static void test_weight_only(void **state) {
   assert_int_equal(t.dq, 0);
   assert_true(ms.weight_bytes < fs.weight_bytes * 6 / 10);
 
+  /* compiled (.esm): the int8 weights and their scales as they are */
+  char esm[80];
+  snprintf(esm, sizeof esm, "%s.esm", path_);
+  ES_CHECK_RC(es_model_compile(m, path_, esm));
+  es_model *me;
+  ES_CHECK_RC(es_model_load(esm, NULL, &me));
+  es_model_stats es;
+  ES_CHECK_RC(es_model_stats_get(me, &es));
+  assert_int_equal(es.w8_nodes, 2);
+  assert_int_equal(es.weight_bytes, ms.weight_bytes);
   float *yw = wonly_run(m, x), *yd = wonly_run(folded, x), *yr = wonly_run(mref, x);
-  float *yf = wonly_run(fp, x);
+  float *yf = wonly_run(fp, x), *ye = wonly_run(me, x);
+  assert_memory_equal(ye, yw, (WO_OUT + WO_C * WO_HW * WO_HW) * sizeof(float));
+  es_model_release(me);
+  unlink(esm);
+  free(ye);
   enum { N = WO_OUT + WO_C * WO_HW * WO_HW, P = WO_HW * WO_HW };
   for (int at = 0; at < N; at++) {
     double tol = 1e-5 * (1 + fabs(yd[at]));
