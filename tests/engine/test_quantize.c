@@ -807,17 +807,17 @@ static void test_avgpool(void **state) {
 
 /* Weight-only int8 and bias correction. x [1, 8, 12, 12] -> depthwise
  * Conv 3x3 (bias) -> c1 -> Relu -> Conv 1x1 (no bias) -> y (c1 an output
- * too), calibrated on an
- * input in [2, 3] with one outlier of 500: 8-bit steps of x are 2 wide, so
- * neither Conv can run in int8 within 30 dB, while int8 weights alone
- * (per channel) can. The search writes both as DQ(int8 W) -> float Conv,
- * each bias corrected for its weights' quantization (the 1x1 gets one);
- * at load both run from int8 weights (no DequantizeLinear left, the
- * weights the model holds under 0.6x FP32's), giving what the same file
- * gives with its DequantizeLinear folded to float weights, on oneDNN and
- * on the reference kernels, and compiled to .esm gives the same bytes. On the calibration input, each channel of
- * c1 has a mean error of nothing (rounding) against FP32 while its error
- * is not nothing: without the correction, an input of mean 2.5 turns the
+ * too), calibrated on an input in [2, 3] with one outlier of 500: 8-bit
+ * steps of x are 2 wide, so neither Conv can run in int8 within 40 dB,
+ * while int8 weights alone (per channel) can. The search writes both as
+ * DQ(int8 W) -> float Conv, each bias corrected for its weights'
+ * quantization (the 1x1 gets one); at load both run from int8 weights (no
+ * DequantizeLinear left, the weights the model holds under 0.6x FP32's),
+ * giving what the same file gives with its DequantizeLinear folded to
+ * float weights, on oneDNN and on the reference kernels; compiled to .esm
+ * it gives the same bytes. On the calibration input, each channel of c1
+ * has a mean error of nothing (rounding) against FP32 while its error is
+ * not nothing: without the correction, an input of mean 2.5 turns the
  * weights' error into an offset nearly as large as the error itself. */
 enum { WO_C = 8, WO_HW = 12, WO_OUT = 4 * WO_HW * WO_HW, WO_DB = 40 };
 
