@@ -1414,7 +1414,12 @@ int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in) {
       qz_obs *o = &q->obs[k];
       obs_update(q, o, o->in_index >= 0 ? &inputs[o->in_index] : &outs[o->out_index]);
     }
-    for (size_t i = 0; i < q->n_nodes && rc == 0; i++) {
+    /* tap means: for the Convs a correction may be asked of (weight-only
+     * ones come only from the search) */
+    int taps = q->opt.bias_correction == ES_QUANT_BC_ALL ||
+               (q->opt.bias_correction == ES_QUANT_BC_WEIGHTS && q->wonly &&
+                q->opt.target_db > 0);
+    for (size_t i = 0; taps && i < q->n_nodes && rc == 0; i++) {
       int k = q->nodes[i].kind == QK_CONV && q->nodes[i].quant
                   ? smap_get(&q->obs_map, q->g->node[i]->input[0])
                   : -1;
