@@ -29,7 +29,12 @@
  *     last axis, Dropout) are rewritten; any other whose meaning changed
  *     is refused by name (ES_ENOTSUP).
  *   - Nodes named in options.exclude stay in float, and with
- *     options.target_db those the accuracy search finds it takes.
+ *     options.target_db those the accuracy search finds it takes; of
+ *     these, the Convs that keep the target with int8 weights alone get
+ *     them (weight-only: DequantizeLinear of int8 weights into the float
+ *     Conv), unless options.keep_float_weights. Their biases are
+ *     corrected for the mean shift of their weights' rounding
+ *     (options.bias_correction).
  *
  * The names of every tensor of the source model stay (a quantized tensor's
  * producer writes NAME_prequant, and the DequantizeLinear writes NAME).

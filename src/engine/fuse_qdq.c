@@ -7,7 +7,9 @@
  * a feature pyramid runs in 8 bits from its input's quantization on. A
  * nearest Resize or a MaxPool moves before its DequantizeLinear (it
  * copies or picks bytes), and a QuantizeLinear that undoes the
- * DequantizeLinear before it goes.
+ * DequantizeLinear before it goes. A float Conv by dequantized int8
+ * weights whose input is float (weight-only int8) reads the int8 weights
+ * itself (lower_weight_only).
  *
  * A QDQ model (what `edgeserve quantize` and ONNX Runtime's quantizer
  * write) says "int8" with QuantizeLinear / DequantizeLinear around float
@@ -416,15 +418,15 @@ static int lower_float_out(es_graph *g, int i) {
  *                zero point 0), B) -> y (float)
  *
  * becomes the Conv reading wq itself and sw as input 4 (input 3 is a
- * fused residual's; attribute "_w8" 1). The kernel (conv.c) dequantizes W into its scratch on
- * each run and runs the float convolution: the same float weights
- * constant folding would make (float(wq) * sw, rounded once), so the same
- * numbers, while the model holds a quarter of the bytes. The
- * per-run cost is one pass over the weights, a small part of a
- * convolution's time except where the input is a few pixels. Only Conv
- * (ConvTranspose's weights are laid out by input channel), only with
- * zero points 0 (what symmetric quantizers write), and only when the DQ
- * feeds this Conv alone. 1 when rewritten. */
+ * fused residual's; attribute "_w8" 1). The kernel (conv.c) dequantizes
+ * W into its scratch on each run and runs the float convolution: the
+ * float weights constant folding would make (float(wq) * sw, rounded
+ * once), so the same numbers, while the model holds a quarter of the
+ * bytes. The price is a pass over the weights per run, and the request's
+ * arena holds the float weights while the Conv runs. Only Conv
+ * (ConvTranspose's weights are laid out by input channel), only with zero
+ * points 0 (what symmetric quantizers write), and only when the DQ feeds
+ * this Conv alone. 1 when rewritten. */
 static int lower_weight_only(es_graph *g, int i) {
   const es_node *c = &g->nodes[i];
   if (c->op != ES_OP_Conv || c->n_in < 2 || c->n_in > 3 || c->n_out != 1 || c->n_guard ||

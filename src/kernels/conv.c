@@ -58,7 +58,12 @@
  *
  * Weights must be static (known when planning): oneDNN needs them to
  * prepare its layout; the reference path follows the same rule so the two
- * accept the same models. */
+ * accept the same models. A weight-only int8 Conv ("_w8", lowered from
+ * DequantizeLinear of int8 weights by engine/fuse_qdq.c) keeps W in int8
+ * with its scales as input 4 and dequantizes it into its scratch before
+ * each run, into the layout the primitive chose (conv_w8_setup): the
+ * model holds a quarter of the bytes, the request's arena the float copy
+ * while the Conv runs. */
 #include "kernels/dnnl_glue.h"
 #include "kernels/fused.h"
 #include "kernels/kernel.h"
