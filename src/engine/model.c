@@ -233,8 +233,8 @@ static void precision_count(const es_graph *g, size_t *int8, size_t *bf16, size_
  * the weights' shape, the group and the strides: a conv's are
  * 2 (M/g) kh kw / (sh sw), a MatMul's 2 N. */
 static int bf16_gains(const es_graph *g, const es_node *nd) {
-  if (nd->n_in < 2 || nd->in[1] < 0)
-    return 0;
+  if (nd->n_in < 2 || nd->in[1] < 0 || es__node_attr(nd, "_w8"))
+    return 0; /* a weight-only int8 Conv dequantizes to float32 (conv.c) */
   const es_value *w = &g->values[nd->in[1]];
   if (w->kind != ES_VALUE_CONST)
     return 0;
