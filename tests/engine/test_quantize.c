@@ -529,6 +529,20 @@ static void pyramid_input(es_tensor *t, float *x, uint64_t seed) {
   *t = ob_tensor_f32("x", 4, (int64_t[]){1, C_IN, PY_HW, PY_HW}, x);
 }
 
+/* The quantizer's file (path_) as served (*m: lowered to the int8
+ * kernels) and with the lowering off (*unlowered: its QuantizeLinear and
+ * DequantizeLinear as written), and the FP32 source (*fp). The reference
+ * kernels are chosen when planning (es_engine_reference_kernels_set is
+ * read then), so a test plans and runs *m again with them on. */
+static void load_three(const uint8_t *bytes, size_t size, es_model **m, es_model **unlowered,
+                       es_model **fp) {
+  ES_CHECK_RC(es_model_load(path_, NULL, m));
+  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, fp));
+  es_engine_fusion_set(0);
+  ES_CHECK_RC(es_model_load(path_, NULL, unlowered));
+  es_engine_fusion_set(1);
+}
+
 static float *pyramid_run(es_model *m, const es_tensor *x) {
   float *out[1];
   size_t n[1];
@@ -556,14 +570,8 @@ static void test_pyramid(void **state) {
   ES_CHECK_RC(es_quantizer_stats(q, &st));
   es_quantizer_destroy(q);
   assert_int_equal(st.bn_folded, 2); /* t1's bias Add and BatchNormalization; not t2's Add */
-  es_model *m, *ref, *fp, *mref;
-  ES_CHECK_RC(es_model_load(path_, NULL, &m));
-  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
-  es_engine_fusion_set(0);
-  ES_CHECK_RC(es_model_load(path_, NULL, &ref));
-  es_engine_fusion_set(1);
-  es_engine_reference_kernels_set(1);
-  ES_CHECK_RC(es_model_load(path_, NULL, &mref));
+  es_model *m, *ref, *fp;
+  load_three(bytes, size, &m, &ref, &fp);
   op_tally t = {0};
   ES_CHECK_RC(es_model_op_counts(m, tally_ops, &t));
   printf("# lowered: QLinearAdd %d, QLinearMul %d, QLinearGlobalAveragePool %d, QLinearConcat "
@@ -583,7 +591,10 @@ static void test_pyramid(void **state) {
   assert_int_equal(tr.qadd + tr.qmul + tr.qgap + tr.qcat + tr.qconvt, 0); /* unlowered */
   for (int k = 0; k < 4; k++) { /* k = 3 was not calibrated on */
     float *yl = pyramid_run(m, &x[k]), *yr = pyramid_run(ref, &x[k]);
-    float *yf = pyramid_run(fp, &x[k]), *yk = pyramid_run(mref, &x[k]);
+    float *yf = pyramid_run(fp, &x[k]);
+    es_engine_reference_kernels_set(1);
+    float *yk = pyramid_run(m, &x[k]);
+    es_engine_reference_kernels_set(0);
     double el = 0, ef = 0, ml = 0, lo = 1, hi = 0;
     for (int i = 0; i < 64 * 64; i++) {
       lo = yf[i] < lo ? yf[i] : lo;
@@ -607,11 +618,9 @@ static void test_pyramid(void **state) {
     free(yf);
     free(yk);
   }
-  es_engine_reference_kernels_set(0);
   es_model_release(m);
   es_model_release(ref);
   es_model_release(fp);
-  es_model_release(mref);
   free(bytes);
   unlink(path_);
 }
@@ -687,14 +696,8 @@ static void test_gemm(void **state) {
   es_quant_stats st;
   quantize_four(bytes, size, 300, xs, x, &st);
   assert_int_equal(st.nodes_quantized, 4); /* the Conv, the pooling, both Gemms */
-  es_model *m, *ref, *fp, *mref;
-  ES_CHECK_RC(es_model_load(path_, NULL, &m));
-  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
-  es_engine_fusion_set(0);
-  ES_CHECK_RC(es_model_load(path_, NULL, &ref));
-  es_engine_fusion_set(1);
-  es_engine_reference_kernels_set(1);
-  ES_CHECK_RC(es_model_load(path_, NULL, &mref));
+  es_model *m, *ref, *fp;
+  load_three(bytes, size, &m, &ref, &fp);
   es_model_stats ms, mf;
   ES_CHECK_RC(es_model_stats_get(m, &ms));
   ES_CHECK_RC(es_model_stats_get(fp, &mf));
@@ -708,7 +711,9 @@ static void test_gemm(void **state) {
     run_n(m, &x[k], yl, GM_C);
     run_n(ref, &x[k], yr, GM_C);
     run_n(fp, &x[k], yf, GM_C);
-    run_n(mref, &x[k], yk, GM_C);
+    es_engine_reference_kernels_set(1);
+    run_n(m, &x[k], yk, GM_C);
+    es_engine_reference_kernels_set(0);
     double sig = 0, el = 0, ef = 0;
     for (int i = 0; i < GM_C; i++) {
       sig += (double)yf[i] * yf[i];
@@ -722,11 +727,9 @@ static void test_gemm(void **state) {
     assert_true(10 * log10(sig / (el + 1e-30)) > 40);
     assert_true(10 * log10(sig / ef) > 25);
   }
-  es_engine_reference_kernels_set(0);
   es_model_release(m);
   es_model_release(ref);
   es_model_release(fp);
-  es_model_release(mref);
   free(bytes);
   unlink(path_);
 }
@@ -894,15 +897,8 @@ static void test_weight_only(void **state) {
   assert_int_equal(st.weight_only, 2);
   assert_true(st.sqnr_db >= WO_DB);
 
-  es_model *m, *folded, *mref, *fp;
-  ES_CHECK_RC(es_model_load(path_, NULL, &m));
-  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
-  es_engine_fusion_set(0);
-  ES_CHECK_RC(es_model_load(path_, NULL, &folded));
-  es_engine_fusion_set(1);
-  es_engine_reference_kernels_set(1);
-  ES_CHECK_RC(es_model_load(path_, NULL, &mref));
-  es_engine_reference_kernels_set(0);
+  es_model *m, *folded, *fp;
+  load_three(bytes, size, &m, &folded, &fp);
   es_model_stats ms, fs;
   ES_CHECK_RC(es_model_stats_get(m, &ms));
   ES_CHECK_RC(es_model_stats_get(fp, &fs));
@@ -925,8 +921,11 @@ static void test_weight_only(void **state) {
   ES_CHECK_RC(es_model_stats_get(me, &es));
   assert_int_equal(es.w8_nodes, 2);
   assert_int_equal(es.weight_bytes, ms.weight_bytes);
-  float *yw = wonly_run(m, x), *yd = wonly_run(folded, x), *yr = wonly_run(mref, x);
+  float *yw = wonly_run(m, x), *yd = wonly_run(folded, x);
   float *yf = wonly_run(fp, x), *ye = wonly_run(me, x);
+  es_engine_reference_kernels_set(1);
+  float *yr = wonly_run(m, x);
+  es_engine_reference_kernels_set(0);
   assert_memory_equal(ye, yw, (WO_OUT + WO_C * WO_HW * WO_HW) * sizeof(float));
   es_model_release(me);
   unlink(esm);
@@ -957,7 +956,6 @@ static void test_weight_only(void **state) {
   free(yf);
   es_model_release(m);
   es_model_release(folded);
-  es_model_release(mref);
   es_model_release(fp);
   free(bytes);
   unlink(path_);
