@@ -163,6 +163,28 @@ static int dnnl_prim_finish(es_kinst *k, es_dnnl_prim *p, dnnl_status_t st, cons
   return 0;
 }
 
+/* The engine and a primitive's attributes: a user scratchpad (the
+ * primitive stays stateless: run passes the plan's scratch, so threads can
+ * share one primitive) and, with scales, n output scales along mask (one:
+ * mask 0). *attr is the caller's to destroy when this returns 0. */
+static int dnnl_attr_begin(es_kinst *k, dnnl_engine_t *eng, dnnl_primitive_attr_t *attr,
+                           const float *scales, int64_t n, int mask) {
+  int rc = dnnl_engine_get(k->label, eng);
+  if (rc < 0)
+    return rc;
+  dnnl_status_t st = dnnl_primitive_attr_create(attr);
+  if (st != dnnl_success)
+    return es__dnnl_fail(k, st, "creating primitive attributes");
+  st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+  if (st == dnnl_success && scales)
+    st = dnnl_primitive_attr_set_output_scales(*attr, n, n > 1 ? mask : 0, scales);
+  if (st != dnnl_success) {
+    dnnl_primitive_attr_destroy(*attr);
+    return es__dnnl_fail(k, st, "setting primitive attributes");
+  }
+  return 0;
+}
+
 int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                          es_dnnl_prim *p) {
   return es__dnnl_prim_create_q(k, op_desc, post, NULL, p);
@@ -170,26 +192,18 @@ int es__dnnl_prim_create(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_p
 
 int es__dnnl_prim_create_q(es_kinst *k, const_dnnl_op_desc_t op_desc, const_dnnl_post_ops_t post,
                            const es_dnnl_quant *q, es_dnnl_prim *p) {
-  dnnl_engine_t eng = NULL;
-  int rc = dnnl_engine_get(k->label, &eng);
-  if (rc < 0)
-    return rc;
-  dnnl_primitive_attr_t attr;
-  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
-  if (st != dnnl_success)
-    return es__dnnl_fail(k, st, "creating primitive attributes");
-  /* A user scratchpad keeps the primitive stateless: run passes the plan's
-   * scratch, so threads can share one primitive. */
-  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success && post)
-    st = dnnl_primitive_attr_set_post_ops(attr, post);
   /* int8: the scales and zero points are the model's constants, fixed in
    * the primitive (oneDNN 2.6's int8 convolutions take runtime ones only in
    * its reference kernels) */
-  if (st == dnnl_success && q)
-    st = dnnl_primitive_attr_set_output_scales(attr, q->n_scales,
-                                               q->n_scales > 1 ? (q->mask ? q->mask : 2) : 0,
-                                               q->scales);
+  dnnl_engine_t eng = NULL;
+  dnnl_primitive_attr_t attr;
+  int rc = dnnl_attr_begin(k, &eng, &attr, q ? q->scales : NULL, q ? q->n_scales : 0,
+                           q && q->mask ? q->mask : 2);
+  if (rc < 0)
+    return rc;
+  dnnl_status_t st = dnnl_success;
+  if (post)
+    st = dnnl_primitive_attr_set_post_ops(attr, post);
   if (st == dnnl_success && q && q->zp_src)
     st = dnnl_primitive_attr_set_zero_points(attr, DNNL_ARG_SRC, 1, 0, &q->zp_src);
   if (st == dnnl_success && q && q->zp_dst)
@@ -207,18 +221,11 @@ int es__dnnl_reorder_create(es_kinst *k, const dnnl_memory_desc_t *src,
                             const dnnl_memory_desc_t *dst, const float *scales, int64_t n,
                             int mask, es_dnnl_prim *p) {
   dnnl_engine_t eng = NULL;
-  int rc = dnnl_engine_get(k->label, &eng);
+  dnnl_primitive_attr_t attr;
+  int rc = dnnl_attr_begin(k, &eng, &attr, scales, n, mask);
   if (rc < 0)
     return rc;
-  dnnl_primitive_attr_t attr;
-  dnnl_status_t st = dnnl_primitive_attr_create(&attr);
-  if (st != dnnl_success)
-    return es__dnnl_fail(k, st, "creating primitive attributes");
-  st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-  if (st == dnnl_success && scales)
-    st = dnnl_primitive_attr_set_output_scales(attr, n, n > 1 ? mask : 0, scales);
-  if (st == dnnl_success)
-    st = dnnl_reorder_primitive_desc_create(&p->pd, src, eng, dst, eng, attr);
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&p->pd, src, eng, dst, eng, attr);
   dnnl_primitive_attr_destroy(attr);
   size_t sb = 0;
   if ((rc = dnnl_prim_finish(k, p, st, "reorder", &sb)) == 0 && sb > k->scratch_bytes)
