@@ -201,7 +201,6 @@ struct es_quantizer {
   size_t arena_cap;
   es_quant_stats st;
   int written;
-  int wonly;   /* the search may give Convs it keeps in float int8 weights */
   qz_taps *taps; /* per node: 2-D Convs to quantize (NULL until observed) */
   unsigned name_seq;
   /* what each build starts from (write and the accuracy search build
@@ -1061,7 +1060,6 @@ int es_quantizer_create(const void *onnx, size_t size, const es_quant_options *o
   if (!q)
     return es__fail(ES_ENOMEM, "quantize: out of memory");
   q->opt = *o;
-  q->wonly = !o->keep_float_weights;
   void *tree;
   if ((rc = es__onnx_unpack(onnx, size, &q->ctx, &tree)) < 0)
     goto fail;
@@ -1417,7 +1415,7 @@ int es_quantizer_observe(es_quantizer *q, const es_tensor *inputs, int n_in) {
     /* tap means: for the Convs a correction may be asked of (weight-only
      * ones come only from the search) */
     int taps = q->opt.bias_correction == ES_QUANT_BC_ALL ||
-               (q->opt.bias_correction == ES_QUANT_BC_WEIGHTS && q->wonly &&
+               (q->opt.bias_correction == ES_QUANT_BC_WEIGHTS && !q->opt.keep_float_weights &&
                 q->opt.target_db > 0);
     for (size_t i = 0; taps && i < q->n_nodes && rc == 0; i++) {
       int k = q->nodes[i].kind == QK_CONV && q->nodes[i].quant
@@ -1755,8 +1753,6 @@ static int emit_pair(es_quantizer *q, qz_out *out, qz_obs *o, qz_pair *pr) {
   return rc;
 }
 
-/* Weights of node i as int8 with their DequantizeLinear; *w_scale gets the
- * scales (per channel along axis, or one). Returns the DQ output's name. */
 /* The bias of 2-D Conv i with its weights' quantization error's mean
  * taken back: b[oc] - sum over its taps of (dq(wq) - w) * the tap's mean
  * input (qz_taps). *out: that new initializer's name (the Conv had no
@@ -2162,8 +2158,9 @@ static int rewrite(es_quantizer *q) {
 enum { QZ_FLOAT = 0, QZ_INT8 = 1, QZ_WEIGHTS = 2 };
 
 /* The QDQ model with the nodes mask[i] QZ_INT8 quantized (of those create
- * chose), QZ_WEIGHTS (a Conv) with int8 weights alone, packed into *out (es_mem). Works on a fresh copy of the tree as
- * create left it, so any number of builds can be made. */
+ * chose) and the QZ_WEIGHTS ones (Convs) with int8 weights alone, packed
+ * into *out (es_mem). Works on a fresh copy of the tree as create left
+ * it, so any number of builds can be made. */
 static int build(es_quantizer *q, const unsigned char *mask, uint8_t **out, size_t *size) {
   es_ctx saved_ctx = q->ctx;
   Onnx__ModelProto *saved_mp = q->mp;
@@ -2398,7 +2395,7 @@ static int search(es_quantizer *q, unsigned char *mask) {
   memset(mask, QZ_FLOAT, q->n_nodes);
   double best = 200; /* the float model: FP32's outputs */
   rc = tier(q, mask, cand, n, QZ_INT8, &best);
-  if (rc == 0 && q->wonly) {
+  if (rc == 0 && !q->opt.keep_float_weights) {
     n = 0;
     for (size_t i = 0; i < q->n_nodes; i++)
       if (q->nodes0[i].quant && mask[i] == QZ_FLOAT && q->nodes0[i].kind == QK_CONV)
