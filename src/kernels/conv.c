@@ -126,6 +126,7 @@ typedef struct conv_params {
                             else plainly */
   const float *w8_scale;
   int64_t w8_n;          /* scales: 1 or M */
+  size_t w8_count;       /* W's elements (k->in is the planner's, gone when running) */
   size_t w8_at;
   es_dnnl_prim w8r;
   es_dnnl_prim dnnl;
@@ -217,6 +218,7 @@ static int conv_parse_common(es_kinst *k, conv_params *p, conv_autopad *ap, int6
                       (long long)w->dims[0]);
     p->w8_scale = k->in_static[4];
     p->w8_n = (int64_t)sc->count;
+    p->w8_count = w->count;
   }
   if (x->rank < 3)
     return ES_KFAIL(k, ES_EMODEL, "X has rank %d, expected N x C x D1 ... (rank 3 or more)",
@@ -1009,7 +1011,7 @@ static int conv_infer_common(es_kinst *k, int transpose) {
     p->bf16 = 0;
     if (p->w8) { /* W dequantized plainly into scratch on each run */
       p->w8_at = es__align_up(k->scratch_bytes, 64);
-      k->scratch_bytes = p->w8_at + (size_t)k->in[1]->count * sizeof(float);
+      k->scratch_bytes = p->w8_at + p->w8_count * sizeof(float);
     }
   }
   /* Ask for X, and the residual, in the layout the conv runs in. */
@@ -1095,8 +1097,8 @@ static int conv_run(const es_kinst *k, const void *const *in, void *const *out, 
   if (p->w8) {
     float *wf = (float *)((char *)scratch + p->w8_at);
     const int8_t *wq = in[1];
-    size_t per = k->in[1]->count / (size_t)p->m; /* W is [M, C/g, k...] */
-    for (size_t i = 0; i < k->in[1]->count; i++)
+    size_t per = p->w8_count / (size_t)p->m; /* W is [M, C/g, k...] */
+    for (size_t i = 0; i < p->w8_count; i++)
       wf[i] = (float)wq[i] * p->w8_scale[p->w8_n == 1 ? 0 : i / per];
     w = wf;
   }
