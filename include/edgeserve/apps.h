@@ -160,6 +160,16 @@ ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_s
  * (es_mem_free it). */
 ES_API int es_face_input(const es_image *img, int side, int nchw, es_tensor *out);
 
+/* The faces in a BlazeFace model's outputs, decoded and suppressed as
+ * es_face_detect does (min_score 0: the default 0.5), in the model input's
+ * pixels (side x side: no letterbox undone). For callers that run the
+ * model themselves (the quantizer's search compares int8 faces with FP32's).
+ * outs: the model's n_out outputs in its order; the heads are found by
+ * their shapes as es_face_detector_create finds them (ES_EMODEL when they
+ * are not there). Only reads outs; thread-safe. */
+ES_API int es_face_decode(const es_tensor *outs, int n_out, int side, float min_score,
+                          es_face *faces, int max, int *n);
+
 /* ---- OCR ----------------------------------------------------------------- */
 
 typedef struct es_ocr_line {

@@ -29,7 +29,8 @@
  *     last axis, Dropout) are rewritten; any other whose meaning changed
  *     is refused by name (ES_ENOTSUP).
  *   - Nodes named in options.exclude stay in float, and with
- *     options.target_db those the accuracy search finds it takes; of
+ *     options.target_db (or options.judge) those the accuracy search
+ *     finds it takes; of
  *     these, the Convs that keep the target with int8 weights alone get
  *     them (weight-only: DequantizeLinear of int8 weights into the float
  *     Conv), unless options.keep_float_weights. Their biases are
@@ -85,6 +86,16 @@ typedef struct es_quant_options {
                              that alone misses the target; 1: its weights stay float.
                              Nodes named in exclude always stay wholly float */
   es_quant_bias_correction bias_correction;
+  /* Optional: the search's own acceptance test, for what the outputs mean
+   * (a detector's detections) where their SNR cannot tell. Called for each
+   * kept sample with FP32's outputs and a candidate model's (model output
+   * order, n of each; only read during the call), on the thread calling
+   * es_quantizer_write; returns 1 when the candidate's are acceptable, 0
+   * when not, negative to stop the search with that error. Set, it runs
+   * the search (with target_db 0 too): a candidate holds when every sample
+   * passes and, with target_db > 0, its SNR is within the target. */
+  int (*judge)(void *user, const es_tensor *fp32, const es_tensor *got, int n);
+  void *judge_user;
 } es_quant_options;
 
 typedef struct es_quantizer es_quantizer;

@@ -59,8 +59,8 @@ cases=()
 want det && cases+=("det ppocr_det cal_det det_in.npy --preprocess ocr-det:640 --method percentile")
 want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25 --bias-correction all")
 want cls && cases+=("cls ppocr_cls cal_cls cls_in.npy")
-want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --target-db 22 --bias-correction all")
-want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --target-db 25 --bias-correction all")
+want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --judge faces --bias-correction all")
+want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --judge faces --bias-correction all")
 for c in "${cases[@]}"; do
   read -r name model cal input opts <<<"$c"
   # shellcheck disable=SC2086

@@ -58,6 +58,11 @@
  *   steadies the box, since neighbouring anchors vote on the same face.
  *   IoU is measured in the model's normalised frame, as both do.
  *
+ * - es_face_decode runs the same decoding and suppression on outputs a
+ *   caller got itself (the quantizer's search compares an int8 candidate's
+ *   faces with FP32's), finding the heads by the outputs' shapes as create
+ *   finds them by the model's, in the input's pixels (no letterbox to undo).
+ *
  * - Memory: the detector, its anchors and every per-call buffer (mip levels,
  *   the input tensor, the candidates) come from es_mem_alloc(ES_MEM_APPS),
  *   so a server's memory report shows what the pipeline costs, and are
@@ -149,22 +154,21 @@ static int fd_check_input(es_face_detector *fd, es_model *m) {
   return 0;
 }
 
-/* Find the heads among the outputs: scores [1,N,1] and regressors [1,N,16],
- * paired by N, finer grid (more anchors) first, N summing to 896. */
-static int fd_find_heads(es_face_detector *fd, es_model *m) {
-  int n_out = es_model_output_count(m);
+/* Find the heads among the outputs (n_out of them, their element types
+ * and shapes at outs[i]): scores [1,N,1] and regressors [1,N,16], paired by N,
+ * finer grid (more anchors) first, N summing to 896. */
+static int fd_find_heads(es_face_detector *fd, const es_tensor_info *outs, int n_out) {
   int sc[ES_RT_MAX_IO], bx[ES_RT_MAX_IO], n_sc = 0, n_bx = 0;
   int64_t sc_n[ES_RT_MAX_IO], bx_n[ES_RT_MAX_IO];
   for (int i = 0; i < n_out && i < ES_RT_MAX_IO; i++) {
-    es_tensor_info t;
-    es_model_output_info(m, i, &t);
-    if (t.dtype != ES_DTYPE_FLOAT || t.rank != 3 || t.dims[0] != 1 || t.dims[1] <= 0)
+    const int64_t *d = outs[i].dims;
+    if (outs[i].dtype != ES_DTYPE_FLOAT || outs[i].rank != 3 || d[0] != 1 || d[1] <= 0)
       continue;
-    if (t.dims[2] == 1) {
-      sc_n[n_sc] = t.dims[1];
+    if (d[2] == 1) {
+      sc_n[n_sc] = d[1];
       sc[n_sc++] = i;
-    } else if (t.dims[2] == FD_VALUES) {
-      bx_n[n_bx] = t.dims[1];
+    } else if (d[2] == FD_VALUES) {
+      bx_n[n_bx] = d[1];
       bx[n_bx++] = i;
     }
   }
@@ -219,8 +223,12 @@ int es_face_detector_create(es_runtime *rt, int model_id, es_face_detector **out
   fd->rt = rt;
   fd->model = model_id;
   rc = fd_check_input(fd, m);
+  es_tensor_info outs[ES_RT_MAX_IO];
+  int n_out = es_model_output_count(m);
+  for (int i = 0; i < n_out && i < ES_RT_MAX_IO; i++)
+    es_model_output_info(m, i, &outs[i]);
   if (rc == 0)
-    rc = fd_find_heads(fd, m);
+    rc = fd_find_heads(fd, outs, n_out < ES_RT_MAX_IO ? n_out : ES_RT_MAX_IO);
   es_model_release(m); /* the runtime keeps it loaded; we keep its id */
   if (rc == 0) {
     fd->anchors = es_mem_alloc(ES_MEM_APPS, FD_ANCHORS * 2 * sizeof(float));
@@ -502,16 +510,10 @@ static int fd_weighted_nms(fd_cand *c, int n, int size, const fd_frame *fr, es_f
 
 /* ---- detect -------------------------------------------------------------------- */
 
-/* Decode the completed request's heads, suppress, fill faces. */
-static int fd_postprocess(const es_face_detector *fd, es_request *r, const fd_frame *fr,
-                          float thr, es_face *faces, int max, int *n) {
-  es_tensor sc[FD_MAX_HEADS], bx[FD_MAX_HEADS];
+/* Decode the heads (scores sc[h], regressors bx[h]), suppress, fill faces. */
+static int fd_faces(const es_face_detector *fd, const es_tensor *sc, const es_tensor *bx,
+                    const fd_frame *fr, float thr, es_face *faces, int max, int *n) {
   for (int h = 0; h < fd->heads; h++) {
-    int rc = es_request_output(r, fd->score_out[h], &sc[h]);
-    if (rc == 0)
-      rc = es_request_output(r, fd->box_out[h], &bx[h]);
-    if (rc < 0)
-      return rc;
     size_t na = (size_t)fd->head_anchors[h];
     if (sc[h].dtype != ES_DTYPE_FLOAT || bx[h].dtype != ES_DTYPE_FLOAT ||
         sc[h].nbytes != na * sizeof(float) || bx[h].nbytes != na * FD_VALUES * sizeof(float))
@@ -531,6 +533,58 @@ static int fd_postprocess(const es_face_detector *fd, es_request *r, const fd_fr
   *n = fd_weighted_nms(c, nc, fd->size, fr, faces, max);
   es_mem_free(c);
   return 0;
+}
+
+/* Decode the completed request's heads, suppress, fill faces. */
+static int fd_postprocess(const es_face_detector *fd, es_request *r, const fd_frame *fr,
+                          float thr, es_face *faces, int max, int *n) {
+  es_tensor sc[FD_MAX_HEADS], bx[FD_MAX_HEADS];
+  for (int h = 0; h < fd->heads; h++) {
+    int rc = es_request_output(r, fd->score_out[h], &sc[h]);
+    if (rc == 0)
+      rc = es_request_output(r, fd->box_out[h], &bx[h]);
+    if (rc < 0)
+      return rc;
+  }
+  return fd_faces(fd, sc, bx, fr, thr, faces, max, n);
+}
+
+int es_face_decode(const es_tensor *outs, int n_out, int side, float min_score, es_face *faces,
+                   int max, int *n) {
+  if (!outs || !faces || !n || n_out < 1 || max < 0)
+    return es__fail(ES_EINVAL, "es_face_decode: NULL argument or no outputs");
+  if (side < 8 || side > 4096)
+    return es__fail(ES_EINVAL, "es_face_decode: side %d is not in [8, 4096]", side);
+  if (!(min_score >= 0 && min_score <= 1))
+    return es__fail(ES_EINVAL, "es_face_decode: min_score %g is not in [0, 1]", (double)min_score);
+  *n = 0;
+  es_face_detector fd;
+  memset(&fd, 0, sizeof fd);
+  fd.size = side;
+  es_tensor_info t[ES_RT_MAX_IO];
+  if (n_out > ES_RT_MAX_IO)
+    n_out = ES_RT_MAX_IO;
+  for (int i = 0; i < n_out; i++) {
+    memset(&t[i], 0, sizeof t[i]);
+    t[i].dtype = outs[i].dtype;
+    t[i].rank = outs[i].rank;
+    memcpy(t[i].dims, outs[i].dims, sizeof t[i].dims);
+  }
+  int rc = fd_find_heads(&fd, t, n_out);
+  if (rc < 0)
+    return rc;
+  if (!(fd.anchors = es_mem_alloc(ES_MEM_APPS, FD_ANCHORS * 2 * sizeof(float))))
+    return es__fail(ES_ENOMEM, "es_face_decode: no memory for the anchors");
+  fd_fill_anchors(fd.anchors);
+  es_tensor sc[FD_MAX_HEADS], bx[FD_MAX_HEADS];
+  for (int h = 0; h < fd.heads; h++) {
+    sc[h] = outs[fd.score_out[h]];
+    bx[h] = outs[fd.box_out[h]];
+  }
+  fd_frame fr = {1.0, 0.0, 0.0}; /* input pixels */
+  rc = fd_faces(&fd, sc, bx, &fr, min_score > 0 ? min_score : FD_DEFAULT_SCORE, faces, max, n);
+  es_mem_free(fd.anchors);
+  return rc;
 }
 
 /* What a call allocates besides the model's request: the input tensor,

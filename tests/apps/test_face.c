@@ -17,6 +17,7 @@
 #include "es_test.h"
 
 #include "edgeserve/apps.h"
+#include "edgeserve/memory.h"
 #include "edgeserve/runtime.h"
 
 #include <math.h>
@@ -615,6 +616,70 @@ static void test_api(void **state) {
   assert_int_equal(m1.current, m0.current);
 }
 
+/* es_face_decode on the model's own outputs (the caller runs the model)
+ * gives es_face_detect's faces, in the input's pixels: the astronaut is
+ * square, so the image's pixels are the input's times 512 / side. Bad
+ * outputs are refused: a head missing, a side out of range. */
+static void decode(model_case *mc) {
+  NEED(mc);
+  es_model *m;
+  ES_CHECK_RC(es_model_load(path_in(model_dir_, mc->file), NULL, &m));
+  es_tensor_info ti;
+  es_model_input_info(m, 0, &ti);
+  int side = (int)ti.dims[1];
+  es_tensor in;
+  ES_CHECK_RC(es_face_input(&astronaut_, side, 0, &in));
+  es_tensor_info shape = ti;
+  shape.dims[0] = 1;
+  es_plan *p;
+  ES_CHECK_RC(es_model_plan(m, &shape, 1, &p));
+  es_arena *a;
+  ES_CHECK_RC(es_arena_create(es_plan_arena_bytes(p), 64, &a));
+  int no = es_plan_output_count(p);
+  assert_true(no == 4);
+  es_tensor outs[4];
+  ES_CHECK_RC(es_plan_run(p, &in, 1, a, outs, no));
+  es_face got[8], want[8];
+  int n = -1;
+  ES_CHECK_RC(es_face_decode(outs, no, side, 0.5f, got, 8, &n));
+  int nw = detect(mc, &astronaut_, 0.5f, want, 8);
+  assert_int_equal(n, nw);
+  assert_int_equal(n, 1);
+  const float k = 512.0f / (float)side;
+  float g[4] = {got[0].x0 * k, got[0].y0 * k, got[0].x1 * k, got[0].y1 * k}, w[4];
+  box_of(&want[0], w);
+  printf("# %s: decoded [%.2f %.2f %.2f %.2f] x %.0f, detected [%.2f %.2f %.2f %.2f]\n",
+         mc->name, (double)got[0].x0, (double)got[0].y0, (double)got[0].x1, (double)got[0].y1,
+         (double)k, (double)w[0], (double)w[1], (double)w[2], (double)w[3]);
+  for (int i = 0; i < 4; i++)
+    assert_true(fabsf(g[i] - w[i]) < 1e-3f * 512);
+  assert_true(fabsf(got[0].score - want[0].score) < 1e-6f);
+  /* min_score 0 is the default 0.5; a higher one than the face keeps none */
+  ES_CHECK_RC(es_face_decode(outs, no, side, 0, got, 8, &n));
+  assert_int_equal(n, 1);
+  ES_CHECK_RC(es_face_decode(outs, no, side, 0.999f, got, 8, &n));
+  assert_int_equal(n, 0);
+  /* a head missing; no side; NULL */
+  ES_EXPECT_RC(es_face_decode(outs, 2, side, 0.5f, got, 8, &n), ES_EMODEL);
+  ES_EXPECT_RC(es_face_decode(outs, no, 0, 0.5f, got, 8, &n), ES_EINVAL);
+  ES_EXPECT_RC(es_face_decode(NULL, no, side, 0.5f, got, 8, &n), ES_EINVAL);
+  ES_EXPECT_RC(es_face_decode(outs, no, side, 1.5f, got, 8, &n), ES_EINVAL);
+  es_arena_destroy(a);
+  es_plan_release(p);
+  es_mem_free(in.data);
+  es_model_release(m);
+}
+
+static void test_decode_front(void **state) {
+  (void)state;
+  decode(&models_[0]);
+}
+
+static void test_decode_back(void **state) {
+  (void)state;
+  decode(&models_[1]);
+}
+
 /* The detector's own buffers (input tensor, mip levels) are reserved
  * through admission for the call: with a budget they are refused before
  * they are allocated, ES_ENOSPC beyond it (a 4000x3000 photo's levels, 11
@@ -695,6 +760,8 @@ int main(void) {
       cmocka_unit_test(test_shrunk_front),
       cmocka_unit_test(test_shrunk_back),
       cmocka_unit_test(test_api),
+      cmocka_unit_test(test_decode_front),
+      cmocka_unit_test(test_decode_back),
       cmocka_unit_test(test_budget),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

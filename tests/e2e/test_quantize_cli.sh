@@ -15,7 +15,9 @@
 #     model of opset < 13 raised to 13.
 # BlazeFace and rec lose too much with every node in int8 (BlazeFace back
 # finds 12 faces where FP32 finds 1), so they are quantized with the
-# accuracy search (--target-db): the nodes it takes stay in float.
+# accuracy search: the nodes it takes stay in float (or keep only their
+# weights in int8). rec's is judged by its outputs' SNR (--target-db),
+# BlazeFace's by the faces found (--judge faces).
 # Calibration samples are made here: the scikit-image photos
 # (scripts/setup/fetch-images.sh) and pages and lines of text rendered with
 # ImageMagick; the checks run on held-out ones. Bad input gets a clear
@@ -61,17 +63,21 @@ cp "$images/astronaut.png" "$images/coffee.png" "$work/face/"
 convert "$images/astronaut.png" -flop "$work/face/astronaut_flop.png"
 convert "$images/astronaut.png" -resize 50% -gravity center -background gray -extent 512x512 \
   "$work/face/astronaut_small.png"
+# held out: the photo at 30 %, which no calibration sample shows
+convert "$images/astronaut.png" -resize 30% "$work/astronaut_tiny.png"
 for m in front back; do
   model=blazeface_${m}_$([ $m = front ] && echo 128 || echo 256)
-  target=$([ $m = front ] && echo 22 || echo 25)
   echo "== $model"
   mkdir -p "$work/in_$m"
   quantize "$model" "$work/$m.onnx" "$work/face" --preprocess face --save-inputs "$work/in_$m" \
-    --target-db $target --bias-correction all || continue
-  "$es" face "$images/astronaut.png" --model "$work/$m.onnx" --json >"$work/$m.int8.json" &&
-    "$es" face "$images/astronaut.png" --model "$models/$model.onnx" --json >"$work/$m.fp32.json" ||
-    { echo "FAIL face $m"; fail=1; continue; }
-  check "int8 vs FP32" node "$ort/quant_check.js" faces "$work/$m.int8.json" "$work/$m.fp32.json" --iou 0.98
+    --judge faces --bias-correction all || continue
+  for img in "$images/astronaut.png" "$work/astronaut_tiny.png"; do
+    "$es" face "$img" --model "$work/$m.onnx" --json >"$work/$m.int8.json" &&
+      "$es" face "$img" --model "$models/$model.onnx" --json >"$work/$m.fp32.json" ||
+      { echo "FAIL face $m"; fail=1; continue; }
+    check "int8 vs FP32, $(basename "$img")" \
+      node "$ort/quant_check.js" faces "$work/$m.int8.json" "$work/$m.fp32.json" --iou 0.98
+  done
   "$es" run "$work/$m.onnx" "$work/in_$m/0000.npy" --output-dir "$work/es_$m" >/dev/null &&
     node "$ort/ort_run.js" "$work/$m.onnx" "$work/ort_$m" "$work/in_$m/0000.npy" >/dev/null 2>&1 ||
     { echo "FAIL run $m"; fail=1; continue; }
@@ -143,7 +149,10 @@ for m in rec cls; do
   text_ppm "$work/l.ppm" $w 48 28 8 36 'Plate B-EV 2042'
   node "$ort/image_npy.js" "$work/l.ppm" "$work/$m.held.npy" --norm half || exit 1
   if [ $m = rec ]; then
-    quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" --target-db 25 --bias-correction all || continue
+    # 27 dB: at 25 the search's weight-only-first file reads the held-out
+    # line as FP32 does in edgeserve, but ONNX Runtime's int8 kernels add
+    # a trailing space (a blank near the space's probability at the end)
+    quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" --target-db 27 --bias-correction all || continue
   else
     quantize "ppocr_$m" "$work/$m.onnx" "$work/$m" || continue
   fi
@@ -184,6 +193,8 @@ bad 1 "--preprocess" "$es" quantize "$models/ppocr_det.onnx" -o "$work/x.onnx" -
 head -c 3000 "$models/ppocr_cls.onnx" >"$work/trunc.onnx"
 bad 1 "not a valid ONNX model" "$es" quantize "$work/trunc.onnx" -o "$work/x.onnx" --calibrate "$work/cls"
 bad 2 "minmax, percentile or mse" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --method kl
+bad 2 "snr or faces" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --judge text
+bad 1 "needs a face detector" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --judge faces
 mkdir -p "$work/empty"
 bad 1 "holds no calibration sample" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/empty"
 [ ! -e "$work/x.onnx" ] || { echo "FAIL a refused quantization left a file"; fail=1; }

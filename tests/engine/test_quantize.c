@@ -291,6 +291,72 @@ static void test_target_met(void **state) {
   unlink(path_);
 }
 
+/* options.judge: the search's own acceptance test. It is handed FP32's
+ * outputs and the candidate's, runs the search with no target, and what it
+ * refuses stays float; an error it returns stops the write. */
+typedef struct judge_log {
+  int calls, verdict, bad_args;
+  double worst; /* the largest |got - fp32| seen */
+} judge_log;
+
+static int judge_fn(void *user, const es_tensor *fp32, const es_tensor *got, int n) {
+  judge_log *j = user;
+  j->calls++;
+  if (n != 1 || fp32[0].nbytes != got[0].nbytes || fp32[0].dtype != ES_DTYPE_FLOAT)
+    j->bad_args++;
+  const float *a = fp32[0].data, *b = got[0].data;
+  for (size_t i = 0; n == 1 && i < fp32[0].nbytes / 4; i++)
+    j->worst = fmax(j->worst, fabs((double)a[i] - b[i]));
+  return j->verdict;
+}
+
+static void test_judge(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = small_model(13, 0, 0, &size);
+  float xs[C_IN * HW * HW];
+  es_tensor x;
+  input_of(&x, xs, 11);
+  es_quant_options o;
+  es_quant_options_default(&o);
+  judge_log j = {0};
+  o.judge = judge_fn;
+  o.judge_user = &j;
+  es_quant_stats st;
+  es_quantizer *q;
+  static const struct {
+    int verdict, rc, quantized, float_kept, weight_only;
+  } cases[] = {
+      {1, 0, 2, 0, 0},            /* all accepted: every node int8, one evaluation */
+      {0, 0, 0, 2, 0},            /* all refused: every node float, weights too */
+      {ES_EIO, ES_EIO, 0, 0, 0},  /* the judge's error ends the write */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    memset(&j, 0, sizeof j);
+    j.verdict = cases[c].verdict;
+    ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+    ES_CHECK_RC(es_quantizer_observe(q, &x, 1));
+    int rc = es_quantizer_write(q, path_);
+    printf("# judge answering %d: write %d, %d calls, worst difference %.3g\n", cases[c].verdict,
+           rc, j.calls, j.worst);
+    assert_int_equal(rc, cases[c].rc);
+    assert_int_equal(j.bad_args, 0);
+    assert_true(j.calls >= 1);
+    if (rc == 0) {
+      ES_CHECK_RC(es_quantizer_stats(q, &st));
+      assert_int_equal(st.nodes_quantized, cases[c].quantized);
+      assert_int_equal(st.auto_excluded, cases[c].float_kept);
+      assert_int_equal(st.weight_only, cases[c].weight_only);
+      assert_true(j.worst > 0); /* it saw int8 outputs, not FP32's twice */
+      if (cases[c].verdict == 1)
+        assert_int_equal(j.calls, 1);
+    }
+    es_quantizer_destroy(q);
+  }
+  unlink(path_);
+  free(bytes);
+}
+
 /* x -> Conv -> Sigmoid -> Conv -> y, quantized: the Sigmoid sits between
  * two quantized tensors (DQ -> Sigmoid -> Q) and runs as a 256-entry
  * table (QLookup), giving what the unlowered graph gives. */
@@ -968,6 +1034,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_refused),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_target_met),
+      cmocka_unit_test(test_judge),
       cmocka_unit_test(test_lookup),
       cmocka_unit_test(test_qdq_add),
       cmocka_unit_test(test_pyramid),
