@@ -193,6 +193,7 @@ bad 1 "--preprocess" "$es" quantize "$models/ppocr_det.onnx" -o "$work/x.onnx" -
 head -c 3000 "$models/ppocr_cls.onnx" >"$work/trunc.onnx"
 bad 1 "not a valid ONNX model" "$es" quantize "$work/trunc.onnx" -o "$work/x.onnx" --calibrate "$work/cls"
 bad 2 "minmax, percentile or mse" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --method kl
+bad 2 "count in \[1, 64\]" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --eval-samples 0
 bad 2 "snr or faces" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --judge text
 bad 1 "needs a face detector" "$es" quantize "$models/ppocr_cls.onnx" -o "$work/x.onnx" --calibrate "$work/cls" --judge faces
 mkdir -p "$work/empty"
