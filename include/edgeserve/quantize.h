@@ -91,9 +91,11 @@ typedef struct es_quant_options {
    * kept sample with FP32's outputs and a candidate model's (model output
    * order, n of each; only read during the call), on the thread calling
    * es_quantizer_write; returns 1 when the candidate's are acceptable, 0
-   * when not, negative to stop the search with that error. Set, it runs
-   * the search (with target_db 0 too): a candidate holds when every sample
-   * passes and, with target_db > 0, its SNR is within the target. */
+   * when not (the candidate's later samples are then not run), negative
+   * to stop the search with that error (its detail as the judge set it).
+   * Set, it runs the search (with target_db 0 too): a candidate holds when
+   * every sample passes and, with target_db > 0, its SNR is within the
+   * target. */
   int (*judge)(void *user, const es_tensor *fp32, const es_tensor *got, int n);
   void *judge_user;
 } es_quant_options;

@@ -359,7 +359,9 @@ static int parse(qcli *c, int argc, char **argv) {
           return 2;
         }
         c->judge_faces = 1;
-      } else if (strcmp(v, "snr")) {
+      } else if (!strcmp(v, "snr")) {
+        c->judge_faces = 0;
+      } else {
         fprintf(stderr, "edgeserve quantize: --judge is snr or faces[:IOU]\n");
         return 2;
       }
@@ -565,8 +567,8 @@ int cli_cmd_quantize(int argc, char **argv) {
       if (c.opt.target_db > 0)
         printf(" (target %.1f)", c.opt.target_db);
       if (c.judge_faces)
-        printf("; faces as FP32's (IoU >= %.2f): %lu of %lu candidates refused", c.judge_iou,
-               c.refused, c.judged);
+        printf("; faces as FP32's (IoU >= %.2f): %lu candidates refused, in %lu comparisons "
+               "of a sample's faces", c.judge_iou, c.refused, c.judged);
       printf("\n");
     }
     printf("  opset: %lld -> %lld\n", (long long)s.opset_from, (long long)s.opset_to);
