@@ -239,7 +239,12 @@ static int sample_load(const qcli *c, es_model *m, const char *path, int is_dir,
       es_model_input_info(m, i, &ti);
       char fname[256], full[4096];
       cli_npy_file_name(ti.name, fname, sizeof fname);
-      snprintf(full, sizeof full, "%s/%s.npy", path, fname);
+      int len = snprintf(full, sizeof full, "%s/%s.npy", path, fname);
+      if (len < 0 || (size_t)len >= sizeof full) {
+        fprintf(stderr, "edgeserve quantize: %s/%s.npy: the path is too long\n", path, fname);
+        free_tensors(in, i);
+        return 1;
+      }
       if (cli_npy_read(full, &in[i]) < 0) {
         fprintf(stderr, "edgeserve quantize: %s: %s\n", full, es_last_error_detail());
         free_tensors(in, i);
