@@ -71,6 +71,20 @@ typedef enum es_quant_bias_correction {
   ES_QUANT_BC_NONE = 2,
 } es_quant_bias_correction;
 
+/* How a weight-only Conv's weights are rounded to int8 (the file's format
+ * is the same either way). */
+typedef enum es_quant_rounding {
+  ES_QUANT_ROUND_NEAREST = 0, /* each weight to its nearest step (the default) */
+  ES_QUANT_ROUND_GPTQ = 1,    /* error feedback (GPTQ): each weight's rounding error moved
+                                 onto the weights not yet rounded, weighed by the second
+                                 moments of the Conv's input in calibration, so the
+                                 output's error is lowered, not each weight's. Needs the
+                                 search (target_db or judge) without keep_float_weights,
+                                 else ES_EINVAL; groups of more than 1152 inputs x kernel
+                                 taps round to nearest. Calibration costs more: up to 4096
+                                 positions per sample, (inputs x taps)^2 / 2 each */
+} es_quant_rounding;
+
 typedef struct es_quant_options {
   es_quant_method method;
   double percentile;           /* ES_QUANT_PERCENTILE: in (50, 100]; default 99.999 */
@@ -86,6 +100,7 @@ typedef struct es_quant_options {
                              that alone misses the target; 1: its weights stay float.
                              Nodes named in exclude always stay wholly float */
   es_quant_bias_correction bias_correction;
+  es_quant_rounding rounding;
   /* Optional: the search's own acceptance test, for what the outputs mean
    * (a detector's detections) where their SNR cannot tell. Called for each
    * kept sample with FP32's outputs and a candidate model's (model output

@@ -8,7 +8,10 @@
 # rounds (median of the rounds' medians), one thread each, on the same
 # input. Prints the latency table, the ratios the issue sets goals for, the
 # weight bytes the engine holds for each file and the prepared (reordered)
-# weight bytes in FP32 and bf16.
+# weight bytes in FP32 and bf16, and for the BlazeFace files on how many
+# photos they find FP32's faces: the calibration photos, and 10 made here
+# that calibration never saw (the astronaut turned, cropped, darkened, with
+# noise, smaller; the coffee flipped; a page of text).
 #   scripts/bench/bench_int8.sh [--rounds R] [--iters N] [--only "det rec cls front back"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -57,10 +60,10 @@ node $ort/image_npy.js "$work/l.ppm" "$work/cls_in.npy" --norm half
 # name model calibration-folder options... (input: the first saved sample for faces)
 cases=()
 want det && cases+=("det ppocr_det cal_det det_in.npy --preprocess ocr-det:640 --method percentile")
-want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25 --bias-correction all")
+want rec && cases+=("rec ppocr_rec cal_rec rec_in.npy --target-db 25 --bias-correction all --rounding gptq")
 want cls && cases+=("cls ppocr_cls cal_cls cls_in.npy")
-want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --judge faces --bias-correction all")
-want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --judge faces --bias-correction all")
+want front && cases+=("front blazeface_front_128 cal_face - --preprocess face --judge faces --bias-correction all --rounding gptq")
+want back && cases+=("back blazeface_back_256 cal_face - --preprocess face --judge faces --bias-correction all --rounding gptq")
 for c in "${cases[@]}"; do
   read -r name model cal input opts <<<"$c"
   # shellcheck disable=SC2086
@@ -95,6 +98,44 @@ for c in "${cases[@]}"; do
   p32=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy") p16=-
   [ $bf16 = 0 ] || p16=$(prep_b "$models/$model.onnx" "$work/${name}_in.npy" --precision bf16)
   echo "$name $w32 $w8 $prec $p32 $p16" >>"$work/weights"
+done
+# the face files' faces against FP32's: on the calibration photos (what the
+# search judged) and on 10 it never saw
+mkdir -p "$work/held"
+a=$images/astronaut.png
+convert "$a" -rotate 7 "$work/held/rot7.png"
+convert "$a" -rotate -10 "$work/held/rotm10.png"
+convert "$a" -gravity center -crop 70%x70%+0+0 +repage "$work/held/crop.png"
+convert "$a" -gravity north -crop 100%x55%+0+0 +repage "$work/held/wide.png"
+convert "$a" -modulate 45 "$work/held/dark.png"
+convert "$a" -seed 7 -attenuate 0.6 +noise Gaussian "$work/held/noise.png"
+convert "$a" -resize 30% "$work/held/tiny.png"
+convert "$a" -resize 50% -gravity center -background gray -extent 512x512 "$work/held/small.png"
+convert "$images/coffee.png" -flop "$work/held/coffee_flop.png"
+convert "$work/page.ppm" "$work/held/page.png"
+faces_row() { # NAME MODEL DIR: "P of N; missed: PHOTO (what)..."
+  local n=0 p=0 miss="" r img
+  for img in "$3"/*.png; do
+    n=$((n + 1))
+    "$es" face "$img" --model "$models/$2.onnx" --json >"$work/f32.json"
+    "$es" face "$img" --model "$work/$1.int8.onnx" --json >"$work/f8.json"
+    r=$(node $ort/quant_check.js faces "$work/f32.json" "$work/f8.json" --iou 0.98 2>&1 | head -1)
+    r=${r#faces: } r=${r% (at least*}
+    # quant_check refuses two answers without a face; here they agree
+    if [[ $r = "0 vs 0"* ]] ||
+      node $ort/quant_check.js faces "$work/f32.json" "$work/f8.json" --iou 0.98 >/dev/null 2>&1; then
+      p=$((p + 1))
+    else
+      miss="$miss $(basename "$img" .png) ($r)"
+    fi
+  done
+  echo "$p of $n${miss:+; missed:$miss}"
+}
+faces_out=""
+for name in front back; do
+  want $name || continue
+  model=blazeface_${name}_$([ $name = front ] && echo 128 || echo 256)
+  faces_out+="| $name | $(faces_row $name $model "$work/cal_face") | $(faces_row $name $model "$work/held") |"$'\n'
 done
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $rounds rounds of $iters runs, one thread"
 node - "$work/times" "$work/weights" <<'EOF'
@@ -132,3 +173,9 @@ console.log('(goals: det int8 <= 0.4x edgeserve FP32 and <= 0.8x ORT int8; rec, 
 console.log(' int8 weight bytes <= 0.3x FP32; det bf16 <= 0.7x FP32. Weights: what the engine holds for the file');
 console.log(' (inspect); prepared: the weights reordered for oneDNN, in bf16 half of FP32.)');
 EOF
+if [ -n "$faces_out" ]; then
+  echo
+  echo "| face file | photos where int8 finds FP32's faces (as many, each at IoU >= 0.98): calibration | held out |"
+  echo "|---|---|---|"
+  printf '%s' "$faces_out"
+fi

@@ -34,6 +34,7 @@ static void quantize_usage(FILE *f) {
           "                          [--target-db DB] [--judge snr|faces[:IOU]]\n"
           "                          [--eval-samples N] [--keep-float-weights]\n"
           "                          [--bias-correction weights|all|none]\n"
+          "                          [--rounding nearest|gptq]\n"
           "                          [--max-samples N] [--save-inputs DIR]\n\n"
           "Writes a standard QDQ ONNX model (QuantizeLinear / DequantizeLinear, opset 13 or\n"
           "newer) that edgeserve and ONNX Runtime both run: Conv, ConvTranspose, MatMul and\n"
@@ -65,6 +66,12 @@ static void quantize_usage(FILE *f) {
           "weights make (the weights' rounding times the mean input each kernel tap read in\n"
           "calibration): weights (default: the weight-only ones, whose input is float), all\n"
           "(the int8 ones too: may help or hurt, measure) or none.\n"
+          "--rounding: how a weight-only Conv's weights become int8. nearest (default):\n"
+          "each to its nearest step. gptq: one by one, each one's rounding error moved onto\n"
+          "those not yet rounded, weighed by the second moments of the Conv's input in\n"
+          "calibration: the output's error is lowered, not each weight's, and the search\n"
+          "can leave fewer weights in float. Same file format; needs the search (--target-db\n"
+          "or --judge) and calibration takes longer.\n"
           "--save-inputs writes each sample's inputs as DIR/NNNN[_INPUT].npy: what the\n"
           "model saw, to run it again elsewhere (ONNX Runtime).\n");
 }
@@ -344,6 +351,12 @@ static int parse(qcli *c, int argc, char **argv) {
       if (k < 0)
         return 2;
       c->opt.bias_correction = (es_quant_bias_correction)k;
+    } else if (!strcmp(a, "--rounding") && more) {
+      static const char *const m[] = {"nearest", "gptq", NULL}; /* in enum order */
+      int k = pick(a, argv[++i], m);
+      if (k < 0)
+        return 2;
+      c->opt.rounding = (es_quant_rounding)k;
     } else if (!strcmp(a, "--eval-samples") && more) {
       char *end;
       long v = strtol(argv[++i], &end, 10);

@@ -1027,6 +1027,83 @@ static void test_weight_only(void **state) {
   unlink(path_);
 }
 
+/* Error-feedback rounding (ES_QUANT_ROUND_GPTQ) on the weight-only model
+ * above: the same two Convs go weight-only, and on the calibration input
+ * each Conv's output lies closer to FP32 than with each weight rounded to
+ * nearest (no bias correction, so the rounding alone differs), while the
+ * file is as before (per-channel int8, loaded and run the same way). It
+ * is refused where no weight-only Conv can come from (no search). */
+static double sq_err(const float *a, const float *b, int n) {
+  double e = 0;
+  for (int i = 0; i < n; i++)
+    e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+  return e;
+}
+
+static void test_gptq_rounding(void **state) {
+  (void)state;
+  size_t size;
+  uint8_t *bytes = wonly_model(&size);
+  static float x[WO_C * WO_HW * WO_HW];
+  uint64_t s = 5;
+  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
+    x[i] = 2.0f + (float)(es_test_rand(&s) % 1001) / 1000.0f;
+  x[0] = 500.0f;
+  es_tensor xt = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                  .dims = {1, WO_C, WO_HW, WO_HW}, .data = x, .nbytes = sizeof x};
+  es_model *fp;
+  ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
+  float *yf = wonly_run(fp, x);
+  enum { N1 = WO_C * WO_HW * WO_HW };
+  double err[2][2]; /* [nearest, gptq][y, c1] */
+  for (int r = 0; r < 2; r++) {
+    es_quant_options o;
+    es_quant_options_default(&o);
+    o.target_db = WO_DB;
+    o.bias_correction = ES_QUANT_BC_NONE;
+    o.rounding = r ? ES_QUANT_ROUND_GPTQ : ES_QUANT_ROUND_NEAREST;
+    es_quantizer *q;
+    ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
+    ES_CHECK_RC(es_quantizer_observe(q, &xt, 1));
+    ES_CHECK_RC(es_quantizer_write(q, path_));
+    es_quant_stats st;
+    ES_CHECK_RC(es_quantizer_stats(q, &st));
+    es_quantizer_destroy(q);
+    assert_int_equal(st.weight_only, 2);
+    es_model *m;
+    ES_CHECK_RC(es_model_load(path_, NULL, &m));
+    es_model_stats ms;
+    ES_CHECK_RC(es_model_stats_get(m, &ms));
+    assert_int_equal(ms.w8_nodes, 2);
+    float *y = wonly_run(m, x);
+    err[r][0] = sq_err(y, yf, WO_OUT);
+    err[r][1] = sq_err(y + WO_OUT, yf + WO_OUT, N1);
+    printf("# %s: squared error vs FP32: y %.3e, c1 %.3e\n", r ? "gptq" : "nearest", err[r][0],
+           err[r][1]);
+    free(y);
+    es_model_release(m);
+  }
+  assert_true(err[1][1] > 0 && err[1][1] < err[0][1]);
+  assert_true(err[1][0] > 0 && err[1][0] < err[0][0]);
+  /* no search, or its weights kept float: nothing to round this way */
+  es_quant_options o;
+  es_quant_options_default(&o);
+  o.rounding = ES_QUANT_ROUND_GPTQ;
+  es_quantizer *q = NULL;
+  assert_int_equal(es_quantizer_create(bytes, size, &o, &q), ES_EINVAL);
+  o.target_db = WO_DB;
+  o.keep_float_weights = 1;
+  assert_int_equal(es_quantizer_create(bytes, size, &o, &q), ES_EINVAL);
+  o.keep_float_weights = 0;
+  o.rounding = (es_quant_rounding)7;
+  assert_int_equal(es_quantizer_create(bytes, size, &o, &q), ES_EINVAL);
+  assert_null(q);
+  free(yf);
+  es_model_release(fp);
+  free(bytes);
+  unlink(path_);
+}
+
 int main(void) {
   snprintf(path_, sizeof path_, "/tmp/es-quantize-%d.onnx", (int)getpid());
   const struct CMUnitTest tests[] = {
@@ -1041,6 +1118,7 @@ int main(void) {
       cmocka_unit_test(test_gemm),
       cmocka_unit_test(test_avgpool),
       cmocka_unit_test(test_weight_only),
+      cmocka_unit_test(test_gptq_rounding),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
