@@ -936,27 +936,39 @@ static float *wonly_run(es_model *m, float *x) {
   return out;
 }
 
+/* The calibration input: values in [2, 3], one outlier of 500. */
+static es_tensor wonly_input(float *x) {
+  uint64_t s = 5;
+  for (int i = 0; i < WO_C * WO_HW * WO_HW; i++)
+    x[i] = 2.0f + (float)(es_test_rand(&s) % 1001) / 1000.0f;
+  x[0] = 500.0f;
+  return (es_tensor){.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
+                     .dims = {1, WO_C, WO_HW, WO_HW}, .data = x,
+                     .nbytes = sizeof(float) * WO_C * WO_HW * WO_HW};
+}
+
+/* Quantizes the model, calibrated on x, to path_. */
+static void wonly_quantize(const uint8_t *bytes, size_t size, const es_quant_options *o,
+                           const es_tensor *x, es_quant_stats *st) {
+  es_quantizer *q;
+  ES_CHECK_RC(es_quantizer_create(bytes, size, o, &q));
+  ES_CHECK_RC(es_quantizer_observe(q, x, 1));
+  ES_CHECK_RC(es_quantizer_write(q, path_));
+  ES_CHECK_RC(es_quantizer_stats(q, st));
+  es_quantizer_destroy(q);
+}
+
 static void test_weight_only(void **state) {
   (void)state;
   size_t size;
   uint8_t *bytes = wonly_model(&size);
   static float x[WO_C * WO_HW * WO_HW];
-  uint64_t s = 5;
-  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-    x[i] = 2.0f + (float)(es_test_rand(&s) % 1001) / 1000.0f;
-  x[0] = 500.0f;
-  es_tensor xt = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
-                  .dims = {1, WO_C, WO_HW, WO_HW}, .data = x, .nbytes = sizeof x};
+  es_tensor xt = wonly_input(x);
   es_quant_options o;
   es_quant_options_default(&o);
   o.target_db = WO_DB;
-  es_quantizer *q;
-  ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
-  ES_CHECK_RC(es_quantizer_observe(q, &xt, 1));
-  ES_CHECK_RC(es_quantizer_write(q, path_));
   es_quant_stats st;
-  ES_CHECK_RC(es_quantizer_stats(q, &st));
-  es_quantizer_destroy(q);
+  wonly_quantize(bytes, size, &o, &xt, &st);
   printf("# search: %d kept in float, %d of them weight-only; %.1f dB\n", st.auto_excluded,
          st.weight_only, st.sqnr_db);
   assert_int_equal(st.auto_excluded, 2);
@@ -1045,12 +1057,7 @@ static void test_gptq_rounding(void **state) {
   size_t size;
   uint8_t *bytes = wonly_model(&size);
   static float x[WO_C * WO_HW * WO_HW];
-  uint64_t s = 5;
-  for (size_t i = 0; i < sizeof x / sizeof x[0]; i++)
-    x[i] = 2.0f + (float)(es_test_rand(&s) % 1001) / 1000.0f;
-  x[0] = 500.0f;
-  es_tensor xt = {.name = "x", .dtype = ES_DTYPE_FLOAT, .rank = 4,
-                  .dims = {1, WO_C, WO_HW, WO_HW}, .data = x, .nbytes = sizeof x};
+  es_tensor xt = wonly_input(x);
   es_model *fp;
   ES_CHECK_RC(es_model_load_buffer(bytes, size, NULL, &fp));
   float *yf = wonly_run(fp, x);
@@ -1062,13 +1069,8 @@ static void test_gptq_rounding(void **state) {
     o.target_db = WO_DB;
     o.bias_correction = ES_QUANT_BC_NONE;
     o.rounding = r ? ES_QUANT_ROUND_GPTQ : ES_QUANT_ROUND_NEAREST;
-    es_quantizer *q;
-    ES_CHECK_RC(es_quantizer_create(bytes, size, &o, &q));
-    ES_CHECK_RC(es_quantizer_observe(q, &xt, 1));
-    ES_CHECK_RC(es_quantizer_write(q, path_));
     es_quant_stats st;
-    ES_CHECK_RC(es_quantizer_stats(q, &st));
-    es_quantizer_destroy(q);
+    wonly_quantize(bytes, size, &o, &xt, &st);
     assert_int_equal(st.weight_only, 2);
     es_model *m;
     ES_CHECK_RC(es_model_load(path_, NULL, &m));
