@@ -160,6 +160,10 @@ ES_API int es_face_detect(es_face_detector *fd, const es_image *img, float min_s
  * (es_mem_free it). */
 ES_API int es_face_input(const es_image *img, int side, int nchw, es_tensor *out);
 
+/* The intersection over union of two faces' boxes (0 when they do not
+ * meet), as the detector's suppression measures overlap. Pure. */
+ES_API float es_face_iou(const es_face *a, const es_face *b);
+
 /* The faces in a BlazeFace model's outputs, decoded and suppressed as
  * es_face_detect does (min_score 0: the default 0.5), in the model input's
  * pixels (side x side: no letterbox undone). For callers that run the

@@ -471,6 +471,11 @@ static float fd_iou(const float *a, const float *b) {
   return uni > 0 ? inter / uni : 0;
 }
 
+float es_face_iou(const es_face *a, const es_face *b) {
+  const float ba[4] = {a->x0, a->y0, a->x1, a->y1}, bb[4] = {b->x0, b->y0, b->x1, b->y1};
+  return fd_iou(ba, bb);
+}
+
 /* Weighted NMS over c[0..n) sorted by score; writes up to max faces in
  * image pixels. Candidates taken into a cluster get score -1. */
 static int fd_weighted_nms(fd_cand *c, int n, int size, const fd_frame *fr, es_face *faces,

@@ -105,16 +105,6 @@ static int judge_decode(const qcli *c, const es_tensor *outs, int n, float min_s
   return k;
 }
 
-static float judge_iou(const es_face *a, const es_face *b) {
-  float ix = fminf(a->x1, b->x1) - fmaxf(a->x0, b->x0);
-  float iy = fminf(a->y1, b->y1) - fmaxf(a->y0, b->y0);
-  if (ix <= 0 || iy <= 0)
-    return 0;
-  float inter = ix * iy;
-  float uni = (a->x1 - a->x0) * (a->y1 - a->y0) + (b->x1 - b->x0) * (b->y1 - b->y0) - inter;
-  return uni > 0 ? inter / uni : 0;
-}
-
 /* es_quant_options.judge for --judge faces: the candidate finds as many
  * faces as FP32 at the pipeline's threshold (0.5) and at half of it (a
  * face FP32 scores just under 0.5 that the candidate moves is the next
@@ -139,7 +129,7 @@ static int judge_faces(void *user, const es_tensor *fp32, const es_tensor *got, 
       int best = -1;
       float bi = 0;
       for (int j = 0; j < nb && j < 64; j++) {
-        float v = judge_iou(&a[i], &b[j]);
+        float v = es_face_iou(&a[i], &b[j]);
         if (!(used >> j & 1) && v > bi) {
           bi = v;
           best = j;
