@@ -81,8 +81,11 @@ typedef enum es_quant_rounding {
                                  output's error is lowered, not each weight's. Needs the
                                  search (target_db or judge) without keep_float_weights,
                                  else ES_EINVAL; groups of more than 1152 inputs x kernel
-                                 taps round to nearest. Calibration costs more: up to 4096
-                                 positions per sample, (inputs x taps)^2 / 2 each */
+                                 taps round to nearest. Calibration costs more: per 2-D
+                                 Conv and sample, up to 4096 positions at (inputs x taps)^2
+                                 / 2 products each, at most about 2^26 products; the
+                                 moments held are groups x (inputs x taps)^2 doubles a
+                                 Conv (8 MB for a 1x1 Conv of 1024 inputs) */
 } es_quant_rounding;
 
 typedef struct es_quant_options {

@@ -47,9 +47,13 @@
 #define QZ_BINS 2048
 /* Error-feedback rounding: the largest patch (inputs per group x kernel
  * taps) it takes (its factorization is dg^3 / 2 operations, its moments
- * cost dg^2 / 2 per position) and the positions sampled per sample. */
+ * hold g x dg^2 doubles and cost g x dg^2 / 2 per position), and the
+ * positions sampled per sample: at most QZ_GPTQ_POSITIONS, and fewer
+ * where the moments would cost more than QZ_GPTQ_WORK products a sample
+ * (a 1x1 Conv of 1024 inputs: 128 positions; BlazeFace's all 4096) */
 #define QZ_GPTQ_MAX_D 1152
 #define QZ_GPTQ_POSITIONS 4096
+#define QZ_GPTQ_WORK (1 << 26)
 #define QZ_OPSET 13
 
 /* ==========================================================================
@@ -1346,8 +1350,8 @@ static void tap_range(int64_t n, int64_t in, int64_t st, int64_t off, int64_t *l
 }
 
 /* Adds sample x (a 2-D Conv's input, g groups) to the second moments of
- * the patches its output positions read (qz_taps.h): at most
- * QZ_GPTQ_POSITIONS positions, evenly strided, per sample. ES_ENOMEM. */
+ * the patches its output positions read (qz_taps.h): positions evenly
+ * strided, as many per sample as QZ_GPTQ_* allow. ES_ENOMEM. */
 static int moments_update(qz_taps *t, const es_tensor *x, int64_t g, const int64_t st[2],
                           const int64_t dl[2], const int64_t pb[2], const int64_t out[2]) {
   int64_t cg = t->c / g, kh = t->kh, kw = t->kw, dg = cg * kh * kw;
@@ -1364,7 +1368,9 @@ static int moments_update(qz_taps *t, const es_tensor *x, int64_t g, const int64
   if (!p)
     return ES_ENOMEM;
   int64_t h = x->dims[2], w = x->dims[3], npos = out[0] * out[1];
-  int64_t step = (npos + QZ_GPTQ_POSITIONS - 1) / QZ_GPTQ_POSITIONS;
+  int64_t most = QZ_GPTQ_WORK / (g * dg * dg / 2 + 1);
+  most = most > QZ_GPTQ_POSITIONS ? QZ_GPTQ_POSITIONS : most < 64 ? 64 : most;
+  int64_t step = (npos + most - 1) / most;
   int64_t taken = (npos + step - 1) / step;
   double per = 1.0 / ((double)x->dims[0] * (double)taken);
   const float *xv = x->data;
