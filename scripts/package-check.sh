@@ -32,15 +32,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# check WHAT COMMAND...: one "ok" / "not ok" line, counted in the caller's
+# n_pass / n_fail (bash's locals are seen by the functions a function calls)
+check() {
+  local what=$1
+  shift
+  if "$@"; then echo "ok - $what"; n_pass=$((n_pass + 1)); else echo "not ok - $what"; n_fail=$((n_fail + 1)); fi
+}
+
 if [ "${1:-}" = --inside ]; then
   # ---- inside the fresh root -----------------------------------------------------
   deb=$2
   n_pass=0 n_fail=0
-  check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok - $what"; n_pass=$((n_pass + 1)); else echo "not ok - $what"; n_fail=$((n_fail + 1)); fi
-  }
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   check "dpkg has no edgeserve before" sh -c '! dpkg -s edgeserve >/dev/null 2>&1'
@@ -111,11 +114,6 @@ fi
 # lines; returns the number failed.
 boot_checks() {
   local root=$1 deb=$2 n_pass=0 n_fail=0 ns pid1="" i mpid port=18090
-  check() {
-    local what=$1
-    shift
-    if "$@"; then echo "ok - $what"; n_pass=$((n_pass + 1)); else echo "not ok - $what"; n_fail=$((n_fail + 1)); fi
-  }
   chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq --no-install-recommends "/root/extra/$(basename "$deb")" >/dev/null 2>&1
   # The shipped unit, with another port (the container shares this
