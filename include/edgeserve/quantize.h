@@ -35,7 +35,8 @@
  *     them (weight-only: DequantizeLinear of int8 weights into the float
  *     Conv), unless options.keep_float_weights. Their biases are
  *     corrected for the mean shift of their weights' rounding
- *     (options.bias_correction).
+ *     (options.bias_correction), and their weights can be rounded for
+ *     their output's error rather than each weight's (options.rounding).
  *
  * The names of every tensor of the source model stay (a quantized tensor's
  * producer writes NAME_prequant, and the DequantizeLinear writes NAME).
