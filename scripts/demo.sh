@@ -48,19 +48,27 @@
 # Then, as before, the five models against ONNX Runtime and the allocator
 # benchmark in its quick form.
 #   scripts/demo.sh [--duration S] [--budget BYTES] [--fps STREAM=F]...
-#                   [--scenario-only] [--preempt on|off] [bench-mem options...]
+#                   [--scenario-only] [--preempt on|off] [--rt on|off]
+#                   [bench-mem options...]
 # --duration: seconds per setup (default 30); --budget: the admission budget
 # of the single servers (default 512M; in procs each of the N processes gets
 # BYTES/N, auto stays auto); --fps: override a stream's frame rate
 # (e.g. --fps cam0=8); --scenario-only: stop after the side-by-side table;
 # --preempt off: the servers let a started run finish before an urgent
 # request (the runtime's cooperative preemption is on by default).
+# --rt on (the default): where the system allows real-time threads (root,
+# CAP_SYS_NICE, ulimit -r >= 10), every server runs with --rt-priority 10:
+# the door camera's face requests (level 0: the face pipeline's in every
+# config here) run on SCHED_FIFO workers
+# and the HTTP threads at 9, so that the kernel does not make them share a
+# core with the det runs (README: real-time scheduling); elsewhere, and
+# with --rt off, at ordinary priority (the run says which).
 # Other arguments go to bench-mem, e.g. --ops 10000000 (the full benchmark).
 # Outputs: .cache/scenario/{shared,naive,procs,int8}.summary.json, and the
 # servers' logs: {shared,naive,int8}.serve.log, procs-STREAM.serve.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-duration=30 budget=512M scenario_only=0
+duration=30 budget=512M scenario_only=0 rt=on
 fps=() bench=() serve_extra=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -69,9 +77,17 @@ while [ $# -gt 0 ]; do
     --fps) fps+=(--fps "${2:?--fps needs STREAM=F}"); shift 2 ;;
     --scenario-only) scenario_only=1; shift ;;
     --preempt) serve_extra+=(--preempt "${2:?--preempt needs on or off}"); shift 2 ;;
+    --rt) rt=${2:?--rt needs on or off}; shift 2 ;;
     *) bench+=("$1"); shift ;;
   esac
 done
+if [ "$rt" = on ] && chrt -f 10 true 2>/dev/null; then
+  serve_extra+=(--rt-priority 10)
+  echo "demo: servers with --rt-priority 10 (urgent requests on real-time workers)"
+elif [ "$rt" = on ]; then
+  echo "demo: real-time threads are not allowed here (not root, no CAP_SYS_NICE, ulimit -r below 10):" \
+    "the servers run at ordinary priority"
+fi
 
 # bytes_of 512M: the bytes (K/M/G suffixes, optional i and B, as edgeserve reads them)
 bytes_of() {

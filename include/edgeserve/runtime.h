@@ -392,6 +392,31 @@ typedef struct es_runtime_config {
                                 others after them, by priority), and with
                                 preempt a run pauses for a waiting request
                                 whose deadline is earlier than its own */
+  int rt_priority;           /* 0 (default): workers run at the process's
+                                ordinary priority, and the kernel shares a
+                                core between a worker's urgent run and
+                                whatever else wakes there (HTTP threads,
+                                clients, other processes). 1..98: a worker
+                                waits for work, and runs requests of levels
+                                below rt_levels, as a SCHED_FIFO thread of
+                                this priority, which nothing of ordinary
+                                priority preempts; runs of other levels
+                                drop to SCHED_OTHER while they run (and
+                                back when they pause for an urgent one).
+                                Needs root, CAP_SYS_NICE or an
+                                RLIMIT_RTPRIO of at least rt_priority
+                                (ulimit -r; LimitRTPRIO= in a systemd
+                                unit): es_runtime_create fails with
+                                ES_EACCES when the system refuses it. The
+                                kernel still leaves ordinary threads 5% of
+                                each core (sched_rt_runtime_us); keep the
+                                real-time levels for short runs. Needs
+                                intra_threads 1 (ES_EINVAL otherwise: an
+                                OpenMP team keeps the policy of the run
+                                that started it). */
+  int rt_levels;             /* levels 0..rt_levels-1 run real-time when
+                                rt_priority is set (default 1: level 0
+                                only) */
   unsigned queue_capacity;   /* bounded queue per level (default 64) */
   unsigned max_inflight_total; /* admitted, not freed, all models; 0: none
                                   (default 0) */

@@ -45,6 +45,7 @@ static void serve_usage(FILE *f) {
           "                       [--port N] [--workers N] [--memory BYTES|auto|0]\n"
           "                       [--repository-control --control-token-file FILE]\n"
           "                       [--preempt on|off] [--sched priority|edf]\n"
+          "                       [--rt-priority N [--rt-levels L]]\n"
           "                       [--cache-dir DIR] [--mlock] [--grace-ms N] [--quiet]\n\n"
           "Serves models over the Open Inference Protocol (KServe v2 REST) on\n"
           "http://ADDR:N/v2 (default 127.0.0.1:8000) with Prometheus metrics on\n"
@@ -63,7 +64,13 @@ static void serve_usage(FILE *f) {
           "of making them again (es_engine_cache_dir_set). --mlock (or \"mlock\": true)\n"
           "locks every model's weights in RAM; the server does not start when\n"
           "RLIMIT_MEMLOCK is too low for them (ulimit -l, LimitMEMLOCK=), and\n"
-          "/metrics shows edgeserve_weights_locked_bytes.\n");
+          "/metrics shows edgeserve_weights_locked_bytes. --rt-priority N (or\n"
+          "\"rt_priority\") runs requests of priority levels below L (--rt-levels,\n"
+          "default 1: level 0, the default config's face pipeline) as SCHED_FIFO\n"
+          "threads of priority N, and the HTTP threads at\n"
+          "N-1, so that the kernel never makes an urgent request share a core with\n"
+          "ordinary work; it needs root, CAP_SYS_NICE or ulimit -r >= N\n"
+          "(LimitRTPRIO=), or the server does not start.\n");
 }
 
 /* The token: the file's first line, its line end dropped. 0, or 2 (a
@@ -144,6 +151,17 @@ static int parse_flags(int argc, char **argv, es_server_config *cfg, long *grace
         return 2;
       }
       cfg->runtime.preempt = !strcmp(v, "on");
+      i++;
+    } else if ((!strcmp(a, "--rt-priority") || !strcmp(a, "--rt-levels")) && v) {
+      /* real-time scheduling of the urgent levels (es_runtime_config) */
+      long n = strtol(v, &end, 10);
+      int pri = !strcmp(a, "--rt-priority");
+      if (*end || n < (pri ? 0 : 1) || n > (pri ? 98 : 16)) {
+        fprintf(stderr, "edgeserve serve: %s wants a number in %s, got '%s'\n", a,
+                pri ? "0..98" : "1..16", v);
+        return 2;
+      }
+      *(pri ? &cfg->runtime.rt_priority : &cfg->runtime.rt_levels) = (int)n;
       i++;
     } else if (!strcmp(a, "--sched") && v) {
       /* priority (the default) or edf: earliest deadline first among the

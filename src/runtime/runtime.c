@@ -167,6 +167,7 @@ typedef struct rt_worker {
   int depth; /* 1 while it runs a request in another's pause (no deeper) */
   struct rt_safe *safe; /* the run its kernels' safe points may pause, or NULL */
   es_request *task; /* the task whose function runs on it now (innermost), or NULL */
+  int fifo;         /* its SCHED_FIFO priority now (rt_priority), 0: SCHED_OTHER */
 } rt_worker;
 
 typedef struct rt_queue {
@@ -306,6 +307,7 @@ void es_runtime_config_default(es_runtime_config *cfg) {
   cfg->intra_threads = 1;
   cfg->priorities = 4;
   cfg->preempt = 1;
+  cfg->rt_levels = 1;
   cfg->queue_capacity = 64;
   cfg->buddy_bytes = (size_t)64 << 20;
   cfg->watch_ms = 100;
@@ -1154,6 +1156,7 @@ static void rt_heap_free(void *user, void *ptr) {
  * (the bytes were admitted, but others' blocks or fragmentation hold the
  * pool), which the caller answers as a refusal, not a failure. */
 static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel);
+static void worker_sched(rt_worker *w, int level);
 static int urgent_waiting(es_runtime *rt, const es_request *cur);
 
 /* A run its kernels may pause at their safe points (es_engine_split_set:
@@ -1431,6 +1434,7 @@ static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel) {
   pthread_mutex_unlock(&rt->lock);
 
   int counted;
+  worker_sched(w, u->priority); /* part of the hand-over */
   uint64_t te0 = es__now_ns();
   int rc = execute(w, u, NULL, 0, expired, &counted);
   uint64_t t1 = es__now_ns();
@@ -1460,6 +1464,7 @@ static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel) {
   rt->pause_lock_wait_ns_sum += tl - t1;
   pthread_mutex_unlock(&rt->lock);
   finish_list(rt, done);
+  worker_sched(w, cur->priority); /* after the answer is handed over */
   return cancel ? 2 : 1;
 }
 
@@ -1499,6 +1504,27 @@ static void run_inline_locked(rt_worker *w, es_request *r) {
   finish_list(rt, done);
 }
 
+/* Real-time scheduling (rt_priority): worker w takes the policy of level
+ * `level`: SCHED_FIFO rt_priority below rt_levels, SCHED_OTHER at the
+ * others. Why per run and not per worker: a worker runs every level, and
+ * a long run of a low level at SCHED_FIFO would hold its core against
+ * everything of ordinary priority, the HTTP threads that bring the urgent
+ * requests among them. One system call when the policy changes (about a
+ * microsecond), none when it does not. If the system refuses the change
+ * (a cgroup's real-time budget taken away meanwhile), the worker stays as
+ * it was and the run goes on. Called by w's own thread. */
+static void worker_sched(rt_worker *w, int level) {
+  const es_runtime_config *c = &w->rt->cfg;
+  if (!c->rt_priority)
+    return;
+  int want = level < c->rt_levels ? c->rt_priority : 0;
+  if (want == w->fifo)
+    return;
+  struct sched_param sp = {.sched_priority = want};
+  if (pthread_setschedparam(pthread_self(), want ? SCHED_FIFO : SCHED_OTHER, &sp) == 0)
+    w->fifo = want;
+}
+
 static void *worker_main(void *arg) {
   rt_worker *w = arg;
   es_runtime *rt = w->rt;
@@ -1535,6 +1561,7 @@ static void *worker_main(void *arg) {
 
     if (old)
       es_mem_unmap(ES_MEM_SCRATCH, old, old_cap);
+    worker_sched(w, r->priority);
     int counted;
     int rc = execute(w, r, scratch, cap, expired, &counted);
     uint64_t run_ns = es__now_ns() - r->start_ns - r->paused_ns;
@@ -1550,6 +1577,7 @@ static void *worker_main(void *arg) {
       pthread_cond_broadcast(&rt->idle_cv);
     pthread_mutex_unlock(&rt->lock);
     finish_list(rt, done);
+    worker_sched(w, 0); /* an idle worker wakes at once for urgent work */
     pthread_mutex_lock(&rt->lock);
   }
   pthread_mutex_unlock(&rt->lock);
@@ -1685,6 +1713,18 @@ static int config_check(const es_runtime_config *c) {
                     "ES_SCHED_EDF", c->sched);
   if (c->preempt != 0 && c->preempt != 1)
     return es__fail(ES_EINVAL, "runtime config: preempt must be 0 or 1");
+  if (c->rt_priority < 0 || c->rt_priority > 98)
+    return es__fail(ES_EINVAL, "runtime config: rt_priority %d outside 0 (off)..98",
+                    c->rt_priority);
+  if (c->rt_priority && (c->rt_levels < 1 || c->rt_levels > c->priorities))
+    return es__fail(ES_EINVAL, "runtime config: rt_levels %d outside 1..%d (the levels)",
+                    c->rt_levels, c->priorities);
+  /* A run of several engine threads has an OpenMP team, whose threads keep
+   * the policy of the run that started them: a low run's team would be
+   * real-time, or an urgent run's helpers ordinary. */
+  if (c->rt_priority && c->intra_threads > 1)
+    return es__fail(ES_EINVAL, "runtime config: rt_priority needs intra_threads 1 (the engine's "
+                    "OpenMP threads keep the policy of the run that started them)");
   if (c->max_models < 1 || c->max_models > RT_MAX_MODELS)
     return es__fail(ES_EINVAL, "runtime config: max_models %d outside 1..%d", c->max_models,
                     RT_MAX_MODELS);
@@ -1793,14 +1833,34 @@ int es_runtime_create(const es_runtime_config *cfg, es_runtime **out) {
     free_runtime(rt);
     return rc;
   }
+  /* With rt_priority, workers start as SCHED_FIFO threads (they wait for
+   * work at that priority): a system that refuses it refuses the first. */
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  if (cfg->rt_priority) {
+    struct sched_param sp = {.sched_priority = cfg->rt_priority};
+    pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
+    pthread_attr_setschedparam(&attr, &sp);
+  }
   for (int i = 0; i < rt->n_workers; i++) {
-    if (pthread_create(&rt->workers[i].thread, NULL, worker_main, &rt->workers[i]) != 0) {
+    rt->workers[i].fifo = cfg->rt_priority;
+    int e = pthread_create(&rt->workers[i].thread, &attr, worker_main, &rt->workers[i]);
+    if (e != 0) {
+      pthread_attr_destroy(&attr);
       stop_threads(rt);
       free_runtime(rt);
+      if (e == EPERM)
+        return es__fail(ES_EACCES, "es_runtime_create: rt_priority %d: the system refuses "
+                        "real-time scheduling (it needs root, CAP_SYS_NICE or an "
+                        "RLIMIT_RTPRIO of at least %d: ulimit -r, LimitRTPRIO= in a "
+                        "systemd unit; or a cgroup with a real-time budget)",
+                        cfg->rt_priority, cfg->rt_priority);
       return es__fail(ES_ENOMEM, "es_runtime_create: cannot start worker %d", i);
     }
     rt->workers[i].started = 1;
   }
+  pthread_attr_destroy(&attr);
   if (pthread_create(&rt->monitor, NULL, monitor_main, rt) != 0) {
     stop_threads(rt);
     free_runtime(rt);

@@ -54,6 +54,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,10 +179,29 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, soc
   return atomic_load(&s->stopping) ? MHD_NO : MHD_YES;
 }
 
+/* With the runtime's real-time scheduling (rt_priority N), the HTTP threads
+ * run as SCHED_FIFO threads of priority N-1: they bring urgent requests in
+ * and take their answers out, and at ordinary priority each of those steps
+ * waited for a core behind the workers' low-priority runs. One below the
+ * urgent runs, so that such a run goes first on a shared core. The library
+ * starts its threads; each sets itself at its first connection, once (a
+ * refusal leaves it as it was: the runtime's start proved the right). */
+static _Thread_local int http_sched_set;
+
+static void http_thread_sched(const es_server *s) {
+  int p = s->cfg.runtime.rt_priority - 1;
+  if (http_sched_set || p < 1)
+    return;
+  http_sched_set = 1;
+  struct sched_param sp = {.sched_priority = p};
+  (void)pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
   es_server *s = cls;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    http_thread_sched(s);
     srv_conn *sc = es_mem_calloc(ES_MEM_SERVER, 1, sizeof *sc);
     *socket_context = sc;
     if (!sc)

@@ -230,6 +230,8 @@ int es_server_config_load(es_server_config *cfg, const char *path) {
     INT_FIELD("intra_threads", 1, 1024, r->intra_threads)
     INT_FIELD("priorities", 1, 16, r->priorities)
     INT_FIELD("preempt", 0, 1, r->preempt)
+    INT_FIELD("rt_priority", 0, 98, r->rt_priority)
+    INT_FIELD("rt_levels", 1, 16, r->rt_levels)
     INT_FIELD("queue_capacity", 1, 1 << 20, r->queue_capacity)
     INT_FIELD("max_inflight", 0, 1 << 20, r->max_inflight_total)
     INT_FIELD("model_max_inflight", 0, 1 << 20, r->model_max_inflight)
@@ -545,7 +547,9 @@ static int add_models(es_server *s, const char *text, const char *base, const ch
 }
 
 /* The embedded default: the target models, configured for the shapes the
- * gateway scenario serves. */
+ * gateway scenario serves. The face pipeline (the door camera) is the one
+ * urgent stream: level 0, which preemption pauses the others for and
+ * rt_priority runs real-time (rt_levels 1). */
 static const char default_models[] =
     "{\"blazeface_front\": {\"file\": \"blazeface_front_128.onnx\", \"priority\": 1},"
     " \"blazeface_back\": {\"file\": \"blazeface_back_256.onnx\", \"priority\": 1},"
@@ -555,7 +559,7 @@ static const char default_models[] =
     "                 \"shape\": {\"x\": [1, 3, 48, 320]}},"
     " \"ppocr_cls\": {\"file\": \"ppocr_cls.onnx\", \"priority\": 2,"
     "                 \"shape\": {\"x\": [1, 3, 48, 192]}},"
-    " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_front\", \"priority\": 1},"
+    " \"face\": {\"pipeline\": \"face\", \"model\": \"blazeface_front\", \"priority\": 0},"
     " \"ocr\": {\"pipeline\": \"ocr\", \"det\": \"ppocr_det\", \"cls\": \"ppocr_cls\","
     "          \"rec\": \"ppocr_rec\", \"keys\": \"ppocr_keys_v1.txt\", \"priority\": 2}}";
 

@@ -32,7 +32,11 @@
 #      off), the "stopped: ... cut off" report on stderr;
 #   7. a second server from a config file (--config, max_body_bytes 2M):
 #      413 for a larger body (Content-Length or chunked), chunked uploads
-#      under the limit work, and SIGTERM with no grace cuts off cleanly.
+#      under the limit work, and SIGTERM with no grace cuts off cleanly;
+#   8. --rt-priority 10: the idle workers wait as SCHED_FIFO 10 threads and
+#      an HTTP thread runs at 9 (read from /proc); where real-time threads
+#      are not allowed (or made so: no CAP_SYS_NICE, ulimit -r 0), the
+#      server does not start and says why.
 # Every server's stderr is checked for sanitizer reports (the script sets
 # ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 unless already set, so an ASan
 # build's leaks fail the exit-code check too).
@@ -702,6 +706,48 @@ if start_server small --config "$work/server.json" --grace-ms 0; then
   det3_hl=$(node "$client" build --input "x=$in/ppocr_det_320.npy" --binary --body "$work/det320.bin")
   infer_cmp "config server: ppocr_det 320x320 (1.2 MB, under the limit) = run" ppocr_det "$ref/ppocr_det_320" "x=$in/ppocr_det_320.npy" --binary --binary-output
   sigterm_inflight small "$small_pid" 8 "$work/det320.bin" "$det3_hl" ppocr_det 0 6
+fi
+
+# ---- real-time scheduling of the urgent levels (--rt-priority) ----------------------------------
+# threads_at PID PRIO: how many of the process's threads are SCHED_FIFO at
+# PRIO (/proc/PID/task/*/stat: rt_priority and policy, fields 40 and 41).
+threads_at() {
+  local t n=0 f
+  for t in /proc/"$1"/task/*/stat; do
+    f=$(sed 's/.*) //' "$t" 2>/dev/null | awk '{print $38, $39}')
+    [ "$f" = "$2 1" ] && n=$((n + 1))
+  done
+  echo $n
+}
+if chrt -f 10 true 2>/dev/null; then
+  if start_server rt --rt-priority 10 --workers 2; then
+    rt_pid=$spid
+    good_cls "--rt-priority 10: a request gets 200"
+    w=$(threads_at "$rt_pid" 10) h=$(threads_at "$rt_pid" 9)
+    [ "$w" = 2 ] && [ "$h" -ge 1 ] && ok "--rt-priority 10: the 2 idle workers wait as SCHED_FIFO 10, $h HTTP thread(s) at 9" ||
+      notok "--rt-priority 10: $w threads at SCHED_FIFO 10 (want the 2 workers), $h at 9 (want an HTTP thread)"
+    kill -TERM "$rt_pid"
+    wait_exit "$rt_pid" 30 && ok "--rt-priority 10: SIGTERM: exit 0" || notok "--rt-priority 10: SIGTERM: exit status $?"
+    sanitizer_clean rt
+  fi
+  # the refusal: the same server without CAP_SYS_NICE (RLIMIT_RTPRIO 0)
+  if command -v setpriv >/dev/null; then
+    refuse() { ulimit -r 0 && exec setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice "$@"; }
+    (refuse "$es" serve --port 0 --rt-priority 10) 2>"$work/rt-refused.err" >/dev/null
+    st=$?
+  else
+    st=skip
+  fi
+else
+  "$es" serve --port 0 --rt-priority 10 2>"$work/rt-refused.err" >/dev/null
+  st=$?
+fi
+if [ "$st" = skip ]; then
+  skipped "--rt-priority refused: no setpriv to take CAP_SYS_NICE away"
+elif [ "$st" = 1 ] && grep -q 'rt_priority 10: the system refuses real-time scheduling.*RLIMIT_RTPRIO' "$work/rt-refused.err"; then
+  ok "--rt-priority 10 where real-time threads are not allowed: exit 1, $(grep -o 'the system refuses real-time scheduling' "$work/rt-refused.err")"
+else
+  notok "--rt-priority 10 where real-time threads are not allowed: exit $st, $(head -c 300 "$work/rt-refused.err")"
 fi
 
 echo "# $n_ok passed, $n_fail failed, $n_skip skipped in $(($(date +%s) - t_start)) s"

@@ -16,11 +16,16 @@
 #include "edgeserve/runtime.h"
 #include "support/onnx_builder.h"
 
+#include <errno.h>
+#include <linux/capability.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,9 +65,13 @@ typedef struct rig {
   es_tensor det_in, face_in;
 } rig;
 
+static int rt_priority_ = 0; /* the next rig's real-time priority, once */
+
 static void rig_up_sched(rig *g, int preempt, int sched) {
   es_runtime_config rc;
   es_runtime_config_default(&rc);
+  rc.rt_priority = rt_priority_;
+  rt_priority_ = 0;
   rc.workers = 1;
   rc.pin = 0;
   rc.preempt = preempt;
@@ -379,6 +388,16 @@ static void test_cancel_while_paused(void **state) {
   ES_CHECK_RC(es_runtime_destroy(g.rt));
 }
 
+/* slow was paused n times; both requests and the rig go. */
+static void end_race(rig *g, es_request *slow, es_request *urgent, int n) {
+  es_request_info si;
+  ES_CHECK_RC(es_request_info_get(slow, &si));
+  assert_int_equal(si.preemptions, n);
+  es_request_free(urgent);
+  es_request_free(slow);
+  ES_CHECK_RC(es_runtime_destroy(g->rt));
+}
+
 /* Preemption off: the started run finishes first, as before. */
 static void test_no_preemption(void **state) {
   (void)state;
@@ -390,12 +409,7 @@ static void test_no_preemption(void **state) {
   es_request *slow, *urgent;
   race(&g, &sn, &slow, &urgent);
   assert_int_equal(sn.urgent_at, 1); /* after the slow one */
-  es_request_info si;
-  ES_CHECK_RC(es_request_info_get(slow, &si));
-  assert_int_equal(si.preemptions, 0);
-  es_request_free(urgent);
-  es_request_free(slow);
-  ES_CHECK_RC(es_runtime_destroy(g.rt));
+  end_race(&g, slow, urgent, 0);
 }
 
 /* EDF: the long run has the higher priority but the later deadline; the
@@ -428,6 +442,141 @@ static void test_edf_pauses_for_an_earlier_deadline(void **state) {
   ES_CHECK_RC(es_runtime_destroy(g.rt));
 }
 
+/* ---- real-time scheduling (rt_priority) ----------------------------------- */
+
+/* What the thread that completes a request (its worker) runs as. */
+typedef struct policy_seen {
+  _Atomic int policy, tid;
+} policy_seen;
+
+static void on_policy(void *user, es_request *r) {
+  (void)r;
+  policy_seen *p = user;
+  atomic_store(&p->policy, sched_getscheduler(0));
+  atomic_store(&p->tid, (int)gettid());
+}
+
+/* Whether this thread may make SCHED_FIFO threads: a thread started so. */
+static void *nothing(void *arg) { return arg; }
+
+static int fifo_allowed(int prio) {
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  struct sched_param sp = {.sched_priority = prio};
+  pthread_attr_setinheritsched(&a, PTHREAD_EXPLICIT_SCHED);
+  pthread_attr_setschedpolicy(&a, SCHED_FIFO);
+  pthread_attr_setschedparam(&a, &sp);
+  pthread_t t;
+  int e = pthread_create(&t, &a, nothing, NULL);
+  pthread_attr_destroy(&a);
+  if (e == 0)
+    pthread_join(t, NULL);
+  return e == 0;
+}
+
+/* This thread's effective CAP_SYS_NICE, on (1) or off (0); capabilities
+ * are per thread, and the runtime's workers are made by this one. */
+static void sys_nice_set(int on) {
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[2];
+  assert_int_equal(syscall(SYS_capget, &h, d), 0);
+  if (on)
+    d[CAP_SYS_NICE / 32].effective |= 1u << (CAP_SYS_NICE % 32);
+  else
+    d[CAP_SYS_NICE / 32].effective &= ~(1u << (CAP_SYS_NICE % 32));
+  assert_int_equal(syscall(SYS_capset, &h, d), 0);
+}
+
+/* rt_priority: requests of levels below rt_levels (1 by default: level 0)
+ * run on a SCHED_FIFO worker, the others on a SCHED_OTHER one, an idle worker waits as a
+ * SCHED_FIFO thread, and an urgent request run in a low one's pause runs
+ * real-time while the paused run stays ordinary. Where the system refuses
+ * real-time threads (not root, no CAP_SYS_NICE, RLIMIT_RTPRIO below the
+ * priority), es_runtime_create fails with ES_EACCES; where it allows them,
+ * the same refusal is made by taking CAP_SYS_NICE away from this thread
+ * (RLIMIT_RTPRIO at 0) for the call. Bad values are refused, and so is
+ * rt_priority with more than one engine thread per run. */
+static void test_realtime_levels(void **state) {
+  (void)state;
+  es_runtime_config rc;
+  es_runtime *rt = NULL;
+  es_runtime_config_default(&rc);
+  assert_int_equal(rc.rt_priority, 0);
+  rc.rt_priority = 99;
+  assert_int_equal(es_runtime_create(&rc, &rt), ES_EINVAL);
+  rc.rt_priority = 5;
+  rc.rt_levels = 0;
+  assert_int_equal(es_runtime_create(&rc, &rt), ES_EINVAL);
+  rc.rt_levels = 5; /* above the 4 levels */
+  assert_int_equal(es_runtime_create(&rc, &rt), ES_EINVAL);
+  rc.rt_levels = 1;
+  rc.intra_threads = 2; /* an OpenMP team would keep one run's policy */
+  assert_int_equal(es_runtime_create(&rc, &rt), ES_EINVAL);
+  rc.intra_threads = 1;
+  rc.workers = 1;
+
+  struct rlimit old, zero = {0, 0};
+  assert_int_equal(getrlimit(RLIMIT_RTPRIO, &old), 0);
+  if (!fifo_allowed(5)) {
+    assert_int_equal(es_runtime_create(&rc, &rt), ES_EACCES);
+    printf("# real-time threads refused here: es_runtime_create said ES_EACCES\n");
+    skip(); /* the rest needs them */
+  }
+  /* the refusal, made here: no CAP_SYS_NICE, RLIMIT_RTPRIO 0 */
+  int lowered = old.rlim_cur > 0 && setrlimit(RLIMIT_RTPRIO, &zero) == 0;
+  sys_nice_set(0);
+  int refused = es_runtime_create(&rc, &rt);
+  sys_nice_set(1);
+  if (lowered)
+    assert_int_equal(setrlimit(RLIMIT_RTPRIO, &old), 0);
+  assert_int_equal(refused, ES_EACCES);
+  assert_non_null(strstr(es_last_error_detail(), "RLIMIT_RTPRIO"));
+
+  if (!have_models())
+    skip();
+  rig g;
+  rt_priority_ = 5;
+  rig_up(&g, 1);
+  /* a low request: ordinary while it runs (its answer is handed over
+   * before the worker goes back to waiting real-time) */
+  policy_seen low = {0}, mid = {0};
+  es_request *r = submit(&g, g.face, 3, on_policy, &low);
+  ES_CHECK_RC(es_request_wait(r, -1));
+  es_request_free(r);
+  assert_int_equal(atomic_load(&low.policy), SCHED_OTHER);
+  pid_t tid = atomic_load(&low.tid);
+  int idle = -1;
+  for (int i = 0; i < 2000 && idle != SCHED_FIFO; i++) {
+    idle = sched_getscheduler(tid);
+    struct timespec ts = {0, 500000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(idle, SCHED_FIFO); /* idle: waits real-time */
+  /* level 1 is not below rt_levels (1 by default): ordinary; level 0 is */
+  policy_seen top = {0};
+  r = submit(&g, g.face, 1, on_policy, &mid);
+  ES_CHECK_RC(es_request_wait(r, -1));
+  es_request_free(r);
+  r = submit(&g, g.face, 0, on_policy, &top);
+  ES_CHECK_RC(es_request_wait(r, -1));
+  es_request_free(r);
+  assert_int_equal(atomic_load(&mid.policy), SCHED_OTHER);
+  assert_int_equal(atomic_load(&top.policy), SCHED_FIFO);
+  assert_int_equal(atomic_load(&top.tid), tid);
+  /* an urgent request in a low run's pause: real-time, the run ordinary */
+  policy_seen slow_p = {0}, urgent_p = {0};
+  es_request *slow = submit(&g, g.det, 3, on_policy, &slow_p);
+  wait_running(slow);
+  int during = sched_getscheduler(tid);
+  es_request *urgent = submit(&g, g.face, 0, on_policy, &urgent_p);
+  ES_CHECK_RC(es_request_wait(urgent, -1));
+  ES_CHECK_RC(es_request_wait(slow, -1));
+  assert_int_equal(during, SCHED_OTHER);
+  assert_int_equal(atomic_load(&urgent_p.policy), SCHED_FIFO);
+  assert_int_equal(atomic_load(&slow_p.policy), SCHED_OTHER);
+  end_race(&g, slow, urgent, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_urgent_runs_in_a_pause),
@@ -435,6 +584,7 @@ int main(void) {
       cmocka_unit_test(test_pause_inside_a_conv),
       cmocka_unit_test(test_no_preemption),
       cmocka_unit_test(test_edf_pauses_for_an_earlier_deadline),
+      cmocka_unit_test(test_realtime_levels),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
