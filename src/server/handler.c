@@ -709,7 +709,10 @@ static void pipeline_answer(es_server *s, srv_job *j, srv_resp *out) {
   output_wanted(&j->q, "result", &binary);
   int64_t one = 1;
   es_v2_output o = {"result", ES_DTYPE_UNDEFINED, 1, &one, elem, jlen + 4, binary};
-  resp_outputs(s, out, sm, &j->q, &o, 1, 0, j->run_ns);
+  /* the task's wait for a worker, as a model's request reports it */
+  es_request_info info;
+  uint64_t queue_ns = j->r && es_request_info_get(j->r, &info) == 0 ? info.queue_ns : 0;
+  resp_outputs(s, out, sm, &j->q, &o, 1, queue_ns, j->run_ns);
   es_mem_free(elem);
 }
 

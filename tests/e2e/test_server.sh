@@ -620,6 +620,13 @@ for m in blazeface_front blazeface_back ppocr_det ppocr_rec ppocr_cls; do
   [ "$got" = "${succ[$m]:-0}" ] && ok "metrics: $m compute histogram count $got" ||
     notok "metrics: $m compute histogram count $got, want ${succ[$m]:-0}"
 done
+for m in face ocr; do # a pipeline's answers report the task's wait for a worker
+  n=$(metric edgeserve_queue_duration_seconds_count "model=\"$m\"")
+  t=$(metric edgeserve_queue_duration_seconds_sum "model=\"$m\"")
+  [ "$n" -gt 0 ] 2>/dev/null || continue # no pipeline answers here (4b skipped)
+  awk -v t="$t" 'BEGIN { exit !(t > 0) }' && ok "metrics: $m queue histogram: $n answers, $t s waiting in all" ||
+    notok "metrics: $m queue histogram: $n answers but $t s waiting in all"
+done
 got=$(metric edgeserve_requests_total 'model="ppocr_cls",outcome="bad_request"')
 [ "$got" -ge 15 ] 2>/dev/null && ok "metrics: ppocr_cls bad_request counter moved ($got)" ||
   notok "metrics: ppocr_cls bad_request counter is '$got' after more than 15 bad requests"
