@@ -628,9 +628,7 @@ typedef struct es_runtime_stats {
   uint64_t pause_ns_sum;
   /* What pausing itself costs: from the decision to pause to the urgent
    * run's start, and from its end to the paused run's next step (the
-   * urgent run and its completion callback not counted). With
-   * rt_priority, the switches to SCHED_FIFO and back are in the sum; the
-   * max has the first only (the switch back follows the callback). */
+   * urgent run and its completion callback not counted). */
   uint64_t pause_overhead_ns_sum, pause_overhead_ns_max;
   uint64_t pause_lock_wait_ns_sum; /* of that, waiting for the runtime's lock
                                       to hand back (contention with the

@@ -181,9 +181,6 @@ struct es_runtime {
    * lock by dispatch, read between steps by running workers. */
   _Atomic int urgent_level;
   _Atomic uint64_t urgent_deadline; /* EDF: the earliest queued deadline (0: none) */
-  /* rt_priority: the paused runs' switches back to SCHED_OTHER, which
-   * come after the urgent answer's callback, outside the lock */
-  _Atomic uint64_t pause_sched_back_ns;
   uint64_t preemptions;
   uint64_t preemptions_in_kernel; /* of those, at a kernel's safe point */
   uint64_t inlined; /* requests a task ran itself (run_inline_locked) */
@@ -1467,12 +1464,7 @@ static int serve_urgent(rt_worker *w, es_request *cur, int in_kernel) {
   rt->pause_lock_wait_ns_sum += tl - t1;
   pthread_mutex_unlock(&rt->lock);
   finish_list(rt, done);
-  if (rt->cfg.rt_priority) { /* after the answer is handed over */
-    uint64_t s0 = es__now_ns();
-    worker_sched(w, cur->priority);
-    atomic_fetch_add_explicit(&rt->pause_sched_back_ns, es__now_ns() - s0,
-                              memory_order_relaxed);
-  }
+  worker_sched(w, cur->priority); /* after the answer is handed over */
   return cancel ? 2 : 1;
 }
 
@@ -2793,9 +2785,7 @@ int es_runtime_stats_get(es_runtime *rt, es_runtime_stats *out) {
   out->inlined = rt->inlined;
   memcpy(out->pause_hist, rt->pause_hist, sizeof out->pause_hist);
   out->pause_ns_sum = rt->pause_ns_sum;
-  out->pause_overhead_ns_sum =
-      rt->pause_overhead_ns_sum +
-      atomic_load_explicit(&rt->pause_sched_back_ns, memory_order_relaxed);
+  out->pause_overhead_ns_sum = rt->pause_overhead_ns_sum;
   out->pause_overhead_ns_max = rt->pause_overhead_ns_max;
   out->pause_lock_wait_ns_sum = rt->pause_lock_wait_ns_sum;
   for (int i = 0; i < rt->n_workers; i++)
