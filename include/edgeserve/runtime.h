@@ -628,7 +628,12 @@ typedef struct es_runtime_stats {
   uint64_t pause_ns_sum;
   /* What pausing itself costs: from the decision to pause to the urgent
    * run's start, and from its end to the paused run's next step (the
-   * urgent run and its completion callback not counted). */
+   * urgent run and its completion callback not counted). With
+   * rt_priority, the worker's switch to SCHED_FIFO is in it, and its
+   * switch back is not: that follows the callback, and its wall time is
+   * mostly the ordinary threads that waited during the urgent run taking
+   * the core first (about 75 us on average in bench_preempt.sh, of which
+   * the call itself is about 2). */
   uint64_t pause_overhead_ns_sum, pause_overhead_ns_max;
   uint64_t pause_lock_wait_ns_sum; /* of that, waiting for the runtime's lock
                                       to hand back (contention with the
