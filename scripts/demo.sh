@@ -59,9 +59,8 @@
 # --rt on (the default): where the system allows real-time threads (root,
 # CAP_SYS_NICE, ulimit -r >= 10), every server runs with --rt-priority 10:
 # the door camera's face requests (level 0: the face pipeline's in every
-# config here) run on SCHED_FIFO workers
-# and the HTTP threads at 9, so that the kernel does not make them share a
-# core with the det runs (README: real-time scheduling); elsewhere, and
+# config here) run on SCHED_FIFO workers and the HTTP threads at 9, so that
+# the kernel does not make them share a core with the det runs (README: real-time scheduling); elsewhere, and
 # with --rt off, at ordinary priority (the run says which).
 # Other arguments go to bench-mem, e.g. --ops 10000000 (the full benchmark).
 # Outputs: .cache/scenario/{shared,naive,procs,int8}.summary.json, and the

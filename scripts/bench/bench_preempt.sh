@@ -17,8 +17,8 @@
 #             SCHED_FIFO: the kernel preempts the det processes for it)
 # Real-time scheduling: where the system allows SCHED_FIFO threads (root,
 # CAP_SYS_NICE or ulimit -r >= 10), the servers of none, preempt, edf and
-# alone run with --rt-priority 10 (the face pipeline's level 0 on SCHED_FIFO workers,
-# HTTP threads at 9), and the client of the urgent streams runs under
+# alone run with --rt-priority 10 (the face pipeline's level 0 on SCHED_FIFO
+# workers, HTTP threads at 9), and the client of the urgent streams runs under
 # `chrt -f 10` in every setup: on this box it shares the two cores with the
 # server, and its own wake-ups behind the det work were part of what it
 # measured (a camera on its own device has none). --rt off: no real-time

@@ -67,10 +67,10 @@ static void serve_usage(FILE *f) {
           "/metrics shows edgeserve_weights_locked_bytes. --rt-priority N (or\n"
           "\"rt_priority\") runs requests of priority levels below L (--rt-levels,\n"
           "default 1: level 0, the default config's face pipeline) as SCHED_FIFO\n"
-          "threads of priority N, and the HTTP threads at\n"
-          "N-1, so that the kernel never makes an urgent request share a core with\n"
-          "ordinary work; it needs root, CAP_SYS_NICE or ulimit -r >= N\n"
-          "(LimitRTPRIO=), or the server does not start.\n");
+          "threads of priority N, and the HTTP threads at N-1, so that the kernel\n"
+          "never makes an urgent request share a core with ordinary work; it needs\n"
+          "root, CAP_SYS_NICE or ulimit -r >= N (LimitRTPRIO=), or the server does\n"
+          "not start.\n");
 }
 
 /* The token: the file's first line, its line end dropped. 0, or 2 (a

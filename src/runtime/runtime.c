@@ -1512,9 +1512,9 @@ static void run_inline_locked(rt_worker *w, es_request *r) {
  * a long run of a low level at SCHED_FIFO would hold its core against
  * everything of ordinary priority, the HTTP threads that bring the urgent
  * requests among them. One system call when the policy changes (about 2
- * us on an idle core), none when it does not. If the system refuses the change
- * (a cgroup's real-time budget taken away meanwhile), the worker stays as
- * it was and the run goes on. Called by w's own thread. */
+ * us on an idle core), none when it does not. If the system refuses the
+ * change (a cgroup's real-time budget taken away meanwhile), the worker
+ * stays as it was and the run goes on. Called by w's own thread. */
 static void worker_sched(rt_worker *w, int level) {
   const es_runtime_config *c = &w->rt->cfg;
   if (!c->rt_priority)

@@ -16,7 +16,6 @@
 #include "edgeserve/runtime.h"
 #include "support/onnx_builder.h"
 
-#include <errno.h>
 #include <linux/capability.h>
 #include <pthread.h>
 #include <sched.h>
@@ -488,9 +487,9 @@ static void sys_nice_set(int on) {
 }
 
 /* rt_priority: requests of levels below rt_levels (1 by default: level 0)
- * run on a SCHED_FIFO worker, the others on a SCHED_OTHER one, an idle worker waits as a
- * SCHED_FIFO thread, and an urgent request run in a low one's pause runs
- * real-time while the paused run stays ordinary. Where the system refuses
+ * run on a SCHED_FIFO worker, the others on a SCHED_OTHER one, an idle
+ * worker waits as a SCHED_FIFO thread, and an urgent request run in a low
+ * one's pause runs real-time while the paused run stays ordinary. Where the system refuses
  * real-time threads (not root, no CAP_SYS_NICE, RLIMIT_RTPRIO below the
  * priority), es_runtime_create fails with ES_EACCES; where it allows them,
  * the same refusal is made by taking CAP_SYS_NICE away from this thread
